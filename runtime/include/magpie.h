@@ -1,0 +1,259 @@
+/* magpie.h: the public interface of libmagpie, a work-stealing task runtime.
+ *
+ * A task is a poll function plus an intrusive header (mp_task) embedded in the caller's own
+ * struct, recovered with mp_container_of. Spawning an embedded task allocates nothing. poll()
+ * returns MP_READY when the task is done or MP_PENDING when something holds its waker and will
+ * wake it; a wake while the task runs makes it run again exactly once.
+ *
+ * Errors are 0 or a negative errno, as in libuv. Thread safety: every function may be called
+ * from any thread unless its comment says otherwise.
+ */
+#ifndef MAGPIE_H
+#define MAGPIE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_VERSION_MAJOR 0
+#define MP_VERSION_MINOR 1
+#define MP_VERSION_PATCH 0
+
+#define mp_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct mp_runtime mp_runtime;
+typedef struct mp_task mp_task;
+typedef struct mp_context mp_context;
+
+typedef enum mp_poll { MP_READY = 0, MP_PENDING = 1 } mp_poll;
+
+/* Wakers: a handle that makes a task (or a blocked thread) runnable again. A waker obtained
+ * from mp_context_waker() is borrowed for the duration of one poll; keep it with
+ * mp_waker_clone() and give it back with mp_waker_wake() (consumes) or mp_waker_drop(). */
+typedef struct mp_waker_vtable {
+    void (*wake)(const void *data);        /* wake and release */
+    void (*wake_by_ref)(const void *data); /* wake, keep */
+    const void *(*clone)(const void *data);
+    void (*drop)(const void *data);
+} mp_waker_vtable;
+
+typedef struct mp_waker {
+    const mp_waker_vtable *vt; /* NULL: the empty waker */
+    const void *data;
+} mp_waker;
+
+mp_waker mp_waker_clone(const mp_waker *w);
+void mp_waker_wake(mp_waker *w);              /* consumes *w, leaves it empty */
+void mp_waker_wake_by_ref(const mp_waker *w);
+void mp_waker_drop(mp_waker *w);              /* leaves it empty; empty is a no-op */
+bool mp_waker_will_wake(const mp_waker *a, const mp_waker *b);
+static inline bool mp_waker_is_empty(const mp_waker *w)
+{
+    return w->vt == NULL;
+}
+
+/* Tasks. */
+typedef struct mp_task_vtable {
+    mp_poll (*poll)(mp_task *task, mp_context *cx);
+    /* Optional. The task will never be polled again because it was cancelled (mp_task_cancel
+     * or runtime shutdown): release what the task holds, as a Rust future's drop would. */
+    void (*cancel)(mp_task *task);
+    /* Optional. The last reference is gone: the runtime and every waker are done with the
+     * header, so the embedding struct may be freed or reused. */
+    void (*release)(mp_task *task);
+} mp_task_vtable;
+
+/* The header. Treat every field as private; its size is part of the ABI. */
+struct mp_task {
+    _Atomic uint64_t state;
+    const mp_task_vtable *vt;
+    mp_task *next;               /* run-queue link */
+    mp_task *owned_prev;         /* registry links, guarded by the registry shard's lock */
+    mp_task *owned_next;
+    mp_runtime *rt;
+    mp_waker join_waker;         /* see the JOIN_WAKER protocol in task.c */
+    uint32_t shard;
+    int32_t result;              /* 0, or -ECANCELED */
+};
+
+/* Prepare an embedded task. vt must outlive the task. */
+void mp_task_init(mp_task *task, const mp_task_vtable *vt);
+
+/* Spawn a detached task: nobody will join it. Returns 0, -EINVAL if the task is not freshly
+ * initialised, or -ESHUTDOWN once the runtime is shutting down (the task never runs and is
+ * not released: it is still the caller's). From a worker the task goes to that worker's LIFO
+ * slot; from any other thread to the global queue. */
+int mp_spawn(mp_runtime *rt, mp_task *task);
+/* Spawn a task that must later be joined (mp_join, mp_join_poll) or detached (mp_detach). */
+int mp_spawn_joinable(mp_runtime *rt, mp_task *task);
+/* Spawn n tasks (detached) with one queue operation and one wake-up. Returns the number
+ * spawned (n, or 0 when shutting down) or a negative errno. */
+int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n);
+
+/* Wait for a joinable task and give up the join handle. Returns 0 when it completed, or
+ * -ECANCELED. On a worker it runs other tasks meanwhile (help until complete); on any other
+ * thread it runs tasks from the global queue when there are some and blocks otherwise. After
+ * it returns the task's own fields (its output) may be read. */
+int mp_join(mp_task *task);
+/* Await a joinable task from another task. MP_READY: it completed, *result is 0 or
+ * -ECANCELED, and the join handle is given up. MP_PENDING: the current task will be woken. */
+mp_poll mp_join_poll(mp_task *task, mp_context *cx, int *result);
+/* Give up the join handle without waiting. */
+void mp_detach(mp_task *task);
+/* Cancel a task that has not completed: it will not be polled again (a running poll is let
+ * finish), its cancel callback runs and its joiner sees -ECANCELED. No-op once complete. */
+void mp_task_cancel(mp_task *task);
+bool mp_task_is_complete(const mp_task *task);
+
+/* Convenience: allocate and spawn a task that calls fn(arg) once. With out non-NULL the task
+ * is joinable and *out is its handle, for mp_join / mp_join_poll / mp_detach; storage is freed
+ * by the runtime. */
+int mp_spawn_fn(mp_runtime *rt, void (*fn)(void *arg), void *arg, mp_task **out);
+
+/* Inside poll: */
+const mp_waker *mp_context_waker(mp_context *cx);
+mp_task *mp_context_task(mp_context *cx);
+/* Let other tasks run: "return mp_yield(cx);" re-queues the task at the back of the queue. */
+mp_poll mp_yield(mp_context *cx);
+
+/* Runtime. */
+typedef enum mp_shutdown_mode {
+    MP_SHUTDOWN_CANCEL = 0, /* cancel every task that has not completed */
+    MP_SHUTDOWN_DRAIN = 1,  /* run tasks to completion, up to drain_timeout_ms, then cancel */
+} mp_shutdown_mode;
+
+typedef struct mp_config {
+    unsigned workers;          /* worker threads; 0 = online CPUs */
+    unsigned max_workers;      /* cap on the CPU-derived count when workers = 0; 0 = none */
+    bool disable_lifo;         /* spawn/wake from a worker goes to its ring, not its LIFO slot */
+    bool disable_steal;        /* workers never steal from each other */
+    unsigned global_interval;  /* polls between global-queue checks; 0 = adaptive (EWMA) */
+    uint64_t global_target_ns; /* adaptive: latency target a global task may wait, 0 = default */
+    mp_shutdown_mode shutdown_mode;
+    unsigned drain_timeout_ms; /* MP_SHUTDOWN_DRAIN: 0 = wait without limit */
+    size_t stack_size;         /* worker stack bytes; 0 = the system default */
+    unsigned fail_spawn_nth;   /* testing: the Nth worker thread spawn fails; 0 = never */
+} mp_config;
+
+void mp_config_init(mp_config *cfg);
+/* Create a runtime. Worker threads start lazily, when work needs them. cfg may be NULL. */
+int mp_runtime_new(mp_runtime **out, const mp_config *cfg);
+/* Stop: refuse new spawns, cancel or drain per cfg.shutdown_mode, join the workers. Returns 0,
+ * -EDEADLK when called from one of this runtime's workers, or -EALREADY. */
+int mp_runtime_shutdown(mp_runtime *rt);
+/* Shut down if needed and free. Every waker of every task of rt must be gone by now. */
+void mp_runtime_free(mp_runtime *rt);
+/* Spawn a joinable task and join it. */
+int mp_block_on(mp_runtime *rt, mp_task *task);
+/* The runtime whose worker is the calling thread, or NULL. */
+mp_runtime *mp_runtime_current(void);
+unsigned mp_runtime_workers(const mp_runtime *rt);
+
+typedef struct mp_worker_stats {
+    uint64_t spawned;          /* tasks spawned from this worker (total: from anywhere) */
+    uint64_t polled;           /* poll calls */
+    uint64_t stolen;           /* tasks taken from other workers */
+    uint64_t steals;           /* successful steal operations */
+    uint64_t parks;            /* times the worker went to sleep */
+    uint64_t unparks;          /* times it woke up */
+    uint64_t lifo_hits;        /* tasks run from the LIFO slot */
+    uint64_t global_batches;   /* batches fetched from the global queue */
+    uint64_t overflows;        /* ring overflows moved to the global queue */
+    uint64_t budget_exhausted; /* ticks that ran out of their 128-poll budget */
+} mp_worker_stats;
+
+typedef struct mp_stats {
+    mp_worker_stats total;
+    unsigned workers;        /* configured */
+    unsigned workers_started;
+    unsigned spawn_failures; /* worker threads that could not be created */
+    uint64_t injected;       /* tasks pushed to the global queue */
+    uint64_t live_tasks;     /* spawned and not yet complete */
+} mp_stats;
+
+int mp_runtime_stats(mp_runtime *rt, mp_stats *out);
+int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out);
+
+/* Sync primitives for tasks. Waiters are intrusive: the waiting side owns the node, nothing
+ * is allocated per wait. Each has a poll-style call for tasks and a blocking call for plain
+ * threads (never call a blocking one from a worker). */
+
+/* oneshot: one value (a pointer) from one sender to one receiver. */
+typedef struct mp_oneshot {
+    _Atomic uint32_t state;
+    void *value;
+    mp_waker rx_waker;
+} mp_oneshot;
+
+void mp_oneshot_init(mp_oneshot *o);
+/* Returns 0, or -EPIPE if the receiver closed. Call at most once. */
+int mp_oneshot_send(mp_oneshot *o, void *value);
+/* MP_READY with *value and *err = 0, or *err = -EPIPE when the sender closed unsent. */
+mp_poll mp_oneshot_poll(mp_oneshot *o, mp_context *cx, void **value, int *err);
+int mp_oneshot_recv_blocking(mp_oneshot *o, void **value);
+void mp_oneshot_close_tx(mp_oneshot *o); /* the sender will not send */
+void mp_oneshot_close_rx(mp_oneshot *o); /* the receiver will not receive; drops its waker */
+
+/* Bounded multi-producer single-consumer channel of pointers. */
+typedef struct mp_chan_waiter {
+    struct mp_chan_waiter *prev, *next;
+    mp_waker waker;
+    bool queued; /* guarded by the channel lock */
+} mp_chan_waiter;
+
+typedef struct mp_chan {
+    _Atomic uint32_t lock;
+    uint32_t cap, head, len;
+    bool closed;
+    void **slots;
+    mp_waker rx_waker;
+    mp_chan_waiter *tx_head, *tx_tail; /* senders waiting for room */
+} mp_chan;
+
+int mp_chan_init(mp_chan *c, uint32_t capacity); /* allocates the slot array once */
+void mp_chan_destroy(mp_chan *c);
+/* 0, -EAGAIN when full, -EPIPE when closed. */
+int mp_chan_try_send(mp_chan *c, void *value);
+/* Senders waiting for room. *w must stay put while PENDING; call mp_chan_cancel_send(c, w) if
+ * the sender gives up. MP_READY with *err = 0 (sent) or -EPIPE (closed). */
+mp_poll mp_chan_send_poll(mp_chan *c, mp_chan_waiter *w, void *value, mp_context *cx, int *err);
+void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w);
+int mp_chan_send_blocking(mp_chan *c, void *value);
+/* 0, -EAGAIN when empty, -EPIPE when empty and closed. */
+int mp_chan_try_recv(mp_chan *c, void **value);
+mp_poll mp_chan_recv_poll(mp_chan *c, mp_context *cx, void **value, int *err);
+int mp_chan_recv_blocking(mp_chan *c, void **value);
+void mp_chan_close(mp_chan *c); /* wakes everyone; queued values can still be received */
+
+/* notify: wake one or all waiters; a notify_one with nobody waiting is stored as a permit. */
+typedef struct mp_notify_waiter {
+    struct mp_notify_waiter *prev, *next;
+    mp_waker waker;
+    uint32_t state; /* guarded by the notify lock */
+} mp_notify_waiter;
+
+typedef struct mp_notify {
+    _Atomic uint32_t lock;
+    bool permit;
+    mp_notify_waiter *head, *tail;
+} mp_notify;
+
+void mp_notify_init(mp_notify *n);
+void mp_notify_one(mp_notify *n);
+void mp_notify_all(mp_notify *n);
+/* Wait for a notification. Initialise *w with mp_notify_waiter_init() first; it must stay put
+ * while PENDING; call mp_notify_cancel(n, w) if the waiter gives up. */
+void mp_notify_waiter_init(mp_notify_waiter *w);
+mp_poll mp_notify_poll(mp_notify *n, mp_notify_waiter *w, mp_context *cx);
+void mp_notify_cancel(mp_notify *n, mp_notify_waiter *w);
+void mp_notify_wait_blocking(mp_notify *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,355 @@
+/* internal.h: libmagpie's private declarations (mp__ prefix).
+ *
+ * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
+ * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
+ * lock), "immutable after start". Files: task.c (state word, wakers, join), queue.c (the
+ * per-worker ring), inject.c (global queue), owned.c (registry of live tasks, for shutdown),
+ * idle.c (searching/parked accounting), park.c (futex park word), worker.c (the loop),
+ * runtime.c (create, lazy spawn, shutdown, stats).
+ */
+#ifndef MP_INTERNAL_H
+#define MP_INTERNAL_H
+
+#include "magpie.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* 128 rather than 64: x86's adjacent-line prefetcher pulls lines in pairs, so two hot atomics
+ * 64 bytes apart still false-share (Tokio pads to 128 on x86_64 for the same reason). */
+#define MP__CACHE_LINE 128
+
+#ifndef MP_QUEUE_CAPACITY
+#define MP_QUEUE_CAPACITY 256
+#endif
+_Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY - 1)) == 0,
+               "MP_QUEUE_CAPACITY must be a power of two, at least 4");
+
+#define MP__BUDGET              128 /* polls per tick */
+#define MP__LIFO_MAX_STREAK     3   /* LIFO polls in a row before the slot is flushed */
+#define MP__BATCH_CAP           32  /* per-worker global batch buffer */
+#define MP__GLOBAL_BATCH_MIN    4
+#define MP__GLOBAL_BATCH_MAX    64
+#define MP__INTERVAL_MIN        8
+#define MP__INTERVAL_MAX        255
+#define MP__INTERVAL_DEFAULT    61
+#define MP__EWMA_ALPHA          0.1
+/* See the measurement next to mp__worker_update_interval() in worker.c. */
+#define MP__GLOBAL_TARGET_NS    200000u
+
+#define MP__UNREACHABLE(fmt, ...)                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "magpie: %s:%d: impossible state: " fmt "\n", __FILE__, __LINE__,         \
+                __VA_ARGS__);                                                                      \
+        abort();                                                                                   \
+    } while (0)
+
+/* Statistics counters: written by one thread only, read by any; a relaxed load+store pair
+ * compiles to a plain add (no locked instruction), and readers tolerate a stale value. */
+typedef _Atomic uint64_t mp__counter;
+
+static inline void mp__counter_add(mp__counter *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t mp__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* futex on a 32-bit word, private to the process. Callers loop: wake-ups can be spurious. */
+static inline void mp__futex_wait(_Atomic uint32_t *word, uint32_t expected)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static inline void mp__futex_wake(_Atomic uint32_t *word, int n)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+/* A test-and-test-and-set spinlock for critical sections of a few instructions that never
+ * block. After a short spin it yields, so a preempted holder is not spun against for a whole
+ * time slice. */
+static inline void mp__spin_lock(_Atomic uint32_t *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        /* Acquire: the critical section sees what the previous holder wrote before its
+         * release in mp__spin_unlock(). */
+        if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
+            atomic_exchange_explicit(l, 1, memory_order_acquire) == 0)
+            return;
+        if (spins >= 64)
+            sched_yield();
+    }
+}
+
+static inline void mp__spin_unlock(_Atomic uint32_t *l)
+{
+    /* Release: publishes the critical section; pairs with the acquire in mp__spin_lock(). */
+    atomic_store_explicit(l, 0, memory_order_release);
+}
+
+/* waker.c: blocking a plain thread until a waker fires. */
+typedef struct mp__thread_waiter {
+    _Atomic uint32_t word;
+} mp__thread_waiter;
+
+mp_waker mp__thread_waiter_init(mp__thread_waiter *tw);
+/* Returns after the waker fired (at least once since the last return). */
+void mp__thread_waiter_wait(mp__thread_waiter *tw);
+
+/* task.c */
+typedef enum mp__run_result {
+    MP__RUN_DONE,    /* finished its turn: completed, went idle, or was re-queued */
+    MP__RUN_DEALLOC, /* (internal) */
+} mp__run_result;
+
+struct mp__worker;
+
+struct mp_context {
+    mp_waker waker; /* borrowed: data = the running task */
+    mp_task *task;
+    bool yielded;
+};
+
+extern const mp_waker_vtable mp__task_waker_vt;
+
+/* The task state word; task.c documents each bit. */
+#define MP__T_RUNNING       ((uint64_t)1 << 0)
+#define MP__T_COMPLETE      ((uint64_t)1 << 1)
+#define MP__T_SCHEDULED     ((uint64_t)1 << 2)
+#define MP__T_NOTIFIED      ((uint64_t)1 << 3)
+#define MP__T_CANCELLED     ((uint64_t)1 << 4)
+#define MP__T_JOIN_INTEREST ((uint64_t)1 << 5)
+#define MP__T_JOIN_WAKER    ((uint64_t)1 << 6)
+#define MP__T_REF_SHIFT     16
+#define MP__T_REF_ONE       ((uint64_t)1 << MP__T_REF_SHIFT)
+
+typedef enum { MP__TO_RUNNING_OK, MP__TO_RUNNING_CANCELLED, MP__TO_RUNNING_FAILED } mp__to_running;
+typedef enum {
+    MP__TO_IDLE_OK,
+    MP__TO_IDLE_REQUEUE,
+    MP__TO_IDLE_CANCELLED,
+    MP__TO_IDLE_DEALLOC
+} mp__to_idle;
+typedef enum { MP__NOTIFY_NOTHING, MP__NOTIFY_SUBMIT, MP__NOTIFY_DEALLOC } mp__to_notified;
+
+/* The transitions: the only code that changes a task's state word (task.c). */
+mp__to_running mp__task_transition_to_running(mp_task *t);
+mp__to_idle mp__task_transition_to_idle(mp_task *t, bool yielded);
+mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t);
+mp__to_notified mp__task_transition_to_notified_by_val(mp_task *t);
+mp__to_notified mp__task_transition_to_notified_and_cancel(mp_task *t);
+bool mp__task_transition_to_shutdown(mp_task *t);
+bool mp__task_transition_to_complete(mp_task *t, uint64_t refs);
+void mp__task_transition_to_join_waker_done(mp_task *t);
+bool mp__task_transition_set_join_waker(mp_task *t);
+bool mp__task_transition_unset_join_waker(mp_task *t);
+bool mp__task_transition_to_join_handle_dropped(mp_task *t);
+
+int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
+/* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
+ * w is the calling worker, or NULL when run inline by a thread that is not a worker. */
+void mp__task_run(mp_task *t, struct mp__worker *w);
+/* Shutdown: cancel t inline if nobody runs it, else mark it cancelled for its runner. */
+void mp__task_shutdown(mp_task *t);
+/* Drop the reference a run queue held (the task was cancelled while queued). */
+void mp__task_drop_queue_ref(mp_task *t);
+bool mp__task_is_complete(const mp_task *t);
+/* Join from a worker's help loop: false when t has completed. */
+bool mp__task_register_join_waker(mp_task *t, const mp_waker *waker);
+
+/* queue.c: the per-worker ring. */
+typedef struct mp__queue {
+    /* atomic: [steal:32 | real:32]; CAS'd by the owner (pop, overflow) and thieves */
+    alignas(MP__CACHE_LINE) _Atomic uint64_t head;
+    /* atomic: written by the owner only (release), read by thieves */
+    alignas(MP__CACHE_LINE) _Atomic uint32_t tail;
+    alignas(MP__CACHE_LINE) _Atomic(mp_task *) slots[MP_QUEUE_CAPACITY];
+} mp__queue;
+
+struct mp__inject;
+void mp__queue_init(mp__queue *q);
+/* Owner only. Push t at the back; when the ring is full, move half of it plus t to the global
+ * queue in one lock. Returns true if it overflowed; *dropped is set when the inject queue was
+ * closed and the overflowed tasks must be dropped by the caller (shutdown). */
+bool mp__queue_push_owner(mp__queue *q, mp_task *t, struct mp__inject *inj);
+/* Owner only: the task at the front, or NULL. */
+mp_task *mp__queue_pop_owner(mp__queue *q);
+/* Any thread, into the caller's own ring dst: moves half of src's tasks; returns one of them
+ * (not pushed) or NULL. *n_out is the number taken. */
+mp_task *mp__queue_steal_into(mp__queue *src, mp__queue *dst, uint32_t *n_out);
+/* Any thread; exact only for the owner. */
+uint32_t mp__queue_len(mp__queue *q);
+bool mp__queue_is_empty(mp__queue *q);
+
+/* inject.c: the global queue. */
+typedef struct mp__inject {
+    pthread_mutex_t mu;
+    mp_task *head;  /* guarded by mu */
+    mp_task *tail;  /* guarded by mu */
+    bool closed;    /* guarded by mu */
+    /* atomic: written under mu, read lock-free for emptiness checks */
+    alignas(MP__CACHE_LINE) _Atomic size_t len;
+} mp__inject;
+
+int mp__inject_init(mp__inject *inj);
+void mp__inject_destroy(mp__inject *inj);
+/* false when closed: the caller still owns the tasks. */
+bool mp__inject_push(mp__inject *inj, mp_task *t);
+bool mp__inject_push_batch(mp__inject *inj, mp_task *first, mp_task *last, size_t n);
+mp_task *mp__inject_pop(mp__inject *inj);
+/* Pop up to max tasks into out[]; returns how many. */
+size_t mp__inject_pop_batch(mp__inject *inj, mp_task **out, size_t max);
+size_t mp__inject_len(mp__inject *inj);
+void mp__inject_close(mp__inject *inj);
+
+/* owned.c: every live task, for shutdown. */
+typedef struct mp__owned_shard {
+    alignas(MP__CACHE_LINE) _Atomic uint32_t lock;
+    bool closed;      /* guarded by lock */
+    mp_task *head;    /* guarded by lock */
+    uint64_t count;   /* guarded by lock */
+} mp__owned_shard;
+
+typedef struct mp__owned {
+    mp__owned_shard *shards; /* immutable after start */
+    uint32_t mask;           /* immutable after start */
+    _Atomic uint32_t next;   /* atomic: round-robin shard for spawns from outside */
+} mp__owned;
+
+int mp__owned_init(mp__owned *o, unsigned workers);
+void mp__owned_destroy(mp__owned *o);
+/* -ESHUTDOWN once closed. */
+int mp__owned_bind(mp__owned *o, mp_task *t, int worker);
+/* true if t was still linked: the caller then also drops the registry's reference. */
+bool mp__owned_remove(mp__owned *o, mp_task *t);
+void mp__owned_close(mp__owned *o);
+/* After close: cancel every task still registered. */
+void mp__owned_shutdown_all(mp__owned *o);
+uint64_t mp__owned_count(mp__owned *o);
+
+/* park.c: one word per worker. */
+enum { MP__UNPARKED = 0, MP__PARKED = 1, MP__NOTIFIED = 2 };
+typedef struct mp__park {
+    alignas(MP__CACHE_LINE) _Atomic uint32_t state;
+} mp__park;
+
+void mp__park_wait(mp__park *p);
+void mp__park_unpark(mp__park *p);
+
+/* idle.c: who searches, who sleeps, who to wake. */
+typedef struct mp__idle {
+    /* atomic: [unparked:32 | searching:32]; changed by RMW only */
+    alignas(MP__CACHE_LINE) _Atomic uint64_t state;
+    alignas(MP__CACHE_LINE) pthread_mutex_t mu;
+    _Atomic uint64_t *parked; /* bitmap; written under mu, read lock-free (is_parked) */
+    uint64_t summary;         /* guarded by mu: bit i = parked[i] != 0 */
+    unsigned words;           /* immutable after start */
+    unsigned workers;         /* immutable after start */
+    unsigned started;         /* guarded by mu: worker slots handed out so far */
+    _Atomic unsigned failed;  /* atomic: slots whose thread could not be spawned */
+    bool closed;              /* guarded by mu: shutdown, no more slots handed out */
+} mp__idle;
+
+typedef enum mp__notify_kind { MP__NOTIFY_NONE, MP__NOTIFY_UNPARK, MP__NOTIFY_SPAWN } mp__notify_kind;
+
+int mp__idle_init(mp__idle *idle, unsigned workers);
+void mp__idle_destroy(mp__idle *idle);
+/* The worker to wake for new work, or NONE. SPAWN: slot *idx must be started. */
+mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx);
+bool mp__idle_transition_to_searching(mp__idle *idle);
+/* true: the caller was the last searcher. */
+bool mp__idle_transition_from_searching(mp__idle *idle);
+bool mp__idle_transition_to_parked(mp__idle *idle, unsigned idx, bool searching);
+/* Leave the parked set by ourselves (woken directly, not claimed). false: a notifier already
+ * claimed us (and counted us as searching). */
+bool mp__idle_unpark_self(mp__idle *idle, unsigned idx);
+bool mp__idle_is_parked(mp__idle *idle, unsigned idx);
+void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
+/* Shutdown: hand out no more slots; returns how many were handed out. */
+unsigned mp__idle_close(mp__idle *idle);
+unsigned mp__idle_searching(mp__idle *idle);
+
+/* worker.c */
+typedef struct mp__worker_counters {
+    mp__counter spawned, polled, stolen, steals, parks, unparks, lifo_hits, global_batches,
+        overflows, budget_exhausted;
+} mp__worker_counters;
+
+typedef struct mp__worker {
+    mp__queue queue;
+    mp__park park;
+    /* owner only: */
+    alignas(MP__CACHE_LINE) mp_task *lifo;
+    mp_task *batch[MP__BATCH_CAP];
+    uint32_t batch_head, batch_len;
+    uint32_t lifo_streak;
+    uint32_t tick_polls;       /* polls in the current tick (budget used) */
+    uint32_t since_global;     /* polls since the last global-queue check */
+    uint32_t global_interval;
+    uint64_t tick_start_ns;
+    double avg_task_ns;
+    uint64_t rng;
+    bool searching;
+    bool parking;              /* the transitioning-to-park guard, see worker.c */
+    mp__worker_counters stats; /* written by the owner, read by anyone */
+    /* immutable after start: */
+    mp_runtime *rt;
+    unsigned index;
+    pthread_t thread;          /* valid once spawn_state is STARTED */
+    _Atomic int spawn_state;   /* atomic: enum below; see start_worker() in runtime.c */
+} mp__worker;
+
+enum { MP__SLOT_IDLE, MP__SLOT_STARTING, MP__SLOT_STARTED, MP__SLOT_FAILED };
+
+extern _Thread_local mp__worker *mp__tls_worker;
+/* The runtime of a task that a non-worker thread runs inline (mp_join off a worker). */
+extern _Thread_local mp_runtime *mp__tls_inline_rt;
+
+void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index);
+void *mp__worker_main(void *arg);
+/* Put a runnable task on a queue: the caller's LIFO slot or ring when the caller is a worker
+ * of rt, else the global queue, and wake a worker if one is needed. */
+void mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield);
+void mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n);
+/* Help until t completes, on worker w. false: the runtime is stopping and t is not done. */
+bool mp__worker_help_until(mp__worker *w, mp_task *t);
+void mp__worker_drain_on_shutdown(mp__worker *w);
+
+/* runtime.c */
+struct mp_runtime {
+    mp__inject inject;
+    mp__idle idle;
+    mp__owned owned;
+    mp__worker *workers;        /* immutable after start (the array; each slot has its owner) */
+    unsigned nworkers;          /* immutable after start */
+    mp_config cfg;              /* immutable after start */
+    alignas(MP__CACHE_LINE) _Atomic bool stop;     /* atomic: workers leave their loop */
+    _Atomic bool draining;      /* atomic: spawns from outside refused */
+    _Atomic int shutdown_state; /* atomic: 0 running, 1 shutting down, 2 done */
+    _Atomic unsigned spawn_attempts; /* atomic: for cfg.fail_spawn_nth */
+    _Atomic uint64_t spawned_outside; /* atomic: tasks spawned by non-worker threads */
+    _Atomic uint64_t injected;        /* atomic */
+};
+
+/* Wake a worker for new work, starting one if none is parked and a slot is free. */
+void mp__runtime_notify(mp_runtime *rt);
+/* Is there work any worker could take (global queue or a ring)? */
+bool mp__runtime_work_pending(mp_runtime *rt);
+
+#endif

@@ -1,0 +1,48 @@
+/* park.c: a worker's sleep word, UNPARKED / PARKED / NOTIFIED, on a futex.
+ *
+ * An unpark that arrives before the park is not lost: it leaves NOTIFIED, and the next park
+ * consumes it and returns at once.
+ *
+ *   worker (park)                         waker (unpark)
+ *   CAS UNPARKED -> PARKED        (A)
+ *                                         swap -> NOTIFIED, saw PARKED   (B)
+ *   futex_wait(PARKED)  -> returns at once, the word is not PARKED any more
+ *                                         futex_wake
+ *
+ * If (B) came first, (A) fails on NOTIFIED and the worker does not sleep. The futex itself
+ * re-checks the word against PARKED inside the kernel, so a wake between the CAS and the wait
+ * is not lost either. There is no timeout: a parked worker wakes only when someone unparks it
+ * (an idle runtime makes no wake-ups at all).
+ */
+#include "internal.h"
+
+void mp__park_wait(mp__park *p)
+{
+    uint32_t expected = MP__UNPARKED;
+    /* Acquire on failure: NOTIFIED was set by a release swap in mp__park_unpark(); we see
+     * what the waker published before it (its queue push). */
+    if (!atomic_compare_exchange_strong_explicit(&p->state, &expected, MP__PARKED,
+                                                 memory_order_acquire, memory_order_acquire)) {
+        if (expected != MP__NOTIFIED)
+            MP__UNREACHABLE("park word %u", expected);
+        atomic_store_explicit(&p->state, MP__UNPARKED, memory_order_relaxed);
+        return;
+    }
+    for (;;) {
+        mp__futex_wait(&p->state, MP__PARKED);
+        /* Acquire: pairs with the release swap in mp__park_unpark(). */
+        expected = MP__NOTIFIED;
+        if (atomic_compare_exchange_strong_explicit(&p->state, &expected, MP__UNPARKED,
+                                                    memory_order_acquire, memory_order_relaxed))
+            return;
+        /* Spurious wake-up: still PARKED. */
+    }
+}
+
+void mp__park_unpark(mp__park *p)
+{
+    /* Release: publishes what the waker did before (pairs with the acquires in
+     * mp__park_wait()). */
+    if (atomic_exchange_explicit(&p->state, MP__NOTIFIED, memory_order_release) == MP__PARKED)
+        mp__futex_wake(&p->state, 1);
+}

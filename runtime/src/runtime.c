@@ -1,0 +1,295 @@
+/* runtime.c: creating a runtime, starting workers lazily, waking them, shutting down, stats.
+ *
+ * No thread exists until work needs one: a notification that finds no parked worker takes
+ * the next unstarted slot and creates its thread (seed 004). If pthread_create fails, the
+ * slot is retired and counted in stats.spawn_failures, and the runtime goes on with the
+ * workers it has; with none at all, mp_join from a plain thread still runs the tasks inline.
+ *
+ * Shutdown, and the race it must not lose:
+ *
+ *   shutdown                                  a thread spawning or waking
+ *   join every worker thread
+ *                                             push T to the global queue, start a worker
+ *   free the runtime                          -> T and a new thread use freed memory
+ *
+ * Fixed by closing every door before joining: the registry (spawns fail with -ESHUTDOWN,
+ * exactly, under its shard locks), the global queue (pushes fail and the pusher drops its
+ * reference), and the idle slots (no new thread is started, under the idle lock). Then stop
+ * is stored with release and every worker is unparked; a worker reads stop with acquire
+ * before each task and after each wake, so it leaves its loop. Once the threads are joined
+ * the registry cancels what is left, and the queues are drained of their references.
+ * Wakers still held by user code must be gone before mp_runtime_free().
+ */
+#include "internal.h"
+
+void mp_config_init(mp_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->shutdown_mode = MP_SHUTDOWN_CANCEL;
+}
+
+static unsigned default_workers(const mp_config *c)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned w = n > 0 ? (unsigned)n : 1;
+    if (c->max_workers && w > c->max_workers)
+        w = c->max_workers;
+    return w;
+}
+
+int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
+{
+    mp_config c;
+    if (cfg)
+        c = *cfg;
+    else
+        mp_config_init(&c);
+    if (c.workers == 0)
+        c.workers = default_workers(&c);
+    if (c.workers > 4096)
+        return -EINVAL;
+    int rc = -ENOMEM;
+    mp_runtime *rt = aligned_alloc(MP__CACHE_LINE, sizeof *rt);
+    if (!rt)
+        return -ENOMEM;
+    memset(rt, 0, sizeof *rt);
+    rt->cfg = c;
+    rt->nworkers = c.workers;
+    rt->workers = aligned_alloc(MP__CACHE_LINE, c.workers * sizeof *rt->workers);
+    if (!rt->workers)
+        goto out_free_rt;
+    if ((rc = mp__inject_init(&rt->inject)) != 0)
+        goto out_free_workers;
+    if ((rc = mp__idle_init(&rt->idle, c.workers)) != 0)
+        goto out_destroy_inject;
+    if ((rc = mp__owned_init(&rt->owned, c.workers)) != 0)
+        goto out_destroy_idle;
+    atomic_init(&rt->stop, false);
+    atomic_init(&rt->draining, false);
+    atomic_init(&rt->shutdown_state, 0);
+    atomic_init(&rt->spawn_attempts, 0);
+    atomic_init(&rt->spawned_outside, 0);
+    atomic_init(&rt->injected, 0);
+    for (unsigned i = 0; i < c.workers; i++)
+        mp__worker_init(&rt->workers[i], rt, i);
+    *out = rt;
+    return 0;
+
+out_destroy_idle:
+    mp__idle_destroy(&rt->idle);
+out_destroy_inject:
+    mp__inject_destroy(&rt->inject);
+out_free_workers:
+    free(rt->workers);
+out_free_rt:
+    free(rt);
+    return rc;
+}
+
+static int create_thread(mp_runtime *rt, mp__worker *w)
+{
+    /* Relaxed: a counter for the test hook only. */
+    unsigned attempt = atomic_fetch_add_explicit(&rt->spawn_attempts, 1, memory_order_relaxed) + 1;
+    if (rt->cfg.fail_spawn_nth && attempt == rt->cfg.fail_spawn_nth)
+        return -EAGAIN;
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc != 0)
+        return -rc;
+    if (rt->cfg.stack_size && (rc = pthread_attr_setstacksize(&attr, rt->cfg.stack_size)) != 0)
+        goto out_destroy_attr;
+    rc = pthread_create(&w->thread, &attr, mp__worker_main, w);
+    if (rc == 0) {
+        char name[16];
+        snprintf(name, sizeof name, "magpie-w%u", w->index);
+        pthread_setname_np(w->thread, name);
+    }
+out_destroy_attr:
+    pthread_attr_destroy(&attr);
+    return -rc;
+}
+
+/* Start the thread of slot idx, which mp__idle_worker_to_notify() handed out. */
+static void start_worker(mp_runtime *rt, unsigned idx)
+{
+    mp__worker *w = &rt->workers[idx];
+    /* Relaxed: only this thread touches the slot until it is STARTED or FAILED. */
+    atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTING, memory_order_relaxed);
+    if (create_thread(rt, w) == 0) {
+        /* Release: publishes w->thread to shutdown's acquire load in mp_runtime_shutdown(). */
+        atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTED, memory_order_release);
+        return;
+    }
+    /* Release: as above, shutdown then skips the slot. */
+    atomic_store_explicit(&w->spawn_state, MP__SLOT_FAILED, memory_order_release);
+    mp__idle_spawn_failed(&rt->idle, idx);
+    /* The work that asked for this worker still needs one: try the next slot, or a parked
+     * worker. Bounded: each retry retires a slot or wakes someone. */
+    mp__runtime_notify(rt);
+}
+
+void mp__runtime_notify(mp_runtime *rt)
+{
+    /* (A) in idle.c's protocol: the task just queued is visible before we look at who is
+     * searching or parked; pairs with fence (B) in mp__idle_transition_to_parked(). */
+    atomic_thread_fence(memory_order_seq_cst);
+    unsigned idx;
+    switch (mp__idle_worker_to_notify(&rt->idle, &idx)) {
+    case MP__NOTIFY_UNPARK:
+        mp__park_unpark(&rt->workers[idx].park);
+        break;
+    case MP__NOTIFY_SPAWN:
+        start_worker(rt, idx);
+        break;
+    case MP__NOTIFY_NONE:
+        break;
+    }
+}
+
+bool mp__runtime_work_pending(mp_runtime *rt)
+{
+    if (mp__inject_len(&rt->inject) > 0)
+        return true;
+    for (unsigned i = 0; i < rt->nworkers; i++)
+        if (!mp__queue_is_empty(&rt->workers[i].queue))
+            return true;
+    return false;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+int mp_runtime_shutdown(mp_runtime *rt)
+{
+    mp__worker *self = mp__tls_worker;
+    if (self && self->rt == rt)
+        return -EDEADLK;
+    int expected = 0;
+    /* Relaxed: only decides which caller shuts down; the steps below carry the ordering. */
+    if (!atomic_compare_exchange_strong_explicit(&rt->shutdown_state, &expected, 1,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return -EALREADY;
+    if (rt->cfg.shutdown_mode == MP_SHUTDOWN_DRAIN) {
+        /* Refuse spawns from outside; tasks on workers may still spawn what they need to
+         * finish. Polling each millisecond is fine: this is not an idle runtime. */
+        atomic_store_explicit(&rt->draining, true, memory_order_relaxed);
+        uint64_t deadline = rt->cfg.drain_timeout_ms
+                                ? mp__now_ns() + (uint64_t)rt->cfg.drain_timeout_ms * 1000000u
+                                : UINT64_MAX;
+        while (mp__owned_count(&rt->owned) > 0 && mp__now_ns() < deadline)
+            sleep_ms(1);
+    }
+    mp__owned_close(&rt->owned);
+    mp__inject_close(&rt->inject);
+    unsigned slots = mp__idle_close(&rt->idle);
+    /* Release: pairs with the acquire load in stopping() (worker.c). */
+    atomic_store_explicit(&rt->stop, true, memory_order_release);
+    for (unsigned i = 0; i < slots; i++) {
+        mp__worker *w = &rt->workers[i];
+        int st;
+        /* Acquire: pairs with the release stores in start_worker(); a slot handed out just
+         * before the close may still be starting its thread. */
+        while ((st = atomic_load_explicit(&w->spawn_state, memory_order_acquire)) <=
+               MP__SLOT_STARTING)
+            sched_yield();
+        if (st == MP__SLOT_STARTED) {
+            mp__park_unpark(&w->park);
+            pthread_join(w->thread, NULL);
+        }
+    }
+    mp__owned_shutdown_all(&rt->owned);
+    for (unsigned i = 0; i < rt->nworkers; i++)
+        mp__worker_drain_on_shutdown(&rt->workers[i]);
+    for (mp_task *t; (t = mp__inject_pop(&rt->inject));)
+        mp__task_run(t, NULL);
+    atomic_store_explicit(&rt->shutdown_state, 2, memory_order_relaxed);
+    return 0;
+}
+
+void mp_runtime_free(mp_runtime *rt)
+{
+    if (!rt)
+        return;
+    if (atomic_load_explicit(&rt->shutdown_state, memory_order_relaxed) == 0)
+        mp_runtime_shutdown(rt);
+    mp__owned_destroy(&rt->owned);
+    mp__idle_destroy(&rt->idle);
+    mp__inject_destroy(&rt->inject);
+    free(rt->workers);
+    free(rt);
+}
+
+int mp_block_on(mp_runtime *rt, mp_task *task)
+{
+    int rc = mp_spawn_joinable(rt, task);
+    if (rc != 0)
+        return rc;
+    return mp_join(task);
+}
+
+mp_runtime *mp_runtime_current(void)
+{
+    return mp__tls_worker ? mp__tls_worker->rt : mp__tls_inline_rt;
+}
+
+unsigned mp_runtime_workers(const mp_runtime *rt)
+{
+    return rt->nworkers;
+}
+
+static void read_counters(const mp__worker *w, mp_worker_stats *o)
+{
+    const mp__worker_counters *c = &w->stats;
+#define RD(f) o->f = atomic_load_explicit(&c->f, memory_order_relaxed)
+    RD(spawned);
+    RD(polled);
+    RD(stolen);
+    RD(steals);
+    RD(parks);
+    RD(unparks);
+    RD(lifo_hits);
+    RD(global_batches);
+    RD(overflows);
+    RD(budget_exhausted);
+#undef RD
+}
+
+int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out)
+{
+    if (worker >= rt->nworkers)
+        return -EINVAL;
+    read_counters(&rt->workers[worker], out);
+    return 0;
+}
+
+int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+        mp_worker_stats w;
+        read_counters(&rt->workers[i], &w);
+        out->total.spawned += w.spawned;
+        out->total.polled += w.polled;
+        out->total.stolen += w.stolen;
+        out->total.steals += w.steals;
+        out->total.parks += w.parks;
+        out->total.unparks += w.unparks;
+        out->total.lifo_hits += w.lifo_hits;
+        out->total.global_batches += w.global_batches;
+        out->total.overflows += w.overflows;
+        out->total.budget_exhausted += w.budget_exhausted;
+        /* Relaxed: a snapshot. */
+        if (atomic_load_explicit(&rt->workers[i].spawn_state, memory_order_relaxed) ==
+            MP__SLOT_STARTED)
+            out->workers_started++;
+    }
+    out->total.spawned += atomic_load_explicit(&rt->spawned_outside, memory_order_relaxed);
+    out->workers = rt->nworkers;
+    out->spawn_failures = atomic_load_explicit(&rt->idle.failed, memory_order_relaxed);
+    out->injected = atomic_load_explicit(&rt->injected, memory_order_relaxed);
+    out->live_tasks = mp__owned_count(&rt->owned);
+    return 0;
+}

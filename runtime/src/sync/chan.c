@@ -1,0 +1,230 @@
+/* chan.c: a bounded multi-producer, single-consumer channel of pointers. One spinlock (held
+ * for a few instructions) guards the ring, the receiver's waker and the FIFO list of senders
+ * waiting for room. Senders are served in order: a sender that is not queued may only send
+ * past an empty wait list, and a queued one only from its head. Whoever frees room or leaves
+ * the head of the list wakes the next sender, so no capacity wake is lost when a waiting
+ * sender gives up. Wakers are taken out under the lock and woken after it.
+ */
+#include "internal.h"
+
+int mp_chan_init(mp_chan *c, uint32_t capacity)
+{
+    if (capacity == 0)
+        return -EINVAL;
+    c->slots = calloc(capacity, sizeof *c->slots);
+    if (!c->slots)
+        return -ENOMEM;
+    atomic_init(&c->lock, 0);
+    c->cap = capacity;
+    c->head = c->len = 0;
+    c->closed = false;
+    c->rx_waker = (mp_waker){0};
+    c->tx_head = c->tx_tail = NULL;
+    return 0;
+}
+
+void mp_chan_destroy(mp_chan *c)
+{
+    mp_waker_drop(&c->rx_waker);
+    free(c->slots);
+    c->slots = NULL;
+}
+
+static void unlink_waiter(mp_chan *c, mp_chan_waiter *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        c->tx_head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        c->tx_tail = w->prev;
+    w->prev = w->next = NULL;
+    w->queued = false;
+}
+
+/* Under the lock: a clone of the head sender's waker if there is room for it. */
+static mp_waker next_sender_locked(mp_chan *c)
+{
+    if (c->tx_head && c->len < c->cap)
+        return mp_waker_clone(&c->tx_head->waker);
+    return (mp_waker){0};
+}
+
+static void push_locked(mp_chan *c, void *value)
+{
+    c->slots[(c->head + c->len) % c->cap] = value;
+    c->len++;
+}
+
+int mp_chan_try_send(mp_chan *c, void *value)
+{
+    mp__spin_lock(&c->lock);
+    if (c->closed) {
+        mp__spin_unlock(&c->lock);
+        return -EPIPE;
+    }
+    if (c->len == c->cap || c->tx_head) {
+        mp__spin_unlock(&c->lock);
+        return -EAGAIN;
+    }
+    push_locked(c, value);
+    mp_waker rx = c->rx_waker;
+    c->rx_waker = (mp_waker){0};
+    mp__spin_unlock(&c->lock);
+    mp_waker_wake(&rx);
+    return 0;
+}
+
+/* One attempt for a sender that may wait. PENDING leaves w queued with a clone of waker. */
+static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp_waker *waker,
+                            int *err)
+{
+    mp_waker rx = {0}, next = {0}, old = {0};
+    mp_poll r = MP_READY;
+    mp__spin_lock(&c->lock);
+    if (c->closed) {
+        if (w->queued)
+            unlink_waiter(c, w);
+        old = w->waker;
+        w->waker = (mp_waker){0};
+        *err = -EPIPE;
+    } else if (c->len < c->cap && (w->queued ? c->tx_head == w : c->tx_head == NULL)) {
+        if (w->queued)
+            unlink_waiter(c, w);
+        old = w->waker;
+        w->waker = (mp_waker){0};
+        push_locked(c, value);
+        rx = c->rx_waker;
+        c->rx_waker = (mp_waker){0};
+        next = next_sender_locked(c);
+        *err = 0;
+    } else {
+        if (!w->queued) {
+            w->prev = c->tx_tail;
+            w->next = NULL;
+            if (c->tx_tail)
+                c->tx_tail->next = w;
+            else
+                c->tx_head = w;
+            c->tx_tail = w;
+            w->queued = true;
+        }
+        if (!mp_waker_will_wake(&w->waker, waker)) {
+            old = w->waker;
+            w->waker = mp_waker_clone(waker);
+        }
+        r = MP_PENDING;
+    }
+    mp__spin_unlock(&c->lock);
+    mp_waker_drop(&old);
+    mp_waker_wake(&rx);
+    mp_waker_wake(&next);
+    return r;
+}
+
+mp_poll mp_chan_send_poll(mp_chan *c, mp_chan_waiter *w, void *value, mp_context *cx, int *err)
+{
+    return send_attempt(c, w, value, mp_context_waker(cx), err);
+}
+
+void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w)
+{
+    mp_waker next = {0}, old = {0};
+    mp__spin_lock(&c->lock);
+    if (w->queued) {
+        bool was_head = c->tx_head == w;
+        unlink_waiter(c, w);
+        if (was_head)
+            next = next_sender_locked(c);
+    }
+    old = w->waker;
+    w->waker = (mp_waker){0};
+    mp__spin_unlock(&c->lock);
+    mp_waker_drop(&old);
+    mp_waker_wake(&next);
+}
+
+int mp_chan_send_blocking(mp_chan *c, void *value)
+{
+    mp__thread_waiter tw;
+    mp_waker me = mp__thread_waiter_init(&tw);
+    mp_chan_waiter w = {0};
+    int err;
+    while (send_attempt(c, &w, value, &me, &err) == MP_PENDING)
+        mp__thread_waiter_wait(&tw);
+    return err;
+}
+
+/* Under the lock. 0, -EAGAIN, -EPIPE; on 0 *next is the sender to wake. */
+static int recv_locked(mp_chan *c, void **value, mp_waker *next)
+{
+    if (c->len == 0)
+        return c->closed ? -EPIPE : -EAGAIN;
+    *value = c->slots[c->head];
+    c->head = (c->head + 1) % c->cap;
+    c->len--;
+    *next = next_sender_locked(c);
+    return 0;
+}
+
+int mp_chan_try_recv(mp_chan *c, void **value)
+{
+    mp_waker next = {0};
+    mp__spin_lock(&c->lock);
+    int rc = recv_locked(c, value, &next);
+    mp__spin_unlock(&c->lock);
+    mp_waker_wake(&next);
+    return rc;
+}
+
+static mp_poll recv_attempt(mp_chan *c, const mp_waker *waker, void **value, int *err)
+{
+    mp_waker next = {0}, old = {0};
+    mp__spin_lock(&c->lock);
+    int rc = recv_locked(c, value, &next);
+    if (rc == -EAGAIN && !mp_waker_will_wake(&c->rx_waker, waker)) {
+        old = c->rx_waker;
+        c->rx_waker = mp_waker_clone(waker);
+    } else if (rc != -EAGAIN && mp_waker_will_wake(&c->rx_waker, waker)) {
+        old = c->rx_waker; /* done waiting: do not keep a clone around */
+        c->rx_waker = (mp_waker){0};
+    }
+    mp__spin_unlock(&c->lock);
+    mp_waker_drop(&old);
+    mp_waker_wake(&next);
+    if (rc == -EAGAIN)
+        return MP_PENDING;
+    *err = rc;
+    return MP_READY;
+}
+
+mp_poll mp_chan_recv_poll(mp_chan *c, mp_context *cx, void **value, int *err)
+{
+    return recv_attempt(c, mp_context_waker(cx), value, err);
+}
+
+int mp_chan_recv_blocking(mp_chan *c, void **value)
+{
+    mp__thread_waiter tw;
+    mp_waker me = mp__thread_waiter_init(&tw);
+    int err;
+    while (recv_attempt(c, &me, value, &err) == MP_PENDING)
+        mp__thread_waiter_wait(&tw);
+    return err;
+}
+
+void mp_chan_close(mp_chan *c)
+{
+    mp__spin_lock(&c->lock);
+    c->closed = true;
+    mp_waker rx = c->rx_waker;
+    c->rx_waker = (mp_waker){0};
+    /* Every queued sender must look again and see the close. Their nodes stay queued until
+     * they do (they unlink themselves), so waking by reference under the lock is safe. */
+    for (mp_chan_waiter *w = c->tx_head; w; w = w->next)
+        mp_waker_wake_by_ref(&w->waker);
+    mp__spin_unlock(&c->lock);
+    mp_waker_wake(&rx);
+}

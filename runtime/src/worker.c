@@ -1,0 +1,368 @@
+/* worker.c: the worker loop. Where the next task comes from, in order:
+ *
+ *   1. the global batch buffer (tasks already taken from the global queue, no lock)
+ *   2. every global_interval polls, the global queue first, so that it is never starved by
+ *      local work (the seeds check it only after the local queue is empty, which lets two
+ *      tasks that wake each other keep a worker forever; Tokio checks it first, as here)
+ *   3. the LIFO slot: the task spawned or woken last by this worker, at most 3 in a row,
+ *      then the slot is flushed to the back of the ring
+ *   4. the ring, front first
+ *   5. steal half of a random victim's ring (as a searcher; at most half the workers search)
+ *   6. the global queue once more
+ *   7. park
+ *
+ * A tick is up to 128 polls. At its end the EWMA of the time per poll is updated and sets how
+ * many polls may pass between global-queue checks.
+ *
+ * The LIFO slot is owner only: other workers cannot see it, which is what makes spawn+join
+ * on one worker nearly an inline call, and also why a task must not be left there while its
+ * worker sleeps. The transitioning-to-park guard:
+ *
+ *   worker, about to park                     the same thread, on the park path (a timer
+ *   has_local_tasks() -> false                expiry, a reactor callback it drives)
+ *                                             wakes task T -> LIFO slot
+ *   futex wait                                -> T is invisible to every other worker and
+ *                                                waits until this worker wakes up
+ *
+ * Fixed: w->parking is raised before the last has_local_tasks() check, and a wake on this
+ * thread while it is raised goes to the global queue with a notification instead. Only the
+ * owner reads or writes the flag, so it needs no atomics: the race is within one thread's
+ * park sequence, and other threads never touch the LIFO slot.
+ */
+#include "internal.h"
+
+_Thread_local mp__worker *mp__tls_worker;
+_Thread_local mp_runtime *mp__tls_inline_rt;
+
+void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
+{
+    mp__queue_init(&w->queue);
+    atomic_init(&w->park.state, MP__UNPARKED);
+    w->lifo = NULL;
+    w->batch_head = w->batch_len = 0;
+    w->lifo_streak = 0;
+    w->tick_polls = 0;
+    w->since_global = 0;
+    w->global_interval = rt->cfg.global_interval ? rt->cfg.global_interval : MP__INTERVAL_DEFAULT;
+    w->tick_start_ns = 0;
+    w->avg_task_ns = 0;
+    /* Distinct per worker and per run; the golden-ratio multiple spreads nearby indices. */
+    w->rng = (mp__now_ns() + (uint64_t)(index + 1) * 0x9E3779B97F4A7C15ull) | 1;
+    w->searching = false;
+    w->parking = false;
+    memset(&w->stats, 0, sizeof w->stats);
+    w->rt = rt;
+    w->index = index;
+    atomic_init(&w->spawn_state, MP__SLOT_IDLE);
+}
+
+/* xorshift64+ halves (the seeds' and Tokio's FastRand), then Lemire's multiply-shift for an
+ * unbiased index below n without a division. */
+static uint32_t rand_below(mp__worker *w, uint32_t n)
+{
+    uint32_t s1 = (uint32_t)w->rng, s0 = (uint32_t)(w->rng >> 32);
+    s1 ^= s1 << 17;
+    s1 = s1 ^ s0 ^ (s1 >> 7) ^ (s0 >> 16);
+    w->rng = ((uint64_t)s1 << 32) | s0;
+    uint32_t r = s0 + s1;
+    return (uint32_t)(((uint64_t)r * n) >> 32);
+}
+
+static void push_ring(mp__worker *w, mp_task *t)
+{
+    if (mp__queue_push_owner(&w->queue, t, &w->rt->inject))
+        mp__counter_add(&w->stats.overflows, 1);
+}
+
+static bool has_local_tasks(mp__worker *w)
+{
+    return w->lifo || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
+}
+
+void mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
+{
+    mp__worker *w = mp__tls_worker;
+    if (w && w->rt == rt && !w->parking) {
+        bool notify = true;
+        if (is_yield || rt->cfg.disable_lifo) {
+            push_ring(w, t);
+        } else {
+            mp_task *prev = w->lifo;
+            w->lifo = t;
+            /* A task alone in the LIFO slot is this worker's next poll: waking another worker
+             * for it would only make it steal nothing (Tokio does the same). */
+            notify = prev != NULL;
+            if (prev)
+                push_ring(w, prev);
+        }
+        if (notify)
+            mp__runtime_notify(rt);
+        return;
+    }
+    t->next = NULL;
+    if (!mp__inject_push(&rt->inject, t)) {
+        mp__task_drop_queue_ref(t); /* shutting down: the registry cancels t */
+        return;
+    }
+    atomic_fetch_add_explicit(&rt->injected, 1, memory_order_relaxed);
+    mp__runtime_notify(rt);
+}
+
+void mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n)
+{
+    mp__worker *w = mp__tls_worker;
+    if (n == 0)
+        return;
+    if (w && w->rt == rt && !w->parking) {
+        for (size_t i = 0; i < n; i++)
+            push_ring(w, tasks[i]);
+    } else {
+        for (size_t i = 0; i + 1 < n; i++)
+            tasks[i]->next = tasks[i + 1];
+        if (!mp__inject_push_batch(&rt->inject, tasks[0], tasks[n - 1], n)) {
+            for (size_t i = 0; i < n; i++)
+                mp__task_drop_queue_ref(tasks[i]);
+            return;
+        }
+        atomic_fetch_add_explicit(&rt->injected, n, memory_order_relaxed);
+    }
+    mp__runtime_notify(rt); /* one notification; woken searchers wake the next ones */
+}
+
+/* Take a fair share of the global queue: min(len / workers, 64), at least 4. One is returned,
+ * up to 32 go to the batch buffer, the rest to the ring. */
+static mp_task *fetch_global_batch(mp__worker *w)
+{
+    mp_runtime *rt = w->rt;
+    size_t len = mp__inject_len(&rt->inject);
+    if (len == 0)
+        return NULL;
+    size_t want = len / rt->nworkers;
+    if (want < MP__GLOBAL_BATCH_MIN)
+        want = MP__GLOBAL_BATCH_MIN;
+    if (want > MP__GLOBAL_BATCH_MAX)
+        want = MP__GLOBAL_BATCH_MAX;
+    mp_task *got[MP__GLOBAL_BATCH_MAX];
+    size_t n = mp__inject_pop_batch(&rt->inject, got, want);
+    if (n == 0)
+        return NULL;
+    mp__counter_add(&w->stats.global_batches, 1);
+    size_t i = 1;
+    w->batch_head = 0;
+    w->batch_len = 0;
+    for (; i < n && w->batch_len < MP__BATCH_CAP; i++)
+        w->batch[w->batch_len++] = got[i];
+    for (; i < n; i++)
+        push_ring(w, got[i]);
+    return got[0];
+}
+
+static mp_task *next_task(mp__worker *w)
+{
+    if (w->batch_head < w->batch_len) {
+        w->lifo_streak = 0;
+        return w->batch[w->batch_head++];
+    }
+    if (w->since_global >= w->global_interval) {
+        w->since_global = 0;
+        mp_task *t = fetch_global_batch(w);
+        if (t) {
+            w->lifo_streak = 0;
+            return t;
+        }
+    }
+    if (w->lifo) {
+        mp_task *t = w->lifo;
+        w->lifo = NULL;
+        if (w->lifo_streak < MP__LIFO_MAX_STREAK) {
+            w->lifo_streak++;
+            mp__counter_add(&w->stats.lifo_hits, 1);
+            return t;
+        }
+        push_ring(w, t); /* visible to FIFO order and to thieves again */
+    }
+    w->lifo_streak = 0;
+    return mp__queue_pop_owner(&w->queue);
+}
+
+static mp_task *steal_work(mp__worker *w)
+{
+    mp_runtime *rt = w->rt;
+    if (!rt->cfg.disable_steal && rt->nworkers > 1 &&
+        (w->searching || (w->searching = mp__idle_transition_to_searching(&rt->idle)))) {
+        uint32_t n = rt->nworkers, start = rand_below(w, n);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t v = start + i < n ? start + i : start + i - n;
+            if (v == w->index)
+                continue;
+            uint32_t got;
+            mp_task *t = mp__queue_steal_into(&rt->workers[v].queue, &w->queue, &got);
+            if (t) {
+                mp__counter_add(&w->stats.steals, 1);
+                mp__counter_add(&w->stats.stolen, got);
+                w->lifo_streak = 0;
+                return t;
+            }
+        }
+    }
+    w->lifo_streak = 0;
+    return fetch_global_batch(w);
+}
+
+/* Measured with loadtest/runtime/compare.sh (2 workers, 2-vCPU VM): see MP__GLOBAL_TARGET_NS
+ * in internal.h for the figure that chose the target. */
+static void end_tick(mp__worker *w, uint64_t now)
+{
+    mp_runtime *rt = w->rt;
+    if (w->tick_polls > 0 && rt->cfg.global_interval == 0 && now > w->tick_start_ns) {
+        double sample = (double)(now - w->tick_start_ns) / w->tick_polls;
+        w->avg_task_ns = w->avg_task_ns == 0
+                             ? sample
+                             : MP__EWMA_ALPHA * sample + (1 - MP__EWMA_ALPHA) * w->avg_task_ns;
+        uint64_t target = rt->cfg.global_target_ns ? rt->cfg.global_target_ns : MP__GLOBAL_TARGET_NS;
+        double interval = w->avg_task_ns > 0 ? (double)target / w->avg_task_ns : MP__INTERVAL_MAX;
+        if (interval < MP__INTERVAL_MIN)
+            interval = MP__INTERVAL_MIN;
+        if (interval > MP__INTERVAL_MAX)
+            interval = MP__INTERVAL_MAX;
+        w->global_interval = (uint32_t)interval;
+    }
+    w->tick_polls = 0;
+    w->tick_start_ns = now;
+}
+
+static void run_task(mp__worker *w, mp_task *t)
+{
+    if (w->searching) {
+        /* The last searcher to find work wakes another, so that one keeps looking. */
+        w->searching = false;
+        if (mp__idle_transition_from_searching(&w->rt->idle))
+            mp__runtime_notify(w->rt);
+    }
+    mp__task_run(t, w);
+    mp__counter_add(&w->stats.polled, 1);
+    w->since_global++;
+    if (++w->tick_polls >= MP__BUDGET) {
+        mp__counter_add(&w->stats.budget_exhausted, 1);
+        end_tick(w, mp__now_ns());
+    }
+}
+
+static inline bool stopping(mp_runtime *rt)
+{
+    /* Acquire: pairs with the release store of stop in mp_runtime_shutdown() (runtime.c). */
+    return atomic_load_explicit(&rt->stop, memory_order_acquire);
+}
+
+/* Sleep until there is work. With for_join, also return on a direct wake (the joined task
+ * completed). */
+static void park_worker(mp__worker *w, bool for_join)
+{
+    mp_runtime *rt = w->rt;
+    w->parking = true;
+    if (has_local_tasks(w) || stopping(rt)) {
+        w->parking = false;
+        return;
+    }
+    end_tick(w, mp__now_ns());
+    bool last = mp__idle_transition_to_parked(&rt->idle, w->index, w->searching);
+    w->searching = false;
+    if (last && mp__runtime_work_pending(rt))
+        mp__runtime_notify(rt); /* may pick this very worker: its park returns at once */
+    for (;;) {
+        mp__counter_add(&w->stats.parks, 1);
+        mp__park_wait(&w->park);
+        mp__counter_add(&w->stats.unparks, 1);
+        if (stopping(rt) || has_local_tasks(w) || for_join) {
+            /* Leave the parked set ourselves; if a notifier picked us first, it counted us
+             * as a searcher. */
+            w->searching = !mp__idle_unpark_self(&rt->idle, w->index);
+            break;
+        }
+        if (!mp__idle_is_parked(&rt->idle, w->index)) {
+            w->searching = true; /* picked by a notifier */
+            break;
+        }
+        /* A stale direct wake: stay parked. */
+    }
+    w->parking = false;
+    w->tick_start_ns = mp__now_ns();
+}
+
+static const void *worker_waker_clone(const void *data)
+{
+    return data;
+}
+
+static void worker_waker_drop(const void *data)
+{
+    (void)data;
+}
+
+static void worker_waker_wake(const void *data)
+{
+    mp__park_unpark(&((mp__worker *)data)->park);
+}
+
+/* Wakes a worker waiting in mp__worker_help_until(). Workers live as long as the runtime, so
+ * the waker needs no reference count. */
+static const mp_waker_vtable worker_waker_vt = {
+    .wake = worker_waker_wake,
+    .wake_by_ref = worker_waker_wake,
+    .clone = worker_waker_clone,
+    .drop = worker_waker_drop,
+};
+
+bool mp__worker_help_until(mp__worker *w, mp_task *target)
+{
+    mp_waker waker = {.vt = &worker_waker_vt, .data = w};
+    while (!mp__task_is_complete(target)) {
+        if (stopping(w->rt))
+            return false;
+        mp_task *t = next_task(w);
+        if (!t)
+            t = steal_work(w);
+        if (t) {
+            run_task(w, t);
+            continue;
+        }
+        if (!mp__task_register_join_waker(target, &waker))
+            break;
+        park_worker(w, true);
+    }
+    return true;
+}
+
+void *mp__worker_main(void *arg)
+{
+    mp__worker *w = arg;
+    mp_runtime *rt = w->rt;
+    mp__tls_worker = w;
+    w->tick_start_ns = mp__now_ns();
+    w->searching = true; /* the notification that started us counted us as searching */
+    while (!stopping(rt)) {
+        mp_task *t = next_task(w);
+        if (!t)
+            t = steal_work(w);
+        if (t)
+            run_task(w, t);
+        else
+            park_worker(w, false);
+    }
+    mp__tls_worker = NULL;
+    return NULL;
+}
+
+void mp__worker_drain_on_shutdown(mp__worker *w)
+{
+    /* Every task here was cancelled by the registry: running the entry only drops the queue's
+     * reference (transition_to_running fails on COMPLETE). */
+    if (w->lifo) {
+        mp__task_run(w->lifo, NULL);
+        w->lifo = NULL;
+    }
+    while (w->batch_head < w->batch_len)
+        mp__task_run(w->batch[w->batch_head++], NULL);
+    for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)
+        mp__task_run(t, NULL);
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run Criterion suites one after another; print each suite's synthesis and a closing total.
+# Usage: tests/run-suites.sh VARIANT BIN...
+set -u
+variant=$1
+shift
+passed=0 failed=0 bad_suites=()
+for bin in "$@"; do
+    name=${bin#build/$variant/tests/}
+    out=$("$bin" --jobs=2 2>&1)
+    rc=$?
+    summary=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
+    t=$(printf '%s' "$summary" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+    p=$(printf '%s' "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+    t=${t:-0} p=${p:-0}
+    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$t" -ne "$p" ] || [ "$t" -eq 0 ]; then
+        printf '%s\n' "$out" | grep -av '^\[----\] ' | tail -60
+        bad_suites+=("$name")
+        failed=$((failed + (t > p ? t - p : 1)))
+    fi
+    passed=$((passed + p))
+    printf '[%s] %-32s %s\n' "$variant" "$name" "${summary#*Synthesis: }"
+done
+if [ ${#bad_suites[@]} -gt 0 ]; then
+    echo "failing suites: ${bad_suites[*]}"
+fi
+echo "tests ($variant): $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

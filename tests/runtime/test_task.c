@@ -1,0 +1,542 @@
+/* Tests of runtime/src/task.c: every transition of the state word from every state it
+ * accepts, the ones it must refuse (they abort: an impossible state is a bug, not an error),
+ * wakes in each lifecycle state, join on and off workers, cancellation and release. */
+#include <criterion/criterion.h>
+#include <signal.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+#define R  MP__T_RUNNING
+#define C  MP__T_COMPLETE
+#define S  MP__T_SCHEDULED
+#define N  MP__T_NOTIFIED
+#define X  MP__T_CANCELLED
+#define JI MP__T_JOIN_INTEREST
+#define JW MP__T_JOIN_WAKER
+#define REF(n) ((uint64_t)(n) * MP__T_REF_ONE)
+
+static _Atomic int released;
+static void count_release(mp_task *t)
+{
+    (void)t;
+    atomic_fetch_add(&released, 1);
+}
+
+static mp_poll never_poll(mp_task *t, mp_context *cx)
+{
+    return MP_PENDING;
+}
+
+static const mp_task_vtable bare_vt = {.poll = never_poll, .release = count_release};
+
+static mp_task bare(uint64_t state)
+{
+    mp_task t;
+    mp_task_init(&t, &bare_vt);
+    atomic_store(&t.state, state);
+    return t;
+}
+
+static uint64_t st(mp_task *t)
+{
+    return atomic_load(&t->state);
+}
+
+/* Transitions, state by state. */
+
+Test(task, to_running)
+{
+    mp_task t = bare(S | REF(2));
+    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_OK);
+    cr_assert_eq(st(&t), R | REF(2));
+
+    t = bare(S | X | REF(2));
+    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_CANCELLED);
+    cr_assert_eq(st(&t), R | X | REF(2));
+
+    /* Claimed by shutdown (or complete) while queued: the queue entry is stale. */
+    t = bare(S | R | X | REF(2));
+    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_FAILED);
+    cr_assert_eq(st(&t), R | X | REF(2));
+    t = bare(S | C | REF(1));
+    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_FAILED);
+    cr_assert_eq(st(&t), C | REF(1));
+}
+
+Test(task, to_idle)
+{
+    mp_task t = bare(R | REF(2));
+    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_OK);
+    cr_assert_eq(st(&t), REF(1), "idle, run reference dropped");
+
+    t = bare(R | N | REF(2));
+    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_REQUEUE);
+    cr_assert_eq(st(&t), S | REF(2), "woken while running: queued again, reference kept");
+
+    t = bare(R | REF(2));
+    cr_assert_eq(mp__task_transition_to_idle(&t, true), MP__TO_IDLE_REQUEUE, "yield");
+    cr_assert_eq(st(&t), S | REF(2));
+
+    t = bare(R | X | N | REF(2));
+    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_CANCELLED);
+    cr_assert_eq(st(&t), R | X | N | REF(2), "still running: the caller cancels it");
+
+    t = bare(R | REF(1));
+    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_DEALLOC);
+    cr_assert_eq(st(&t), 0);
+}
+
+Test(task, to_idle_when_not_running_aborts, .signal = SIGABRT)
+{
+    mp_task t = bare(REF(1));
+    mp__task_transition_to_idle(&t, false);
+}
+
+Test(task, notified_by_ref)
+{
+    mp_task t = bare(REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_SUBMIT, "idle");
+    cr_assert_eq(st(&t), S | REF(2), "scheduled with a reference for the queue");
+    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "scheduled");
+    cr_assert_eq(st(&t), S | REF(2));
+
+    t = bare(R | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "running");
+    cr_assert_eq(st(&t), R | N | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "again");
+    cr_assert_eq(st(&t), R | N | REF(1), "a second wake while running changes nothing");
+
+    t = bare(C | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "complete");
+    cr_assert_eq(st(&t), C | REF(1));
+}
+
+Test(task, notified_by_val)
+{
+    mp_task t = bare(REF(2));
+    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_SUBMIT);
+    cr_assert_eq(st(&t), S | REF(2), "the waker's reference passes to the queue");
+
+    t = bare(S | REF(3));
+    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), S | REF(2));
+
+    t = bare(R | REF(2));
+    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), R | N | REF(1));
+
+    t = bare(C | REF(2));
+    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), C | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_DEALLOC);
+    cr_assert_eq(st(&t), C);
+}
+
+Test(task, notified_and_cancel)
+{
+    mp_task t = bare(REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_SUBMIT);
+    cr_assert_eq(st(&t), S | X | REF(2));
+    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), S | X | REF(2), "cancelling twice changes nothing");
+
+    t = bare(S | REF(2));
+    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), S | X | REF(2));
+
+    t = bare(R | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), R | X | N | REF(1));
+
+    t = bare(C | REF(1));
+    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
+    cr_assert_eq(st(&t), C | REF(1));
+}
+
+Test(task, shutdown)
+{
+    mp_task t = bare(REF(1));
+    cr_assert(mp__task_transition_to_shutdown(&t), "idle: claimed");
+    cr_assert_eq(st(&t), R | X | REF(1));
+
+    t = bare(S | REF(2));
+    cr_assert(mp__task_transition_to_shutdown(&t), "queued: claimed, the queue entry goes stale");
+    cr_assert_eq(st(&t), S | R | X | REF(2));
+
+    t = bare(R | REF(2));
+    cr_assert_not(mp__task_transition_to_shutdown(&t), "running: left to the runner");
+    cr_assert_eq(st(&t), R | X | REF(2));
+
+    t = bare(C | REF(1));
+    cr_assert_not(mp__task_transition_to_shutdown(&t));
+    cr_assert_eq(st(&t), C | X | REF(1));
+}
+
+Test(task, complete)
+{
+    atomic_store(&released, 0);
+    mp_task t = bare(R | REF(2));
+    cr_assert_not(mp__task_transition_to_complete(&t, 2));
+    cr_assert_eq(st(&t), C);
+    cr_assert_eq(atomic_load(&released), 1, "last references: released");
+
+    t = bare(R | JI | REF(3));
+    cr_assert_not(mp__task_transition_to_complete(&t, 2), "joiner has no waker set");
+    cr_assert_eq(st(&t), C | JI | REF(1));
+
+    t = bare(R | JI | JW | REF(3));
+    cr_assert(mp__task_transition_to_complete(&t, 2), "the joiner must be woken");
+    cr_assert_eq(st(&t), C | JI | JW | REF(2), "one runner reference kept for the wake");
+    mp__task_transition_to_join_waker_done(&t);
+    cr_assert_eq(st(&t), C | JI | REF(1), "waker handed back with the last runner reference");
+}
+
+Test(task, complete_twice_aborts, .signal = SIGABRT)
+{
+    mp_task t = bare(C | REF(2));
+    mp__task_transition_to_complete(&t, 1);
+}
+
+Test(task, join_waker_bits)
+{
+    mp_task t = bare(JI | REF(2));
+    cr_assert(mp__task_transition_set_join_waker(&t));
+    cr_assert_eq(st(&t), JI | JW | REF(2));
+    cr_assert(mp__task_transition_unset_join_waker(&t));
+    cr_assert_eq(st(&t), JI | REF(2));
+
+    t = bare(C | JI | REF(1));
+    cr_assert_not(mp__task_transition_set_join_waker(&t), "complete: the output is ready");
+    cr_assert_not(mp__task_transition_unset_join_waker(&t));
+    cr_assert_eq(st(&t), C | JI | REF(1));
+}
+
+Test(task, join_handle_dropped)
+{
+    mp_task t = bare(JI | JW | REF(2));
+    cr_assert(mp__task_transition_to_join_handle_dropped(&t), "not complete: joiner owns waker");
+    cr_assert_eq(st(&t), REF(2));
+
+    t = bare(C | JI | JW | REF(2));
+    cr_assert_not(mp__task_transition_to_join_handle_dropped(&t),
+                  "complete with the waker set: the runtime still uses it");
+    cr_assert_eq(st(&t), C | JW | REF(2));
+
+    t = bare(C | JI | REF(1));
+    cr_assert(mp__task_transition_to_join_handle_dropped(&t));
+    cr_assert_eq(st(&t), C | REF(1));
+}
+
+Test(task, join_handle_dropped_twice_aborts, .signal = SIGABRT)
+{
+    mp_task t = bare(REF(1));
+    mp__task_transition_to_join_handle_dropped(&t);
+}
+
+Test(task, reference_underflow_aborts, .signal = SIGABRT)
+{
+    mp_task t = bare(C);
+    mp__task_drop_queue_ref(&t);
+}
+
+/* Behaviour on a runtime. */
+
+static mp_runtime *rt_new(unsigned workers)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    return rt;
+}
+
+typedef struct parked_task {
+    mp_task task;
+    _Atomic int polls;
+    _Atomic int cancels;
+    _Atomic int releases;
+    mp_waker waker; /* kept from the first poll */
+    _Atomic bool have_waker;
+    _Atomic int finish_after; /* READY on this poll */
+    _Atomic bool spin_in_poll;
+    _Atomic bool in_poll;
+} parked_task;
+
+static mp_poll parked_poll(mp_task *t, mp_context *cx)
+{
+    parked_task *p = mp_container_of(t, parked_task, task);
+    int n = atomic_fetch_add(&p->polls, 1) + 1;
+    if (!atomic_load(&p->have_waker)) {
+        p->waker = mp_waker_clone(mp_context_waker(cx));
+        atomic_store(&p->have_waker, true);
+    }
+    atomic_store(&p->in_poll, true);
+    while (atomic_load(&p->spin_in_poll))
+        sched_yield();
+    atomic_store(&p->in_poll, false);
+    return n >= atomic_load(&p->finish_after) ? MP_READY : MP_PENDING;
+}
+
+static void parked_cancel(mp_task *t)
+{
+    parked_task *p = mp_container_of(t, parked_task, task);
+    atomic_fetch_add(&p->cancels, 1);
+}
+
+static void parked_release(mp_task *t)
+{
+    parked_task *p = mp_container_of(t, parked_task, task);
+    atomic_fetch_add(&p->releases, 1);
+}
+
+static const mp_task_vtable parked_vt = {
+    .poll = parked_poll, .cancel = parked_cancel, .release = parked_release};
+
+static void parked_init(parked_task *p, int finish_after)
+{
+    memset(p, 0, sizeof *p);
+    mp_task_init(&p->task, &parked_vt);
+    atomic_store(&p->finish_after, finish_after);
+}
+
+static void wait_for(_Atomic int *v, int want)
+{
+    while (atomic_load(v) < want)
+        sched_yield();
+}
+
+Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    parked_task p;
+    parked_init(&p, 3);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    wait_for(&p.polls, 1);
+    while (st(&p.task) & R)
+        sched_yield();
+    /* Idle: one wake, one more poll. */
+    mp_waker_wake_by_ref(&p.waker);
+    wait_for(&p.polls, 2);
+    /* Running: a wake sets NOTIFIED and the task runs exactly once more after this poll. */
+    atomic_store(&p.spin_in_poll, true);
+    while (st(&p.task) & R)
+        sched_yield();
+    mp_waker_wake_by_ref(&p.waker); /* idle -> scheduled -> poll 3 begins and spins */
+    while (!atomic_load(&p.in_poll))
+        sched_yield();
+    cr_assert_eq(atomic_load(&p.polls), 3);
+    atomic_store(&p.finish_after, 4);
+    mp_waker_wake_by_ref(&p.waker);
+    mp_waker_wake_by_ref(&p.waker);
+    cr_assert(st(&p.task) & N);
+    atomic_store(&p.spin_in_poll, false);
+    cr_assert_eq(mp_join(&p.task), 0);
+    cr_assert_eq(atomic_load(&p.polls), 4, "two wakes while running: one more poll");
+    /* Complete: wakes do nothing. */
+    mp_waker_wake_by_ref(&p.waker);
+    cr_assert_eq(atomic_load(&p.releases), 0, "the kept waker holds a reference");
+    mp_waker_drop(&p.waker);
+    cr_assert_eq(atomic_load(&p.releases), 1);
+    cr_assert_eq(atomic_load(&p.polls), 4);
+    mp_runtime_free(rt);
+}
+
+Test(task, wake_while_scheduled_runs_once, .timeout = 30)
+{
+    /* One worker, blocked on a spinning task, so that the second task stays queued. */
+    mp_runtime *rt = rt_new(1);
+    parked_task blocker, p;
+    parked_init(&blocker, 1);
+    atomic_store(&blocker.spin_in_poll, true);
+    parked_init(&p, 2);
+    cr_assert_eq(mp_spawn_joinable(rt, &blocker.task), 0);
+    while (!atomic_load(&blocker.in_poll))
+        sched_yield();
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0); /* queued behind the blocker */
+    cr_assert(st(&p.task) & S);
+    p.waker = (mp_waker){.vt = &mp__task_waker_vt, .data = &p.task};
+    mp_waker_wake_by_ref(&p.waker);
+    mp_waker_wake_by_ref(&p.waker);
+    cr_assert_eq(st(&p.task) & (S | R | N), S, "still just scheduled once");
+    atomic_store(&blocker.spin_in_poll, false);
+    cr_assert_eq(mp_join(&blocker.task), 0);
+    wait_for(&p.polls, 1);
+    mp_task_cancel(&p.task);
+    cr_assert_eq(mp_join(&p.task), -ECANCELED);
+    cr_assert_eq(atomic_load(&p.polls), 1, "the queued wakes caused no extra poll");
+    cr_assert_eq(atomic_load(&p.cancels), 1);
+    mp_waker_drop(&p.waker);
+    mp_waker_drop(&blocker.waker);
+    mp_runtime_free(rt);
+}
+
+Test(task, cancel_idle_task, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    parked_task p;
+    parked_init(&p, 1000);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    wait_for(&p.polls, 1);
+    mp_task_cancel(&p.task);
+    cr_assert_eq(mp_join(&p.task), -ECANCELED);
+    cr_assert_eq(atomic_load(&p.cancels), 1);
+    cr_assert_eq(atomic_load(&p.polls), 1);
+    mp_task_cancel(&p.task); /* complete: no-op */
+    cr_assert_eq(atomic_load(&p.cancels), 1);
+    mp_waker_drop(&p.waker);
+    cr_assert_eq(atomic_load(&p.releases), 1);
+    mp_runtime_free(rt);
+}
+
+Test(task, cancel_running_task_finishes_the_poll_first, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    parked_task p;
+    parked_init(&p, 1000);
+    atomic_store(&p.spin_in_poll, true);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    while (!atomic_load(&p.in_poll))
+        sched_yield();
+    mp_task_cancel(&p.task);
+    cr_assert_eq(atomic_load(&p.cancels), 0, "not while it runs");
+    atomic_store(&p.spin_in_poll, false);
+    cr_assert_eq(mp_join(&p.task), -ECANCELED);
+    cr_assert_eq(atomic_load(&p.cancels), 1);
+    mp_waker_drop(&p.waker);
+    mp_runtime_free(rt);
+}
+
+Test(task, spawn_refuses_a_task_twice)
+{
+    mp_runtime *rt = rt_new(1);
+    parked_task p;
+    parked_init(&p, 1);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    cr_assert_eq(mp_spawn(rt, &p.task), -EINVAL);
+    cr_assert_eq(mp_join(&p.task), 0);
+    mp_waker_drop(&p.waker);
+    mp_runtime_free(rt);
+}
+
+/* Join: from outside, on a worker, nested, and from a task with mp_join_poll. */
+
+typedef struct fib_task {
+    mp_task task;
+    int n;
+    long result;
+} fib_task;
+
+static const mp_task_vtable fib_vt;
+
+static mp_poll fib_poll(mp_task *t, mp_context *cx)
+{
+    fib_task *f = mp_container_of(t, fib_task, task);
+    if (f->n < 2) {
+        f->result = f->n;
+        return MP_READY;
+    }
+    fib_task a, b;
+    mp_task_init(&a.task, &fib_vt);
+    mp_task_init(&b.task, &fib_vt);
+    a.n = f->n - 1;
+    b.n = f->n - 2;
+    /* Spawned from a worker: into its LIFO slot; mp_join helps until each completes. */
+    cr_assert_eq(mp_spawn_joinable(mp_runtime_current(), &a.task), 0);
+    cr_assert_eq(mp_spawn_joinable(mp_runtime_current(), &b.task), 0);
+    cr_assert_eq(mp_join(&b.task), 0);
+    cr_assert_eq(mp_join(&a.task), 0);
+    f->result = a.result + b.result;
+    return MP_READY;
+}
+
+static const mp_task_vtable fib_vt = {.poll = fib_poll};
+
+Test(task, nested_join_on_workers, .timeout = 60)
+{
+    mp_runtime *rt = rt_new(2);
+    fib_task f;
+    mp_task_init(&f.task, &fib_vt);
+    f.n = 20;
+    cr_assert_eq(mp_block_on(rt, &f.task), 0);
+    cr_assert_eq(f.result, 6765);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_gt(s.total.lifo_hits, 0, "spawn from a worker goes to its LIFO slot");
+    cr_assert_eq(s.live_tasks, 0);
+    mp_runtime_free(rt);
+}
+
+typedef struct awaiter {
+    mp_task task;
+    fib_task child;
+    bool spawned;
+    int child_result;
+} awaiter;
+
+static mp_poll awaiter_poll(mp_task *t, mp_context *cx)
+{
+    awaiter *a = mp_container_of(t, awaiter, task);
+    if (!a->spawned) {
+        mp_task_init(&a->child.task, &fib_vt);
+        a->child.n = 15;
+        cr_assert_eq(mp_spawn_joinable(mp_runtime_current(), &a->child.task), 0);
+        a->spawned = true;
+    }
+    return mp_join_poll(&a->child.task, cx, &a->child_result);
+}
+
+static const mp_task_vtable awaiter_vt = {.poll = awaiter_poll};
+
+Test(task, join_poll_from_a_task, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    awaiter a = {0};
+    mp_task_init(&a.task, &awaiter_vt);
+    cr_assert_eq(mp_block_on(rt, &a.task), 0);
+    cr_assert_eq(a.child_result, 0);
+    cr_assert_eq(a.child.result, 610);
+    mp_runtime_free(rt);
+}
+
+static void add_one(void *arg)
+{
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+Test(task, spawn_fn_joined_and_detached, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    _Atomic int n = 0;
+    mp_task *h;
+    cr_assert_eq(mp_spawn_fn(rt, add_one, &n, &h), 0);
+    cr_assert_eq(mp_join(h), 0);
+    cr_assert_eq(atomic_load(&n), 1);
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(mp_spawn_fn(rt, add_one, &n, NULL), 0);
+    while (atomic_load(&n) < 1001)
+        sched_yield();
+    mp_runtime_free(rt); /* ASan: every detached task's storage was released */
+}
+
+Test(task, join_off_worker_runs_injected_work_without_workers, .timeout = 30)
+{
+    /* Every thread spawn fails: the joining thread runs the task itself. */
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.fail_spawn_nth = 1;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    fib_task f;
+    mp_task_init(&f.task, &fib_vt);
+    f.n = 1;
+    cr_assert_eq(mp_block_on(rt, &f.task), 0);
+    cr_assert_eq(f.result, 1);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.spawn_failures, 1);
+    cr_assert_eq(s.workers_started, 0);
+    mp_runtime_free(rt);
+}

@@ -1,0 +1,45 @@
+/* Helpers shared by the suites: a seed from the environment for stress tests (MP_TEST_SEED,
+ * printed so that a failure can be replayed) and a small PRNG. */
+#ifndef MP_TEST_UTIL_H
+#define MP_TEST_UTIL_H
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static inline uint64_t test_seed(void)
+{
+    const char *env = getenv("MP_TEST_SEED");
+    uint64_t seed;
+    if (env && *env) {
+        seed = strtoull(env, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    }
+    fprintf(stderr, "MP_TEST_SEED=%" PRIu64 "\n", seed);
+    return seed ? seed : 1;
+}
+
+static inline uint64_t test_rand(uint64_t *s)
+{
+    /* xorshift64* */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* A number from the environment, for sizing stress runs. */
+static inline long test_env_long(const char *name, long dflt)
+{
+    const char *env = getenv(name);
+    return env && *env ? strtol(env, NULL, 0) : dflt;
+}
+
+#endif
