@@ -19,7 +19,7 @@ static mp__queue *new_queue(void)
 
 static mp__inject *new_inject(void)
 {
-    mp__inject *inj = malloc(sizeof *inj);
+    mp__inject *inj = aligned_alloc(MP__CACHE_LINE, sizeof *inj);
     cr_assert(inj);
     cr_assert_eq(mp__inject_init(inj), 0);
     return inj;

@@ -1,0 +1,160 @@
+/* Tests of runtime/src/sync/chan.c: the bounded MPSC channel. */
+#include <criterion/criterion.h>
+
+#include "internal.h"
+
+Test(chan, try_send_and_recv_in_order_with_backpressure)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 3), 0);
+    for (uintptr_t i = 1; i <= 3; i++)
+        cr_assert_eq(mp_chan_try_send(&c, (void *)i), 0);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)4), -EAGAIN);
+    void *v;
+    for (uintptr_t i = 1; i <= 3; i++) {
+        cr_assert_eq(mp_chan_try_recv(&c, &v), 0);
+        cr_assert_eq((uintptr_t)v, i);
+    }
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EAGAIN);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)5), 0);
+    mp_chan_close(&c);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)6), -EPIPE);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), 0, "queued values survive the close");
+    cr_assert_eq((uintptr_t)v, 5);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EPIPE);
+    mp_chan_destroy(&c);
+    cr_assert_eq(mp_chan_init(&c, 0), -EINVAL);
+}
+
+/* Producer tasks and producer threads into one consumer task; per-producer order kept and
+ * every message delivered once, through a channel much smaller than the traffic. */
+#define PRODUCERS 6
+#define MSGS 20000
+
+typedef struct producer {
+    mp_task task;
+    mp_chan *c;
+    mp_chan_waiter w;
+    uintptr_t id, next;
+} producer;
+
+static mp_poll producer_poll(mp_task *t, mp_context *cx)
+{
+    producer *p = mp_container_of(t, producer, task);
+    while (p->next < MSGS) {
+        int err;
+        void *msg = (void *)((p->id << 32) | p->next);
+        if (mp_chan_send_poll(p->c, &p->w, msg, cx, &err) == MP_PENDING)
+            return MP_PENDING;
+        cr_assert_eq(err, 0);
+        p->next++;
+        if (p->next % 64 == 0)
+            return mp_yield(cx);
+    }
+    return MP_READY;
+}
+
+static const mp_task_vtable producer_vt = {.poll = producer_poll};
+
+typedef struct consumer {
+    mp_task task;
+    mp_chan *c;
+    uintptr_t expect[PRODUCERS];
+    size_t got;
+} consumer;
+
+static mp_poll consumer_poll(mp_task *t, mp_context *cx)
+{
+    consumer *k = mp_container_of(t, consumer, task);
+    for (;;) {
+        void *v;
+        int err;
+        if (mp_chan_recv_poll(k->c, cx, &v, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (err == -EPIPE)
+            return MP_READY;
+        uintptr_t id = (uintptr_t)v >> 32, seq = (uintptr_t)v & 0xffffffffu;
+        cr_assert_lt(id, PRODUCERS);
+        cr_assert_eq(seq, k->expect[id], "producer %lu out of order", (unsigned long)id);
+        k->expect[id]++;
+        k->got++;
+    }
+}
+
+static const mp_task_vtable consumer_vt = {.poll = consumer_poll};
+
+typedef struct thread_producer {
+    mp_chan *c;
+    uintptr_t id;
+} thread_producer;
+
+static void *thread_produce(void *arg)
+{
+    thread_producer *p = arg;
+    for (uintptr_t i = 0; i < MSGS; i++)
+        cr_assert_eq(mp_chan_send_blocking(p->c, (void *)((p->id << 32) | i)), 0);
+    return NULL;
+}
+
+Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 3;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 8), 0);
+    consumer k = {.c = &c};
+    mp_task_init(&k.task, &consumer_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &k.task), 0);
+    producer p[PRODUCERS / 2];
+    for (uintptr_t i = 0; i < PRODUCERS / 2; i++) {
+        memset(&p[i], 0, sizeof p[i]);
+        mp_task_init(&p[i].task, &producer_vt);
+        p[i].c = &c;
+        p[i].id = i;
+        cr_assert_eq(mp_spawn_joinable(rt, &p[i].task), 0);
+    }
+    pthread_t th[PRODUCERS / 2];
+    thread_producer tp[PRODUCERS / 2];
+    for (uintptr_t i = 0; i < PRODUCERS / 2; i++) {
+        tp[i] = (thread_producer){.c = &c, .id = PRODUCERS / 2 + i};
+        pthread_create(&th[i], NULL, thread_produce, &tp[i]);
+    }
+    for (int i = 0; i < PRODUCERS / 2; i++) {
+        cr_assert_eq(mp_join(&p[i].task), 0);
+        pthread_join(th[i], NULL);
+    }
+    mp_chan_close(&c);
+    cr_assert_eq(mp_join(&k.task), 0);
+    cr_assert_eq(k.got, (size_t)PRODUCERS * MSGS);
+    mp_chan_destroy(&c);
+    mp_runtime_free(rt);
+}
+
+Test(chan, cancelled_sender_passes_the_room_on, .timeout = 10)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 1), 0);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)1), 0);
+    /* Two senders wait for room, as threads would: fake wakers that count. */
+    mp__thread_waiter ta, tb;
+    mp_waker wa = mp__thread_waiter_init(&ta), wb = mp__thread_waiter_init(&tb);
+    mp_chan_waiter a = {0}, b = {0};
+    int err;
+    mp_context cxa = {.waker = wa}, cxb = {.waker = wb};
+    cr_assert_eq(mp_chan_send_poll(&c, &a, (void *)2, &cxa, &err), MP_PENDING);
+    cr_assert_eq(mp_chan_send_poll(&c, &b, (void *)3, &cxb, &err), MP_PENDING);
+    void *v;
+    cr_assert_eq(mp_chan_try_recv(&c, &v), 0); /* room: a (the head) is woken */
+    cr_assert_eq(atomic_load(&ta.word), 1);
+    cr_assert_eq(atomic_load(&tb.word), 0);
+    mp_chan_cancel_send(&c, &a); /* a gives up: b must get the wake instead */
+    cr_assert_eq(atomic_load(&tb.word), 1);
+    cr_assert_eq(mp_chan_send_poll(&c, &b, (void *)3, &cxb, &err), MP_READY);
+    cr_assert_eq(err, 0);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), 0);
+    cr_assert_eq((uintptr_t)v, 3);
+    mp_chan_destroy(&c);
+}

@@ -1,0 +1,303 @@
+/* Tests of runtime/src/runtime.c: configuration, lazy and failing worker starts, shutdown in
+ * both modes with tasks queued, idle, and held by wakers, and statistics. */
+#include <criterion/criterion.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+static mp_runtime *rt_with(mp_config *cfg)
+{
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, cfg), 0);
+    return rt;
+}
+
+Test(runtime, worker_count_defaults_to_cpus_and_is_capped)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    mp_runtime *rt = rt_with(&cfg);
+    cr_assert_eq(mp_runtime_workers(rt), (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
+    mp_runtime_free(rt);
+    cfg.max_workers = 1;
+    rt = rt_with(&cfg);
+    cr_assert_eq(mp_runtime_workers(rt), 1);
+    mp_runtime_free(rt);
+    cfg.workers = 130; /* more than one bitmap word */
+    rt = rt_with(&cfg);
+    cr_assert_eq(mp_runtime_workers(rt), 130);
+    mp_runtime_free(rt);
+    cr_assert_null(mp_runtime_current());
+}
+
+typedef struct counted {
+    mp_task task;
+    _Atomic int *runs;
+    _Atomic int *cancels;
+    _Atomic int *releases;
+    int yields;
+    mp_waker *park_in; /* park forever, leaving the waker here */
+} counted;
+
+static mp_poll counted_poll(mp_task *t, mp_context *cx)
+{
+    counted *c = mp_container_of(t, counted, task);
+    if (c->park_in) {
+        if (mp_waker_is_empty(c->park_in))
+            *c->park_in = mp_waker_clone(mp_context_waker(cx));
+        return MP_PENDING;
+    }
+    if (c->yields-- > 0)
+        return mp_yield(cx);
+    atomic_fetch_add(c->runs, 1);
+    return MP_READY;
+}
+
+static void counted_cancel(mp_task *t)
+{
+    atomic_fetch_add(mp_container_of(t, counted, task)->cancels, 1);
+}
+
+static void counted_release(mp_task *t)
+{
+    atomic_fetch_add(mp_container_of(t, counted, task)->releases, 1);
+}
+
+static const mp_task_vtable counted_vt = {
+    .poll = counted_poll, .cancel = counted_cancel, .release = counted_release};
+
+typedef struct tally {
+    _Atomic int runs, cancels, releases;
+} tally;
+
+static void counted_init(counted *c, tally *t, int yields, mp_waker *park_in)
+{
+    memset(c, 0, sizeof *c);
+    mp_task_init(&c->task, &counted_vt);
+    c->runs = &t->runs;
+    c->cancels = &t->cancels;
+    c->releases = &t->releases;
+    c->yields = yields;
+    c->park_in = park_in;
+}
+
+Test(runtime, failed_thread_spawn_is_survived_and_reported, .timeout = 60)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 3;
+    cfg.fail_spawn_nth = 2;
+    mp_runtime *rt = rt_with(&cfg);
+    enum { N = 20000 };
+    static counted c[N];
+    tally t = {0};
+    for (int i = 0; i < N; i++) {
+        counted_init(&c[i], &t, i % 3, NULL);
+        cr_assert_eq(mp_spawn(rt, &c[i].task), 0);
+    }
+    while (atomic_load(&t.runs) < N)
+        sched_yield();
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.spawn_failures, 1);
+    cr_assert_leq(s.workers_started, 2);
+    cr_assert_geq(s.workers_started, 1);
+    mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&t.releases), N);
+}
+
+/* A worker that blocks in poll until released, so that tasks queue up behind it. */
+typedef struct blocker {
+    mp_task task;
+    _Atomic bool hold;
+    _Atomic bool inside;
+} blocker;
+
+static mp_poll blocker_poll(mp_task *t, mp_context *cx)
+{
+    blocker *b = mp_container_of(t, blocker, task);
+    atomic_store(&b->inside, true);
+    while (atomic_load(&b->hold))
+        sched_yield();
+    return MP_READY;
+}
+
+static const mp_task_vtable blocker_vt = {.poll = blocker_poll};
+
+static void *shutdown_thread(void *rt)
+{
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    return NULL;
+}
+
+Test(runtime, shutdown_cancels_queued_idle_and_parked_tasks, .timeout = 60)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 1;
+    mp_runtime *rt = rt_with(&cfg);
+    tally t = {0};
+    /* Idle tasks whose wakers are held outside, never woken. */
+    enum { PARKED = 50, QUEUED = 500 };
+    static counted parked[PARKED], queued[QUEUED];
+    static mp_waker held[PARKED];
+    memset(held, 0, sizeof held);
+    for (int i = 0; i < PARKED; i++) {
+        counted_init(&parked[i], &t, 0, &held[i]);
+        cr_assert_eq(mp_spawn(rt, &parked[i].task), 0);
+    }
+    for (int i = 0; i < PARKED; i++)
+        while (mp_waker_is_empty((mp_waker *)&held[i]))
+            sched_yield();
+    /* Queued tasks behind a blocked worker, some joinable. */
+    blocker b = {0};
+    mp_task_init(&b.task, &blocker_vt);
+    atomic_store(&b.hold, true);
+    cr_assert_eq(mp_spawn(rt, &b.task), 0);
+    while (!atomic_load(&b.inside))
+        sched_yield();
+    for (int i = 0; i < QUEUED; i++) {
+        counted_init(&queued[i], &t, 0, NULL);
+        cr_assert_eq(i % 2 ? mp_spawn(rt, &queued[i].task) : mp_spawn_joinable(rt, &queued[i].task), 0);
+    }
+    /* Shut down from another thread while the worker is still blocked. */
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, shutdown_thread, rt), 0);
+    while (!atomic_load(&rt->stop))
+        sched_yield();
+    atomic_store(&b.hold, false);
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&t.runs), 0, "nothing ran after shutdown began");
+    cr_assert_eq(atomic_load(&t.cancels), PARKED + QUEUED);
+    for (int i = 0; i < QUEUED; i += 2)
+        cr_assert_eq(mp_join(&queued[i].task), -ECANCELED);
+    cr_assert_eq(atomic_load(&t.releases), QUEUED, "only the parked ones are still referenced");
+    for (int i = 0; i < PARKED; i++)
+        mp_waker_wake(&held[i]); /* a wake after shutdown is harmless and releases */
+    cr_assert_eq(atomic_load(&t.releases), PARKED + QUEUED);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.live_tasks, 0);
+    /* No spawns after shutdown; the task stays the caller's. */
+    counted late;
+    counted_init(&late, &t, 0, NULL);
+    cr_assert_eq(mp_spawn(rt, &late.task), -ESHUTDOWN);
+    cr_assert_eq(mp_runtime_shutdown(rt), -EALREADY);
+    mp_runtime_free(rt);
+}
+
+Test(runtime, drain_runs_pending_tasks_to_completion, .timeout = 60)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
+    mp_runtime *rt = rt_with(&cfg);
+    enum { N = 2000 };
+    static counted c[N];
+    tally t = {0};
+    for (int i = 0; i < N; i++) {
+        counted_init(&c[i], &t, 50, NULL);
+        cr_assert_eq(mp_spawn(rt, &c[i].task), 0);
+    }
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    cr_assert_eq(atomic_load(&t.runs), N);
+    cr_assert_eq(atomic_load(&t.cancels), 0);
+    cr_assert_eq(atomic_load(&t.releases), N);
+    mp_runtime_free(rt);
+}
+
+Test(runtime, drain_gives_up_after_its_timeout, .timeout = 60)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
+    cfg.drain_timeout_ms = 100;
+    mp_runtime *rt = rt_with(&cfg);
+    tally t = {0};
+    counted done, stuck;
+    mp_waker held = {0};
+    counted_init(&done, &t, 3, NULL);
+    counted_init(&stuck, &t, 0, &held);
+    cr_assert_eq(mp_spawn(rt, &done.task), 0);
+    cr_assert_eq(mp_spawn(rt, &stuck.task), 0);
+    while (mp_waker_is_empty(&held))
+        sched_yield();
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    cr_assert_eq(atomic_load(&t.runs), 1);
+    cr_assert_eq(atomic_load(&t.cancels), 1, "the stuck task was cancelled at the deadline");
+    mp_waker_drop(&held);
+    cr_assert_eq(atomic_load(&t.releases), 2);
+    mp_runtime_free(rt);
+}
+
+typedef struct self_stopper {
+    mp_task task;
+    mp_runtime *rt;
+    int rc;
+} self_stopper;
+
+static mp_poll self_stopper_poll(mp_task *t, mp_context *cx)
+{
+    self_stopper *s = mp_container_of(t, self_stopper, task);
+    s->rc = mp_runtime_shutdown(s->rt);
+    return MP_READY;
+}
+
+static const mp_task_vtable self_stopper_vt = {.poll = self_stopper_poll};
+
+Test(runtime, shutdown_from_a_worker_is_refused, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    mp_runtime *rt = rt_with(&cfg);
+    self_stopper s = {.rt = rt};
+    mp_task_init(&s.task, &self_stopper_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
+    /* Wait without helping, so that a worker runs it. */
+    while (!mp_task_is_complete(&s.task))
+        sched_yield();
+    cr_assert_eq(mp_join(&s.task), 0);
+    cr_assert_eq(s.rc, -EDEADLK);
+    mp_runtime_free(rt);
+}
+
+Test(runtime, stats_add_up_per_worker, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    mp_runtime *rt = rt_with(&cfg);
+    enum { N = 5000 };
+    static counted c[N];
+    static mp_task *list[N];
+    tally t = {0};
+    for (int i = 0; i < N; i++) {
+        counted_init(&c[i], &t, 2, NULL);
+        list[i] = &c[i].task;
+    }
+    cr_assert_eq(mp_spawn_batch(rt, list, N), N);
+    while (atomic_load(&t.runs) < N)
+        sched_yield();
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    mp_worker_stats sum = {0};
+    for (unsigned i = 0; i < s.workers; i++) {
+        mp_worker_stats w;
+        cr_assert_eq(mp_runtime_worker_stats(rt, i, &w), 0);
+        sum.polled += w.polled;
+        sum.global_batches += w.global_batches;
+        sum.lifo_hits += w.lifo_hits;
+    }
+    cr_assert_eq(mp_runtime_worker_stats(rt, s.workers, &(mp_worker_stats){0}), -EINVAL);
+    cr_assert_eq(sum.polled, s.total.polled);
+    cr_assert_eq(s.total.polled, 3 * N, "two yields and a final poll each, all on workers");
+    cr_assert_eq(s.total.spawned, N);
+    cr_assert_eq(s.injected, N);
+    cr_assert_gt(s.total.global_batches, 0);
+    cr_assert_eq(s.live_tasks, 0);
+    mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&t.releases), N);
+}

@@ -1,0 +1,327 @@
+/* Tests of runtime/src/worker.c (with idle.c and park.c underneath): where tasks are taken
+ * from, that a sleeping runtime wakes for every burst of work and sleeps without wake-ups
+ * afterwards, and that neither the LIFO slot nor local work can starve other tasks. Built
+ * also with the 4-slot ring (test_worker-q4). */
+#include <criterion/criterion.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+static mp_runtime *rt_new(unsigned workers)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    return rt;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct one {
+    mp_task task;
+    _Atomic int *counter;
+    _Atomic int *released; /* optional */
+} one;
+
+static mp_poll one_poll(mp_task *t, mp_context *cx)
+{
+    atomic_fetch_add(mp_container_of(t, one, task)->counter, 1);
+    return MP_READY;
+}
+
+static void one_release(mp_task *t)
+{
+    one *o = mp_container_of(t, one, task);
+    if (o->released)
+        atomic_fetch_add(o->released, 1);
+}
+
+static const mp_task_vtable one_vt = {.poll = one_poll, .release = one_release};
+
+/* Wait for the counter without ever helping: only workers may run the tasks. */
+static void wait_count(_Atomic int *c, int want)
+{
+    while (atomic_load(c) < want)
+        sched_yield();
+}
+
+static void wait_all_parked(mp_runtime *rt)
+{
+    /* Every started worker is parked once the unparked count is zero. */
+    for (;;) {
+        uint64_t s = atomic_load(&rt->idle.state);
+        if ((s >> 32) == 0)
+            return;
+        sched_yield();
+    }
+}
+
+Test(worker, idle_busy_idle_cycles_lose_no_wakeup, .timeout = 120)
+{
+    mp_runtime *rt = rt_new(2);
+    enum { CYCLES = 10000, BURST = 4 };
+    one tasks[BURST];
+    _Atomic int done = 0, released = 0;
+    uint64_t rng = test_seed();
+    for (int c = 0; c < CYCLES; c++) {
+        int burst = 1 + (int)(test_rand(&rng) % BURST);
+        for (int i = 0; i < burst; i++) {
+            mp_task_init(&tasks[i].task, &one_vt);
+            tasks[i].counter = &done;
+            tasks[i].released = &released;
+            cr_assert_eq(mp_spawn(rt, &tasks[i].task), 0);
+        }
+        /* A header may be reused once it is released, not merely once it has run. */
+        wait_count(&released, burst);
+        cr_assert_eq(atomic_load(&done), burst);
+        atomic_store(&done, 0);
+        atomic_store(&released, 0);
+        /* Back to idle before the next burst, most of the time; sometimes not at all, so
+         * that bursts also land on workers that are on their way to sleep. */
+        if (test_rand(&rng) % 4)
+            wait_all_parked(rt);
+    }
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.total.polled, s.total.spawned, "every task polled by a worker, once");
+    cr_assert_gt(s.total.parks, CYCLES / 2, "workers really went to sleep between bursts");
+    mp_runtime_free(rt);
+}
+
+Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(4);
+    _Atomic int done = 0;
+    one tasks[64];
+    for (int i = 0; i < 64; i++) {
+        mp_task_init(&tasks[i].task, &one_vt);
+        tasks[i].released = NULL;
+        tasks[i].counter = &done;
+        mp_spawn(rt, &tasks[i].task);
+    }
+    wait_count(&done, 64);
+    wait_all_parked(rt);
+    mp_stats before, after;
+    mp_runtime_stats(rt, &before);
+    sleep_ms(1000);
+    mp_runtime_stats(rt, &after);
+    cr_assert_eq(after.total.unparks, before.total.unparks, "a worker woke while idle");
+    cr_assert_eq(after.total.parks, before.total.parks);
+    cr_assert_eq(after.total.polled, before.total.polled);
+    mp_runtime_free(rt);
+}
+
+Test(worker, workers_start_lazily, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(4);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.workers_started, 0, "no thread before there is work");
+    _Atomic int done = 0;
+    one t;
+    mp_task_init(&t.task, &one_vt);
+    t.released = NULL;
+    t.counter = &done;
+    mp_spawn(rt, &t.task);
+    wait_count(&done, 1);
+    mp_runtime_stats(rt, &s);
+    cr_assert_geq(s.workers_started, 1);
+    cr_assert_leq(s.workers_started, 2, "one task needs one worker (and its searcher)");
+    mp_runtime_free(rt);
+}
+
+/* Two tasks that wake each other forever, on one worker: a task spawned from outside must
+ * still run (the global queue is checked every global_interval polls, LIFO included). */
+typedef struct pinger {
+    mp_task task;
+    struct pinger *peer;
+    _Atomic bool *stop;
+    _Atomic bool *both_spawned;
+    _Atomic long *polls;
+} pinger;
+
+static mp_poll pinger_poll(mp_task *t, mp_context *cx)
+{
+    pinger *p = mp_container_of(t, pinger, task);
+    if (!atomic_load(p->both_spawned))
+        return mp_yield(cx); /* its peer is not a task yet: nothing to wake */
+    atomic_fetch_add(p->polls, 1);
+    if (atomic_load(p->stop))
+        return MP_READY;
+    mp_waker w = {.vt = &mp__task_waker_vt, .data = &p->peer->task};
+    mp_waker_wake_by_ref(&w);
+    return MP_PENDING;
+}
+
+static const mp_task_vtable pinger_vt = {.poll = pinger_poll};
+
+Test(worker, ping_pong_on_lifo_does_not_starve_the_global_queue, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(1);
+    _Atomic bool stop = false, both = false;
+    _Atomic long polls = 0;
+    pinger a, b;
+    mp_task_init(&a.task, &pinger_vt);
+    mp_task_init(&b.task, &pinger_vt);
+    a.peer = &b, b.peer = &a;
+    a.stop = b.stop = &stop;
+    a.both_spawned = b.both_spawned = &both;
+    a.polls = b.polls = &polls;
+    cr_assert_eq(mp_spawn_joinable(rt, &a.task), 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &b.task), 0);
+    atomic_store(&both, true);
+    while (atomic_load(&polls) < 10000)
+        sched_yield();
+    _Atomic int done = 0;
+    one t;
+    mp_task_init(&t.task, &one_vt);
+    t.released = NULL;
+    t.counter = &done;
+    cr_assert_eq(mp_spawn(rt, &t.task), 0);
+    wait_count(&done, 1); /* never helped by this thread: only the worker can run it */
+    atomic_store(&stop, true);
+    mp_waker w = {.vt = &mp__task_waker_vt, .data = &a.task};
+    mp_waker_wake_by_ref(&w);
+    mp_waker_wake_by_ref(&(mp_waker){.vt = &mp__task_waker_vt, .data = &b.task});
+    cr_assert_eq(mp_join(&a.task), 0);
+    cr_assert_eq(mp_join(&b.task), 0);
+    mp_worker_stats ws;
+    mp_runtime_worker_stats(rt, 0, &ws);
+    cr_assert_gt(ws.lifo_hits, 0);
+    cr_assert_lt(ws.lifo_hits, ws.polled, "LIFO streaks are capped");
+    mp_runtime_free(rt);
+}
+
+/* A task that spawns many children on a worker: another worker must steal some. */
+typedef struct spawner {
+    mp_task task;
+    one *kids;
+    int n;
+    _Atomic int finished;
+} spawner;
+
+static mp_poll spawner_poll(mp_task *t, mp_context *cx)
+{
+    spawner *s = mp_container_of(t, spawner, task);
+    for (int i = 0; i < s->n; i++)
+        cr_assert_eq(mp_spawn(mp_runtime_current(), &s->kids[i].task), 0);
+    /* Keep this worker busy so that the other one has to steal. */
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+    atomic_store(&s->finished, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable spawner_vt = {.poll = spawner_poll};
+
+Test(worker, idle_worker_steals_from_a_busy_one, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(2);
+    enum { KIDS = 100 };
+    one kids[KIDS];
+    _Atomic int done = 0;
+    for (int i = 0; i < KIDS; i++) {
+        mp_task_init(&kids[i].task, &one_vt);
+        kids[i].released = NULL;
+        kids[i].counter = &done;
+    }
+    spawner s = {.kids = kids, .n = KIDS};
+    mp_task_init(&s.task, &spawner_vt);
+    /* Detached and never helped: this thread must not run the spawner itself. */
+    cr_assert_eq(mp_spawn(rt, &s.task), 0);
+    wait_count(&done, KIDS);
+    wait_count(&s.finished, 1);
+    mp_stats st;
+    mp_runtime_stats(rt, &st);
+    cr_assert_gt(st.total.steals, 0);
+    cr_assert_gt(st.total.stolen, 0);
+    mp_runtime_free(rt);
+}
+
+typedef struct yielder {
+    mp_task task;
+    int left;
+    _Atomic int finished;
+    _Atomic int *last; /* which yielder polled last */
+    int id;
+    _Atomic int *alternations;
+} yielder;
+
+static mp_poll yielder_poll(mp_task *t, mp_context *cx)
+{
+    yielder *y = mp_container_of(t, yielder, task);
+    if (atomic_exchange(y->last, y->id) != y->id)
+        atomic_fetch_add(y->alternations, 1);
+    if (y->left-- > 0)
+        return mp_yield(cx);
+    atomic_store(&y->finished, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable yielder_vt = {.poll = yielder_poll};
+
+Test(worker, budget_ends_ticks_and_yield_goes_to_the_back, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(1);
+    yielder y[2];
+    _Atomic int last = -1, alternations = 0;
+    mp_task *list[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&y[i], 0, sizeof y[i]);
+        mp_task_init(&y[i].task, &yielder_vt);
+        y[i].left = 1000;
+        y[i].id = i;
+        y[i].last = &last;
+        y[i].alternations = &alternations;
+        list[i] = &y[i].task;
+    }
+    /* One batch, never helped by this thread: the one worker runs every poll. */
+    cr_assert_eq(mp_spawn_batch(rt, list, 2), 2);
+    while (!atomic_load(&y[0].finished) || !atomic_load(&y[1].finished))
+        sched_yield();
+    cr_assert_gt(atomic_load(&alternations), 1900, "yielding tasks take turns");
+    mp_worker_stats ws;
+    mp_runtime_worker_stats(rt, 0, &ws);
+    cr_assert_eq(ws.polled, 2002);
+    cr_assert_geq(ws.budget_exhausted, ws.polled / MP__BUDGET - 1);
+    cr_assert_eq(ws.lifo_hits, 0, "a yielded task goes to the ring, never the LIFO slot");
+    mp_runtime_free(rt);
+}
+
+Test(worker, disable_lifo_and_steal_knobs, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.disable_lifo = true;
+    cfg.disable_steal = true;
+    cfg.global_interval = 7;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    enum { KIDS = 100 };
+    one kids[KIDS];
+    _Atomic int done = 0;
+    for (int i = 0; i < KIDS; i++) {
+        mp_task_init(&kids[i].task, &one_vt);
+        kids[i].released = NULL;
+        kids[i].counter = &done;
+    }
+    spawner s = {.kids = kids, .n = KIDS};
+    mp_task_init(&s.task, &spawner_vt);
+    cr_assert_eq(mp_spawn(rt, &s.task), 0);
+    wait_count(&done, KIDS);
+    wait_count(&s.finished, 1);
+    mp_stats st;
+    mp_runtime_stats(rt, &st);
+    cr_assert_eq(st.total.lifo_hits, 0);
+    cr_assert_eq(st.total.steals, 0);
+    for (unsigned i = 0; i < 2; i++)
+        cr_assert_eq(rt->workers[i].global_interval, 7);
+    mp_runtime_free(rt);
+}
