@@ -24,7 +24,7 @@ extern "C" {
 #define MP_VERSION_MINOR 1
 #define MP_VERSION_PATCH 0
 
-#define mp_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define mp_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 typedef struct mp_runtime mp_runtime;
 typedef struct mp_task mp_task;
@@ -48,9 +48,9 @@ typedef struct mp_waker {
 } mp_waker;
 
 mp_waker mp_waker_clone(const mp_waker *w);
-void mp_waker_wake(mp_waker *w);              /* consumes *w, leaves it empty */
+void mp_waker_wake(mp_waker *w); /* consumes *w, leaves it empty */
 void mp_waker_wake_by_ref(const mp_waker *w);
-void mp_waker_drop(mp_waker *w);              /* leaves it empty; empty is a no-op */
+void mp_waker_drop(mp_waker *w); /* leaves it empty; empty is a no-op */
 bool mp_waker_will_wake(const mp_waker *a, const mp_waker *b);
 static inline bool mp_waker_is_empty(const mp_waker *w)
 {
@@ -72,13 +72,13 @@ typedef struct mp_task_vtable {
 struct mp_task {
     _Atomic uint64_t state;
     const mp_task_vtable *vt;
-    mp_task *next;               /* run-queue link */
-    mp_task *owned_prev;         /* registry links, guarded by the registry shard's lock */
+    mp_task *next;       /* run-queue link */
+    mp_task *owned_prev; /* registry links, guarded by the registry shard's lock */
     mp_task *owned_next;
     mp_runtime *rt;
-    mp_waker join_waker;         /* see the JOIN_WAKER protocol in task.c */
+    mp_waker join_waker; /* see the JOIN_WAKER protocol in task.c */
     uint32_t shard;
-    int32_t result;              /* 0, or -ECANCELED */
+    int32_t result; /* 0, or -ECANCELED */
 };
 
 /* Prepare an embedded task. vt must outlive the task. */
@@ -169,7 +169,7 @@ typedef struct mp_worker_stats {
 
 typedef struct mp_stats {
     mp_worker_stats total;
-    unsigned workers;        /* configured */
+    unsigned workers; /* configured */
     unsigned workers_started;
     unsigned spawn_failures; /* worker threads that could not be created */
     uint64_t injected;       /* tasks pushed to the global queue */

@@ -37,8 +37,8 @@
  */
 #include "internal.h"
 
-#define SEARCH_ONE   ((uint64_t)1)
-#define UNPARK_ONE   ((uint64_t)1 << 32)
+#define SEARCH_ONE ((uint64_t)1)
+#define UNPARK_ONE ((uint64_t)1 << 32)
 
 static inline unsigned searching_of(uint64_t s)
 {
@@ -123,8 +123,7 @@ mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx)
         }
         if (kind != MP__NOTIFY_NONE) {
             /* seq_cst: part of the (A)/(B) protocol above. */
-            atomic_fetch_add_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE,
-                                      memory_order_seq_cst);
+            atomic_fetch_add_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
         }
     }
     pthread_mutex_unlock(&idle->mu);

@@ -34,21 +34,26 @@
 _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY - 1)) == 0,
                "MP_QUEUE_CAPACITY must be a power of two, at least 4");
 
-#define MP__BUDGET              128 /* polls per tick */
-#define MP__LIFO_MAX_STREAK     3   /* LIFO polls in a row before the slot is flushed */
-#define MP__BATCH_CAP           32  /* per-worker global batch buffer */
-#define MP__GLOBAL_BATCH_MIN    4
-#define MP__GLOBAL_BATCH_MAX    64
-#define MP__INTERVAL_MIN        8
-#define MP__INTERVAL_MAX        255
-#define MP__INTERVAL_DEFAULT    61
-#define MP__EWMA_ALPHA          0.1
-/* See the measurement next to mp__worker_update_interval() in worker.c. */
-#define MP__GLOBAL_TARGET_NS    200000u
+#define MP__BUDGET           128 /* polls per tick */
+#define MP__LIFO_MAX_STREAK  3   /* LIFO polls in a row before the slot is flushed */
+#define MP__BATCH_CAP        32  /* per-worker global batch buffer */
+#define MP__GLOBAL_BATCH_MIN 4
+#define MP__GLOBAL_BATCH_MAX 64
+#define MP__INTERVAL_MIN     8
+#define MP__INTERVAL_MAX     255
+#define MP__INTERVAL_DEFAULT 61
+#define MP__EWMA_ALPHA       0.1
+/* The adaptive interval's latency target: Tokio's 200 us rather than the seeds' 1 ms. Two
+ * workers busy with 5 us polls, tasks injected one at a time (loadtest/runtime/
+ * global_interval.c, 2-vCPU Debian 12 VM, 2026-11-21): an injected task waited p50 45 us /
+ * p99 223 us at 200 us against 524 us / 1112 us at 1 ms; with 20 us polls 104 / 198 us against
+ * 370 / 1100 us. Local poll throughput was the same within run-to-run noise (the global check
+ * is one lock per ~40 polls). */
+#define MP__GLOBAL_TARGET_NS 200000u
 
 #define MP__UNREACHABLE(fmt, ...)                                                                  \
     do {                                                                                           \
-        fprintf(stderr, "magpie: %s:%d: impossible state: " fmt "\n", __FILE__, __LINE__,         \
+        fprintf(stderr, "magpie: %s:%d: impossible state: " fmt "\n", __FILE__, __LINE__,          \
                 __VA_ARGS__);                                                                      \
         abort();                                                                                   \
     } while (0)
@@ -147,6 +152,7 @@ typedef enum {
     MP__TO_IDLE_DEALLOC
 } mp__to_idle;
 typedef enum { MP__NOTIFY_NOTHING, MP__NOTIFY_SUBMIT, MP__NOTIFY_DEALLOC } mp__to_notified;
+typedef enum { MP__JOINED, MP__JOINED_DEALLOC, MP__JOINED_SLOW } mp__to_joined;
 
 /* The transitions: the only code that changes a task's state word (task.c). */
 mp__to_running mp__task_transition_to_running(mp_task *t);
@@ -160,6 +166,7 @@ void mp__task_transition_to_join_waker_done(mp_task *t);
 bool mp__task_transition_set_join_waker(mp_task *t);
 bool mp__task_transition_unset_join_waker(mp_task *t);
 bool mp__task_transition_to_join_handle_dropped(mp_task *t);
+mp__to_joined mp__task_transition_to_joined(mp_task *t, mp_waker *waker);
 
 int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
 /* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
@@ -200,9 +207,9 @@ bool mp__queue_is_empty(mp__queue *q);
 /* inject.c: the global queue. */
 typedef struct mp__inject {
     pthread_mutex_t mu;
-    mp_task *head;  /* guarded by mu */
-    mp_task *tail;  /* guarded by mu */
-    bool closed;    /* guarded by mu */
+    mp_task *head; /* guarded by mu */
+    mp_task *tail; /* guarded by mu */
+    bool closed;   /* guarded by mu */
     /* atomic: written under mu, read lock-free for emptiness checks */
     alignas(MP__CACHE_LINE) _Atomic size_t len;
 } mp__inject;
@@ -221,9 +228,9 @@ void mp__inject_close(mp__inject *inj);
 /* owned.c: every live task, for shutdown. */
 typedef struct mp__owned_shard {
     alignas(MP__CACHE_LINE) _Atomic uint32_t lock;
-    bool closed;      /* guarded by lock */
-    mp_task *head;    /* guarded by lock */
-    uint64_t count;   /* guarded by lock */
+    bool closed;    /* guarded by lock */
+    mp_task *head;  /* guarded by lock */
+    uint64_t count; /* guarded by lock */
 } mp__owned_shard;
 
 typedef struct mp__owned {
@@ -266,7 +273,11 @@ typedef struct mp__idle {
     bool closed;              /* guarded by mu: shutdown, no more slots handed out */
 } mp__idle;
 
-typedef enum mp__notify_kind { MP__NOTIFY_NONE, MP__NOTIFY_UNPARK, MP__NOTIFY_SPAWN } mp__notify_kind;
+typedef enum mp__notify_kind {
+    MP__NOTIFY_NONE,
+    MP__NOTIFY_UNPARK,
+    MP__NOTIFY_SPAWN
+} mp__notify_kind;
 
 int mp__idle_init(mp__idle *idle, unsigned workers);
 void mp__idle_destroy(mp__idle *idle);
@@ -299,8 +310,8 @@ typedef struct mp__worker {
     mp_task *batch[MP__BATCH_CAP];
     uint32_t batch_head, batch_len;
     uint32_t lifo_streak;
-    uint32_t tick_polls;       /* polls in the current tick (budget used) */
-    uint32_t since_global;     /* polls since the last global-queue check */
+    uint32_t tick_polls;   /* polls in the current tick (budget used) */
+    uint32_t since_global; /* polls since the last global-queue check */
     uint32_t global_interval;
     uint64_t tick_start_ns;
     double avg_task_ns;
@@ -311,8 +322,8 @@ typedef struct mp__worker {
     /* immutable after start: */
     mp_runtime *rt;
     unsigned index;
-    pthread_t thread;          /* valid once spawn_state is STARTED */
-    _Atomic int spawn_state;   /* atomic: enum below; see start_worker() in runtime.c */
+    pthread_t thread;        /* valid once spawn_state is STARTED */
+    _Atomic int spawn_state; /* atomic: enum below; see start_worker() in runtime.c */
 } mp__worker;
 
 enum { MP__SLOT_IDLE, MP__SLOT_STARTING, MP__SLOT_STARTED, MP__SLOT_FAILED };
@@ -336,15 +347,15 @@ struct mp_runtime {
     mp__inject inject;
     mp__idle idle;
     mp__owned owned;
-    mp__worker *workers;        /* immutable after start (the array; each slot has its owner) */
-    unsigned nworkers;          /* immutable after start */
-    mp_config cfg;              /* immutable after start */
-    alignas(MP__CACHE_LINE) _Atomic bool stop;     /* atomic: workers leave their loop */
-    _Atomic bool draining;      /* atomic: spawns from outside refused */
-    _Atomic int shutdown_state; /* atomic: 0 running, 1 shutting down, 2 done */
-    _Atomic unsigned spawn_attempts; /* atomic: for cfg.fail_spawn_nth */
-    _Atomic uint64_t spawned_outside; /* atomic: tasks spawned by non-worker threads */
-    _Atomic uint64_t injected;        /* atomic */
+    mp__worker *workers; /* immutable after start (the array; each slot has its owner) */
+    unsigned nworkers;   /* immutable after start */
+    mp_config cfg;       /* immutable after start */
+    alignas(MP__CACHE_LINE) _Atomic bool stop; /* atomic: workers leave their loop */
+    _Atomic bool draining;                     /* atomic: spawns from outside refused */
+    _Atomic int shutdown_state;                /* atomic: 0 running, 1 shutting down, 2 done */
+    _Atomic unsigned spawn_attempts;           /* atomic: for cfg.fail_spawn_nth */
+    _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
+    _Atomic uint64_t injected;                 /* atomic */
 };
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */

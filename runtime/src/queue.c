@@ -69,8 +69,8 @@ static inline void slot_store(mp__queue *q, uint32_t i, mp_task *t)
 
 /* Move the oldest half plus t to the global queue in one lock. false: a thief moved head
  * meanwhile; the caller retries the push. */
-static bool push_overflow(mp__queue *q, mp_task *t, uint32_t real, uint32_t tail,
-                          mp__inject *inj, bool *closed)
+static bool push_overflow(mp__queue *q, mp_task *t, uint32_t real, uint32_t tail, mp__inject *inj,
+                          bool *closed)
 {
     if (tail - real != MP_QUEUE_CAPACITY)
         MP__UNREACHABLE("overflow with %u queued", tail - real);

@@ -13,22 +13,23 @@
  *   bit 6  MP__T_JOIN_WAKER     join_waker holds the joiner's waker (access rules below)
  *   16..63 reference count: queue, registry (owned.c), join handle, each waker clone
  *
- * IDLE is none of MP__T_RUNNING, MP__T_COMPLETE, MP__T_SCHEDULED. A wake of an IDLE task sets MP__T_SCHEDULED and
- * queues it; of a MP__T_SCHEDULED task does nothing (it will be polled); of a MP__T_RUNNING task sets
- * MP__T_NOTIFIED, and the runner re-queues it after poll returns: no wake is lost and the task
- * never runs twice at once.
+ * IDLE is none of MP__T_RUNNING, MP__T_COMPLETE, MP__T_SCHEDULED. A wake of an IDLE task sets
+ * MP__T_SCHEDULED and queues it; of a MP__T_SCHEDULED task does nothing (it will be polled); of a
+ * MP__T_RUNNING task sets MP__T_NOTIFIED, and the runner re-queues it after poll returns: no wake
+ * is lost and the task never runs twice at once.
  *
  * The waker field join_waker is shared between the joiner and the runtime by the MP__T_JOIN_WAKER
  * bit (Tokio's rules):
- *   - MP__T_JOIN_WAKER clear, MP__T_COMPLETE clear: the joiner may write the field, then sets the bit
- *     with a release CAS that fails if MP__T_COMPLETE was set meanwhile.
+ *   - MP__T_JOIN_WAKER clear, MP__T_COMPLETE clear: the joiner may write the field, then sets the
+ * bit with a release CAS that fails if MP__T_COMPLETE was set meanwhile.
  *   - MP__T_JOIN_WAKER set, MP__T_COMPLETE clear: nobody writes; the joiner may clear the bit (CAS,
  *     fails on MP__T_COMPLETE) to replace the waker.
- *   - MP__T_COMPLETE and MP__T_JOIN_WAKER set: the runtime wakes it, then clears the bit; from then on
- *     the joiner owns the field (or the runtime drops it if the join handle is gone).
+ *   - MP__T_COMPLETE and MP__T_JOIN_WAKER set: the runtime wakes it, then clears the bit; from then
+ * on the joiner owns the field (or the runtime drops it if the join handle is gone).
  *
  * Wakers do not order the waker's earlier writes with the task's next poll: a primitive must
- * register a waker and check its condition under its own synchronization (the primitives in sync/ do).
+ * register a waker and check its condition under its own synchronization (the primitives in sync/
+ * do).
  */
 #include "internal.h"
 
@@ -69,8 +70,8 @@ static void ref_inc(mp_task *t)
 
 /* Transitions. */
 
-/* A queue entry is being run: MP__T_SCHEDULED -> MP__T_RUNNING. FAILED: shutdown or a concurrent runner
- * claimed the task; the caller drops the queue's reference. */
+/* A queue entry is being run: MP__T_SCHEDULED -> MP__T_RUNNING. FAILED: shutdown or a concurrent
+ * runner claimed the task; the caller drops the queue's reference. */
 mp__to_running mp__task_transition_to_running(mp_task *t)
 {
     uint64_t s = load_state(t, memory_order_relaxed);
@@ -93,8 +94,8 @@ mp__to_running mp__task_transition_to_running(mp_task *t)
 }
 
 /* poll returned PENDING. OK: idle, the run reference is dropped. REQUEUE: woken meanwhile (or
- * yielded); it is MP__T_SCHEDULED again and the run reference becomes the queue's. MP__T_CANCELLED: still
- * MP__T_RUNNING, the caller cancels it. */
+ * yielded); it is MP__T_SCHEDULED again and the run reference becomes the queue's. MP__T_CANCELLED:
+ * still MP__T_RUNNING, the caller cancels it. */
 mp__to_idle mp__task_transition_to_idle(mp_task *t, bool yielded)
 {
     uint64_t s = load_state(t, memory_order_relaxed);
@@ -219,10 +220,12 @@ bool mp__task_transition_to_complete(mp_task *t, uint64_t refs)
         if ((s & (MP__T_RUNNING | MP__T_COMPLETE)) != MP__T_RUNNING)
             MP__UNREACHABLE("complete of a task in state %#llx", (unsigned long long)s);
         bool wake = (s & MP__T_JOIN_INTEREST) && (s & MP__T_JOIN_WAKER);
-        uint64_t n = (s ^ (MP__T_RUNNING | MP__T_COMPLETE)) - (wake ? refs - 1 : refs) * MP__T_REF_ONE;
+        uint64_t n =
+            (s ^ (MP__T_RUNNING | MP__T_COMPLETE)) - (wake ? refs - 1 : refs) * MP__T_REF_ONE;
         /* acq_rel: release publishes the task's result to the joiner (pairs with the acquire
          * loads in mp__task_is_complete() and finish_join()); acquire reads the join waker
-         * published by the release CAS in mp__task_transition_set_join_waker(), and other droppers' uses. */
+         * published by the release CAS in mp__task_transition_set_join_waker(), and other droppers'
+         * uses. */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed)) {
             if (!wake && refs_of(n) == 0)
@@ -249,7 +252,8 @@ void mp__task_transition_to_join_waker_done(mp_task *t)
         }
         /* Release: our use of join_waker is over before the joiner takes it (pairs with the
          * acquire load in finish_join()). The join handle's reference keeps t alive. */
-        if (atomic_compare_exchange_weak_explicit(&t->state, &s, (s - MP__T_JOIN_WAKER) - MP__T_REF_ONE,
+        if (atomic_compare_exchange_weak_explicit(&t->state, &s,
+                                                  (s - MP__T_JOIN_WAKER) - MP__T_REF_ONE,
                                                   memory_order_release, memory_order_relaxed))
             return;
     }
@@ -262,7 +266,8 @@ bool mp__task_transition_set_join_waker(mp_task *t)
     for (;;) {
         if (s & MP__T_COMPLETE)
             return false;
-        /* Release: publishes join_waker; pairs with the acquire in mp__task_transition_to_complete(). */
+        /* Release: publishes join_waker; pairs with the acquire in
+         * mp__task_transition_to_complete(). */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, s | MP__T_JOIN_WAKER,
                                                   memory_order_release, memory_order_acquire))
             return true;
@@ -297,6 +302,30 @@ bool mp__task_transition_to_join_handle_dropped(mp_task *t)
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return !(n & MP__T_JOIN_WAKER);
+    }
+}
+
+/* The common end of a join: the task is complete and JOIN_WAKER is clear, so join_waker is
+ * the joiner's. Give up the join handle and its reference in one step; *waker receives what
+ * join_waker held, for the caller to drop. SLOW: not that case, use the two steps
+ * (mp__task_transition_to_join_handle_dropped, then a reference drop). */
+mp__to_joined mp__task_transition_to_joined(mp_task *t, mp_waker *waker)
+{
+    /* Acquire: pairs with the release in mp__task_transition_to_join_waker_done(), after
+     * which the runtime no longer reads join_waker. */
+    uint64_t s = load_state(t, memory_order_acquire);
+    for (;;) {
+        if (!(s & MP__T_JOIN_INTEREST))
+            MP__UNREACHABLE("join handle dropped twice, state %#llx", (unsigned long long)s);
+        if ((s & (MP__T_COMPLETE | MP__T_JOIN_WAKER)) != MP__T_COMPLETE)
+            return MP__JOINED_SLOW;
+        /* Read before the CAS: once our reference is gone another holder may free t. */
+        *waker = t->join_waker;
+        uint64_t n = (s & ~MP__T_JOIN_INTEREST) - MP__T_REF_ONE;
+        /* acq_rel: as in ref_dec(). */
+        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return refs_of(n) == 0 ? MP__JOINED_DEALLOC : MP__JOINED;
     }
 }
 
@@ -540,6 +569,18 @@ void mp_task_cancel(mp_task *task)
 /* The join handle goes away; the task is complete or the caller detaches. */
 static void drop_join_handle(mp_task *t)
 {
+    mp_waker waker;
+    switch (mp__task_transition_to_joined(t, &waker)) {
+    case MP__JOINED:
+        mp_waker_drop(&waker);
+        return;
+    case MP__JOINED_DEALLOC:
+        mp_waker_drop(&waker);
+        release_task(t);
+        return;
+    case MP__JOINED_SLOW:
+        break;
+    }
     if (mp__task_transition_to_join_handle_dropped(t))
         mp_waker_drop(&t->join_waker);
     ref_dec(t, 1);

@@ -209,8 +209,8 @@ static mp_task *steal_work(mp__worker *w)
     return fetch_global_batch(w);
 }
 
-/* Measured with loadtest/runtime/compare.sh (2 workers, 2-vCPU VM): see MP__GLOBAL_TARGET_NS
- * in internal.h for the figure that chose the target. */
+/* The EWMA of time per poll sets how many polls pass between global-queue checks; the
+ * target that scales it is chosen by measurement, see MP__GLOBAL_TARGET_NS in internal.h. */
 static void end_tick(mp__worker *w, uint64_t now)
 {
     mp_runtime *rt = w->rt;
@@ -219,7 +219,8 @@ static void end_tick(mp__worker *w, uint64_t now)
         w->avg_task_ns = w->avg_task_ns == 0
                              ? sample
                              : MP__EWMA_ALPHA * sample + (1 - MP__EWMA_ALPHA) * w->avg_task_ns;
-        uint64_t target = rt->cfg.global_target_ns ? rt->cfg.global_target_ns : MP__GLOBAL_TARGET_NS;
+        uint64_t target =
+            rt->cfg.global_target_ns ? rt->cfg.global_target_ns : MP__GLOBAL_TARGET_NS;
         double interval = w->avg_task_ns > 0 ? (double)target / w->avg_task_ns : MP__INTERVAL_MAX;
         if (interval < MP__INTERVAL_MIN)
             interval = MP__INTERVAL_MIN;

@@ -62,7 +62,7 @@ Test(inject, closed_refuses_pushes_but_drains)
 }
 
 #define PRODUCERS 4
-#define PER 50000
+#define PER       50000
 
 static void *producer(void *arg)
 {

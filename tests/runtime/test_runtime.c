@@ -158,7 +158,8 @@ Test(runtime, shutdown_cancels_queued_idle_and_parked_tasks, .timeout = 60)
         sched_yield();
     for (int i = 0; i < QUEUED; i++) {
         counted_init(&queued[i], &t, 0, NULL);
-        cr_assert_eq(i % 2 ? mp_spawn(rt, &queued[i].task) : mp_spawn_joinable(rt, &queued[i].task), 0);
+        cr_assert_eq(i % 2 ? mp_spawn(rt, &queued[i].task) : mp_spawn_joinable(rt, &queued[i].task),
+                     0);
     }
     /* Shut down from another thread while the worker is still blocked. */
     pthread_t th;

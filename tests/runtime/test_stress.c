@@ -27,7 +27,7 @@ typedef struct stask {
 typedef struct round {
     stask *tasks;
     size_t n;
-    _Atomic size_t next;     /* next unspawned task */
+    _Atomic size_t next; /* next unspawned task */
     _Atomic size_t done;
     _Atomic size_t released;
     _Atomic(mp_waker *) mailbox[MAILBOX];
@@ -165,7 +165,13 @@ static void run_round(uint64_t seed, size_t n, unsigned workers, bool lifo)
     mp_stats st;
     mp_runtime_stats(r->rt, &st);
     cr_assert_eq(st.total.spawned, n);
-    fprintf(stderr, "round seed %llu: %zu tasks on %u workers: polled %llu (+inline), stolen %llu, steals %llu, lifo %llu, overflows %llu, global batches %llu, parks %llu\n", (unsigned long long)seed, n, workers, (unsigned long long)st.total.polled, (unsigned long long)st.total.stolen, (unsigned long long)st.total.steals, (unsigned long long)st.total.lifo_hits, (unsigned long long)st.total.overflows, (unsigned long long)st.total.global_batches, (unsigned long long)st.total.parks);
+    fprintf(stderr,
+            "round seed %llu: %zu tasks on %u workers: polled %llu (+inline), stolen %llu, steals "
+            "%llu, lifo %llu, overflows %llu, global batches %llu, parks %llu\n",
+            (unsigned long long)seed, n, workers, (unsigned long long)st.total.polled,
+            (unsigned long long)st.total.stolen, (unsigned long long)st.total.steals,
+            (unsigned long long)st.total.lifo_hits, (unsigned long long)st.total.overflows,
+            (unsigned long long)st.total.global_batches, (unsigned long long)st.total.parks);
     mp_runtime_free(r->rt);
     for (size_t i = 0; i < MAILBOX; i++)
         mail_wake(i); /* drop what is left: the tasks are complete */

@@ -7,14 +7,14 @@
 #include "internal.h"
 #include "test_util.h"
 
-#define R  MP__T_RUNNING
-#define C  MP__T_COMPLETE
-#define S  MP__T_SCHEDULED
-#define N  MP__T_NOTIFIED
-#define X  MP__T_CANCELLED
-#define JI MP__T_JOIN_INTEREST
-#define JW MP__T_JOIN_WAKER
-#define REF(n) ((uint64_t)(n) * MP__T_REF_ONE)
+#define R      MP__T_RUNNING
+#define C      MP__T_COMPLETE
+#define S      MP__T_SCHEDULED
+#define N      MP__T_NOTIFIED
+#define X      MP__T_CANCELLED
+#define JI     MP__T_JOIN_INTEREST
+#define JW     MP__T_JOIN_WAKER
+#define REF(n) ((uint64_t)(n)*MP__T_REF_ONE)
 
 static _Atomic int released;
 static void count_release(mp_task *t)

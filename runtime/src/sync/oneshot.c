@@ -16,8 +16,8 @@ static uint32_t lock(mp_oneshot *o)
         uint32_t s = atomic_load_explicit(&o->state, memory_order_relaxed);
         /* Acquire: see what the previous holder wrote (pairs with the release in unlock()). */
         if (!(s & LOCKED) &&
-            atomic_compare_exchange_weak_explicit(&o->state, &s, s | LOCKED,
-                                                  memory_order_acquire, memory_order_relaxed))
+            atomic_compare_exchange_weak_explicit(&o->state, &s, s | LOCKED, memory_order_acquire,
+                                                  memory_order_relaxed))
             return s;
         if (spins >= 64)
             sched_yield();

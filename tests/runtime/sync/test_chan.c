@@ -29,7 +29,7 @@ Test(chan, try_send_and_recv_in_order_with_backpressure)
 /* Producer tasks and producer threads into one consumer task; per-producer order kept and
  * every message delivered once, through a channel much smaller than the traffic. */
 #define PRODUCERS 6
-#define MSGS 20000
+#define MSGS      20000
 
 typedef struct producer {
     mp_task task;

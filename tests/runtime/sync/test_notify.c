@@ -71,7 +71,8 @@ Test(notify, cancelled_waiter_passes_notify_one_on)
     mp_notify n;
     mp_notify_init(&n);
     mp__thread_waiter ta, tb;
-    mp_context ca = {.waker = mp__thread_waiter_init(&ta)}, cb = {.waker = mp__thread_waiter_init(&tb)};
+    mp_context ca = {.waker = mp__thread_waiter_init(&ta)},
+               cb = {.waker = mp__thread_waiter_init(&tb)};
     mp_notify_waiter a, b;
     mp_notify_waiter_init(&a);
     mp_notify_waiter_init(&b);
