@@ -156,6 +156,7 @@ unsigned mp_runtime_workers(const mp_runtime *rt);
 
 typedef struct mp_worker_stats {
     uint64_t spawned;          /* tasks spawned from this worker (total: from anywhere) */
+    uint64_t completed;        /* tasks completed or cancelled on it (total: anywhere) */
     uint64_t polled;           /* poll calls */
     uint64_t stolen;           /* tasks taken from other workers */
     uint64_t steals;           /* successful steal operations */
@@ -173,7 +174,7 @@ typedef struct mp_stats {
     unsigned workers_started;
     unsigned spawn_failures; /* worker threads that could not be created */
     uint64_t injected;       /* tasks pushed to the global queue */
-    uint64_t live_tasks;     /* spawned and not yet complete */
+    uint64_t live_tasks;     /* spawned and not yet complete (a snapshot) */
 } mp_stats;
 
 int mp_runtime_stats(mp_runtime *rt, mp_stats *out);

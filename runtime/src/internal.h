@@ -176,6 +176,10 @@ void mp__task_run(mp_task *t, struct mp__worker *w);
 void mp__task_shutdown(mp_task *t);
 /* Drop the reference a run queue held (the task was cancelled while queued). */
 void mp__task_drop_queue_ref(mp_task *t);
+/* Shutdown found t in a run queue: cancel it, or drop a stale entry. */
+void mp__task_shutdown_queued(mp_task *t);
+/* mp_task.shard of a task that has never suspended, so is in no registry shard. */
+#define MP__UNREGISTERED UINT32_MAX
 bool mp__task_is_complete(const mp_task *t);
 /* Join from a worker's help loop: false when t has completed. */
 bool mp__task_register_join_waker(mp_task *t, const mp_waker *waker);
@@ -298,8 +302,8 @@ unsigned mp__idle_searching(mp__idle *idle);
 
 /* worker.c */
 typedef struct mp__worker_counters {
-    mp__counter spawned, polled, stolen, steals, parks, unparks, lifo_hits, global_batches,
-        overflows, budget_exhausted;
+    mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
+        global_batches, overflows, budget_exhausted;
 } mp__worker_counters;
 
 typedef struct mp__worker {
@@ -335,9 +339,10 @@ extern _Thread_local mp_runtime *mp__tls_inline_rt;
 void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index);
 void *mp__worker_main(void *arg);
 /* Put a runnable task on a queue: the caller's LIFO slot or ring when the caller is a worker
- * of rt, else the global queue, and wake a worker if one is needed. */
-void mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield);
-void mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n);
+ * of rt, else the global queue, and wake a worker if one is needed. false: the global queue
+ * is closed (shutdown) and the caller still holds the queue's reference. */
+bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield);
+bool mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n);
 /* Help until t completes, on worker w. false: the runtime is stopping and t is not done. */
 bool mp__worker_help_until(mp__worker *w, mp_task *t);
 void mp__worker_drain_on_shutdown(mp__worker *w);
@@ -352,10 +357,12 @@ struct mp_runtime {
     mp_config cfg;       /* immutable after start */
     alignas(MP__CACHE_LINE) _Atomic bool stop; /* atomic: workers leave their loop */
     _Atomic bool draining;                     /* atomic: spawns from outside refused */
+    _Atomic bool closed;                       /* atomic: every spawn refused */
     _Atomic int shutdown_state;                /* atomic: 0 running, 1 shutting down, 2 done */
     _Atomic unsigned spawn_attempts;           /* atomic: for cfg.fail_spawn_nth */
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
+    _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */
 };
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */

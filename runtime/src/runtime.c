@@ -66,6 +66,8 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         goto out_destroy_idle;
     atomic_init(&rt->stop, false);
     atomic_init(&rt->draining, false);
+    atomic_init(&rt->closed, false);
+    atomic_init(&rt->completed_outside, 0);
     atomic_init(&rt->shutdown_state, 0);
     atomic_init(&rt->spawn_attempts, 0);
     atomic_init(&rt->spawned_outside, 0);
@@ -162,6 +164,20 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
+/* Nothing left to run: every started worker asleep (so its queues are empty), the global
+ * queue empty, and no task suspended (those are registered). With spawns from outside
+ * refused this stays true once true, except for tasks woken from outside, which are
+ * registered and so counted until they finish. */
+static bool quiescent(mp_runtime *rt)
+{
+    /* Relaxed: with no spawns from outside, new work can only come from waking a suspended
+     * task, and a suspended task keeps the registry count above zero until it completes; a
+     * stale read only costs one more millisecond of polling. */
+    uint64_t idle = atomic_load_explicit(&rt->idle.state, memory_order_relaxed);
+    return (idle >> 32) == 0 && mp__inject_len(&rt->inject) == 0 &&
+           mp__owned_count(&rt->owned) == 0;
+}
+
 int mp_runtime_shutdown(mp_runtime *rt)
 {
     mp__worker *self = mp__tls_worker;
@@ -179,9 +195,10 @@ int mp_runtime_shutdown(mp_runtime *rt)
         uint64_t deadline = rt->cfg.drain_timeout_ms
                                 ? mp__now_ns() + (uint64_t)rt->cfg.drain_timeout_ms * 1000000u
                                 : UINT64_MAX;
-        while (mp__owned_count(&rt->owned) > 0 && mp__now_ns() < deadline)
+        while (!quiescent(rt) && mp__now_ns() < deadline)
             sleep_ms(1);
     }
+    atomic_store_explicit(&rt->closed, true, memory_order_relaxed);
     mp__owned_close(&rt->owned);
     mp__inject_close(&rt->inject);
     unsigned slots = mp__idle_close(&rt->idle);
@@ -204,7 +221,7 @@ int mp_runtime_shutdown(mp_runtime *rt)
     for (unsigned i = 0; i < rt->nworkers; i++)
         mp__worker_drain_on_shutdown(&rt->workers[i]);
     for (mp_task *t; (t = mp__inject_pop(&rt->inject));)
-        mp__task_run(t, NULL);
+        mp__task_shutdown_queued(t);
     atomic_store_explicit(&rt->shutdown_state, 2, memory_order_relaxed);
     return 0;
 }
@@ -245,6 +262,7 @@ static void read_counters(const mp__worker *w, mp_worker_stats *o)
     const mp__worker_counters *c = &w->stats;
 #define RD(f) o->f = atomic_load_explicit(&c->f, memory_order_relaxed)
     RD(spawned);
+    RD(completed);
     RD(polled);
     RD(stolen);
     RD(steals);
@@ -272,6 +290,7 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
         mp_worker_stats w;
         read_counters(&rt->workers[i], &w);
         out->total.spawned += w.spawned;
+        out->total.completed += w.completed;
         out->total.polled += w.polled;
         out->total.stolen += w.stolen;
         out->total.steals += w.steals;
@@ -290,6 +309,10 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     out->workers = rt->nworkers;
     out->spawn_failures = atomic_load_explicit(&rt->idle.failed, memory_order_relaxed);
     out->injected = atomic_load_explicit(&rt->injected, memory_order_relaxed);
-    out->live_tasks = mp__owned_count(&rt->owned);
+    out->total.completed += atomic_load_explicit(&rt->completed_outside, memory_order_relaxed);
+    /* Completions are read before spawns: a task's spawn is counted before it can complete,
+     * so the difference does not go below the truth by much; it is a snapshot. */
+    out->live_tasks =
+        out->total.spawned > out->total.completed ? out->total.spawned - out->total.completed : 0;
     return 0;
 }

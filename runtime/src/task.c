@@ -4,27 +4,28 @@
  * The state is one 64-bit atomic word. Nothing outside this file changes it, and here only
  * the named transition functions do, each returning what the caller must do next.
  *
- *   bit 0  MP__T_RUNNING        a thread is polling the task (or cancelling it); exclusive
- *   bit 1  MP__T_COMPLETE       finished (READY or cancelled); never unset
- *   bit 2  MP__T_SCHEDULED      a run queue holds the task and one reference for it
- *   bit 3  MP__T_NOTIFIED       woken while MP__T_RUNNING: run again after this poll (at the back)
- *   bit 4  MP__T_CANCELLED      do not poll again; never unset
- *   bit 5  MP__T_JOIN_INTEREST  a join handle exists
- *   bit 6  MP__T_JOIN_WAKER     join_waker holds the joiner's waker (access rules below)
- *   16..63 reference count: queue, registry (owned.c), join handle, each waker clone
+ *   bit 0  RUNNING        a thread is polling the task (or cancelling it); exclusive
+ *   bit 1  COMPLETE       finished (READY or cancelled); never unset
+ *   bit 2  SCHEDULED      a run queue holds the task and one reference for it
+ *   bit 3  NOTIFIED       woken while RUNNING: run again after this poll (at the back)
+ *   bit 4  CANCELLED      do not poll again; never unset
+ *   bit 5  JOIN_INTEREST  a join handle exists
+ *   bit 6  JOIN_WAKER     join_waker holds the joiner's waker (access rules below)
+ *   16..63 reference count: queue, registry (owned.c, from the first PENDING on), join
+ *          handle, each waker clone
  *
- * IDLE is none of MP__T_RUNNING, MP__T_COMPLETE, MP__T_SCHEDULED. A wake of an IDLE task sets
- * MP__T_SCHEDULED and queues it; of a MP__T_SCHEDULED task does nothing (it will be polled); of a
- * MP__T_RUNNING task sets MP__T_NOTIFIED, and the runner re-queues it after poll returns: no wake
+ * IDLE is none of RUNNING, COMPLETE, SCHEDULED. A wake of an IDLE task sets
+ * SCHEDULED and queues it; of a SCHEDULED task does nothing (it will be polled); of a
+ * RUNNING task sets NOTIFIED, and the runner re-queues it after poll returns: no wake
  * is lost and the task never runs twice at once.
  *
- * The waker field join_waker is shared between the joiner and the runtime by the MP__T_JOIN_WAKER
+ * The waker field join_waker is shared between the joiner and the runtime by the JOIN_WAKER
  * bit (Tokio's rules):
- *   - MP__T_JOIN_WAKER clear, MP__T_COMPLETE clear: the joiner may write the field, then sets the
- * bit with a release CAS that fails if MP__T_COMPLETE was set meanwhile.
- *   - MP__T_JOIN_WAKER set, MP__T_COMPLETE clear: nobody writes; the joiner may clear the bit (CAS,
- *     fails on MP__T_COMPLETE) to replace the waker.
- *   - MP__T_COMPLETE and MP__T_JOIN_WAKER set: the runtime wakes it, then clears the bit; from then
+ *   - JOIN_WAKER clear, COMPLETE clear: the joiner may write the field, then sets the
+ * bit with a release CAS that fails if COMPLETE was set meanwhile.
+ *   - JOIN_WAKER set, COMPLETE clear: nobody writes; the joiner may clear the bit (CAS,
+ *     fails on COMPLETE) to replace the waker.
+ *   - COMPLETE and JOIN_WAKER set: the runtime wakes it, then clears the bit; from then
  * on the joiner owns the field (or the runtime drops it if the join handle is gone).
  *
  * Wakers do not order the waker's earlier writes with the task's next poll: a primitive must
@@ -70,7 +71,7 @@ static void ref_inc(mp_task *t)
 
 /* Transitions. */
 
-/* A queue entry is being run: MP__T_SCHEDULED -> MP__T_RUNNING. FAILED: shutdown or a concurrent
+/* A queue entry is being run: SCHEDULED -> RUNNING. FAILED: shutdown or a concurrent
  * runner claimed the task; the caller drops the queue's reference. */
 mp__to_running mp__task_transition_to_running(mp_task *t)
 {
@@ -94,8 +95,8 @@ mp__to_running mp__task_transition_to_running(mp_task *t)
 }
 
 /* poll returned PENDING. OK: idle, the run reference is dropped. REQUEUE: woken meanwhile (or
- * yielded); it is MP__T_SCHEDULED again and the run reference becomes the queue's. MP__T_CANCELLED:
- * still MP__T_RUNNING, the caller cancels it. */
+ * yielded); it is SCHEDULED again and the run reference becomes the queue's. CANCELLED:
+ * still RUNNING, the caller cancels it. */
 mp__to_idle mp__task_transition_to_idle(mp_task *t, bool yielded)
 {
     uint64_t s = load_state(t, memory_order_relaxed);
@@ -194,7 +195,7 @@ mp__to_notified mp__task_transition_to_notified_and_cancel(mp_task *t)
 }
 
 /* Shutdown claims a task nobody is running (idle or queued): true means the caller now runs
- * its cancellation. Otherwise MP__T_CANCELLED is left for the runner. */
+ * its cancellation. Otherwise CANCELLED is left for the runner. */
 bool mp__task_transition_to_shutdown(mp_task *t)
 {
     uint64_t s = load_state(t, memory_order_relaxed);
@@ -208,9 +209,9 @@ bool mp__task_transition_to_shutdown(mp_task *t)
     }
 }
 
-/* MP__T_RUNNING -> MP__T_COMPLETE, dropping the runner's references in the same step (refs of them;
+/* RUNNING -> COMPLETE, dropping the runner's references in the same step (refs of them;
  * one is kept if the join waker must still be woken). The joiner may return as soon as it
- * sees MP__T_COMPLETE without MP__T_JOIN_WAKER, so this RMW is the runtime's last touch of the task
+ * sees COMPLETE without JOIN_WAKER, so this RMW is the runtime's last touch of the task
  * unless it returns true: then the caller wakes the joiner and finishes with
  * mp__task_transition_to_join_waker_done(). */
 bool mp__task_transition_to_complete(mp_task *t, uint64_t refs)
@@ -235,7 +236,7 @@ bool mp__task_transition_to_complete(mp_task *t, uint64_t refs)
     }
 }
 
-/* After waking the joiner: give join_waker back (clear MP__T_JOIN_WAKER) and drop the last runner
+/* After waking the joiner: give join_waker back (clear JOIN_WAKER) and drop the last runner
  * reference in one step. If the join handle went away meanwhile, the waker is ours to drop. */
 void mp__task_transition_to_join_waker_done(mp_task *t)
 {
@@ -333,7 +334,8 @@ mp__to_joined mp__task_transition_to_joined(mp_task *t, mp_waker *waker)
 
 static void task_schedule(mp_task *t)
 {
-    mp__schedule(t->rt, t, false);
+    if (!mp__schedule(t->rt, t, false))
+        ref_dec(t, 1); /* shutting down: shutdown cancels t; drop the queue's reference */
 }
 
 static void waker_wake(const void *data)
@@ -386,70 +388,81 @@ void mp_task_init(mp_task *task, const mp_task_vtable *vt)
     task->owned_prev = task->owned_next = task;
     task->rt = NULL;
     task->join_waker = (mp_waker){0};
-    task->shard = 0;
+    task->shard = MP__UNREGISTERED;
     task->result = 0;
+}
+
+/* Spawns are refused once shutdown closes the runtime, and from outside its workers already
+ * while it drains. A spawn that races with the close either fails here or its task is queued
+ * and shutdown cancels it (src/runtime.c). */
+static bool spawn_refused(mp_runtime *rt, bool on_worker)
+{
+    /* Relaxed: a hint; the exact cut-offs are the closed global queue (outside) and the queue
+     * drains of shutdown (workers). */
+    return atomic_load_explicit(&rt->closed, memory_order_relaxed) ||
+           (!on_worker && atomic_load_explicit(&rt->draining, memory_order_relaxed));
+}
+
+static bool spawnable(const mp_task *t)
+{
+    return t && t->vt && t->vt->poll && load_state(t, memory_order_relaxed) == 0;
 }
 
 int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable)
 {
-    if (!rt || !t || !t->vt || !t->vt->poll || load_state(t, memory_order_relaxed) != 0)
+    if (!rt || !spawnable(t))
         return -EINVAL;
     mp__worker *w = mp__tls_worker;
     bool on_worker = w && w->rt == rt;
-    /* Relaxed: spawns from outside are refused once draining starts; the registry close
-     * (under its locks) is the exact cut-off. */
-    if (!on_worker && atomic_load_explicit(&rt->draining, memory_order_relaxed))
+    if (spawn_refused(rt, on_worker))
         return -ESHUTDOWN;
     t->rt = rt;
-    /* The queue's reference, the registry's, and the join handle's. Relaxed: nobody else
-     * sees t before the registry lock and the queue push publish it. */
+    /* The queue's reference and the join handle's; the registry takes one only if the task
+     * ever suspends (mp__task_run). Relaxed: the queue push publishes t. */
     atomic_store_explicit(&t->state,
                           MP__T_SCHEDULED | (joinable ? MP__T_JOIN_INTEREST : 0) |
-                              (joinable ? 3 : 2) * MP__T_REF_ONE,
+                              (joinable ? 2 : 1) * MP__T_REF_ONE,
                           memory_order_relaxed);
-    int rc = mp__owned_bind(&rt->owned, t, on_worker ? (int)w->index : -1);
-    if (rc != 0) {
+    if (!mp__schedule(rt, t, false)) {
         atomic_store_explicit(&t->state, 0, memory_order_relaxed);
-        return rc;
+        return -ESHUTDOWN;
     }
     if (on_worker)
         mp__counter_add(&w->stats.spawned, 1);
     else
         atomic_fetch_add_explicit(&rt->spawned_outside, 1, memory_order_relaxed);
-    mp__schedule(rt, t, false);
     return 0;
 }
 
 int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n)
 {
+    if (!rt)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!spawnable(tasks[i]))
+            return -EINVAL;
     mp__worker *w = mp__tls_worker;
     bool on_worker = w && w->rt == rt;
-    for (size_t i = 0; i < n; i++) {
-        mp_task *t = tasks[i];
-        if (!t || !t->vt || !t->vt->poll || load_state(t, memory_order_relaxed) != 0)
-            return -EINVAL;
-    }
-    if (!on_worker && atomic_load_explicit(&rt->draining, memory_order_relaxed))
+    if (spawn_refused(rt, on_worker))
         return 0;
-    mp_task *local[64];
-    size_t k = 0, spawned = 0;
-    for (size_t i = 0; i < n; i++) {
-        mp_task *t = tasks[i];
-        t->rt = rt;
-        /* Relaxed: as in mp__task_spawn(). */
-        atomic_store_explicit(&t->state, MP__T_SCHEDULED | 2 * MP__T_REF_ONE, memory_order_relaxed);
-        if (mp__owned_bind(&rt->owned, t, on_worker ? (int)w->index : -1) != 0) {
-            atomic_store_explicit(&t->state, 0, memory_order_relaxed);
+    size_t spawned = 0;
+    while (spawned < n) {
+        mp_task *chunk[64];
+        size_t k = n - spawned < 64 ? n - spawned : 64;
+        for (size_t i = 0; i < k; i++) {
+            mp_task *t = tasks[spawned + i];
+            t->rt = rt;
+            /* Relaxed: as in mp__task_spawn(). */
+            atomic_store_explicit(&t->state, MP__T_SCHEDULED | MP__T_REF_ONE, memory_order_relaxed);
+            chunk[i] = t;
+        }
+        if (!mp__schedule_batch(rt, chunk, k)) {
+            for (size_t i = 0; i < k; i++)
+                atomic_store_explicit(&chunk[i]->state, 0, memory_order_relaxed);
             break;
         }
-        local[k++] = t;
-        spawned++;
-        if (k == 64) {
-            mp__schedule_batch(rt, local, k);
-            k = 0;
-        }
+        spawned += k;
     }
-    mp__schedule_batch(rt, local, k);
     if (on_worker)
         mp__counter_add(&w->stats.spawned, spawned);
     else
@@ -471,14 +484,34 @@ int mp_spawn_joinable(mp_runtime *rt, mp_task *task)
 
 static void complete(mp_task *t, int result)
 {
-    /* Unregister while still MP__T_RUNNING: nobody can have returned from a join yet. The run
-     * reference goes, and the registry's unless shutdown took it already. */
-    uint64_t refs = mp__owned_remove(&t->rt->owned, t) ? 2 : 1;
+    /* Unregister while still RUNNING: nobody can have returned from a join yet. The run
+     * reference goes, and the registry's if the task had one and shutdown did not take it.
+     * t->shard is only touched by whoever holds RUNNING. */
+    uint64_t refs = 1;
+    if (t->shard != MP__UNREGISTERED && mp__owned_remove(&t->rt->owned, t))
+        refs = 2;
+    mp__worker *w = mp__tls_worker;
+    if (w && w->rt == t->rt)
+        mp__counter_add(&w->stats.completed, 1);
+    else
+        atomic_fetch_add_explicit(&t->rt->completed_outside, 1, memory_order_relaxed);
     t->result = result;
     if (mp__task_transition_to_complete(t, refs)) {
         mp_waker_wake_by_ref(&t->join_waker);
         mp__task_transition_to_join_waker_done(t);
     }
+}
+
+/* The task's first suspension: from now on it may sit idle with its waker held elsewhere,
+ * where only the registry can find it at shutdown. The registry's reference is taken before
+ * the task is linked: shutdown may unlink it at once and drop that reference. */
+static bool register_task(mp_task *t, mp__worker *w)
+{
+    ref_inc(t);
+    if (mp__owned_bind(&t->rt->owned, t, w ? (int)w->index : -1) == 0)
+        return true;
+    ref_dec(t, 1);
+    return false;
 }
 
 static void cancel_and_complete(mp_task *t)
@@ -517,11 +550,18 @@ void mp__task_run(mp_task *t, mp__worker *w)
         complete(t, 0);
         return;
     }
+    if (!cx.yielded && t->shard == MP__UNREGISTERED && !register_task(t, w)) {
+        cancel_and_complete(t); /* shutting down: a task that waits now would be lost */
+        return;
+    }
     switch (mp__task_transition_to_idle(t, cx.yielded)) {
     case MP__TO_IDLE_OK:
         break;
     case MP__TO_IDLE_REQUEUE:
-        mp__schedule(t->rt, t, true);
+        /* Refused only while shutting down, by an inline runner: a task that only yielded
+         * may be in no registry, so cancel it here rather than lose it. */
+        if (!mp__schedule(t->rt, t, true))
+            mp__task_shutdown_queued(t);
         break;
     case MP__TO_IDLE_CANCELLED:
         cancel_and_complete(t);
@@ -546,9 +586,17 @@ void mp__task_drop_queue_ref(mp_task *t)
     ref_dec(t, 1);
 }
 
+void mp__task_shutdown_queued(mp_task *t)
+{
+    if (mp__task_transition_to_shutdown(t))
+        cancel_and_complete(t); /* the queue's reference serves as the run reference */
+    else
+        ref_dec(t, 1); /* a stale entry: the task completed (or runs) elsewhere */
+}
+
 bool mp__task_is_complete(const mp_task *t)
 {
-    /* Acquire: the task's output is visible once MP__T_COMPLETE is (pairs with the release in
+    /* Acquire: the task's output is visible once COMPLETE is (pairs with the release in
      * mp__task_transition_to_complete()). */
     return load_state(t, memory_order_acquire) & MP__T_COMPLETE;
 }
@@ -592,7 +640,7 @@ void mp_detach(mp_task *task)
 }
 
 /* Register waker as the joiner's. true: registered (or already there), wait. false: the task
- * completed; join_waker belongs to the runtime until it clears MP__T_JOIN_WAKER. */
+ * completed; join_waker belongs to the runtime until it clears JOIN_WAKER. */
 static bool register_join_waker(mp_task *t, const mp_waker *waker)
 {
     uint64_t s = load_state(t, memory_order_acquire);
@@ -614,7 +662,7 @@ static bool register_join_waker(mp_task *t, const mp_waker *waker)
 
 /* The task completed: wait until the runtime is done with our waker, then let go. A stack
  * waker (a blocked thread's) must not be touched after we return; the runtime clears
- * MP__T_JOIN_WAKER right after it wakes us, so this waits a few instructions at most. */
+ * JOIN_WAKER right after it wakes us, so this waits a few instructions at most. */
 static int finish_join(mp_task *t)
 {
     /* Acquire: pairs with the fetch_and in complete() that hands join_waker back. */

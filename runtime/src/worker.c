@@ -79,7 +79,7 @@ static bool has_local_tasks(mp__worker *w)
     return w->lifo || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
 }
 
-void mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
+bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
 {
     mp__worker *w = mp__tls_worker;
     if (w && w->rt == rt && !w->parking) {
@@ -97,36 +97,33 @@ void mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
         }
         if (notify)
             mp__runtime_notify(rt);
-        return;
+        return true;
     }
     t->next = NULL;
-    if (!mp__inject_push(&rt->inject, t)) {
-        mp__task_drop_queue_ref(t); /* shutting down: the registry cancels t */
-        return;
-    }
+    if (!mp__inject_push(&rt->inject, t))
+        return false;
     atomic_fetch_add_explicit(&rt->injected, 1, memory_order_relaxed);
     mp__runtime_notify(rt);
+    return true;
 }
 
-void mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n)
+bool mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n)
 {
     mp__worker *w = mp__tls_worker;
     if (n == 0)
-        return;
+        return true;
     if (w && w->rt == rt && !w->parking) {
         for (size_t i = 0; i < n; i++)
             push_ring(w, tasks[i]);
     } else {
         for (size_t i = 0; i + 1 < n; i++)
             tasks[i]->next = tasks[i + 1];
-        if (!mp__inject_push_batch(&rt->inject, tasks[0], tasks[n - 1], n)) {
-            for (size_t i = 0; i < n; i++)
-                mp__task_drop_queue_ref(tasks[i]);
-            return;
-        }
+        if (!mp__inject_push_batch(&rt->inject, tasks[0], tasks[n - 1], n))
+            return false;
         atomic_fetch_add_explicit(&rt->injected, n, memory_order_relaxed);
     }
     mp__runtime_notify(rt); /* one notification; woken searchers wake the next ones */
+    return true;
 }
 
 /* Take a fair share of the global queue: min(len / workers, 64), at least 4. One is returned,
@@ -356,14 +353,14 @@ void *mp__worker_main(void *arg)
 
 void mp__worker_drain_on_shutdown(mp__worker *w)
 {
-    /* Every task here was cancelled by the registry: running the entry only drops the queue's
-     * reference (transition_to_running fails on COMPLETE). */
+    /* Queued tasks never ran or are runnable again: cancel them (or drop stale entries of
+     * tasks the registry already cancelled). The owner thread has exited (joined). */
     if (w->lifo) {
-        mp__task_run(w->lifo, NULL);
+        mp__task_shutdown_queued(w->lifo);
         w->lifo = NULL;
     }
     while (w->batch_head < w->batch_len)
-        mp__task_run(w->batch[w->batch_head++], NULL);
+        mp__task_shutdown_queued(w->batch[w->batch_head++]);
     for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)
-        mp__task_run(t, NULL);
+        mp__task_shutdown_queued(t);
 }
