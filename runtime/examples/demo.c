@@ -41,8 +41,8 @@ int main(void)
         mp_join(&tasks[i].task);
     mp_stats st;
     mp_runtime_stats(rt, &st);
-    printf("%d tasks x 100 polls = %lu polls on %u workers (%u started)\n", N,
-           (unsigned long)total, st.workers, st.workers_started);
+    printf("%d tasks x 100 polls = %lu polls on %u workers (%u started)\n", N, (unsigned long)total,
+           st.workers, st.workers_started);
     printf("spawned %llu, polled %llu, stolen %llu in %llu steals, lifo hits %llu, "
            "global batches %llu, parks %llu\n",
            (unsigned long long)st.total.spawned, (unsigned long long)st.total.polled,
