@@ -1,0 +1,764 @@
+/* The HTTP/1.1 connection state machine over llhttp, without I/O (the driving protocol is in
+ * http.h).
+ *
+ * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
+ * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
+ * appended to the caller's md_outbuf as each request completes, so everything parsed from one
+ * read is answered by one write; POST /echo with a Content-Length streams instead (its head
+ * goes out when the request head completes, the body as it arrives).
+ *
+ * llhttp does most of the checking. What Debian's llhttp 8.1 (built without
+ * LLHTTP_STRICT_MODE, and with every lenient flag off) accepts and we refuse with 400:
+ * whitespace in or after a field name, an empty field name, obs-fold continuation lines, NUL
+ * in a value, Transfer-Encoding in HTTP/1.0 or not ending in chunked (llhttp refuses the
+ * latter only after on_headers_complete), and a missing or repeated Host in HTTP/1.1. Both
+ * Content-Length with Transfer-Encoding and a repeated Content-Length (even an equal one) are
+ * llhttp errors already. Versions other than 1.x get 505.
+ *
+ * Limits are counted as bytes arrive, never by buffering: the head is counted on the wire from
+ * the method's first byte to the end of the empty line. When the bytes from the head's start
+ * to the end of the current feed already fit, the exact count does not matter; otherwise
+ * on_headers_complete pauses the parser, and llhttp_get_error_pos() gives the exact end.
+ */
+#include "http.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "response.h"
+#include "routes.h"
+
+enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
+
+enum pause_reason {
+    PAUSE_NONE,
+    PAUSE_HEAD,  /* on_headers_complete wants the exact head size */
+    PAUSE_FLUSH, /* out is past the high-water mark */
+    PAUSE_STOP,  /* the response just produced closes the connection */
+};
+
+/* Header names we look at; the rest only count toward the limits. */
+enum header { HDR_OTHER, HDR_HOST, HDR_EXPECT, HDR_TE };
+static const struct {
+    const char *name; /* lower case */
+    uint8_t len;
+    const char *token; /* the one value we accept, or NULL */
+    uint8_t token_len;
+} known[] = {
+    [HDR_HOST] = {"host", 4, NULL, 0},
+    [HDR_EXPECT] = {"expect", 6, "100-continue", 12},
+    [HDR_TE] = {"transfer-encoding", 17, "chunked", 7},
+};
+
+enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+#define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
+
+void md_http_limits_default(md_http_limits *l)
+{
+    l->max_request_line = 8192;
+    l->max_header_bytes = 65536;
+    l->max_headers = 100;
+    l->max_body_bytes = 1048576;
+    l->header_timeout_ms = 10000;
+    l->body_timeout_ms = 10000;
+    l->keepalive_timeout_ms = 75000;
+    l->max_requests_per_connection = 0;
+}
+
+/* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
+ * the locale. */
+static bool same_lower(const char *s, const char *lower, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned ch = (unsigned char)s[i];
+        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)lower[i])
+            return false;
+    }
+    return true;
+}
+
+static md_http_conn *conn_of(llhttp_t *p)
+{
+    return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
+}
+
+static void count_response(md_http_conn *c, unsigned code)
+{
+    if (c->srv->metrics == NULL)
+        return;
+    unsigned cls = code / 100 - 1;
+    c->m_responses[cls < 5 ? cls : 4]++;
+    uint64_t ns = c->now_ns > c->req.start_ns ? c->now_ns - c->req.start_ns : 0;
+    unsigned b = md_metrics_bucket(ns);
+    if (c->m_lat_count != 0 && b != c->m_lat_bucket) {
+        md_metrics_shard *s = md_metrics_local(c->srv->metrics);
+        md_metrics_add(&s->latency[c->m_lat_bucket], c->m_lat_count);
+        c->m_lat_count = 0;
+    }
+    c->m_lat_bucket = b;
+    c->m_lat_count++;
+    c->m_lat_sum += ns;
+}
+
+static bool http10(const md_http_conn *c)
+{
+    return c->parser.http_minor == 0;
+}
+
+static bool is_head_request(const md_http_conn *c)
+{
+    return c->req.method_done && c->parser.method == HTTP_HEAD;
+}
+
+/* A complete response with a body from memory. 0 or -ENOMEM. */
+static int respond(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
+                   const char *ctype, const char *body, size_t len)
+{
+    bool head = is_head_request(c);
+    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + (head ? 0 : len));
+    if (w == NULL)
+        return -ENOMEM;
+    w = md_http_put_head(w, st, close, http10(c), allow, ctype, len);
+    if (!head && len != 0) {
+        memcpy(w, body, len);
+        w += len;
+    }
+    md_outbuf_commit(c->out, w);
+    count_response(c, st->code);
+    return 0;
+}
+
+static int respond_error(md_http_conn *c, unsigned code, bool close, const char *allow)
+{
+    const md_http_status *st = md_http_status_of(code);
+    return respond(c, st, close, allow, "text/plain", st->body, st->body_len);
+}
+
+/* GET /metrics: the body is produced first, then its head is slid in front of it. */
+static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
+{
+    md_outbuf *out = c->out;
+    const md_http_server *srv = c->srv;
+    size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
+    if (srv->metrics_text(srv->metrics_arg, out) != 0) {
+        out->len = out->head + mark;
+        return respond_error(c, 500, close, NULL);
+    }
+    size_t n = md_outbuf_pending(out) - mark;
+    char head[MD_HTTP_HEAD_MAX];
+    char *end =
+        md_http_put_head(head, md_http_status_of(200), close, http10(c), NULL, r->content_type, n);
+    size_t hlen = (size_t)(end - head);
+    if (md_outbuf_reserve(out, hlen) == NULL) {
+        out->len = out->head + mark;
+        return -ENOMEM;
+    }
+    char *at = out->data + out->head + mark;
+    memmove(at + hlen, at, n);
+    memcpy(at, head, hlen);
+    out->len = out->head + mark + hlen + (is_head_request(c) ? 0 : n);
+    count_response(c, 200);
+    return 0;
+}
+
+/* The response for a complete request that was not streamed. 0 or -ENOMEM. */
+static int respond_route(md_http_conn *c)
+{
+    const md_route *r = c->req.route;
+    bool close = !c->req.keep_alive || c->draining;
+    unsigned method = c->parser.method;
+
+    if (r == NULL || (r->kind == MD_ROUTE_METRICS && c->srv->metrics_text == NULL))
+        return respond_error(c, 404, close, NULL);
+    if (!md_route_allows(r, method))
+        return respond_error(c, 405, close, r->allow);
+    switch (r->kind) {
+    case MD_ROUTE_STATIC:
+        if (!close && !http10(c) && method == HTTP_GET) {
+            size_t len;
+            const char *whole =
+                md_http_canned(r->index, r->content_type, r->body, r->body_len, &len);
+            if (whole != NULL) {
+                if (md_outbuf_append(c->out, whole, len) != 0)
+                    return -ENOMEM;
+                count_response(c, 200);
+                return 0;
+            }
+        }
+        return respond(c, md_http_status_of(200), close, NULL, r->content_type, r->body,
+                       r->body_len);
+    case MD_ROUTE_ECHO:
+        return respond(c, md_http_status_of(200), close, NULL, r->content_type, c->body,
+                       c->req.body_len);
+    case MD_ROUTE_METRICS:
+        return respond_metrics(c, close, r);
+    }
+    abort(); /* every md_route_kind is handled above */
+}
+
+/* A callback's verdict: stop parsing and answer with code, then close. */
+static int reject(md_http_conn *c, unsigned code)
+{
+    c->req.status = (uint16_t)code;
+    return HPE_USER;
+}
+
+/* After a parse error or a rejection: the error response, then close. */
+static int fail(md_http_conn *c)
+{
+    c->closing = true;
+    if (c->oom)
+        return -ENOMEM;
+    if (c->req.streaming)
+        return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
+    unsigned code = c->req.status != 0 ? c->req.status : 400;
+    if (respond_error(c, code, true, NULL) != 0)
+        return -ENOMEM;
+    return MD_HTTP_WANT_CLOSE;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    memset(&c->req, 0, offsetof(md_http_req, target));
+    c->req.start_ns = c->now_ns;
+    /* The first request's head is timed from init (accept), later ones from their first
+     * byte. */
+    if (c->requests != 0)
+        c->since_ns = c->now_ns;
+    c->phase = PHASE_HEAD;
+    return 0;
+}
+
+static int on_method(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    if (!c->req.head_counting) {
+        c->req.head_counting = true;
+        c->req.head_from = at;
+    }
+    c->req.method_len = (uint8_t)(c->req.method_len + len > 255 ? 255 : c->req.method_len + len);
+    return 0;
+}
+
+/* From here on parser.method is the request's. Not inferred from on_url, whose empty span
+ * at the end of a feed would make the answer depend on where reads split. */
+static int on_method_complete(llhttp_t *p)
+{
+    conn_of(p)->req.method_done = true;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    r->url_len += len;
+    /* method SP target SP HTTP/1.1 */
+    if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
+        return reject(c, 414);
+    if (r->target_done || r->target_full)
+        return 0;
+    size_t take = 0;
+    while (take < len && at[take] != '?' && at[take] != '#')
+        take++;
+    if (take < len)
+        r->target_done = true;
+    if (take > MD_HTTP_TARGET_MAX - r->target_len) {
+        r->target_full = true;
+        return 0;
+    }
+    memcpy(r->target + r->target_len, at, take);
+    r->target_len += (uint32_t)take;
+    return 0;
+}
+
+/* Chunk extensions and trailers count toward the body limit: they are as unbounded. */
+static int count_body(md_http_conn *c, size_t len)
+{
+    c->req.body_bytes += len;
+    if (c->req.body_bytes > c->srv->limits.max_body_bytes)
+        return reject(c, 413);
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    r->field_end = at + len;
+    /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
+     * field name is a token (RFC 9112 5.1). */
+    for (size_t i = 0; i < len; i++)
+        if (at[i] == ' ' || at[i] == '\t')
+            return reject(c, 400);
+    if (r->name_len < sizeof(r->name)) {
+        size_t n = sizeof(r->name) - r->name_len;
+        memcpy(r->name + r->name_len, at, len < n ? len : n);
+    }
+    r->name_len = (uint8_t)(r->name_len + len > 255 ? 255 : r->name_len + len);
+    return c->phase == PHASE_BODY ? count_body(c, len) : 0;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    if (r->name_len == 0)
+        return reject(c, 400); /* ": x", which llhttp takes for a field with an empty name */
+    r->gap_open = true;
+    r->gap_newline = false;
+    r->gap_from = r->field_end;
+    r->header = HDR_OTHER;
+    for (unsigned h = HDR_HOST; h <= HDR_TE; h++)
+        if (r->name_len == known[h].len && same_lower(r->name, known[h].name, known[h].len))
+            r->header = (uint8_t)h;
+    r->name_len = 0;
+    if (c->phase == PHASE_BODY) {
+        r->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
+        return 0;
+    }
+    if (++r->fields > c->srv->limits.max_headers)
+        return reject(c, 431);
+    return 0;
+}
+
+/* Does the value, span by span, read token (any case) with nothing but whitespace after? */
+static void match_token(md_http_req *r, const char *token, size_t token_len, const char *at,
+                        size_t len)
+{
+    for (size_t i = 0; i < len && r->token_pos != TOKEN_BAD; i++) {
+        unsigned ch = (unsigned char)at[i];
+        ch = ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch;
+        if (r->token_pos < token_len)
+            r->token_pos =
+                ch == (unsigned char)token[r->token_pos] ? (uint8_t)(r->token_pos + 1) : TOKEN_BAD;
+        else if (ch != ' ' && ch != '\t')
+            r->token_pos = TOKEN_BAD;
+    }
+}
+
+/* The gap after a colon is a byte or two: a loop beats a call to memchr(). */
+static bool has_newline(const char *from, const char *to)
+{
+    for (; from < to; from++)
+        if (*from == '\n')
+            return true;
+    return false;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    /* obs-fold, which llhttp accepts. It splits one value into several spans only at the end
+     * of a feed, so any other second span is a continuation line. An empty value continued
+     * on the next line arrives as one span whose gap after the colon holds the line break
+     * (a value that stays empty arrives as an empty span, after the line break). */
+    if (r->value_open) {
+        if (!r->value_cut || at != c->feed_start)
+            return reject(c, 400);
+    } else if (r->gap_open && len != 0 && (r->gap_newline || has_newline(r->gap_from, at))) {
+        return reject(c, 400);
+    }
+    r->gap_open = false;
+    r->value_open = true;
+    r->value_cut = false;
+    r->value_end = at + len;
+    if (len != 0 && memchr(at, '\0', len) != NULL)
+        return reject(c, 400);
+    if (c->phase == PHASE_BODY)
+        return count_body(c, len);
+    if (r->header == HDR_EXPECT || r->header == HDR_TE)
+        match_token(r, known[r->header].token, known[r->header].token_len, at, len);
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    md_http_req *r = &conn_of(p)->req;
+    r->value_open = false;
+    if (r->header == HDR_HOST && r->hosts < 255) {
+        r->hosts++;
+    } else if (r->header == HDR_EXPECT) {
+        bool ok = r->token_pos == known[HDR_EXPECT].token_len;
+        r->expect = ok && r->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
+    } else if (r->header == HDR_TE && r->token_pos != known[HDR_TE].token_len) {
+        r->te_other = true;
+    }
+    r->token_pos = 0;
+    r->header = HDR_OTHER;
+    return 0;
+}
+
+/* The route for the target: origin-form "/path", or absolute-form "http://host/path". */
+static const md_route *find_route(const md_http_req *r)
+{
+    const char *t = r->target;
+    size_t n = r->target_len;
+    if (r->target_full)
+        return NULL;
+    if (n == 0 || t[0] != '/') {
+        size_t skip;
+        if (n >= 7 && same_lower(t, "http://", 7))
+            skip = 7;
+        else if (n >= 8 && same_lower(t, "https://", 8))
+            skip = 8;
+        else
+            return NULL; /* "*", or CONNECT's authority-form */
+        const char *slash = memchr(t + skip, '/', n - skip);
+        if (slash == NULL)
+            return md_route_find("/", 1); /* an empty path is "/" (RFC 9112 3.2.2) */
+        n -= (size_t)(slash - t);
+        t = slash;
+    }
+    return md_route_find(t, n);
+}
+
+/* The head is complete and within its limits: decide what to do with the request. Returns 0,
+ * or HPE_USER having called reject(). */
+static int head_done(md_http_conn *c)
+{
+    llhttp_t *p = &c->parser;
+    md_http_req *r = &c->req;
+    const md_http_limits *l = &c->srv->limits;
+
+    if (p->http_major != 1)
+        return reject(c, 505);
+    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0))
+        return reject(c, 400);
+    /* Transfer-Encoding in HTTP/1.0, or not ending in chunked (llhttp would say so only
+     * after this callback, when a streamed echo head would be out already). */
+    if ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED)))
+        return reject(c, 400);
+    /* Framed by chunked, but also coded some way we do not decode (RFC 9112 6.1). */
+    if (r->te_other)
+        return reject(c, 501);
+    bool chunked = (p->flags & F_CHUNKED) != 0;
+    uint64_t length = (p->flags & F_CONTENT_LENGTH) ? p->content_length : 0;
+    if (length > l->max_body_bytes)
+        return reject(c, 413);
+    if (r->expect == EXPECT_OTHER && p->http_minor != 0)
+        return reject(c, 417);
+
+    const md_route *route = find_route(r);
+    r->route = route;
+    r->keep_alive =
+        llhttp_should_keep_alive(p) && !c->draining && !p->upgrade &&
+        l->keepalive_timeout_ms != 0 &&
+        (l->max_requests_per_connection == 0 || c->requests + 1 < l->max_requests_per_connection);
+
+    /* HTTP/1.0 clients do not know 100-continue (RFC 9110 10.1.1). */
+    if (r->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
+        md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+        c->oom = true;
+        return HPE_USER;
+    }
+
+    bool echo = route != NULL && route->kind == MD_ROUTE_ECHO && md_route_allows(route, p->method);
+    if (echo && chunked) {
+        r->collect = true;
+    } else if (echo) {
+        char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX);
+        if (w == NULL) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        md_outbuf_commit(c->out, md_http_put_head(w, md_http_status_of(200), !r->keep_alive,
+                                                  http10(c), NULL, route->content_type, length));
+        r->streaming = true;
+        count_response(c, 200);
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    c->phase = PHASE_BODY;
+    c->since_ns = c->now_ns;
+    if (r->head_counting) {
+        r->head_counting = false;
+        uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
+        if (upper > c->srv->limits.max_header_bytes) {
+            c->pause = PAUSE_HEAD;
+            return HPE_PAUSED;
+        }
+    }
+    return head_done(c);
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req;
+    int rc = count_body(c, len);
+    if (rc != 0)
+        return rc;
+    if (r->streaming) {
+        if (md_outbuf_append(c->out, at, len) != 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+    } else if (r->collect) {
+        if (r->body_len + len > c->body_cap) {
+            size_t cap = c->body_cap != 0 ? c->body_cap : 4096;
+            while (cap < r->body_len + len)
+                cap *= 2;
+            char *nb = realloc(c->body, cap);
+            if (nb == NULL)
+                return reject(c, 500);
+            c->body = nb;
+            c->body_cap = cap;
+        }
+        memcpy(c->body + r->body_len, at, len);
+        r->body_len += len;
+    }
+    return 0;
+}
+
+/* A chunk that cannot fit is refused from its size line, before its data. */
+static int on_chunk_header(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    if (p->content_length > c->srv->limits.max_body_bytes - c->req.body_bytes)
+        return reject(c, 413);
+    return 0;
+}
+
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
+{
+    return count_body(conn_of(p), len);
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    if (!c->req.streaming && respond_route(c) != 0) {
+        c->oom = true;
+        return HPE_USER;
+    }
+    c->requests++;
+    c->phase = PHASE_IDLE;
+    c->since_ns = c->now_ns;
+    /* Garbage before the next request fails before on_message_begin clears these. */
+    c->req.streaming = false;
+    c->req.method_done = false;
+    if (c->body != NULL) {
+        free(c->body);
+        c->body = NULL;
+        c->body_cap = 0;
+    }
+    if (!c->req.keep_alive || c->draining) {
+        c->closing = true;
+        c->pause = PAUSE_STOP;
+        return HPE_PAUSED;
+    }
+    if (md_outbuf_pending(c->out) >= MD_HTTP_OUT_HIGH_WATER) {
+        c->pause = PAUSE_FLUSH;
+        return HPE_PAUSED;
+    }
+    return 0;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_method = on_method,
+    .on_method_complete = on_method_complete,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
+    .on_chunk_extension_name = on_chunk_extension,
+    .on_chunk_extension_value = on_chunk_extension,
+    .on_message_complete = on_message_complete,
+};
+
+void md_http_conn_init(md_http_conn *c, const md_http_server *srv, uint64_t now_ns)
+{
+    memset(c, 0, offsetof(md_http_conn, req));
+    memset(&c->req, 0, offsetof(md_http_req, target));
+    llhttp_init(&c->parser, HTTP_REQUEST, &settings);
+    c->srv = srv;
+    c->phase = PHASE_IDLE;
+    c->since_ns = now_ns;
+    c->now_ns = now_ns;
+}
+
+/* Every entry point starts here... */
+static void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    c->now_ns = now_ns;
+    c->out = out;
+    md_http_date_refresh(c->srv->clock);
+}
+
+/* ...and ends here: what was counted goes to the shared metrics in a few adds. */
+static void leave(md_http_conn *c, size_t in, size_t out_before)
+{
+    md_metrics *m = c->srv->metrics;
+    size_t out_now = md_outbuf_pending(c->out);
+    c->out = NULL;
+    if (m == NULL)
+        return;
+    md_metrics_shard *s = md_metrics_local(m);
+    if (in != 0)
+        md_metrics_add(&s->bytes_in[MD_LISTENER_HTTP], in);
+    if (out_now > out_before)
+        md_metrics_add(&s->bytes_out[MD_LISTENER_HTTP], out_now - out_before);
+    for (unsigned i = 0; i < 5; i++) {
+        if (c->m_responses[i] != 0) {
+            md_metrics_add(&s->responses[i], c->m_responses[i]);
+            c->m_responses[i] = 0;
+        }
+    }
+    if (c->m_lat_count != 0) {
+        md_metrics_add(&s->latency[c->m_lat_bucket], c->m_lat_count);
+        md_metrics_add(&s->latency_sum_ns, c->m_lat_sum);
+        c->m_lat_count = 0;
+        c->m_lat_sum = 0;
+    }
+}
+
+int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
+                      md_outbuf *out)
+{
+    md_http_req *r = &c->req;
+    *used = len;
+    if (c->closing)
+        return MD_HTTP_WANT_CLOSE;
+    if (len == 0)
+        return MD_HTTP_WANT_READ;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    c->feed_start = data;
+    c->feed_end = data + len;
+    if (r->head_counting)
+        r->head_from = data;
+    /* Pointers into the last feed are stale; the bytes they marked were scanned already. */
+    r->field_end = data;
+    r->gap_from = data;
+    if (c->phase == PHASE_BODY && len != 0)
+        c->since_ns = now_ns;
+
+    int want = MD_HTTP_WANT_READ;
+    const char *pos = data;
+    for (;;) {
+        llhttp_errno_t e = llhttp_execute(&c->parser, pos, (size_t)(c->feed_end - pos));
+        if (e == HPE_OK)
+            break;
+        if (e == HPE_PAUSED_UPGRADE) {
+            /* Not reached: upgrade requests never keep the connection, so PAUSE_STOP wins. */
+            c->closing = true;
+            want = MD_HTTP_WANT_CLOSE;
+            goto out;
+        }
+        if (e != HPE_PAUSED) {
+            want = fail(c);
+            goto out;
+        }
+        const char *at = llhttp_get_error_pos(&c->parser);
+        enum pause_reason why = c->pause;
+        c->pause = PAUSE_NONE;
+        if (why == PAUSE_STOP) {
+            want = MD_HTTP_WANT_CLOSE;
+            goto out;
+        }
+        llhttp_resume(&c->parser);
+        if (why == PAUSE_FLUSH) {
+            *used = (size_t)(at - data);
+            want = MD_HTTP_WANT_WRITE;
+            goto out;
+        }
+        /* PAUSE_HEAD: the exact head size is known now. */
+        if (r->head_bytes + (uint64_t)(at - r->head_from) > c->srv->limits.max_header_bytes)
+            reject(c, 431);
+        else
+            head_done(c);
+        if (r->status != 0 || c->oom) {
+            want = fail(c);
+            goto out;
+        }
+        pos = at;
+    }
+    if (r->head_counting) {
+        r->head_bytes += (uint64_t)(c->feed_end - r->head_from);
+        if (r->head_bytes > c->srv->limits.max_header_bytes) {
+            reject(c, 431);
+            want = fail(c);
+            goto out;
+        }
+    }
+    r->value_cut = r->value_open && r->value_end == c->feed_end;
+    if (r->gap_open && has_newline(r->gap_from, c->feed_end))
+        r->gap_newline = true;
+out:
+    leave(c, *used, out_before);
+    return want;
+}
+
+int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    c->closing = true;
+    return MD_HTTP_WANT_CLOSE;
+}
+
+uint64_t md_http_conn_deadline(const md_http_conn *c)
+{
+    const md_http_limits *l = &c->srv->limits;
+    uint64_t ms;
+    if (c->closing)
+        return UINT64_MAX;
+    switch (c->phase) {
+    case PHASE_IDLE:
+        ms = c->requests == 0 ? l->header_timeout_ms : l->keepalive_timeout_ms;
+        break;
+    case PHASE_HEAD:
+        ms = l->header_timeout_ms;
+        break;
+    default:
+        ms = l->body_timeout_ms;
+        break;
+    }
+    return c->since_ns + ms * UINT64_C(1000000);
+}
+
+int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    if (c->closing)
+        return MD_HTTP_WANT_CLOSE;
+    if (now_ns < md_http_conn_deadline(c))
+        return MD_HTTP_WANT_READ;
+    c->closing = true;
+    if (c->phase == PHASE_IDLE || c->req.streaming)
+        return MD_HTTP_WANT_CLOSE;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    int want = respond_error(c, 408, true, NULL) == 0 ? MD_HTTP_WANT_CLOSE : -ENOMEM;
+    leave(c, 0, out_before);
+    return want;
+}
+
+int md_http_conn_drain(md_http_conn *c)
+{
+    c->draining = true;
+    if (c->phase == PHASE_IDLE)
+        c->closing = true;
+    return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
+}
+
+void md_http_conn_close(md_http_conn *c)
+{
+    free(c->body);
+    c->body = NULL;
+    c->body_cap = 0;
+    c->closing = true;
+}

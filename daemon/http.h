@@ -1,0 +1,164 @@
+/* The HTTP/1.1 connection core: bytes in, responses out, no sockets.
+ *
+ * One md_http_conn per accepted connection. The I/O layer drives it:
+ *
+ *   md_http_conn_init(c, srv, now)           on accept
+ *   loop:
+ *     n = read(fd, buf)                       0 bytes: md_http_conn_eof()
+ *     want = md_http_conn_feed(c, now, buf, n, &used, out)
+ *     write out's pending bytes (one write for every response parsed from this read);
+ *     MD_HTTP_WANT_WRITE: feed buf + used again once out has drained below the mark
+ *     MD_HTTP_WANT_CLOSE: flush out, then close
+ *     arm a timer for md_http_conn_deadline(c); when it fires call md_http_conn_timeout()
+ *   on graceful stop: md_http_conn_drain(c)
+ *   md_http_conn_close(c)                     always, last
+ *
+ * Every entry point returns an md_http_want (>= 0) or a negative errno (-ENOMEM when out
+ * cannot grow; close without flushing). Responses go out in request order, all appended to the
+ * one md_outbuf, so a pipelined batch is answered with one write. After the first response
+ * that closes (an error, "Connection: close", the request limit), no further input is parsed.
+ *
+ * Times are monotonic nanoseconds from the caller (uv_hrtime()); the Date header comes from
+ * srv->clock.
+ */
+#ifndef MD_HTTP_H
+#define MD_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "llhttp.h"
+#include "outbuf.h"
+
+struct md_metrics;
+
+typedef struct md_http_limits {
+    uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
+    uint32_t max_header_bytes;     /* request line through the empty line; longer: 431 */
+    uint32_t max_headers;          /* header fields; more: 431 */
+    uint64_t max_body_bytes;       /* longer: 413, before reading for Content-Length */
+    uint32_t header_timeout_ms;    /* whole head, from its first byte (from init when first) */
+    uint32_t body_timeout_ms;      /* longest pause between reads of a body */
+    uint32_t keepalive_timeout_ms; /* idle between requests; 0 turns keep-alive off */
+    uint32_t max_requests_per_connection; /* 0 = unlimited */
+} md_http_limits;
+
+/* The shipped defaults (config/magpied.conf documents them). */
+void md_http_limits_default(md_http_limits *l);
+
+/* What every connection of one listener shares. Immutable after the first connection; it
+ * must outlive them all (on reload, make a new one for new connections). */
+typedef struct md_http_server {
+    md_http_limits limits;
+    struct md_metrics *metrics; /* NULL: no accounting */
+    /* Appends the GET /metrics body; NULL: /metrics is 404. md_metrics_text fits. */
+    int (*metrics_text)(void *arg, md_outbuf *out);
+    void *metrics_arg;
+    time_t (*clock)(void); /* wall clock for Date, read once per entry point; NULL: time() */
+} md_http_server;
+
+typedef enum md_http_want {
+    MD_HTTP_WANT_READ,  /* all input used: write out (if pending), read more */
+    MD_HTTP_WANT_WRITE, /* out reached MD_HTTP_OUT_HIGH_WATER: write, then feed the rest */
+    MD_HTTP_WANT_CLOSE, /* write out, then close; feed nothing more */
+} md_http_want;
+
+/* Pending output past which parsing stops until the peer reads (pipelined floods). */
+#define MD_HTTP_OUT_HIGH_WATER (256u * 1024u)
+/* Bytes of a request target kept for routing (the path before any '?'); longer: 404. */
+#define MD_HTTP_TARGET_MAX 512
+
+/* The request being parsed. Zeroed when its first byte arrives, up to target[]. */
+typedef struct md_http_req {
+    uint16_t status;    /* the error a callback decided on */
+    bool keep_alive;    /* its response keeps the connection */
+    bool streaming;     /* POST /echo with Content-Length: response head already out */
+    bool collect;       /* chunked POST /echo: the body is gathered in conn.body */
+    bool head_counting; /* counting its head bytes (from the method's first byte) */
+    bool method_done;
+    bool value_open;   /* a header value has started and not completed */
+    bool value_cut;    /* ... and its last span ended exactly at the end of a feed */
+    bool target_full;  /* target longer than MD_HTTP_TARGET_MAX before '?' */
+    bool target_done;  /* saw '?' or '#': the rest of the target is not kept */
+    bool gap_open;     /* between a field's colon and its value's first span */
+    bool gap_newline;  /* ... and a line ended in there: an obs-fold */
+    uint8_t name_len;  /* bytes of the current name, saturating at 255 */
+    char name[20];     /* its first bytes, enough for the names we look at */
+    uint8_t header;    /* which known header the current value belongs to */
+    uint8_t expect;    /* what the Expect fields asked for */
+    uint8_t token_pos; /* bytes of the expected token matched in the current value */
+    bool te_other;     /* a Transfer-Encoding value other than "chunked" */
+    uint8_t hosts;     /* Host fields, saturating */
+    uint8_t method_len;
+    uint32_t fields;       /* header fields */
+    uint32_t target_len;   /* bytes kept in target[] */
+    uint64_t url_len;      /* bytes of the whole target */
+    uint64_t head_bytes;   /* head bytes in earlier feeds */
+    uint64_t body_bytes;   /* body, chunk extensions and trailers so far */
+    size_t body_len;       /* bytes gathered in conn.body */
+    const char *head_from; /* where this feed's share of the head starts */
+    const char *value_end;
+    const char *field_end; /* end of the last field-name span (this feed) */
+    const char *gap_from;  /* where this feed's share of the gap starts */
+    const void *route;     /* const md_route *, or NULL */
+    uint64_t start_ns;     /* first byte */
+    char target[MD_HTTP_TARGET_MAX];
+} md_http_req;
+
+/* One connection. Owned by its task, so touched by one thread at a time (possibly a different
+ * one after each wake): nothing here is shared, nothing is atomic. */
+typedef struct md_http_conn {
+    llhttp_t parser;
+    const md_http_server *srv;
+
+    /* Valid during one entry point only. */
+    md_outbuf *out;
+    const char *feed_start, *feed_end;
+    uint64_t now_ns;
+
+    uint8_t phase;     /* IDLE, HEAD, BODY (http.c) */
+    uint8_t pause;     /* why a callback paused the parser */
+    bool closing;      /* the last response has been produced (or none will be) */
+    bool draining;     /* md_http_conn_drain(): the next response closes */
+    bool oom;          /* out could not grow */
+    uint64_t requests; /* requests answered */
+    uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
+    char *body;        /* chunked POST /echo body, until its response */
+    size_t body_cap;
+
+    /* Counted here, added to the shared metrics once per entry point. */
+    uint32_t m_responses[5];
+    uint32_t m_lat_bucket, m_lat_count; /* a run of latencies in one bucket */
+    uint64_t m_lat_sum;
+
+    md_http_req req;
+} md_http_conn;
+
+void md_http_conn_init(md_http_conn *c, const md_http_server *srv, uint64_t now_ns);
+
+/* Parses data[0..len) and appends every response it completes to out. *used: bytes consumed
+ * (len unless MD_HTTP_WANT_WRITE). */
+int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
+                      md_outbuf *out);
+
+/* The peer shut down its side. Always MD_HTTP_WANT_CLOSE: complete requests were answered by
+ * feed, and a partial one cannot be. */
+int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
+
+/* When md_http_conn_timeout() must run next (monotonic ns); UINT64_MAX: no timer. */
+uint64_t md_http_conn_deadline(const md_http_conn *c);
+
+/* The timer fired. Before the deadline: MD_HTTP_WANT_READ, nothing done. After it: idle
+ * connections close silently; a request in its head or body gets 408 and closes. */
+int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
+
+/* Graceful stop: an idle connection closes now (MD_HTTP_WANT_CLOSE); one with a request in
+ * flight finishes it, answers with "Connection: close", and closes (MD_HTTP_WANT_READ now). */
+int md_http_conn_drain(md_http_conn *c);
+
+/* Releases what the connection holds. Call once, after the last entry point. */
+void md_http_conn_close(md_http_conn *c);
+
+#endif

@@ -1,0 +1,76 @@
+/* Daemon counters and their Prometheus text exposition.
+ *
+ * Writers are connection tasks on any worker thread; the reader is GET /metrics. Counters are
+ * sharded: each thread adds to its own cache-line-aligned shard (chosen once per thread, or
+ * bound to a worker index with md_metrics_bind_thread()), so the hot path never bounces a line
+ * between cores; the reader sums the shards. All counters are monotonic and relaxed: a scrape
+ * may see one shard a few increments ahead of another, which Prometheus tolerates, and the
+ * histogram's _count is derived from its buckets so the two always agree.
+ */
+#ifndef MD_METRICS_H
+#define MD_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "outbuf.h"
+
+typedef enum md_listener {
+    MD_LISTENER_HTTP,
+    MD_LISTENER_ECHO,
+    MD_LISTENERS,
+} md_listener;
+
+enum {
+    MD_METRICS_SHARDS = 16,
+    MD_METRICS_BUCKETS = 14, /* finite latency buckets; +Inf is one more */
+    MD_STATUS_CLASSES = 5,   /* 1xx .. 5xx */
+};
+
+typedef struct md_metrics_shard {
+    /* All atomic, relaxed: independent monotonic counters (see the file comment). */
+    _Alignas(64) atomic_uint_fast64_t conn_opened[MD_LISTENERS];
+    atomic_uint_fast64_t conn_closed[MD_LISTENERS];
+    atomic_uint_fast64_t bytes_in[MD_LISTENERS];
+    atomic_uint_fast64_t bytes_out[MD_LISTENERS];
+    atomic_uint_fast64_t responses[MD_STATUS_CLASSES];
+    atomic_uint_fast64_t latency[MD_METRICS_BUCKETS + 1];
+    atomic_uint_fast64_t latency_sum_ns;
+} md_metrics_shard;
+
+/* Appends more exposition text (the runtime's counters, later) after the daemon's own. */
+typedef int (*md_metrics_extra_fn)(void *arg, md_outbuf *out);
+
+typedef struct md_metrics {
+    md_metrics_shard shards[MD_METRICS_SHARDS];
+    md_metrics_extra_fn extra; /* immutable after start */
+    void *extra_arg;           /* immutable after start */
+} md_metrics;
+
+void md_metrics_init(md_metrics *m);
+void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg);
+
+/* The calling thread's shard from now on is index % MD_METRICS_SHARDS (a worker index). */
+void md_metrics_bind_thread(unsigned index);
+md_metrics_shard *md_metrics_local(md_metrics *m);
+
+/* Which histogram bucket a latency falls in; MD_METRICS_BUCKETS for +Inf. */
+unsigned md_metrics_bucket(uint64_t ns);
+
+static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
+{
+    /* Relaxed: a monotonic counter publishes nothing else. */
+    atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+void md_metrics_conn_opened(md_metrics *m, md_listener l);
+void md_metrics_conn_closed(md_metrics *m, md_listener l);
+void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out);
+
+/* Appends the exposition (text format 0.0.4), then the extra hook's text. 0 or -ENOMEM. */
+int md_metrics_format(md_metrics *m, md_outbuf *out);
+
+/* md_metrics_format() in the shape of md_http_server.metrics_text; arg is the md_metrics. */
+int md_metrics_text(void *arg, md_outbuf *out);
+
+#endif

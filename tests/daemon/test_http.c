@@ -1,0 +1,798 @@
+/* Tests for daemon/http.c: responses, keep-alive, pipelining, bodies, 100-continue, HTTP/1.0,
+ * every limit, the request-smuggling shapes, timers, drain, and the same byte streams split at
+ * every offset producing byte-identical output.
+ */
+#include "daemon/http_harness.h"
+
+TestSuite(http, .init = server_setup, .timeout = 10);
+
+Test(http, get_root)
+{
+    struct session s;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_READ);
+    expect_out(&s, "HTTP/1.1 200 OK\r\n" DATE "Content-Type: text/plain\r\nContent-Length: 13\r\n"
+                   "\r\nHello, World!");
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, head_has_length_but_no_body)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "HEAD / HTTP/1.1\r\nHost: a\r\n\r\nHEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "text/plain", "Hello, World!", 13, 1);
+    sb_resp(&b, "200 OK", NULL, NULL, "text/plain", "ok", 2, 1);
+    expect_sb(&s, &b);
+    cr_assert_eq(s.want, MD_HTTP_WANT_READ);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, routes_404_405)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+             "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+             "GET /echo HTTP/1.1\r\nHost: a\r\n\r\n"
+             "HEAD /echo HTTP/1.1\r\nHost: a\r\n\r\n"
+             "DELETE /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+             "GET /healthz/ HTTP/1.1\r\nHost: a\r\n\r\n"
+             "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+             "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
+    sb_text(&b, "200 OK", NULL, "ok");
+    sb_error(&b, "404 Not Found", NULL);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "GET, HEAD", "text/plain", "Method Not Allowed\n",
+            19, 0);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "POST", "text/plain", "Method Not Allowed\n", 19,
+            0);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "POST", "text/plain", "Method Not Allowed\n", 19,
+            1);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "GET, HEAD", "text/plain", "Method Not Allowed\n",
+            19, 0);
+    sb_error(&b, "404 Not Found", NULL);
+    sb_error(&b, "404 Not Found", NULL); /* no metrics_text configured */
+    sb_error(&b, "404 Not Found", NULL);
+    expect_sb(&s, &b);
+    cr_assert_eq(s.want, MD_HTTP_WANT_READ);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, keep_alive_across_feeds)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_READ);
+        b.len = 0;
+        sb_hello(&b, NULL);
+        expect_sb(&s, &b);
+    }
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, pipelined_16_in_one_write_in_order)
+{
+    static const char *paths[] = {"/", "/healthz", "/x"};
+    char in[4096];
+    size_t n = 0;
+    struct sb b = {0};
+    for (int i = 0; i < 16; i++) {
+        n += (size_t)snprintf(in + n, sizeof(in) - n, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n",
+                              paths[i % 3]);
+        if (i % 3 == 0)
+            sb_hello(&b, NULL);
+        else if (i % 3 == 1)
+            sb_text(&b, "200 OK", NULL, "ok");
+        else
+            sb_error(&b, "404 Not Found", NULL);
+    }
+    struct session s;
+    session_open(&s);
+    cr_assert_eq(feed_at(&s, T0, in, n), MD_HTTP_WANT_READ);
+    cr_assert_eq(s.flushes, 0);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, echo_content_length)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello");
+    feed(&s, " world");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "hello world", 11, 0);
+    expect_sb(&s, &b);
+    b.len = 0;
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "", 0, 0);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, echo_chunked_with_extensions_and_trailers)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+             "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "hello world", 11, 0);
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    cr_assert_eq(s.want, MD_HTTP_WANT_READ);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, bodies_on_other_routes_are_read_and_dropped)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s,
+         "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody"
+         "POST /nope HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+         "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    sb_hello(&b, NULL);
+    sb_error(&b, "404 Not Found", NULL);
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, expect_100_continue)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    /* POST /echo with a Content-Length streams: its head follows the 100 at once. */
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n");
+    sb_add(&b, "HTTP/1.1 100 Continue\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "", 2, 1);
+    expect_sb(&s, &b);
+    feed(&s, "hi");
+    expect_out(&s, "hi");
+    feed(&s, "POST /nope HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+    expect_out(&s, "HTTP/1.1 100 Continue\r\n\r\n");
+    feed(&s, "hi");
+    b.len = 0;
+    sb_error(&b, "404 Not Found", NULL);
+    expect_sb(&s, &b);
+
+    /* Chunked asks for 100 too; no body (no framing) does not. */
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue  \r\n"
+             "Transfer-Encoding: chunked\r\n\r\n");
+    expect_out(&s, "HTTP/1.1 100 Continue\r\n\r\n");
+    feed(&s, "2\r\nyo\r\n0\r\n\r\n");
+    b.len = 0;
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "yo", 2, 0);
+    expect_sb(&s, &b);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n");
+    b.len = 0;
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, expect_100_continue_too_large_is_413_without_100)
+{
+    struct session s;
+    struct sb b = {0};
+    srv.limits.max_body_bytes = 10;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                          "Content-Length: 11\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "413 Content Too Large", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, expect_other_is_417_and_http10_ignores_expect)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s,
+                      "POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nConnection: keep-alive\r\n"
+                      "Content-Length: 1\r\n\r\nx"),
+                 MD_HTTP_WANT_READ);
+    sb_resp(&b, "200 OK", "keep-alive", NULL, "application/octet-stream", "x", 1, 0);
+    expect_sb(&s, &b);
+    cr_assert_eq(feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue-please\r\n"
+                          "Content-Length: 1\r\n\r\nx"),
+                 MD_HTTP_WANT_CLOSE);
+    b.len = 0;
+    sb_error(&b, "417 Expectation Failed", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, http10_closes_unless_keep_alive)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"), MD_HTTP_WANT_READ);
+    sb_hello(&b, "keep-alive");
+    expect_sb(&s, &b);
+    cr_assert_eq(feed(&s, "GET /healthz HTTP/1.0\r\n\r\nGET / HTTP/1.0\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    b.len = 0;
+    sb_text(&b, "200 OK", "close", "ok");
+    expect_sb(&s, &b); /* the second request is never parsed */
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, connection_close_stops_parsing)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+                          "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, "close");
+    expect_sb(&s, &b);
+    cr_assert_eq(md_http_conn_deadline(&s.c), UINT64_MAX);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, absolute_form_and_queries)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "GET http://example.com/healthz HTTP/1.1\r\nHost: example.com\r\n\r\n"
+             "GET HTTP://example.com:8080 HTTP/1.1\r\nHost: x\r\n\r\n"
+             "GET https://example.com/?q=/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+             "GET /healthz?x=1&y=2 HTTP/1.1\r\nHost: x\r\n\r\n"
+             "GET ftp://example.com/ HTTP/1.1\r\nHost: x\r\n\r\n"
+             "HEAD http://h/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    sb_text(&b, "200 OK", NULL, "ok");
+    sb_hello(&b, NULL);
+    sb_hello(&b, NULL);
+    sb_text(&b, "200 OK", NULL, "ok");
+    sb_error(&b, "404 Not Found", NULL);
+    sb_resp(&b, "200 OK", NULL, NULL, "text/plain", "Hello, World!", 13, 1);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, long_target_is_404_not_overflow)
+{
+    struct session s;
+    struct sb b = {0};
+    char in[4096];
+    char path[2000];
+    memset(path, 'a', sizeof(path) - 1);
+    path[0] = '/';
+    path[sizeof(path) - 1] = '\0';
+    snprintf(in, sizeof(in),
+             "GET %s HTTP/1.1\r\nHost: a\r\n\r\nGET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", path, path);
+    session_open(&s);
+    feed(&s, in);
+    sb_error(&b, "404 Not Found", NULL);
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* Every malformed request: one error response with Connection: close, then nothing. */
+static void expect_rejected(const char *in, const char *status)
+{
+    struct session s;
+    struct sb b = {0};
+    current_input = in;
+    session_open(&s);
+    cr_assert_eq(feed(&s, in), MD_HTTP_WANT_CLOSE, "not closed: %s", show(in, strlen(in)));
+    sb_error(&b, status, "close");
+    expect_sb(&s, &b);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    cr_assert_eq(md_http_conn_deadline(&s.c), UINT64_MAX);
+    session_close(&s);
+}
+
+/* The same after a good request in the same feed: its response comes first. */
+static void expect_rejected_after_good(const char *bad, const char *status)
+{
+    struct session s;
+    struct sb b = {0};
+    char in[8192];
+    snprintf(in, sizeof(in), "GET / HTTP/1.1\r\nHost: a\r\n\r\n%s", bad);
+    current_input = in;
+    session_open(&s);
+    cr_assert_eq(feed(&s, in), MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, NULL);
+    sb_error(&b, status, "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+}
+
+Test(http, malformed_is_400_then_close)
+{
+    for (size_t i = 0; i < NMALFORMED; i++) {
+        expect_rejected(malformed[i], "400 Bad Request");
+        expect_rejected_after_good(malformed[i], "400 Bad Request");
+    }
+    expect_no_leaks();
+}
+
+Test(http, nul_in_value_is_400)
+{
+    static const char in[] = "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n";
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed_at(&s, T0, in, sizeof(in) - 1), MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "400 Bad Request", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, smuggling_shapes_are_400)
+{
+    for (size_t i = 0; i < NSMUGGLING; i++) {
+        expect_rejected(smuggling[i], "400 Bad Request");
+        expect_rejected_after_good(smuggling[i], "400 Bad Request");
+    }
+    expect_no_leaks();
+}
+
+Test(http, http10_needs_no_host_and_other_versions_are_505)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "GET /healthz HTTP/1.0\r\n\r\n");
+    sb_text(&b, "200 OK", "close", "ok");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_rejected("GET / HTTP/2.0\r\nHost: a\r\n\r\n", "505 HTTP Version Not Supported");
+    expect_rejected("GET / HTTP/0.9\r\n\r\n", "505 HTTP Version Not Supported");
+    expect_no_leaks();
+}
+
+static void head_of_size(char *buf, size_t size)
+{
+    /* "GET / HTTP/1.1\r\nHost: a\r\nX: vvv...\r\n\r\n" of exactly size bytes */
+    size_t fixed = strlen("GET / HTTP/1.1\r\nHost: a\r\nX: \r\n\r\n");
+    cr_assert_gt(size, fixed);
+    size_t n = (size_t)sprintf(buf, "GET / HTTP/1.1\r\nHost: a\r\nX: ");
+    memset(buf + n, 'v', size - fixed);
+    n += size - fixed;
+    sprintf(buf + n, "\r\n\r\n");
+    cr_assert_eq(strlen(buf), size);
+}
+
+/* The head is counted exactly, whether it arrives whole or in pieces. */
+Test(http, max_header_bytes_is_exact)
+{
+    static char head[5000];
+    head_of_size(head, 4000);
+    for (unsigned limit = 3998; limit <= 4001; limit++) {
+        for (size_t split = 0; split < 4000; split += 397) {
+            srv.limits.max_header_bytes = limit;
+            struct session s;
+            struct sb b = {0};
+            session_open(&s);
+            if (split != 0)
+                feed_at(&s, T0, head, split);
+            if (s.want != MD_HTTP_WANT_CLOSE)
+                feed_at(&s, T0, head + split, 4000 - split);
+            if (limit >= 4000) {
+                sb_hello(&b, NULL);
+                cr_assert_eq(s.want, MD_HTTP_WANT_READ);
+            } else {
+                sb_error(&b, "431 Request Header Fields Too Large", "close");
+                cr_assert_eq(s.want, MD_HTTP_WANT_CLOSE);
+            }
+            expect_sb(&s, &b);
+            session_close(&s);
+        }
+    }
+    expect_no_leaks();
+}
+
+/* Whitespace llhttp skips without a callback still counts. */
+Test(http, max_header_bytes_counts_skipped_whitespace)
+{
+    static char in[8192];
+    srv.limits.max_header_bytes = 1024;
+    int n = sprintf(in, "GET / HTTP/1.1\r\nHost: a\r\nX:");
+    memset(in + n, ' ', 2000);
+    sprintf(in + n + 2000, "v\r\n\r\n");
+    expect_rejected(in, "431 Request Header Fields Too Large");
+    expect_no_leaks();
+}
+
+Test(http, max_headers)
+{
+    char in[4096];
+    srv.limits.max_headers = 5;
+    strcpy(in, "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n");
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, in);
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_rejected("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n",
+                    "431 Request Header Fields Too Large");
+    expect_no_leaks();
+}
+
+Test(http, max_request_line_is_414)
+{
+    char in[4096];
+    srv.limits.max_request_line = 100;
+    /* "GET " + target + " HTTP/1.1" is 100 bytes with an 87-byte target */
+    char target[200];
+    memset(target, 'a', 87);
+    target[0] = '/';
+    target[87] = '\0';
+    snprintf(in, sizeof(in), "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", target);
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, in);
+    sb_error(&b, "404 Not Found", NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    target[87] = 'a';
+    target[88] = '\0';
+    snprintf(in, sizeof(in), "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", target);
+    expect_rejected(in, "414 URI Too Long");
+    /* Detected before the line ends: a client streaming a huge target is cut off early. */
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET /"), MD_HTTP_WANT_READ);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(feed(&s, "aaaaaaaaaa"), MD_HTTP_WANT_READ);
+    cr_assert_eq(feed(&s, "aaaaaaaaaa"), MD_HTTP_WANT_CLOSE);
+    b.len = 0;
+    sb_error(&b, "414 URI Too Long", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, max_body_bytes)
+{
+    srv.limits.max_body_bytes = 8;
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 8\r\n\r\n12345678");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "12345678", 8, 0);
+    expect_sb(&s, &b);
+    session_close(&s);
+    /* Content-Length over the limit: refused before the body is read. */
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\n",
+                    "413 Content Too Large");
+    expect_rejected("POST /nope HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\n",
+                    "413 Content Too Large");
+    /* Chunked: refused when it grows past the limit. */
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5\r\n12345\r\n4\r\n",
+                    "413 Content Too Large");
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5\r\n12345\r\n4\r\n1234\r\n",
+                    "413 Content Too Large");
+    /* Chunk extensions and trailers count. */
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "1;aaaaaaaaaa\r\n1\r\n",
+                    "413 Content Too Large");
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "0\r\nTrailer: aaaaaaaaaaa\r\n",
+                    "413 Content Too Large");
+    expect_no_leaks();
+}
+
+Test(http, max_requests_per_connection)
+{
+    srv.limits.max_requests_per_connection = 3;
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_READ);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, NULL);
+    sb_hello(&b, NULL);
+    sb_hello(&b, "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, keepalive_timeout_zero_turns_keep_alive_off)
+{
+    srv.limits.keepalive_timeout_ms = 0;
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, upgrade_and_connect_close_after_response)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket"
+                          "\r\n\r\n\x81\x05hello"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    session_open(&s);
+    cr_assert_eq(feed(&s, "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    b.len = 0;
+    sb_error(&b, "404 Not Found", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, timers_idle_first_request)
+{
+    struct session s;
+    session_open(&s);
+    uint64_t d = md_http_conn_deadline(&s.c);
+    cr_assert_eq(d, T0 + 10000 * MS);
+    cr_assert_eq(md_http_conn_timeout(&s.c, d - 1, &s.out), MD_HTTP_WANT_READ);
+    cr_assert_eq(md_http_conn_timeout(&s.c, d, &s.out), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, ""); /* nothing was asked: nothing is answered */
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, timers_header_timeout_is_408)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    /* The first request's head is timed from accept, and not extended by more bytes. */
+    feed_at(&s, T0 + 3000 * MS, "GET / HT", 8);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 10000 * MS);
+    feed_at(&s, T0 + 9000 * MS, "TP/1.1\r\n", 8);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 10000 * MS);
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 10000 * MS, &s.out), MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "408 Request Timeout", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, timers_keep_alive_then_header_then_body)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed_at(&s, T0 + 1 * MS, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27);
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    /* Idle keep-alive: 75 s from the response, then a silent close... */
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 1 * MS + 75000 * MS);
+    /* ...unless a request starts: its head has 10 s from its first byte. */
+    feed_at(&s, T0 + 5000 * MS, "POST /echo HTTP/1.1\r\n", 21);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 15000 * MS);
+    feed_at(&s, T0 + 6000 * MS, "Host: a\r\nContent-Length: 4\r\n\r\nab", 32);
+    /* Body: 10 s from the last read, extended by each read. */
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 16000 * MS);
+    feed_at(&s, T0 + 7000 * MS, "c", 1);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 17000 * MS);
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 16000 * MS, &s.out), MD_HTTP_WANT_READ);
+    /* The echo head went out with the request head, so a late body can only close. */
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 17000 * MS, &s.out), MD_HTTP_WANT_CLOSE);
+    b.len = 0;
+    sb_add(&b, "HTTP/1.1 200 OK\r\n" DATE "Content-Type: application/octet-stream\r\n"
+               "Content-Length: 4\r\n\r\nabc");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, timers_body_timeout_is_408)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "POST /nope HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab");
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 10000 * MS, &s.out), MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "408 Request Timeout", "close");
+    expect_sb(&s, &b);
+    cr_assert_eq(feed(&s, "cd"), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, keep_alive_idle_closes_silently)
+{
+    struct session s;
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    md_outbuf_consume(&s.out, md_outbuf_pending(&s.out));
+    /* Stray CRLFs between requests do not restart anything. */
+    feed_at(&s, T0 + 1000 * MS, "\r\n\r\n", 4);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 75000 * MS);
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 75000 * MS, &s.out), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, drain)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(md_http_conn_drain(&s.c), MD_HTTP_WANT_CLOSE); /* idle: close now */
+    session_close(&s);
+
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
+    cr_assert_eq(md_http_conn_drain(&s.c), MD_HTTP_WANT_READ); /* in flight: finish it */
+    cr_assert_eq(feed(&s, "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, eof)
+{
+    struct session s;
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost:");
+    cr_assert_eq(md_http_conn_eof(&s.c, T0, &s.out), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    cr_assert_eq(feed(&s, " a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, "");
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, date_follows_the_clock)
+{
+    struct session s;
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    cr_assert_not_null(memmem(md_outbuf_pending_data(&s.out), md_outbuf_pending(&s.out),
+                              "\r\nDate: Fri, 21 Nov 2025 08:37:00 GMT\r\n", 39));
+    session_close(&s);
+    expect_no_leaks();
+}
+
+static md_metrics metrics;
+
+static void expect_has(const char *p, size_t n, const char *want)
+{
+    cr_assert_not_null(memmem(p, n, want, strlen(want)), "no %s in\n%.*s", want, (int)n, p);
+}
+
+Test(http, metrics_route_and_counters)
+{
+    md_metrics_init(&metrics);
+    srv.metrics = &metrics;
+    srv.metrics_text = md_metrics_text;
+    srv.metrics_arg = &metrics;
+    struct session s;
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n");
+    md_outbuf_consume(&s.out, md_outbuf_pending(&s.out));
+    feed(&s, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+    const char *p = md_outbuf_pending_data(&s.out);
+    size_t n = md_outbuf_pending(&s.out);
+    const char *body = memmem(p, n, "\r\n\r\n", 4);
+    cr_assert_not_null(body);
+    body += 4;
+    size_t blen = n - (size_t)(body - p);
+    char want_head[256];
+    snprintf(
+        want_head, sizeof(want_head),
+        "HTTP/1.1 200 OK\r\n" DATE
+        "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: %zu\r\n\r\n",
+        blen);
+    cr_assert_eq((size_t)(body - p), strlen(want_head));
+    cr_assert_eq(memcmp(p, want_head, strlen(want_head)), 0, "%s", show(p, (size_t)(body - p)));
+    expect_has(body, blen, "magpied_http_responses_total{code=\"2xx\"} 1\n");
+    expect_has(body, blen, "magpied_http_responses_total{code=\"4xx\"} 1\n");
+    expect_has(body, blen, "magpied_received_bytes_total{listener=\"http\"} 55\n");
+    md_outbuf_consume(&s.out, n);
+
+    /* HEAD: the same Content-Length, no body. */
+    feed(&s, "HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+    p = md_outbuf_pending_data(&s.out);
+    n = md_outbuf_pending(&s.out);
+    cr_assert_eq(memcmp(p + n - 4, "\r\n\r\n", 4), 0);
+    cr_assert_not_null(memmem(p, n, "Content-Length: ", 16));
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* Garbage right after a streamed echo still gets its 400: the echo's state is over. */
+Test(http, garbage_after_streamed_echo)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx\x01\x02"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "x", 1, 0);
+    sb_error(&b, "400 Bad Request", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(http, http2_preface_is_refused)
+{
+    expect_rejected("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "400 Bad Request");
+    expect_no_leaks();
+}
+
+/* chunked framing with a coding we do not decode: 501 (RFC 9112 6.1); any case of the names. */
+Test(http, transfer_codings)
+{
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                    "0\r\n\r\n",
+                    "501 Not Implemented");
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTRANSFER-ENCODING: gzip\r\n"
+                    "transfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+                    "501 Not Implemented");
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "POST /echo HTTP/1.1\r\nHOST: a\r\nTransfer-Encoding: CHUNKED \r\n\r\n"
+             "1\r\nx\r\n0\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "x", 1, 0);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* An error answering a HEAD has no body either. */
+Test(http, head_error_has_no_body)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "HEAD z HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    sb_resp(&b, "400 Bad Request", "close", NULL, "text/plain", "Bad Request\n", 12, 1);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}

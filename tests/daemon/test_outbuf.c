@@ -1,0 +1,68 @@
+/* Tests for daemon/outbuf.c: appends, partial writes, compaction and growth. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "outbuf.h"
+
+Test(outbuf, append_consume_reset, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_pending(&b), 0);
+    cr_assert_eq(md_outbuf_append(&b, "hello ", 6), 0);
+    cr_assert_eq(md_outbuf_append(&b, "world", 5), 0);
+    cr_assert_eq(md_outbuf_pending(&b), 11);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "hello world", 11), 0);
+    md_outbuf_consume(&b, 6);
+    cr_assert_eq(md_outbuf_pending(&b), 5);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "world", 5), 0);
+    md_outbuf_consume(&b, 100); /* more than pending: just empties it */
+    cr_assert_eq(md_outbuf_pending(&b), 0);
+    cr_assert_eq(b.head, 0);
+    cr_assert_eq(b.len, 0);
+    md_outbuf_free(&b);
+    cr_assert_null(b.data);
+}
+
+/* Growth keeps what is still owed, in order, and slides it to the front first. */
+Test(outbuf, grow_keeps_pending_bytes, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    char chunk[1000];
+    size_t written = 0, appended = 0;
+    for (int round = 0; round < 200; round++) {
+        for (size_t i = 0; i < sizeof(chunk); i++)
+            chunk[i] = (char)((appended + i) % 251);
+        cr_assert_eq(md_outbuf_append(&b, chunk, sizeof(chunk)), 0);
+        appended += sizeof(chunk);
+        size_t n = (size_t)(round * 37 % 1500);
+        if (n > md_outbuf_pending(&b))
+            n = md_outbuf_pending(&b);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(md_outbuf_pending_data(&b)[i], (char)((written + i) % 251));
+        md_outbuf_consume(&b, n);
+        written += n;
+    }
+    cr_assert_eq(md_outbuf_pending(&b), appended - written);
+    for (size_t i = 0; i < md_outbuf_pending(&b); i++)
+        cr_assert_eq(md_outbuf_pending_data(&b)[i], (char)((written + i) % 251));
+    md_outbuf_free(&b);
+}
+
+Test(outbuf, reserve_commit, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    char *w = md_outbuf_reserve(&b, 100000);
+    cr_assert_not_null(w);
+    cr_assert_geq(b.cap, 100000);
+    memcpy(w, "abc", 3);
+    md_outbuf_commit(&b, w + 3);
+    cr_assert_eq(md_outbuf_pending(&b), 3);
+    cr_assert_eq(md_outbuf_grow(&b, SIZE_MAX), -ENOMEM);
+    cr_assert_eq(md_outbuf_pending(&b), 3, "a failed grow loses nothing");
+    md_outbuf_free(&b);
+}
