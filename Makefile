@@ -130,14 +130,14 @@ $(LIB_Q4): $(RT_Q4_OBJS)
 
 $(B)/tests/runtime/%: tests/runtime/%.c $(LIB) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -lcriterion
+	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 $(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -lcriterion
+	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 $(DEMO): runtime/examples/demo.c $(LIB)
-	$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL)
+	$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
 test: $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(PROGRAMS)
 	@tests/run-suites.sh $(VARIANT) $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS)

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,7 +142,8 @@ typedef struct mp_config {
 } mp_config;
 
 void mp_config_init(mp_config *cfg);
-/* Create a runtime. Worker threads start lazily, when work needs them. cfg may be NULL. */
+/* Create a runtime. Worker threads start lazily, when work needs them. cfg may be NULL.
+ * Sets SIGPIPE to SIG_IGN if it is SIG_DFL (writes to reset peers fail with EPIPE). */
 int mp_runtime_new(mp_runtime **out, const mp_config *cfg);
 /* Stop: refuse new spawns, cancel or drain per cfg.shutdown_mode, join the workers. Returns 0,
  * -EDEADLK when called from one of this runtime's workers, or -EALREADY. */
@@ -166,6 +168,8 @@ typedef struct mp_worker_stats {
     uint64_t global_batches;   /* batches fetched from the global queue */
     uint64_t overflows;        /* ring overflows moved to the global queue */
     uint64_t budget_exhausted; /* ticks that ran out of their 128-poll budget */
+    uint64_t drives;           /* times it slept in the I/O loop as its driver */
+    uint64_t io_polls;         /* non-blocking runs of the loop between ticks */
 } mp_worker_stats;
 
 typedef struct mp_stats {
@@ -253,6 +257,218 @@ void mp_notify_waiter_init(mp_notify_waiter *w);
 mp_poll mp_notify_poll(mp_notify *n, mp_notify_waiter *w, mp_context *cx);
 void mp_notify_cancel(mp_notify *n, mp_notify_waiter *w);
 void mp_notify_wait_blocking(mp_notify *n);
+
+/* The reactor: one libuv loop per runtime, run by whichever worker holds the driver role.
+ * libuv calls on this loop or its handles must be made on the thread that holds the role:
+ * inside a libuv callback, or through mp_loop_call(). */
+
+typedef struct mp_loop_cmd {
+    struct mp_loop_cmd *next;
+    void (*fn)(uv_loop_t *loop, void *arg);
+    void *arg;
+} mp_loop_cmd;
+
+uv_loop_t *mp_runtime_loop(mp_runtime *rt);
+/* Run fn(loop, arg) on the loop's thread: at once when the caller can take the driver role (or
+ * already holds it), else soon on the worker that holds it; cmd is the caller's storage until
+ * fn has run. -ESHUTDOWN once the runtime has closed its loop. */
+int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, void *arg),
+                 void *arg);
+/* Does the calling thread hold this runtime's loop (e.g. in a libuv callback)? */
+bool mp_loop_is_current(mp_runtime *rt);
+
+/* A TCP stream served to one task. The loop reads into the stream's buffer and wakes the
+ * task; the task takes bytes with mp_tcp_read_poll/mp_tcp_consume and writes directly with
+ * send() on the socket, falling back to the loop only when the kernel would block. Reading
+ * stops while the buffer is full (backpressure) and resumes as the task consumes. */
+typedef struct mp_tcp mp_tcp;
+struct mp_tcp {
+    uv_tcp_t handle; /* loop side */
+    mp_runtime *rt;
+    _Atomic uint32_t lock; /* guards the fields up to `writer` between loop and task */
+    char *buf;
+    size_t cap, head, tail;
+    bool reading;  /* a read into buf[tail..] is in flight on the loop */
+    bool stopped;  /* reading stopped: buffer full */
+    bool resuming; /* a resume command is queued */
+    int err;       /* 0, UV_EOF, or a negative errno from the loop side */
+    mp_waker reader;
+    int write_err;
+    int write_state; /* 0 idle, 1 a loop-side write in flight, 2 it finished */
+    mp_waker writer;
+    int fd; /* immutable after accept */
+    uv_write_t wreq;
+    uv_buf_t wbuf;
+    mp_loop_cmd cmd_write, cmd_resume, cmd_close;
+    void (*on_closed)(mp_tcp *c);
+    mp_tcp *prev, *next; /* the reactor's list of open streams (loop side) */
+};
+
+/* On the loop's thread (a connection callback): accept a connection from server into c,
+ * with a read buffer of bufsize bytes, and start reading. */
+int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
+/* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
+ * with *len == 0 and *err = UV_EOF or a negative errno, or MP_PENDING until data arrives. */
+mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err);
+/* The task is done with n bytes of the view. */
+void mp_tcp_consume(mp_tcp *c, size_t n);
+/* Write all of data[0..len): MP_READY with *err = 0 or a negative errno (EPIPE, ECONNRESET);
+ * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
+ * stay put). */
+mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
+/* Close the stream; on_closed(c) runs on the loop's thread once libuv is done with it (and
+ * after mp_runtime_shutdown at the latest), after which c may be freed. */
+void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
+
+/* Fork-join pool, for CPU-bound parallel work beside the async runtime (Rayon beside Tokio).
+ * A pool owns a fixed number of worker slots; threads start lazily when work arrives. Work
+ * enters from outside through mp_pool_call(); inside a call, mp_pool_join(), mp_pool_scope(),
+ * mp_pool_parallel_for(), mp_pool_parallel_reduce() and the sorts split it across the workers
+ * by work stealing. Jobs live in the caller's stack frame (or, for spawns, in storage the caller
+ * provides): nothing here allocates per job. The fork-join functions use the pool of the worker
+ * thread that calls them; on any other thread they run sequentially, with the same results. */
+
+/* A fork-join pool. Opaque; created by mp_pool_new(), destroyed by mp_pool_free(). */
+typedef struct mp_pool mp_pool;
+
+/* A job body: runs with the argument it was given. */
+typedef void (*mp_pool_fn)(void *arg);
+
+/*
+ * Pool configuration. Initialise with mp_pool_config_init(), then change what you need; a
+ * zero field means "the default" everywhere.
+ */
+typedef struct mp_pool_config {
+    /* Worker threads, started lazily as work arrives. 0: the number of online CPUs. */
+    size_t num_threads;
+    /* Stack size of each worker thread in bytes. 0: 8 MiB. Deep join recursion needs more. */
+    size_t stack_size;
+    /* Initial capacity of each worker's deque, in jobs; rounded up to a power of two.
+     * 0: 256. The deque grows when full, so this only matters for tests and memory. */
+    size_t deque_capacity;
+    /* Test hook: the Nth thread spawn (1-based, counted over the pool's life) fails as if
+     * pthread_create() had returned EAGAIN. 0: no injected failure. */
+    unsigned fail_spawn_at;
+} mp_pool_config;
+
+/* Counters a pool keeps about itself; a snapshot, each field read separately. */
+typedef struct mp_pool_stats {
+    size_t threads_max;      /* worker slots: num_threads after defaults */
+    size_t threads_started;  /* worker threads running (they stop only in mp_pool_free) */
+    size_t spawn_failures;   /* thread spawns that failed; those slots stay empty */
+    int last_spawn_error;    /* negative errno of the last failed spawn, 0 if none */
+    size_t threads_sleeping; /* workers blocked in the sleep protocol right now */
+    uint64_t jobs_stolen;    /* jobs taken from another worker's deque */
+    uint64_t jobs_injected;  /* jobs that entered through mp_pool_call() */
+    uint64_t sleeps;         /* times a worker blocked after its sleep rounds */
+} mp_pool_stats;
+
+/* Fills *cfg with the defaults (all zero). */
+void mp_pool_config_init(mp_pool_config *cfg);
+
+/*
+ * Creates a pool. cfg may be NULL for the defaults. No thread starts here: the first worker
+ * starts with the first mp_pool_call(), more as work is posted while every started worker is
+ * busy. Returns 0, -EINVAL (absurd configuration) or -ENOMEM.
+ */
+int mp_pool_new(mp_pool **out, const mp_pool_config *cfg);
+
+/*
+ * Stops and joins every worker thread and frees the pool. No mp_pool_call() may be in flight
+ * on this pool, and none may start. NULL is ignored.
+ */
+void mp_pool_free(mp_pool *pool);
+
+/*
+ * Runs fn(arg) on a worker of the pool and blocks until it has returned. Any number of
+ * threads may call at once. Called from a worker of this same pool, runs fn(arg) inline; from
+ * a worker of another pool, blocks that worker like any outside thread.
+ * Returns 0, or the negative errno of the failed spawn (usually -EAGAIN) when the pool could
+ * not start a single worker thread; then fn did not run.
+ */
+int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
+
+/* Fills *out with a snapshot of the pool's counters. Returns 0. */
+int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out);
+
+/* Index of the calling pool worker (0 .. threads_max - 1), or -1 on any other thread. */
+int mp_pool_worker_index(void);
+
+/*
+ * Runs a(arg_a) and b(arg_b), potentially in parallel, and returns when both have returned.
+ * b is offered to other workers while the caller runs a; if nobody took it, the caller runs
+ * it next. If a thief took it, the caller runs or steals other work until b is done.
+ */
+void mp_pool_join(mp_pool_fn a, void *arg_a, mp_pool_fn b, void *arg_b);
+
+/* A scope in progress; passed to the scope body, valid only until mp_pool_scope returns. */
+typedef struct mp_pool_scope_ctx mp_pool_scope_ctx;
+
+/*
+ * Storage for one spawned job, provided by the caller so that spawning allocates nothing.
+ * It must stay valid, untouched, until the scope it was spawned into has returned.
+ */
+typedef struct mp_pool_task {
+    void *opaque[6];
+} mp_pool_task;
+
+/* A scope body: may call mp_pool_spawn(scope, ...) any number of times. */
+typedef void (*mp_pool_scope_fn)(mp_pool_scope_ctx *scope, void *arg);
+
+/*
+ * Runs body(scope, arg), then waits until every job spawned into the scope (by the body or
+ * by spawned jobs, transitively) has finished. While waiting, the caller runs other work.
+ */
+void mp_pool_scope(mp_pool_scope_fn body, void *arg);
+
+/*
+ * Spawns fn(scope, arg) into scope, using *task as its storage; fn gets the scope so that it
+ * may spawn more. Callable from the scope body or from any job of the scope.
+ */
+void mp_pool_spawn(mp_pool_scope_ctx *scope, mp_pool_task *task,
+                   void (*fn)(mp_pool_scope_ctx *scope, void *arg), void *arg);
+
+/* A loop body over the half-open index range [lo, hi). */
+typedef void (*mp_pool_range_fn)(size_t lo, size_t hi, void *arg);
+
+/*
+ * Calls body on disjoint subranges covering [begin, end), in parallel. Ranges are split in
+ * halves with mp_pool_join() down to at most grain indices; grain 0 picks one that gives
+ * each worker about 8 pieces. Returns 0, or -EINVAL if begin > end.
+ */
+int mp_pool_parallel_for(size_t begin, size_t end, size_t grain, mp_pool_range_fn body, void *arg);
+
+/* The largest accumulator mp_pool_parallel_reduce() accepts, in bytes. */
+#define MP_POOL_REDUCE_MAX_ACC 128
+
+/* Folds [lo, hi) into *acc, which starts as a copy of the identity. */
+typedef void (*mp_pool_fold_fn)(size_t lo, size_t hi, void *acc, void *arg);
+/* Combines two adjacent results: *left = *left (+) *right, left covering lower indices. */
+typedef void (*mp_pool_combine_fn)(void *left, const void *right, void *arg);
+
+/*
+ * Parallel reduce over [begin, end): splits like mp_pool_parallel_for(), folds each piece
+ * into a copy of *identity (acc_size bytes), and combines neighbours in index order, so an
+ * associative but non-commutative combine gives the sequential answer. The result is
+ * written to *result. Returns 0, or -EINVAL (begin > end, acc_size 0 or larger than
+ * MP_POOL_REDUCE_MAX_ACC).
+ */
+int mp_pool_parallel_reduce(size_t begin, size_t end, size_t grain, size_t acc_size,
+                            const void *identity, mp_pool_fold_fn fold, mp_pool_combine_fn combine,
+                            void *arg, void *result);
+
+/*
+ * Sorts n elements of size bytes at base in ascending order of cmp, in parallel (quicksort
+ * whose halves are joined; not stable). Like qsort(3). Returns 0, or -EINVAL if size is 0
+ * or larger than 256.
+ */
+int mp_pool_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+
+/* The same for plain integer arrays, with the comparison inlined. */
+void mp_pool_sort_i32(int32_t *a, size_t n);
+void mp_pool_sort_i64(int64_t *a, size_t n);
+void mp_pool_sort_u32(uint32_t *a, size_t n);
+void mp_pool_sort_u64(uint64_t *a, size_t n);
 
 #ifdef __cplusplus
 }

@@ -254,14 +254,16 @@ void mp__owned_close(mp__owned *o);
 void mp__owned_shutdown_all(mp__owned *o);
 uint64_t mp__owned_count(mp__owned *o);
 
-/* park.c: one word per worker. */
-enum { MP__UNPARKED = 0, MP__PARKED = 1, MP__NOTIFIED = 2 };
+/* park.c: one word per worker. DRIVING: parked in the libuv loop (reactor.c), woken by the
+ * async handle rather than the futex. */
+enum { MP__UNPARKED = 0, MP__PARKED = 1, MP__NOTIFIED = 2, MP__DRIVING = 3 };
 typedef struct mp__park {
     alignas(MP__CACHE_LINE) _Atomic uint32_t state;
 } mp__park;
 
 void mp__park_wait(mp__park *p);
-void mp__park_unpark(mp__park *p);
+/* Returns the state before: MP__DRIVING means the caller must wake the loop instead. */
+uint32_t mp__park_unpark(mp__park *p);
 
 /* idle.c: who searches, who sleeps, who to wake. */
 typedef struct mp__idle {
@@ -300,10 +302,38 @@ void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
 unsigned mp__idle_close(mp__idle *idle);
 unsigned mp__idle_searching(mp__idle *idle);
 
+/* reactor.c: the libuv loop and the driver role. */
+typedef struct mp__reactor {
+    uv_loop_t loop;   /* guarded by the driver role */
+    uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
+    mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
+    /* atomic: 0 free, 1 held */
+    alignas(MP__CACHE_LINE) _Atomic uint32_t role;
+    /* atomic: commands for the loop, a Treiber stack (newest first) */
+    alignas(MP__CACHE_LINE) _Atomic(mp_loop_cmd *) cmds;
+    _Atomic bool closed; /* atomic: set by shutdown under the role */
+} mp__reactor;
+
+extern _Thread_local mp__reactor *mp__tls_driver;
+
+int mp__reactor_init(mp__reactor *r);
+bool mp__reactor_try_acquire(mp__reactor *r);
+/* true: commands are waiting and someone must drive (mp__runtime_notify). */
+bool mp__reactor_release(mp__reactor *r);
+/* With the role held: run the loop once, blocking for events or not. */
+void mp__reactor_run(mp__reactor *r, bool block);
+void mp__reactor_wake(mp__reactor *r);
+void mp__reactor_close(mp__reactor *r);
+
+/* tcp.c, loop side */
+void mp__tcp_link(mp__reactor *r, mp_tcp *c);
+void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
+void mp__tcp_close_all(mp__reactor *r);
+
 /* worker.c */
 typedef struct mp__worker_counters {
     mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
-        global_batches, overflows, budget_exhausted;
+        global_batches, overflows, budget_exhausted, drives, io_polls;
 } mp__worker_counters;
 
 typedef struct mp__worker {
@@ -322,6 +352,7 @@ typedef struct mp__worker {
     uint64_t rng;
     bool searching;
     bool parking;              /* the transitioning-to-park guard, see worker.c */
+    bool driving;              /* blocked in the loop: wakes stay local, unnotified */
     mp__worker_counters stats; /* written by the owner, read by anyone */
     /* immutable after start: */
     mp_runtime *rt;
@@ -349,6 +380,7 @@ void mp__worker_drain_on_shutdown(mp__worker *w);
 
 /* runtime.c */
 struct mp_runtime {
+    mp__reactor reactor;
     mp__inject inject;
     mp__idle idle;
     mp__owned owned;
@@ -367,6 +399,8 @@ struct mp_runtime {
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */
 void mp__runtime_notify(mp_runtime *rt);
+/* Wake worker w directly, from its futex or from the loop. */
+void mp__runtime_unpark(mp_runtime *rt, mp__worker *w);
 /* Is there work any worker could take (global queue or a ring)? */
 bool mp__runtime_work_pending(mp_runtime *rt);
 

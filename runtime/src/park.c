@@ -1,4 +1,5 @@
-/* park.c: a worker's sleep word, UNPARKED / PARKED / NOTIFIED, on a futex.
+/* park.c: a worker's sleep word, UNPARKED / PARKED / NOTIFIED, on a futex (and DRIVING,
+ * while the worker sleeps in the libuv loop instead: see worker.c).
  *
  * An unpark that arrives before the park is not lost: it leaves NOTIFIED, and the next park
  * consumes it and returns at once.
@@ -39,10 +40,12 @@ void mp__park_wait(mp__park *p)
     }
 }
 
-void mp__park_unpark(mp__park *p)
+uint32_t mp__park_unpark(mp__park *p)
 {
     /* Release: publishes what the waker did before (pairs with the acquires in
-     * mp__park_wait()). */
-    if (atomic_exchange_explicit(&p->state, MP__NOTIFIED, memory_order_release) == MP__PARKED)
+     * mp__park_wait() and in the driver's exchange in worker.c). */
+    uint32_t prev = atomic_exchange_explicit(&p->state, MP__NOTIFIED, memory_order_release);
+    if (prev == MP__PARKED)
         mp__futex_wake(&p->state, 1);
+    return prev;
 }

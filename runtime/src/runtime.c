@@ -22,6 +22,8 @@
  */
 #include "internal.h"
 
+#include <signal.h>
+
 void mp_config_init(mp_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -37,6 +39,19 @@ static unsigned default_workers(const mp_config *c)
     return w;
 }
 
+/* A write to a reset connection must be an error, not the death of the process. Our own
+ * writes use MSG_NOSIGNAL, but libuv's (the uv_write fallback) do not, and libuv leaves
+ * SIGPIPE to the application; like Rust's standard runtime, ignore it unless the program
+ * chose a disposition of its own. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &sa, NULL);
+    }
+}
+
 int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
 {
     mp_config c;
@@ -48,6 +63,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         c.workers = default_workers(&c);
     if (c.workers > 4096)
         return -EINVAL;
+    ignore_sigpipe();
     int rc = -ENOMEM;
     mp_runtime *rt = aligned_alloc(MP__CACHE_LINE, sizeof *rt);
     if (!rt)
@@ -58,8 +74,10 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     rt->workers = aligned_alloc(MP__CACHE_LINE, c.workers * sizeof *rt->workers);
     if (!rt->workers)
         goto out_free_rt;
-    if ((rc = mp__inject_init(&rt->inject)) != 0)
+    if ((rc = mp__reactor_init(&rt->reactor)) != 0)
         goto out_free_workers;
+    if ((rc = mp__inject_init(&rt->inject)) != 0)
+        goto out_close_reactor;
     if ((rc = mp__idle_init(&rt->idle, c.workers)) != 0)
         goto out_destroy_inject;
     if ((rc = mp__owned_init(&rt->owned, c.workers)) != 0)
@@ -81,6 +99,8 @@ out_destroy_idle:
     mp__idle_destroy(&rt->idle);
 out_destroy_inject:
     mp__inject_destroy(&rt->inject);
+out_close_reactor:
+    mp__reactor_close(&rt->reactor);
 out_free_workers:
     free(rt->workers);
 out_free_rt:
@@ -130,6 +150,12 @@ static void start_worker(mp_runtime *rt, unsigned idx)
     mp__runtime_notify(rt);
 }
 
+void mp__runtime_unpark(mp_runtime *rt, mp__worker *w)
+{
+    if (mp__park_unpark(&w->park) == MP__DRIVING)
+        mp__reactor_wake(&rt->reactor);
+}
+
 void mp__runtime_notify(mp_runtime *rt)
 {
     /* (A) in idle.c's protocol: the task just queued is visible before we look at who is
@@ -138,7 +164,7 @@ void mp__runtime_notify(mp_runtime *rt)
     unsigned idx;
     switch (mp__idle_worker_to_notify(&rt->idle, &idx)) {
     case MP__NOTIFY_UNPARK:
-        mp__park_unpark(&rt->workers[idx].park);
+        mp__runtime_unpark(rt, &rt->workers[idx]);
         break;
     case MP__NOTIFY_SPAWN:
         start_worker(rt, idx);
@@ -213,7 +239,7 @@ int mp_runtime_shutdown(mp_runtime *rt)
                MP__SLOT_STARTING)
             sched_yield();
         if (st == MP__SLOT_STARTED) {
-            mp__park_unpark(&w->park);
+            mp__runtime_unpark(rt, w);
             pthread_join(w->thread, NULL);
         }
     }
@@ -222,6 +248,7 @@ int mp_runtime_shutdown(mp_runtime *rt)
         mp__worker_drain_on_shutdown(&rt->workers[i]);
     for (mp_task *t; (t = mp__inject_pop(&rt->inject));)
         mp__task_shutdown_queued(t);
+    mp__reactor_close(&rt->reactor);
     atomic_store_explicit(&rt->shutdown_state, 2, memory_order_relaxed);
     return 0;
 }
@@ -272,6 +299,8 @@ static void read_counters(const mp__worker *w, mp_worker_stats *o)
     RD(global_batches);
     RD(overflows);
     RD(budget_exhausted);
+    RD(drives);
+    RD(io_polls);
 #undef RD
 }
 
@@ -300,6 +329,8 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
         out->total.global_batches += w.global_batches;
         out->total.overflows += w.overflows;
         out->total.budget_exhausted += w.budget_exhausted;
+        out->total.drives += w.drives;
+        out->total.io_polls += w.io_polls;
         /* Relaxed: a snapshot. */
         if (atomic_load_explicit(&rt->workers[i].spawn_state, memory_order_relaxed) ==
             MP__SLOT_STARTED)

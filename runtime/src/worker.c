@@ -50,6 +50,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     w->rng = (mp__now_ns() + (uint64_t)(index + 1) * 0x9E3779B97F4A7C15ull) | 1;
     w->searching = false;
     w->parking = false;
+    w->driving = false;
     memset(&w->stats, 0, sizeof w->stats);
     w->rt = rt;
     w->index = index;
@@ -82,6 +83,15 @@ static bool has_local_tasks(mp__worker *w)
 bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
 {
     mp__worker *w = mp__tls_worker;
+    if (w && w->rt == rt && w->driving) {
+        /* A libuv callback on the driving worker: it runs these as soon as the loop returns,
+         * and wakes a helper then if it has more than one (park_worker). */
+        mp_task *prev = w->lifo;
+        w->lifo = t;
+        if (prev)
+            push_ring(w, prev);
+        return true;
+    }
     if (w && w->rt == rt && !w->parking) {
         bool notify = true;
         if (is_yield || rt->cfg.disable_lifo) {
@@ -229,6 +239,50 @@ static void end_tick(mp__worker *w, uint64_t now)
     w->tick_start_ns = now;
 }
 
+/* Between ticks, a busy worker runs the loop without blocking if nobody holds it, so that
+ * I/O progresses while every worker is busy. */
+static void poll_io(mp__worker *w)
+{
+    mp__reactor *r = &w->rt->reactor;
+    if (!mp__reactor_try_acquire(r))
+        return;
+    mp__counter_add(&w->stats.io_polls, 1);
+    mp__reactor_run(r, false);
+    if (mp__reactor_release(r))
+        mp__runtime_notify(w->rt);
+}
+
+/* Sleep in the loop as its driver instead of on the futex: the park word says DRIVING, so an
+ * unpark sends the loop's async handle (mp__runtime_unpark). Returns false if the role was
+ * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile are put in
+ * this worker's LIFO slot and ring without notifying anyone (mp__schedule); once the loop
+ * returns, a worker is woken to steal if there is more than one. */
+static bool drive(mp__worker *w)
+{
+    mp__reactor *r = &w->rt->reactor;
+    if (!mp__reactor_try_acquire(r))
+        return false;
+    uint32_t expected = MP__UNPARKED;
+    /* Acquire on failure: an unpark's NOTIFIED came first (pairs with the release exchange
+     * in mp__park_unpark()); then we do not block. Release on success: nothing to publish,
+     * acq_rel keeps it symmetric with the exchange below. */
+    if (atomic_compare_exchange_strong_explicit(&w->park.state, &expected, MP__DRIVING,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+        mp__counter_add(&w->stats.drives, 1);
+        w->driving = true;
+        mp__reactor_run(r, true);
+        w->driving = false;
+    }
+    /* Consume the NOTIFIED of an unpark that came while we drove (or before). Acquire:
+     * pairs with the release exchange in mp__park_unpark(). */
+    atomic_exchange_explicit(&w->park.state, MP__UNPARKED, memory_order_acquire);
+    bool cmds = mp__reactor_release(r);
+    uint32_t local = (w->lifo != NULL) + mp__queue_len(&w->queue);
+    if (cmds || local > 1)
+        mp__runtime_notify(w->rt);
+    return true;
+}
+
 static void run_task(mp__worker *w, mp_task *t)
 {
     if (w->searching) {
@@ -243,6 +297,7 @@ static void run_task(mp__worker *w, mp_task *t)
     if (++w->tick_polls >= MP__BUDGET) {
         mp__counter_add(&w->stats.budget_exhausted, 1);
         end_tick(w, mp__now_ns());
+        poll_io(w);
     }
 }
 
@@ -269,7 +324,8 @@ static void park_worker(mp__worker *w, bool for_join)
         mp__runtime_notify(rt); /* may pick this very worker: its park returns at once */
     for (;;) {
         mp__counter_add(&w->stats.parks, 1);
-        mp__park_wait(&w->park);
+        if (!drive(w))
+            mp__park_wait(&w->park);
         mp__counter_add(&w->stats.unparks, 1);
         if (stopping(rt) || has_local_tasks(w) || for_join) {
             /* Leave the parked set ourselves; if a notifier picked us first, it counted us
@@ -299,7 +355,8 @@ static void worker_waker_drop(const void *data)
 
 static void worker_waker_wake(const void *data)
 {
-    mp__park_unpark(&((mp__worker *)data)->park);
+    mp__worker *w = (mp__worker *)data;
+    mp__runtime_unpark(w->rt, w);
 }
 
 /* Wakes a worker waiting in mp__worker_help_until(). Workers live as long as the runtime, so

@@ -204,6 +204,7 @@ typedef struct spawner {
     one *kids;
     int n;
     _Atomic int finished;
+    _Atomic int released;
 } spawner;
 
 static mp_poll spawner_poll(mp_task *t, mp_context *cx)
@@ -218,7 +219,12 @@ static mp_poll spawner_poll(mp_task *t, mp_context *cx)
     return MP_READY;
 }
 
-static const mp_task_vtable spawner_vt = {.poll = spawner_poll};
+static void spawner_release(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, spawner, task)->released, 1);
+}
+
+static const mp_task_vtable spawner_vt = {.poll = spawner_poll, .release = spawner_release};
 
 /* Spawn (detached, never helped by this thread) a task that spawns 100 children on its
  * worker and then stays busy; return once all have run. */
@@ -226,23 +232,20 @@ static void run_spawner(mp_runtime *rt)
 {
     enum { KIDS = 100 };
     one kids[KIDS];
-    _Atomic int done = 0;
+    _Atomic int done = 0, released = 0;
     for (int i = 0; i < KIDS; i++) {
         mp_task_init(&kids[i].task, &one_vt);
-        kids[i].released = NULL;
+        kids[i].released = &released;
         kids[i].counter = &done;
     }
     spawner s = {.kids = kids, .n = KIDS};
     mp_task_init(&s.task, &spawner_vt);
     cr_assert_eq(mp_spawn(rt, &s.task), 0);
-    wait_count(&done, KIDS);
-    wait_count(&s.finished, 1);
-    /* The headers are on this stack: return only once the runtime is done with them. */
-    mp_stats st;
-    do {
-        sched_yield();
-        mp_runtime_stats(rt, &st);
-    } while (st.total.completed < KIDS + 1);
+    /* The headers are on this stack: return only once the runtime has released them all. */
+    wait_count(&released, KIDS);
+    wait_count(&s.released, 1);
+    cr_assert_eq(atomic_load(&done), KIDS);
+    cr_assert_eq(atomic_load(&s.finished), 1);
 }
 
 Test(worker, idle_worker_steals_from_a_busy_one, .timeout = 30)

@@ -1,0 +1,200 @@
+/* reactor.c: one libuv loop per runtime, run by whichever worker holds the driver role.
+ *
+ * libuv is not thread-safe: every call on the loop or its handles must come from the thread
+ * that runs the loop at that moment, except uv_async_send. So the right to call libuv is a
+ * role, held by at most one thread at a time (role: 0 free, 1 held; a CAS takes it with
+ * acquire, a store gives it back with release, so each holder sees everything its
+ * predecessor did to the loop):
+ *
+ *   - a worker that finds no work and would park takes the role if it is free and blocks in
+ *     uv_run(UV_RUN_ONCE) instead of on its futex; its park word says DRIVING, so whoever
+ *     unparks it sends the async handle instead of a futex wake (worker.c, runtime.c);
+ *   - a busy worker takes the role, if free, every 128 polls and runs the loop without
+ *     blocking, so I/O progresses while every worker is busy;
+ *   - any other thread that needs the loop (mp_loop_call) takes the role if it is free and
+ *     calls libuv itself, or else queues a command and sends the async handle; the holder
+ *     runs queued commands when it takes the role and from the async callback.
+ *
+ * The lost command this must prevent:
+ *
+ *   caller                                    driver
+ *                                             (has just run the async callback)
+ *   role is held: push command C
+ *                                             releases the role, goes to run tasks
+ *   uv_async_send                             -> nobody runs the loop: C waits
+ *
+ * Fixed: the holder releases the role (A), then looks at the command stack (B) and wakes a
+ * worker to drive if it is not empty; the caller pushes (C), then tries the role (D) before
+ * settling for the async send. Both sides are a store then a load of the other's location
+ * (store buffering), hence the seq_cst fences at (A)/(B) and (C)/(D): either the caller sees
+ * the role free and runs C itself, or the holder sees C and gets someone to drive.
+ */
+#include "internal.h"
+
+static void run_commands(mp__reactor *r)
+{
+    /* Acquire: pairs with the release CAS in push_command(); the commands' arguments are
+     * visible. Taking the whole stack leaves no ABA window. */
+    mp_loop_cmd *c = atomic_exchange_explicit(&r->cmds, NULL, memory_order_acquire);
+    mp_loop_cmd *fifo = NULL;
+    while (c) { /* the stack is newest first: reverse it */
+        mp_loop_cmd *next = c->next;
+        c->next = fifo;
+        fifo = c;
+        c = next;
+    }
+    while (fifo) {
+        mp_loop_cmd *next = fifo->next;
+        fifo->fn(&r->loop, fifo->arg);
+        fifo = next;
+    }
+}
+
+static void async_cb(uv_async_t *a)
+{
+    run_commands(a->data);
+}
+
+int mp__reactor_init(mp__reactor *r)
+{
+    int rc = uv_loop_init(&r->loop);
+    if (rc != 0)
+        return rc;
+    rc = uv_async_init(&r->loop, &r->async, async_cb);
+    if (rc != 0) {
+        uv_loop_close(&r->loop);
+        return rc;
+    }
+    /* Referenced: it keeps the loop alive, so that a driver with nothing else to wait for
+     * blocks in epoll_wait (UV_RUN_ONCE returns at once from a loop with no live handle). */
+    r->async.data = r;
+    r->tcps = NULL;
+    atomic_init(&r->role, 0);
+    atomic_init(&r->cmds, NULL);
+    atomic_init(&r->closed, false);
+    return 0;
+}
+
+_Thread_local mp__reactor *mp__tls_driver;
+
+bool mp__reactor_try_acquire(mp__reactor *r)
+{
+    uint32_t free_ = 0;
+    /* Acquire: pairs with the release store in mp__reactor_release(); we see the loop as the
+     * last holder left it. */
+    if (atomic_load_explicit(&r->role, memory_order_relaxed) != 0 ||
+        !atomic_compare_exchange_strong_explicit(&r->role, &free_, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return false;
+    mp__tls_driver = r;
+    run_commands(r);
+    return true;
+}
+
+/* Returns true if commands were left for the next holder: the caller must get a worker to
+ * drive (mp__runtime_notify). */
+bool mp__reactor_release(mp__reactor *r)
+{
+    mp__tls_driver = NULL;
+    /* (A) Release: our libuv calls happen before the next holder's (pairs with the acquire
+     * CAS in mp__reactor_try_acquire()). */
+    atomic_store_explicit(&r->role, 0, memory_order_release);
+    /* (B): pairs with (C)/(D) in mp_loop_call(); see the top of this file. */
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&r->cmds, memory_order_relaxed) != NULL;
+}
+
+void mp__reactor_run(mp__reactor *r, bool block)
+{
+    uv_run(&r->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+    run_commands(r);
+}
+
+void mp__reactor_wake(mp__reactor *r)
+{
+    /* Thread-safe by libuv's contract; coalesces. After shutdown closed the loop nobody is
+     * DRIVING, so this is not reached then. */
+    uv_async_send(&r->async);
+}
+
+static void push_command(mp__reactor *r, mp_loop_cmd *c)
+{
+    mp_loop_cmd *head = atomic_load_explicit(&r->cmds, memory_order_relaxed);
+    do {
+        c->next = head;
+        /* Release: publishes the command (pairs with the acquire exchange in
+         * run_commands()). */
+    } while (!atomic_compare_exchange_weak_explicit(&r->cmds, &head, c, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, void *arg),
+                 void *arg)
+{
+    mp__reactor *r = &rt->reactor;
+    /* Relaxed: a hint; calls racing with shutdown are the caller's to avoid (see magpie.h). */
+    if (atomic_load_explicit(&r->closed, memory_order_relaxed))
+        return -ESHUTDOWN;
+    if (mp__tls_driver == r) { /* already the loop's thread: e.g. from a libuv callback */
+        fn(&r->loop, arg);
+        return 0;
+    }
+    if (mp__reactor_try_acquire(r)) {
+        fn(&r->loop, arg);
+        mp__reactor_release(r);
+        /* Nobody was driving: fn may have started I/O that needs a driver. Get a worker to
+         * drive (a parked one, or the first thread of a lazily started runtime); with every
+         * worker busy, their tick polls serve the loop. */
+        mp__runtime_notify(rt);
+        return 0;
+    }
+    cmd->fn = fn;
+    cmd->arg = arg;
+    push_command(r, cmd); /* (C) */
+    /* (D): pairs with (A)/(B) in mp__reactor_release(). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (mp__reactor_try_acquire(r)) { /* the holder left meanwhile: run it ourselves */
+        mp__reactor_release(r);
+        mp__runtime_notify(rt);
+        return 0;
+    }
+    mp__reactor_wake(r);
+    return 0;
+}
+
+uv_loop_t *mp_runtime_loop(mp_runtime *rt)
+{
+    return &rt->reactor.loop;
+}
+
+bool mp_loop_is_current(mp_runtime *rt)
+{
+    return mp__tls_driver == &rt->reactor;
+}
+
+static void close_walk_cb(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* Shutdown, after every worker has stopped: run what is queued, close the runtime's TCP
+ * streams (their owners' close callbacks run) and then any handle left, and close the
+ * loop. */
+void mp__reactor_close(mp__reactor *r)
+{
+    while (!mp__reactor_try_acquire(r))
+        sched_yield(); /* an outside mp_loop_call may hold it for a moment */
+    atomic_store_explicit(&r->closed, true, memory_order_relaxed);
+    run_commands(r);
+    mp__tcp_close_all(r);
+    uv_walk(&r->loop, close_walk_cb, NULL);
+    while (uv_run(&r->loop, UV_RUN_DEFAULT) != 0)
+        run_commands(r);
+    run_commands(r);
+    int rc = uv_loop_close(&r->loop);
+    if (rc != 0)
+        MP__UNREACHABLE("uv_loop_close: %s", uv_strerror(rc));
+    mp__reactor_release(r);
+}

@@ -1,0 +1,321 @@
+/* Tests of runtime/src/tcp.c: echo tasks on real loopback sockets. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+/* A connection: the stream and the task that serves it, freed when both are done. */
+typedef struct conn {
+    mp_tcp tcp;
+    mp_task task;
+    _Atomic int refs;
+    int mode; /* MODE_ECHO, or MODE_SEND: write `send_left` bytes and ignore input */
+    size_t send_left;
+    size_t pending; /* bytes of the read view being echoed */
+    int write_err;
+    bool closing;
+} conn;
+
+enum { MODE_ECHO, MODE_SEND };
+
+typedef struct server {
+    mp_runtime *rt;
+    uv_tcp_t listener;
+    mp_loop_cmd cmd;
+    _Atomic int port;
+    int mode;
+    size_t send_bytes;
+    size_t bufsize;
+    _Atomic int accepted, closed, write_errors;
+    conn *_Atomic last;
+} server;
+
+static server *S;
+
+static void conn_unref(conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        atomic_fetch_add(&S->closed, 1);
+        free(c);
+    }
+}
+
+static void on_closed(mp_tcp *t)
+{
+    conn_unref(mp_container_of(t, conn, tcp));
+}
+
+static mp_poll conn_finish(conn *c)
+{
+    c->closing = true;
+    mp_tcp_close(&c->tcp, on_closed);
+    return MP_READY;
+}
+
+static mp_poll conn_poll(mp_task *t, mp_context *cx)
+{
+    conn *c = mp_container_of(t, conn, task);
+    static char blob[65536];
+    for (;;) {
+        const char *data;
+        size_t len;
+        int err;
+        if (c->mode == MODE_SEND) {
+            if (c->send_left == 0)
+                return conn_finish(c);
+            size_t n = c->send_left < sizeof blob ? c->send_left : sizeof blob;
+            if (mp_tcp_write_poll(&c->tcp, cx, blob, n, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err != 0) {
+                atomic_fetch_add(&S->write_errors, 1);
+                return conn_finish(c);
+            }
+            c->send_left -= n;
+            continue;
+        }
+        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (len == 0)
+            return conn_finish(c); /* EOF or error */
+        if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (err != 0) {
+            atomic_fetch_add(&S->write_errors, 1);
+            return conn_finish(c);
+        }
+        mp_tcp_consume(&c->tcp, len);
+    }
+}
+
+static void conn_cancel(mp_task *t)
+{
+    conn *c = mp_container_of(t, conn, task);
+    if (!c->closing)
+        conn_finish(c);
+}
+
+static void conn_release(mp_task *t)
+{
+    conn_unref(mp_container_of(t, conn, task));
+}
+
+static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    cr_assert_eq(status, 0);
+    conn *c = calloc(1, sizeof *c);
+    c->mode = S->mode;
+    c->send_left = S->send_bytes;
+    atomic_init(&c->refs, 2);
+    cr_assert_eq(mp_tcp_accept(S->rt, &c->tcp, l, S->bufsize), 0);
+    mp_task_init(&c->task, &conn_vt);
+    atomic_store(&S->last, c);
+    cr_assert_eq(mp_spawn(S->rt, &c->task), 0);
+    atomic_fetch_add(&S->accepted, 1);
+}
+
+static void listen_cmd(uv_loop_t *loop, void *arg)
+{
+    server *s = arg;
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    cr_assert_eq(uv_tcp_init(loop, &s->listener), 0);
+    cr_assert_eq(uv_tcp_bind(&s->listener, (struct sockaddr *)&a, 0), 0);
+    cr_assert_eq(uv_listen((uv_stream_t *)&s->listener, 512, on_connection), 0);
+    struct sockaddr_in got;
+    int len = sizeof got;
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
+    atomic_store(&s->port, ntohs(got.sin_port));
+}
+
+static server *server_start(unsigned workers, int mode, size_t send_bytes, size_t bufsize)
+{
+    server *s = calloc(1, sizeof *s);
+    S = s;
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    cr_assert_eq(mp_runtime_new(&s->rt, &cfg), 0);
+    s->mode = mode;
+    s->send_bytes = send_bytes;
+    s->bufsize = bufsize;
+    atomic_init(&s->port, -1);
+    cr_assert_eq(mp_loop_call(s->rt, &s->cmd, listen_cmd, s), 0);
+    while (atomic_load(&s->port) < 0)
+        sched_yield();
+    return s;
+}
+
+static void server_stop(server *s)
+{
+    mp_runtime_free(s->rt); /* cancels the tasks, closes every stream and the listener */
+    cr_assert_eq(atomic_load(&s->closed), atomic_load(&s->accepted), "every connection freed");
+    free(s);
+}
+
+static int client_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void read_exact(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        cr_assert_gt(r, 0, "read: %zd (%s)", r, r < 0 ? strerror(errno) : "EOF");
+        got += (size_t)r;
+    }
+}
+
+/* 64 connections over 4 client threads; each round sends one message on each of its 16
+ * connections, then reads every echo back. A lost I/O wake-up stalls a read (timeout). */
+#define CONNS   64
+#define THREADS 4
+
+typedef struct client {
+    int port;
+    long rounds;
+} client;
+
+static void *client_main(void *arg)
+{
+    client *k = arg;
+    int fds[CONNS / THREADS];
+    for (int i = 0; i < CONNS / THREADS; i++)
+        fds[i] = client_connect(k->port);
+    char msg[64], back[64];
+    for (long r = 0; r < k->rounds; r++) {
+        for (int i = 0; i < CONNS / THREADS; i++) {
+            int n = snprintf(msg, sizeof msg, "round %ld conn %d", r, i);
+            cr_assert_eq(write(fds[i], msg, (size_t)n), n);
+        }
+        for (int i = 0; i < CONNS / THREADS; i++) {
+            int n = snprintf(msg, sizeof msg, "round %ld conn %d", r, i);
+            read_exact(fds[i], back, (size_t)n);
+            cr_assert_eq(memcmp(back, msg, (size_t)n), 0);
+        }
+    }
+    for (int i = 0; i < CONNS / THREADS; i++)
+        close(fds[i]);
+    return NULL;
+}
+
+Test(tcp, echo_round_trips_on_64_connections_lose_no_wakeup, .timeout = 300)
+{
+    server *s = server_start(2, MODE_ECHO, 0, 0);
+    long total = test_env_long("MP_ECHO_ROUND_TRIPS", 100000);
+    client k = {.port = s->port, .rounds = total / CONNS};
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&th[i], NULL, client_main, &k);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    while (atomic_load(&s->closed) < CONNS)
+        sched_yield(); /* every task saw its EOF and closed */
+    mp_stats st;
+    mp_runtime_stats(s->rt, &st);
+    cr_assert_gt(st.total.drives, 0);
+    server_stop(s);
+}
+
+typedef struct sender {
+    int fd;
+    const char *data;
+    size_t len;
+} sender;
+
+static void *send_all(void *arg)
+{
+    sender *sd = arg;
+    size_t done = 0;
+    while (done < sd->len) {
+        ssize_t n = write(sd->fd, sd->data + done, sd->len - done);
+        cr_assert_gt(n, 0);
+        done += (size_t)n;
+    }
+    shutdown(sd->fd, SHUT_WR);
+    return NULL;
+}
+
+Test(tcp, one_mebibyte_echo_with_backpressure, .timeout = 60)
+{
+    /* A 4 KiB buffer: the server must stop reading and fall back to loop-side writes. */
+    server *s = server_start(2, MODE_ECHO, 0, 4096);
+    enum { LEN = 1 << 20 };
+    char *out = malloc(LEN), *in = malloc(LEN);
+    uint64_t rng = test_seed();
+    for (size_t i = 0; i < LEN; i++)
+        out[i] = (char)test_rand(&rng);
+    int fd = client_connect(s->port);
+    sender sd = {fd, out, LEN};
+    pthread_t th;
+    pthread_create(&th, NULL, send_all, &sd);
+    read_exact(fd, in, LEN);
+    pthread_join(th, NULL);
+    cr_assert_eq(memcmp(in, out, LEN), 0, "every byte came back, in order");
+    cr_assert_eq(read(fd, in, 1), 0, "then EOF");
+    close(fd);
+    free(in);
+    free(out);
+    server_stop(s);
+}
+
+Test(tcp, cancel_while_a_read_is_pending, .timeout = 30)
+{
+    server *s = server_start(2, MODE_ECHO, 0, 0);
+    int fd = client_connect(s->port);
+    while (atomic_load(&s->accepted) == 0)
+        sched_yield();
+    conn *c = atomic_load(&s->last);
+    /* The task waits for input that never comes; cancel it: it closes its stream. */
+    mp_task_cancel(&c->task);
+    char b;
+    cr_assert_eq(read(fd, &b, 1), 0, "the server closed the connection");
+    while (atomic_load(&s->closed) == 0)
+        sched_yield();
+    close(fd);
+    server_stop(s);
+}
+
+Test(tcp, peer_reset_mid_write_is_an_error_not_a_crash, .timeout = 30)
+{
+    server *s = server_start(2, MODE_SEND, 64u << 20, 0);
+    int fd = client_connect(s->port);
+    char buf[4096];
+    read_exact(fd, buf, sizeof buf); /* the server is writing */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd); /* RST */
+    while (atomic_load(&s->closed) == 0)
+        sched_yield();
+    cr_assert_eq(atomic_load(&s->write_errors), 1);
+    server_stop(s);
+}
+
+Test(tcp, shutdown_with_open_connections_frees_everything, .timeout = 30)
+{
+    server *s = server_start(2, MODE_ECHO, 0, 0);
+    int fds[8];
+    for (int i = 0; i < 8; i++)
+        fds[i] = client_connect(s->port);
+    while (atomic_load(&s->accepted) < 8)
+        sched_yield();
+    server_stop(s); /* tasks cancelled, streams closed, conns freed (ASan checks) */
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+}
