@@ -142,14 +142,16 @@ $(DEMO): runtime/examples/demo.c $(LIB)
 test: $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(PROGRAMS)
 	@tests/run-suites.sh $(VARIANT) $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS)
 
-run: $(DEMO)
-	$(DEMO)
+run: all
+	$(if $(PROGRAMS),$(MAGPIED) -c config/magpied.conf,$(DEMO))
 
 bench:
 	loadtest/runtime/compare.sh
 
-install: $(LIB)
+install: $(LIB) $(PROGRAMS)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	$(if $(PROGRAMS),install -D -m 755 $(MAGPIED) $(DESTDIR)$(PREFIX)/sbin/magpied)
+	$(if $(PROGRAMS),install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf)
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libmagpie.a
 	install -m 644 runtime/include/magpie.h $(DESTDIR)$(PREFIX)/include/magpie.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/magpie.pc

@@ -11,7 +11,8 @@ jobs=2
 passed=0 failed=0 bad_suites=()
 for bin in "$@"; do
     name=${bin#build/$variant/tests/}
-    out=$("$bin" --jobs=$jobs 2>&1)
+    # Criterion's timeouts can fail to end a parallel run; a hard limit per suite cannot.
+    out=$(timeout --kill-after=10 900 "$bin" --jobs=$jobs 2>&1)
     rc=$?
     summary=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
     t=$(printf '%s' "$summary" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')

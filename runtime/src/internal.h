@@ -330,6 +330,47 @@ void mp__tcp_link(mp__reactor *r, mp_tcp *c);
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
 void mp__tcp_close_all(mp__reactor *r);
 
+/* timer.c: the hierarchical timer wheel. A plain data structure, not thread-safe: its one
+ * driver (the reactor, on the loop thread) serializes every call under its own lock. */
+#define MP__WHEEL_LEVELS     6
+#define MP__WHEEL_SLOT_BITS  6
+#define MP__WHEEL_SLOTS      (1u << MP__WHEEL_SLOT_BITS)
+#define MP__TIMER_NOT_LINKED UINT32_MAX
+
+/* Intrusive: embedded in whatever waits (a sleep future, a timeout). Fields are the wheel's
+ * while the entry is linked; deadline_ms may be read by the owner at any time under the lock. */
+typedef struct mp__timer_entry {
+    struct mp__timer_entry *prev, *next; /* circular slot list; next also links fired lists */
+    uint64_t deadline_ms;
+    uint32_t where; /* level * 64 + slot, or MP__TIMER_NOT_LINKED */
+} mp__timer_entry;
+
+typedef struct mp__timer_wheel {
+    uint64_t elapsed_ms;                 /* the wheel's now; never goes back */
+    uint64_t occupied[MP__WHEEL_LEVELS]; /* bit s: slots[level][s] is non-empty */
+    mp__timer_entry *slots[MP__WHEEL_LEVELS][MP__WHEEL_SLOTS]; /* list heads */
+    size_t count;                                              /* linked entries */
+} mp__timer_wheel;
+
+void mp__wheel_init(mp__timer_wheel *w, uint64_t now_ms);
+void mp__timer_entry_init(mp__timer_entry *e);
+/* Link e to fire at deadline_ms; a deadline <= elapsed_ms fires at the next advance. An entry
+ * already linked is moved (and counts as inserted now, for the order of ties). */
+void mp__wheel_insert(mp__timer_wheel *w, mp__timer_entry *e, uint64_t deadline_ms);
+/* false if e was not linked: already fired, removed, or never inserted. */
+bool mp__wheel_remove(mp__timer_wheel *w, mp__timer_entry *e);
+/* The earliest time at which mp__wheel_advance() may return something, UINT64_MAX when empty.
+ * Exact when the earliest entry is due within the current 64 ms (or is overdue: then its own
+ * deadline, <= elapsed_ms); otherwise the start of the higher-level slot holding it, which
+ * is never later than its deadline: the driver wakes then to cascade and asks again. */
+uint64_t mp__wheel_next_expiration(const mp__timer_wheel *w);
+/* Move time to now_ms (an earlier now_ms leaves it where it is) and return every entry with
+ * deadline <= the new elapsed_ms, unlinked, as a NULL-terminated list through ->next, in
+ * deadline order, ties in insertion order. A caller that re-inserts an entry while walking
+ * the list reads ->next first. */
+mp__timer_entry *mp__wheel_advance(mp__timer_wheel *w, uint64_t now_ms);
+size_t mp__wheel_count(const mp__timer_wheel *w);
+
 /* worker.c */
 typedef struct mp__worker_counters {
     mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,

@@ -1,0 +1,32 @@
+/* The serving side of magpied: listeners on the runtime's loop, and one task per accepted
+ * connection (HTTP over the sans-I/O core in http.c, or RFC 862 echo).
+ *
+ * Listeners and accepting live on the loop's thread; a connection's task runs on any worker
+ * and does its own reads (from the stream's buffer) and writes (straight to the socket). A
+ * connection is freed once both its task is released and its stream is closed.
+ */
+#ifndef MD_SERVER_H
+#define MD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "http.h"
+#include "magpie.h"
+#include "metrics.h"
+
+typedef struct md_server md_server;
+
+/* Bind the listeners of cfg on rt's loop. On success *out serves until md_server_stop. */
+int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg, md_error *err);
+/* The bound addresses, for the "listening" line: "http=127.0.0.1:8080 echo=127.0.0.1:8007". */
+void md_server_describe(const md_server *s, char *buf, size_t len);
+/* Close the listeners (no new connections). Connections are ended by the runtime's shutdown
+ * (their tasks are cancelled and close their streams). */
+void md_server_stop(md_server *s);
+/* After mp_runtime_shutdown: free what is left. */
+void md_server_free(md_server *s);
+md_metrics *md_server_metrics(md_server *s);
+
+#endif

@@ -1,0 +1,3 @@
+module magpie/loadtest/peers/go
+
+go 1.19

@@ -1,0 +1,270 @@
+/* timer.c: the hierarchical hashed timer wheel (the Linux kernel's timer wheel, Tokio's time
+ * driver). A data structure only: no threads, no clock. The reactor reads the clock, calls
+ * mp__wheel_advance() from one uv_timer on the loop thread and sleeps until
+ * mp__wheel_next_expiration(), all under its lock.
+ *
+ * Time is in ms. Six levels of 64 slots: a level-L slot covers 64^L ms and level L as a whole
+ * 64^(L+1) ms, so the wheel reaches 64^6 ms (about 2.2 years) ahead. Write a time as base-64
+ * digits; digit L is (t >> 6L) & 63. An entry due at d is filed at the level of the highest
+ * digit in which d differs from elapsed_ms (level 0 when only the lowest differs), in slot
+ * d's digit at that level. So d shares every higher digit with elapsed_ms and its digit there
+ * is larger: the slot begins after elapsed_ms and no later than d. When time reaches a
+ * slot's start, its entries are re-filed against the new elapsed_ms and land at a lower
+ * level (cascade), until they reach level 0, where a slot holds exactly one ms: its own.
+ *
+ * Invariant after every call: no entry sits in a slot that begins at or before elapsed_ms,
+ * except level 0's current slot (elapsed_ms & 63), which holds only overdue entries (inserted
+ * with deadline <= elapsed_ms), sorted by deadline. Hence the next slot of level L is found
+ * by rotating occupied[L] to the current digit and counting trailing zeros: O(levels) per
+ * look-up, and mp__wheel_advance() visits only non-empty slots however far it jumps.
+ *
+ * Deadlines 64^6 ms or more ahead are filed at level 5 by their digit 5, which may be at or
+ * behind the current one: level 5's slots then act as a ring, such a slot is taken to mean
+ * its next turn (at most 64^6 ms ahead, still no later than d), and the entry is re-filed
+ * from there, one turn of level 5 at a time.
+ *
+ * mp__wheel_advance() visits slots in time order and moves elapsed_ms to each slot's start
+ * as it goes, so the entries it cascades are re-filed exactly as if time had been stepped.
+ * Entries due after now_ms are set aside and re-filed once against now_ms at the end, so a
+ * jump of days touches each pending entry once. An entry due within the jump but 64^6 ms or
+ * more beyond the slot that holds it costs one visit per turn of level 5 (2.2 years).
+ *
+ * Slot lists are circular and doubly linked (O(1) append and unlink; the head's prev is the
+ * tail). Entries fire in deadline order, ties in insertion order: slots are visited in time
+ * order, appends keep arrival order, and entries with equal deadlines always share a slot
+ * (one filed lower than another was filed after the other's slot began, and so after it
+ * cascaded).
+ */
+#include "internal.h"
+
+#define SLOT_MASK ((uint64_t)MP__WHEEL_SLOTS - 1)
+#define TOP_LEVEL (MP__WHEEL_LEVELS - 1)
+
+_Static_assert(MP__WHEEL_SLOTS == 64, "occupied[] is one 64-bit word per level");
+_Static_assert((MP__WHEEL_LEVELS * MP__WHEEL_SLOT_BITS) < 64, "the wheel's span fits uint64_t");
+
+static inline unsigned shift_of(unsigned level)
+{
+    return level * MP__WHEEL_SLOT_BITS;
+}
+
+static inline unsigned digit(uint64_t t, unsigned level)
+{
+    return (unsigned)((t >> shift_of(level)) & SLOT_MASK);
+}
+
+/* when > elapsed. OR-ing in the slot mask makes "differs only in digit 0" level 0. */
+static unsigned level_for(uint64_t elapsed, uint64_t when)
+{
+    uint64_t masked = (elapsed ^ when) | SLOT_MASK;
+    unsigned level = (unsigned)(63 - __builtin_clzll(masked)) / MP__WHEEL_SLOT_BITS;
+    return level < TOP_LEVEL ? level : TOP_LEVEL;
+}
+
+static void list_append(mp__timer_entry **head, mp__timer_entry *e)
+{
+    mp__timer_entry *h = *head;
+    if (!h) {
+        e->prev = e->next = e;
+        *head = e;
+        return;
+    }
+    e->prev = h->prev;
+    e->next = h;
+    h->prev->next = e;
+    h->prev = e;
+}
+
+static void list_unlink(mp__timer_entry **head, mp__timer_entry *e)
+{
+    if (e->next == e) {
+        *head = NULL;
+    } else {
+        e->prev->next = e->next;
+        e->next->prev = e->prev;
+        if (*head == e)
+            *head = e->next;
+    }
+    e->prev = e->next = NULL;
+}
+
+/* Overdue entries go to level 0's current slot in deadline order, after equal deadlines.
+ * The walk starts at the tail: overdue deadlines are usually elapsed_ms itself. */
+static void list_insert_sorted(mp__timer_entry **head, mp__timer_entry *e)
+{
+    mp__timer_entry *h = *head;
+    if (!h || h->prev->deadline_ms <= e->deadline_ms) {
+        list_append(head, e);
+        return;
+    }
+    mp__timer_entry *p = h->prev;
+    while (p != h && p->deadline_ms > e->deadline_ms)
+        p = p->prev;
+    if (p->deadline_ms > e->deadline_ms) {
+        /* Earlier than all: appending before the head of a circle and moving the head. */
+        list_append(head, e);
+        *head = e;
+        return;
+    }
+    e->prev = p;
+    e->next = p->next;
+    p->next->prev = e;
+    p->next = e;
+}
+
+/* The start of level's next non-empty slot in time order, and that slot; false if the level
+ * is empty. Level 0 looks from the current digit (its overdue slot) on, higher levels from
+ * the next digit on: their current slot began at or before elapsed_ms. */
+static bool level_next(const mp__timer_wheel *w, unsigned level, uint64_t *when, unsigned *slot)
+{
+    uint64_t occ = w->occupied[level];
+    if (!occ)
+        return false;
+    uint64_t now = w->elapsed_ms;
+    unsigned cur = digit(now, level);
+    unsigned from = (cur + (level > 0)) & (unsigned)SLOT_MASK;
+    uint64_t rotated = from ? (occ >> from) | (occ << (64 - from)) : occ;
+    unsigned s = (from + (unsigned)__builtin_ctzll(rotated)) & (unsigned)SLOT_MASK;
+
+    unsigned shift = shift_of(level);
+    uint64_t span = (uint64_t)1 << (shift + MP__WHEEL_SLOT_BITS);
+    uint64_t t = (now & ~(span - 1)) + ((uint64_t)s << shift);
+    if (level > 0 ? s <= cur : s < cur) {
+        /* Behind the current digit: the slot's next turn. Only far deadlines clamped to the
+         * top level get there; anywhere else it would be an entry left behind by advance. */
+        if (level != TOP_LEVEL)
+            MP__UNREACHABLE("timer wheel level %u slot %u behind digit %u", level, s, cur);
+        t += span;
+    }
+    *when = t;
+    *slot = s;
+    return true;
+}
+
+/* The earliest non-empty slot over all levels. Starts never tie in a way that matters: a
+ * lower slot that begins where a higher one does can only be filled by that one's cascade. */
+static bool wheel_next(const mp__timer_wheel *w, uint64_t *when, unsigned *level, unsigned *slot)
+{
+    bool found = false;
+    uint64_t best = UINT64_MAX;
+    for (unsigned l = 0; l < MP__WHEEL_LEVELS; l++) {
+        uint64_t t;
+        unsigned s;
+        if (level_next(w, l, &t, &s) && (!found || t < best)) {
+            found = true;
+            best = t;
+            *level = l;
+            *slot = s;
+        }
+    }
+    *when = best;
+    return found;
+}
+
+void mp__wheel_init(mp__timer_wheel *w, uint64_t now_ms)
+{
+    memset(w, 0, sizeof *w);
+    w->elapsed_ms = now_ms;
+}
+
+void mp__timer_entry_init(mp__timer_entry *e)
+{
+    e->prev = e->next = NULL;
+    e->deadline_ms = 0;
+    e->where = MP__TIMER_NOT_LINKED;
+}
+
+void mp__wheel_insert(mp__timer_wheel *w, mp__timer_entry *e, uint64_t deadline_ms)
+{
+    mp__wheel_remove(w, e);
+    e->deadline_ms = deadline_ms;
+    unsigned level, s;
+    if (deadline_ms <= w->elapsed_ms) {
+        level = 0;
+        s = digit(w->elapsed_ms, 0);
+        list_insert_sorted(&w->slots[0][s], e);
+    } else {
+        level = level_for(w->elapsed_ms, deadline_ms);
+        s = digit(deadline_ms, level);
+        list_append(&w->slots[level][s], e);
+    }
+    w->occupied[level] |= (uint64_t)1 << s;
+    e->where = level * MP__WHEEL_SLOTS + s;
+    w->count++;
+}
+
+bool mp__wheel_remove(mp__timer_wheel *w, mp__timer_entry *e)
+{
+    if (e->where == MP__TIMER_NOT_LINKED)
+        return false;
+    unsigned level = e->where / MP__WHEEL_SLOTS, s = e->where % MP__WHEEL_SLOTS;
+    if (level >= MP__WHEEL_LEVELS)
+        MP__UNREACHABLE("timer entry %p where=%u", (void *)e, e->where);
+    list_unlink(&w->slots[level][s], e);
+    if (!w->slots[level][s])
+        w->occupied[level] &= ~((uint64_t)1 << s);
+    e->where = MP__TIMER_NOT_LINKED;
+    w->count--;
+    return true;
+}
+
+uint64_t mp__wheel_next_expiration(const mp__timer_wheel *w)
+{
+    /* Overdue entries come first; the slot is sorted, so its head is the earliest. */
+    const mp__timer_entry *overdue = w->slots[0][digit(w->elapsed_ms, 0)];
+    if (overdue)
+        return overdue->deadline_ms;
+    uint64_t when;
+    unsigned level, s;
+    return wheel_next(w, &when, &level, &s) ? when : UINT64_MAX;
+}
+
+mp__timer_entry *mp__wheel_advance(mp__timer_wheel *w, uint64_t now_ms)
+{
+    mp__timer_entry *fired = NULL, **fired_tail = &fired;
+    mp__timer_entry *later = NULL, **later_tail = &later;
+    uint64_t now = now_ms > w->elapsed_ms ? now_ms : w->elapsed_ms;
+    uint64_t when;
+    unsigned level, s;
+    while (wheel_next(w, &when, &level, &s) && when <= now) {
+        /* Every slot before this one is empty, so time may move to its start. */
+        w->elapsed_ms = when;
+        mp__timer_entry *e = w->slots[level][s];
+        w->slots[level][s] = NULL;
+        w->occupied[level] &= ~((uint64_t)1 << s);
+        e->prev->next = NULL; /* open the circle */
+        while (e) {
+            mp__timer_entry *next = e->next;
+            e->where = MP__TIMER_NOT_LINKED;
+            e->prev = e->next = NULL;
+            w->count--;
+            if (e->deadline_ms <= when) {
+                /* Level 0's entries, and cascaded ones due at exactly this slot's start. */
+                *fired_tail = e;
+                fired_tail = &e->next;
+            } else if (e->deadline_ms > now) {
+                /* Not due in this call: re-filed once against now, below, instead of at
+                 * every lower slot this jump would pass. Equal deadlines share a slot, so
+                 * they stay in order. */
+                *later_tail = e;
+                later_tail = &e->next;
+            } else {
+                /* Cascade: to a lower level, or to level 5's next turn if still far. */
+                mp__wheel_insert(w, e, e->deadline_ms);
+            }
+            e = next;
+        }
+    }
+    w->elapsed_ms = now;
+    while (later) {
+        mp__timer_entry *next = later->next;
+        mp__wheel_insert(w, later, later->deadline_ms);
+        later = next;
+    }
+    return fired;
+}
+
+size_t mp__wheel_count(const mp__timer_wheel *w)
+{
+    return w->count;
+}

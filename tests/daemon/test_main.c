@@ -1,0 +1,375 @@
+/* Integration tests of magpied (daemon/main.c and server.c): the built daemon is started on
+ * ephemeral loopback ports and driven with curl and raw sockets. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+typedef struct daemon_proc {
+    pid_t pid;
+    int http, echo;
+    FILE *out;
+} daemon_proc;
+
+/* The daemon of the running test, killed by the suite's fini if an assertion ended the test
+ * before it stopped the daemon itself. */
+static pid_t running = -1;
+
+static void kill_leftover(void)
+{
+    if (running > 0) {
+        kill(running, SIGKILL);
+        waitpid(running, NULL, 0);
+        running = -1;
+    }
+}
+
+TestSuite(magpied, .fini = kill_leftover);
+
+/* build/<variant>/tests/daemon/test_main -> build/<variant>/magpied */
+static void magpied_path(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(buf, len, "%s/../../magpied", self);
+}
+
+static daemon_proc start(const char *const *extra)
+{
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    const char *argv[32] = {exe,
+                            "-c",
+                            "config/magpied.conf",
+                            "--set",
+                            "http.listen=127.0.0.1:0",
+                            "--set",
+                            "echo.listen=127.0.0.1:0",
+                            "--set",
+                            "runtime.workers=2"};
+    int argc = 9;
+    for (int i = 0; extra && extra[i]; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    running = pid;
+    daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r")};
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, d.out), "magpied printed no listening line");
+    cr_assert_eq(sscanf(line, "listening http=127.0.0.1:%d echo=127.0.0.1:%d", &d.http, &d.echo), 2,
+                 "line: %s", line);
+    return d;
+}
+
+static int stop(daemon_proc *d)
+{
+    kill(d->pid, SIGTERM);
+    int status;
+    cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
+    running = -1;
+    fclose(d->out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
+static size_t read_some(int fd, char *buf, size_t cap, const char *until, int count)
+{
+    size_t got = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 5000) <= 0)
+            break;
+        ssize_t n = read(fd, buf + got, cap - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = 0;
+        if (until) {
+            int seen = 0;
+            for (const char *p = buf; (p = strstr(p, until)); p++)
+                seen++;
+            if (seen >= count)
+                break;
+        }
+    }
+    buf[got] = 0;
+    return got;
+}
+
+static void write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        cr_assert_gt(w, 0);
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Run a shell command, return its stdout. */
+static char *run(const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    static char out[65536];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    pclose(f);
+    return out;
+}
+
+Test(magpied, routes_with_curl, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -s -i http://127.0.0.1:%d/", d.http);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "HTTP/1.1 200 OK"), "%s", out);
+    cr_assert(strstr(out, "Content-Length: 13"));
+    cr_assert(strstr(out, "Date: "));
+    cr_assert(strstr(out, "\r\n\r\nHello, World!"));
+    snprintf(cmd, sizeof cmd, "curl -s -X POST --data-binary 'some body' http://127.0.0.1:%d/echo",
+             d.http);
+    cr_assert_str_eq(run(cmd), "some body");
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/nope",
+             d.http);
+    cr_assert_str_eq(run(cmd), "404");
+    snprintf(cmd, sizeof cmd, "curl -s -i -X DELETE http://127.0.0.1:%d/", d.http);
+    out = run(cmd);
+    cr_assert(strstr(out, "405"), "%s", out);
+    cr_assert(strstr(out, "Allow: "));
+    snprintf(cmd, sizeof cmd, "curl -s -I http://127.0.0.1:%d/", d.http);
+    out = run(cmd);
+    cr_assert(strstr(out, "HTTP/1.1 200") && strstr(out, "Content-Length: 13"), "%s", out);
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/healthz",
+             d.http);
+    cr_assert_str_eq(run(cmd), "200");
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/metrics", d.http);
+    out = run(cmd);
+    cr_assert(strstr(out, "magpie_worker_polled_total{worker=\"0\"}"), "%s", out);
+    cr_assert(strstr(out, "# TYPE"));
+    /* Two requests on one connection: keep-alive. */
+    snprintf(cmd, sizeof cmd,
+             "curl -s -v http://127.0.0.1:%d/ http://127.0.0.1:%d/ 2>&1 | grep -c 'Re-using'",
+             d.http, d.http);
+    cr_assert_str_eq(run(cmd), "1\n");
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(magpied, pipelined_requests_answered_in_order, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    int fd = connect_to(d.http);
+    char req[16 * 128];
+    size_t n = 0;
+    for (int i = 0; i < 15; i++)
+        n += (size_t)snprintf(req + n, sizeof req - n,
+                              i % 2 ? "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                                    : "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+                                      "%02d",
+                              i);
+    n += (size_t)snprintf(req + n, sizeof req - n,
+                          "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    write_all(fd, req, n);
+    static char resp[65536];
+    read_some(fd, resp, sizeof resp, NULL, 0); /* until the close */
+    const char *p = resp;
+    for (int i = 0; i < 15; i++) {
+        p = strstr(p, "HTTP/1.1 200 OK");
+        cr_assert_not_null(p, "response %d missing:\n%s", i, resp);
+        const char *body = strstr(p, "\r\n\r\n") + 4;
+        if (i % 2 == 0) {
+            char want[12];
+            snprintf(want, sizeof want, "%02d", i);
+            cr_assert_eq(strncmp(body, want, 2), 0, "response %d out of order", i);
+        } else {
+            cr_assert_eq(strncmp(body, "Hello, World!", 13), 0);
+        }
+        p = body;
+    }
+    cr_assert_not_null(strstr(p, "HTTP/1.1 404"));
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}
+
+static void expect_status(int port, const char *req, size_t len, const char *status)
+{
+    int fd = connect_to(port);
+    write_all(fd, req, len);
+    char resp[4096];
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    cr_assert_eq(strncmp(resp, status, strlen(status)), 0, "want %s, got:\n%s", status, resp);
+    close(fd);
+}
+
+Test(magpied, bad_input_gets_an_error_and_the_daemon_keeps_serving, .timeout = 60)
+{
+    const char *extra[] = {
+        "--set", "limits.max_body_bytes=1024",   "--set", "limits.max_header_bytes=2048",
+        "--set", "limits.max_request_line=1024", NULL};
+    daemon_proc d = start(extra);
+    const char *garbage = "\x01\x02 nonsense\r\n\r\n";
+    expect_status(d.http, garbage, strlen(garbage), "HTTP/1.1 400");
+    const char *smuggle = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    expect_status(d.http, smuggle, strlen(smuggle), "HTTP/1.1 400");
+    const char *nohost = "GET / HTTP/1.1\r\n\r\n";
+    expect_status(d.http, nohost, strlen(nohost), "HTTP/1.1 400");
+    const char *big_body = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n";
+    expect_status(d.http, big_body, strlen(big_body), "HTTP/1.1 413");
+    static char big_head[8192];
+    int n = snprintf(big_head, sizeof big_head, "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: ");
+    memset(big_head + n, 'a', 4000);
+    memcpy(big_head + n + 4000, "\r\n\r\n", 4);
+    expect_status(d.http, big_head, (size_t)n + 4004, "HTTP/1.1 431");
+    /* Still serving. */
+    const char *ok = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    expect_status(d.http, ok, strlen(ok), "HTTP/1.1 200");
+    cr_assert_eq(stop(&d), 0);
+}
+
+typedef struct pusher {
+    int fd;
+    const char *data;
+    size_t len;
+} pusher;
+
+static void *push_all(void *arg)
+{
+    pusher *p = arg;
+    write_all(p->fd, p->data, p->len);
+    shutdown(p->fd, SHUT_WR);
+    return NULL;
+}
+
+Test(magpied, echo_port_returns_one_mebibyte, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    enum { LEN = 1 << 20 };
+    char *out = malloc(LEN), *in = malloc(LEN + 1);
+    uint64_t rng = test_seed();
+    for (size_t i = 0; i < LEN; i++)
+        out[i] = (char)test_rand(&rng);
+    int fd = connect_to(d.echo);
+    pusher p = {fd, out, LEN};
+    pthread_t th;
+    pthread_create(&th, NULL, push_all, &p);
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd, in + got, LEN + 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(got, (size_t)LEN);
+    cr_assert_eq(memcmp(in, out, LEN), 0);
+    close(fd);
+    free(in);
+    free(out);
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(magpied, max_connections_pauses_accepting, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.max_connections=2", NULL};
+    daemon_proc d = start(extra);
+    int a = connect_to(d.echo), b = connect_to(d.echo);
+    write_all(a, "a", 1);
+    write_all(b, "b", 1);
+    char c1;
+    cr_assert_eq(read(a, &c1, 1), 1);
+    cr_assert_eq(read(b, &c1, 1), 1);
+    int c = connect_to(d.echo); /* completes in the kernel backlog, not accepted yet */
+    write_all(c, "c", 1);
+    struct pollfd pfd = {.fd = c, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 300), 0, "a third connection was served over the limit");
+    close(a);
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "not served once a connection closed");
+    cr_assert_eq(read(c, &c1, 1), 1);
+    cr_assert_eq(c1, 'c');
+    close(b);
+    close(c);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Context switches of the daemon's own threads: the main thread and the workers (a
+ * sanitizer's helper thread, under TSan, wakes every 100 ms and is not ours). */
+static unsigned long context_switches(pid_t pid)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "cd /proc/%d/task && for t in *; do "
+             "if [ $t = %d ] || grep -q '^magpie-w' $t/comm; then cat $t/status; fi; done | "
+             "awk '/ctxt_switches/ {s += $2} END {print s}'",
+             (int)pid, (int)pid);
+    return strtoul(run(cmd), NULL, 10);
+}
+
+Test(magpied, idle_daemon_makes_no_wakeups, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/ >/dev/null", d.http);
+    run(cmd); /* start the workers */
+    usleep(200000);
+    unsigned long before = context_switches(d.pid);
+    sleep(1);
+    unsigned long after = context_switches(d.pid);
+    cr_assert_eq(after, before, "%lu context switches in an idle second", after - before);
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(magpied, config_check, .timeout = 30)
+{
+    char exe[PATH_MAX + 32], cmd[PATH_MAX + 256];
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "%s -t -c config/magpied.conf; echo rc=$?", exe);
+    cr_assert(strstr(run(cmd), "rc=0"));
+    FILE *f = fopen("/tmp/magpied-bad.conf", "w");
+    fputs("[http]\nlisten = 127.0.0.1:0\n[limits]\nmax_body_bytes = 12x\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s -t -c /tmp/magpied-bad.conf 2>&1; echo rc=$?", exe);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "/tmp/magpied-bad.conf:4:"), "%s", out);
+    cr_assert(strstr(out, "max_body_bytes"), "%s", out);
+    cr_assert(strstr(out, "rc=1"), "%s", out);
+    unlink("/tmp/magpied-bad.conf");
+}
