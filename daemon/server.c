@@ -45,6 +45,7 @@ typedef struct md_conn {
     _Atomic int refs;
     bool closing;
     int want;
+    mp_timer timer; /* header, body and keep-alive deadlines (HTTP) */
     md_outbuf out;
     md_http_conn http;
 } md_conn;
@@ -75,6 +76,7 @@ static mp_poll conn_finish(md_conn *c)
     if (c->closing)
         return MP_READY;
     c->closing = true;
+    mp_timer_cancel(&c->timer);
     if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_close(&c->http);
     md_outbuf_free(&c->out);
@@ -122,8 +124,22 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
         const char *data;
         size_t len;
         int err;
-        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
-            return MP_PENDING;
+        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
+             * millisecond); when it passes, the core answers 408 or closes an idle one. */
+            uint64_t deadline = md_http_conn_deadline(&c->http);
+            if (deadline == UINT64_MAX) {
+                mp_timer_cancel(&c->timer);
+                return MP_PENDING;
+            }
+            if (mp_timer_poll(&c->timer, (deadline + 999999) / 1000000, cx) == MP_PENDING)
+                return MP_PENDING;
+            int want = md_http_conn_timeout(&c->http, uv_hrtime(), &c->out);
+            if (want < 0)
+                return conn_finish(c);
+            c->want = want;
+            continue;
+        }
         uint64_t now = uv_hrtime();
         int want;
         if (len == 0) {
@@ -175,6 +191,7 @@ static void accept_one(md_listener_state *l)
     c->srv = s;
     c->kind = l->kind;
     atomic_init(&c->refs, 2);
+    mp_timer_init(&c->timer, s->rt);
     md_outbuf_init(&c->out);
     if (mp_tcp_accept(s->rt, &c->tcp, (uv_stream_t *)&l->handle, READ_BUFFER) != 0) {
         md_outbuf_free(&c->out);

@@ -277,6 +277,26 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
 /* Does the calling thread hold this runtime's loop (e.g. in a libuv callback)? */
 bool mp_loop_is_current(mp_runtime *rt);
 
+/* Timers for tasks: a hierarchical wheel in the runtime (1 ms resolution) driven by one
+ * libuv timer, armed for the earliest deadline only. An idle runtime with no timer pending
+ * has no timer armed. Times are milliseconds of the monotonic clock (mp_now_ms). */
+typedef struct mp_timer {
+    void *link_[2];       /* private: the wheel's entry, guarded by the runtime's timer lock */
+    uint64_t deadline_ms; /* private */
+    uint32_t where_;      /* private */
+    bool fired;           /* private */
+    mp_waker waker;       /* private */
+    mp_runtime *rt;
+} mp_timer;
+
+uint64_t mp_now_ms(void);
+void mp_timer_init(mp_timer *t, mp_runtime *rt);
+/* MP_READY once mp_now_ms() >= deadline_ms; MP_PENDING, and the task is woken then. The
+ * deadline may change between polls. */
+mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
+/* Disarm (no-op if not armed). Call before the timer's memory goes away. */
+void mp_timer_cancel(mp_timer *t);
+
 /* A TCP stream served to one task. The loop reads into the stream's buffer and wakes the
  * task; the task takes bytes with mp_tcp_read_poll/mp_tcp_consume and writes directly with
  * send() on the socket, falling back to the loop only when the kernel would block. Reading

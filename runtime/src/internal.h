@@ -302,34 +302,6 @@ void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
 unsigned mp__idle_close(mp__idle *idle);
 unsigned mp__idle_searching(mp__idle *idle);
 
-/* reactor.c: the libuv loop and the driver role. */
-typedef struct mp__reactor {
-    uv_loop_t loop;   /* guarded by the driver role */
-    uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
-    mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
-    /* atomic: 0 free, 1 held */
-    alignas(MP__CACHE_LINE) _Atomic uint32_t role;
-    /* atomic: commands for the loop, a Treiber stack (newest first) */
-    alignas(MP__CACHE_LINE) _Atomic(mp_loop_cmd *) cmds;
-    _Atomic bool closed; /* atomic: set by shutdown under the role */
-} mp__reactor;
-
-extern _Thread_local mp__reactor *mp__tls_driver;
-
-int mp__reactor_init(mp__reactor *r);
-bool mp__reactor_try_acquire(mp__reactor *r);
-/* true: commands are waiting and someone must drive (mp__runtime_notify). */
-bool mp__reactor_release(mp__reactor *r);
-/* With the role held: run the loop once, blocking for events or not. */
-void mp__reactor_run(mp__reactor *r, bool block);
-void mp__reactor_wake(mp__reactor *r);
-void mp__reactor_close(mp__reactor *r);
-
-/* tcp.c, loop side */
-void mp__tcp_link(mp__reactor *r, mp_tcp *c);
-void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
-void mp__tcp_close_all(mp__reactor *r);
-
 /* timer.c: the hierarchical timer wheel. A plain data structure, not thread-safe: its one
  * driver (the reactor, on the loop thread) serializes every call under its own lock. */
 #define MP__WHEEL_LEVELS     6
@@ -370,6 +342,42 @@ uint64_t mp__wheel_next_expiration(const mp__timer_wheel *w);
  * the list reads ->next first. */
 mp__timer_entry *mp__wheel_advance(mp__timer_wheel *w, uint64_t now_ms);
 size_t mp__wheel_count(const mp__timer_wheel *w);
+
+/* reactor.c: the libuv loop and the driver role. */
+typedef struct mp__reactor {
+    uv_loop_t loop;   /* guarded by the driver role */
+    uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
+    mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
+    /* atomic: 0 free, 1 held */
+    alignas(MP__CACHE_LINE) _Atomic uint32_t role;
+    /* atomic: commands for the loop, a Treiber stack (newest first) */
+    alignas(MP__CACHE_LINE) _Atomic(mp_loop_cmd *) cmds;
+    _Atomic bool closed; /* atomic: set by shutdown under the role */
+    uv_timer_t timer;    /* guarded by the driver role: fires at the wheel's next expiration */
+    mp_loop_cmd rearm_cmd;
+    _Atomic bool rearm_queued; /* atomic: rearm_cmd is in cmds */
+    alignas(MP__CACHE_LINE) _Atomic uint32_t wheel_lock;
+    mp__timer_wheel wheel; /* guarded by wheel_lock */
+    uint64_t armed_ms;     /* guarded by wheel_lock: what timer is set for, UINT64_MAX none */
+} mp__reactor;
+
+extern _Thread_local mp__reactor *mp__tls_driver;
+
+int mp__reactor_init(mp__reactor *r);
+bool mp__reactor_try_acquire(mp__reactor *r);
+/* true: commands are waiting and someone must drive (mp__runtime_notify). */
+bool mp__reactor_release(mp__reactor *r);
+/* With the role held: run the loop once, blocking for events or not. */
+void mp__reactor_run(mp__reactor *r, bool block);
+void mp__reactor_wake(mp__reactor *r);
+void mp__reactor_close(mp__reactor *r);
+/* timer.c's driver in reactor.c, with the role held: fire what is due, arm for the next. */
+void mp__reactor_timers(mp__reactor *r);
+
+/* tcp.c, loop side */
+void mp__tcp_link(mp__reactor *r, mp_tcp *c);
+void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
+void mp__tcp_close_all(mp__reactor *r);
 
 /* worker.c */
 typedef struct mp__worker_counters {

@@ -55,6 +55,124 @@ static void async_cb(uv_async_t *a)
     run_commands(a->data);
 }
 
+/* Timers. The wheel is shared: tasks on any worker arm and cancel under wheel_lock, the loop
+ * fires. The uv_timer is only ever set for the wheel's next expiration, so an idle runtime
+ * with no timer pending has none armed. A task whose deadline comes before what the
+ * uv_timer is armed for asks the loop to re-arm it (armed_ms is updated at once, under the
+ * lock, so that only the first such task sends the command). */
+_Static_assert(offsetof(mp_timer, link_) == offsetof(mp__timer_entry, prev) &&
+                   offsetof(mp_timer, deadline_ms) == offsetof(mp__timer_entry, deadline_ms) &&
+                   offsetof(mp_timer, where_) == offsetof(mp__timer_entry, where),
+               "mp_timer must begin with an mp__timer_entry");
+
+uint64_t mp_now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+static void timers_cb(uv_timer_t *h);
+
+static void arm_locked_unlock(mp__reactor *r)
+{
+    uint64_t next = mp__wheel_next_expiration(&r->wheel);
+    r->armed_ms = next;
+    mp__spin_unlock(&r->wheel_lock);
+    if (next == UINT64_MAX) {
+        uv_timer_stop(&r->timer);
+        return;
+    }
+    uint64_t now = mp_now_ms();
+    uv_update_time(&r->loop);
+    uv_timer_start(&r->timer, timers_cb, next > now ? next - now : 0, 0);
+}
+
+/* On the loop: fire what is due and arm for the next expiration. The fired timers' tasks
+ * are woken by reference under the lock: their wakers stay in the timers (a task's next
+ * poll or cancel drops them), so no waker's last reference, and no user code, is dropped
+ * here. */
+void mp__reactor_timers(mp__reactor *r)
+{
+    uint64_t now = mp_now_ms();
+    mp__spin_lock(&r->wheel_lock);
+    for (mp__timer_entry *e = mp__wheel_advance(&r->wheel, now); e;) {
+        mp__timer_entry *next = e->next;
+        mp_timer *t = (mp_timer *)e;
+        t->fired = true;
+        mp_waker_wake_by_ref(&t->waker);
+        e = next;
+    }
+    arm_locked_unlock(r);
+}
+
+static void timers_cb(uv_timer_t *h)
+{
+    mp__reactor_timers(h->data);
+}
+
+static void rearm_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    mp__reactor *r = arg;
+    /* Relaxed: the flag only dedups commands; the wheel is read under its lock below. */
+    atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+    mp__reactor_timers(r);
+}
+
+void mp_timer_init(mp_timer *t, mp_runtime *rt)
+{
+    memset(t, 0, sizeof *t);
+    mp__timer_entry_init((mp__timer_entry *)t);
+    t->rt = rt;
+}
+
+mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
+{
+    mp__reactor *r = &t->rt->reactor;
+    mp__timer_entry *e = (mp__timer_entry *)t;
+    mp_waker old = {0};
+    bool due = mp_now_ms() >= deadline_ms;
+    mp__spin_lock(&r->wheel_lock);
+    if (t->fired || due) {
+        mp__wheel_remove(&r->wheel, e);
+        t->fired = false;
+        old = t->waker;
+        t->waker = (mp_waker){0};
+        mp__spin_unlock(&r->wheel_lock);
+        mp_waker_drop(&old);
+        return MP_READY;
+    }
+    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms)
+        mp__wheel_insert(&r->wheel, e, deadline_ms);
+    if (!mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
+        old = t->waker;
+        t->waker = mp_waker_clone(mp_context_waker(cx));
+    }
+    bool rearm = deadline_ms < r->armed_ms;
+    if (rearm)
+        r->armed_ms = deadline_ms;
+    mp__spin_unlock(&r->wheel_lock);
+    mp_waker_drop(&old);
+    bool expected = false;
+    if (rearm &&
+        atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
+                                                memory_order_relaxed, memory_order_relaxed) &&
+        mp_loop_call(t->rt, &r->rearm_cmd, rearm_cmd, r) != 0)
+        atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+    return MP_PENDING;
+}
+
+void mp_timer_cancel(mp_timer *t)
+{
+    mp__reactor *r = &t->rt->reactor;
+    mp__spin_lock(&r->wheel_lock);
+    mp__wheel_remove(&r->wheel, (mp__timer_entry *)t);
+    t->fired = false;
+    mp_waker old = t->waker;
+    t->waker = (mp_waker){0};
+    mp__spin_unlock(&r->wheel_lock);
+    mp_waker_drop(&old);
+}
+
 int mp__reactor_init(mp__reactor *r)
 {
     int rc = uv_loop_init(&r->loop);
@@ -69,6 +187,18 @@ int mp__reactor_init(mp__reactor *r)
      * blocks in epoll_wait (UV_RUN_ONCE returns at once from a loop with no live handle). */
     r->async.data = r;
     r->tcps = NULL;
+    rc = uv_timer_init(&r->loop, &r->timer);
+    if (rc != 0) {
+        uv_close((uv_handle_t *)&r->async, NULL);
+        uv_run(&r->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&r->loop);
+        return rc;
+    }
+    r->timer.data = r;
+    atomic_init(&r->rearm_queued, false);
+    atomic_init(&r->wheel_lock, 0);
+    mp__wheel_init(&r->wheel, mp_now_ms());
+    r->armed_ms = UINT64_MAX;
     atomic_init(&r->role, 0);
     atomic_init(&r->cmds, NULL);
     atomic_init(&r->closed, false);
@@ -188,6 +318,15 @@ void mp__reactor_close(mp__reactor *r)
         sched_yield(); /* an outside mp_loop_call may hold it for a moment */
     atomic_store_explicit(&r->closed, true, memory_order_relaxed);
     run_commands(r);
+    /* Timers still armed belong to tasks that are gone: drop the wakers they kept. */
+    mp__spin_lock(&r->wheel_lock);
+    mp__timer_entry *left = mp__wheel_advance(&r->wheel, UINT64_MAX - 1);
+    mp__spin_unlock(&r->wheel_lock);
+    while (left) {
+        mp__timer_entry *next = left->next;
+        mp_waker_drop(&((mp_timer *)left)->waker);
+        left = next;
+    }
     mp__tcp_close_all(r);
     uv_walk(&r->loop, close_walk_cb, NULL);
     while (uv_run(&r->loop, UV_RUN_DEFAULT) != 0)

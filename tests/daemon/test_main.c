@@ -373,3 +373,29 @@ Test(magpied, config_check, .timeout = 30)
     cr_assert(strstr(out, "rc=1"), "%s", out);
     unlink("/tmp/magpied-bad.conf");
 }
+
+Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.header_timeout_ms=300", "--set",
+                           "limits.keepalive_timeout_ms=300", NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_to(d.http);
+    const char *partial = "GET / HTTP/1.1\r\nHost: x\r\n"; /* and then nothing */
+    write_all(fd, partial, strlen(partial));
+    char resp[4096];
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "got:\n%s", resp);
+    close(fd);
+    /* A served keep-alive connection left idle is closed without a response. */
+    fd = connect_to(d.http);
+    const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    write_all(fd, req, strlen(req));
+    size_t n = read_some(fd, resp, sizeof resp, "Hello, World!", 1);
+    cr_assert_gt(n, 0);
+    uint64_t t0 = (uint64_t)time(NULL);
+    n = read_some(fd, resp, sizeof resp, NULL, 0); /* until the close */
+    cr_assert_eq(n, 0, "idle close sends nothing");
+    cr_assert_leq((uint64_t)time(NULL) - t0, 3);
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}

@@ -149,3 +149,94 @@ Test(reactor, an_idle_worker_drives_the_loop, .timeout = 30)
     mp_runtime_free(rt); /* closes the timer handle with the loop */
     free(ts);
 }
+
+/* Timers: sleepers with random deadlines each wake exactly once, never early, and in
+ * deadline order up to scheduling: timers due in the same loop iteration are woken in
+ * deadline order (test_timer.c checks the wheel's order exactly), but their polls may then
+ * run in another order (LIFO slot, two workers). Deadlines are 3 ms apart, so a sleeper may
+ * not run more than a few places from its rank. */
+typedef struct sleeper {
+    mp_task task;
+    mp_timer timer;
+    uint64_t deadline;
+    uint64_t woke;
+    _Atomic int wakes;
+    _Atomic int *order;
+    int rank;
+} sleeper;
+
+static mp_poll sleeper_poll(mp_task *t, mp_context *cx)
+{
+    sleeper *s = mp_container_of(t, sleeper, task);
+    if (mp_timer_poll(&s->timer, s->deadline, cx) == MP_PENDING)
+        return MP_PENDING;
+    s->woke = mp_now_ms();
+    atomic_fetch_add(&s->wakes, 1);
+    s->rank = atomic_fetch_add(s->order, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable sleeper_vt = {.poll = sleeper_poll};
+
+Test(reactor, timers_fire_once_and_in_order, .timeout = 60)
+{
+    mp_runtime *rt = rt_new(2);
+    enum { N = 200 };
+    static sleeper s[N];
+    _Atomic int order = 0;
+    uint64_t rng = test_seed(), base = mp_now_ms() + 20;
+    for (int i = 0; i < N; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        mp_task_init(&s[i].task, &sleeper_vt);
+        mp_timer_init(&s[i].timer, rt);
+        /* Distinct deadlines 3 ms apart, spawned in random order. */
+        s[i].deadline = base + 3 * (uint64_t)i;
+        s[i].order = &order;
+    }
+    for (int i = N - 1; i > 0; i--) { /* shuffle the spawn order */
+        int j = (int)(test_rand(&rng) % (uint64_t)(i + 1));
+        sleeper tmp = s[i];
+        s[i] = s[j];
+        s[j] = tmp;
+    }
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(mp_spawn_joinable(rt, &s[i].task), 0);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(mp_join(&s[i].task), 0);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(atomic_load(&s[i].wakes), 1);
+        cr_assert_geq(s[i].woke, s[i].deadline, "woke %llu ms early",
+                      (unsigned long long)(s[i].deadline - s[i].woke));
+        int expected_rank = (int)((s[i].deadline - base) / 3);
+        cr_assert_leq(abs(s[i].rank - expected_rank), 6, "ran at %d, deadline rank %d", s[i].rank,
+                      expected_rank);
+    }
+    mp__spin_lock(&rt->reactor.wheel_lock);
+    cr_assert_eq(mp__wheel_count(&rt->reactor.wheel), 0);
+    cr_assert_eq(rt->reactor.armed_ms, UINT64_MAX, "nothing pending: no timer armed");
+    mp__spin_unlock(&rt->reactor.wheel_lock);
+    mp_runtime_free(rt);
+}
+
+Test(reactor, cancelled_timer_never_fires, .timeout = 30)
+{
+    mp_runtime *rt = rt_new(1);
+    sleeper s = {0};
+    _Atomic int order = 0;
+    mp_task_init(&s.task, &sleeper_vt);
+    mp_timer_init(&s.timer, rt);
+    s.deadline = mp_now_ms() + 50;
+    s.order = &order;
+    cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
+    for (size_t armed = 0; !armed; sched_yield()) {
+        mp__spin_lock(&rt->reactor.wheel_lock);
+        armed = mp__wheel_count(&rt->reactor.wheel);
+        mp__spin_unlock(&rt->reactor.wheel_lock);
+    }
+    mp_task_cancel(&s.task); /* its cancel would normally disarm; do it by hand here */
+    mp_timer_cancel(&s.timer);
+    cr_assert_eq(mp_join(&s.task), -ECANCELED);
+    usleep(100000);
+    cr_assert_eq(atomic_load(&s.wakes), 0);
+    mp_runtime_free(rt);
+}
