@@ -74,9 +74,13 @@ D_TEST_BINS := $(patsubst tests/daemon/%.c,$(B)/tests/daemon/%,$(D_TESTS))
 DEB_PKGS := build-essential pkg-config libuv1-dev node-llhttp libcriterion-dev libinih-dev wrk curl
 
 .PHONY: all test run bench clean install lint deps
-# magpied joins the default build once daemon/main.c exists.
+# magpied joins the default build once daemon/main.c exists; the release build is also
+# reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
   PROGRAMS := $(MAGPIED)
+  ifeq ($(VARIANT),release)
+    PROGRAMS += build/magpied
+  endif
 endif
 all: $(LIB) $(DEMO) $(PROGRAMS)
 
@@ -116,6 +120,9 @@ $(D_LIB): $(D_OBJS) $(LLHTTP_OBJS)
 $(MAGPIED): $(B)/obj/daemon/main.o $(D_LIB) $(LIB)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL) $(D_LIBS)
 
+build/magpied: build/release/magpied
+	ln -sf release/magpied $@
+
 $(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
@@ -150,7 +157,7 @@ bench:
 
 install: $(LIB) $(PROGRAMS)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	$(if $(PROGRAMS),install -D -m 755 $(MAGPIED) $(DESTDIR)$(PREFIX)/sbin/magpied)
+	$(if $(PROGRAMS),install -D -m 755 $(B)/magpied $(DESTDIR)$(PREFIX)/sbin/magpied)
 	$(if $(PROGRAMS),install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf)
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libmagpie.a
 	install -m 644 runtime/include/magpie.h $(DESTDIR)$(PREFIX)/include/magpie.h

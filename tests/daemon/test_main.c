@@ -259,6 +259,12 @@ Test(magpied, bad_input_gets_an_error_and_the_daemon_keeps_serving, .timeout = 6
     memset(big_head + n, 'a', 4000);
     memcpy(big_head + n + 4000, "\r\n\r\n", 4);
     expect_status(d.http, big_head, (size_t)n + 4004, "HTTP/1.1 431");
+    static char long_line[4096];
+    n = snprintf(long_line, sizeof long_line, "GET /");
+    memset(long_line + n, 'a', 2000);
+    n += 2000;
+    n += snprintf(long_line + n, sizeof long_line - (size_t)n, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    expect_status(d.http, long_line, (size_t)n, "HTTP/1.1 414");
     /* Still serving. */
     const char *ok = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     expect_status(d.http, ok, strlen(ok), "HTTP/1.1 200");
@@ -377,12 +383,21 @@ Test(magpied, config_check, .timeout = 30)
 Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
 {
     const char *extra[] = {"--set", "limits.header_timeout_ms=300", "--set",
-                           "limits.keepalive_timeout_ms=300", NULL};
+                           "limits.keepalive_timeout_ms=300", "--set", "limits.body_timeout_ms=300",
+                           NULL};
     daemon_proc d = start(extra);
     int fd = connect_to(d.http);
     const char *partial = "GET / HTTP/1.1\r\nHost: x\r\n"; /* and then nothing */
     write_all(fd, partial, strlen(partial));
     char resp[4096];
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "got:\n%s", resp);
+    close(fd);
+    /* A body that stops arriving: 408 as well (chunked, so its response is not streamed). */
+    fd = connect_to(d.http);
+    const char *slow_body = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "5\r\nab";
+    write_all(fd, slow_body, strlen(slow_body));
     read_some(fd, resp, sizeof resp, NULL, 0);
     cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "got:\n%s", resp);
     close(fd);
