@@ -125,6 +125,28 @@ void mp_timer_init(mp_timer *t, mp_runtime *rt)
     t->rt = rt;
 }
 
+/* Under wheel_lock: the last pending timer went away but the uv_timer is still armed for it.
+ * Disarm it now, while there is activity, rather than wake an idle runtime later for nothing.
+ * Returns whether the caller must queue rearm_cmd (after unlocking). */
+static bool disarm_if_empty_locked(mp__reactor *r)
+{
+    if (mp__wheel_count(&r->wheel) != 0 || r->armed_ms == UINT64_MAX)
+        return false;
+    r->armed_ms = UINT64_MAX;
+    return true;
+}
+
+static void queue_rearm(mp_runtime *rt)
+{
+    mp__reactor *r = &rt->reactor;
+    bool expected = false;
+    /* Relaxed: only dedups the command; see rearm_cmd(). */
+    if (atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
+                                                memory_order_relaxed, memory_order_relaxed) &&
+        mp_loop_call(rt, &r->rearm_cmd, rearm_cmd, r) != 0)
+        atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+}
+
 mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
 {
     mp__reactor *r = &t->rt->reactor;
@@ -137,8 +159,11 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
         t->fired = false;
         old = t->waker;
         t->waker = (mp_waker){0};
+        bool disarm = disarm_if_empty_locked(r);
         mp__spin_unlock(&r->wheel_lock);
         mp_waker_drop(&old);
+        if (disarm)
+            queue_rearm(t->rt);
         return MP_READY;
     }
     if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms)
@@ -169,8 +194,11 @@ void mp_timer_cancel(mp_timer *t)
     t->fired = false;
     mp_waker old = t->waker;
     t->waker = (mp_waker){0};
+    bool disarm = disarm_if_empty_locked(r);
     mp__spin_unlock(&r->wheel_lock);
     mp_waker_drop(&old);
+    if (disarm)
+        queue_rearm(t->rt);
 }
 
 int mp__reactor_init(mp__reactor *r)

@@ -236,6 +236,13 @@ Test(reactor, cancelled_timer_never_fires, .timeout = 30)
     mp_task_cancel(&s.task); /* its cancel would normally disarm; do it by hand here */
     mp_timer_cancel(&s.timer);
     cr_assert_eq(mp_join(&s.task), -ECANCELED);
+    /* The last pending timer is gone: the loop's timer is disarmed at once, not left to fire
+     * into an idle runtime. */
+    for (uint64_t armed = 0; armed != UINT64_MAX; usleep(1000)) {
+        mp__spin_lock(&rt->reactor.wheel_lock);
+        armed = rt->reactor.armed_ms;
+        mp__spin_unlock(&rt->reactor.wheel_lock);
+    }
     usleep(100000);
     cr_assert_eq(atomic_load(&s.wakes), 0);
     mp_runtime_free(rt);
