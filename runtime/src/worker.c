@@ -195,8 +195,13 @@ static mp_task *next_task(mp__worker *w)
 static mp_task *steal_work(mp__worker *w)
 {
     mp_runtime *rt = w->rt;
-    if (!rt->cfg.disable_steal && rt->nworkers > 1 &&
-        (w->searching || (w->searching = mp__idle_transition_to_searching(&rt->idle)))) {
+    /* Become a searcher even when there is no one to steal from (one worker, or stealing
+     * disabled): a worker that parks as the last searcher re-checks every queue after it
+     * leaves the unparked count (idle.c). Skipping this left a lone worker parking without
+     * that re-check, and a task pushed just before it parked was never run. */
+    if (!w->searching)
+        w->searching = mp__idle_transition_to_searching(&rt->idle);
+    if (w->searching && !rt->cfg.disable_steal && rt->nworkers > 1) {
         uint32_t n = rt->nworkers, start = rand_below(w, n);
         for (uint32_t i = 0; i < n; i++) {
             uint32_t v = start + i < n ? start + i : start + i - n;

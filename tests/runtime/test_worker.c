@@ -62,9 +62,15 @@ static void wait_all_parked(mp_runtime *rt)
     }
 }
 
-Test(worker, idle_busy_idle_cycles_lose_no_wakeup, .timeout = 120)
+/* 10^4 bursts from outside into a runtime going idle: every burst must be run by workers. */
+static void idle_busy_idle_cycles(unsigned workers, bool disable_steal)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    cfg.disable_steal = disable_steal;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
     enum { CYCLES = 10000, BURST = 4 };
     one tasks[BURST];
     _Atomic int done = 0, released = 0;
@@ -92,6 +98,23 @@ Test(worker, idle_busy_idle_cycles_lose_no_wakeup, .timeout = 120)
     cr_assert_eq(s.total.polled, s.total.spawned, "every task polled by a worker, once");
     cr_assert_gt(s.total.parks, CYCLES / 2, "workers really went to sleep between bursts");
     mp_runtime_free(rt);
+}
+
+Test(worker, idle_busy_idle_cycles_lose_no_wakeup, .timeout = 120)
+{
+    idle_busy_idle_cycles(2, false);
+}
+
+/* A lone worker never has anyone to steal from, but must still park as the last searcher and
+ * re-check the queues (a task pushed while it was parking was once lost this way). */
+Test(worker, idle_busy_idle_cycles_one_worker, .timeout = 120)
+{
+    idle_busy_idle_cycles(1, false);
+}
+
+Test(worker, idle_busy_idle_cycles_without_stealing, .timeout = 120)
+{
+    idle_busy_idle_cycles(2, true);
 }
 
 Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
