@@ -5,7 +5,7 @@
  * meanwhile.
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -pthread -Iruntime/include loadtest/runtime/global_interval.c \
- *      build/release/libmagpie.a -o build/bench/global-interval
+ *      build/release/libmagpie.a -luv -o build/bench/global-interval
  *   build/bench/global-interval TARGET_NS POLL_NS
  */
 #include <magpie.h>

@@ -382,9 +382,9 @@ Test(magpied, config_check, .timeout = 30)
 
 Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
 {
-    const char *extra[] = {"--set", "limits.header_timeout_ms=300", "--set",
-                           "limits.keepalive_timeout_ms=300", "--set", "limits.body_timeout_ms=300",
-                           NULL};
+    const char *extra[] = {
+        "--set", "limits.header_timeout_ms=300", "--set", "limits.keepalive_timeout_ms=300",
+        "--set", "limits.body_timeout_ms=300",   NULL};
     daemon_proc d = start(extra);
     int fd = connect_to(d.http);
     const char *partial = "GET / HTTP/1.1\r\nHost: x\r\n"; /* and then nothing */
