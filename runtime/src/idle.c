@@ -33,7 +33,10 @@
  * side stores then loads a different location, which is exactly the shape that needs a full
  * fence. A worker that parks without being the last searcher needs no re-check: a searcher
  * still exists, and the last searcher re-checks after it (Tokio's "last searcher must
- * notify"; a searcher that finds work wakes the next one, see worker.c).
+ * notify"; a searcher that finds work wakes the next one, see worker.c). This rests on every
+ * worker trying to become a searcher before it parks, even one with nobody to steal from
+ * (steal_work() in worker.c): the cap on searchers can refuse it only while another searcher
+ * exists, never for the last one.
  */
 #include "internal.h"
 
