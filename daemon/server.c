@@ -278,6 +278,7 @@ static void setup_cmd(uv_loop_t *loop, void *arg)
     if (rc != 0)
         for (int i = 0; i < MD_LISTENERS; i++)
             close_listener(&s->listeners[i]);
+    /* Release: publishes the listeners' state; pairs with the acquire in wait_loop(). */
     atomic_store_explicit(&s->setup_rc, rc, memory_order_release);
 }
 
@@ -287,6 +288,7 @@ static void stop_cmd(uv_loop_t *loop, void *arg)
     md_server *s = arg;
     for (int i = 0; i < MD_LISTENERS; i++)
         close_listener(&s->listeners[i]);
+    /* Release: pairs with the acquire in wait_loop(). */
     atomic_store_explicit(&s->setup_rc, 0, memory_order_release);
 }
 

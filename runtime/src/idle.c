@@ -117,6 +117,8 @@ mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx)
         return MP__NOTIFY_NONE;
     pthread_mutex_lock(&idle->mu);
     mp__notify_kind kind = MP__NOTIFY_NONE;
+    /* seq_cst: re-read under mu; pairs with the RMWs of mp__idle_transition_to_parked(), as
+     * the first load does. */
     if (should_wake(idle, atomic_load_explicit(&idle->state, memory_order_seq_cst))) {
         if (take_parked_locked(idle, idx)) {
             kind = MP__NOTIFY_UNPARK;
@@ -138,7 +140,8 @@ void mp__idle_spawn_failed(mp__idle *idle, unsigned idx)
     (void)idx;
     pthread_mutex_lock(&idle->mu);
     atomic_fetch_add_explicit(&idle->failed, 1, memory_order_relaxed);
-    /* seq_cst: as in transition_to_parked, the slot leaves the unparked count. */
+    /* seq_cst: the slot leaves the unparked count, as in mp__idle_transition_to_parked(); pairs
+     * with the notifiers' loads in mp__idle_worker_to_notify(). */
     atomic_fetch_sub_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
     pthread_mutex_unlock(&idle->mu);
 }
@@ -203,7 +206,8 @@ bool mp__idle_unpark_self(mp__idle *idle, unsigned idx)
         atomic_store_explicit(&idle->parked[w], bits, memory_order_relaxed);
         if (bits == 0)
             idle->summary &= ~((uint64_t)1 << w);
-        /* seq_cst: unparked is read by notifiers, see above. */
+        /* seq_cst: pairs with the notifiers' loads in mp__idle_worker_to_notify() (the
+         * (A)/(B) protocol at the top). */
         atomic_fetch_add_explicit(&idle->state, UNPARK_ONE, memory_order_seq_cst);
         was_parked = true;
     }

@@ -92,8 +92,8 @@ static inline void mp__futex_wake(_Atomic uint32_t *word, int n)
 static inline void mp__spin_lock(_Atomic uint32_t *l)
 {
     for (unsigned spins = 0;; spins++) {
-        /* Acquire: the critical section sees what the previous holder wrote before its
-         * release in mp__spin_unlock(). */
+        /* Acquire: pairs with the release store in mp__spin_unlock(); the critical section
+         * sees what the previous holder wrote. */
         if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
             atomic_exchange_explicit(l, 1, memory_order_acquire) == 0)
             return;

@@ -20,8 +20,8 @@
 void mp__park_wait(mp__park *p)
 {
     uint32_t expected = MP__UNPARKED;
-    /* Acquire on failure: NOTIFIED was set by a release swap in mp__park_unpark(); we see
-     * what the waker published before it (its queue push). */
+    /* Acquire on failure: pairs with the release swap in mp__park_unpark() that set
+     * NOTIFIED; we see what the waker published before it (its queue push). */
     if (!atomic_compare_exchange_strong_explicit(&p->state, &expected, MP__PARKED,
                                                  memory_order_acquire, memory_order_acquire)) {
         if (expected != MP__NOTIFIED)

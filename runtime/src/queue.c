@@ -141,8 +141,9 @@ mp_task *mp__queue_pop_owner(mp__queue *q)
         if (real == tail)
             return NULL;
         uint64_t next = steal == real ? pack(real + 1, real + 1) : pack(steal, real + 1);
-        /* acq_rel: the pop and a thief's claim of the same slot are ordered by this CAS;
-         * a failed CAS reloads head (acquire, as above). */
+        /* acq_rel: the pop and a thief's claim of the same slot are ordered by this CAS; it
+         * pairs with the claim and release CASes in steal_claim_copy(). A failed CAS reloads
+         * head (acquire, as above). */
         if (atomic_compare_exchange_weak_explicit(&q->head, &head, next, memory_order_acq_rel,
                                                   memory_order_acquire))
             return slot_load(q, real);
@@ -216,8 +217,9 @@ mp_task *mp__queue_steal_into(mp__queue *src, mp__queue *dst, uint32_t *n_out)
 
 uint32_t mp__queue_len(mp__queue *q)
 {
-    /* Acquire both: the result is a snapshot used for heuristics (pending work, stats). */
+    /* A snapshot for heuristics (pending work, stats). Acquire: pairs with the head CASes. */
     uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
+    /* Acquire: pairs with the release tail store in mp__queue_push_owner(). */
     uint32_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
     uint32_t n = tail - real_of(head);
     return n > MP_QUEUE_CAPACITY ? 0 : n; /* a torn snapshot by a non-owner */

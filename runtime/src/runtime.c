@@ -138,11 +138,11 @@ static void start_worker(mp_runtime *rt, unsigned idx)
     /* Relaxed: only this thread touches the slot until it is STARTED or FAILED. */
     atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTING, memory_order_relaxed);
     if (create_thread(rt, w) == 0) {
-        /* Release: publishes w->thread to shutdown's acquire load in mp_runtime_shutdown(). */
+        /* Release: publishes w->thread; pairs with the acquire load in mp_runtime_shutdown(). */
         atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTED, memory_order_release);
         return;
     }
-    /* Release: as above, shutdown then skips the slot. */
+    /* Release: pairs with the acquire load in mp_runtime_shutdown(), which skips the slot. */
     atomic_store_explicit(&w->spawn_state, MP__SLOT_FAILED, memory_order_release);
     mp__idle_spawn_failed(&rt->idle, idx);
     /* The work that asked for this worker still needs one: try the next slot, or a parked

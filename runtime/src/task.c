@@ -54,7 +54,8 @@ static void release_task(mp_task *t)
 static void ref_dec(mp_task *t, uint64_t n)
 {
     /* acq_rel: release publishes our use of the task; the thread that drops the last
-     * reference acquires everyone else's before the release callback frees it. */
+     * reference acquires everyone else's before the release callback frees it (the acquire
+     * pairs with the release half of every other reference drop). */
     uint64_t prev = atomic_fetch_sub_explicit(&t->state, n * MP__T_REF_ONE, memory_order_acq_rel);
     if (refs_of(prev) < n)
         MP__UNREACHABLE("task %p reference underflow, state %#llx", (void *)t,
@@ -137,8 +138,8 @@ mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t)
             n = (s | MP__T_SCHEDULED) + MP__T_REF_ONE;
             r = MP__NOTIFY_SUBMIT;
         }
-        /* Release: the queue push that follows carries the task to its runner, whose
-         * mp__task_transition_to_running() acquires this word. */
+        /* Release: pairs with the acquire in mp__task_transition_to_running() of the runner
+         * that the queue push below carries the task to. */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_release,
                                                   memory_order_relaxed))
             return r;
@@ -162,7 +163,8 @@ mp__to_notified mp__task_transition_to_notified_by_val(mp_task *t)
             n = s | MP__T_SCHEDULED;
             r = MP__NOTIFY_SUBMIT;
         }
-        /* acq_rel: release as in the by_ref case; acquire for the dealloc path. */
+        /* acq_rel: release pairs with mp__task_transition_to_running()'s acquire, as in the
+         * by_ref case; acquire pairs with other reference drops, for the dealloc path. */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return r;
@@ -187,7 +189,7 @@ mp__to_notified mp__task_transition_to_notified_and_cancel(mp_task *t)
             n = (s | MP__T_CANCELLED | MP__T_SCHEDULED) + MP__T_REF_ONE;
             r = MP__NOTIFY_SUBMIT;
         }
-        /* Release: as in mp__task_transition_to_notified_by_ref(). */
+        /* Release: pairs with mp__task_transition_to_running()'s acquire (as by_ref). */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_release,
                                                   memory_order_relaxed))
             return r;
@@ -202,7 +204,8 @@ bool mp__task_transition_to_shutdown(mp_task *t)
     for (;;) {
         bool claim = !(s & (MP__T_RUNNING | MP__T_COMPLETE));
         uint64_t n = s | MP__T_CANCELLED | (claim ? MP__T_RUNNING : 0);
-        /* Acquire: if we claim it we run its cancel callback after its last poll. */
+        /* acq_rel: if we claim it we run its cancel callback after its last poll (pairs with
+         * the release in mp__task_transition_to_idle()). */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return claim;
@@ -281,7 +284,8 @@ bool mp__task_transition_unset_join_waker(mp_task *t)
     for (;;) {
         if (s & MP__T_COMPLETE)
             return false;
-        /* Acquire: after this the joiner owns join_waker again. */
+        /* Acquire: after this the joiner owns join_waker again (pairs with the release CAS in
+         * mp__task_transition_set_join_waker()). */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, s & ~MP__T_JOIN_WAKER,
                                                   memory_order_acquire, memory_order_acquire))
             return true;
@@ -298,8 +302,8 @@ bool mp__task_transition_to_join_handle_dropped(mp_task *t)
         uint64_t n = s & ~MP__T_JOIN_INTEREST;
         if (!(s & MP__T_COMPLETE))
             n &= ~MP__T_JOIN_WAKER;
-        /* acq_rel: acquire the runtime's last use of join_waker; release our reads of the
-         * task's output before the reference drop that may free it. */
+        /* acq_rel: acquire pairs with the release in mp__task_transition_to_join_waker_done()
+         * (the runtime's last use of join_waker); release orders our reads of the output. */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return !(n & MP__T_JOIN_WAKER);
@@ -643,6 +647,7 @@ void mp_detach(mp_task *task)
  * completed; join_waker belongs to the runtime until it clears JOIN_WAKER. */
 static bool register_join_waker(mp_task *t, const mp_waker *waker)
 {
+    /* Acquire: pairs with the release in mp__task_transition_to_complete(). */
     uint64_t s = load_state(t, memory_order_acquire);
     if (s & MP__T_COMPLETE)
         return false;
