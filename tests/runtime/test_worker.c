@@ -130,7 +130,19 @@ Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
     }
     wait_count(&done, 64);
     wait_all_parked(rt);
+    /* Let the last worker finish parking (it leaves the unparked count before it counts its
+     * park and blocks, and may return once for a notification sent just before): idle means
+     * the counters stopped moving. A runtime that never settles fails here. */
     mp_stats before, after;
+    int settled = 0;
+    for (int tries = 0; tries < 50 && !settled; tries++) {
+        mp_runtime_stats(rt, &before);
+        sleep_ms(200);
+        mp_runtime_stats(rt, &after);
+        settled =
+            after.total.parks == before.total.parks && after.total.unparks == before.total.unparks;
+    }
+    cr_assert(settled, "workers kept waking for 10 s after the work was done");
     mp_runtime_stats(rt, &before);
     sleep_ms(1000);
     mp_runtime_stats(rt, &after);
