@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -106,8 +107,26 @@ int main(int argc, char **argv)
         /* Reload (SIGHUP) and log reopening (SIGUSR1) are not implemented yet. */
         fprintf(stderr, "magpied: signal %d ignored (not implemented yet)\n", sig);
     }
-    fprintf(stderr, "magpied: stopping\n");
-    md_server_stop(srv);
+    /* Graceful stop: no new connections; idle ones close, in-flight requests finish with
+     * Connection: close. Wait for them up to shutdown_timeout_ms; a second signal, or the
+     * deadline, stops at once (the runtime's shutdown cancels what is left). */
+    fprintf(stderr, "magpied: stopping (%u connections open)\n", md_server_open(srv));
+    md_server_drain(srv);
+    uint64_t deadline = uv_hrtime() / 1000000u + cfg.shutdown_timeout_ms;
+    while (md_server_open(srv) > 0) {
+        uint64_t now = uv_hrtime() / 1000000u;
+        if (now >= deadline) {
+            fprintf(stderr, "magpied: %u connections left at the deadline\n", md_server_open(srv));
+            break;
+        }
+        uint64_t wait = deadline - now < 50 ? deadline - now : 50;
+        struct timespec ts = {0, (long)wait * 1000000L};
+        int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "magpied: second signal, stopping now\n");
+            break;
+        }
+    }
     mp_runtime_free(rt); /* cancels the connections' tasks and closes their streams */
     md_server_free(srv);
     return 0;

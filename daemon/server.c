@@ -30,7 +30,9 @@ struct md_server {
     md_metrics metrics;
     md_http_server http;
     md_listener_state listeners[MD_LISTENERS];
-    uint32_t open_conns; /* loop side */
+    _Atomic uint32_t open_conns; /* written on the loop side, read by md_server_open() */
+    struct md_conn *conns;       /* loop side: every open connection, for drain */
+    bool draining;               /* loop side */
     mp_loop_cmd cmd;
     _Atomic int setup_rc; /* 1 while the loop has not run the setup yet */
     md_error *setup_err;
@@ -40,6 +42,7 @@ struct md_server {
 typedef struct md_conn {
     mp_tcp tcp;
     mp_task task;
+    struct md_conn *prev, *next; /* the server's list, loop side */
     md_server *srv;
     md_listener kind;
     _Atomic int refs;
@@ -64,8 +67,16 @@ static void conn_closed(mp_tcp *t)
     md_conn *c = mp_container_of(t, md_conn, tcp);
     md_server *s = c->srv;
     md_metrics_conn_closed(&s->metrics, c->kind);
-    s->open_conns--;
-    for (int i = 0; i < MD_LISTENERS && s->open_conns < s->cfg.max_connections; i++)
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    /* Relaxed: a count, read for progress by md_server_open(); the list is loop side. */
+    uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
+    atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);
+    for (int i = 0; i < MD_LISTENERS && open < s->cfg.max_connections; i++)
         if (s->listeners[i].paused && s->listeners[i].open)
             accept_one(&s->listeners[i]);
     conn_unref(c);
@@ -108,6 +119,7 @@ static mp_poll echo_poll(md_conn *c, mp_context *cx)
 static mp_poll http_poll(md_conn *c, mp_context *cx)
 {
     for (;;) {
+
         size_t pending = md_outbuf_pending(&c->out);
         if (pending) {
             int err;
@@ -142,7 +154,11 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
         }
         uint64_t now = uv_hrtime();
         int want;
-        if (len == 0) {
+        if (len == 0 && err == -EINTR) {
+            /* Graceful stop (md_server_drain): an idle connection closes now; one with a
+             * request in flight finishes it and answers with Connection: close. */
+            want = md_http_conn_drain(&c->http);
+        } else if (len == 0) {
             if (err != UV_EOF)
                 return conn_finish(c); /* reset: nobody to answer */
             want = md_http_conn_eof(&c->http, now, &c->out);
@@ -180,7 +196,9 @@ static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
 static void accept_one(md_listener_state *l)
 {
     md_server *s = l->srv;
-    if (s->open_conns >= s->cfg.max_connections) {
+    if (s->draining)
+        return; /* not accepted: the listener is closing */
+    if (atomic_load_explicit(&s->open_conns, memory_order_relaxed) >= s->cfg.max_connections) {
         l->paused = true; /* libuv stops polling l until the next uv_accept */
         return;
     }
@@ -198,7 +216,13 @@ static void accept_one(md_listener_state *l)
         free(c);
         return;
     }
-    s->open_conns++;
+    atomic_store_explicit(&s->open_conns,
+                          atomic_load_explicit(&s->open_conns, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
     md_metrics_conn_opened(&s->metrics, c->kind);
     if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_init(&c->http, &s->http, uv_hrtime());
@@ -402,6 +426,33 @@ void md_server_stop(md_server *s)
     atomic_store_explicit(&s->setup_rc, 1, memory_order_relaxed);
     if (mp_loop_call(s->rt, &s->cmd, stop_cmd, s) == 0)
         wait_loop(s);
+}
+
+static void drain_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    md_server *s = arg;
+    s->draining = true;
+    for (int i = 0; i < MD_LISTENERS; i++)
+        close_listener(&s->listeners[i]);
+    /* Every conn in the list is alive: it leaves the list when its stream closes, before it
+     * is freed. */
+    for (md_conn *c = s->conns; c; c = c->next)
+        mp_tcp_interrupt(&c->tcp);
+    /* Release: pairs with the acquire in wait_loop(). */
+    atomic_store_explicit(&s->setup_rc, 0, memory_order_release);
+}
+
+void md_server_drain(md_server *s)
+{
+    atomic_store_explicit(&s->setup_rc, 1, memory_order_relaxed);
+    if (mp_loop_call(s->rt, &s->cmd, drain_cmd, s) == 0)
+        wait_loop(s);
+}
+
+uint32_t md_server_open(md_server *s)
+{
+    return atomic_load_explicit(&s->open_conns, memory_order_relaxed);
 }
 
 void md_server_free(md_server *s)

@@ -25,6 +25,11 @@ void md_server_describe(const md_server *s, char *buf, size_t len);
 /* Close the listeners (no new connections). Connections are ended by the runtime's shutdown
  * (their tasks are cancelled and close their streams). */
 void md_server_stop(md_server *s);
+/* Graceful stop: close the listeners, close idle connections, and let each connection with a
+ * request in flight finish it with "Connection: close". Returns at once; md_server_open()
+ * counts what is left. */
+void md_server_drain(md_server *s);
+uint32_t md_server_open(md_server *s);
 /* After mp_runtime_shutdown: free what is left. */
 void md_server_free(md_server *s);
 md_metrics *md_server_metrics(md_server *s);

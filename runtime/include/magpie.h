@@ -308,10 +308,11 @@ struct mp_tcp {
     _Atomic uint32_t lock; /* guards the fields up to `writer` between loop and task */
     char *buf;
     size_t cap, head, tail;
-    bool reading;  /* a read into buf[tail..] is in flight on the loop */
-    bool stopped;  /* reading stopped: buffer full */
-    bool resuming; /* a resume command is queued */
-    int err;       /* 0, UV_EOF, or a negative errno from the loop side */
+    bool reading;     /* a read into buf[tail..] is in flight on the loop */
+    bool stopped;     /* reading stopped: buffer full */
+    bool resuming;    /* a resume command is queued */
+    bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
+    int err;          /* 0, UV_EOF, or a negative errno from the loop side */
     mp_waker reader;
     int write_err;
     int write_state; /* 0 idle, 1 a loop-side write in flight, 2 it finished */
@@ -330,6 +331,9 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = UV_EOF or a negative errno, or MP_PENDING until data arrives. */
 mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err);
+/* Any thread: the task's current or next mp_tcp_read_poll returns MP_READY with *len == 0 and
+ * *err == -EINTR, once (e.g. a graceful stop reaching a connection waiting for its peer). */
+void mp_tcp_interrupt(mp_tcp *c);
 /* The task is done with n bytes of the view. */
 void mp_tcp_consume(mp_tcp *c, size_t n);
 /* Write all of data[0..len): MP_READY with *err = 0 or a negative errno (EPIPE, ECONNRESET);

@@ -93,7 +93,12 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
     mp_waker old = {0};
     mp_poll r = MP_READY;
     lock(c);
-    if (c->tail > c->head) {
+    if (c->interrupted) {
+        c->interrupted = false;
+        *data = NULL;
+        *len = 0;
+        *err = -EINTR;
+    } else if (c->tail > c->head) {
         *data = c->buf + c->head;
         *len = c->tail - c->head;
         *err = 0;
@@ -111,6 +116,18 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
     unlock(c);
     mp_waker_drop(&old);
     return r;
+}
+
+void mp_tcp_interrupt(mp_tcp *c)
+{
+    /* Under the lock that also guards the reader's waker, as the read callback does: either
+     * the task's read poll sees the flag, or it registered its waker first and we wake it. */
+    lock(c);
+    c->interrupted = true;
+    mp_waker w = c->reader;
+    c->reader = (mp_waker){0};
+    unlock(c);
+    mp_waker_wake(&w);
 }
 
 static void resume_cmd(uv_loop_t *loop, void *arg)

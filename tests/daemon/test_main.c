@@ -423,3 +423,61 @@ Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
     close(fd);
     cr_assert_eq(stop(&d), 0);
 }
+
+static int wait_exit(daemon_proc *d, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            running = -1;
+            fclose(d->out);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        usleep(10000);
+    }
+    return -1; /* still running */
+}
+
+Test(magpied, sigterm_finishes_in_flight_requests_and_closes_idle_ones, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    /* An idle keep-alive connection, served once. */
+    int idle = connect_to(d.http);
+    const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    write_all(idle, req, strlen(req));
+    char resp[4096];
+    cr_assert_gt(read_some(idle, resp, sizeof resp, "Hello, World!", 1), 0);
+    /* A request in flight: its head is not complete yet. */
+    int busy = connect_to(d.http);
+    const char *part = "GET / HTTP/1.1\r\nHost: x\r\n";
+    write_all(busy, part, strlen(part));
+    usleep(100000);
+    kill(d.pid, SIGTERM);
+    /* The idle one is closed without a response. */
+    cr_assert_eq(read_some(idle, resp, sizeof resp, NULL, 0), 0);
+    /* The daemon waits for the in-flight one, which still gets its answer, with close. */
+    cr_assert_eq(wait_exit(&d, 300), -1, "exited before the in-flight request was answered");
+    write_all(busy, "\r\n", 2);
+    read_some(busy, resp, sizeof resp, NULL, 0); /* until the close */
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 200", 12), 0, "got:\n%s", resp);
+    cr_assert(strstr(resp, "Connection: close"), "got:\n%s", resp);
+    cr_assert(strstr(resp, "Hello, World!"));
+    cr_assert_eq(wait_exit(&d, 5000), 0);
+    close(idle);
+    close(busy);
+}
+
+Test(magpied, second_sigterm_stops_at_once, .timeout = 60)
+{
+    const char *extra[] = {"--set", "server.shutdown_timeout_ms=30000", NULL};
+    daemon_proc d = start(extra);
+    int busy = connect_to(d.http);
+    const char *part = "GET / HTTP/1.1\r\nHost: x\r\n"; /* never completed */
+    write_all(busy, part, strlen(part));
+    usleep(100000);
+    kill(d.pid, SIGTERM);
+    cr_assert_eq(wait_exit(&d, 300), -1, "the first signal waits for the request in flight");
+    kill(d.pid, SIGTERM);
+    cr_assert_eq(wait_exit(&d, 3000), 0, "the second signal stops at once");
+    close(busy);
+}

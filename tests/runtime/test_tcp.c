@@ -32,7 +32,7 @@ typedef struct server {
     int mode;
     size_t send_bytes;
     size_t bufsize;
-    _Atomic int accepted, closed, write_errors;
+    _Atomic int accepted, closed, write_errors, interrupts;
     conn *_Atomic last;
 } server;
 
@@ -81,8 +81,10 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
         }
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
             return MP_PENDING;
+        if (len == 0 && err == -EINTR)
+            atomic_fetch_add(&S->interrupts, 1);
         if (len == 0)
-            return conn_finish(c); /* EOF or error */
+            return conn_finish(c); /* EOF, error, or interrupted */
         if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
             return MP_PENDING;
         if (err != 0) {
@@ -170,6 +172,16 @@ static int client_connect(int port)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+static void write_all_client(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        cr_assert_gt(w, 0);
+        p += w;
+        n -= (size_t)w;
+    }
 }
 
 static void read_exact(int fd, char *buf, size_t n)
@@ -318,4 +330,21 @@ Test(tcp, shutdown_with_open_connections_frees_everything, .timeout = 30)
     server_stop(s); /* tasks cancelled, streams closed, conns freed (ASan checks) */
     for (int i = 0; i < 8; i++)
         close(fds[i]);
+}
+
+Test(tcp, interrupt_reaches_a_task_waiting_for_input, .timeout = 30)
+{
+    server *s = server_start(2, MODE_ECHO, 0, 0);
+    int fd = client_connect(s->port);
+    write_all_client(fd, "x", 1);
+    char b;
+    cr_assert_eq(read(fd, &b, 1), 1); /* served once: the task now waits for input */
+    conn *c = atomic_load(&s->last);
+    mp_tcp_interrupt(&c->tcp); /* from a thread that is not the loop's nor the task's */
+    cr_assert_eq(read(fd, &b, 1), 0, "the task saw -EINTR and closed");
+    cr_assert_eq(atomic_load(&s->interrupts), 1);
+    while (atomic_load(&s->closed) == 0)
+        sched_yield();
+    close(fd);
+    server_stop(s);
 }
