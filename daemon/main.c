@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "notify.h"
 #include "magpie.h"
 #include "server.h"
 
@@ -71,6 +73,13 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    /* Many connections need many descriptors: take the hard limit. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -97,6 +106,14 @@ int main(int argc, char **argv)
     md_server_describe(srv, where, sizeof where);
     printf("listening %s\n", where);
     fflush(stdout);
+    char ready[256];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=listening %s\nMAINPID=%ld", where,
+             (long)getpid());
+    if ((rc = md_notify(ready)) != 0)
+        fprintf(stderr, "magpied: NOTIFY_SOCKET: %s\n", strerror(-rc));
+    uint64_t watchdog_usec = md_notify_watchdog_usec();
+    if (watchdog_usec && (rc = md_notify_watchdog_start(rt, watchdog_usec / 2000)) != 0)
+        fprintf(stderr, "magpied: watchdog: %s\n", strerror(-rc));
 
     for (;;) {
         int sig = 0;
@@ -111,6 +128,7 @@ int main(int argc, char **argv)
      * Connection: close. Wait for them up to shutdown_timeout_ms; a second signal, or the
      * deadline, stops at once (the runtime's shutdown cancels what is left). */
     fprintf(stderr, "magpied: stopping (%u connections open)\n", md_server_open(srv));
+    md_notify("STOPPING=1\nSTATUS=stopping");
     md_server_drain(srv);
     uint64_t deadline = uv_hrtime() / 1000000u + cfg.shutdown_timeout_ms;
     while (md_server_open(srv) > 0) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -480,4 +481,53 @@ Test(magpied, second_sigterm_stops_at_once, .timeout = 60)
     kill(d.pid, SIGTERM);
     cr_assert_eq(wait_exit(&d, 3000), 0, "the second signal stops at once");
     close(busy);
+}
+
+Test(magpied, systemd_notify_ready_watchdog_stopping_and_nofile, .timeout = 60)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/magpied-test-notify-%d", (int)getpid());
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strcpy(a.sun_path, path);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    setenv("NOTIFY_SOCKET", path, 1);
+    setenv("WATCHDOG_USEC", "200000", 1); /* pings every 100 ms */
+    daemon_proc d = start(NULL);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    int ready = 0, pings = 0, stopping = 0;
+    char buf[512];
+    for (int i = 0; i < 100 && pings < 3; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 2000) != 1)
+            break;
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        if (strncmp(buf, "READY=1\nSTATUS=listening http=", 30) == 0)
+            ready++;
+        if (strcmp(buf, "WATCHDOG=1") == 0)
+            pings++;
+    }
+    cr_assert_eq(ready, 1);
+    cr_assert_geq(pings, 3, "watchdog pings from the runtime");
+    /* The open-files soft limit was raised to the hard one. */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "awk '/Max open files/ {print ($4 == $5)}' /proc/%d/limits",
+             (int)d.pid);
+    cr_assert_str_eq(run(cmd), "1\n");
+    kill(d.pid, SIGTERM);
+    for (int i = 0; i < 100 && !stopping; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 2000) != 1)
+            break;
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        stopping = strncmp(buf, "STOPPING=1", 10) == 0;
+    }
+    cr_assert(stopping);
+    cr_assert_eq(wait_exit(&d, 5000), 0);
+    close(fd);
+    unlink(path);
 }
