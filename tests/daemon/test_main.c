@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_net.h"
 #include "test_util.h"
 
 typedef struct daemon_proc {
@@ -100,15 +101,6 @@ static int stop(daemon_proc *d)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
 /* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
 static size_t read_some(int fd, char *buf, size_t cap, const char *until, int count)
 {
@@ -132,16 +124,6 @@ static size_t read_some(int fd, char *buf, size_t cap, const char *until, int co
     }
     buf[got] = 0;
     return got;
-}
-
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        cr_assert_gt(w, 0);
-        s += w;
-        n -= (size_t)w;
-    }
 }
 
 /* Run a shell command, return its stdout. */
@@ -197,7 +179,7 @@ Test(magpied, routes_with_curl, .timeout = 60)
 Test(magpied, pipelined_requests_answered_in_order, .timeout = 60)
 {
     daemon_proc d = start(NULL);
-    int fd = connect_to(d.http);
+    int fd = test_connect(d.http);
     char req[16 * 128];
     size_t n = 0;
     for (int i = 0; i < 15; i++)
@@ -208,7 +190,7 @@ Test(magpied, pipelined_requests_answered_in_order, .timeout = 60)
                               i);
     n += (size_t)snprintf(req + n, sizeof req - n,
                           "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    write_all(fd, req, n);
+    test_write_all(fd, req, n);
     static char resp[65536];
     read_some(fd, resp, sizeof resp, NULL, 0); /* until the close */
     const char *p = resp;
@@ -232,8 +214,8 @@ Test(magpied, pipelined_requests_answered_in_order, .timeout = 60)
 
 static void expect_status(int port, const char *req, size_t len, const char *status)
 {
-    int fd = connect_to(port);
-    write_all(fd, req, len);
+    int fd = test_connect(port);
+    test_write_all(fd, req, len);
     char resp[4096];
     read_some(fd, resp, sizeof resp, NULL, 0);
     cr_assert_eq(strncmp(resp, status, strlen(status)), 0, "want %s, got:\n%s", status, resp);
@@ -281,7 +263,7 @@ typedef struct pusher {
 static void *push_all(void *arg)
 {
     pusher *p = arg;
-    write_all(p->fd, p->data, p->len);
+    test_write_all(p->fd, p->data, p->len);
     shutdown(p->fd, SHUT_WR);
     return NULL;
 }
@@ -294,7 +276,7 @@ Test(magpied, echo_port_returns_one_mebibyte, .timeout = 60)
     uint64_t rng = test_seed();
     for (size_t i = 0; i < LEN; i++)
         out[i] = (char)test_rand(&rng);
-    int fd = connect_to(d.echo);
+    int fd = test_connect(d.echo);
     pusher p = {fd, out, LEN};
     pthread_t th;
     pthread_create(&th, NULL, push_all, &p);
@@ -318,14 +300,14 @@ Test(magpied, max_connections_pauses_accepting, .timeout = 60)
 {
     const char *extra[] = {"--set", "limits.max_connections=2", NULL};
     daemon_proc d = start(extra);
-    int a = connect_to(d.echo), b = connect_to(d.echo);
-    write_all(a, "a", 1);
-    write_all(b, "b", 1);
+    int a = test_connect(d.echo), b = test_connect(d.echo);
+    test_write_all(a, "a", 1);
+    test_write_all(b, "b", 1);
     char c1;
     cr_assert_eq(read(a, &c1, 1), 1);
     cr_assert_eq(read(b, &c1, 1), 1);
-    int c = connect_to(d.echo); /* completes in the kernel backlog, not accepted yet */
-    write_all(c, "c", 1);
+    int c = test_connect(d.echo); /* completes in the kernel backlog, not accepted yet */
+    test_write_all(c, "c", 1);
     struct pollfd pfd = {.fd = c, .events = POLLIN};
     cr_assert_eq(poll(&pfd, 1, 300), 0, "a third connection was served over the limit");
     close(a);
@@ -396,25 +378,25 @@ Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
         "--set", "limits.header_timeout_ms=300", "--set", "limits.keepalive_timeout_ms=300",
         "--set", "limits.body_timeout_ms=300",   NULL};
     daemon_proc d = start(extra);
-    int fd = connect_to(d.http);
+    int fd = test_connect(d.http);
     const char *partial = "GET / HTTP/1.1\r\nHost: x\r\n"; /* and then nothing */
-    write_all(fd, partial, strlen(partial));
+    test_write_all(fd, partial, strlen(partial));
     char resp[4096];
     read_some(fd, resp, sizeof resp, NULL, 0);
     cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "got:\n%s", resp);
     close(fd);
     /* A body that stops arriving: 408 as well (chunked, so its response is not streamed). */
-    fd = connect_to(d.http);
+    fd = test_connect(d.http);
     const char *slow_body = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                             "5\r\nab";
-    write_all(fd, slow_body, strlen(slow_body));
+    test_write_all(fd, slow_body, strlen(slow_body));
     read_some(fd, resp, sizeof resp, NULL, 0);
     cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "got:\n%s", resp);
     close(fd);
     /* A served keep-alive connection left idle is closed without a response. */
-    fd = connect_to(d.http);
+    fd = test_connect(d.http);
     const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    write_all(fd, req, strlen(req));
+    test_write_all(fd, req, strlen(req));
     size_t n = read_some(fd, resp, sizeof resp, "Hello, World!", 1);
     cr_assert_gt(n, 0);
     uint64_t t0 = (uint64_t)time(NULL);
@@ -443,22 +425,22 @@ Test(magpied, sigterm_finishes_in_flight_requests_and_closes_idle_ones, .timeout
 {
     daemon_proc d = start(NULL);
     /* An idle keep-alive connection, served once. */
-    int idle = connect_to(d.http);
+    int idle = test_connect(d.http);
     const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    write_all(idle, req, strlen(req));
+    test_write_all(idle, req, strlen(req));
     char resp[4096];
     cr_assert_gt(read_some(idle, resp, sizeof resp, "Hello, World!", 1), 0);
     /* A request in flight: its head is not complete yet. */
-    int busy = connect_to(d.http);
+    int busy = test_connect(d.http);
     const char *part = "GET / HTTP/1.1\r\nHost: x\r\n";
-    write_all(busy, part, strlen(part));
+    test_write_all(busy, part, strlen(part));
     usleep(100000);
     kill(d.pid, SIGTERM);
     /* The idle one is closed without a response. */
     cr_assert_eq(read_some(idle, resp, sizeof resp, NULL, 0), 0);
     /* The daemon waits for the in-flight one, which still gets its answer, with close. */
     cr_assert_eq(wait_exit(&d, 300), -1, "exited before the in-flight request was answered");
-    write_all(busy, "\r\n", 2);
+    test_write_all(busy, "\r\n", 2);
     read_some(busy, resp, sizeof resp, NULL, 0); /* until the close */
     cr_assert_eq(strncmp(resp, "HTTP/1.1 200", 12), 0, "got:\n%s", resp);
     cr_assert(strstr(resp, "Connection: close"), "got:\n%s", resp);
@@ -472,9 +454,9 @@ Test(magpied, second_sigterm_stops_at_once, .timeout = 60)
 {
     const char *extra[] = {"--set", "server.shutdown_timeout_ms=30000", NULL};
     daemon_proc d = start(extra);
-    int busy = connect_to(d.http);
+    int busy = test_connect(d.http);
     const char *part = "GET / HTTP/1.1\r\nHost: x\r\n"; /* never completed */
-    write_all(busy, part, strlen(part));
+    test_write_all(busy, part, strlen(part));
     usleep(100000);
     kill(d.pid, SIGTERM);
     cr_assert_eq(wait_exit(&d, 300), -1, "the first signal waits for the request in flight");

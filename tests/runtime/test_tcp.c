@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "internal.h"
+#include "test_net.h"
 #include "test_util.h"
 
 /* A connection: the stream and the task that serves it, freed when both are done. */
@@ -162,28 +163,6 @@ static void server_stop(server *s)
     free(s);
 }
 
-static int client_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static void write_all_client(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        cr_assert_gt(w, 0);
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
 static void read_exact(int fd, char *buf, size_t n)
 {
     size_t got = 0;
@@ -209,7 +188,7 @@ static void *client_main(void *arg)
     client *k = arg;
     int fds[CONNS / THREADS];
     for (int i = 0; i < CONNS / THREADS; i++)
-        fds[i] = client_connect(k->port);
+        fds[i] = test_connect(k->port);
     char msg[64], back[64];
     for (long r = 0; r < k->rounds; r++) {
         for (int i = 0; i < CONNS / THREADS; i++) {
@@ -273,7 +252,7 @@ Test(tcp, one_mebibyte_echo_with_backpressure, .timeout = 60)
     uint64_t rng = test_seed();
     for (size_t i = 0; i < LEN; i++)
         out[i] = (char)test_rand(&rng);
-    int fd = client_connect(s->port);
+    int fd = test_connect(s->port);
     sender sd = {fd, out, LEN};
     pthread_t th;
     pthread_create(&th, NULL, send_all, &sd);
@@ -290,7 +269,7 @@ Test(tcp, one_mebibyte_echo_with_backpressure, .timeout = 60)
 Test(tcp, cancel_while_a_read_is_pending, .timeout = 30)
 {
     server *s = server_start(2, MODE_ECHO, 0, 0);
-    int fd = client_connect(s->port);
+    int fd = test_connect(s->port);
     while (atomic_load(&s->accepted) == 0)
         sched_yield();
     conn *c = atomic_load(&s->last);
@@ -307,7 +286,7 @@ Test(tcp, cancel_while_a_read_is_pending, .timeout = 30)
 Test(tcp, peer_reset_mid_write_is_an_error_not_a_crash, .timeout = 30)
 {
     server *s = server_start(2, MODE_SEND, 64u << 20, 0);
-    int fd = client_connect(s->port);
+    int fd = test_connect(s->port);
     char buf[4096];
     read_exact(fd, buf, sizeof buf); /* the server is writing */
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
@@ -324,7 +303,7 @@ Test(tcp, shutdown_with_open_connections_frees_everything, .timeout = 30)
     server *s = server_start(2, MODE_ECHO, 0, 0);
     int fds[8];
     for (int i = 0; i < 8; i++)
-        fds[i] = client_connect(s->port);
+        fds[i] = test_connect(s->port);
     while (atomic_load(&s->accepted) < 8)
         sched_yield();
     server_stop(s); /* tasks cancelled, streams closed, conns freed (ASan checks) */
@@ -335,8 +314,8 @@ Test(tcp, shutdown_with_open_connections_frees_everything, .timeout = 30)
 Test(tcp, interrupt_reaches_a_task_waiting_for_input, .timeout = 30)
 {
     server *s = server_start(2, MODE_ECHO, 0, 0);
-    int fd = client_connect(s->port);
-    write_all_client(fd, "x", 1);
+    int fd = test_connect(s->port);
+    test_write_all(fd, "x", 1);
     char b;
     cr_assert_eq(read(fd, &b, 1), 1); /* served once: the task now waits for input */
     conn *c = atomic_load(&s->last);
