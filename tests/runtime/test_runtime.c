@@ -280,10 +280,17 @@ Test(runtime, stats_add_up_per_worker, .timeout = 30)
         list[i] = &c[i].task;
     }
     cr_assert_eq(mp_spawn_batch(rt, list, N), N);
-    while (atomic_load(&t.runs) < N)
+    /* A task's body runs before its poll returns and its worker counts it: wait for every
+     * release, then for the last counts to land (they must reach exactly these values). */
+    while (atomic_load(&t.releases) < N)
         sched_yield();
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    for (int tries = 0; tries < 10000; tries++) {
+        mp_runtime_stats(rt, &s);
+        if (s.total.polled >= 3 * N && s.total.completed >= N)
+            break;
+        sched_yield();
+    }
     mp_worker_stats sum = {0};
     for (unsigned i = 0; i < s.workers; i++) {
         mp_worker_stats w;
