@@ -27,6 +27,9 @@ enum key_type {
     KEY_LISTEN_OFF, /* host:port, or empty for off */
     KEY_LEVEL,
     KEY_ACCESS_LOG,
+    KEY_ACCESS_FORMAT,
+    KEY_ERROR_LOG,
+    KEY_BOOL,
 };
 
 struct key {
@@ -41,7 +44,9 @@ struct key {
 
 static const struct key keys[] = {
     {"http", "listen", KEY_LISTEN, offsetof(md_config, http_listen), 0, 0},
+    {"http", "reuseport", KEY_BOOL, offsetof(md_config, http_reuseport), 0, 0},
     {"echo", "listen", KEY_LISTEN_OFF, offsetof(md_config, echo_listen), 0, 0},
+    {"echo", "reuseport", KEY_BOOL, offsetof(md_config, echo_reuseport), 0, 0},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
@@ -55,6 +60,8 @@ static const struct key keys[] = {
     {"limits", "max_connections", KEY_U32, offsetof(md_config, max_connections), 1, 1000000},
     {"log", "level", KEY_LEVEL, offsetof(md_config, log_level), 0, 0},
     {"log", "access_log", KEY_ACCESS_LOG, offsetof(md_config, access_log), 0, 0},
+    {"log", "access_format", KEY_ACCESS_FORMAT, offsetof(md_config, access_format), 0, 0},
+    {"log", "error_log", KEY_ERROR_LOG, offsetof(md_config, error_log_path), 0, 0},
     {"server", "shutdown_timeout_ms", KEY_U32, offsetof(md_config, shutdown_timeout_ms), 0,
      3600000},
 };
@@ -70,6 +77,18 @@ static const char *const level_names[] = {
     [MD_LOG_INFO] = "info",
     [MD_LOG_DEBUG] = "debug",
 };
+
+static const char *const format_names[] = {
+    [MD_ACCESS_FORMAT_COMBINED] = "combined",
+    [MD_ACCESS_FORMAT_JSON] = "json",
+};
+
+const char *md_access_format_name(md_access_format format)
+{
+    if ((unsigned)format >= sizeof(format_names) / sizeof(format_names[0]))
+        return "?";
+    return format_names[format];
+}
 
 const char *md_log_level_name(md_log_level level)
 {
@@ -250,6 +269,43 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
         set_error(err, o, "[%s] %s: expected error, warn, info or debug, got \"%s\"", k->section,
                   k->name, value);
         return -EINVAL;
+    case KEY_ACCESS_FORMAT:
+        for (size_t i = 0; i < sizeof(format_names) / sizeof(format_names[0]); i++) {
+            if (strcmp(value, format_names[i]) == 0) {
+                *(md_access_format *)(void *)field = (md_access_format)i;
+                return 0;
+            }
+        }
+        set_error(err, o, "[%s] %s: expected combined or json, got \"%s\"", k->section, k->name,
+                  value);
+        return -EINVAL;
+    case KEY_BOOL:
+        if (strcmp(value, "on") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "true") == 0) {
+            *(bool *)(void *)field = true;
+            return 0;
+        }
+        if (strcmp(value, "off") == 0 || strcmp(value, "no") == 0 || strcmp(value, "false") == 0) {
+            *(bool *)(void *)field = false;
+            return 0;
+        }
+        set_error(err, o, "[%s] %s: expected on or off, got \"%s\"", k->section, k->name, value);
+        return -EINVAL;
+    case KEY_ERROR_LOG:
+        if (strcmp(value, "stderr") == 0) {
+            c->error_log_path[0] = '\0';
+        } else if (value[0] == '/' || value[0] == '.') {
+            if (strlen(value) >= sizeof(c->error_log_path)) {
+                set_error(err, o, "[%s] %s: path longer than %zu bytes", k->section, k->name,
+                          sizeof(c->error_log_path) - 1);
+                return -EINVAL;
+            }
+            snprintf(c->error_log_path, sizeof(c->error_log_path), "%s", value);
+        } else {
+            set_error(err, o, "[%s] %s: expected stderr, or a path starting with / or ., got \"%s\"",
+                      k->section, k->name, value);
+            return -EINVAL;
+        }
+        return 0;
     case KEY_ACCESS_LOG:
         if (strcmp(value, "off") == 0) {
             c->access_log = MD_ACCESS_LOG_OFF;

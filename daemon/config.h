@@ -37,6 +37,11 @@ typedef enum md_log_level {
     MD_LOG_DEBUG,
 } md_log_level;
 
+typedef enum md_access_format {
+    MD_ACCESS_FORMAT_COMBINED, /* nginx's and Apache's "combined" */
+    MD_ACCESS_FORMAT_JSON,     /* one JSON object per line */
+} md_access_format;
+
 typedef enum md_access_log {
     MD_ACCESS_LOG_OFF,
     MD_ACCESS_LOG_STDERR,
@@ -60,6 +65,10 @@ typedef struct md_config {
     md_log_level log_level;   /* [log] level */
     md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
+    md_access_format access_format; /* [log] access_format */
+    char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
+    bool http_reuseport;                     /* [http] reuseport */
+    bool echo_reuseport;                     /* [echo] reuseport */
     uint32_t shutdown_timeout_ms; /* [server] shutdown_timeout_ms */
 
     /* Where each key's value came from, for messages: the file name, and per key the line
@@ -89,5 +98,6 @@ int md_config_set(md_config *c, const char *assignment, md_error *err);
 int md_config_check(const md_config *c, md_error *err);
 
 const char *md_log_level_name(md_log_level level);
+const char *md_access_format_name(md_access_format format);
 
 #endif
