@@ -23,6 +23,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ enum pause_reason {
 };
 
 /* Header names we look at; the rest only count toward the limits. */
-enum header { HDR_OTHER, HDR_HOST, HDR_EXPECT, HDR_TE };
+enum header { HDR_OTHER, HDR_HOST, HDR_EXPECT, HDR_TE, HDR_REFERER, HDR_USER_AGENT };
 static const struct {
     const char *name; /* lower case */
     uint8_t len;
@@ -51,6 +52,9 @@ static const struct {
     [HDR_HOST] = {"host", 4, NULL, 0},
     [HDR_EXPECT] = {"expect", 6, "100-continue", 12},
     [HDR_TE] = {"transfer-encoding", 17, "chunked", 7},
+    /* Kept for the access log only. */
+    [HDR_REFERER] = {"referer", 7, NULL, 0},
+    [HDR_USER_AGENT] = {"user-agent", 10, NULL, 0},
 };
 
 enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
@@ -85,13 +89,48 @@ static md_http_conn *conn_of(llhttp_t *p)
     return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
 }
 
-static void count_response(md_http_conn *c, unsigned code)
+void md_http_server_publish(md_http_server *prev, md_http_server *next)
 {
+    /* Release: next's fields are written before connections can see it; pairs with the
+     * acquire in on_message_begin(). */
+    atomic_store_explicit(&prev->newer, next, memory_order_release);
+}
+
+static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
+{
+    const md_http_req *r = &c->req;
+    const llhttp_t *p = &c->parser;
+    md_http_exchange x = {
+        .target = r->target,
+        .target_len = r->target_len,
+        .target_cut = r->target_full,
+        .http_major = p->http_major,
+        .http_minor = p->http_minor,
+        .status = (uint16_t)code,
+        .body_bytes = body_bytes,
+        .referer = r->referer,
+        .referer_len = r->referer_len,
+        .user_agent = r->user_agent,
+        .user_agent_len = r->user_agent_len,
+        .duration_ns = ns,
+    };
+    if (r->method_done) {
+        x.method = llhttp_method_name((llhttp_method_t)p->method);
+        x.method_len = strlen(x.method);
+    }
+    c->srv->access_log(c->srv->access_log_arg, c, &x);
+}
+
+/* Every response passes here once, with the bytes of its body (0 for HEAD). */
+static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
+{
+    uint64_t ns = c->now_ns > c->req.start_ns ? c->now_ns - c->req.start_ns : 0;
+    if (c->srv->access_log != NULL)
+        log_exchange(c, code, body_bytes, ns);
     if (c->srv->metrics == NULL)
         return;
     unsigned cls = code / 100 - 1;
     c->m_responses[cls < 5 ? cls : 4]++;
-    uint64_t ns = c->now_ns > c->req.start_ns ? c->now_ns - c->req.start_ns : 0;
     unsigned b = md_metrics_bucket(ns);
     if (c->m_lat_count != 0 && b != c->m_lat_bucket) {
         md_metrics_shard *s = md_metrics_local(c->srv->metrics);
@@ -127,7 +166,7 @@ static int respond(md_http_conn *c, const md_http_status *st, bool close, const 
         w += len;
     }
     md_outbuf_commit(c->out, w);
-    count_response(c, st->code);
+    count_response(c, st->code, head ? 0 : len);
     return 0;
 }
 
@@ -159,8 +198,9 @@ static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
     char *at = out->data + out->head + mark;
     memmove(at + hlen, at, n);
     memcpy(at, head, hlen);
-    out->len = out->head + mark + hlen + (is_head_request(c) ? 0 : n);
-    count_response(c, 200);
+    bool is_head = is_head_request(c);
+    out->len = out->head + mark + hlen + (is_head ? 0 : n);
+    count_response(c, 200, is_head ? 0 : n);
     return 0;
 }
 
@@ -184,7 +224,7 @@ static int respond_route(md_http_conn *c)
             if (whole != NULL) {
                 if (md_outbuf_append(c->out, whole, len) != 0)
                     return -ENOMEM;
-                count_response(c, 200);
+                count_response(c, 200, r->body_len);
                 return 0;
             }
         }
@@ -223,6 +263,11 @@ static int fail(md_http_conn *c)
 static int on_message_begin(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
+    md_http_server *newer;
+    /* Acquire: pairs with the release in md_http_server_publish(); a reload's limits apply
+     * from the next request on. */
+    while ((newer = atomic_load_explicit(&c->srv->newer, memory_order_acquire)) != NULL)
+        c->srv = newer;
     memset(&c->req, 0, offsetof(md_http_req, target));
     c->req.start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
@@ -263,13 +308,17 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     if (r->target_done || r->target_full)
         return 0;
     size_t take = 0;
-    while (take < len && at[take] != '?' && at[take] != '#')
-        take++;
+    for (; take < len && at[take] != '#'; take++) {
+        if (at[take] == '?' && !r->path_done) {
+            r->path_done = true;
+            r->path_len = r->target_len + (uint32_t)take;
+        }
+    }
     if (take < len)
         r->target_done = true;
     if (take > MD_HTTP_TARGET_MAX - r->target_len) {
+        take = MD_HTTP_TARGET_MAX - r->target_len;
         r->target_full = true;
-        return 0;
     }
     memcpy(r->target + r->target_len, at, take);
     r->target_len += (uint32_t)take;
@@ -313,9 +362,14 @@ static int on_header_field_complete(llhttp_t *p)
     r->gap_newline = false;
     r->gap_from = r->field_end;
     r->header = HDR_OTHER;
-    for (unsigned h = HDR_HOST; h <= HDR_TE; h++)
+    unsigned last = c->srv->access_log != NULL ? HDR_USER_AGENT : HDR_TE;
+    for (unsigned h = HDR_HOST; h <= last; h++)
         if (r->name_len == known[h].len && same_lower(r->name, known[h].name, known[h].len))
             r->header = (uint8_t)h;
+    /* Only the first Referer or User-Agent is kept. */
+    if ((r->header == HDR_REFERER && r->referer_len != 0) ||
+        (r->header == HDR_USER_AGENT && r->user_agent_len != 0))
+        r->header = HDR_OTHER;
     r->name_len = 0;
     if (c->phase == PHASE_BODY) {
         r->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
@@ -350,6 +404,15 @@ static bool has_newline(const char *from, const char *to)
     return false;
 }
 
+/* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */
+static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
+{
+    size_t room = MD_HTTP_FIELD_KEEP - *kept;
+    size_t n = len < room ? len : room;
+    memcpy(buf + *kept, at, n);
+    *kept = (uint16_t)(*kept + n);
+}
+
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
@@ -374,6 +437,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
         return count_body(c, len);
     if (r->header == HDR_EXPECT || r->header == HDR_TE)
         match_token(r, known[r->header].token, known[r->header].token_len, at, len);
+    else if (r->header == HDR_REFERER)
+        keep_field(r->referer, &r->referer_len, at, len);
+    else if (r->header == HDR_USER_AGENT)
+        keep_field(r->user_agent, &r->user_agent_len, at, len);
     return 0;
 }
 
@@ -398,9 +465,9 @@ static int on_header_value_complete(llhttp_t *p)
 static const md_route *find_route(const md_http_req *r)
 {
     const char *t = r->target;
-    size_t n = r->target_len;
-    if (r->target_full)
-        return NULL;
+    size_t n = r->path_done ? r->path_len : r->target_len;
+    if (r->target_full && !r->path_done)
+        return NULL; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
         size_t skip;
         if (n >= 7 && same_lower(t, "http://", 7))
@@ -470,7 +537,7 @@ static int head_done(md_http_conn *c)
         md_outbuf_commit(c->out, md_http_put_head(w, md_http_status_of(200), !r->keep_alive,
                                                   http10(c), NULL, route->content_type, length));
         r->streaming = true;
-        count_response(c, 200);
+        count_response(c, 200, length);
     }
     return 0;
 }

@@ -33,6 +33,7 @@
 #include "outbuf.h"
 
 struct md_metrics;
+struct md_http_conn;
 
 typedef struct md_http_limits {
     uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
@@ -48,8 +49,28 @@ typedef struct md_http_limits {
 /* The shipped defaults (config/magpied.conf documents them). */
 void md_http_limits_default(md_http_limits *l);
 
-/* What every connection of one listener shares. Immutable after the first connection; it
- * must outlive them all (on reload, make a new one for new connections). */
+/* One response, as the access log wants it (the core fills what it knows: all but the peer,
+ * which the I/O layer adds). Pointers are valid during the access_log call only. */
+typedef struct md_http_exchange {
+    const char *method; /* NULL: the request did not get that far */
+    size_t method_len;
+    const char *target; /* as sent, path and query; cut at MD_HTTP_TARGET_MAX */
+    size_t target_len;
+    bool target_cut;
+    uint8_t http_major, http_minor;
+    uint16_t status;
+    uint64_t body_bytes;
+    const char *referer, *user_agent; /* cut at MD_HTTP_FIELD_KEEP */
+    size_t referer_len, user_agent_len;
+    uint64_t duration_ns; /* from the request's first byte */
+} md_http_exchange;
+
+/* What every connection of one listener shares. Immutable once published; it must outlive
+ * every connection that saw it.
+ *
+ * Reload publishes a successor through `newer`; a connection moves to the newest generation
+ * when its next request begins, so changed limits apply from the next request on while the one
+ * in flight finishes under the limits it started with. */
 typedef struct md_http_server {
     md_http_limits limits;
     struct md_metrics *metrics; /* NULL: no accounting */
@@ -57,7 +78,14 @@ typedef struct md_http_server {
     int (*metrics_text)(void *arg, md_outbuf *out);
     void *metrics_arg;
     time_t (*clock)(void); /* wall clock for Date, read once per entry point; NULL: time() */
+    /* Called once per response when set; NULL: Referer and User-Agent are not even kept. */
+    void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
+    void *access_log_arg;
+    _Atomic(struct md_http_server *) newer; /* set once, by md_http_server_publish() */
 } md_http_server;
+
+/* Make next the generation that connections of prev move to at their next request. */
+void md_http_server_publish(md_http_server *prev, md_http_server *next);
 
 typedef enum md_http_want {
     MD_HTTP_WANT_READ,  /* all input used: write out (if pending), read more */
@@ -67,8 +95,11 @@ typedef enum md_http_want {
 
 /* Pending output past which parsing stops until the peer reads (pipelined floods). */
 #define MD_HTTP_OUT_HIGH_WATER (256u * 1024u)
-/* Bytes of a request target kept for routing (the path before any '?'); longer: 404. */
-#define MD_HTTP_TARGET_MAX 512
+/* Bytes of a request target kept, for routing (the path before any '?': a longer path is
+ * 404) and for the access log (which shows a longer target cut, with "..."). */
+#define MD_HTTP_TARGET_MAX 1024
+/* Bytes of Referer and User-Agent kept for the access log. */
+#define MD_HTTP_FIELD_KEEP 256
 
 /* The request being parsed. Zeroed when its first byte arrives, up to target[]. */
 typedef struct md_http_req {
@@ -80,8 +111,9 @@ typedef struct md_http_req {
     bool method_done;
     bool value_open;   /* a header value has started and not completed */
     bool value_cut;    /* ... and its last span ended exactly at the end of a feed */
-    bool target_full;  /* target longer than MD_HTTP_TARGET_MAX before '?' */
-    bool target_done;  /* saw '?' or '#': the rest of the target is not kept */
+    bool target_full;  /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
+    bool path_done;    /* saw '?': path_len is the path's length */
+    bool target_done;  /* saw '#': the rest of the target is not kept */
     bool gap_open;     /* between a field's colon and its value's first span */
     bool gap_newline;  /* ... and a line ended in there: an obs-fold */
     uint8_t name_len;  /* bytes of the current name, saturating at 255 */
@@ -94,6 +126,9 @@ typedef struct md_http_req {
     uint8_t method_len;
     uint32_t fields;       /* header fields */
     uint32_t target_len;   /* bytes kept in target[] */
+    uint32_t path_len;     /* bytes of target[] before the '?', once path_done */
+    uint16_t referer_len;  /* bytes kept in referer[] (only with an access log) */
+    uint16_t user_agent_len;
     uint64_t url_len;      /* bytes of the whole target */
     uint64_t head_bytes;   /* head bytes in earlier feeds */
     uint64_t body_bytes;   /* body, chunk extensions and trailers so far */
@@ -105,6 +140,8 @@ typedef struct md_http_req {
     const void *route;     /* const md_route *, or NULL */
     uint64_t start_ns;     /* first byte */
     char target[MD_HTTP_TARGET_MAX];
+    char referer[MD_HTTP_FIELD_KEEP];
+    char user_agent[MD_HTTP_FIELD_KEEP];
 } md_http_req;
 
 /* One connection. Owned by its task, so touched by one thread at a time (possibly a different

@@ -4,7 +4,13 @@
  *   magpied -t [-c FILE] [--set ...]                  check the configuration and exit 0 or 1
  *
  * Signals are taken synchronously: they are blocked before the runtime starts (so no worker
- * ever runs a handler) and the main thread waits for them with sigwait.
+ * ever runs a handler) and the main thread waits for them with sigwait. So a reload, a log
+ * reopen and a stop never overlap: each runs to its end on this thread before the next signal
+ * is taken.
+ *
+ *   SIGTERM, SIGINT   graceful stop (a second one: stop now)
+ *   SIGHUP            reload the configuration file (same -c and --set)
+ *   SIGUSR1           reopen the log files
  */
 #include <errno.h>
 #include <signal.h>
@@ -15,10 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "activation.h"
 #include "config.h"
+#include "log.h"
 #include "notify.h"
 #include "magpie.h"
 #include "server.h"
+#include "version.h"
+
 
 #ifndef MAGPIED_CONF
 #define MAGPIED_CONF "/etc/magpied/magpied.conf"
@@ -32,10 +42,81 @@ static void usage(FILE *f)
                "  -t          check the configuration, print the result, exit 0 or 1\n");
 }
 
+/* The file and the overrides, applied and checked as at start. */
+static int load_config(md_config *cfg, const char *path, const char *const *sets, int nsets,
+                       md_error *err)
+{
+    int rc = md_config_load(cfg, path, err);
+    for (int i = 0; rc == 0 && i < nsets; i++)
+        rc = md_config_set(cfg, sets[i], err);
+    if (rc == 0)
+        rc = md_config_check(cfg, err);
+    return rc;
+}
+
+static void notify_ready(md_server *srv, const char *what)
+{
+    char where[200], msg[320];
+    md_server_describe(srv, where, sizeof where);
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s%slistening %s", what ? what : "",
+             what ? "; " : "", where);
+    int rc = md_notify(msg);
+    if (rc != 0)
+        md_log(MD_LOG_WARN, "NOTIFY_SOCKET: %s", strerror(-rc));
+}
+
+/* SIGHUP. The new file must be valid as a whole and its listeners bindable, or nothing
+ * changes; it is logged either way. */
+static void reload(md_server *srv, md_config *cur, const char *path, const char *const *sets,
+                   int nsets)
+{
+    static md_config next; /* large (paths); this thread only */
+    md_error err = {{0}};
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    char msg[128];
+    snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+             (unsigned long long)now.tv_sec * 1000000u + (unsigned long long)now.tv_nsec / 1000u,
+             path);
+    md_notify(msg);
+    md_log(MD_LOG_INFO, "reloading %s", path);
+
+    int rc = load_config(&next, path, sets, nsets, &err);
+    if (rc != 0) {
+        md_log(MD_LOG_ERROR, "reload: %s; keeping the running configuration",
+               err.msg[0] ? err.msg : strerror(-rc));
+        md_server_count_reload(srv, false);
+        notify_ready(srv, "reload failed");
+        return;
+    }
+    if (next.workers != cur->workers) {
+        md_log(MD_LOG_WARN, "reload: [runtime] workers changes on restart only; keeping %u",
+               cur->workers);
+        next.workers = cur->workers;
+    }
+    if ((rc = md_log_apply(&next, &err)) != 0) {
+        md_log(MD_LOG_ERROR, "reload: %s; keeping the running configuration", err.msg);
+        md_server_count_reload(srv, false);
+        notify_ready(srv, "reload failed");
+        return;
+    }
+    if ((rc = md_server_reload(srv, &next, &err)) != 0) {
+        md_log(MD_LOG_ERROR, "reload: %s; keeping the running configuration", err.msg);
+        md_log_apply(cur, &err); /* back to the old logs */
+        notify_ready(srv, "reload failed");
+        return;
+    }
+    *cur = next;
+    char where[200];
+    md_server_describe(srv, where, sizeof where);
+    md_log(MD_LOG_INFO, "reloaded %s; listening %s", path, where);
+    notify_ready(srv, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = MAGPIED_CONF;
-    const char *sets[64];
+    const char *sets[64] = {NULL};
     int nsets = 0;
     bool check_only = false;
     for (int i = 1; i < argc; i++) {
@@ -57,13 +138,9 @@ int main(int argc, char **argv)
         }
     }
 
-    md_config cfg;
+    static md_config cfg;
     md_error err = {{0}};
-    int rc = md_config_load(&cfg, path, &err);
-    for (int i = 0; rc == 0 && i < nsets; i++)
-        rc = md_config_set(&cfg, sets[i], &err);
-    if (rc == 0)
-        rc = md_config_check(&cfg, &err);
+    int rc = load_config(&cfg, path, sets, nsets, &err);
     if (rc != 0) {
         fprintf(stderr, "magpied: %s\n", err.msg[0] ? err.msg : strerror(-rc));
         return 1;
@@ -73,11 +150,23 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if ((rc = md_log_open(&cfg, &err)) != 0) {
+        fprintf(stderr, "magpied: %s\n", err.msg);
+        return 1;
+    }
+    int inherited[MD_LISTENERS];
+    if ((rc = md_activation_fds(inherited, &err)) != 0) {
+        md_log(MD_LOG_ERROR, "%s", err.msg);
+        md_log_close();
+        return 1;
+    }
+
     /* Many connections need many descriptors: take the hard limit. */
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
         nofile.rlim_cur = nofile.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &nofile);
+        if (setrlimit(RLIMIT_NOFILE, &nofile) != 0)
+            md_log(MD_LOG_WARN, "open files limit: %s", strerror(errno));
     }
 
     sigset_t sigs;
@@ -93,27 +182,31 @@ int main(int argc, char **argv)
     rcfg.workers = cfg.workers;
     mp_runtime *rt;
     if ((rc = mp_runtime_new(&rt, &rcfg)) != 0) {
-        fprintf(stderr, "magpied: runtime: %s\n", strerror(-rc));
+        md_log(MD_LOG_ERROR, "runtime: %s", strerror(-rc));
+        md_log_close();
         return 1;
     }
     md_server *srv;
-    if ((rc = md_server_start(&srv, rt, &cfg, &err)) != 0) {
-        fprintf(stderr, "magpied: %s\n", err.msg[0] ? err.msg : uv_strerror(rc));
+    if ((rc = md_server_start(&srv, rt, &cfg, inherited, &err)) != 0) {
+        md_log(MD_LOG_ERROR, "%s", err.msg[0] ? err.msg : uv_strerror(rc));
         mp_runtime_free(rt);
+        md_log_close();
         return 1;
     }
-    char where[160];
+    char where[200];
     md_server_describe(srv, where, sizeof where);
     printf("listening %s\n", where);
     fflush(stdout);
-    char ready[256];
+    md_log(MD_LOG_INFO, "magpied %s started: listening %s, %u workers", MAGPIED_VERSION,
+           where, mp_runtime_workers(rt));
+    char ready[320];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=listening %s\nMAINPID=%ld", where,
              (long)getpid());
     if ((rc = md_notify(ready)) != 0)
-        fprintf(stderr, "magpied: NOTIFY_SOCKET: %s\n", strerror(-rc));
+        md_log(MD_LOG_WARN, "NOTIFY_SOCKET: %s", strerror(-rc));
     uint64_t watchdog_usec = md_notify_watchdog_usec();
     if (watchdog_usec && (rc = md_notify_watchdog_start(rt, watchdog_usec / 2000)) != 0)
-        fprintf(stderr, "magpied: watchdog: %s\n", strerror(-rc));
+        md_log(MD_LOG_WARN, "watchdog: %s", strerror(-rc));
 
     for (;;) {
         int sig = 0;
@@ -121,31 +214,41 @@ int main(int argc, char **argv)
             continue;
         if (sig == SIGINT || sig == SIGTERM)
             break;
-        /* Reload (SIGHUP) and log reopening (SIGUSR1) are not implemented yet. */
-        fprintf(stderr, "magpied: signal %d ignored (not implemented yet)\n", sig);
+        if (sig == SIGHUP) {
+            reload(srv, &cfg, path, sets, nsets);
+        } else if (sig == SIGUSR1) {
+            if ((rc = md_log_reopen()) != 0)
+                md_log(MD_LOG_ERROR, "reopening the logs: %s", strerror(-rc));
+            else
+                md_log(MD_LOG_INFO, "logs reopened");
+        }
     }
     /* Graceful stop: no new connections; idle ones close, in-flight requests finish with
      * Connection: close. Wait for them up to shutdown_timeout_ms; a second signal, or the
      * deadline, stops at once (the runtime's shutdown cancels what is left). */
-    fprintf(stderr, "magpied: stopping (%u connections open)\n", md_server_open(srv));
+    md_log(MD_LOG_INFO, "stopping (%u connections open)", md_server_open(srv));
     md_notify("STOPPING=1\nSTATUS=stopping");
     md_server_drain(srv);
     uint64_t deadline = uv_hrtime() / 1000000u + cfg.shutdown_timeout_ms;
     while (md_server_open(srv) > 0) {
         uint64_t now = uv_hrtime() / 1000000u;
         if (now >= deadline) {
-            fprintf(stderr, "magpied: %u connections left at the deadline\n", md_server_open(srv));
+            md_log(MD_LOG_WARN, "%u connections left at the deadline", md_server_open(srv));
             break;
         }
         uint64_t wait = deadline - now < 50 ? deadline - now : 50;
         struct timespec ts = {0, (long)wait * 1000000L};
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
-            fprintf(stderr, "magpied: second signal, stopping now\n");
+            md_log(MD_LOG_WARN, "second signal, stopping now");
             break;
         }
+        if (sig == SIGUSR1)
+            md_log_reopen();
     }
     mp_runtime_free(rt); /* cancels the connections' tasks and closes their streams */
     md_server_free(srv);
+    md_log(MD_LOG_INFO, "stopped");
+    md_log_close();
     return 0;
 }

@@ -5,6 +5,14 @@
  * again, which happens when a connection closes and the count is back under the mark. The
  * kernel's backlog holds the waiting peers meanwhile. Both the count and the pause are
  * touched only on the loop's thread (accept and close callbacks).
+ *
+ * Reload (md_server_reload) runs as one command on the loop, so no connection is accepted
+ * half-way through it. It binds every changed listener first; if one fails, the new sockets
+ * are closed and nothing changes. Otherwise the old listeners of changed addresses close,
+ * unchanged ones are not touched (their sockets and backlogs carry on), and the HTTP limits
+ * are published as a new generation that each connection picks up at its next request (see
+ * md_http_server in http.h). Generations are freed with the server: a reload costs one small
+ * allocation for the life of the process.
  */
 #include "server.h"
 
@@ -12,30 +20,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "version.h"
+
 
 #define READ_BUFFER 16384
 
+/* A listening socket; heap-allocated because a reload may replace it while libuv still has
+ * to run the old one's close callback. */
 typedef struct md_listener_state {
     uv_tcp_t handle;
     md_server *srv;
     md_listener kind;
-    bool open;
-    bool paused;   /* a connection is waiting to be accepted */
+    bool paused;    /* a connection is waiting to be accepted */
+    bool activated; /* passed by systemd: kept whatever the config says */
+    md_listen at;   /* what it was bound from (the config's value) */
+    bool reuseport;
     char addr[80]; /* "[host]:port" */
 } md_listener_state;
 
+/* An HTTP generation (see http.h) in the server's list of them. */
+typedef struct md_http_gen {
+    md_http_server http;
+    struct md_http_gen *older;
+} md_http_gen;
+
 struct md_server {
     mp_runtime *rt;
-    md_config cfg;
+    md_config cfg; /* loop side after start */
     md_metrics metrics;
-    md_http_server http;
-    md_listener_state listeners[MD_LISTENERS];
+    md_http_gen *http; /* the newest generation: new connections start with it (loop side) */
+    md_listener_state *listeners[MD_LISTENERS]; /* NULL: off (loop side) */
+    uint64_t start_ns;
+    /* Relaxed counters for /metrics; written by the thread that handles signals. */
+    _Atomic uint64_t reloads_ok, reloads_failed;
+    _Atomic bool last_reload_ok;
     _Atomic uint32_t open_conns; /* written on the loop side, read by md_server_open() */
     struct md_conn *conns;       /* loop side: every open connection, for drain */
     bool draining;               /* loop side */
     mp_loop_cmd cmd;
     _Atomic int setup_rc; /* 1 while the loop has not run the setup yet */
     md_error *setup_err;
+    const md_config *next_cfg;           /* the reload being applied */
+    const int *inherited;                /* descriptors from systemd, at start */
+    char describe_buf[200];
 };
 
 /* One accepted connection. Freed when both the task is released and the stream closed. */
@@ -50,10 +81,22 @@ typedef struct md_conn {
     int want;
     mp_timer timer; /* header, body and keep-alive deadlines (HTTP) */
     md_outbuf out;
+    char peer[48]; /* client address, for the access log (only when it is on at accept) */
     md_http_conn http;
 } md_conn;
 
 static void accept_one(md_listener_state *l);
+
+/* Loop side: accept on the listeners paused at the mark, while under it. */
+static void resume_accepting(md_server *s)
+{
+    for (int i = 0; i < MD_LISTENERS; i++) {
+        md_listener_state *l = s->listeners[i];
+        if (l != NULL && l->paused &&
+            atomic_load_explicit(&s->open_conns, memory_order_relaxed) < s->cfg.max_connections)
+            accept_one(l);
+    }
+}
 
 static void conn_unref(md_conn *c)
 {
@@ -76,9 +119,7 @@ static void conn_closed(mp_tcp *t)
     /* Relaxed: a count, read for progress by md_server_open(); the list is loop side. */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
     atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);
-    for (int i = 0; i < MD_LISTENERS && open < s->cfg.max_connections; i++)
-        if (s->listeners[i].paused && s->listeners[i].open)
-            accept_one(&s->listeners[i]);
+    resume_accepting(s);
     conn_unref(c);
 }
 
@@ -192,6 +233,63 @@ static void conn_release(mp_task *t)
 
 static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
 
+/* "host:port" or "[host]:port" of a socket address; host alone with port_too false. */
+static void sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len)
+{
+    char host[48] = "?";
+    int port = 0;
+    if (ss->ss_family == AF_INET6) {
+        uv_ip6_name((const struct sockaddr_in6 *)ss, host, sizeof host);
+        port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+        if (port_too)
+            snprintf(buf, len, "[%s]:%d", host, port);
+    } else if (ss->ss_family == AF_INET) {
+        uv_ip4_name((const struct sockaddr_in *)ss, host, sizeof host);
+        port = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+        if (port_too)
+            snprintf(buf, len, "%s:%d", host, port);
+    }
+    if (!port_too)
+        snprintf(buf, len, "%s", host);
+}
+
+/* Loop side, at accept. */
+static void peer_name(md_conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->tcp.handle, (struct sockaddr *)&ss, &len) == 0)
+        sockaddr_text(&ss, false, c->peer, sizeof c->peer);
+}
+
+/* On a worker, once per response (md_http_server.access_log). */
+static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchange *x)
+{
+    (void)arg;
+    if (!md_log_access_on())
+        return;
+    const md_conn *c = mp_container_of(hc, md_conn, http);
+    md_access_entry e = {
+        .peer = c->peer[0] ? c->peer : NULL,
+        .method = x->method,
+        .method_len = x->method_len,
+        .target = x->target,
+        .target_len = x->target_len,
+        .target_cut = x->target_cut,
+        .http_major = x->http_major,
+        .http_minor = x->http_minor,
+        .status = x->status,
+        .body_bytes = x->body_bytes,
+        .referer = x->referer,
+        .referer_len = x->referer_len,
+        .user_agent = x->user_agent,
+        .user_agent_len = x->user_agent_len,
+        .duration_ns = x->duration_ns,
+        .time = time(NULL),
+    };
+    md_log_access(&e);
+}
+
 /* On the loop's thread: accept the next connection of l, or pause l at the mark. */
 static void accept_one(md_listener_state *l)
 {
@@ -224,8 +322,11 @@ static void accept_one(md_listener_state *l)
         s->conns->prev = c;
     s->conns = c;
     md_metrics_conn_opened(&s->metrics, c->kind);
-    if (c->kind == MD_LISTENER_HTTP)
-        md_http_conn_init(&c->http, &s->http, uv_hrtime());
+    if (c->kind == MD_LISTENER_HTTP) {
+        md_http_conn_init(&c->http, &s->http->http, uv_hrtime());
+        if (s->http->http.access_log != NULL)
+            peer_name(c);
+    }
     c->want = MD_HTTP_WANT_READ;
     mp_task_init(&c->task, &conn_vt);
     if (mp_spawn(s->rt, &c->task) != 0) {
@@ -240,68 +341,145 @@ static void on_connection(uv_stream_t *server, int status)
     md_listener_state *l = server->data;
     if (status == 0)
         accept_one(l);
+    else
+        md_log(MD_LOG_ERROR, "%s listener %s: %s", l->kind == MD_LISTENER_HTTP ? "http" : "echo",
+               l->addr, uv_strerror(status));
 }
 
-static int bind_listener(md_server *s, md_listener kind, const md_listen *at, md_error *err)
+static void listener_freed(uv_handle_t *h)
 {
-    md_listener_state *l = &s->listeners[kind];
-    l->srv = s;
-    l->kind = kind;
-    if (!at->enabled)
-        return 0;
-    struct sockaddr_storage ss;
-    int rc = at->family == AF_INET6 ? uv_ip6_addr(at->host, at->port, (struct sockaddr_in6 *)&ss)
-                                    : uv_ip4_addr(at->host, at->port, (struct sockaddr_in *)&ss);
-    if (rc == 0)
-        rc = uv_tcp_init(mp_runtime_loop(s->rt), &l->handle);
-    if (rc != 0)
-        goto out_err;
-    l->open = true;
-    l->handle.data = l;
-    rc = uv_tcp_bind(&l->handle, (struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&l->handle, 1024, on_connection);
-    if (rc != 0)
-        goto out_err;
-    struct sockaddr_storage got;
-    int len = sizeof got;
-    uv_tcp_getsockname(&l->handle, (struct sockaddr *)&got, &len);
-    char host[48];
-    int port;
-    if (got.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&got, host, sizeof host);
-        port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
-        snprintf(l->addr, sizeof l->addr, "[%s]:%d", host, port);
-    } else {
-        uv_ip4_name((struct sockaddr_in *)&got, host, sizeof host);
-        port = ntohs(((struct sockaddr_in *)&got)->sin_port);
-        snprintf(l->addr, sizeof l->addr, "%s:%d", host, port);
-    }
-    return 0;
-
-out_err:
-    snprintf(err->msg, sizeof err->msg, "%s listener on %s:%u: %s",
-             kind == MD_LISTENER_HTTP ? "http" : "echo", at->host, at->port, uv_strerror(rc));
-    return rc;
+    free(h->data);
 }
 
 static void close_listener(md_listener_state *l)
 {
-    if (l->open && !uv_is_closing((uv_handle_t *)&l->handle))
-        uv_close((uv_handle_t *)&l->handle, NULL);
-    l->open = false;
+    if (l != NULL && !uv_is_closing((uv_handle_t *)&l->handle))
+        uv_close((uv_handle_t *)&l->handle, listener_freed);
+}
+
+static const char *kind_name(md_listener kind)
+{
+    return kind == MD_LISTENER_HTTP ? "http" : "echo";
+}
+
+/* A listening socket for at, with SO_REUSEPORT when asked (it must be set before bind, which
+ * is why magpied makes the socket itself rather than through uv_tcp_bind). */
+static int listen_socket(const md_listen *at, bool reuseport)
+{
+    struct sockaddr_storage ss;
+    int rc = at->family == AF_INET6 ? uv_ip6_addr(at->host, at->port, (struct sockaddr_in6 *)&ss)
+                                    : uv_ip4_addr(at->host, at->port, (struct sockaddr_in *)&ss);
+    if (rc != 0)
+        return rc;
+    int fd = socket(at->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    socklen_t sl = at->family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) ||
+        (at->family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) ||
+        bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Loop side: a listener of kind on fd (bound and listening); takes fd, closed on failure. */
+static int open_listener(md_server *s, md_listener kind, int fd, md_listener_state **out)
+{
+    md_listener_state *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    l->srv = s;
+    l->kind = kind;
+    int rc = uv_tcp_init(mp_runtime_loop(s->rt), &l->handle);
+    if (rc != 0) {
+        close(fd);
+        free(l);
+        return rc;
+    }
+    l->handle.data = l;
+    rc = uv_tcp_open(&l->handle, fd);
+    if (rc != 0)
+        close(fd); /* not the handle's: uv_close would leave it open */
+    else
+        rc = uv_listen((uv_stream_t *)&l->handle, 1024, on_connection);
+    if (rc != 0) {
+        close_listener(l);
+        return rc;
+    }
+    struct sockaddr_storage got;
+    int len = sizeof got;
+    uv_tcp_getsockname(&l->handle, (struct sockaddr *)&got, &len);
+    sockaddr_text(&got, true, l->addr, sizeof l->addr);
+    *out = l;
+    return 0;
+}
+
+static int bind_listener(md_server *s, md_listener kind, const md_listen *at, bool reuseport,
+                         md_listener_state **out, md_error *err)
+{
+    int fd = listen_socket(at, reuseport);
+    int rc = fd < 0 ? fd : open_listener(s, kind, fd, out);
+    if (rc != 0) {
+        snprintf(err->msg, sizeof err->msg, "%s listener on %s%s%s:%u: %s", kind_name(kind),
+                 at->family == AF_INET6 ? "[" : "", at->host, at->family == AF_INET6 ? "]" : "",
+                 at->port, uv_strerror(rc));
+        return rc;
+    }
+    (*out)->at = *at;
+    (*out)->reuseport = reuseport;
+    return 0;
+}
+
+static const md_listen *listen_of(const md_config *c, md_listener kind)
+{
+    return kind == MD_LISTENER_HTTP ? &c->http_listen : &c->echo_listen;
+}
+
+static bool reuseport_of(const md_config *c, md_listener kind)
+{
+    return kind == MD_LISTENER_HTTP ? c->http_reuseport : c->echo_reuseport;
+}
+
+static bool same_listen(const md_listen *a, const md_listen *b)
+{
+    return a->enabled == b->enabled &&
+           (!a->enabled || (a->family == b->family && a->port == b->port &&
+                            strcmp(a->host, b->host) == 0));
 }
 
 static void setup_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     md_server *s = arg;
-    int rc = bind_listener(s, MD_LISTENER_HTTP, &s->cfg.http_listen, s->setup_err);
-    if (rc == 0)
-        rc = bind_listener(s, MD_LISTENER_ECHO, &s->cfg.echo_listen, s->setup_err);
+    int rc = 0;
+    for (int k = 0; k < MD_LISTENERS && rc == 0; k++) {
+        int fd = s->inherited != NULL ? s->inherited[k] : -1;
+        if (fd >= 0) {
+            rc = open_listener(s, (md_listener)k, fd, &s->listeners[k]);
+            if (rc != 0)
+                snprintf(s->setup_err->msg, sizeof s->setup_err->msg,
+                         "%s listener from systemd (fd %d): %s", kind_name((md_listener)k), fd,
+                         uv_strerror(rc));
+            else
+                s->listeners[k]->activated = true;
+        } else if (listen_of(&s->cfg, (md_listener)k)->enabled) {
+            rc = bind_listener(s, (md_listener)k, listen_of(&s->cfg, (md_listener)k),
+                               reuseport_of(&s->cfg, (md_listener)k), &s->listeners[k],
+                               s->setup_err);
+        }
+    }
     if (rc != 0)
-        for (int i = 0; i < MD_LISTENERS; i++)
-            close_listener(&s->listeners[i]);
+        for (int i = 0; i < MD_LISTENERS; i++) {
+            close_listener(s->listeners[i]);
+            s->listeners[i] = NULL;
+        }
     /* Release: publishes the listeners' state; pairs with the acquire in wait_loop(). */
     atomic_store_explicit(&s->setup_rc, rc, memory_order_release);
 }
@@ -310,8 +488,10 @@ static void stop_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     md_server *s = arg;
-    for (int i = 0; i < MD_LISTENERS; i++)
-        close_listener(&s->listeners[i]);
+    for (int i = 0; i < MD_LISTENERS; i++) {
+        close_listener(s->listeners[i]);
+        s->listeners[i] = NULL;
+    }
     /* Release: pairs with the acquire in wait_loop(). */
     atomic_store_explicit(&s->setup_rc, 0, memory_order_release);
 }
@@ -326,6 +506,42 @@ static int wait_loop(md_server *s)
         nanosleep(&ts, NULL);
     }
     return rc;
+}
+
+/* Build, uptime, reloads and the access log's drops, for /metrics. */
+static int process_metrics(md_server *s, md_outbuf *out)
+{
+    char text[1536];
+    /* Relaxed: independent counters (see md_server_count_reload). */
+    unsigned long long ok = atomic_load_explicit(&s->reloads_ok, memory_order_relaxed);
+    unsigned long long failed = atomic_load_explicit(&s->reloads_failed, memory_order_relaxed);
+    bool last_ok = atomic_load_explicit(&s->last_reload_ok, memory_order_relaxed);
+    int n = snprintf(
+        text, sizeof text,
+        "# HELP magpied_build_info Versions magpied was built with; always 1.\n"
+        "# TYPE magpied_build_info gauge\n"
+        "magpied_build_info{version=\"%s\",magpie=\"%d.%d.%d\",libuv=\"%s\","
+        "llhttp=\"%d.%d.%d\"} 1\n"
+        "# HELP magpied_uptime_seconds Time since magpied started.\n"
+        "# TYPE magpied_uptime_seconds gauge\n"
+        "magpied_uptime_seconds %.3f\n"
+        "# HELP magpied_reloads_total Configuration reloads (SIGHUP), by result.\n"
+        "# TYPE magpied_reloads_total counter\n"
+        "magpied_reloads_total{result=\"success\"} %llu\n"
+        "magpied_reloads_total{result=\"failure\"} %llu\n"
+        "# HELP magpied_config_last_reload_successful Whether the last reload applied (1) or "
+        "kept the old configuration (0).\n"
+        "# TYPE magpied_config_last_reload_successful gauge\n"
+        "magpied_config_last_reload_successful %d\n"
+        "# HELP magpied_access_log_dropped_total Access log lines dropped because the writer "
+        "fell behind.\n"
+        "# TYPE magpied_access_log_dropped_total counter\n"
+        "magpied_access_log_dropped_total %llu\n",
+        MAGPIED_VERSION, MP_VERSION_MAJOR, MP_VERSION_MINOR, MP_VERSION_PATCH, uv_version_string(),
+        LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH,
+        (double)(uv_hrtime() - s->start_ns) / 1e9, ok, failed, last_ok ? 1 : 0,
+        (unsigned long long)md_log_access_dropped());
+    return md_outbuf_append(out, text, (size_t)n) != 0 ? -ENOMEM : 0;
 }
 
 /* The runtime's counters for /metrics, per worker. */
@@ -385,28 +601,48 @@ static int runtime_metrics(void *arg, md_outbuf *out)
                  "# HELP magpie_runtime_live_tasks Tasks spawned and not complete.\n"
                  "# TYPE magpie_runtime_live_tasks gauge\nmagpie_runtime_live_tasks %llu\n",
                  (unsigned long long)st.live_tasks);
-    return md_outbuf_append(out, line, (size_t)n) != 0 ? -ENOMEM : 0;
+    if (md_outbuf_append(out, line, (size_t)n) != 0)
+        return -ENOMEM;
+    return process_metrics(s, out);
 }
 
-int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg, md_error *err)
+/* A generation for cfg, its hooks set; not yet published. NULL when out of memory. */
+static md_http_gen *http_gen_new(md_server *s, const md_config *cfg)
+{
+    md_http_gen *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return NULL;
+    g->http.limits = cfg->limits;
+    g->http.metrics = &s->metrics;
+    g->http.metrics_text = md_metrics_text;
+    g->http.metrics_arg = &s->metrics;
+    if (cfg->access_log != MD_ACCESS_LOG_OFF)
+        g->http.access_log = access_entry;
+    atomic_init(&g->http.newer, NULL);
+    return g;
+}
+
+int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
+                    const int inherited[MD_LISTENERS], md_error *err)
 {
     md_server *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
     s->rt = rt;
     s->cfg = *cfg;
+    s->start_ns = uv_hrtime();
     md_metrics_init(&s->metrics);
     md_metrics_set_extra(&s->metrics, runtime_metrics, s);
-    s->http.limits = cfg->limits;
-    s->http.metrics = &s->metrics;
-    s->http.metrics_text = md_metrics_text;
-    s->http.metrics_arg = &s->metrics;
+    s->http = http_gen_new(s, cfg);
     s->setup_err = err;
+    s->inherited = inherited;
+    atomic_init(&s->last_reload_ok, true);
     atomic_init(&s->setup_rc, 1);
-    int rc = mp_loop_call(rt, &s->cmd, setup_cmd, s);
+    int rc = s->http != NULL ? mp_loop_call(rt, &s->cmd, setup_cmd, s) : -ENOMEM;
     if (rc == 0)
         rc = wait_loop(s);
     if (rc != 0) {
+        free(s->http);
         free(s);
         return rc;
     }
@@ -414,11 +650,103 @@ int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg, md_er
     return 0;
 }
 
-void md_server_describe(const md_server *s, char *buf, size_t len)
+/* Loop side: apply s->next_cfg, or change nothing (see the file comment). */
+static void reload_cmd(uv_loop_t *loop, void *arg)
 {
-    snprintf(buf, len, "http=%s echo=%s",
-             s->listeners[MD_LISTENER_HTTP].addr[0] ? s->listeners[MD_LISTENER_HTTP].addr : "off",
-             s->listeners[MD_LISTENER_ECHO].addr[0] ? s->listeners[MD_LISTENER_ECHO].addr : "off");
+    (void)loop;
+    md_server *s = arg;
+    const md_config *cfg = s->next_cfg;
+    md_listener_state *fresh[MD_LISTENERS] = {NULL};
+    bool replace[MD_LISTENERS] = {false};
+    int rc = 0;
+    md_http_gen *g = http_gen_new(s, cfg);
+    if (g == NULL) {
+        snprintf(s->setup_err->msg, sizeof s->setup_err->msg, "out of memory");
+        rc = -ENOMEM;
+    }
+    for (int k = 0; k < MD_LISTENERS && rc == 0; k++) {
+        md_listener_state *l = s->listeners[k];
+        const md_listen *at = listen_of(cfg, (md_listener)k);
+        bool reuseport = reuseport_of(cfg, (md_listener)k);
+        if (s->draining || (l != NULL && l->activated))
+            continue; /* systemd's socket is kept whatever the file says */
+        if (l != NULL && same_listen(&l->at, at)) {
+            if (l->reuseport != reuseport)
+                md_log(MD_LOG_WARN, "reload: [%s] reuseport changes only with the address",
+                       kind_name((md_listener)k));
+            continue;
+        }
+        if (l == NULL && !at->enabled)
+            continue;
+        replace[k] = true;
+        if (at->enabled)
+            rc = bind_listener(s, (md_listener)k, at, reuseport, &fresh[k], s->setup_err);
+    }
+    if (rc != 0) {
+        for (int k = 0; k < MD_LISTENERS; k++)
+            close_listener(fresh[k]);
+        free(g);
+    } else {
+        for (int k = 0; k < MD_LISTENERS; k++) {
+            if (!replace[k])
+                continue;
+            if (s->listeners[k] != NULL)
+                md_log(MD_LOG_INFO, "reload: %s listener %s closed", kind_name((md_listener)k),
+                       s->listeners[k]->addr);
+            close_listener(s->listeners[k]);
+            s->listeners[k] = fresh[k];
+            if (fresh[k] != NULL)
+                md_log(MD_LOG_INFO, "reload: %s listener on %s", kind_name((md_listener)k),
+                       fresh[k]->addr);
+        }
+        md_http_server_publish(&s->http->http, &g->http);
+        g->older = s->http;
+        s->http = g;
+        s->cfg = *cfg;
+        resume_accepting(s); /* max_connections may have grown */
+    }
+    /* Release: pairs with the acquire in wait_loop(). */
+    atomic_store_explicit(&s->setup_rc, rc, memory_order_release);
+}
+
+int md_server_reload(md_server *s, const md_config *cfg, md_error *err)
+{
+    s->next_cfg = cfg;
+    s->setup_err = err;
+    atomic_store_explicit(&s->setup_rc, 1, memory_order_relaxed);
+    int rc = mp_loop_call(s->rt, &s->cmd, reload_cmd, s);
+    if (rc == 0)
+        rc = wait_loop(s);
+    md_server_count_reload(s, rc == 0);
+    return rc;
+}
+
+void md_server_count_reload(md_server *s, bool ok)
+{
+    /* Relaxed: counters for /metrics, published nothing else. */
+    atomic_fetch_add_explicit(ok ? &s->reloads_ok : &s->reloads_failed, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->last_reload_ok, ok, memory_order_relaxed);
+}
+
+static void describe_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    md_server *s = arg;
+    const md_listener_state *h = s->listeners[MD_LISTENER_HTTP];
+    const md_listener_state *e = s->listeners[MD_LISTENER_ECHO];
+    snprintf(s->describe_buf, sizeof s->describe_buf, "http=%s echo=%s", h ? h->addr : "off",
+             e ? e->addr : "off");
+    /* Release: pairs with the acquire in wait_loop(). */
+    atomic_store_explicit(&s->setup_rc, 0, memory_order_release);
+}
+
+void md_server_describe(md_server *s, char *buf, size_t len)
+{
+    atomic_store_explicit(&s->setup_rc, 1, memory_order_relaxed);
+    if (mp_loop_call(s->rt, &s->cmd, describe_cmd, s) == 0 && wait_loop(s) == 0)
+        snprintf(buf, len, "%s", s->describe_buf);
+    else
+        snprintf(buf, len, "?");
 }
 
 void md_server_stop(md_server *s)
@@ -427,14 +755,15 @@ void md_server_stop(md_server *s)
     if (mp_loop_call(s->rt, &s->cmd, stop_cmd, s) == 0)
         wait_loop(s);
 }
-
 static void drain_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     md_server *s = arg;
     s->draining = true;
-    for (int i = 0; i < MD_LISTENERS; i++)
-        close_listener(&s->listeners[i]);
+    for (int i = 0; i < MD_LISTENERS; i++) {
+        close_listener(s->listeners[i]);
+        s->listeners[i] = NULL;
+    }
     /* Every conn in the list is alive: it leaves the list when its stream closes, before it
      * is freed. */
     for (md_conn *c = s->conns; c; c = c->next)
@@ -457,6 +786,10 @@ uint32_t md_server_open(md_server *s)
 
 void md_server_free(md_server *s)
 {
+    for (md_http_gen *g = s->http, *older; g != NULL; g = older) {
+        older = g->older;
+        free(g);
+    }
     free(s);
 }
 

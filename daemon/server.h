@@ -18,10 +18,19 @@
 
 typedef struct md_server md_server;
 
-/* Bind the listeners of cfg on rt's loop. On success *out serves until md_server_stop. */
-int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg, md_error *err);
+/* Bind the listeners of cfg on rt's loop, or take inherited[kind] (a listening socket from
+ * systemd; -1: none; NULL: none at all) instead. On success *out serves until md_server_stop. */
+int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
+                    const int inherited[MD_LISTENERS], md_error *err);
+/* Apply a new, checked configuration: limits from each connection's next request, listeners
+ * rebound where their address changed, max_connections, the access log hook. All or nothing:
+ * on error (a new address cannot be bound) nothing changed and err says why. Counts the
+ * reload for /metrics either way. */
+int md_server_reload(md_server *s, const md_config *cfg, md_error *err);
+/* Count a reload that failed before reaching the server (an invalid file). */
+void md_server_count_reload(md_server *s, bool ok);
 /* The bound addresses, for the "listening" line: "http=127.0.0.1:8080 echo=127.0.0.1:8007". */
-void md_server_describe(const md_server *s, char *buf, size_t len);
+void md_server_describe(md_server *s, char *buf, size_t len);
 /* Close the listeners (no new connections). Connections are ended by the runtime's shutdown
  * (their tasks are cancelled and close their streams). */
 void md_server_stop(md_server *s);

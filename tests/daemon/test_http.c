@@ -796,3 +796,119 @@ Test(http, head_error_has_no_body)
     session_close(&s);
     expect_no_leaks();
 }
+
+/* What the access-log hook saw, copied out (its pointers live for the call only). */
+struct seen {
+    int n;
+    char method[16], target[MD_HTTP_TARGET_MAX + 1], referer[300], ua[300];
+    bool cut;
+    uint16_t status;
+    uint64_t body_bytes;
+    uint8_t minor;
+};
+
+static void copy_field(char *dst, const char *src, size_t len)
+{
+    memcpy(dst, src != NULL ? src : "", src != NULL ? len : 0);
+    dst[src != NULL ? len : 0] = '\0';
+}
+
+static void record_exchange(void *arg, const md_http_conn *c, const md_http_exchange *x)
+{
+    struct seen *all = arg, *s = &all[all[0].n++];
+    (void)c;
+    copy_field(s->method, x->method, x->method_len);
+    copy_field(s->target, x->target, x->target_len);
+    copy_field(s->referer, x->referer, x->referer_len);
+    copy_field(s->ua, x->user_agent, x->user_agent_len);
+    s->cut = x->target_cut;
+    s->status = x->status;
+    s->body_bytes = x->body_bytes;
+    s->minor = x->http_minor;
+}
+
+Test(http, access_hook_sees_every_response)
+{
+    static struct seen seen[8];
+    memset(seen, 0, sizeof(seen));
+    srv.access_log = record_exchange;
+    srv.access_log_arg = seen;
+    char longpath[1500];
+    memset(longpath, 'p', sizeof(longpath) - 1);
+    longpath[0] = '/';
+    longpath[sizeof(longpath) - 1] = '\0';
+    char in[4096];
+    snprintf(in, sizeof(in),
+             "GET /?q=1&r=\"2\" HTTP/1.1\r\nHost: a\r\nReferer: http://x/\r\n"
+             "User-Agent: t/1\r\nUser-Agent: second\r\n\r\n"
+             "HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+             "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+             "GET %s HTTP/1.0\r\n\r\n",
+             longpath);
+    struct session s;
+    session_open(&s);
+    /* Split so the header values arrive in two pieces each. */
+    size_t half = strlen("GET /?q=1&r=\"2\" HTTP/1.1\r\nHost: a\r\nReferer: http://");
+    feed_at(&s, T0, in, half);
+    feed_at(&s, T0, in + half, strlen(in) - half);
+    session_close(&s);
+    srv.access_log = NULL;
+    cr_assert_eq(seen[0].n, 4);
+    cr_expect_str_eq(seen[0].method, "GET");
+    cr_expect_str_eq(seen[0].target, "/?q=1&r=\"2\"");
+    cr_expect_str_eq(seen[0].referer, "http://x/");
+    cr_expect_str_eq(seen[0].ua, "t/1");
+    cr_expect_eq(seen[0].status, 200);
+    cr_expect_eq(seen[0].body_bytes, 13);
+    cr_expect_str_eq(seen[1].method, "HEAD");
+    cr_expect_eq(seen[1].body_bytes, 0);
+    cr_expect_str_eq(seen[1].referer, "");
+    cr_expect_str_eq(seen[2].target, "/echo");
+    cr_expect_eq(seen[2].body_bytes, 3);
+    cr_expect_eq(seen[3].status, 404);
+    cr_expect(seen[3].cut);
+    cr_expect_eq(strlen(seen[3].target), MD_HTTP_TARGET_MAX);
+    cr_expect_eq(seen[3].minor, 0);
+    expect_no_leaks();
+}
+
+Test(http, malformed_request_is_logged_without_method)
+{
+    static struct seen seen[2];
+    memset(seen, 0, sizeof(seen));
+    srv.access_log = record_exchange;
+    srv.access_log_arg = seen;
+    struct session s;
+    session_open(&s);
+    feed(&s, "\x01\x02 nonsense\r\n\r\n");
+    session_close(&s);
+    srv.access_log = NULL;
+    cr_assert_eq(seen[0].n, 1);
+    cr_expect_eq(seen[0].status, 400);
+    cr_expect_str_eq(seen[0].method, "");
+}
+
+Test(http, newer_generation_applies_from_the_next_request)
+{
+    static md_http_server next;
+    next = srv;
+    atomic_init(&next.newer, NULL);
+    next.limits.max_headers = 1;
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    /* A request in flight keeps the limits it started with... */
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
+    md_http_server_publish(&srv, &next);
+    feed(&s, "X-One: 1\r\n\r\n");
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    /* ...and the next one gets the new ones: two fields are now one too many. */
+    b.len = 0;
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nX-One: 1\r\n\r\n");
+    sb_error(&b, "431 Request Header Fields Too Large", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    atomic_store(&srv.newer, NULL);
+    expect_no_leaks();
+}
