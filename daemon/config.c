@@ -301,7 +301,8 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
             }
             snprintf(c->error_log_path, sizeof(c->error_log_path), "%s", value);
         } else {
-            set_error(err, o, "[%s] %s: expected stderr, or a path starting with / or ., got \"%s\"",
+            set_error(err, o,
+                      "[%s] %s: expected stderr, or a path starting with / or ., got \"%s\"",
                       k->section, k->name, value);
             return -EINVAL;
         }

@@ -65,11 +65,11 @@ typedef struct md_config {
     md_log_level log_level;   /* [log] level */
     md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
-    md_access_format access_format; /* [log] access_format */
+    md_access_format access_format;          /* [log] access_format */
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
     bool http_reuseport;                     /* [http] reuseport */
     bool echo_reuseport;                     /* [echo] reuseport */
-    uint32_t shutdown_timeout_ms; /* [server] shutdown_timeout_ms */
+    uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
 
     /* Where each key's value came from, for messages: the file name, and per key the line
      * (0: the default, MD_CONFIG_LINE_SET: a --set override). */

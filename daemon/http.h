@@ -124,10 +124,10 @@ typedef struct md_http_req {
     bool te_other;     /* a Transfer-Encoding value other than "chunked" */
     uint8_t hosts;     /* Host fields, saturating */
     uint8_t method_len;
-    uint32_t fields;       /* header fields */
-    uint32_t target_len;   /* bytes kept in target[] */
-    uint32_t path_len;     /* bytes of target[] before the '?', once path_done */
-    uint16_t referer_len;  /* bytes kept in referer[] (only with an access log) */
+    uint32_t fields;      /* header fields */
+    uint32_t target_len;  /* bytes kept in target[] */
+    uint32_t path_len;    /* bytes of target[] before the '?', once path_done */
+    uint16_t referer_len; /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
     uint64_t url_len;      /* bytes of the whole target */
     uint64_t head_bytes;   /* head bytes in earlier feeds */

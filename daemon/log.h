@@ -7,14 +7,18 @@
 #include "config.h"
 typedef struct md_access_entry {
     const char *peer;
-    const char *method; size_t method_len;
-    const char *target; size_t target_len;
+    const char *method;
+    size_t method_len;
+    const char *target;
+    size_t target_len;
     bool target_cut;
     uint8_t http_major, http_minor;
     uint16_t status;
     uint64_t body_bytes;
-    const char *referer; size_t referer_len;
-    const char *user_agent; size_t user_agent_len;
+    const char *referer;
+    size_t referer_len;
+    const char *user_agent;
+    size_t user_agent_len;
     uint64_t duration_ns;
     time_t time;
 } md_access_entry;

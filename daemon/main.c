@@ -2,6 +2,7 @@
  *
  *   magpied [-c FILE] [--set section.key=value ...]   serve
  *   magpied -t [-c FILE] [--set ...]                  check the configuration and exit 0 or 1
+ *   magpied -v                                        print the version
  *
  * Signals are taken synchronously: they are blocked before the runtime starts (so no worker
  * ever runs a handler) and the main thread waits for them with sigwait. So a reload, a log
@@ -29,7 +30,6 @@
 #include "server.h"
 #include "version.h"
 
-
 #ifndef MAGPIED_CONF
 #define MAGPIED_CONF "/etc/magpied/magpied.conf"
 #endif
@@ -39,7 +39,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: magpied [-t] [-c FILE] [--set section.key=value]...\n"
                "  -c FILE     configuration file (default " MAGPIED_CONF ")\n"
                "  --set K=V   override one key, e.g. --set http.listen=127.0.0.1:0\n"
-               "  -t          check the configuration, print the result, exit 0 or 1\n");
+               "  -t          check the configuration, print the result, exit 0 or 1\n"
+               "  -v          print the version and exit\n"
+               "signals: TERM/INT graceful stop, HUP reload, USR1 reopen logs\n");
 }
 
 /* The file and the overrides, applied and checked as at start. */
@@ -128,6 +130,10 @@ int main(int argc, char **argv)
             sets[nsets++] = argv[++i];
         } else if (strncmp(argv[i], "--set=", 6) == 0 && nsets < 64) {
             sets[nsets++] = argv[i] + 6;
+        } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--version") == 0) {
+            printf("magpied %s (libmagpie %d.%d.%d, libuv %s)\n", MAGPIED_VERSION, MP_VERSION_MAJOR,
+                   MP_VERSION_MINOR, MP_VERSION_PATCH, uv_version_string());
+            return 0;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -197,8 +203,8 @@ int main(int argc, char **argv)
     md_server_describe(srv, where, sizeof where);
     printf("listening %s\n", where);
     fflush(stdout);
-    md_log(MD_LOG_INFO, "magpied %s started: listening %s, %u workers", MAGPIED_VERSION,
-           where, mp_runtime_workers(rt));
+    md_log(MD_LOG_INFO, "magpied %s started: listening %s, %u workers", MAGPIED_VERSION, where,
+           mp_runtime_workers(rt));
     char ready[320];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=listening %s\nMAINPID=%ld", where,
              (long)getpid());

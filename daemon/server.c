@@ -26,7 +26,6 @@
 #include "log.h"
 #include "version.h"
 
-
 #define READ_BUFFER 16384
 
 /* A listening socket; heap-allocated because a reload may replace it while libuv still has
@@ -64,8 +63,8 @@ struct md_server {
     mp_loop_cmd cmd;
     _Atomic int setup_rc; /* 1 while the loop has not run the setup yet */
     md_error *setup_err;
-    const md_config *next_cfg;           /* the reload being applied */
-    const int *inherited;                /* descriptors from systemd, at start */
+    const md_config *next_cfg; /* the reload being applied */
+    const int *inherited;      /* descriptors from systemd, at start */
     char describe_buf[200];
 };
 
@@ -375,7 +374,8 @@ static int listen_socket(const md_listen *at, bool reuseport)
     if (fd < 0)
         return -errno;
     int one = 1;
-    socklen_t sl = at->family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    socklen_t sl =
+        at->family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) ||
         (at->family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) ||
@@ -450,8 +450,8 @@ static bool reuseport_of(const md_config *c, md_listener kind)
 static bool same_listen(const md_listen *a, const md_listen *b)
 {
     return a->enabled == b->enabled &&
-           (!a->enabled || (a->family == b->family && a->port == b->port &&
-                            strcmp(a->host, b->host) == 0));
+           (!a->enabled ||
+            (a->family == b->family && a->port == b->port && strcmp(a->host, b->host) == 0));
 }
 
 static void setup_cmd(uv_loop_t *loop, void *arg)

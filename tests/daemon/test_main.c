@@ -17,126 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "test_net.h"
-#include "test_util.h"
-
-typedef struct daemon_proc {
-    pid_t pid;
-    int http, echo;
-    FILE *out;
-} daemon_proc;
-
-/* The daemon of the running test, killed by the suite's fini if an assertion ended the test
- * before it stopped the daemon itself. */
-static pid_t running = -1;
-
-static void kill_leftover(void)
-{
-    if (running > 0) {
-        kill(running, SIGKILL);
-        waitpid(running, NULL, 0);
-        running = -1;
-    }
-}
+#include "daemon/magpied_harness.h"
 
 TestSuite(magpied, .fini = kill_leftover);
-
-/* build/<variant>/tests/daemon/test_main -> build/<variant>/magpied */
-static void magpied_path(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert_gt(n, 0);
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(buf, len, "%s/../../magpied", self);
-}
-
-static daemon_proc start(const char *const *extra)
-{
-    char exe[PATH_MAX + 32];
-    magpied_path(exe, sizeof exe);
-    const char *argv[32] = {exe,
-                            "-c",
-                            "config/magpied.conf",
-                            "--set",
-                            "http.listen=127.0.0.1:0",
-                            "--set",
-                            "echo.listen=127.0.0.1:0",
-                            "--set",
-                            "runtime.workers=2"};
-    int argc = 9;
-    for (int i = 0; extra && extra[i]; i++)
-        argv[argc++] = extra[i];
-    argv[argc] = NULL;
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        dup2(p[1], 1);
-        close(p[0]);
-        close(p[1]);
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    close(p[1]);
-    running = pid;
-    daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r")};
-    char line[256];
-    cr_assert_not_null(fgets(line, sizeof line, d.out), "magpied printed no listening line");
-    cr_assert_eq(sscanf(line, "listening http=127.0.0.1:%d echo=127.0.0.1:%d", &d.http, &d.echo), 2,
-                 "line: %s", line);
-    return d;
-}
-
-static int stop(daemon_proc *d)
-{
-    kill(d->pid, SIGTERM);
-    int status;
-    cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
-    running = -1;
-    fclose(d->out);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
-static size_t read_some(int fd, char *buf, size_t cap, const char *until, int count)
-{
-    size_t got = 0;
-    for (;;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, 5000) <= 0)
-            break;
-        ssize_t n = read(fd, buf + got, cap - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        buf[got] = 0;
-        if (until) {
-            int seen = 0;
-            for (const char *p = buf; (p = strstr(p, until)); p++)
-                seen++;
-            if (seen >= count)
-                break;
-        }
-    }
-    buf[got] = 0;
-    return got;
-}
-
-/* Run a shell command, return its stdout. */
-static char *run(const char *cmd)
-{
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    static char out[65536];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    pclose(f);
-    return out;
-}
 
 Test(magpied, routes_with_curl, .timeout = 60)
 {
@@ -405,20 +288,6 @@ Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
     cr_assert_leq((uint64_t)time(NULL) - t0, 3);
     close(fd);
     cr_assert_eq(stop(&d), 0);
-}
-
-static int wait_exit(daemon_proc *d, int timeout_ms)
-{
-    for (int waited = 0; waited < timeout_ms; waited += 10) {
-        int status;
-        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-            running = -1;
-            fclose(d->out);
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        usleep(10000);
-    }
-    return -1; /* still running */
 }
 
 Test(magpied, sigterm_finishes_in_flight_requests_and_closes_idle_ones, .timeout = 60)

@@ -1,0 +1,214 @@
+/* Starting the built magpied from a test, and talking to it (shared by the integration
+ * suites under tests/daemon/). Include once per test binary, after criterion.h. */
+#ifndef TESTS_DAEMON_MAGPIED_HARNESS_H
+#define TESTS_DAEMON_MAGPIED_HARNESS_H
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_net.h"
+#include "test_util.h"
+
+typedef struct daemon_proc {
+    pid_t pid;
+    int http, echo;
+    FILE *out;
+} daemon_proc;
+
+/* The daemon of the running test, killed by the suite's fini if an assertion ended the test
+ * before it stopped the daemon itself. */
+static pid_t running = -1;
+
+static inline void kill_leftover(void)
+{
+    if (running > 0) {
+        kill(running, SIGKILL);
+        waitpid(running, NULL, 0);
+        running = -1;
+    }
+}
+
+/* build/<variant>/tests/daemon/test_main -> build/<variant>/magpied */
+static inline void magpied_path(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(buf, len, "%s/../../magpied", self);
+}
+
+/* Start magpied: on config/magpied.conf with ephemeral ports and two workers when conf is NULL,
+ * else on conf alone; then extra arguments. Its stderr goes to err_path when given. Returns
+ * once it printed its listening line (d.echo is 0 when echo is off). */
+static inline daemon_proc start_with(const char *conf, const char *const *extra,
+                                     const char *err_path)
+{
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    const char *argv[40] = {exe, "-c", conf ? conf : "config/magpied.conf"};
+    int argc = 3;
+    if (conf == NULL) {
+        static const char *const ephemeral[] = {"--set", "http.listen=127.0.0.1:0",
+                                                "--set", "echo.listen=127.0.0.1:0",
+                                                "--set", "runtime.workers=2"};
+        for (size_t i = 0; i < sizeof ephemeral / sizeof ephemeral[0]; i++)
+            argv[argc++] = ephemeral[i];
+    }
+    for (int i = 0; extra && extra[i] && argc < 39; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (err_path != NULL) {
+            FILE *e = fopen(err_path, "a");
+            if (e == NULL)
+                _exit(126);
+            dup2(fileno(e), 2);
+        }
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    running = pid;
+    daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r")};
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, d.out), "magpied printed no listening line");
+    char echo[64];
+    cr_assert_eq(sscanf(line, "listening http=127.0.0.1:%d echo=%63s", &d.http, echo), 2,
+                 "line: %s", line);
+    if (sscanf(echo, "127.0.0.1:%d", &d.echo) != 1)
+        d.echo = 0;
+    return d;
+}
+
+static inline daemon_proc start(const char *const *extra)
+{
+    return start_with(NULL, extra, NULL);
+}
+
+static inline int stop(daemon_proc *d)
+{
+    kill(d->pid, SIGTERM);
+    int status;
+    cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
+    running = -1;
+    fclose(d->out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
+static inline size_t read_some(int fd, char *buf, size_t cap, const char *until, int count)
+{
+    size_t got = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 5000) <= 0)
+            break;
+        ssize_t n = read(fd, buf + got, cap - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = 0;
+        if (until) {
+            int seen = 0;
+            for (const char *p = buf; (p = strstr(p, until)); p++)
+                seen++;
+            if (seen >= count)
+                break;
+        }
+    }
+    buf[got] = 0;
+    return got;
+}
+
+/* Run a shell command, return its stdout. */
+static inline char *run(const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    static char out[65536];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    pclose(f);
+    return out;
+}
+
+static inline int wait_exit(daemon_proc *d, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            running = -1;
+            fclose(d->out);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        usleep(10000);
+    }
+    return -1; /* still running */
+}
+/* The status code of one GET on a fresh connection; 0 when no response came. */
+static inline int http_status(int port, const char *path)
+{
+    int fd = test_connect(port);
+    char req[512], resp[4096];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    int code = 0;
+    return sscanf(resp, "HTTP/1.1 %d", &code) == 1 ? code : 0;
+}
+
+/* A loopback port nobody listens on right now (bound and released: good enough for tests). */
+static inline int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Whether the file at path contains needle within timeout_ms (polled). */
+static inline bool file_has(const char *path, const char *needle, int timeout_ms)
+{
+    static char text[1 << 20];
+    for (int waited = 0;; waited += 20) {
+        FILE *f = fopen(path, "r");
+        size_t n = 0;
+        if (f != NULL) {
+            n = fread(text, 1, sizeof text - 1, f);
+            fclose(f);
+        }
+        text[n] = 0;
+        if (strstr(text, needle) != NULL)
+            return true;
+        if (waited >= timeout_ms)
+            return false;
+        usleep(20000);
+    }
+}
+
+#endif

@@ -1,0 +1,377 @@
+/* Integration tests of magpied's signals (daemon/main.c, reload in server.c): SIGHUP reload to
+ * a valid file, to an invalid one, to a changed or unbindable listener, under wrk load, with
+ * the notify messages around it; SIGUSR1 log reopening; access log formats; and two processes
+ * sharing a port with reuseport. Each test writes its configuration into its own directory. */
+#include <criterion/criterion.h>
+
+#include <sys/un.h>
+
+#include "daemon/magpied_harness.h"
+
+static char dir[64];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/magpied-signals-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+    kill_leftover();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (dir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(signals, .init = make_dir, .fini = remove_dir, .timeout = 60);
+
+/* dir/name, in a static buffer per call site's slot. */
+static const char *in_dir(const char *name)
+{
+    static char paths[8][160];
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    char tmp[200];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(rename(tmp, path), 0); /* whole, as an editor or deployment would */
+}
+
+static int count_in_file(const char *path, const char *needle)
+{
+    static char text[1 << 20];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    int count = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        count++;
+    return count;
+}
+
+/* SIGHUP, then wait for the n-th "reloaded" or "keeping the running" line of the error log. */
+static void reload_and_wait(const daemon_proc *d, const char *err_log, const char *outcome, int n)
+{
+    kill(d->pid, SIGHUP);
+    for (int i = 0; i < 250 && count_in_file(err_log, outcome) < n; i++)
+        usleep(20000);
+    cr_assert_eq(count_in_file(err_log, outcome), n, "no \"%s\" #%d in the log", outcome, n);
+}
+
+/* One request with `fields` extra header fields on fd (kept alive); the status code. */
+static int request_with_fields(int fd, int fields)
+{
+    char req[1024];
+    int n = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < fields; i++)
+        n += snprintf(req + n, sizeof req - (size_t)n, "X-F%d: %d\r\n", i, i);
+    n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
+    test_write_all(fd, req, (size_t)n);
+    char resp[4096];
+    read_some(fd, resp, sizeof resp, "\r\n\r\n", 1);
+    int code = 0;
+    return sscanf(resp, "HTTP/1.1 %d", &code) == 1 ? code : 0;
+}
+
+static char *metrics(int port)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/metrics", port);
+    return run(cmd);
+}
+
+Test(signals, reload_applies_new_limits_from_the_next_request_and_keeps_the_listener)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    daemon_proc d = start_with(conf, NULL, err);
+    int kept = test_connect(d.http);
+    cr_assert_eq(request_with_fields(kept, 3), 200);
+
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 3\n");
+    reload_and_wait(&d, err, "reloaded", 1);
+    /* Four fields (Host and three more) are one too many now, on the old connection too. */
+    cr_assert_eq(request_with_fields(kept, 3), 431);
+    int fresh = test_connect(d.http); /* same port: the listener was kept */
+    cr_assert_eq(request_with_fields(fresh, 2), 200);
+    cr_assert_eq(request_with_fields(fresh, 3), 431);
+    close(kept);
+    close(fresh);
+    char *m = metrics(d.http);
+    cr_assert(strstr(m, "magpied_reloads_total{result=\"success\"} 1\n"), "%s", m);
+    cr_assert(strstr(m, "magpied_config_last_reload_successful 1\n"));
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(signals, reload_to_an_invalid_file_keeps_the_running_configuration)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    daemon_proc d = start_with(conf, NULL, err);
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[limits]\nmax_headers = 1\nmax_hedaers = 2\n");
+    reload_and_wait(&d, err, "keeping the running configuration", 1);
+    char where[256];
+    snprintf(where, sizeof where, "%s:5: [limits] max_hedaers", conf);
+    cr_assert(file_has(err, where, 0), "the log names file, line and key");
+    /* Still serving, with the old limits (not the valid line before the bad one). */
+    int fd = test_connect(d.http);
+    cr_assert_eq(request_with_fields(fd, 3), 200);
+    close(fd);
+    char *m = metrics(d.http);
+    cr_assert(strstr(m, "magpied_reloads_total{result=\"failure\"} 1\n"), "%s", m);
+    cr_assert(strstr(m, "magpied_config_last_reload_successful 0\n"));
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(signals, reload_moves_a_changed_listener_and_opens_a_new_one)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    daemon_proc d = start_with(conf, NULL, err);
+    cr_assert_eq(d.echo, 0);
+    int http2 = free_port(), echo2 = free_port();
+    char text[256];
+    snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[echo]\nlisten = 127.0.0.1:%d\n",
+             http2, echo2);
+    write_file(conf, text);
+    reload_and_wait(&d, err, "reloaded", 1);
+    cr_assert_eq(http_status(http2, "/healthz"), 200);
+    /* The old address is closed. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)d.http),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_neq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "old port still open");
+    close(fd);
+    /* The echo listener that was off now echoes. */
+    fd = test_connect(echo2);
+    test_write_all(fd, "ping", 4);
+    char buf[16];
+    cr_assert_eq(read_some(fd, buf, sizeof buf, "ping", 1), 4);
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(signals, reload_to_an_unbindable_address_changes_nothing)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    daemon_proc d = start_with(conf, NULL, err);
+    /* A port someone else holds. */
+    int taken = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(taken, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(taken, 1), 0);
+    getsockname(taken, (struct sockaddr *)&a, &len);
+    char text[256];
+    snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[limits]\nmax_headers = 1\n",
+             ntohs(a.sin_port));
+    write_file(conf, text);
+    reload_and_wait(&d, err, "keeping the running configuration", 1);
+    cr_assert(file_has(err, "address already in use", 0));
+    /* Nothing of the new file applied: old port, old limits. */
+    int fd = test_connect(d.http);
+    cr_assert_eq(request_with_fields(fd, 3), 200);
+    close(fd);
+    close(taken);
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(signals, reload_under_load_loses_no_request, .timeout = 90)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    const char *a = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 50\n";
+    const char *b = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 60\n";
+    write_file(conf, a);
+    daemon_proc d = start_with(conf, NULL, err);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "wrk -t1 -c32 -d3s http://127.0.0.1:%d/ 2>&1", d.http);
+    FILE *wrk = popen(cmd, "r");
+    cr_assert_not_null(wrk);
+    usleep(300000);
+    for (int i = 1; i <= 10; i++) {
+        write_file(conf, i % 2 ? b : a);
+        reload_and_wait(&d, err, "reloaded", i);
+        usleep(150000);
+    }
+    static char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, wrk);
+    out[n] = 0;
+    cr_assert_eq(pclose(wrk), 0, "%s", out);
+    cr_assert(strstr(out, "requests in"), "%s", out);
+    cr_assert_null(strstr(out, "Socket errors"), "%s", out);
+    cr_assert_null(strstr(out, "Non-2xx"), "%s", out);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Receive one datagram from the notify socket, waiting up to 5 s; "" when none. */
+static const char *notify_recv(int fd)
+{
+    static char buf[512];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ssize_t n = poll(&p, 1, 5000) == 1 ? recv(fd, buf, sizeof buf - 1, 0) : 0;
+    buf[n > 0 ? n : 0] = 0;
+    return buf;
+}
+
+Test(signals, reload_sends_reloading_with_monotonic_usec_then_ready)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    /* An abstract socket this time (the other notify test uses a path). */
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char name[64];
+    snprintf(name, sizeof name, "@magpied-test-%d", (int)getpid());
+    memcpy(sa.sun_path + 1, name + 1, strlen(name) - 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa,
+                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name))),
+                 0);
+    setenv("NOTIFY_SOCKET", name, 1);
+    daemon_proc d = start_with(conf, NULL, err);
+    unsetenv("NOTIFY_SOCKET");
+    cr_assert_eq(strncmp(notify_recv(fd), "READY=1\n", 8), 0);
+
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(d.pid, SIGHUP);
+    const char *msg = notify_recv(fd);
+    unsigned long long usec = 0;
+    cr_assert_eq(sscanf(msg, "RELOADING=1\nMONOTONIC_USEC=%llu", &usec), 1, "got: %s", msg);
+    unsigned long long t0_usec =
+        (unsigned long long)t0.tv_sec * 1000000u + (unsigned long long)t0.tv_nsec / 1000u;
+    cr_assert(usec >= t0_usec && usec < t0_usec + 5000000u, "MONOTONIC_USEC %llu vs %llu", usec,
+              t0_usec);
+    msg = notify_recv(fd);
+    cr_assert_eq(strncmp(msg, "READY=1\nSTATUS=listening http=", 30), 0, "got: %s", msg);
+
+    /* A failed reload ends with READY=1 too (systemd waits for it), saying it failed. */
+    write_file(conf, "[http]\nlisten = nowhere\n");
+    kill(d.pid, SIGHUP);
+    cr_assert_eq(strncmp(notify_recv(fd), "RELOADING=1\n", 12), 0);
+    msg = notify_recv(fd);
+    cr_assert_eq(strncmp(msg, "READY=1\nSTATUS=reload failed", 28), 0, "got: %s", msg);
+    cr_assert_eq(stop(&d), 0);
+    close(fd);
+}
+
+Test(signals, sigusr1_reopens_both_logs_without_losing_a_line)
+{
+    const char *conf = in_dir("magpied.conf");
+    const char *access = in_dir("access.log"), *errors = in_dir("error.log");
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+             "[log]\naccess_log = %s\nerror_log = %s\n",
+             access, errors);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    cr_assert_eq(http_status(d.http, "/before"), 404);
+    cr_assert(file_has(access, "\"GET /before HTTP/1.1\" 404", 5000));
+    /* logrotate: rename, then ask for a reopen. */
+    char access1[200], errors1[200];
+    snprintf(access1, sizeof access1, "%s.1", access);
+    snprintf(errors1, sizeof errors1, "%s.1", errors);
+    cr_assert_eq(rename(access, access1), 0);
+    cr_assert_eq(rename(errors, errors1), 0);
+    cr_assert_eq(http_status(d.http, "/between"), 404); /* still goes to the renamed file */
+    kill(d.pid, SIGUSR1);
+    cr_assert(file_has(errors, "logs reopened", 5000), "the error log was reopened");
+    cr_assert_eq(http_status(d.http, "/after"), 404);
+    cr_assert(file_has(access, "\"GET /after HTTP/1.1\" 404", 5000));
+    cr_assert_eq(stop(&d), 0);
+    /* Each line exactly once, in the file that was current when it was logged. */
+    cr_assert_eq(count_in_file(access1, "GET /before"), 1);
+    cr_assert_eq(count_in_file(access1, "GET /between") + count_in_file(access, "GET /between"), 1);
+    cr_assert_eq(count_in_file(access, "GET /after"), 1);
+    cr_assert_eq(count_in_file(access1, "GET /after"), 0);
+    cr_assert_eq(count_in_file(errors1, "started"), 1);
+    cr_assert_eq(count_in_file(errors, "stopped"), 1);
+}
+
+Test(signals, access_log_json_and_combined_lines)
+{
+    const char *conf = in_dir("magpied.conf"), *access = in_dir("access.json");
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+             "[log]\naccess_log = %s\naccess_format = json\n",
+             access);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o /dev/null -A 'tester \"q\"' -e http://ref/ 'http://127.0.0.1:%d/?x=1'",
+             d.http);
+    run(cmd);
+    cr_assert(file_has(access, "\"target\":\"/?x=1\"", 5000));
+    cr_assert(file_has(access, "\"status\":200", 0));
+    cr_assert(file_has(access, "\"user_agent\":\"tester \\\"q\\\"\"", 0));
+    cr_assert(file_has(access, "\"referer\":\"http://ref/\"", 0));
+    cr_assert(file_has(access, "\"remote_addr\":\"127.0.0.1\"", 0));
+    /* Switch to combined with a reload; the next line is in the new format. */
+    const char *err = in_dir("error.log");
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+             "[log]\naccess_log = %s\naccess_format = combined\nerror_log = %s\n",
+             access, err);
+    write_file(conf, text);
+    reload_and_wait(&d, err, "reloaded", 1);
+    run(cmd);
+    cr_assert(file_has(access, "127.0.0.1 - - [", 5000));
+    cr_assert(file_has(access,
+                       "\"GET /?x=1 HTTP/1.1\" 200 13 \"http://ref/\" \"tester \\x22q\\x22\"", 0));
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(signals, two_processes_share_a_port_with_reuseport, .timeout = 90)
+{
+    int port = free_port();
+    const char *conf = in_dir("magpied.conf");
+    char text[256];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:%d\nreuseport = on\n[echo]\nlisten =\n"
+             "[log]\naccess_log = stderr\n",
+             port);
+    write_file(conf, text);
+    const char *log1 = in_dir("one.log"), *log2 = in_dir("two.log");
+    daemon_proc one = start_with(conf, NULL, log1);
+    pid_t first = running; /* start_with tracks one daemon for the suite's cleanup */
+    daemon_proc two = start_with(conf, NULL, log2);
+    cr_assert_eq(one.http, port);
+    cr_assert_eq(two.http, port);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(http_status(port, "/healthz"), 200);
+    /* The kernel spread the connections: each process logged some (all 64 on one: 2^-63). */
+    cr_assert(file_has(log1, "GET /healthz", 5000), "the first process served none");
+    cr_assert(file_has(log2, "GET /healthz", 5000), "the second process served none");
+    cr_assert_eq(stop(&two), 0);
+    running = first;
+    cr_assert_eq(stop(&one), 0);
+
+    /* Without reuseport the second one cannot bind, and says so. */
+    snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[echo]\nlisten =\n", port);
+    write_file(conf, text);
+    one = start_with(conf, NULL, NULL);
+    char exe[PATH_MAX + 32], cmd[PATH_MAX + 300];
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "%s -c %s 2>&1; echo rc=$?", exe, conf);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "address already in use") && strstr(out, "rc=1"), "%s", out);
+    cr_assert_eq(stop(&one), 0);
+}
