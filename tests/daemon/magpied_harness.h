@@ -24,7 +24,21 @@ typedef struct daemon_proc {
     pid_t pid;
     int http, echo;
     FILE *out;
+    const char *err_path; /* its stderr, when redirected */
 } daemon_proc;
+
+/* A daemon that exited badly (sanitizers exit non-zero after a report): show what it said. */
+static inline int exit_code(const daemon_proc *d, int status)
+{
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && d->err_path != NULL) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "cat '%s' >&2", d->err_path);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(no %s)\n", d->err_path);
+    }
+    return code;
+}
 
 /* The daemon of the running test, killed by the suite's fini if an assertion ended the test
  * before it stopped the daemon itself. */
@@ -90,7 +104,7 @@ static inline daemon_proc start_with(const char *conf, const char *const *extra,
     }
     close(p[1]);
     running = pid;
-    daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r")};
+    daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r"), .err_path = err_path};
     char line[256];
     cr_assert_not_null(fgets(line, sizeof line, d.out), "magpied printed no listening line");
     char echo[64];
@@ -113,7 +127,7 @@ static inline int stop(daemon_proc *d)
     cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
     running = -1;
     fclose(d->out);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code(d, status);
 }
 
 /* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
@@ -160,12 +174,13 @@ static inline int wait_exit(daemon_proc *d, int timeout_ms)
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
             running = -1;
             fclose(d->out);
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            return exit_code(d, status);
         }
         usleep(10000);
     }
     return -1; /* still running */
 }
+
 /* The status code of one GET on a fresh connection; 0 when no response came. */
 static inline int http_status(int port, const char *path)
 {
