@@ -382,3 +382,28 @@ Test(magpied, systemd_notify_ready_watchdog_stopping_and_nofile, .timeout = 60)
     close(fd);
     unlink(path);
 }
+
+Test(magpied, metrics_pass_promtool_and_carry_build_uptime_reloads_and_workers, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    char cmd[256];
+    /* Some traffic first, so every family has samples. */
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o /dev/null http://127.0.0.1:%d/ http://127.0.0.1:%d/nope; "
+             "curl -s http://127.0.0.1:%d/metrics",
+             d.http, d.http, d.http);
+    static char text[1 << 16];
+    snprintf(text, sizeof text, "%s", run(cmd));
+    cr_assert(strstr(text, "magpied_build_info{version=\"") != NULL, "%s", text);
+    cr_assert(strstr(text, "\nmagpied_uptime_seconds ") != NULL);
+    cr_assert(strstr(text, "\nmagpied_reloads_total{result=\"success\"} 0\n") != NULL);
+    cr_assert(strstr(text, "\nmagpie_worker_polled_total{worker=\"1\"} ") != NULL);
+    cr_assert(strstr(text, "\nmagpied_http_responses_total{code=\"4xx\"} 1\n") != NULL, "%s", text);
+    /* promtool (Debian's prometheus package) lints the exposition format and naming. */
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/metrics | promtool check metrics 2>&1; echo rc=$?",
+             d.http);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "rc=0\n") != NULL && strlen(out) == 5, "promtool: %s", out);
+    cr_assert_eq(stop(&d), 0);
+}
