@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Would the unit's seccomp filter let magpied run? Run MAGPIED under strace -f through a short
-# life (start, HTTP requests incl. /metrics, an echo exchange, SIGHUP, SIGUSR1, SIGTERM), then
+# life (start, notify and watchdog, HTTP requests incl. /metrics, an echo exchange, SIGHUP,
+# SIGUSR1, SIGTERM), then
 # check every system call it made against the unit's SystemCallFilter= lines, with the groups
 # expanded by `systemd-analyze syscall-filter`, and every socket family against
 # RestrictAddressFamilies=. Prints what the filter would refuse; exit 0 when nothing.
@@ -33,8 +34,13 @@ expand "${allow[@]}" | sort -u >"$tmp/allow"
 expand "${deny[@]}" | sort -u >"$tmp/deny"
 families=$(sed -n 's/^RestrictAddressFamilies=//p' "$unit")
 
+# LeakSanitizer cannot run under ptrace (an ASan build); leaks are the daemon suites' business.
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 # magpied's pid is the shell's: it execs.
-strace -f -qq -o "$tmp/trace" sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$tmp/pid" \
+# A NOTIFY_SOCKET nobody listens on still makes magpied go through its notify calls, and
+# WATCHDOG_USEC its watchdog task's.
+NOTIFY_SOCKET=$tmp/notify WATCHDOG_USEC=200000 \
+    strace -f -qq -o "$tmp/trace" sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$tmp/pid" \
     "$magpied" -c config/magpied.conf --set http.listen=127.0.0.1:0 \
     --set echo.listen=127.0.0.1:0 >"$tmp/out" 2>"$tmp/err" &
 tracer=$!

@@ -66,8 +66,8 @@ static char scratch[64];
 static void render_units(void)
 {
     char magpied[PATH_MAX], cmd[8192], out[OUT_MAX];
-    cr_assert_not_null(realpath(TEST_BUILD_DIR "/magpied", magpied), "no " TEST_BUILD_DIR
-                                                                     "/magpied: build it first");
+    cr_assert_not_null(realpath(TEST_BUILD_DIR "/magpied", magpied),
+                       "no " TEST_BUILD_DIR "/magpied: build it first");
     strcpy(scratch, "/tmp/magpie-units.XXXXXX");
     cr_assert_not_null(mkdtemp(scratch));
     snprintf(cmd, sizeof cmd,
@@ -105,8 +105,7 @@ Test(units, verify_prints_nothing, .timeout = 60)
 static double exposure(const char *unit)
 {
     char cmd[1024], out[OUT_MAX];
-    snprintf(cmd, sizeof cmd, "cd %s && systemd-analyze security --offline=yes %s", scratch,
-             unit);
+    snprintf(cmd, sizeof cmd, "cd %s && systemd-analyze security --offline=yes %s", scratch, unit);
     int rc = run(cmd, out);
     cr_assert_eq(rc, 0, "systemd-analyze security %s exited %d:\n%s", unit, rc, out);
     const char *line = strstr(out, "Overall exposure level for ");
@@ -142,9 +141,15 @@ static void check_syscalls(const char *unit)
     cr_expect_eq(rc, 0, "%s would stop magpied:\n%s", unit, out);
 }
 
-Test(units, service_filter_allows_magpied, .timeout = 60) { check_syscalls("magpied.service"); }
+Test(units, service_filter_allows_magpied, .timeout = 60)
+{
+    check_syscalls("magpied.service");
+}
 
-Test(units, template_filter_allows_magpied, .timeout = 60) { check_syscalls("magpied@.service"); }
+Test(units, template_filter_allows_magpied, .timeout = 60)
+{
+    check_syscalls("magpied@.service");
+}
 
 /* What the daemon looks for in LISTEN_FDNAMES, and where each socket's fds go. */
 Test(units, sockets_pass_named_fds_to_magpied, .timeout = 60)
@@ -186,16 +191,22 @@ static void lint(const char *page)
     cr_expect_eq(rc, 0, "%s exited %d:\n%s", cmd, rc, out);
     cr_expect_str_empty(out, "%s:\n%s", cmd, out);
     /* man itself (through its preprocessors), at a narrow width where long lines would warn. */
-    snprintf(cmd, sizeof cmd,
-             "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l %s >/dev/null", page);
+    snprintf(cmd, sizeof cmd, "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l %s >/dev/null",
+             page);
     rc = run(cmd, out);
     cr_expect_eq(rc, 0, "%s exited %d:\n%s", cmd, rc, out);
     cr_expect_str_empty(out, "%s:\n%s", cmd, out);
 }
 
-Test(man, magpied_8_renders_cleanly, .timeout = 60) { lint("daemon/magpied.8"); }
+Test(man, magpied_8_renders_cleanly, .timeout = 60)
+{
+    lint("daemon/magpied.8");
+}
 
-Test(man, magpied_conf_5_renders_cleanly, .timeout = 60) { lint("config/magpied.conf.5"); }
+Test(man, magpied_conf_5_renders_cleanly, .timeout = 60)
+{
+    lint("config/magpied.conf.5");
+}
 
 /* magpied.conf(5) documents every key of config/magpied.conf, under its section, with the
  * same default and the same range as the file's comment. */
@@ -206,7 +217,8 @@ Test(man, conf_5_matches_the_shipped_config, .timeout = 60)
     cr_assert_eq(regcomp(&range, "[0-9]+\\.\\.[0-9]+", REG_EXTENDED), 0);
     char section[64] = "", comment[4096] = "";
     int keys = 0;
-    for (char *save, *line = strtok_r(conf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save, *line = strtok_r(conf, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
         if (line[0] == ';' || line[0] == '#') {
             if (strlen(comment) + strlen(line) + 2 < sizeof comment)
                 strcat(strcat(comment, line), "\n");
@@ -235,8 +247,7 @@ Test(man, conf_5_matches_the_shipped_config, .timeout = 60)
         regmatch_t m;
         if (at && regexec(&range, comment, 1, &m, 0) == 0) {
             char want[80];
-            snprintf(want, sizeof want, "range %.*s)", (int)(m.rm_eo - m.rm_so),
-                     comment + m.rm_so);
+            snprintf(want, sizeof want, "range %.*s)", (int)(m.rm_eo - m.rm_so), comment + m.rm_so);
             const char *eol = strchr(at + 1, '\n');
             cr_expect(eol && memmem(at, (size_t)(eol - at), want, strlen(want)),
                       "magpied.conf.5: [%s] %s should say \"%s\"", section, key, want);
