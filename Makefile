@@ -6,16 +6,28 @@
 #   make test SANITIZE=address,undefined  ... under ASan + UBSan        (build/asan/)
 #   make run                        build and start the daemon on config/magpied.conf
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
-#   make install PREFIX=/usr/local DESTDIR=...
+#   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
 #   make lint                       clang-format check and cppcheck
 #
 # Missing Debian packages are installed with apt-get when run as root; otherwise the
-# exact command is printed.
+# exact command is printed. `make test` also needs the tools its suites run (TEST_DEB_PKGS).
 
 SANITIZE ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
+# Where `make install` puts things. /etc/magpied/magpied.conf is fixed: magpied's default -c
+# and the systemd units name it.
+SBINDIR  ?= $(PREFIX)/sbin
+LIBDIR   := $(PREFIX)/lib
+INCLUDEDIR := $(PREFIX)/include
+MANDIR   ?= $(PREFIX)/share/man
+DOCDIR   ?= $(PREFIX)/share/doc/magpied
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+
+# libmagpie's version (also in runtime/magpie.pc.in) and the shared library's ABI version.
+VERSION   := 0.1.0
+SOVERSION := 0
 
 ifeq ($(SANITIZE),)
   VARIANT   := release
@@ -48,6 +60,12 @@ RT_OBJS  := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_Q4_OBJS := $(RT_SRCS:%.c=$(B)/obj-q4/%.o)
 LIB      := $(B)/libmagpie.a
 LIB_Q4   := $(B)/libmagpie-q4.a
+# The shared library: the same sources compiled as position-independent code, exporting the
+# public mp_* API only (the mp__* internals stay local).
+RT_PIC_OBJS := $(RT_SRCS:%.c=$(B)/obj-pic/%.o)
+SHLIB_NAME  := libmagpie.so.$(VERSION)
+SHLIB_SONAME := libmagpie.so.$(SOVERSION)
+SHLIB    := $(B)/$(SHLIB_NAME)
 
 RT_TESTS := $(sort $(wildcard tests/runtime/test_*.c tests/runtime/*/test_*.c))
 RT_TEST_BINS := $(patsubst tests/runtime/%.c,$(B)/tests/runtime/%,$(RT_TESTS))
@@ -70,10 +88,20 @@ D_LIBS   := -luv -linih
 MAGPIED  := $(B)/magpied
 D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c))
 D_TEST_BINS := $(patsubst tests/daemon/%.c,$(B)/tests/daemon/%,$(D_TESTS))
+# Packaging checks (units, man pages, make install, the HAProxy example): they run tools.
+SD_TESTS := $(sort $(wildcard tests/systemd/test_*.c))
+SD_TEST_BINS := $(patsubst tests/systemd/%.c,$(B)/tests/systemd/%,$(SD_TESTS))
+
+# The shipped systemd units name /usr/sbin/magpied; `make install` renders them with
+# $(SBINDIR), and tests/systemd/ with the binary just built.
+UNITS := magpied.service magpied@.service magpied.socket magpied-echo.socket
 
 DEB_PKGS := build-essential pkg-config libuv1-dev node-llhttp libcriterion-dev libinih-dev wrk curl
+# What the test suites run besides: systemd-analyze and systemd-socket-activate, promtool,
+# man and groff, haproxy -c, strace.
+TEST_DEB_PKGS := systemd prometheus man-db groff-base haproxy strace
 
-.PHONY: all test run bench clean install lint deps
+.PHONY: all test run bench clean install lint deps test-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -82,10 +110,11 @@ ifneq ($(wildcard daemon/main.c),)
     PROGRAMS += build/magpied
   endif
 endif
-all: $(LIB) $(DEMO) $(PROGRAMS)
+all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS)
 
-deps:
-	@missing=""; for p in $(DEB_PKGS); do \
+# $(call apt_ensure,PACKAGES): install the missing ones as root, else print the command.
+define apt_ensure
+@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -96,10 +125,21 @@ deps:
 	    echo "missing Debian packages; run:  sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
+endef
+
+deps:
+	$(call apt_ensure,$(DEB_PKGS))
+
+test-deps: deps
+	$(call apt_ensure,$(TEST_DEB_PKGS))
 
 $(B)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -c $< -o $@
+
+$(B)/obj-pic/%.o: %.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -fPIC $(RT_INC) -c $< -o $@
 
 $(B)/obj-q4/%.o: %.c | deps
 	@mkdir -p $(@D)
@@ -131,6 +171,16 @@ $(LIB): $(RT_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# -z defs: every undefined symbol must come from a listed library (not with sanitizers,
+# whose runtimes the executable brings).
+$(SHLIB): $(RT_PIC_OBJS)
+	@mkdir -p $(@D)
+	printf '{\n  global: mp_[a-z]*;\n  local: *;\n};\n' > $(B)/libmagpie.map
+	$(CC) -shared -Wl,-soname,$(SHLIB_SONAME) -Wl,--version-script=$(B)/libmagpie.map \
+	  $(if $(SANITIZE),,-Wl,-z,defs) $^ -o $@ $(LDFLAGS_ALL) -luv
+	ln -sf $(SHLIB_NAME) $(B)/$(SHLIB_SONAME)
+	ln -sf $(SHLIB_SONAME) $(B)/libmagpie.so
+
 $(LIB_Q4): $(RT_Q4_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
@@ -143,11 +193,17 @@ $(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
+# Run from the repository root; they know their build and how it was sanitized.
+$(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
+	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
+
 $(DEMO): runtime/examples/demo.c $(LIB)
 	$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
-test: $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(PROGRAMS)
-	@tests/run-suites.sh $(VARIANT) $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS)
+test: $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(PROGRAMS) $(SHLIB) | test-deps
+	@tests/run-suites.sh $(VARIANT) $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
 
 run: all
 	$(if $(PROGRAMS),$(MAGPIED) -c config/magpied.conf,$(DEMO))
@@ -155,13 +211,35 @@ run: all
 bench:
 	loadtest/runtime/compare.sh
 
-install: $(LIB) $(PROGRAMS)
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	$(if $(PROGRAMS),install -D -m 755 $(B)/magpied $(DESTDIR)$(PREFIX)/sbin/magpied)
-	$(if $(PROGRAMS),install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf)
-	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libmagpie.a
-	install -m 644 runtime/include/magpie.h $(DESTDIR)$(PREFIX)/include/magpie.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/magpie.pc
+# A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
+# (no DESTDIR) keeps an existing /etc/magpied/magpied.conf, refreshes the linker cache, and
+# leaves `systemctl daemon-reload` to the administrator.
+install: $(LIB) $(SHLIB) $(PROGRAMS)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libmagpie.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_NAME)
+	ln -sf $(SHLIB_NAME) $(DESTDIR)$(LIBDIR)/$(SHLIB_SONAME)
+	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
+	install -m 644 runtime/include/magpie.h $(DESTDIR)$(INCLUDEDIR)/magpie.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
+ifneq ($(PROGRAMS),)
+	install -D -m 755 $(MAGPIED) $(DESTDIR)$(SBINDIR)/magpied
+	@if [ -z "$(DESTDIR)" ] && [ -e /etc/magpied/magpied.conf ]; then \
+	  echo "keeping /etc/magpied/magpied.conf (the shipped default is config/magpied.conf)"; \
+	else \
+	  echo "install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf"; \
+	  install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf; \
+	fi
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR)
+	for u in $(UNITS); do \
+	  sed -e 's|/usr/sbin/magpied|$(SBINDIR)/magpied|g' systemd/$$u > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u && \
+	  chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u || exit 1; \
+	done
+	install -D -m 644 daemon/magpied.8 $(DESTDIR)$(MANDIR)/man8/magpied.8
+	install -D -m 644 config/magpied.conf.5 $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
+	install -D -m 644 config/haproxy.cfg.example $(DESTDIR)$(DOCDIR)/haproxy.cfg.example
+endif
+	$(if $(DESTDIR),,-ldconfig)
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
 lint:
