@@ -221,6 +221,25 @@ static int parse_listen(const char *s, md_listen *out)
     return 0;
 }
 
+/* A log file's path (MD_CONFIG_PATH_MAX bytes at dst): absolute, or relative to the working
+ * directory with a leading '.', so that a typo of a keyword is not taken for a file name. */
+static int set_log_path(char *dst, const struct key *k, const char *value, struct origin o,
+                        const char *keywords, md_error *err)
+{
+    if (value[0] != '/' && value[0] != '.') {
+        set_error(err, o, "[%s] %s: expected %s, or a path starting with / or ., got \"%s\"",
+                  k->section, k->name, keywords, value);
+        return -EINVAL;
+    }
+    if (strlen(value) >= MD_CONFIG_PATH_MAX) {
+        set_error(err, o, "[%s] %s: path longer than %d bytes", k->section, k->name,
+                  MD_CONFIG_PATH_MAX - 1);
+        return -EINVAL;
+    }
+    snprintf(dst, MD_CONFIG_PATH_MAX, "%s", value);
+    return 0;
+}
+
 static int apply_key(md_config *c, const struct key *k, const char *value, struct origin o,
                      md_error *err)
 {
@@ -293,39 +312,21 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
     case KEY_ERROR_LOG:
         if (strcmp(value, "stderr") == 0) {
             c->error_log_path[0] = '\0';
-        } else if (value[0] == '/' || value[0] == '.') {
-            if (strlen(value) >= sizeof(c->error_log_path)) {
-                set_error(err, o, "[%s] %s: path longer than %zu bytes", k->section, k->name,
-                          sizeof(c->error_log_path) - 1);
-                return -EINVAL;
-            }
-            snprintf(c->error_log_path, sizeof(c->error_log_path), "%s", value);
-        } else {
-            set_error(err, o,
-                      "[%s] %s: expected stderr, or a path starting with / or ., got \"%s\"",
-                      k->section, k->name, value);
-            return -EINVAL;
+            return 0;
         }
-        return 0;
+        return set_log_path(c->error_log_path, k, value, o, "stderr", err);
     case KEY_ACCESS_LOG:
         if (strcmp(value, "off") == 0) {
             c->access_log = MD_ACCESS_LOG_OFF;
-        } else if (strcmp(value, "stderr") == 0) {
-            c->access_log = MD_ACCESS_LOG_STDERR;
-        } else if (value[0] == '/' || value[0] == '.') {
-            if (strlen(value) >= sizeof(c->access_log_path)) {
-                set_error(err, o, "[%s] %s: path longer than %zu bytes", k->section, k->name,
-                          sizeof(c->access_log_path) - 1);
-                return -EINVAL;
-            }
-            c->access_log = MD_ACCESS_LOG_FILE;
-            snprintf(c->access_log_path, sizeof(c->access_log_path), "%s", value);
-        } else {
-            set_error(err, o,
-                      "[%s] %s: expected off, stderr, or a path starting with / or ., got \"%s\"",
-                      k->section, k->name, value);
-            return -EINVAL;
+            return 0;
         }
+        if (strcmp(value, "stderr") == 0) {
+            c->access_log = MD_ACCESS_LOG_STDERR;
+            return 0;
+        }
+        if (set_log_path(c->access_log_path, k, value, o, "off, stderr", err) != 0)
+            return -EINVAL;
+        c->access_log = MD_ACCESS_LOG_FILE;
         return 0;
     }
     abort(); /* every key_type is handled above */

@@ -203,6 +203,33 @@ Test(config, bad_enums, .timeout = 5)
     expect_error("[log]\naccess_log = syslog\n",
                  "test.conf:2: [log] access_log: expected off, stderr, or a path starting with / "
                  "or ., got \"syslog\"");
+    expect_error("[log]\nerror_log = journal\n",
+                 "test.conf:2: [log] error_log: expected stderr, or a path starting with / or ., "
+                 "got \"journal\"");
+    expect_error("[log]\naccess_format = common\n",
+                 "test.conf:2: [log] access_format: expected combined or json, got \"common\"");
+    expect_error("[http]\nlisten = 127.0.0.1:1\nreuseport = 1\n",
+                 "test.conf:3: [http] reuseport: expected on or off, got \"1\"");
+}
+
+Test(config, log_files_format_and_reuseport, .timeout = 5)
+{
+    md_config c;
+    md_error err;
+    cr_assert_eq(parse(&c,
+                       "[http]\nlisten = 127.0.0.1:1\nreuseport = on\n[echo]\nreuseport = yes\n"
+                       "[log]\nerror_log = /var/log/magpied/error.log\naccess_format = json\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert(c.http_reuseport);
+    cr_assert(c.echo_reuseport);
+    cr_assert_str_eq(c.error_log_path, "/var/log/magpied/error.log");
+    cr_assert_eq(c.access_format, MD_ACCESS_FORMAT_JSON);
+    cr_assert_str_eq(md_access_format_name(MD_ACCESS_FORMAT_JSON), "json");
+    cr_assert_eq(md_config_set(&c, "log.error_log=stderr", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.error_log_path, "");
+    cr_assert_eq(md_config_set(&c, "http.reuseport=off", &err), 0, "%s", err.msg);
+    cr_assert_not(c.http_reuseport);
 }
 
 Test(config, unknown_section_and_key, .timeout = 5)
