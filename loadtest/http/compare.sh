@@ -426,6 +426,24 @@ col() {
         median
 }
 
+# Median (min-max) over rounds of magpied's req/s divided by the peer's in the same round.
+# The machine's speed drifts by more than the servers differ (a server's own CPU µs/req moves
+# by 20% between rounds), and each round runs the two within a minute of each other, so the
+# per-round ratio cancels most of the drift that the ratio of medians keeps.
+paired_ratio() { # CSV PEER SCENARIO
+    awk -F, -v p="$2" -v c="$3" '
+        NR > 1 && $3 == c && $2 == "magpied" { m[$1] = $8 }
+        NR > 1 && $3 == c && $2 == p { q[$1] = $8 }
+        END {
+            n = 0
+            for (r in m) if ((r in q) && q[r] > 0) x[++n] = m[r] / q[r]
+            if (n == 0) { print "n/a"; exit }
+            for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
+            med = n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+            printf "%.2f (%.2f–%.2f)", med, x[1], x[n]
+        }' "$1"
+}
+
 report() { # CSV SERVER...
     local csv=$1 sc s rps p50 p99 cpu mr mc errs
     shift
@@ -441,8 +459,8 @@ report() { # CSV SERVER...
         fi
         echo
         if ((have_m)); then
-            echo "| server | req/s | p50 | p99 | CPU µs/req | magpied/peer req/s | magpied/peer CPU |"
-            echo "|---|---:|---:|---:|---:|---:|---:|"
+            echo "| server | req/s | p50 | p99 | CPU µs/req | magpied/peer req/s | magpied/peer CPU | paired req/s ratio |"
+            echo "|---|---:|---:|---:|---:|---:|---:|---:|"
             mr=$(col "$csv" magpied "$sc" req_per_s)
             mc=$(col "$csv" magpied "$sc" cpu_us_per_req)
         else
@@ -452,7 +470,7 @@ report() { # CSV SERVER...
         for s in "$@"; do
             rps=$(col "$csv" "$s" "$sc" req_per_s)
             if [[ -z $rps ]]; then
-                echo "| $s | (no data) | | | |$( ((have_m)) && echo ' | |')"
+                echo "| $s | (no data) | | | |$( ((have_m)) && echo ' | | |')"
                 continue
             fi
             p50=$(col "$csv" "$s" "$sc" p50_us)
@@ -462,10 +480,11 @@ report() { # CSV SERVER...
                 "$(fmt_us "$p99")" "$cpu"
             if ((have_m)); then
                 if [[ $s == magpied || -z $mr ]]; then
-                    printf ' — | — |'
+                    printf ' — | — | — |'
                 else
                     awk -v a="$mr" -v b="$rps" -v c="$mc" -v d="$cpu" \
                         'BEGIN { printf " %.2f | %.2f |", a / b, (d > 0 ? c / d : 0) }'
+                    printf ' %s |' "$(paired_ratio "$csv" "$s" "$sc")"
                 fi
             fi
             echo
