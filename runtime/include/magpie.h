@@ -99,7 +99,13 @@ int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n);
 /* Wait for a joinable task and give up the join handle. Returns 0 when it completed, or
  * -ECANCELED. On a worker it runs other tasks meanwhile (help until complete); on any other
  * thread it runs tasks from the global queue when there are some and blocks otherwise. After
- * it returns the task's own fields (its output) may be read. */
+ * it returns the task's own fields (its output) may be read.
+ *
+ * Stack: on a worker the tasks it helps with run on the joiner's stack, and a join inside one
+ * of them nests again. The helper takes the oldest task of its queue, which may be a large
+ * unrelated subtree, so nesting is bounded by the number of incomplete tasks, not by the
+ * depth of the join tree. Recursive fork-join on workers wants mp_config.stack_size set for
+ * it; mp_pool_join (whose deques pop newest first) nests only as deep as the join tree. */
 int mp_join(mp_task *task);
 /* Await a joinable task from another task. MP_READY: it completed, *result is 0 or
  * -ECANCELED, and the join handle is given up. MP_PENDING: the current task will be woken. */

@@ -455,7 +455,17 @@ static const mp_task_vtable fib_vt = {.poll = fib_poll};
 
 Test(task, nested_join_on_workers, .timeout = 60)
 {
-    mp_runtime *rt = rt_new(2);
+    /* Each join that helps runs tasks on the joiner's stack, and a helper that runs the oldest
+     * task of its ring nests a whole other subtree: the depth is bounded only by the number of
+     * tasks not complete (each level is a distinct running task), here 21,891. At the default
+     * 8 MiB, ASan's larger frames overflowed in about one run in eight; 256 MiB (reserved, not
+     * committed) holds the worst case with room to spare. See mp_join in magpie.h. */
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.stack_size = (size_t)256 << 20;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
     fib_task f;
     mp_task_init(&f.task, &fib_vt);
     f.n = 20;
