@@ -49,9 +49,11 @@ typedef struct md_http_limits {
 /* The shipped defaults (config/magpied.conf documents them). */
 void md_http_limits_default(md_http_limits *l);
 
-/* One response, as the access log wants it (the core fills what it knows: all but the peer,
- * which the I/O layer adds). Pointers are valid during the access_log call only. */
+/* One response, as the access log wants it (md_access_entry in log.h). The core fills all but
+ * peer and time, which the I/O layer adds. Pointers are valid during the access_log call only. */
 typedef struct md_http_exchange {
+    const char *peer;   /* client address without port; NULL from the core */
+    time_t time;        /* wall-clock second of the response; 0 from the core */
     const char *method; /* NULL: the request did not get that far */
     size_t method_len;
     const char *target; /* as sent, path and query; cut at MD_HTTP_TARGET_MAX */
@@ -59,7 +61,7 @@ typedef struct md_http_exchange {
     bool target_cut;
     uint8_t http_major, http_minor;
     uint16_t status;
-    uint64_t body_bytes;
+    uint64_t body_bytes;              /* response body bytes ("$body_bytes_sent") */
     const char *referer, *user_agent; /* cut at MD_HTTP_FIELD_KEEP */
     size_t referer_len, user_agent_len;
     uint64_t duration_ns; /* from the request's first byte */

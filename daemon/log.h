@@ -29,24 +29,10 @@ enum {
     MD_LOG_FLUSH_MS = 100,          /* the writer batches lines this long before writing */
 };
 
-/* One HTTP response, for the access log. Strings need not be NUL-terminated. */
-typedef struct md_access_entry {
-    const char *peer; /* client address without port, "127.0.0.1" or "::1"; NULL: "-" */
-    const char *method;
-    size_t method_len; /* "GET"; NULL: the request was not parsed that far */
-    const char *target;
-    size_t target_len; /* request target as sent (path and query) */
-    bool target_cut;   /* target was longer than what was kept: logged followed by "..." */
-    uint8_t http_major, http_minor;
-    uint16_t status;
-    uint64_t body_bytes; /* response body bytes ("$body_bytes_sent") */
-    const char *referer;
-    size_t referer_len; /* NULL or empty: "-" ("" in JSON) */
-    const char *user_agent;
-    size_t user_agent_len; /* NULL or empty: "-" ("" in JSON) */
-    uint64_t duration_ns;  /* first byte of the request to its response */
-    time_t time;           /* wall-clock second of the response */
-} md_access_entry;
+/* One HTTP response, for the access log: what the HTTP core reports (http.h) with the peer and
+ * the time filled in by the I/O layer. Strings need not be NUL-terminated; a NULL or empty
+ * peer, method, referer or user agent is logged as "-" ("" in JSON). */
+typedef md_http_exchange md_access_entry;
 
 /* At start: level, error log ([log] error_log: empty = stderr), access log ([log] access_log,
  * [log] access_format); starts the access-log writer thread only when the access log is on.

@@ -268,24 +268,9 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
     if (!md_log_access_on())
         return;
     const md_conn *c = mp_container_of(hc, md_conn, http);
-    md_access_entry e = {
-        .peer = c->peer[0] ? c->peer : NULL,
-        .method = x->method,
-        .method_len = x->method_len,
-        .target = x->target,
-        .target_len = x->target_len,
-        .target_cut = x->target_cut,
-        .http_major = x->http_major,
-        .http_minor = x->http_minor,
-        .status = x->status,
-        .body_bytes = x->body_bytes,
-        .referer = x->referer,
-        .referer_len = x->referer_len,
-        .user_agent = x->user_agent,
-        .user_agent_len = x->user_agent_len,
-        .duration_ns = x->duration_ns,
-        .time = time(NULL),
-    };
+    md_access_entry e = *x;
+    e.peer = c->peer[0] ? c->peer : NULL;
+    e.time = time(NULL);
     md_log_access(&e);
 }
 
