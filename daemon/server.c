@@ -145,8 +145,8 @@ static mp_poll echo_poll(md_conn *c, mp_context *cx)
             return MP_PENDING;
         if (len == 0)
             return conn_finish(c);
-        /* The bytes are written from the stream's own buffer; reading stops while it is full,
-         * so a peer that does not read its echo is held back by TCP (backpressure). */
+        /* The bytes are written from the stream's own buffer, and nothing more is read until
+         * they are consumed: a peer that does not read its echo is held back by TCP. */
         if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
             return MP_PENDING;
         if (err != 0)

@@ -303,36 +303,31 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
 
-/* A TCP stream served to one task. The loop reads into the stream's buffer and wakes the
- * task; the task takes bytes with mp_tcp_read_poll/mp_tcp_consume and writes directly with
- * send() on the socket, falling back to the loop only when the kernel would block. Reading
- * stops while the buffer is full (backpressure) and resumes as the task consumes. */
+/* A TCP stream served to one task. The task reads and writes the socket itself (read() into
+ * the stream's buffer, send() from the caller's bytes), on whichever worker runs it; the loop
+ * only reports edge-triggered readiness and wakes the task when a read or write would block.
+ * The buffer is refilled only once the task has consumed all of it (backpressure: while the
+ * task is behind, the peer is held back by TCP). */
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
-    uv_tcp_t handle; /* loop side */
+    uv_tcp_t handle;          /* owns the socket; libuv only closes it */
     mp_runtime *rt;
-    _Atomic uint32_t lock; /* guards the fields up to `writer` between loop and task */
-    char *buf;
+    _Atomic uint64_t io;      /* readiness bits and event tick (tcp.c) */
+    _Atomic bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
+    _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
+    mp_waker reader, writer;
+    int fd;                   /* immutable after accept */
+    char *buf;                /* the task's: buf[head..tail) is unconsumed input */
     size_t cap, head, tail;
-    bool reading;     /* a read into buf[tail..] is in flight on the loop */
-    bool stopped;     /* reading stopped: buffer full */
-    bool resuming;    /* a resume command is queued */
-    bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
-    int err;          /* 0, UV_EOF, or a negative errno from the loop side */
-    mp_waker reader;
-    int write_err;
-    int write_state; /* 0 idle, 1 a loop-side write in flight, 2 it finished */
-    mp_waker writer;
-    int fd; /* immutable after accept */
-    uv_write_t wreq;
-    uv_buf_t wbuf;
-    mp_loop_cmd cmd_write, cmd_resume, cmd_close;
+    int err;                  /* the task's: 0, UV_EOF, or a negative errno, sticky */
+    size_t write_done;        /* the task's: progress of a write that returned MP_PENDING */
+    mp_loop_cmd cmd_close;
     void (*on_closed)(mp_tcp *c);
     mp_tcp *prev, *next; /* the reactor's list of open streams (loop side) */
 };
 
 /* On the loop's thread (a connection callback): accept a connection from server into c,
- * with a read buffer of bufsize bytes, and start reading. */
+ * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = UV_EOF or a negative errno, or MP_PENDING until data arrives. */

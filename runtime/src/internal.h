@@ -348,6 +348,8 @@ typedef struct mp__reactor {
     uv_loop_t loop;   /* guarded by the driver role */
     uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
     mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
+    int epfd;         /* edge-triggered epoll set of the streams (tcp.c); immutable */
+    uv_poll_t epoll;  /* guarded by the driver role: watches epfd from the loop */
     /* atomic: 0 free, 1 held */
     alignas(MP__CACHE_LINE) _Atomic uint32_t role;
     /* atomic: commands for the loop, a Treiber stack (newest first) */
@@ -378,6 +380,8 @@ void mp__reactor_timers(mp__reactor *r);
 void mp__tcp_link(mp__reactor *r, mp_tcp *c);
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
 void mp__tcp_close_all(mp__reactor *r);
+/* tcp.c, on the loop's thread: epoll reported events (EPOLL* bits) for the stream c. */
+void mp__tcp_ready(mp_tcp *c, uint32_t events);
 
 /* worker.c */
 typedef struct mp__worker_counters {

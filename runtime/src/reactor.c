@@ -31,6 +31,9 @@
  */
 #include "internal.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
 static void run_commands(mp__reactor *r)
 {
     /* Acquire: pairs with the release CAS in push_command(); the commands' arguments are
@@ -53,6 +56,27 @@ static void run_commands(mp__reactor *r)
 static void async_cb(uv_async_t *a)
 {
     run_commands(a->data);
+}
+
+/* The streams' edge-triggered epoll set (tcp.c) is readable while it holds events; libuv
+ * watches it like any other fd. Each event is handled before the next epoll_wait, all on this
+ * thread, which is what lets close_cmd() in tcp.c free a stream once it left the set. A
+ * bounded number of rounds: what is left keeps epfd readable for the loop's next turn. */
+static void epoll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    mp__reactor *r = h->data;
+    struct epoll_event ev[128];
+    for (int round = 0; round < 8; round++) {
+        int n = epoll_wait(r->epfd, ev, 128, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (int i = 0; i < n; i++)
+            mp__tcp_ready(ev[i].data.ptr, ev[i].events);
+        if (n < 128)
+            break;
+    }
 }
 
 /* Timers. The wheel is shared: tasks on any worker arm and cancel under wheel_lock, the loop
@@ -201,14 +225,27 @@ void mp_timer_cancel(mp_timer *t)
         queue_rearm(t->rt);
 }
 
+static void close_walk_cb(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
 int mp__reactor_init(mp__reactor *r)
 {
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->epfd < 0)
+        return -errno;
     int rc = uv_loop_init(&r->loop);
-    if (rc != 0)
+    if (rc != 0) {
+        close(r->epfd);
         return rc;
+    }
     rc = uv_async_init(&r->loop, &r->async, async_cb);
     if (rc != 0) {
         uv_loop_close(&r->loop);
+        close(r->epfd);
         return rc;
     }
     /* Referenced: it keeps the loop alive, so that a driver with nothing else to wait for
@@ -216,13 +253,21 @@ int mp__reactor_init(mp__reactor *r)
     r->async.data = r;
     r->tcps = NULL;
     rc = uv_timer_init(&r->loop, &r->timer);
+    if (rc == 0) {
+        r->timer.data = r;
+        rc = uv_poll_init(&r->loop, &r->epoll, r->epfd);
+        if (rc == 0) {
+            r->epoll.data = r;
+            rc = uv_poll_start(&r->epoll, UV_READABLE, epoll_cb);
+        }
+    }
     if (rc != 0) {
-        uv_close((uv_handle_t *)&r->async, NULL);
+        uv_walk(&r->loop, close_walk_cb, NULL);
         uv_run(&r->loop, UV_RUN_DEFAULT);
         uv_loop_close(&r->loop);
+        close(r->epfd);
         return rc;
     }
-    r->timer.data = r;
     atomic_init(&r->rearm_queued, false);
     atomic_init(&r->wheel_lock, 0);
     mp__wheel_init(&r->wheel, mp_now_ms());
@@ -330,13 +375,6 @@ bool mp_loop_is_current(mp_runtime *rt)
     return mp__tls_driver == &rt->reactor;
 }
 
-static void close_walk_cb(uv_handle_t *h, void *arg)
-{
-    (void)arg;
-    if (!uv_is_closing(h))
-        uv_close(h, NULL);
-}
-
 /* Shutdown, after every worker has stopped: run what is queued, close the runtime's TCP
  * streams (their owners' close callbacks run) and then any handle left, and close the
  * loop. */
@@ -363,5 +401,6 @@ void mp__reactor_close(mp__reactor *r)
     int rc = uv_loop_close(&r->loop);
     if (rc != 0)
         MP__UNREACHABLE("uv_loop_close: %s", uv_strerror(rc));
+    close(r->epfd);
     mp__reactor_release(r);
 }

@@ -1,21 +1,43 @@
 /* tcp.c: a TCP stream served to one task (mp_tcp in magpie.h).
  *
- * Reading runs on the loop: libuv reads into the stream's buffer at buf[tail..cap) and the
- * read callback publishes the new tail and wakes the task. The task reads buf[head..tail)
- * and consumes it. The spinlock guards the indices and flags between the two sides; the
- * bytes themselves are published by it too (written before the loop's unlock, read after
- * the task's lock). The buffer is only compacted by the task while no read is in flight, so
- * a region libuv was handed never moves. When the buffer is full, reading stops (the peer
- * sees TCP backpressure) and the task's consume resumes it through the loop.
+ * The task does its own I/O: it read()s into the stream's buffer and send()s on the socket,
+ * like nginx and Tokio, so a request costs one read and one send on whichever worker runs
+ * the task, and the loop's thread only learns about readiness. libuv cannot be asked for
+ * that (its reads and uv_poll are level-triggered, so each epoll_wait would poll again every
+ * socket it reported the time before): each runtime has an edge-triggered epoll set of its
+ * own (reactor.c), itself watched by the loop through one uv_poll. An event there sets
+ * readiness bits in the stream's `io` word and wakes the waiting task; the task clears a bit
+ * when the kernel says it would block (EAGAIN, or a short read or send: the socket buffer
+ * was drained or filled) and waits for the next edge.
  *
- * Writing is direct: the task calls send() on the socket, which the kernel serializes with
- * nothing else (libuv never writes this socket unless we ask it to). Only when the kernel
- * buffer is full does the rest go through uv_write on the loop, and the task waits for its
- * callback. MSG_NOSIGNAL: a peer reset is an error to the task, never a SIGPIPE.
+ * The lost wake-up this must prevent:
+ *
+ *   task                                       loop thread
+ *   read() -> EAGAIN
+ *                                              data arrives: edge, event -> set R_READY
+ *   clear R_READY                              (the task is not waiting: nobody is woken)
+ *   wait for the next edge                     -> no edge comes: the data sits unread
+ *
+ * Fixed with a tick: every event adds TICK to `io` along with its bits, and the task clears
+ * a bit with a CAS from the value it loaded before its read, which fails if an event came in
+ * between; then it reads again. Waiting is the other half: the task stores its waker and
+ * re-checks the bit under the stream's lock, and the loop takes the waker under the same lock
+ * after setting the bit, so either the task sees the bit or the loop sees the waker.
+ *
+ * Peer close and errors (EPOLLRDHUP, EPOLLHUP, EPOLLERR) set R_CLOSED, which is never
+ * cleared: a short read can be followed by an EOF that raises no further edge.
  */
 #include "internal.h"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
+
+enum {
+    R_READY = 1u << 0,
+    W_READY = 1u << 1,
+    R_CLOSED = 1u << 2, /* sticky: reads never block again */
+    TICK = 1u << 3,
+};
 
 static void lock(mp_tcp *c)
 {
@@ -27,37 +49,6 @@ static void unlock(mp_tcp *c)
     mp__spin_unlock(&c->lock);
 }
 
-static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out)
-{
-    (void)suggested;
-    mp_tcp *c = h->data;
-    lock(c);
-    c->reading = true;
-    *out = uv_buf_init(c->buf + c->tail, (unsigned)(c->cap - c->tail));
-    unlock(c);
-}
-
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
-{
-    (void)b;
-    mp_tcp *c = s->data;
-    lock(c);
-    c->reading = false;
-    if (nread > 0)
-        c->tail += (size_t)nread;
-    else if (nread < 0 && c->err == 0)
-        c->err = nread == UV_ENOBUFS ? 0 : (int)nread;
-    bool stop = c->err != 0 || c->tail == c->cap || nread == UV_ENOBUFS;
-    if (stop && c->err == 0)
-        c->stopped = true;
-    mp_waker w = c->reader;
-    c->reader = (mp_waker){0};
-    unlock(c);
-    if (stop)
-        uv_read_stop(s);
-    mp_waker_wake(&w);
-}
-
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize)
 {
     memset(c, 0, sizeof *c);
@@ -66,15 +57,25 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     c->buf = malloc(c->cap);
     if (!c->buf)
         return -ENOMEM;
+    /* Optimistic: the first read is tried before any event (a client usually sends its
+     * request with the handshake); the socket has room for a first write. */
+    atomic_init(&c->io, R_READY | W_READY);
+    atomic_init(&c->interrupted, false);
     int rc = uv_tcp_init(&rt->reactor.loop, &c->handle);
     if (rc != 0)
         goto out_free_buf;
     c->handle.data = c;
-    rc = uv_accept(server, (uv_stream_t *)&c->handle);
+    rc = uv_accept(server, (uv_stream_t *)&c->handle); /* non-blocking: accept4(SOCK_NONBLOCK) */
     if (rc == 0)
         rc = uv_fileno((uv_handle_t *)&c->handle, &c->fd);
-    if (rc == 0)
-        rc = uv_read_start((uv_stream_t *)&c->handle, alloc_cb, read_cb);
+    if (rc == 0) {
+        struct epoll_event ev = {
+            .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+            .data.ptr = c,
+        };
+        if (epoll_ctl(rt->reactor.epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+            rc = -errno;
+    }
     if (rc != 0) {
         uv_close((uv_handle_t *)&c->handle, NULL); /* nothing else refers to it yet */
         goto out_free_buf;
@@ -88,163 +89,179 @@ out_free_buf:
     return rc;
 }
 
-mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err)
+/* On the loop's thread, from the runtime's epoll set (reactor.c). */
+void mp__tcp_ready(mp_tcp *c, uint32_t events)
+{
+    uint64_t bits = 0;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        bits |= R_READY;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        bits |= R_CLOSED;
+    if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        bits |= W_READY;
+    /* Release: the new tick and bits are seen by the task's acquire loads in read_poll() and
+     * write_poll() (and its failing clear CAS), so it reads again. */
+    uint64_t old = atomic_load_explicit(&c->io, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&c->io, &old, (old + TICK) | bits,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
+    mp_waker r = {0}, w = {0};
+    lock(c);
+    if (bits & R_READY) {
+        r = c->reader;
+        c->reader = (mp_waker){0};
+    }
+    if (bits & W_READY) {
+        w = c->writer;
+        c->writer = (mp_waker){0};
+    }
+    unlock(c);
+    mp_waker_wake(&r);
+    mp_waker_wake(&w);
+}
+
+/* The task saw EAGAIN (or a short transfer) after loading `seen`: the bit is clear unless an
+ * event came in since. Relaxed: on failure the task reloads with acquire anyway. */
+static void clear_ready(mp_tcp *c, uint64_t seen, uint64_t bit)
+{
+    if (bit == R_READY && (seen & R_CLOSED))
+        return;
+    atomic_compare_exchange_strong_explicit(&c->io, &seen, seen & ~bit, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
+/* Register the task's waker in *slot unless `bit` is set (or, for the reader, an interrupt is
+ * pending): MP_PENDING when registered, MP_READY when the caller should try again. */
+static mp_poll wait_ready(mp_tcp *c, mp_context *cx, uint64_t bit, mp_waker *slot)
 {
     mp_waker old = {0};
-    mp_poll r = MP_READY;
     lock(c);
-    if (c->interrupted) {
-        c->interrupted = false;
-        *data = NULL;
-        *len = 0;
-        *err = -EINTR;
-    } else if (c->tail > c->head) {
-        *data = c->buf + c->head;
-        *len = c->tail - c->head;
-        *err = 0;
-    } else if (c->err != 0) {
-        *data = NULL;
-        *len = 0;
-        *err = c->err;
-    } else {
-        if (!mp_waker_will_wake(&c->reader, mp_context_waker(cx))) {
-            old = c->reader;
-            c->reader = mp_waker_clone(mp_context_waker(cx));
-        }
-        r = MP_PENDING;
+    /* Acquire: pairs with the release CAS in mp__tcp_ready(); the lock orders this re-check
+     * against the loop's taking of the waker (see the top of this file). */
+    if ((atomic_load_explicit(&c->io, memory_order_acquire) & bit) ||
+        (slot == &c->reader && atomic_load_explicit(&c->interrupted, memory_order_relaxed))) {
+        unlock(c);
+        return MP_READY;
+    }
+    if (!mp_waker_will_wake(slot, mp_context_waker(cx))) {
+        old = *slot;
+        *slot = mp_waker_clone(mp_context_waker(cx));
     }
     unlock(c);
     mp_waker_drop(&old);
-    return r;
+    return MP_PENDING;
+}
+
+static mp_poll view(mp_tcp *c, const char **data, size_t *len, int *err)
+{
+    if (c->tail > c->head) {
+        *data = c->buf + c->head;
+        *len = c->tail - c->head;
+        *err = 0;
+    } else {
+        *data = NULL;
+        *len = 0;
+        *err = c->err;
+    }
+    return MP_READY;
+}
+
+mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err)
+{
+    /* Acquire: pairs with the release store in mp_tcp_interrupt(). */
+    if (atomic_load_explicit(&c->interrupted, memory_order_relaxed) &&
+        atomic_exchange_explicit(&c->interrupted, false, memory_order_acquire)) {
+        *data = NULL;
+        *len = 0;
+        *err = -EINTR;
+        return MP_READY;
+    }
+    if (c->tail > c->head || c->err != 0)
+        return view(c, data, len, err);
+    c->head = c->tail = 0;
+    for (;;) {
+        /* Acquire: pairs with the release CAS in mp__tcp_ready(). */
+        uint64_t seen = atomic_load_explicit(&c->io, memory_order_acquire);
+        if (!(seen & R_READY)) {
+            if (wait_ready(c, cx, R_READY, &c->reader) == MP_PENDING)
+                return MP_PENDING;
+            if (atomic_load_explicit(&c->interrupted, memory_order_relaxed))
+                return mp_tcp_read_poll(c, cx, data, len, err);
+            continue;
+        }
+        ssize_t n = read(c->fd, c->buf, c->cap);
+        if (n > 0) {
+            c->tail = (size_t)n;
+            if ((size_t)n < c->cap)
+                clear_ready(c, seen, R_READY); /* drained; more data raises a new edge */
+            return view(c, data, len, err);
+        }
+        if (n == 0) {
+            c->err = UV_EOF;
+            return view(c, data, len, err);
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            clear_ready(c, seen, R_READY);
+            continue;
+        }
+        c->err = -errno;
+        return view(c, data, len, err);
+    }
 }
 
 void mp_tcp_interrupt(mp_tcp *c)
 {
-    /* Under the lock that also guards the reader's waker, as the read callback does: either
-     * the task's read poll sees the flag, or it registered its waker first and we wake it. */
+    /* Release: pairs with the acquire exchange in mp_tcp_read_poll(). Set before taking the
+     * waker under the lock, as mp__tcp_ready() does with its bits: either the task's
+     * wait_ready() sees the flag, or it registered its waker first and we wake it. */
+    atomic_store_explicit(&c->interrupted, true, memory_order_release);
     lock(c);
-    c->interrupted = true;
     mp_waker w = c->reader;
     c->reader = (mp_waker){0};
     unlock(c);
     mp_waker_wake(&w);
 }
 
-static void resume_cmd(uv_loop_t *loop, void *arg)
-{
-    (void)loop;
-    mp_tcp *c = arg;
-    lock(c);
-    c->resuming = false;
-    bool go =
-        c->stopped && c->err == 0 && c->tail < c->cap && !uv_is_closing((uv_handle_t *)&c->handle);
-    if (go)
-        c->stopped = false;
-    unlock(c);
-    if (go && uv_read_start((uv_stream_t *)&c->handle, alloc_cb, read_cb) != 0) {
-        lock(c);
-        c->stopped = true;
-        unlock(c);
-    }
-}
-
 void mp_tcp_consume(mp_tcp *c, size_t n)
 {
-    bool resume = false;
-    lock(c);
     if (n > c->tail - c->head)
         MP__UNREACHABLE("consume %zu of %zu buffered bytes", n, c->tail - c->head);
     c->head += n;
-    if (!c->reading) {
-        if (c->head == c->tail) {
-            c->head = c->tail = 0;
-        } else if (c->head > c->cap / 2) {
-            memmove(c->buf, c->buf + c->head, c->tail - c->head);
-            c->tail -= c->head;
-            c->head = 0;
-        }
-    }
-    if (c->stopped && !c->resuming && c->tail < c->cap) {
-        c->resuming = true;
-        resume = true;
-    }
-    unlock(c);
-    if (resume)
-        mp_loop_call(c->rt, &c->cmd_resume, resume_cmd, c);
-}
-
-static void write_cb(uv_write_t *req, int status)
-{
-    mp_tcp *c = req->data;
-    lock(c);
-    c->write_err = status;
-    c->write_state = 2;
-    mp_waker w = c->writer;
-    c->writer = (mp_waker){0};
-    unlock(c);
-    mp_waker_wake(&w);
-}
-
-static void write_cmd(uv_loop_t *loop, void *arg)
-{
-    (void)loop;
-    mp_tcp *c = arg;
-    c->wreq.data = c;
-    int rc = uv_is_closing((uv_handle_t *)&c->handle)
-                 ? UV_ECANCELED
-                 : uv_write(&c->wreq, (uv_stream_t *)&c->handle, &c->wbuf, 1, write_cb);
-    if (rc != 0)
-        write_cb(&c->wreq, rc);
 }
 
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err)
 {
-    lock(c);
-    int state = c->write_state;
-    if (state == 2) {
-        c->write_state = 0;
-        *err = c->write_err;
-        unlock(c);
-        return MP_READY;
-    }
-    if (state == 1) {
-        mp_waker old = {0};
-        if (!mp_waker_will_wake(&c->writer, mp_context_waker(cx))) {
-            old = c->writer;
-            c->writer = mp_waker_clone(mp_context_waker(cx));
-        }
-        unlock(c);
-        mp_waker_drop(&old);
-        return MP_PENDING;
-    }
-    unlock(c);
-    size_t done = 0;
+    size_t done = c->write_done; /* > 0 only when continuing a write that would have blocked */
     while (done < len) {
+        /* Acquire: pairs with the release CAS in mp__tcp_ready(). */
+        uint64_t seen = atomic_load_explicit(&c->io, memory_order_acquire);
+        if (!(seen & W_READY)) {
+            if (wait_ready(c, cx, W_READY, &c->writer) == MP_PENDING) {
+                c->write_done = done;
+                return MP_PENDING;
+            }
+            continue;
+        }
         ssize_t n = send(c->fd, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             done += (size_t)n;
+            if (done < len)
+                clear_ready(c, seen, W_READY); /* the kernel buffer is full */
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            break;
+            clear_ready(c, seen, W_READY);
         } else {
+            c->write_done = 0;
             *err = n < 0 ? -errno : -EPIPE;
             return MP_READY;
         }
     }
-    if (done == len) {
-        *err = 0;
-        return MP_READY;
-    }
-    /* The kernel buffer is full: the loop writes the rest when the socket drains. */
-    lock(c);
-    c->write_state = 1;
-    c->writer = mp_waker_clone(mp_context_waker(cx));
-    c->wbuf = uv_buf_init((char *)data + done, (unsigned)(len - done));
-    unlock(c);
-    if (mp_loop_call(c->rt, &c->cmd_write, write_cmd, c) != 0)
-        write_cb(&c->wreq, UV_ECANCELED);
-    return MP_PENDING;
+    c->write_done = 0;
+    *err = 0;
+    return MP_READY;
 }
 
 static void close_cb(uv_handle_t *h)
@@ -267,8 +284,12 @@ static void close_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     mp_tcp *c = arg;
-    if (!uv_is_closing((uv_handle_t *)&c->handle))
-        uv_close((uv_handle_t *)&c->handle, close_cb);
+    if (uv_is_closing((uv_handle_t *)&c->handle))
+        return;
+    /* Events are taken and handled within one callback on this thread (reactor.c), so once
+     * the socket leaves the set none can name c any more. */
+    epoll_ctl(c->rt->reactor.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    uv_close((uv_handle_t *)&c->handle, close_cb);
 }
 
 void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
