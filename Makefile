@@ -29,6 +29,11 @@ SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 VERSION   := 0.1.0
 SOVERSION := 0
 
+# The variant follows SANITIZE; VARIANT=tsan alone would build release flags into build/tsan,
+# and a later SANITIZE=thread build would link those uninstrumented objects.
+ifeq ($(origin VARIANT),command line)
+  $(error set SANITIZE=thread or SANITIZE=address,undefined, not VARIANT)
+endif
 ifeq ($(SANITIZE),)
   VARIANT   := release
   OPT       := -O2
