@@ -201,12 +201,8 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
         r->armed_ms = deadline_ms;
     mp__spin_unlock(&r->wheel_lock);
     mp_waker_drop(&old);
-    bool expected = false;
-    if (rearm &&
-        atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
-                                                memory_order_relaxed, memory_order_relaxed) &&
-        mp_loop_call(t->rt, &r->rearm_cmd, rearm_cmd, r) != 0)
-        atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+    if (rearm)
+        queue_rearm(t->rt);
     return MP_PENDING;
 }
 

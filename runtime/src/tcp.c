@@ -99,8 +99,8 @@ void mp__tcp_ready(mp_tcp *c, uint32_t events)
         bits |= R_CLOSED;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         bits |= W_READY;
-    /* Release: the new tick and bits are seen by the task's acquire loads in read_poll() and
-     * write_poll() (and its failing clear CAS), so it reads again. */
+    /* Release: pairs with the acquire loads of io in mp_tcp_read_poll(), mp_tcp_write_poll()
+     * and wait_ready(): the task sees the new tick and bits (its clear CAS fails) and retries. */
     uint64_t old = atomic_load_explicit(&c->io, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&c->io, &old, (old + TICK) | bits,
                                                   memory_order_release, memory_order_relaxed))
