@@ -551,6 +551,9 @@ static int runtime_metrics(void *arg, md_outbuf *out)
         C(budget_exhausted, "Ticks that used their whole poll budget."),
         C(drives, "Times the worker slept in the I/O loop as its driver."),
         C(io_polls, "Non-blocking runs of the I/O loop between ticks."),
+        C(helpers_woken, "I/O turns after which the driver woke a worker to share the backlog."),
+        C(helpers_skipped,
+          "I/O turns whose backlog the driver ran alone (shorter than a wake-up)."),
 #undef C
     };
     unsigned workers = mp_runtime_workers(s->rt);
@@ -586,6 +589,14 @@ static int runtime_metrics(void *arg, md_outbuf *out)
                  "# HELP magpie_runtime_live_tasks Tasks spawned and not complete.\n"
                  "# TYPE magpie_runtime_live_tasks gauge\nmagpie_runtime_live_tasks %llu\n",
                  (unsigned long long)st.live_tasks);
+    if (md_outbuf_append(out, line, (size_t)n) != 0)
+        return -ENOMEM;
+    n = snprintf(line, sizeof line,
+                 "# HELP magpie_runtime_wake_latency_seconds Recent time from unparking a worker "
+                 "to its running (moving average).\n"
+                 "# TYPE magpie_runtime_wake_latency_seconds gauge\n"
+                 "magpie_runtime_wake_latency_seconds %.9f\n",
+                 (double)st.wake_latency_ns / 1e9);
     if (md_outbuf_append(out, line, (size_t)n) != 0)
         return -ENOMEM;
     return process_metrics(s, out);

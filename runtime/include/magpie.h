@@ -176,15 +176,18 @@ typedef struct mp_worker_stats {
     uint64_t budget_exhausted; /* ticks that ran out of their 128-poll budget */
     uint64_t drives;           /* times it slept in the I/O loop as its driver */
     uint64_t io_polls;         /* non-blocking runs of the loop between ticks */
+    uint64_t helpers_woken;    /* I/O turns after which it woke a worker to share the backlog */
+    uint64_t helpers_skipped;  /* I/O turns whose backlog it ran alone (shorter than a wake-up) */
 } mp_worker_stats;
 
 typedef struct mp_stats {
     mp_worker_stats total;
     unsigned workers; /* configured */
     unsigned workers_started;
-    unsigned spawn_failures; /* worker threads that could not be created */
-    uint64_t injected;       /* tasks pushed to the global queue */
-    uint64_t live_tasks;     /* spawned and not yet complete (a snapshot) */
+    unsigned spawn_failures;  /* worker threads that could not be created */
+    uint64_t injected;        /* tasks pushed to the global queue */
+    uint64_t live_tasks;      /* spawned and not yet complete (a snapshot) */
+    uint64_t wake_latency_ns; /* recent time from unparking a worker to its running (EWMA) */
 } mp_stats;
 
 int mp_runtime_stats(mp_runtime *rt, mp_stats *out);
@@ -310,17 +313,17 @@ void mp_timer_cancel(mp_timer *t);
  * task is behind, the peer is held back by TCP). */
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
-    uv_tcp_t handle;          /* owns the socket; libuv only closes it */
+    uv_tcp_t handle; /* owns the socket; libuv only closes it */
     mp_runtime *rt;
     _Atomic uint64_t io;      /* readiness bits and event tick (tcp.c) */
     _Atomic bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
     _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
-    int fd;                   /* immutable after accept */
-    char *buf;                /* the task's: buf[head..tail) is unconsumed input */
+    int fd;    /* immutable after accept */
+    char *buf; /* the task's: buf[head..tail) is unconsumed input */
     size_t cap, head, tail;
-    int err;                  /* the task's: 0, UV_EOF, or a negative errno, sticky */
-    size_t write_done;        /* the task's: progress of a write that returned MP_PENDING */
+    int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
+    size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
     mp_loop_cmd cmd_close;
     void (*on_closed)(mp_tcp *c);
     mp_tcp *prev, *next; /* the reactor's list of open streams (loop side) */

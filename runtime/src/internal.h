@@ -51,6 +51,10 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
  * is one lock per ~40 polls). */
 #define MP__GLOBAL_TARGET_NS 200000u
 
+/* A futex wake-up that took longer than this counts as this long in the wake-latency EWMA:
+ * a driver never keeps more than about this much backlog to itself (worker.c, drive()). */
+#define MP__WAKE_NS_MAX 1000000u
+
 #define MP__UNREACHABLE(fmt, ...)                                                                  \
     do {                                                                                           \
         fprintf(stderr, "magpie: %s:%d: impossible state: " fmt "\n", __FILE__, __LINE__,          \
@@ -259,9 +263,11 @@ uint64_t mp__owned_count(mp__owned *o);
 enum { MP__UNPARKED = 0, MP__PARKED = 1, MP__NOTIFIED = 2, MP__DRIVING = 3 };
 typedef struct mp__park {
     alignas(MP__CACHE_LINE) _Atomic uint32_t state;
+    _Atomic uint64_t unparked_at; /* atomic: mp__now_ns() of the last unpark, for wake_ns */
 } mp__park;
 
-void mp__park_wait(mp__park *p);
+/* Returns true if it slept on the futex, false if an unpark had already come. */
+bool mp__park_wait(mp__park *p);
 /* Returns the state before: MP__DRIVING means the caller must wake the loop instead. */
 uint32_t mp__park_unpark(mp__park *p);
 
@@ -384,9 +390,15 @@ void mp__tcp_close_all(mp__reactor *r);
 void mp__tcp_ready(mp_tcp *c, uint32_t events);
 
 /* worker.c */
+/* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up
+ * has recently taken wake_ns? And the wake-latency EWMA after one more sample. */
+bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns);
+uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample);
+
 typedef struct mp__worker_counters {
     mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
-        global_batches, overflows, budget_exhausted, drives, io_polls;
+        global_batches, overflows, budget_exhausted, drives, io_polls, helpers_woken,
+        helpers_skipped;
 } mp__worker_counters;
 
 typedef struct mp__worker {
@@ -448,6 +460,7 @@ struct mp_runtime {
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */
+    _Atomic uint64_t wake_ns; /* atomic: EWMA of futex wake-up latency (worker.c) */
 };
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */

@@ -17,7 +17,7 @@
  */
 #include "internal.h"
 
-void mp__park_wait(mp__park *p)
+bool mp__park_wait(mp__park *p)
 {
     uint32_t expected = MP__UNPARKED;
     /* Acquire on failure: pairs with the release swap in mp__park_unpark() that set
@@ -27,7 +27,7 @@ void mp__park_wait(mp__park *p)
         if (expected != MP__NOTIFIED)
             MP__UNREACHABLE("park word %u", expected);
         atomic_store_explicit(&p->state, MP__UNPARKED, memory_order_relaxed);
-        return;
+        return false;
     }
     for (;;) {
         mp__futex_wait(&p->state, MP__PARKED);
@@ -35,7 +35,7 @@ void mp__park_wait(mp__park *p)
         expected = MP__NOTIFIED;
         if (atomic_compare_exchange_strong_explicit(&p->state, &expected, MP__UNPARKED,
                                                     memory_order_acquire, memory_order_relaxed))
-            return;
+            return true;
         /* Spurious wake-up: still PARKED. */
     }
 }

@@ -90,6 +90,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     atomic_init(&rt->spawn_attempts, 0);
     atomic_init(&rt->spawned_outside, 0);
     atomic_init(&rt->injected, 0);
+    atomic_init(&rt->wake_ns, 0);
     for (unsigned i = 0; i < c.workers; i++)
         mp__worker_init(&rt->workers[i], rt, i);
     *out = rt;
@@ -152,6 +153,9 @@ static void start_worker(mp_runtime *rt, unsigned idx)
 
 void mp__runtime_unpark(mp_runtime *rt, mp__worker *w)
 {
+    /* The wake-latency sample's start (worker.c, park_worker()). Relaxed: the release swap in
+     * mp__park_unpark() below publishes it to the acquire that ends the worker's futex wait. */
+    atomic_store_explicit(&w->park.unparked_at, mp__now_ns(), memory_order_relaxed);
     if (mp__park_unpark(&w->park) == MP__DRIVING)
         mp__reactor_wake(&rt->reactor);
 }
@@ -301,6 +305,8 @@ static void read_counters(const mp__worker *w, mp_worker_stats *o)
     RD(budget_exhausted);
     RD(drives);
     RD(io_polls);
+    RD(helpers_woken);
+    RD(helpers_skipped);
 #undef RD
 }
 
@@ -331,6 +337,8 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
         out->total.budget_exhausted += w.budget_exhausted;
         out->total.drives += w.drives;
         out->total.io_polls += w.io_polls;
+        out->total.helpers_woken += w.helpers_woken;
+        out->total.helpers_skipped += w.helpers_skipped;
         /* Relaxed: a snapshot. */
         if (atomic_load_explicit(&rt->workers[i].spawn_state, memory_order_relaxed) ==
             MP__SLOT_STARTED)
@@ -340,6 +348,7 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     out->workers = rt->nworkers;
     out->spawn_failures = atomic_load_explicit(&rt->idle.failed, memory_order_relaxed);
     out->injected = atomic_load_explicit(&rt->injected, memory_order_relaxed);
+    out->wake_latency_ns = atomic_load_explicit(&rt->wake_ns, memory_order_relaxed);
     out->total.completed += atomic_load_explicit(&rt->completed_outside, memory_order_relaxed);
     /* Completions are read before spawns: a task's spawn is counted before it can complete,
      * so the difference does not go below the truth by much; it is a snapshot. */

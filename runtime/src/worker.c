@@ -38,6 +38,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
 {
     mp__queue_init(&w->queue);
     atomic_init(&w->park.state, MP__UNPARKED);
+    atomic_init(&w->park.unparked_at, 0);
     w->lifo = NULL;
     w->batch_head = w->batch_len = 0;
     w->lifo_streak = 0;
@@ -257,11 +258,47 @@ static void poll_io(mp__worker *w)
         mp__runtime_notify(w->rt);
 }
 
+/* After an I/O turn the driver holds every task the loop woke. Tokio wakes a helper whenever
+ * there is more than one; but a helper takes time to arrive (futex wake, the scheduler, on a
+ * VM an IPI to a halted vCPU, and on a machine with no idle CPU the preemption of another
+ * thread), and a backlog the driver finishes sooner than that is only split in two by the
+ * wake: the helper steals what the driver would have run next, and the cost of the wake is
+ * paid for nothing. So the driver wakes one only for a backlog that its recent time per poll
+ * says outlasts a recent wake-up. With no measurement yet (either figure 0) it is Tokio's
+ * rule. Tasks the driver keeps stay in its ring, where a searching worker can steal them. */
+bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns)
+{
+    if (local < 2)
+        return false;
+    return avg_task_ns <= 0 || wake_ns == 0 || local * avg_task_ns >= (double)wake_ns;
+}
+
+uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample)
+{
+    if (sample > MP__WAKE_NS_MAX)
+        sample = MP__WAKE_NS_MAX;
+    return old == 0 ? sample : old - old / 8 + sample / 8;
+}
+
+/* A worker that slept on its futex measures how long its unpark took to get it running.
+ * The load and store are not one atomic step: two workers waking at once may lose one sample,
+ * which an average of many does not miss. */
+static void sample_wake_latency(mp__worker *w)
+{
+    mp_runtime *rt = w->rt;
+    uint64_t sent = atomic_load_explicit(&w->park.unparked_at, memory_order_relaxed);
+    uint64_t now = mp__now_ns();
+    if (sent == 0 || now < sent)
+        return;
+    uint64_t old = atomic_load_explicit(&rt->wake_ns, memory_order_relaxed);
+    atomic_store_explicit(&rt->wake_ns, mp__wake_ns_update(old, now - sent), memory_order_relaxed);
+}
+
 /* Sleep in the loop as its driver instead of on the futex: the park word says DRIVING, so an
  * unpark sends the loop's async handle (mp__runtime_unpark). Returns false if the role was
  * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile are put in
  * this worker's LIFO slot and ring without notifying anyone (mp__schedule); once the loop
- * returns, a worker is woken to steal if there is more than one. */
+ * returns, a worker is woken to share them if mp__helper_pays() says so. */
 static bool drive(mp__worker *w)
 {
     mp__reactor *r = &w->rt->reactor;
@@ -283,7 +320,13 @@ static bool drive(mp__worker *w)
     atomic_exchange_explicit(&w->park.state, MP__UNPARKED, memory_order_acquire);
     bool cmds = mp__reactor_release(r);
     uint32_t local = (w->lifo != NULL) + mp__queue_len(&w->queue);
-    if (cmds || local > 1)
+    bool helper = mp__helper_pays(local, w->avg_task_ns,
+                                  atomic_load_explicit(&w->rt->wake_ns, memory_order_relaxed));
+    if (helper)
+        mp__counter_add(&w->stats.helpers_woken, 1);
+    else if (local > 1)
+        mp__counter_add(&w->stats.helpers_skipped, 1);
+    if (cmds || helper)
         mp__runtime_notify(w->rt);
     return true;
 }
@@ -329,8 +372,8 @@ static void park_worker(mp__worker *w, bool for_join)
         mp__runtime_notify(rt); /* may pick this very worker: its park returns at once */
     for (;;) {
         mp__counter_add(&w->stats.parks, 1);
-        if (!drive(w))
-            mp__park_wait(&w->park);
+        if (!drive(w) && mp__park_wait(&w->park))
+            sample_wake_latency(w);
         mp__counter_add(&w->stats.unparks, 1);
         if (stopping(rt) || has_local_tasks(w) || for_join) {
             /* Leave the parked set ourselves; if a notifier picked us first, it counted us

@@ -398,6 +398,8 @@ Test(magpied, metrics_pass_promtool_and_carry_build_uptime_reloads_and_workers, 
     cr_assert(strstr(text, "\nmagpied_uptime_seconds ") != NULL);
     cr_assert(strstr(text, "\nmagpied_reloads_total{result=\"success\"} 0\n") != NULL);
     cr_assert(strstr(text, "\nmagpie_worker_polled_total{worker=\"1\"} ") != NULL);
+    cr_assert(strstr(text, "\nmagpie_worker_helpers_skipped_total{worker=\"0\"} ") != NULL);
+    cr_assert(strstr(text, "\nmagpie_runtime_wake_latency_seconds ") != NULL, "%s", text);
     cr_assert(strstr(text, "\nmagpied_http_responses_total{code=\"4xx\"} 1\n") != NULL, "%s", text);
     /* promtool (Debian's prometheus package) lints the exposition format and naming. */
     snprintf(cmd, sizeof cmd,

@@ -7,6 +7,7 @@ static mp__park *new_park(void)
 {
     mp__park *p = aligned_alloc(MP__CACHE_LINE, sizeof *p);
     atomic_init(&p->state, MP__UNPARKED);
+    atomic_init(&p->unparked_at, 0);
     return p;
 }
 
@@ -15,11 +16,11 @@ Test(park, unpark_before_park_is_not_lost, .timeout = 10)
     mp__park *p = new_park();
     mp__park_unpark(p);
     cr_assert_eq(atomic_load(&p->state), MP__NOTIFIED);
-    mp__park_wait(p); /* returns at once */
+    cr_assert_not(mp__park_wait(p), "returns at once, without sleeping");
     cr_assert_eq(atomic_load(&p->state), MP__UNPARKED);
     mp__park_unpark(p);
     mp__park_unpark(p); /* two notifications before a park are one */
-    mp__park_wait(p);
+    cr_assert_not(mp__park_wait(p));
     cr_assert_eq(atomic_load(&p->state), MP__UNPARKED);
     free(p);
 }
@@ -50,5 +51,26 @@ Test(park, ping_pong_between_threads, .timeout = 60)
     }
     pthread_join(th, NULL);
     cr_assert_eq(atomic_load(&rounds_done), 10000);
+    free(p);
+}
+
+static void *sleeper(void *arg)
+{
+    return (void *)(uintptr_t)mp__park_wait(arg);
+}
+
+/* The worker measures its wake-up latency only when it really slept (worker.c). */
+Test(park, a_wait_that_slept_says_so, .timeout = 10)
+{
+    mp__park *p = new_park();
+    pthread_t th;
+    pthread_create(&th, NULL, sleeper, p);
+    while (atomic_load(&p->state) != MP__PARKED)
+        sched_yield();
+    cr_assert_eq(mp__park_unpark(p), MP__PARKED);
+    void *slept;
+    pthread_join(th, &slept);
+    cr_assert_eq((uintptr_t)slept, 1, "the waiter slept on the futex");
+    cr_assert_eq(atomic_load(&p->state), MP__UNPARKED);
     free(p);
 }

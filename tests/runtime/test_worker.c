@@ -103,6 +103,8 @@ static void idle_busy_idle_cycles(unsigned workers, bool disable_steal)
     }
     cr_assert_eq(s.total.polled, s.total.spawned, "every task polled by a worker, once");
     cr_assert_gt(s.total.parks, CYCLES / 2, "workers really went to sleep between bursts");
+    if (workers > 1) /* a lone worker sleeps in the loop, never on its futex */
+        cr_assert_gt(s.wake_latency_ns, 0, "woken workers measured their wake-ups");
     mp_runtime_free(rt);
 }
 
@@ -121,6 +123,34 @@ Test(worker, idle_busy_idle_cycles_one_worker, .timeout = 120)
 Test(worker, idle_busy_idle_cycles_without_stealing, .timeout = 120)
 {
     idle_busy_idle_cycles(2, true);
+}
+
+/* The driver's rule for waking a helper after an I/O turn (drive()). */
+Test(worker, a_helper_is_woken_only_for_a_backlog_longer_than_a_wake_up, .timeout = 10)
+{
+    cr_assert_not(mp__helper_pays(0, 1000, 0), "nothing to share");
+    cr_assert_not(mp__helper_pays(1, 1000, 0), "one task is the driver's next poll");
+    cr_assert(mp__helper_pays(2, 1000, 0), "no wake-up measured yet: Tokio's rule");
+    cr_assert(mp__helper_pays(2, 0, 50000), "no time per poll measured yet: Tokio's rule");
+    cr_assert_not(mp__helper_pays(2, 1000, 50000), "2 us of work, 50 us to wake: run it alone");
+    cr_assert_not(mp__helper_pays(49, 1000, 50000));
+    cr_assert(mp__helper_pays(50, 1000, 50000), "the backlog outlasts the wake-up");
+    cr_assert(mp__helper_pays(1000, 1000, MP__WAKE_NS_MAX), "1 ms of backlog always gets help");
+}
+
+Test(worker, the_wake_latency_average_follows_its_samples_and_is_capped, .timeout = 10)
+{
+    cr_assert_eq(mp__wake_ns_update(0, 40000), 40000, "the first sample is the average");
+    uint64_t avg = 40000;
+    for (int i = 0; i < 100; i++)
+        avg = mp__wake_ns_update(avg, 8000);
+    cr_assert_lt(avg, 8100, "converges on the samples: %llu", (unsigned long long)avg);
+    cr_assert_geq(avg, 8000);
+    cr_assert_eq(mp__wake_ns_update(0, 10 * (uint64_t)MP__WAKE_NS_MAX), MP__WAKE_NS_MAX,
+                 "one stalled wake-up counts as the cap");
+    for (int i = 0; i < 1000; i++)
+        avg = mp__wake_ns_update(avg, UINT64_MAX);
+    cr_assert_leq(avg, MP__WAKE_NS_MAX, "the average never passes the cap");
 }
 
 Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
