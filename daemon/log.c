@@ -51,12 +51,20 @@
  * target that buffer goes to: lines appended before the swap go to the old target, lines
  * after it to the new one, and none is lost or written twice around a reopen.
  *
+ * A target that stops taking data (a FIFO or pipe whose reader stopped reading, a stalled
+ * socket) must not hold the writer: every control call waits for it, and with them reload,
+ * reopen and exit on the main thread. Such targets are written through write_bounded(), which
+ * drops what is left of a buffer when the target takes nothing for MD_LOG_STALL_MS; the error
+ * log does the same, and after one stall tries each line once without waiting until the
+ * target takes data again. Regular files are written plainly (they never report a stall).
+ *
  * Lock order: ctl.mu, then acc.mu or elog.mu; never acc.mu and elog.mu together.
  */
 #include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -65,9 +73,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define LOG_FILE_FLAGS (O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC)
+/* O_NONBLOCK: opening a FIFO that has no reader fails (ENXIO) instead of waiting for one; on
+ * regular files it changes nothing, and pipes are written through write_bounded(). */
+#define LOG_FILE_FLAGS (O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK)
 #define LOG_FILE_MODE  0640
 #define HIGH_WATER     (MD_LOG_ACCESS_BUFFER / 4)
 
@@ -114,6 +125,53 @@ static int write_all(int fd, const char *p, size_t n, size_t *done)
     return rc;
 }
 
+/* Whether writes to fd may wait for a reader (pipe, FIFO, socket, terminal): those are written
+ * through write_bounded(). */
+static bool may_stall(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) != 0 || !S_ISREG(st.st_mode);
+}
+
+/* write_all() for a target that may stop taking data: waits for room at most wait_ms at a
+ * time, then gives up with -ETIMEDOUT. After each POLLOUT it writes at most PIPE_BUF bytes,
+ * which a pipe with room takes without blocking, ending at a line's end where one is in
+ * reach, so that giving up leaves no line cut in the target. */
+static int write_bounded(int fd, const char *p, size_t n, int wait_ms, size_t *done)
+{
+    size_t off = 0;
+    int rc = 0;
+    while (off < n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int r = poll(&pfd, 1, wait_ms);
+        if (r == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        if (r < 0 && errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+        if (r < 0)
+            continue;
+        size_t chunk = n - off;
+        if (chunk > PIPE_BUF) {
+            const char *eol = memrchr(p + off, '\n', PIPE_BUF);
+            chunk = eol ? (size_t)(eol - (p + off)) + 1 : PIPE_BUF;
+        }
+        ssize_t w = write(fd, p + off, chunk);
+        if (w >= 0) {
+            off += (size_t)w;
+        } else if (errno != EINTR && errno != EAGAIN) {
+            rc = -errno;
+            break;
+        }
+    }
+    if (done)
+        *done = off;
+    return rc;
+}
+
 /* A descriptor for a log file, or a negative errno with err naming the path. */
 static int open_log_file(const char *path, md_error *err)
 {
@@ -141,9 +199,11 @@ static atomic_int log_level = MD_LOG_INFO;
 
 static struct {
     pthread_mutex_t mu;
-    int fd;       /* guarded by mu: STDERR_FILENO or a file */
-    bool to_file; /* guarded by mu */
-} elog = {PTHREAD_MUTEX_INITIALIZER, STDERR_FILENO, false};
+    int fd;        /* guarded by mu: STDERR_FILENO or a file */
+    bool to_file;  /* guarded by mu */
+    int may_stall; /* guarded by mu: -1 not known yet, else may_stall(fd) */
+    bool stalled;  /* guarded by mu: the last line timed out; do not wait for the next */
+} elog = {PTHREAD_MUTEX_INITIALIZER, STDERR_FILENO, false, -1, false};
 
 /* A control call's order to the writer, carried out at the writer's next swap. */
 struct request {
@@ -163,6 +223,7 @@ static struct {
     uint64_t word;       /* guarded by mu: WORD_* of the lines in front */
     struct request *req; /* guarded by mu: at most one, control calls are serialized */
     int fd;              /* the writer's only; set before it starts */
+    bool fd_may_stall;   /* the writer's only: may_stall(fd) */
     bool failing;        /* the writer's only: the last write failed (log the first only) */
     atomic_uint_fast64_t word_hint; /* atomic: acc.word, read without the mutex */
     atomic_uint_fast64_t dropped;   /* atomic: lines lost */
@@ -241,7 +302,14 @@ void md_log(md_log_level level, const char *fmt, ...)
     if (h < 0 || h >= HEAD)
         h = 0;
     memcpy(msg - h, head, (size_t)h);
-    (void)write_all(elog.fd, msg - h, (size_t)h + len, NULL); /* nowhere to report it */
+    if (elog.may_stall < 0)
+        elog.may_stall = may_stall(elog.fd);
+    /* Failures go unreported: there is nowhere to report them. */
+    if (elog.may_stall)
+        elog.stalled = write_bounded(elog.fd, msg - h, (size_t)h + len,
+                                     elog.stalled ? 0 : MD_LOG_STALL_MS, NULL) == -ETIMEDOUT;
+    else
+        (void)write_all(elog.fd, msg - h, (size_t)h + len, NULL);
     pthread_mutex_unlock(&elog.mu);
 }
 
@@ -252,6 +320,8 @@ static void elog_switch(int fd)
     int old = elog.fd;
     elog.fd = fd;
     elog.to_file = fd != STDERR_FILENO;
+    elog.may_stall = may_stall(fd);
+    elog.stalled = false;
     pthread_mutex_unlock(&elog.mu);
     close_log_fd(old);
 }
@@ -502,7 +572,8 @@ void md_log_access(const md_access_entry *e)
 static void write_buffer(const char *p, size_t n)
 {
     size_t done;
-    int rc = write_all(acc.fd, p, n, &done);
+    int rc = acc.fd_may_stall ? write_bounded(acc.fd, p, n, MD_LOG_STALL_MS, &done)
+                              : write_all(acc.fd, p, n, &done);
     if (rc == 0) {
         acc.failing = false;
         return;
@@ -511,7 +582,11 @@ static void write_buffer(const char *p, size_t n)
     for (const char *q = p + done; (q = memchr(q, '\n', (size_t)(p + n - q))) != NULL; q++)
         lost++;
     count_dropped(lost);
-    if (!acc.failing) /* once per run of failures: the error log may be on the same disk */
+    /* Once per run of failures: the error log may be on the same disk. */
+    if (!acc.failing && rc == -ETIMEDOUT)
+        md_log(MD_LOG_ERROR, "access log: the target took no data for %d ms (%llu lines lost)",
+               MD_LOG_STALL_MS, (unsigned long long)lost);
+    else if (!acc.failing)
         md_log(MD_LOG_ERROR, "access log: write failed: %s (%llu lines lost)", strerror(-rc),
                (unsigned long long)lost);
     acc.failing = true;
@@ -556,8 +631,10 @@ static void *writer_main(void *arg)
             stop = r->stop;
             if (r->fd >= 0 || stop)
                 close_log_fd(acc.fd);
-            if (r->fd >= 0)
+            if (r->fd >= 0) {
                 acc.fd = r->fd;
+                acc.fd_may_stall = may_stall(r->fd);
+            }
         }
 
         pthread_mutex_lock(&acc.mu);
@@ -611,6 +688,7 @@ static int writer_start_locked(int fd, uint64_t word)
     acc.req = NULL;
     pthread_mutex_unlock(&acc.mu);
     acc.fd = fd; /* before the thread starts: pthread_create publishes it */
+    acc.fd_may_stall = may_stall(fd);
     acc.failing = false;
 
     /* The writer takes no signals: they belong to the main thread, and a write interrupted

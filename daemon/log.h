@@ -27,6 +27,8 @@ enum {
     MD_LOG_ACCESS_LINE_MAX = 8192,  /* an access line never exceeds this (fields are cut) */
     MD_LOG_ACCESS_BUFFER = 2 << 20, /* bytes per access buffer; there are two */
     MD_LOG_FLUSH_MS = 100,          /* the writer batches lines this long before writing */
+    MD_LOG_STALL_MS =
+        1000, /* a pipe or socket target that takes nothing this long: lines dropped */
 };
 
 /* One HTTP response, for the access log: what the HTTP core reports (http.h) with the peer and

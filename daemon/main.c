@@ -144,6 +144,10 @@ int main(int argc, char **argv)
         }
     }
 
+    /* A log target that is a pipe whose reader went away (`magpied | head`, a log collector
+     * restarting) must cost lines, not the process: writes then fail with EPIPE instead. */
+    signal(SIGPIPE, SIG_IGN);
+
     static md_config cfg;
     md_error err = {{0}};
     int rc = load_config(&cfg, path, sets, nsets, &err);

@@ -4,6 +4,8 @@
  * sharing a port with reuseport. Each test writes its configuration into its own directory. */
 #include <criterion/criterion.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "daemon/magpied_harness.h"
@@ -374,4 +376,65 @@ Test(signals, two_processes_share_a_port_with_reuseport, .timeout = 90)
     char *out = run(cmd);
     cr_assert(strstr(out, "address already in use") && strstr(out, "rc=1"), "%s", out);
     cr_assert_eq(stop(&one), 0);
+}
+
+/* A FIFO as the access log whose reader never reads: the writer must drop lines, not hold the
+ * control calls that wait for it (reopen, reload, exit on the main thread) for ever. */
+Test(signals, an_access_log_fifo_nobody_reads_costs_lines_not_reopen_or_exit)
+{
+    const char *conf = in_dir("magpied.conf"), *fifo = in_dir("access.fifo");
+    const char *errors = in_dir("error.log");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* there, but never reads */
+    cr_assert_geq(reader, 0);
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+             "[log]\naccess_log = %s\nerror_log = %s\n",
+             fifo, errors);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+
+    /* 300 requests whose lines (each over 1 KiB) are several times what the pipe holds. */
+    enum { N = 300 };
+    char req[1200];
+    int len = snprintf(req, sizeof req, "GET /%01000d HTTP/1.1\r\nHost: x\r\n\r\n", 0);
+    int fd = test_connect(d.http);
+    for (int i = 0; i < N; i++)
+        test_write_all(fd, req, (size_t)len);
+    static char got[1 << 17];
+    read_some(fd, got, sizeof got, "HTTP/1.1 404", N);
+    close(fd);
+    cr_assert(file_has(errors, "access log: the target took no data", 10000),
+              "the stall was reported");
+
+    kill(d.pid, SIGUSR1);
+    cr_assert(file_has(errors, "logs reopened", 10000), "a reopen was not held by the stall");
+    cr_assert_eq(http_status(d.http, "/"), 200, "still serving");
+    kill(d.pid, SIGTERM);
+    cr_assert_eq(wait_exit(&d, 15000), 0, "exit was not held by the stall");
+    close(reader);
+}
+
+/* A log target whose reader went away (`magpied 2>&1 | head`): lines are lost, the daemon is
+ * not killed by SIGPIPE. */
+Test(signals, an_error_log_pipe_whose_reader_is_gone_does_not_kill_the_daemon)
+{
+    const char *conf = in_dir("magpied.conf"), *fifo = in_dir("error.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    cr_assert_geq(reader, 0);
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", fifo);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    close(reader);
+    /* The reopen fails (a FIFO without a reader cannot be opened for writing without
+     * waiting, and it does not wait), and says so to the old target: EPIPE. */
+    kill(d.pid, SIGUSR1);
+    kill(d.pid, SIGUSR1);
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(http_status(d.http, "/"), 200, "the daemon died or stopped serving");
+    cr_assert_eq(stop(&d), 0);
 }
