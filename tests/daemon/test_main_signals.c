@@ -1,7 +1,8 @@
 /* Integration tests of magpied's signals (daemon/main.c, reload in server.c): SIGHUP reload to
  * a valid file, to an invalid one, to a changed or unbindable listener, under wrk load, with
- * the notify messages around it; SIGUSR1 log reopening; access log formats; and two processes
- * sharing a port with reuseport. Each test writes its configuration into its own directory. */
+ * the notify messages around it; SIGUSR1 log reopening; access log formats; log targets that
+ * stall or lose their reader; and two processes sharing a port with reuseport. Each test
+ * writes its configuration into its own directory. */
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
