@@ -80,7 +80,7 @@ typedef struct md_conn {
     int want;
     mp_timer timer; /* header, body and keep-alive deadlines (HTTP) */
     md_outbuf out;
-    char peer[48]; /* client address, for the access log (only when it is on at accept) */
+    char peer[48]; /* client address for the access log, at its first line (peer_name) */
     md_http_conn http;
 } md_conn;
 
@@ -252,24 +252,31 @@ static void sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char
         snprintf(buf, len, "%s", host);
 }
 
-/* Loop side, at accept. */
-static void peer_name(md_conn *c)
+/* The client's address, looked up at the connection's first access-log line, so that
+ * connections accepted while the access log was off have one too, and no connection pays for
+ * it while the log is off. getpeername() on the socket is a plain syscall, safe on a worker.
+ * NULL ("-" in the log) if the peer is already gone. */
+static const char *peer_name(md_conn *c)
 {
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    if (uv_tcp_getpeername(&c->tcp.handle, (struct sockaddr *)&ss, &len) == 0)
-        sockaddr_text(&ss, false, c->peer, sizeof c->peer);
+    if (c->peer[0] == '\0') {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        if (getpeername(c->tcp.fd, (struct sockaddr *)&ss, &len) == 0)
+            sockaddr_text(&ss, false, c->peer, sizeof c->peer);
+    }
+    return c->peer[0] ? c->peer : NULL;
 }
 
-/* On a worker, once per response (md_http_server.access_log). */
+/* On a worker, once per response (md_http_server.access_log), inside the connection task's
+ * poll: the task owns c. */
 static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchange *x)
 {
     (void)arg;
     if (!md_log_access_on())
         return;
-    const md_conn *c = mp_container_of(hc, md_conn, http);
+    md_conn *c = mp_container_of(hc, md_conn, http);
     md_access_entry e = *x;
-    e.peer = c->peer[0] ? c->peer : NULL;
+    e.peer = peer_name(c);
     e.time = time(NULL);
     md_log_access(&e);
 }
@@ -306,11 +313,8 @@ static void accept_one(md_listener_state *l)
         s->conns->prev = c;
     s->conns = c;
     md_metrics_conn_opened(&s->metrics, c->kind);
-    if (c->kind == MD_LISTENER_HTTP) {
+    if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_init(&c->http, &s->http->http, uv_hrtime());
-        if (s->http->http.access_log != NULL)
-            peer_name(c);
-    }
     c->want = MD_HTTP_WANT_READ;
     mp_task_init(&c->task, &conn_vt);
     if (mp_spawn(s->rt, &c->task) != 0) {

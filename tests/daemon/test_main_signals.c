@@ -439,3 +439,36 @@ Test(signals, an_error_log_pipe_whose_reader_is_gone_does_not_kill_the_daemon)
         cr_assert_eq(http_status(d.http, "/"), 200, "the daemon died or stopped serving");
     cr_assert_eq(stop(&d), 0);
 }
+
+/* A connection accepted while the access log was off, still open when a reload turns it on:
+ * its lines name the client like any other's. */
+Test(signals, a_connection_from_before_the_access_log_was_on_is_logged_with_its_address)
+{
+    const char *conf = in_dir("magpied.conf"), *access = in_dir("access.log");
+    const char *err = in_dir("error.log");
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", err);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    int fd = test_connect(d.http);
+    static const char first[] = "GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
+    static const char second[] = "GET /second HTTP/1.1\r\nHost: x\r\n\r\n";
+    char got[4096];
+    test_write_all(fd, first, sizeof first - 1);
+    cr_assert(read_some(fd, got, sizeof got, "HTTP/1.1 404", 1) > 0);
+
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+             "[log]\nerror_log = %s\naccess_log = %s\n",
+             err, access);
+    write_file(conf, text);
+    reload_and_wait(&d, err, "reloaded", 1);
+    test_write_all(fd, second, sizeof second - 1);
+    cr_assert(read_some(fd, got, sizeof got, "HTTP/1.1 404", 1) > 0);
+    close(fd);
+    cr_assert(file_has(access, "\"GET /second HTTP/1.1\" 404", 5000), "the line was written");
+    cr_assert(file_has(access, "127.0.0.1 - - [", 0), "with the client's address, not \"-\"");
+    cr_assert_eq(count_in_file(access, "GET /first"), 0, "nothing from before the reload");
+    cr_assert_eq(stop(&d), 0);
+}
