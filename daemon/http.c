@@ -263,11 +263,21 @@ static int fail(md_http_conn *c)
 static int on_message_begin(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_server *newer;
+    md_http_server *at = c->srv, *newer;
     /* Acquire: pairs with the release in md_http_server_publish(); a reload's limits apply
      * from the next request on. */
-    while ((newer = atomic_load_explicit(&c->srv->newer, memory_order_acquire)) != NULL)
-        c->srv = newer;
+    while ((newer = atomic_load_explicit(&at->newer, memory_order_acquire)) != NULL)
+        at = newer;
+    if (at != c->srv) {
+        /* Counted at the new generation before leaving the old one, so that no sweep sees
+         * both at 0. Relaxed: the release below publishes it. */
+        atomic_fetch_add_explicit(&at->conns, 1, memory_order_relaxed);
+        /* Release: the walk above and the increment come before the old generation may
+         * count as unused; pairs with the acquire in the owner's sweep (server.c,
+         * http_gens_sweep()). */
+        atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
+        c->srv = at;
+    }
     memset(&c->req, 0, offsetof(md_http_req, target));
     c->req.start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
@@ -649,12 +659,15 @@ static const llhttp_settings_t settings = {
     .on_message_complete = on_message_complete,
 };
 
-void md_http_conn_init(md_http_conn *c, const md_http_server *srv, uint64_t now_ns)
+void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 {
     memset(c, 0, offsetof(md_http_conn, req));
     memset(&c->req, 0, offsetof(md_http_req, target));
     llhttp_init(&c->parser, HTTP_REQUEST, &settings);
     c->srv = srv;
+    /* Relaxed: on the owner's thread, the one that frees generations (http.h). */
+    atomic_fetch_add_explicit(&srv->conns, 1, memory_order_relaxed);
+    c->counted = true;
     c->phase = PHASE_IDLE;
     c->since_ns = now_ns;
     c->now_ns = now_ns;
@@ -824,6 +837,12 @@ int md_http_conn_drain(md_http_conn *c)
 
 void md_http_conn_close(md_http_conn *c)
 {
+    if (c->counted) {
+        /* Release: nothing of the generation is touched after this; pairs with the acquire
+         * in the owner's sweep (server.c, http_gens_sweep()). */
+        atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
+        c->counted = false;
+    }
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;

@@ -67,12 +67,16 @@ typedef struct md_http_exchange {
     uint64_t duration_ns; /* from the request's first byte */
 } md_http_exchange;
 
-/* What every connection of one listener shares. Immutable once published; it must outlive
- * every connection that saw it.
+/* What every connection of one listener shares. Immutable once published, but for `newer`
+ * and `conns`; it must outlive every connection that saw it.
  *
  * Reload publishes a successor through `newer`; a connection moves to the newest generation
  * when its next request begins, so changed limits apply from the next request on while the one
- * in flight finishes under the limits it started with. */
+ * in flight finishes under the limits it started with. `conns` counts the connections at a
+ * generation (md_http_conn_init, that move, md_http_conn_close). Connections only move
+ * forward, so once a generation and every older one are at 0 and a newer one exists, nothing
+ * can reach them again, and their owner may free them (server.c), provided it reads the
+ * counts oldest first and calls md_http_conn_init on its own thread. */
 typedef struct md_http_server {
     md_http_limits limits;
     struct md_metrics *metrics; /* NULL: no accounting */
@@ -84,6 +88,7 @@ typedef struct md_http_server {
     void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
     void *access_log_arg;
     _Atomic(struct md_http_server *) newer; /* set once, by md_http_server_publish() */
+    _Atomic uint32_t conns;                 /* connections at this generation (above) */
 } md_http_server;
 
 /* Make next the generation that connections of prev move to at their next request. */
@@ -150,7 +155,8 @@ typedef struct md_http_req {
  * one after each wake): nothing here is shared, nothing is atomic. */
 typedef struct md_http_conn {
     llhttp_t parser;
-    const md_http_server *srv;
+    md_http_server *srv; /* the generation it is at; counted in srv->conns until closed */
+    bool counted;        /* in srv->conns: from init to md_http_conn_close() */
 
     /* Valid during one entry point only. */
     md_outbuf *out;
@@ -175,7 +181,7 @@ typedef struct md_http_conn {
     md_http_req req;
 } md_http_conn;
 
-void md_http_conn_init(md_http_conn *c, const md_http_server *srv, uint64_t now_ns);
+void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns);
 
 /* Parses data[0..len) and appends every response it completes to out. *used: bytes consumed
  * (len unless MD_HTTP_WANT_WRITE). */

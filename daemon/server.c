@@ -51,7 +51,9 @@ struct md_server {
     mp_runtime *rt;
     md_config cfg; /* loop side after start */
     md_metrics metrics;
-    md_http_gen *http; /* the newest generation: new connections start with it (loop side) */
+    md_http_gen *http;     /* the newest generation: new connections start with it (loop side) */
+    md_http_gen *oldest;   /* the end of the list that http_gens_sweep() frees from (loop side) */
+    _Atomic uint32_t gens; /* generations in the list; relaxed, for /metrics */
     md_listener_state *listeners[MD_LISTENERS]; /* NULL: off (loop side) */
     uint64_t start_ns;
     /* Relaxed counters for /metrics; written by the thread that handles signals. */
@@ -103,11 +105,34 @@ static void conn_unref(md_conn *c)
         free(c);
 }
 
+/* Loop side: free the oldest generations that no connection is at, and that no connection can
+ * reach again (http.h). Counts are read oldest first: a connection that moves from F to H
+ * counts itself at H before it leaves F (release), so a sweep that saw F at 0 (acquire) sees
+ * H counted, and stops there. The newest generation stays. */
+static void http_gens_sweep(md_server *s)
+{
+    md_http_gen *g = s->oldest;
+    /* Acquire: pairs with the releases in on_message_begin() and md_http_conn_close()
+     * (http.c). */
+    while (g != s->http && atomic_load_explicit(&g->http.conns, memory_order_acquire) == 0) {
+        /* Relaxed: `newer` was published by this thread (reload). */
+        md_http_gen *newer = mp_container_of(
+            atomic_load_explicit(&g->http.newer, memory_order_relaxed), md_http_gen, http);
+        free(g);
+        g = newer;
+        atomic_fetch_sub_explicit(&s->gens, 1, memory_order_relaxed);
+    }
+    g->older = NULL;
+    s->oldest = g;
+}
+
 /* On the loop's thread, once libuv is done with the stream. */
 static void conn_closed(mp_tcp *t)
 {
     md_conn *c = mp_container_of(t, md_conn, tcp);
     md_server *s = c->srv;
+    if (c->kind == MD_LISTENER_HTTP)
+        http_gens_sweep(s); /* after md_http_conn_close() in conn_finish() */
     md_metrics_conn_closed(&s->metrics, c->kind);
     if (c->prev)
         c->prev->next = c->next;
@@ -525,11 +550,17 @@ static int process_metrics(md_server *s, md_outbuf *out)
         "# HELP magpied_access_log_dropped_total Access log lines dropped because the writer "
         "fell behind.\n"
         "# TYPE magpied_access_log_dropped_total counter\n"
-        "magpied_access_log_dropped_total %llu\n",
+        "magpied_access_log_dropped_total %llu\n"
+        "# HELP magpied_http_config_generations HTTP settings kept in memory: the current ones "
+        "and older ones that open connections started under.\n"
+        "# TYPE magpied_http_config_generations gauge\n"
+        "magpied_http_config_generations %u\n",
         MAGPIED_VERSION, MP_VERSION_MAJOR, MP_VERSION_MINOR, MP_VERSION_PATCH, uv_version_string(),
         LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH,
         (double)(uv_hrtime() - s->start_ns) / 1e9, ok, failed, last_ok ? 1 : 0,
-        (unsigned long long)md_log_access_dropped());
+        (unsigned long long)md_log_access_dropped(),
+        /* Relaxed: a gauge. */
+        (unsigned)atomic_load_explicit(&s->gens, memory_order_relaxed));
     return md_outbuf_append(out, text, (size_t)n) != 0 ? -ENOMEM : 0;
 }
 
@@ -633,7 +664,8 @@ int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
     s->start_ns = uv_hrtime();
     md_metrics_init(&s->metrics);
     md_metrics_set_extra(&s->metrics, runtime_metrics, s);
-    s->http = http_gen_new(s, cfg);
+    s->http = s->oldest = http_gen_new(s, cfg);
+    atomic_init(&s->gens, 1);
     s->setup_err = err;
     s->inherited = inherited;
     atomic_init(&s->last_reload_ok, true);
@@ -702,6 +734,8 @@ static void reload_cmd(uv_loop_t *loop, void *arg)
         md_http_server_publish(&s->http->http, &g->http);
         g->older = s->http;
         s->http = g;
+        atomic_fetch_add_explicit(&s->gens, 1, memory_order_relaxed);
+        http_gens_sweep(s); /* the older ones whose connections have all moved on or closed */
         s->cfg = *cfg;
         resume_accepting(s); /* max_connections may have grown */
     }

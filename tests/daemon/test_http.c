@@ -893,22 +893,31 @@ Test(http, newer_generation_applies_from_the_next_request)
     static md_http_server next;
     next = srv;
     atomic_init(&next.newer, NULL);
+    atomic_init(&next.conns, 0);
     next.limits.max_headers = 1;
     struct session s;
     struct sb b = {0};
     session_open(&s);
+    cr_assert_eq(atomic_load(&srv.conns), 1, "counted at its generation from init");
     /* A request in flight keeps the limits it started with... */
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
     md_http_server_publish(&srv, &next);
     feed(&s, "X-One: 1\r\n\r\n");
     sb_hello(&b, NULL);
     expect_sb(&s, &b);
+    cr_assert_eq(atomic_load(&srv.conns), 1, "still at the old one until its next request");
+    cr_assert_eq(atomic_load(&next.conns), 0);
     /* ...and the next one gets the new ones: two fields are now one too many. */
     b.len = 0;
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nX-One: 1\r\n\r\n");
     sb_error(&b, "431 Request Header Fields Too Large", "close");
     expect_sb(&s, &b);
+    cr_assert_eq(atomic_load(&srv.conns), 0, "moved on: the old generation is unused");
+    cr_assert_eq(atomic_load(&next.conns), 1);
     session_close(&s);
+    cr_assert_eq(atomic_load(&next.conns), 0, "closing uncounts it");
+    md_http_conn_close(&s.c); /* twice: counted once */
+    cr_assert_eq(atomic_load(&next.conns), 0);
     atomic_store(&srv.newer, NULL);
     expect_no_leaks();
 }

@@ -472,3 +472,54 @@ Test(signals, a_connection_from_before_the_access_log_was_on_is_logged_with_its_
     cr_assert_eq(count_in_file(access, "GET /first"), 0, "nothing from before the reload");
     cr_assert_eq(stop(&d), 0);
 }
+
+static int http_generations(int port)
+{
+    char cmd[200];
+    snprintf(
+        cmd, sizeof cmd,
+        "curl -s http://127.0.0.1:%d/metrics | sed -n 's/^magpied_http_config_generations //p'",
+        port);
+    return atoi(run(cmd));
+}
+
+/* Sweeps run when a connection closes and at reloads: wait (2 s at most) for one to settle. */
+static int wait_generations(int port, int want)
+{
+    int gens = 0;
+    for (int i = 0; i < 100 && (gens = http_generations(port)) != want; i++)
+        usleep(20000);
+    return gens;
+}
+
+/* Each reload makes a new generation of HTTP settings; the old ones live only as long as a
+ * connection that started under them is at them, not until exit. */
+Test(signals, old_http_settings_are_freed_once_no_connection_is_at_them)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", err);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    cr_assert_eq(http_generations(d.http), 1);
+    int fd = test_connect(d.http);
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    char got[4096];
+    test_write_all(fd, req, sizeof req - 1);
+    cr_assert(read_some(fd, got, sizeof got, "HTTP/1.1 200", 1) > 0);
+    for (int i = 1; i <= 3; i++)
+        reload_and_wait(&d, err, "reloaded", i);
+    cr_assert_eq(http_generations(d.http), 4, "the open connection holds the first one");
+    /* Its next request moves it to the newest; the sweep after a later close (here: each
+     * /metrics connection's) frees the three it left. */
+    test_write_all(fd, req, sizeof req - 1);
+    cr_assert(read_some(fd, got, sizeof got, "HTTP/1.1 200", 1) > 0);
+    int gens = wait_generations(d.http, 1);
+    cr_assert_eq(gens, 1, "old generations still in memory: %d", gens);
+    close(fd);
+    reload_and_wait(&d, err, "reloaded", 4);
+    gens = wait_generations(d.http, 1);
+    cr_assert_eq(gens, 1, "a reload after the last old connection closed keeps %d", gens);
+    cr_assert_eq(stop(&d), 0);
+}
