@@ -54,6 +54,11 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
 /* A futex wake-up that took longer than this counts as this long in the wake-latency EWMA:
  * a driver never keeps more than about this much backlog to itself (worker.c, drive()). */
 #define MP__WAKE_NS_MAX 1000000u
+/* A wake-latency estimate older than this is not trusted: the driver then wakes a helper as
+ * Tokio would, which takes a fresh sample. Samples come only from real wakes, so without this
+ * an estimate taken on a crowded machine would keep a driver alone after the machine freed up.
+ * At most ten extra wakes a second. */
+#define MP__WAKE_NS_TTL 100000000u
 
 #define MP__UNREACHABLE(fmt, ...)                                                                  \
     do {                                                                                           \
@@ -391,8 +396,9 @@ void mp__tcp_ready(mp_tcp *c, uint32_t events);
 
 /* worker.c */
 /* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up
- * has recently taken wake_ns? And the wake-latency EWMA after one more sample. */
-bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns);
+ * took wake_ns by an estimate last sampled wake_age_ns ago? And the wake-latency EWMA after
+ * one more sample. */
+bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns, uint64_t wake_age_ns);
 uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample);
 
 typedef struct mp__worker_counters {
@@ -460,7 +466,8 @@ struct mp_runtime {
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */
-    _Atomic uint64_t wake_ns; /* atomic: EWMA of futex wake-up latency (worker.c) */
+    _Atomic uint64_t wake_ns;         /* atomic: EWMA of futex wake-up latency (worker.c) */
+    _Atomic uint64_t wake_sampled_at; /* atomic: mp__now_ns() of its last sample */
 };
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */

@@ -91,6 +91,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     atomic_init(&rt->spawned_outside, 0);
     atomic_init(&rt->injected, 0);
     atomic_init(&rt->wake_ns, 0);
+    atomic_init(&rt->wake_sampled_at, 0);
     for (unsigned i = 0; i < c.workers; i++)
         mp__worker_init(&rt->workers[i], rt, i);
     *out = rt;

@@ -264,13 +264,15 @@ static void poll_io(mp__worker *w)
  * thread), and a backlog the driver finishes sooner than that is only split in two by the
  * wake: the helper steals what the driver would have run next, and the cost of the wake is
  * paid for nothing. So the driver wakes one only for a backlog that its recent time per poll
- * says outlasts a recent wake-up. With no measurement yet (either figure 0) it is Tokio's
- * rule. Tasks the driver keeps stay in its ring, where a searching worker can steal them. */
-bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns)
+ * says outlasts a recent wake-up. With no measurement yet (either figure 0), or one older
+ * than MP__WAKE_NS_TTL, it is Tokio's rule. Tasks the driver keeps stay in its ring, where a
+ * searching worker can steal them. */
+bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns, uint64_t wake_age_ns)
 {
     if (local < 2)
         return false;
-    return avg_task_ns <= 0 || wake_ns == 0 || local * avg_task_ns >= (double)wake_ns;
+    return avg_task_ns <= 0 || wake_ns == 0 || wake_age_ns > MP__WAKE_NS_TTL ||
+           local * avg_task_ns >= (double)wake_ns;
 }
 
 uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample)
@@ -292,6 +294,7 @@ static void sample_wake_latency(mp__worker *w)
         return;
     uint64_t old = atomic_load_explicit(&rt->wake_ns, memory_order_relaxed);
     atomic_store_explicit(&rt->wake_ns, mp__wake_ns_update(old, now - sent), memory_order_relaxed);
+    atomic_store_explicit(&rt->wake_sampled_at, now, memory_order_relaxed);
 }
 
 /* Sleep in the loop as its driver instead of on the futex: the park word says DRIVING, so an
@@ -320,12 +323,17 @@ static bool drive(mp__worker *w)
     atomic_exchange_explicit(&w->park.state, MP__UNPARKED, memory_order_acquire);
     bool cmds = mp__reactor_release(r);
     uint32_t local = (w->lifo != NULL) + mp__queue_len(&w->queue);
-    bool helper = mp__helper_pays(local, w->avg_task_ns,
-                                  atomic_load_explicit(&w->rt->wake_ns, memory_order_relaxed));
-    if (helper)
-        mp__counter_add(&w->stats.helpers_woken, 1);
-    else if (local > 1)
-        mp__counter_add(&w->stats.helpers_skipped, 1);
+    bool helper = false;
+    if (local > 1) {
+        mp_runtime *rt = w->rt;
+        uint64_t now = mp__now_ns();
+        /* Relaxed: an estimate; a stale or torn-in-time pair only moves one decision. */
+        uint64_t at = atomic_load_explicit(&rt->wake_sampled_at, memory_order_relaxed);
+        helper = mp__helper_pays(local, w->avg_task_ns,
+                                 atomic_load_explicit(&rt->wake_ns, memory_order_relaxed),
+                                 now > at ? now - at : 0);
+        mp__counter_add(helper ? &w->stats.helpers_woken : &w->stats.helpers_skipped, 1);
+    }
     if (cmds || helper)
         mp__runtime_notify(w->rt);
     return true;

@@ -128,14 +128,20 @@ Test(worker, idle_busy_idle_cycles_without_stealing, .timeout = 120)
 /* The driver's rule for waking a helper after an I/O turn (drive()). */
 Test(worker, a_helper_is_woken_only_for_a_backlog_longer_than_a_wake_up, .timeout = 10)
 {
-    cr_assert_not(mp__helper_pays(0, 1000, 0), "nothing to share");
-    cr_assert_not(mp__helper_pays(1, 1000, 0), "one task is the driver's next poll");
-    cr_assert(mp__helper_pays(2, 1000, 0), "no wake-up measured yet: Tokio's rule");
-    cr_assert(mp__helper_pays(2, 0, 50000), "no time per poll measured yet: Tokio's rule");
-    cr_assert_not(mp__helper_pays(2, 1000, 50000), "2 us of work, 50 us to wake: run it alone");
-    cr_assert_not(mp__helper_pays(49, 1000, 50000));
-    cr_assert(mp__helper_pays(50, 1000, 50000), "the backlog outlasts the wake-up");
-    cr_assert(mp__helper_pays(1000, 1000, MP__WAKE_NS_MAX), "1 ms of backlog always gets help");
+    const uint64_t fresh = 1000000; /* sampled 1 ms ago */
+    cr_assert_not(mp__helper_pays(0, 1000, 0, fresh), "nothing to share");
+    cr_assert_not(mp__helper_pays(1, 1000, 0, fresh), "one task is the driver's next poll");
+    cr_assert(mp__helper_pays(2, 1000, 0, fresh), "no wake-up measured yet: Tokio's rule");
+    cr_assert(mp__helper_pays(2, 0, 50000, fresh), "no time per poll measured yet: Tokio's rule");
+    cr_assert_not(mp__helper_pays(2, 1000, 50000, fresh),
+                  "2 us of work, 50 us to wake: run it alone");
+    cr_assert_not(mp__helper_pays(49, 1000, 50000, fresh));
+    cr_assert(mp__helper_pays(50, 1000, 50000, fresh), "the backlog outlasts the wake-up");
+    cr_assert(mp__helper_pays(1000, 1000, MP__WAKE_NS_MAX, fresh),
+              "1 ms of backlog always gets help");
+    cr_assert(mp__helper_pays(2, 1000, MP__WAKE_NS_MAX, MP__WAKE_NS_TTL + 1),
+              "a stale estimate is not trusted: wake one, which measures again");
+    cr_assert_not(mp__helper_pays(1, 1000, MP__WAKE_NS_MAX, MP__WAKE_NS_TTL + 1));
 }
 
 Test(worker, the_wake_latency_average_follows_its_samples_and_is_capped, .timeout = 10)
