@@ -205,9 +205,10 @@ typedef struct mp__queue {
 struct mp__inject;
 void mp__queue_init(mp__queue *q);
 /* Owner only. Push t at the back; when the ring is full, move half of it plus t to the global
- * queue in one lock. Returns true if it overflowed; *dropped is set when the inject queue was
- * closed and the overflowed tasks must be dropped by the caller (shutdown). */
-bool mp__queue_push_owner(mp__queue *q, mp_task *t, struct mp__inject *inj);
+ * queue in one lock, and set *overflowed. Returns NULL, or, when the global queue was closed
+ * (shutdown), the tasks that could not go there: a chain through ->next, with their queue
+ * references, which the caller must cancel (mp__task_shutdown_queued). */
+mp_task *mp__queue_push_owner(mp__queue *q, mp_task *t, struct mp__inject *inj, bool *overflowed);
 /* Owner only: the task at the front, or NULL. */
 mp_task *mp__queue_pop_owner(mp__queue *q);
 /* Any thread, into the caller's own ring dst: moves half of src's tasks; returns one of them
@@ -412,6 +413,7 @@ typedef struct mp__worker {
     mp__park park;
     /* owner only: */
     alignas(MP__CACHE_LINE) mp_task *lifo;
+    mp_task *orphans; /* overflowed into the closed global queue: cancelled at shutdown */
     mp_task *batch[MP__BATCH_CAP];
     uint32_t batch_head, batch_len;
     uint32_t lifo_streak;

@@ -94,13 +94,15 @@ static bool push_overflow(mp__queue *q, mp_task *t, uint32_t real, uint32_t tail
     return true;
 }
 
-bool mp__queue_push_owner(mp__queue *q, mp_task *t, mp__inject *inj)
+mp_task *mp__queue_push_owner(mp__queue *q, mp_task *t, mp__inject *inj, bool *overflowed)
 {
+    *overflowed = false;
     /* Relaxed: only this thread writes tail. */
     uint32_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
     for (;;) {
-        /* Acquire: pairs with the release CAS in steal_release() (and pop_owner's), so the
-         * slots a thief has finished copying are free to overwrite. */
+        /* Acquire: pairs with the release CAS that ends a steal in steal_claim_copy() (and
+         * the pop's in mp__queue_pop_owner()), so the slots a thief has finished copying are
+         * free to overwrite. */
         uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
         uint32_t steal = steal_of(head), real = real_of(head);
         if (tail - steal < MP_QUEUE_CAPACITY) {
@@ -108,7 +110,7 @@ bool mp__queue_push_owner(mp__queue *q, mp_task *t, mp__inject *inj)
             /* Release: publishes the slot; pairs with the acquire tail load in
              * mp__queue_steal_into(). */
             atomic_store_explicit(&q->tail, tail + 1, memory_order_release);
-            return false;
+            return NULL;
         }
         bool closed = false;
         if (steal != real) {
@@ -120,14 +122,11 @@ bool mp__queue_push_owner(mp__queue *q, mp_task *t, mp__inject *inj)
         } else {
             t = slot_load(q, real); /* head of the moved chain, for the closed case */
         }
-        if (closed) {
-            /* Shutting down: the registry cancels these tasks; drop the queue's reference. */
-            for (mp_task *next; t; t = next) {
-                next = t->next;
-                mp__task_drop_queue_ref(t);
-            }
-        }
-        return true;
+        *overflowed = true;
+        /* Shutting down: the chain is the caller's, queue references and all. Not every task
+         * in it is in the registry (one that never suspended, or only yielded, is not), so
+         * dropping the references here would lose those tasks. */
+        return closed ? t : NULL;
     }
 }
 

@@ -137,8 +137,11 @@ static void rearm_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     mp__reactor *r = arg;
-    /* Relaxed: the flag only dedups commands; the wheel is read under its lock below. */
-    atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+    /* Release: run_commands() is done with rearm_cmd (it read ->next and ->fn before calling
+     * us), so the next queue_rearm() may rewrite it; pairs with the acquire CAS there. The
+     * wheel is read under its lock below, after this store, so a task that finds the flag
+     * clear and queues again is not needed for what it inserted before. */
+    atomic_store_explicit(&r->rearm_queued, false, memory_order_release);
     mp__reactor_timers(r);
 }
 
@@ -164,9 +167,11 @@ static void queue_rearm(mp_runtime *rt)
 {
     mp__reactor *r = &rt->reactor;
     bool expected = false;
-    /* Relaxed: only dedups the command; see rearm_cmd(). */
+    /* Acquire: rearm_cmd is ours to rewrite only after the loop's last read of it; pairs
+     * with the release store in rearm_cmd(). A command still queued (the flag set) will read
+     * the wheel after our insert, so nothing more is needed then. */
     if (atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
-                                                memory_order_relaxed, memory_order_relaxed) &&
+                                                memory_order_acquire, memory_order_relaxed) &&
         mp_loop_call(rt, &r->rearm_cmd, rearm_cmd, r) != 0)
         atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
 }
@@ -176,9 +181,12 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
     mp__reactor *r = &t->rt->reactor;
     mp__timer_entry *e = (mp__timer_entry *)t;
     mp_waker old = {0};
+    /* Ready by the clock alone: the wheel fires an entry only once mp_now_ms() has reached
+     * its deadline, so a fired entry is due here too, while a deadline moved later since it
+     * fired is not (a "fired" flag would say READY for it at once). */
     bool due = mp_now_ms() >= deadline_ms;
     mp__spin_lock(&r->wheel_lock);
-    if (t->fired || due) {
+    if (due) {
         mp__wheel_remove(&r->wheel, e);
         t->fired = false;
         old = t->waker;
@@ -190,8 +198,10 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
             queue_rearm(t->rt);
         return MP_READY;
     }
-    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms)
+    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms) {
+        t->fired = false;
         mp__wheel_insert(&r->wheel, e, deadline_ms);
+    }
     if (!mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
         old = t->waker;
         t->waker = mp_waker_clone(mp_context_waker(cx));

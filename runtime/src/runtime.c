@@ -183,6 +183,9 @@ bool mp__runtime_work_pending(mp_runtime *rt)
 {
     if (mp__inject_len(&rt->inject) > 0)
         return true;
+    /* Without stealing, another worker's ring is nobody else's work (see mp__schedule()). */
+    if (rt->cfg.disable_steal)
+        return false;
     for (unsigned i = 0; i < rt->nworkers; i++)
         if (!mp__queue_is_empty(&rt->workers[i].queue))
             return true;

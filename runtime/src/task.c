@@ -138,9 +138,13 @@ mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t)
             n = (s | MP__T_SCHEDULED) + MP__T_REF_ONE;
             r = MP__NOTIFY_SUBMIT;
         }
-        /* Release: pairs with the acquire in mp__task_transition_to_running() of the runner
-         * that the queue push below carries the task to. */
-        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_release,
+        /* acq_rel. Release: pairs with the acquire in mp__task_transition_to_running() of the
+         * runner that the queue push below carries the task to. Acquire: on SUBMIT we become
+         * the task's queue owner and write t->next; that must come after the last queue
+         * owner's writes to it (mp__inject_pop_batch() on a worker, then its poll), which
+         * the release CAS in mp__task_transition_to_idle() publishes. A release-only CAS left
+         * a plain thread that wakes a task twice racing with the worker that ran it between. */
+        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return r;
     }
@@ -189,8 +193,10 @@ mp__to_notified mp__task_transition_to_notified_and_cancel(mp_task *t)
             n = (s | MP__T_CANCELLED | MP__T_SCHEDULED) + MP__T_REF_ONE;
             r = MP__NOTIFY_SUBMIT;
         }
-        /* Release: pairs with mp__task_transition_to_running()'s acquire (as by_ref). */
-        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_release,
+        /* acq_rel, as in mp__task_transition_to_notified_by_ref(): release pairs with
+         * mp__task_transition_to_running()'s acquire; acquire with the release in
+         * mp__task_transition_to_idle(), before we may write t->next on SUBMIT. */
+        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return r;
     }

@@ -40,6 +40,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     atomic_init(&w->park.state, MP__UNPARKED);
     atomic_init(&w->park.unparked_at, 0);
     w->lifo = NULL;
+    w->orphans = NULL;
     w->batch_head = w->batch_len = 0;
     w->lifo_streak = 0;
     w->tick_polls = 0;
@@ -70,10 +71,23 @@ static uint32_t rand_below(mp__worker *w, uint32_t n)
     return (uint32_t)(((uint64_t)r * n) >> 32);
 }
 
-static void push_ring(mp__worker *w, mp_task *t)
+/* Returns whether the ring overflowed (half of it went to the global queue). */
+static bool push_ring(mp__worker *w, mp_task *t)
 {
-    if (mp__queue_push_owner(&w->queue, t, &w->rt->inject))
+    bool overflowed;
+    mp_task *back = mp__queue_push_owner(&w->queue, t, &w->rt->inject, &overflowed);
+    if (overflowed)
         mp__counter_add(&w->stats.overflows, 1);
+    /* Shutting down (the global queue is closed): keep what overflowed for
+     * mp__worker_drain_on_shutdown(), which cancels it once this thread has left. Cancelling
+     * here would run cancel callbacks inside whatever poll is pushing. */
+    while (back) {
+        mp_task *next = back->next;
+        back->next = w->orphans;
+        w->orphans = back;
+        back = next;
+    }
+    return overflowed;
 }
 
 static bool has_local_tasks(mp__worker *w)
@@ -86,7 +100,12 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
     mp__worker *w = mp__tls_worker;
     if (w && w->rt == rt && w->driving) {
         /* A libuv callback on the driving worker: it runs these as soon as the loop returns,
-         * and wakes a helper then if it has more than one (park_worker). */
+         * and wakes a helper then if mp__helper_pays() says so (drive()). The loop must
+         * return, though: uv_run(UV_RUN_ONCE) runs due timers *before* it computes how long
+         * to block, and with nothing else pending it then blocks in epoll_wait(-1) with the
+         * woken task sitting in this LIFO slot (the lost timer wake-up drawn in reactor.c).
+         * uv_stop() makes that poll non-blocking; libuv clears the flag as uv_run returns. */
+        uv_stop(&rt->reactor.loop);
         mp_task *prev = w->lifo;
         w->lifo = t;
         if (prev)
@@ -94,9 +113,9 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
         return true;
     }
     if (w && w->rt == rt && !w->parking) {
-        bool notify = true;
+        bool notify = true, overflowed = false;
         if (is_yield || rt->cfg.disable_lifo) {
-            push_ring(w, t);
+            overflowed = push_ring(w, t);
         } else {
             mp_task *prev = w->lifo;
             w->lifo = t;
@@ -104,8 +123,13 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
              * for it would only make it steal nothing (Tokio does the same). */
             notify = prev != NULL;
             if (prev)
-                push_ring(w, prev);
+                overflowed = push_ring(w, prev);
         }
+        /* Without stealing, only what overflowed to the global queue is anyone else's: a
+         * worker woken for our ring would find nothing, park as the last searcher, see our
+         * ring non-empty and wake the next one, for as long as this worker is busy. */
+        if (rt->cfg.disable_steal)
+            notify = overflowed;
         if (notify)
             mp__runtime_notify(rt);
         return true;
@@ -124,8 +148,11 @@ bool mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n)
     if (n == 0)
         return true;
     if (w && w->rt == rt && !w->parking) {
+        bool overflowed = false;
         for (size_t i = 0; i < n; i++)
-            push_ring(w, tasks[i]);
+            overflowed |= push_ring(w, tasks[i]);
+        if (rt->cfg.disable_steal && !overflowed)
+            return true; /* nobody else may take them: see mp__schedule() */
     } else {
         for (size_t i = 0; i + 1 < n; i++)
             tasks[i]->next = tasks[i + 1];
@@ -324,7 +351,7 @@ static bool drive(mp__worker *w)
     bool cmds = mp__reactor_release(r);
     uint32_t local = (w->lifo != NULL) + mp__queue_len(&w->queue);
     bool helper = false;
-    if (local > 1) {
+    if (local > 1 && !w->rt->cfg.disable_steal) {
         mp_runtime *rt = w->rt;
         uint64_t now = mp__now_ns();
         /* Relaxed: an estimate; a stale or torn-in-time pair only moves one decision. */
@@ -476,4 +503,9 @@ void mp__worker_drain_on_shutdown(mp__worker *w)
         mp__task_shutdown_queued(w->batch[w->batch_head++]);
     for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)
         mp__task_shutdown_queued(t);
+    while (w->orphans) {
+        mp_task *t = w->orphans;
+        w->orphans = t->next;
+        mp__task_shutdown_queued(t);
+    }
 }

@@ -31,6 +31,14 @@ static void free_inject(mp__inject *inj)
     free(inj);
 }
 
+/* Push into a queue whose global queue is open: nothing comes back. true: it overflowed. */
+static bool push(mp__queue *q, mp_task *t, mp__inject *inj)
+{
+    bool overflowed;
+    cr_assert_null(mp__queue_push_owner(q, t, inj, &overflowed));
+    return overflowed;
+}
+
 /* Start both indices at base, to test wrap-around past UINT32_MAX. */
 static void set_indices(mp__queue *q, uint32_t base)
 {
@@ -44,7 +52,7 @@ Test(queue, push_pop_fifo)
     mp__inject *inj = new_inject();
     mp_task t[CAP];
     for (uint32_t i = 0; i < CAP; i++)
-        cr_assert_not(mp__queue_push_owner(q, &t[i], inj));
+        cr_assert_not(push(q, &t[i], inj));
     cr_assert_eq(mp__queue_len(q), CAP);
     for (uint32_t i = 0; i < CAP; i++)
         cr_assert_eq(mp__queue_pop_owner(q), &t[i]);
@@ -61,9 +69,9 @@ Test(queue, overflow_moves_half_plus_one_in_order)
     mp__inject *inj = new_inject();
     mp_task t[CAP + 1];
     for (uint32_t i = 0; i < CAP; i++)
-        cr_assert_not(mp__queue_push_owner(q, &t[i], inj));
+        cr_assert_not(push(q, &t[i], inj));
     /* The ring is full: the next push moves the oldest half plus the new task. */
-    cr_assert(mp__queue_push_owner(q, &t[CAP], inj));
+    cr_assert(push(q, &t[CAP], inj));
     cr_assert_eq(mp__inject_len(inj), CAP / 2 + 1);
     cr_assert_eq(mp__queue_len(q), CAP / 2);
     for (uint32_t i = 0; i < CAP / 2; i++)
@@ -83,7 +91,7 @@ Test(queue, steal_takes_half_rounded_up)
     mp_task t[CAP];
     for (uint32_t n = 1; n <= CAP; n++) {
         for (uint32_t i = 0; i < n; i++)
-            mp__queue_push_owner(src, &t[i], inj);
+            push(src, &t[i], inj);
         uint32_t got;
         mp_task *first = mp__queue_steal_into(src, dst, &got);
         uint32_t want = n - n / 2;
@@ -111,9 +119,9 @@ Test(queue, steal_refused_when_thief_ring_more_than_half_full)
     mp__inject *inj = new_inject();
     mp_task a[CAP], b[CAP];
     for (uint32_t i = 0; i < CAP; i++)
-        mp__queue_push_owner(src, &a[i], inj);
+        push(src, &a[i], inj);
     for (uint32_t i = 0; i <= CAP / 2; i++)
-        mp__queue_push_owner(dst, &b[i], inj);
+        push(dst, &b[i], inj);
     uint32_t got;
     cr_assert_null(mp__queue_steal_into(src, dst, &got));
     cr_assert_eq(mp__queue_len(src), CAP);
@@ -128,7 +136,7 @@ Test(queue, steal_in_progress_blocks_other_thieves_and_overflow)
     mp__inject *inj = new_inject();
     mp_task t[CAP + 1];
     for (uint32_t i = 0; i < CAP; i++)
-        mp__queue_push_owner(q, &t[i], inj);
+        push(q, &t[i], inj);
     /* Simulate a thief between claim and release: real moved on, steal did not. */
     atomic_store(&q->head, ((uint64_t)0 << 32) | 2);
     mp__queue *thief = new_queue();
@@ -136,7 +144,7 @@ Test(queue, steal_in_progress_blocks_other_thieves_and_overflow)
     cr_assert_null(mp__queue_steal_into(q, thief, &got), "second thief must back off");
     /* The ring is full counting the claimed slots: the owner may not move the half being
      * copied, so the new task alone goes to the global queue. */
-    cr_assert(mp__queue_push_owner(q, &t[CAP], inj));
+    cr_assert(push(q, &t[CAP], inj));
     cr_assert_eq(mp__inject_len(inj), 1);
     cr_assert_eq(mp__inject_pop(inj), &t[CAP]);
     /* Owner pops keep working during the steal; steal stays put. */
@@ -159,7 +167,7 @@ Test(queue, indices_wrap_past_uint32_max)
     /* Cycle many rounds through the wrap: push, pop, overflow and steal all cross it. */
     for (int round = 0; round < 8; round++) {
         for (uint32_t i = 0; i < CAP; i++)
-            cr_assert_not(mp__queue_push_owner(src, &t[next_in++ % (3 * CAP)], inj));
+            cr_assert_not(push(src, &t[next_in++ % (3 * CAP)], inj));
         cr_assert_eq(mp__queue_len(src), CAP);
         uint32_t got;
         mp_task *first = mp__queue_steal_into(src, dst, &got);
@@ -174,8 +182,8 @@ Test(queue, indices_wrap_past_uint32_max)
     }
     /* And an overflow across the wrap. */
     for (uint32_t i = 0; i < CAP; i++)
-        mp__queue_push_owner(src, &t[i], inj);
-    cr_assert(mp__queue_push_owner(src, &t[CAP], inj));
+        push(src, &t[i], inj);
+    cr_assert(push(src, &t[CAP], inj));
     cr_assert_eq(mp__queue_len(src), CAP / 2);
     cr_assert_eq(mp__inject_pop(inj), &t[0]);
     free_inject(inj);
@@ -233,7 +241,7 @@ Test(queue, concurrent_steals_take_each_task_once, .timeout = 60)
         pthread_create(&th[i], NULL, thief_main, &s);
     uint64_t rng = test_seed();
     for (size_t i = 0; i < STRESS_TASKS; i++) {
-        mp__queue_push_owner(s.q, &s.tasks[i], s.inj);
+        push(s.q, &s.tasks[i], s.inj);
         if (test_rand(&rng) % 3 == 0) {
             mp_task *t = mp__queue_pop_owner(s.q);
             if (t)
@@ -252,4 +260,30 @@ Test(queue, concurrent_steals_take_each_task_once, .timeout = 60)
     free((void *)s.seen);
     free_inject(s.inj);
     free(s.q);
+}
+
+/* At shutdown the global queue is closed: an overflow hands the moved half and the pushed
+ * task back to the caller, who must cancel them (the registry does not know a task that
+ * never suspended); nothing is lost, nothing is left in the ring twice. */
+Test(queue, overflow_into_closed_global_queue_returns_the_tasks)
+{
+    mp__queue *q = new_queue();
+    mp__inject *inj = new_inject();
+    mp_task t[CAP + 1];
+    for (uint32_t i = 0; i < CAP; i++)
+        cr_assert_not(push(q, &t[i], inj));
+    mp__inject_close(inj);
+    bool overflowed = false;
+    mp_task *back = mp__queue_push_owner(q, &t[CAP], inj, &overflowed);
+    cr_assert(overflowed);
+    uint32_t n = 0;
+    for (mp_task *c = back; c; c = c->next, n++)
+        cr_assert_eq(c, n < CAP / 2 ? &t[n] : &t[CAP], "chain order at %u", n);
+    cr_assert_eq(n, CAP / 2 + 1);
+    cr_assert_eq(mp__inject_len(inj), 0);
+    for (uint32_t i = CAP / 2; i < CAP; i++)
+        cr_assert_eq(mp__queue_pop_owner(q), &t[i]);
+    cr_assert_null(mp__queue_pop_owner(q));
+    free_inject(inj);
+    free(q);
 }
