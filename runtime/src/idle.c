@@ -8,8 +8,11 @@
  * waking?" check is one lock-free load.
  *
  * Worker slots whose thread has not started yet count as parked: picking one means starting
- * its thread (seed 004's lazy spawn). A slot whose thread could not be created is retired and
- * no longer counted.
+ * its thread (lazy spawning). A slot whose thread could not be created goes back to the
+ * unstarted ones (the retry set) and is tried again by a later notification, so a runtime
+ * never stays smaller than configured because of one transient pthread_create failure.
+ * Slots handed out for starting are counted in `spawning` until the starter has settled them,
+ * so that shutdown can wait for every thread that may still appear.
  *
  * The lost wake-up this prevents (store buffering):
  *
@@ -69,7 +72,10 @@ int mp__idle_init(mp__idle *idle, unsigned workers)
     }
     idle->summary = 0;
     idle->started = 0;
+    idle->retry = 0;
+    idle->retry_base = 0;
     idle->closed = false;
+    atomic_init(&idle->spawning, 0);
     atomic_init(&idle->state, 0);
     atomic_init(&idle->failed, 0);
     return 0;
@@ -81,16 +87,28 @@ void mp__idle_destroy(mp__idle *idle)
     free(idle->parked);
 }
 
-static unsigned live_workers(mp__idle *idle)
-{
-    /* Relaxed: a retired slot only makes the count smaller; a stale value wakes one too many
-     * or checks once more. */
-    return idle->workers - atomic_load_explicit(&idle->failed, memory_order_relaxed);
-}
-
 static bool should_wake(mp__idle *idle, uint64_t s)
 {
-    return searching_of(s) == 0 && unparked_of(s) < live_workers(idle);
+    return searching_of(s) == 0 && unparked_of(s) < idle->workers;
+}
+
+/* Caller holds mu: an unstarted slot, a failed one first. Counts it as spawning. */
+static bool take_unstarted_locked(mp__idle *idle, unsigned *idx)
+{
+    if (idle->closed)
+        return false;
+    if (idle->retry != 0) {
+        *idx = idle->retry_base + (unsigned)__builtin_ctzll(idle->retry);
+        idle->retry &= idle->retry - 1;
+    } else if (idle->started < idle->workers) {
+        *idx = idle->started++;
+    } else {
+        return false;
+    }
+    /* Relaxed: written under mu; shutdown reads it with acquire after settling, see
+     * mp__idle_spawn_settled(). */
+    atomic_fetch_add_explicit(&idle->spawning, 1, memory_order_relaxed);
+    return true;
 }
 
 /* Caller holds mu. Pick the lowest parked worker: O(1) through the summary word. */
@@ -110,7 +128,7 @@ static bool take_parked_locked(mp__idle *idle, unsigned *idx)
     return true;
 }
 
-mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx)
+mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx, bool may_spawn)
 {
     /* seq_cst load: the (A) side of the protocol above; the caller issued fence (A). */
     if (!should_wake(idle, atomic_load_explicit(&idle->state, memory_order_seq_cst)))
@@ -120,12 +138,10 @@ mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx)
     /* seq_cst: re-read under mu; pairs with the RMWs of mp__idle_transition_to_parked(), as
      * the first load does. */
     if (should_wake(idle, atomic_load_explicit(&idle->state, memory_order_seq_cst))) {
-        if (take_parked_locked(idle, idx)) {
+        if (take_parked_locked(idle, idx))
             kind = MP__NOTIFY_UNPARK;
-        } else if (idle->started < idle->workers && !idle->closed) {
-            *idx = idle->started++;
+        else if (may_spawn && take_unstarted_locked(idle, idx))
             kind = MP__NOTIFY_SPAWN;
-        }
         if (kind != MP__NOTIFY_NONE) {
             /* seq_cst: part of the (A)/(B) protocol above. */
             atomic_fetch_add_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
@@ -135,15 +151,42 @@ mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx)
     return kind;
 }
 
+bool mp__idle_take_slot(mp__idle *idle, unsigned *idx)
+{
+    pthread_mutex_lock(&idle->mu);
+    bool got = take_unstarted_locked(idle, idx);
+    if (got) {
+        /* seq_cst: as in mp__idle_worker_to_notify(): the new worker starts as a searcher. */
+        atomic_fetch_add_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
+    }
+    pthread_mutex_unlock(&idle->mu);
+    return got;
+}
+
 void mp__idle_spawn_failed(mp__idle *idle, unsigned idx)
 {
-    (void)idx;
     pthread_mutex_lock(&idle->mu);
     atomic_fetch_add_explicit(&idle->failed, 1, memory_order_relaxed);
+    if (idx - idle->retry_base >= 64) /* the retry set is one word: keep the lowest 64 */
+        idle->retry = 0, idle->retry_base = idx & ~63u;
+    idle->retry |= (uint64_t)1 << (idx - idle->retry_base);
     /* seq_cst: the slot leaves the unparked count, as in mp__idle_transition_to_parked(); pairs
      * with the notifiers' loads in mp__idle_worker_to_notify(). */
     atomic_fetch_sub_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
     pthread_mutex_unlock(&idle->mu);
+}
+
+void mp__idle_spawn_settled(mp__idle *idle)
+{
+    /* Release: the slot's final spawn_state (and its pthread_t) is written before this;
+     * pairs with the acquire load in mp__idle_spawning(). */
+    atomic_fetch_sub_explicit(&idle->spawning, 1, memory_order_release);
+}
+
+unsigned mp__idle_spawning(mp__idle *idle)
+{
+    /* Acquire: pairs with the release in mp__idle_spawn_settled(). */
+    return atomic_load_explicit(&idle->spawning, memory_order_acquire);
 }
 
 unsigned mp__idle_close(mp__idle *idle)
@@ -160,7 +203,7 @@ bool mp__idle_transition_to_searching(mp__idle *idle)
     /* seq_cst: searching is read by notifiers in the (A)/(B) protocol. The cap is a soft
      * limit (two workers may pass the check together), as in Tokio. */
     uint64_t s = atomic_load_explicit(&idle->state, memory_order_seq_cst);
-    if (2 * searching_of(s) >= live_workers(idle))
+    if (2 * searching_of(s) >= idle->workers)
         return false;
     atomic_fetch_add_explicit(&idle->state, SEARCH_ONE, memory_order_seq_cst);
     return true;
@@ -222,9 +265,4 @@ bool mp__idle_is_parked(mp__idle *idle, unsigned idx)
                   ((uint64_t)1 << (idx % 64));
     pthread_mutex_unlock(&idle->mu);
     return parked;
-}
-
-unsigned mp__idle_searching(mp__idle *idle)
-{
-    return searching_of(atomic_load_explicit(&idle->state, memory_order_relaxed));
 }

@@ -287,7 +287,10 @@ typedef struct mp__idle {
     unsigned words;           /* immutable after start */
     unsigned workers;         /* immutable after start */
     unsigned started;         /* guarded by mu: worker slots handed out so far */
-    _Atomic unsigned failed;  /* atomic: slots whose thread could not be spawned */
+    uint64_t retry;           /* guarded by mu: bit i = slot retry_base + i failed to start */
+    unsigned retry_base;      /* guarded by mu */
+    _Atomic unsigned failed;  /* atomic: thread starts that failed, for the stats */
+    _Atomic unsigned spawning; /* atomic: slots handed out whose start has not settled */
     bool closed;              /* guarded by mu: shutdown, no more slots handed out */
 } mp__idle;
 
@@ -299,8 +302,13 @@ typedef enum mp__notify_kind {
 
 int mp__idle_init(mp__idle *idle, unsigned workers);
 void mp__idle_destroy(mp__idle *idle);
-/* The worker to wake for new work, or NONE. SPAWN: slot *idx must be started. */
-mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx);
+/* The worker to wake for new work, or NONE. SPAWN (only with may_spawn): slot *idx must be
+ * started, then settled with mp__idle_spawn_settled() (and mp__idle_spawn_failed() first if
+ * its thread could not be created). */
+mp__notify_kind mp__idle_worker_to_notify(mp__idle *idle, unsigned *idx, bool may_spawn);
+/* Hand out an unstarted slot whatever the searching count says (the first worker, for a spawn
+ * from outside). false: none left, or closed. */
+bool mp__idle_take_slot(mp__idle *idle, unsigned *idx);
 bool mp__idle_transition_to_searching(mp__idle *idle);
 /* true: the caller was the last searcher. */
 bool mp__idle_transition_from_searching(mp__idle *idle);
@@ -309,10 +317,13 @@ bool mp__idle_transition_to_parked(mp__idle *idle, unsigned idx, bool searching)
  * claimed us (and counted us as searching). */
 bool mp__idle_unpark_self(mp__idle *idle, unsigned idx);
 bool mp__idle_is_parked(mp__idle *idle, unsigned idx);
+/* Its thread could not be created: the slot goes to the retry set. */
 void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
+void mp__idle_spawn_settled(mp__idle *idle);
+/* Slots handed out whose start has not settled (shutdown waits for 0 after closing). */
+unsigned mp__idle_spawning(mp__idle *idle);
 /* Shutdown: hand out no more slots; returns how many were handed out. */
 unsigned mp__idle_close(mp__idle *idle);
-unsigned mp__idle_searching(mp__idle *idle);
 
 /* timer.c: the hierarchical timer wheel. A plain data structure, not thread-safe: its one
  * driver (the reactor, on the loop thread) serializes every call under its own lock. */
@@ -470,10 +481,19 @@ struct mp_runtime {
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */
     _Atomic uint64_t wake_ns;         /* atomic: EWMA of futex wake-up latency (worker.c) */
     _Atomic uint64_t wake_sampled_at; /* atomic: mp__now_ns() of its last sample */
+    _Atomic unsigned workers_live;    /* atomic: worker threads started (they stop at shutdown) */
+    _Atomic unsigned inline_runs;     /* atomic: plain threads polling a task inline (mp_join) */
+    pthread_mutex_t first_start_mu;   /* serializes spawns from outside until a worker lives */
 };
 
 /* Wake a worker for new work, starting one if none is parked and a slot is free. */
 void mp__runtime_notify(mp_runtime *rt);
+/* Before a spawn from a thread that is not a worker: make sure a worker thread exists, so that
+ * the task will run. 0, or the error of the failed thread start (the spawn must fail). */
+int mp__runtime_ensure_worker(mp_runtime *rt);
+/* A plain thread in mp_join: run one task from the global queue inline. false: none (or the
+ * runtime is shutting down). See the protocol in runtime.c. */
+bool mp__runtime_run_inline(mp_runtime *rt);
 /* Wake worker w directly, from its futex or from the loop. */
 void mp__runtime_unpark(mp_runtime *rt, mp__worker *w);
 /* Is there work any worker could take (global queue or a ring)? */

@@ -1,9 +1,12 @@
 /* runtime.c: creating a runtime, starting workers lazily, waking them, shutting down, stats.
  *
  * No thread exists until work needs one: a notification that finds no parked worker takes
- * the next unstarted slot and creates its thread (seed 004). If pthread_create fails, the
- * slot is retired and counted in stats.spawn_failures, and the runtime goes on with the
- * workers it has; with none at all, mp_join from a plain thread still runs the tasks inline.
+ * the next unstarted slot and creates its thread. If pthread_create fails, the slot goes back
+ * to the unstarted ones to be tried by a later notification, the failure is counted in
+ * stats.spawn_failures, and the work is left to the workers that run. A spawn from a thread
+ * that is not a worker first makes sure one worker thread exists (mp__runtime_ensure_worker);
+ * if not even one can be started, that spawn fails with the error, rather than queue a task
+ * that nothing would ever run.
  *
  * Shutdown, and the race it must not lose:
  *
@@ -13,11 +16,28 @@
  *   free the runtime                          -> T and a new thread use freed memory
  *
  * Fixed by closing every door before joining: the registry (spawns fail with -ESHUTDOWN,
- * exactly, under its shard locks), the global queue (pushes fail and the pusher drops its
- * reference), and the idle slots (no new thread is started, under the idle lock). Then stop
- * is stored with release and every worker is unparked; a worker reads stop with acquire
- * before each task and after each wake, so it leaves its loop. Once the threads are joined
- * the registry cancels what is left, and the queues are drained of their references.
+ * exactly, under its shard locks), the global queue (pushes fail and the pusher keeps the
+ * task), and the idle slots (no new thread is started, under the idle lock; a start already
+ * handed out is waited for through idle's `spawning` count). Then stop is stored with release
+ * and every worker is unparked; a worker reads stop with acquire before each task and after
+ * each wake, so it leaves its loop. Once the threads are joined the registry cancels what is
+ * left, and the queues (and what overflowed into the closed global queue) are drained.
+ *
+ * Plain threads in mp_join poll tasks inline too, and shutdown must not return while one
+ * does (the task's cancel callback would run after mp_runtime_shutdown() returned, and
+ * mp_runtime_free() then frees what the poll is using):
+ *
+ *   joiner (mp__runtime_run_inline)           shutdown
+ *   inline_runs++                     (A)     closed = true                      (C)
+ *   load closed: false                (B)     load inline_runs: 0 -> return      (D)
+ *   pop T, poll T                             -> T's poll races with the free
+ *
+ * Each side stores, then loads what the other stored (store buffering), so (A)-(D) are
+ * seq_cst: either the joiner sees closed and runs nothing, or shutdown sees it counted and
+ * waits until it has finished (the decrement is a release that pairs with (D)). A task the
+ * joiner polls after shutdown began is cancelled through the usual paths: it finds the
+ * registry or the global queue closed and cancels itself in place.
+ *
  * Wakers still held by user code must be gone before mp_runtime_free().
  */
 #include "internal.h"
@@ -40,9 +60,9 @@ static unsigned default_workers(const mp_config *c)
 }
 
 /* A write to a reset connection must be an error, not the death of the process. Our own
- * writes use MSG_NOSIGNAL, but libuv's (the uv_write fallback) do not, and libuv leaves
- * SIGPIPE to the application; like Rust's standard runtime, ignore it unless the program
- * chose a disposition of its own. */
+ * sends use MSG_NOSIGNAL, but a program's own writes on the sockets it gets from the loop do
+ * not, and libuv leaves SIGPIPE to the application; like Rust's standard runtime, ignore it
+ * unless the program chose a disposition of its own. */
 static void ignore_sigpipe(void)
 {
     struct sigaction sa;
@@ -82,6 +102,8 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         goto out_destroy_inject;
     if ((rc = mp__owned_init(&rt->owned, c.workers)) != 0)
         goto out_destroy_idle;
+    if ((rc = -pthread_mutex_init(&rt->first_start_mu, NULL)) != 0)
+        goto out_destroy_owned;
     atomic_init(&rt->stop, false);
     atomic_init(&rt->draining, false);
     atomic_init(&rt->closed, false);
@@ -92,11 +114,15 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     atomic_init(&rt->injected, 0);
     atomic_init(&rt->wake_ns, 0);
     atomic_init(&rt->wake_sampled_at, 0);
+    atomic_init(&rt->workers_live, 0);
+    atomic_init(&rt->inline_runs, 0);
     for (unsigned i = 0; i < c.workers; i++)
         mp__worker_init(&rt->workers[i], rt, i);
     *out = rt;
     return 0;
 
+out_destroy_owned:
+    mp__owned_destroy(&rt->owned);
 out_destroy_idle:
     mp__idle_destroy(&rt->idle);
 out_destroy_inject:
@@ -133,23 +159,27 @@ out_destroy_attr:
     return -rc;
 }
 
-/* Start the thread of slot idx, which mp__idle_worker_to_notify() handed out. */
-static void start_worker(mp_runtime *rt, unsigned idx)
+/* Start the thread of slot idx, which idle handed out. Returns 0 or the error. */
+static int start_worker(mp_runtime *rt, unsigned idx)
 {
     mp__worker *w = &rt->workers[idx];
     /* Relaxed: only this thread touches the slot until it is STARTED or FAILED. */
     atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTING, memory_order_relaxed);
-    if (create_thread(rt, w) == 0) {
-        /* Release: publishes w->thread; pairs with the acquire load in mp_runtime_shutdown(). */
+    int rc = create_thread(rt, w);
+    if (rc == 0) {
+        /* Release: publishes w->thread; pairs with the acquire load in mp_runtime_shutdown()
+         * (which also waits for mp__idle_spawning() to reach 0 first). */
         atomic_store_explicit(&w->spawn_state, MP__SLOT_STARTED, memory_order_release);
-        return;
+        /* Release: pairs with the acquire in mp__runtime_ensure_worker(). */
+        atomic_fetch_add_explicit(&rt->workers_live, 1, memory_order_release);
+        mp__idle_spawn_settled(&rt->idle);
+        return 0;
     }
     /* Release: pairs with the acquire load in mp_runtime_shutdown(), which skips the slot. */
     atomic_store_explicit(&w->spawn_state, MP__SLOT_FAILED, memory_order_release);
     mp__idle_spawn_failed(&rt->idle, idx);
-    /* The work that asked for this worker still needs one: try the next slot, or a parked
-     * worker. Bounded: each retry retires a slot or wakes someone. */
-    mp__runtime_notify(rt);
+    mp__idle_spawn_settled(&rt->idle);
+    return rc;
 }
 
 void mp__runtime_unpark(mp_runtime *rt, mp__worker *w)
@@ -161,22 +191,72 @@ void mp__runtime_unpark(mp_runtime *rt, mp__worker *w)
         mp__reactor_wake(&rt->reactor);
 }
 
-void mp__runtime_notify(mp_runtime *rt)
+static void notify(mp_runtime *rt, bool may_spawn)
 {
     /* (A) in idle.c's protocol: the task just queued is visible before we look at who is
      * searching or parked; pairs with fence (B) in mp__idle_transition_to_parked(). */
     atomic_thread_fence(memory_order_seq_cst);
     unsigned idx;
-    switch (mp__idle_worker_to_notify(&rt->idle, &idx)) {
+    switch (mp__idle_worker_to_notify(&rt->idle, &idx, may_spawn)) {
     case MP__NOTIFY_UNPARK:
         mp__runtime_unpark(rt, &rt->workers[idx]);
         break;
     case MP__NOTIFY_SPAWN:
-        start_worker(rt, idx);
+        /* The work that asked for a new worker still needs one if the start failed: wake a
+         * parked one instead. Not another start, which could fail the same way and recurse;
+         * the failed slot is retried by the next notification. */
+        if (start_worker(rt, idx) != 0)
+            notify(rt, false);
         break;
     case MP__NOTIFY_NONE:
         break;
     }
+}
+
+void mp__runtime_notify(mp_runtime *rt)
+{
+    notify(rt, true);
+}
+
+int mp__runtime_ensure_worker(mp_runtime *rt)
+{
+    /* Acquire: pairs with the release increment in start_worker(). Once a worker lives it
+     * lives until shutdown, so this is the only check on the hot path. */
+    if (atomic_load_explicit(&rt->workers_live, memory_order_acquire) != 0)
+        return 0;
+    int rc = 0;
+    pthread_mutex_lock(&rt->first_start_mu);
+    while (atomic_load_explicit(&rt->workers_live, memory_order_acquire) == 0) {
+        unsigned idx;
+        if (mp__idle_take_slot(&rt->idle, &idx)) {
+            if ((rc = start_worker(rt, idx)) != 0)
+                break;
+        } else if (mp__idle_spawning(&rt->idle) != 0) {
+            sched_yield(); /* a notification is starting one: see how it goes */
+        } else {
+            rc = -ESHUTDOWN; /* no slot left to start: closed */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rt->first_start_mu);
+    return rc;
+}
+
+bool mp__runtime_run_inline(mp_runtime *rt)
+{
+    if (mp__inject_len(&rt->inject) == 0)
+        return false;
+    /* (A) then (B): see the protocol at the top of this file. */
+    atomic_fetch_add_explicit(&rt->inline_runs, 1, memory_order_seq_cst);
+    mp_task *t = NULL;
+    if (!atomic_load_explicit(&rt->closed, memory_order_seq_cst))
+        t = mp__inject_pop(&rt->inject);
+    if (t)
+        mp__task_run(t, NULL);
+    /* Release: the poll (and any cancel it ran) is done; pairs with (D) in
+     * mp_runtime_shutdown(). */
+    atomic_fetch_sub_explicit(&rt->inline_runs, 1, memory_order_release);
+    return t != NULL;
 }
 
 bool mp__runtime_work_pending(mp_runtime *rt)
@@ -215,7 +295,9 @@ static bool quiescent(mp_runtime *rt)
 int mp_runtime_shutdown(mp_runtime *rt)
 {
     mp__worker *self = mp__tls_worker;
-    if (self && self->rt == rt)
+    /* From inside one of its tasks, on a worker or polled inline by a joiner: shutdown would
+     * wait for that very poll. */
+    if ((self && self->rt == rt) || mp__tls_inline_rt == rt)
         return -EDEADLK;
     int expected = 0;
     /* Relaxed: only decides which caller shuts down; the steps below carry the ordering. */
@@ -232,21 +314,20 @@ int mp_runtime_shutdown(mp_runtime *rt)
         while (!quiescent(rt) && mp__now_ns() < deadline)
             sleep_ms(1);
     }
-    atomic_store_explicit(&rt->closed, true, memory_order_relaxed);
+    /* (C): see the inline-run protocol at the top of this file. */
+    atomic_store_explicit(&rt->closed, true, memory_order_seq_cst);
     mp__owned_close(&rt->owned);
     mp__inject_close(&rt->inject);
-    unsigned slots = mp__idle_close(&rt->idle);
+    mp__idle_close(&rt->idle);
+    /* A slot handed out just before the close may still be starting its thread. */
+    while (mp__idle_spawning(&rt->idle) != 0)
+        sched_yield();
     /* Release: pairs with the acquire load in stopping() (worker.c). */
     atomic_store_explicit(&rt->stop, true, memory_order_release);
-    for (unsigned i = 0; i < slots; i++) {
+    for (unsigned i = 0; i < rt->nworkers; i++) {
         mp__worker *w = &rt->workers[i];
-        int st;
-        /* Acquire: pairs with the release stores in start_worker(); a slot handed out just
-         * before the close may still be starting its thread. */
-        while ((st = atomic_load_explicit(&w->spawn_state, memory_order_acquire)) <=
-               MP__SLOT_STARTING)
-            sched_yield();
-        if (st == MP__SLOT_STARTED) {
+        /* Acquire: pairs with the release stores in start_worker(). */
+        if (atomic_load_explicit(&w->spawn_state, memory_order_acquire) == MP__SLOT_STARTED) {
             mp__runtime_unpark(rt, w);
             pthread_join(w->thread, NULL);
         }
@@ -256,6 +337,10 @@ int mp_runtime_shutdown(mp_runtime *rt)
         mp__worker_drain_on_shutdown(&rt->workers[i]);
     for (mp_task *t; (t = mp__inject_pop(&rt->inject));)
         mp__task_shutdown_queued(t);
+    /* (D): wait for joiners still polling a task inline; every task they could be waiting
+     * on has completed or been cancelled above. */
+    while (atomic_load_explicit(&rt->inline_runs, memory_order_seq_cst) != 0)
+        sched_yield();
     mp__reactor_close(&rt->reactor);
     atomic_store_explicit(&rt->shutdown_state, 2, memory_order_relaxed);
     return 0;
@@ -267,6 +352,7 @@ void mp_runtime_free(mp_runtime *rt)
         return;
     if (atomic_load_explicit(&rt->shutdown_state, memory_order_relaxed) == 0)
         mp_runtime_shutdown(rt);
+    pthread_mutex_destroy(&rt->first_start_mu);
     mp__owned_destroy(&rt->owned);
     mp__idle_destroy(&rt->idle);
     mp__inject_destroy(&rt->inject);
@@ -354,8 +440,9 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     out->injected = atomic_load_explicit(&rt->injected, memory_order_relaxed);
     out->wake_latency_ns = atomic_load_explicit(&rt->wake_ns, memory_order_relaxed);
     out->total.completed += atomic_load_explicit(&rt->completed_outside, memory_order_relaxed);
-    /* Completions are read before spawns: a task's spawn is counted before it can complete,
-     * so the difference does not go below the truth by much; it is a snapshot. */
+    /* A snapshot: spawns were read before completions, so a task spawned and completed
+     * in between counts as complete but not spawned, and the difference may read low; it is
+     * clamped at zero. */
     out->live_tasks =
         out->total.spawned > out->total.completed ? out->total.spawned - out->total.completed : 0;
     return 0;

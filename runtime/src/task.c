@@ -426,6 +426,9 @@ int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable)
     bool on_worker = w && w->rt == rt;
     if (spawn_refused(rt, on_worker))
         return -ESHUTDOWN;
+    int rc = on_worker ? 0 : mp__runtime_ensure_worker(rt);
+    if (rc != 0)
+        return rc;
     t->rt = rt;
     /* The queue's reference and the join handle's; the registry takes one only if the task
      * ever suspends (mp__task_run). Relaxed: the queue push publishes t. */
@@ -455,6 +458,9 @@ int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n)
     bool on_worker = w && w->rt == rt;
     if (spawn_refused(rt, on_worker))
         return 0;
+    int rc = on_worker ? 0 : mp__runtime_ensure_worker(rt);
+    if (rc != 0)
+        return rc;
     size_t spawned = 0;
     while (spawned < n) {
         mp_task *chunk[64];
@@ -676,7 +682,8 @@ static bool register_join_waker(mp_task *t, const mp_waker *waker)
  * JOIN_WAKER right after it wakes us, so this waits a few instructions at most. */
 static int finish_join(mp_task *t)
 {
-    /* Acquire: pairs with the fetch_and in complete() that hands join_waker back. */
+    /* Acquire: pairs with the release in mp__task_transition_to_join_waker_done() that hands
+     * join_waker back. */
     while (load_state(t, memory_order_acquire) & MP__T_JOIN_WAKER)
         sched_yield();
     int result = t->result;
@@ -707,13 +714,17 @@ int mp_join(mp_task *task)
     }
     mp__thread_waiter tw;
     mp_waker waker = mp__thread_waiter_init(&tw);
+    /* Help by running what waits in the global queue (possibly the task itself), but only
+     * from the outermost join on this thread: a task polled inline here that joins in turn
+     * blocks instead. Otherwise each inline task's join would run another on top of it, an
+     * unrelated subtree as often as not, and a plain thread's stack (the main thread's 8 MiB,
+     * or less) would hold as many nested polls as there are incomplete tasks. Blocking is
+     * safe: a spawn from outside never leaves the runtime without a worker thread
+     * (mp__runtime_ensure_worker()). */
+    bool help = mp__tls_inline_rt == NULL;
     while (!mp__task_is_complete(task)) {
-        /* Help: run what waits in the global queue, possibly the task itself. */
-        mp_task *t = mp__inject_pop(&task->rt->inject);
-        if (t) {
-            mp__task_run(t, NULL);
+        if (help && mp__runtime_run_inline(task->rt))
             continue;
-        }
         if (!register_join_waker(task, &waker))
             break;
         mp__thread_waiter_wait(&tw);

@@ -19,21 +19,21 @@ Test(idle, slots_are_handed_out_lazily_then_parked_workers_are_woken)
     mp__idle idle;
     cr_assert_eq(mp__idle_init(&idle, 3), 0);
     unsigned idx;
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
     cr_assert_eq(idx, 0);
     cr_assert_eq(searching(&idle), 1);
     cr_assert_eq(unparked(&idle), 1);
     /* Someone is searching: no second wake. */
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_NONE);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_NONE);
     cr_assert(mp__idle_transition_from_searching(&idle), "it was the last searcher");
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
     cr_assert_eq(idx, 1);
     /* Worker 1 starts as the searcher, finds nothing and parks: it was the last one. */
     cr_assert(mp__idle_transition_to_parked(&idle, 1, true));
     cr_assert_eq(unparked(&idle), 1);
     cr_assert_eq(searching(&idle), 0);
     cr_assert(mp__idle_is_parked(&idle, 1));
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_UNPARK,
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_UNPARK,
                  "a parked worker is preferred to a new thread");
     cr_assert_eq(idx, 1);
     cr_assert_not(mp__idle_is_parked(&idle, 1));
@@ -48,7 +48,7 @@ Test(idle, last_searcher_to_park_is_told)
     cr_assert_eq(mp__idle_init(&idle, 4), 0);
     unsigned idx;
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
+        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
         mp__idle_transition_from_searching(&idle);
     }
     cr_assert_eq(unparked(&idle), 4);
@@ -70,7 +70,7 @@ Test(idle, bitmap_past_64_workers)
     cr_assert_eq(mp__idle_init(&idle, W), 0);
     unsigned idx;
     for (unsigned i = 0; i < W; i++) {
-        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
+        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
         cr_assert_eq(idx, i);
         mp__idle_transition_from_searching(&idle);
     }
@@ -81,11 +81,11 @@ Test(idle, bitmap_past_64_workers)
     cr_assert_eq(unparked(&idle), W - 4);
     unsigned want[] = {3, 64, 130, 199}; /* the lowest parked index first */
     for (unsigned i = 0; i < 4; i++) {
-        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_UNPARK);
+        cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_UNPARK);
         cr_assert_eq(idx, want[i]);
         mp__idle_transition_from_searching(&idle);
     }
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_NONE, "everyone is up");
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_NONE, "everyone is up");
     /* A worker woken directly leaves the parked set by itself, once. */
     mp__idle_transition_to_parked(&idle, 150, false);
     cr_assert(mp__idle_unpark_self(&idle, 150));
@@ -94,22 +94,37 @@ Test(idle, bitmap_past_64_workers)
     mp__idle_destroy(&idle);
 }
 
-Test(idle, retired_slot_leaves_the_count)
+Test(idle, failed_slot_is_handed_out_again)
 {
     mp__idle idle;
     cr_assert_eq(mp__idle_init(&idle, 2), 0);
     unsigned idx;
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
+    cr_assert_eq(idx, 0);
+    cr_assert_eq(mp__idle_spawning(&idle), 1);
     mp__idle_spawn_failed(&idle, idx);
+    mp__idle_spawn_settled(&idle);
+    cr_assert_eq(mp__idle_spawning(&idle), 0);
     cr_assert_eq(searching(&idle), 0);
     cr_assert_eq(unparked(&idle), 0);
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_SPAWN);
-    cr_assert_eq(idx, 1);
+    /* No spawning allowed: nobody is parked, so nothing to do. */
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, false), MP__NOTIFY_NONE);
+    /* The failed slot comes back before the unstarted one. */
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
+    cr_assert_eq(idx, 0);
+    mp__idle_spawn_settled(&idle);
     mp__idle_transition_from_searching(&idle);
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_NONE,
-                 "one live worker, and it is awake");
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_SPAWN);
+    cr_assert_eq(idx, 1);
+    mp__idle_spawn_settled(&idle);
+    mp__idle_transition_from_searching(&idle);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_NONE,
+                 "both workers are awake");
     cr_assert_eq(mp__idle_close(&idle), 2);
     mp__idle_transition_to_parked(&idle, 1, false);
-    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx), MP__NOTIFY_UNPARK);
+    cr_assert_eq(mp__idle_worker_to_notify(&idle, &idx, true), MP__NOTIFY_UNPARK);
+    cr_assert_eq(idx, 1);
+    /* Closed: no slot is handed out any more. */
+    cr_assert_not(mp__idle_take_slot(&idle, &idx));
     mp__idle_destroy(&idle);
 }

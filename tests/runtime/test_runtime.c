@@ -100,8 +100,7 @@ Test(runtime, failed_thread_spawn_is_survived_and_reported, .timeout = 60)
     mp_stats s;
     mp_runtime_stats(rt, &s);
     cr_assert_eq(s.spawn_failures, 1);
-    cr_assert_leq(s.workers_started, 2);
-    cr_assert_geq(s.workers_started, 1);
+    cr_assert_geq(s.workers_started, 1); /* the failed slot may have been started by a retry */
     mp_runtime_free(rt);
     cr_assert_eq(atomic_load(&t.releases), N);
 }
@@ -308,4 +307,77 @@ Test(runtime, stats_add_up_per_worker, .timeout = 30)
     cr_assert_eq(s.live_tasks, 0);
     mp_runtime_free(rt);
     cr_assert_eq(atomic_load(&t.releases), N);
+}
+
+/* A plain thread in mp_join polls a task inline while the runtime shuts down: shutdown waits
+ * for that poll, and for the cancel callback it leads to, before it returns (it used to return
+ * at once, and mp_runtime_free() then freed what the poll was using). From inside such an
+ * inline poll, shutdown is refused with -EDEADLK like from a worker. */
+typedef struct slow_inline {
+    mp_task task;
+    mp_runtime *rt;
+    _Atomic int inside, shutdown_rc, poll_done, cancelled;
+    _Atomic bool *go;
+} slow_inline;
+
+static mp_poll slow_inline_poll(mp_task *t, mp_context *cx)
+{
+    slow_inline *s = mp_container_of(t, slow_inline, task);
+    atomic_store(&s->shutdown_rc, mp_runtime_shutdown(mp_runtime_current()));
+    atomic_store(&s->inside, 1);
+    while (!atomic_load(s->go)) /* until shutdown has begun */
+        sched_yield();
+    usleep(20000);
+    atomic_store(&s->poll_done, 1);
+    return MP_PENDING; /* nothing will wake it: shutdown cancels it on this thread */
+}
+
+static void slow_inline_cancel(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, slow_inline, task)->cancelled, 1);
+}
+
+static const mp_task_vtable slow_inline_vt = {.poll = slow_inline_poll,
+                                              .cancel = slow_inline_cancel};
+
+static void *block_on_thread(void *arg)
+{
+    slow_inline *s = arg;
+    return (void *)(intptr_t)mp_block_on(s->rt, &s->task);
+}
+
+Test(runtime, shutdown_waits_for_a_joiner_polling_inline, .timeout = 60)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 1;
+    mp_runtime *rt = rt_with(&cfg);
+    /* The only worker is busy, so the joiner runs its task itself. */
+    blocker b = {0};
+    mp_task_init(&b.task, &blocker_vt);
+    atomic_store(&b.hold, true);
+    cr_assert_eq(mp_spawn(rt, &b.task), 0);
+    while (!atomic_load(&b.inside))
+        sched_yield();
+    _Atomic bool go = false;
+    slow_inline s = {.rt = rt, .go = &go};
+    mp_task_init(&s.task, &slow_inline_vt);
+    pthread_t joiner;
+    cr_assert_eq(pthread_create(&joiner, NULL, block_on_thread, &s), 0);
+    while (!atomic_load(&s.inside))
+        sched_yield();
+    cr_assert_eq(atomic_load(&s.shutdown_rc), -EDEADLK, "shutdown from an inline poll");
+    pthread_t stopper;
+    cr_assert_eq(pthread_create(&stopper, NULL, shutdown_thread, rt), 0);
+    while (!atomic_load(&rt->stop))
+        sched_yield();
+    atomic_store(&b.hold, false);
+    atomic_store(&go, true);
+    pthread_join(stopper, NULL);
+    cr_assert_eq(atomic_load(&s.poll_done), 1, "shutdown returned during an inline poll");
+    cr_assert_eq(atomic_load(&s.cancelled), 1, "its cancel ran before shutdown returned");
+    void *rc;
+    pthread_join(joiner, &rc);
+    cr_assert_eq((int)(intptr_t)rc, -ECANCELED);
+    mp_runtime_free(rt);
 }

@@ -530,23 +530,173 @@ Test(task, spawn_fn_joined_and_detached, .timeout = 30)
     mp_runtime_free(rt); /* ASan: every detached task's storage was released */
 }
 
-Test(task, join_off_worker_runs_injected_work_without_workers, .timeout = 30)
+/* One failed thread start must not leave a dead runtime: with one worker slot whose first
+ * pthread_create fails, the spawn that needed it fails with the error (the task was never
+ * queued and is still the caller's), and the next spawn starts the slot and runs. It used to
+ * return 0 and never run a detached task. */
+
+Test(task, failed_first_worker_start_fails_the_spawn_and_is_retried, .timeout = 30)
 {
-    /* Every thread spawn fails: the joining thread runs the task itself. */
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
     cfg.fail_spawn_nth = 1;
     mp_runtime *rt;
     cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    _Atomic int n = 0;
+    cr_assert_eq(mp_spawn_fn(rt, add_one, &n, NULL), -EAGAIN);
     fib_task f;
     mp_task_init(&f.task, &fib_vt);
     f.n = 1;
     cr_assert_eq(mp_block_on(rt, &f.task), 0);
     cr_assert_eq(f.result, 1);
+    cr_assert_eq(mp_spawn_fn(rt, add_one, &n, NULL), 0);
+    while (atomic_load(&n) < 1)
+        sched_yield();
     mp_stats s;
     mp_runtime_stats(rt, &s);
     cr_assert_eq(s.spawn_failures, 1);
-    cr_assert_eq(s.workers_started, 0);
+    cr_assert_eq(s.workers_started, 1);
+    mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&n), 1);
+}
+
+/* A join from a thread that is not a worker helps only from its outermost level: a task it
+ * polls inline that joins in turn blocks. A chain of 10^5 tasks, each joining the next with
+ * mp_join, joined from mp_block_on on a thread with a 1 MiB stack: the old joiner ran the
+ * chain inline, one level on top of the other, and overflowed. The workers nest the chain on
+ * their own stacks (help until complete), which are sized for it here. */
+typedef struct chain {
+    mp_task task;
+    unsigned depth;
+} chain;
+
+static const mp_task_vtable chain_vt;
+
+static _Atomic bool chain_started;
+
+static mp_poll chain_poll(mp_task *t, mp_context *cx)
+{
+    chain *c = mp_container_of(t, chain, task);
+    atomic_store(&chain_started, true);
+    if (c->depth == 0)
+        return MP_READY;
+    chain next;
+    mp_task_init(&next.task, &chain_vt);
+    next.depth = c->depth - 1;
+    cr_assert_eq(mp_spawn_joinable(mp_runtime_current(), &next.task), 0);
+    cr_assert_eq(mp_join(&next.task), 0);
+    return MP_READY;
+}
+
+static const mp_task_vtable chain_vt = {.poll = chain_poll};
+
+static void *join_chain(void *rt)
+{
+    chain root;
+    mp_task_init(&root.task, &chain_vt);
+    root.depth = 100000;
+    return (void *)(intptr_t)mp_block_on(rt, &root.task);
+}
+
+/* Holds a worker until released. */
+typedef struct holder {
+    mp_task task;
+    _Atomic bool *hold;
+    _Atomic int *inside;
+} holder;
+
+static mp_poll holder_poll(mp_task *t, mp_context *cx)
+{
+    holder *h = mp_container_of(t, holder, task);
+    atomic_fetch_add(h->inside, 1);
+    while (atomic_load(h->hold))
+        sched_yield();
+    return MP_READY;
+}
+
+static const mp_task_vtable holder_vt = {.poll = holder_poll};
+
+Test(task, join_from_a_small_stack_thread_does_not_nest, .timeout = 120)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.stack_size = (size_t)1 << 30; /* reserved, not committed: 10^5 nested joins */
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    /* Both workers busy at first, so that the joiner starts the chain itself. */
+    _Atomic bool hold = true;
+    _Atomic int inside = 0;
+    holder hd[2];
+    for (int i = 0; i < 2; i++) {
+        mp_task_init(&hd[i].task, &holder_vt);
+        hd[i].hold = &hold;
+        hd[i].inside = &inside;
+        cr_assert_eq(mp_spawn(rt, &hd[i].task), 0);
+    }
+    while (atomic_load(&inside) < 2)
+        sched_yield();
+    atomic_store(&chain_started, false);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)1 << 20);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, &attr, join_chain, rt), 0);
+    pthread_attr_destroy(&attr);
+    while (!atomic_load(&chain_started))
+        sched_yield();
+    usleep(50000); /* the old joiner ran the chain inline here, and overflowed */
+    atomic_store(&hold, false);
+    void *rc;
+    pthread_join(th, &rc);
+    cr_assert_eq((int)(intptr_t)rc, 0);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert_eq(s.live_tasks, 0);
+    mp_runtime_free(rt);
+}
+
+/* A plain thread wakes a task by reference, the wake sends it through the global queue to a
+ * worker that polls it, and the thread wakes it again: the second wake writes the task's
+ * queue link, which must come after the worker's writes to it (ThreadSanitizer saw the race
+ * when the wake's CAS was release-only). */
+typedef struct rewoken {
+    mp_task task;
+    _Atomic unsigned polls;
+    mp_waker waker;
+    _Atomic bool have_waker;
+} rewoken;
+
+static mp_poll rewoken_poll(mp_task *t, mp_context *cx)
+{
+    rewoken *r = mp_container_of(t, rewoken, task);
+    if (!atomic_load(&r->have_waker)) {
+        r->waker = mp_waker_clone(mp_context_waker(cx));
+        atomic_store(&r->have_waker, true);
+    }
+    return atomic_fetch_add(&r->polls, 1) + 1 >= 20001 ? MP_READY : MP_PENDING;
+}
+
+static const mp_task_vtable rewoken_vt = {.poll = rewoken_poll};
+
+Test(task, plain_thread_wakes_a_task_again_after_it_ran, .timeout = 60)
+{
+    mp_runtime *rt = rt_new(2);
+    rewoken r = {0};
+    mp_task_init(&r.task, &rewoken_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &r.task), 0);
+    while (!atomic_load(&r.have_waker))
+        sched_yield();
+    for (unsigned i = 1; i <= 20000; i++) {
+        mp_waker_wake_by_ref(&r.waker);
+        mp_waker_wake_by_ref(&r.waker); /* while queued or running: coalesced or NOTIFIED */
+        while (atomic_load(&r.polls) <= i)
+            sched_yield();
+    }
+    while (!mp_task_is_complete(&r.task))
+        sched_yield();
+    mp_waker_drop(&r.waker);
+    cr_assert_eq(mp_join(&r.task), 0);
     mp_runtime_free(rt);
 }

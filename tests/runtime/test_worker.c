@@ -411,3 +411,121 @@ Test(worker, disable_lifo_and_steal_knobs, .timeout = 30)
         cr_assert_eq(rt->workers[i].global_interval, 7);
     mp_runtime_free(rt);
 }
+
+/* disable_steal: a task spawns 8 children into its own worker's queues, then keeps that worker
+ * for 100 ms. Nobody else may take the children, so nobody else should be woken for them; the
+ * other workers used to wake each other in a loop (about 530,000 parks in those 100 ms), each
+ * parking as the last searcher, seeing the busy worker's ring non-empty, and waking the next.
+ * A count, not a time: a handful of parks is what waking for work nobody can take costs. */
+typedef struct hog {
+    mp_task task;
+    one children[8];
+    _Atomic int ran;
+    _Atomic int *done;
+} hog;
+
+static mp_poll hog_poll(mp_task *t, mp_context *cx)
+{
+    hog *h = mp_container_of(t, hog, task);
+    for (int i = 0; i < 8; i++) {
+        mp_task_init(&h->children[i].task, &one_vt);
+        h->children[i].counter = &h->ran;
+        h->children[i].released = NULL;
+        cr_assert_eq(mp_spawn(mp_runtime_current(), &h->children[i].task), 0);
+    }
+    sleep_ms(100);
+    atomic_store(h->done, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable hog_vt = {.poll = hog_poll};
+
+Test(worker, without_stealing_busy_workers_queues_wake_nobody, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 4;
+    cfg.disable_steal = true;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    static hog h;
+    _Atomic int done = 0;
+    memset(&h, 0, sizeof h);
+    h.done = &done;
+    mp_task_init(&h.task, &hog_vt);
+    mp_stats before, after;
+    mp_runtime_stats(rt, &before);
+    cr_assert_eq(mp_spawn(rt, &h.task), 0);
+    while (!atomic_load(&done))
+        sleep_ms(1);
+    mp_runtime_stats(rt, &after);
+    while (atomic_load(&h.ran) < 8) /* they run once their worker is free again */
+        sleep_ms(1);
+    cr_assert_lt(after.total.parks - before.total.parks, 200, "%llu parks in 100 ms",
+                 (unsigned long long)(after.total.parks - before.total.parks));
+    mp_runtime_free(rt);
+}
+
+/* MP_SHUTDOWN_CANCEL while rings overflow (frequent in the 4-slot build, test_worker-q4):
+ * every task either completes or has its cancel callback run, exactly once, and every one is
+ * released. A ring that overflowed into the closed global queue used to drop its half on the
+ * assumption that the registry would cancel those tasks; tasks that had only yielded were in
+ * no registry, and their joins blocked for ever (about one run in five on 256 slots). */
+typedef struct overflower {
+    mp_task task;
+    int yields;
+    _Atomic int *runs, *cancels, *releases;
+} overflower;
+
+static mp_poll overflower_poll(mp_task *t, mp_context *cx)
+{
+    overflower *y = mp_container_of(t, overflower, task);
+    if (y->yields-- > 0)
+        return mp_yield(cx);
+    atomic_fetch_add(y->runs, 1);
+    return MP_READY;
+}
+
+static void overflower_cancel(mp_task *t)
+{
+    atomic_fetch_add(mp_container_of(t, overflower, task)->cancels, 1);
+}
+
+static void overflower_release(mp_task *t)
+{
+    atomic_fetch_add(mp_container_of(t, overflower, task)->releases, 1);
+}
+
+static const mp_task_vtable overflower_vt = {
+    .poll = overflower_poll, .cancel = overflower_cancel, .release = overflower_release};
+
+Test(worker, shutdown_while_rings_overflow_loses_no_task, .timeout = 120)
+{
+    enum { N = 20000, ROUNDS = 8 };
+    static overflower y[N];
+    uint64_t rng = test_seed();
+    for (int round = 0; round < ROUNDS; round++) {
+        mp_runtime *rt = rt_new(1 + (unsigned)round % 2);
+        _Atomic int runs = 0, cancels = 0, releases = 0;
+        for (int i = 0; i < N; i++) {
+            mp_task_init(&y[i].task, &overflower_vt);
+            y[i].yields = 50;
+            y[i].runs = &runs;
+            y[i].cancels = &cancels;
+            y[i].releases = &releases;
+            cr_assert_eq(mp_spawn_joinable(rt, &y[i].task), 0);
+        }
+        usleep(1000 + test_rand(&rng) % 3000);
+        cr_assert_eq(mp_runtime_shutdown(rt), 0);
+        int ok = 0, cancelled = 0;
+        for (int i = 0; i < N; i++) {
+            int rc = mp_join(&y[i].task);
+            cr_assert(rc == 0 || rc == -ECANCELED, "round %d task %d: %d", round, i, rc);
+            rc == 0 ? ok++ : cancelled++;
+        }
+        cr_assert_eq(ok, atomic_load(&runs), "round %d", round);
+        cr_assert_eq(cancelled, atomic_load(&cancels), "round %d", round);
+        cr_assert_eq(atomic_load(&releases), N, "round %d", round);
+        mp_runtime_free(rt);
+    }
+}

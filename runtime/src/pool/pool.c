@@ -3,9 +3,11 @@
  * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The first
  * mp_pool_call() starts one; after that, whenever jobs are posted while no worker is idle or
  * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or the
- * fail_spawn_at test hook) uses up its slot: the failure is counted in the stats and the pool
- * runs on with the threads it has. Only when not one thread can be started does
- * mp_pool_call() report the error.
+ * fail_spawn_at test hook) is counted in the stats and leaves its slot unstarted, to be tried
+ * again the next time a thread is wanted; the pool runs on with the threads it has. When not
+ * one thread runs, mp_pool_call() tries to start one (up to as many attempts as the pool has
+ * slots) and, if none succeeds, returns the error (fn did not run); the next call tries
+ * again.
  *
  * A worker spends its life in mp__pool_wait_until(its terminate latch): pop own deque, else
  * steal from a random victim, else take the injected jobs, else idle rounds and sleep
@@ -165,13 +167,14 @@ static int spawn_one(mp_pool *pool)
             pthread_attr_destroy(&attr);
         }
     }
-    /* Relaxed: the hot path reads it only to skip the spawn check; every decision is made
-     * again under spawn_mu. */
-    atomic_store_explicit(&pool->spawned, i + 1, memory_order_relaxed);
     if (err != 0) {
+        /* The slot stays unstarted: the next spawn tries it again. */
         pool->spawn_failures++;
         pool->last_spawn_error = -err;
     } else {
+        /* Relaxed: the hot path reads it only to skip the spawn check; every decision is
+         * made again under spawn_mu. */
+        atomic_store_explicit(&pool->spawned, i + 1, memory_order_relaxed);
         w->started = true;
         /* Relaxed: a count for mp_pool_call's "any thread at all?" check and the stats; the
          * worker itself was published by pthread_create. */
@@ -323,19 +326,18 @@ static void call_execute(mp__pool_job *job)
 static int ensure_started(mp_pool *pool)
 {
     /* Relaxed: only a count; thread publication is pthread_create's business. */
-    while (atomic_load_explicit(&pool->started, memory_order_relaxed) == 0) {
-        int err = spawn_one(pool);
-        if (err == -ENOSPC) {
-            /* Every slot is used up. Another caller may have just started one. */
-            if (atomic_load_explicit(&pool->started, memory_order_relaxed) != 0)
-                return 0;
-            pthread_mutex_lock(&pool->spawn_mu);
-            err = pool->last_spawn_error != 0 ? pool->last_spawn_error : -EAGAIN;
-            pthread_mutex_unlock(&pool->spawn_mu);
-            return err;
-        }
+    /* As many attempts as the pool has slots: a failure does not use its slot up, so they
+     * all try the same one, but a pool of N threads should not fail a call where N spawns
+     * would have found one that works. */
+    int err = 0;
+    for (size_t tries = 0; tries < pool->nthreads; tries++) {
+        if (atomic_load_explicit(&pool->started, memory_order_relaxed) != 0)
+            return 0;
+        err = spawn_one(pool);
+        if (err == -ENOSPC) /* stopping, or another caller started the last slot meanwhile */
+            break;
     }
-    return 0;
+    return atomic_load_explicit(&pool->started, memory_order_relaxed) != 0 ? 0 : err;
 }
 
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg)
