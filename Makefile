@@ -75,7 +75,7 @@ SHLIB    := $(B)/$(SHLIB_NAME)
 RT_TESTS := $(sort $(wildcard tests/runtime/test_*.c tests/runtime/*/test_*.c))
 RT_TEST_BINS := $(patsubst tests/runtime/%.c,$(B)/tests/runtime/%,$(RT_TESTS))
 # Suites that also run against the 4-slot ring.
-Q4_TESTS := queue stress task worker
+Q4_TESTS := queue stress task worker api_stress
 Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 
 DEMO := $(B)/magpie-demo

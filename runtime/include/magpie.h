@@ -61,11 +61,19 @@ static inline bool mp_waker_is_empty(const mp_waker *w)
 /* Tasks. */
 typedef struct mp_task_vtable {
     mp_poll (*poll)(mp_task *task, mp_context *cx);
-    /* Optional. The task will never be polled again because it was cancelled (mp_task_cancel
-     * or runtime shutdown): release what the task holds, as a Rust future's drop would. */
+    /* The task will never be polled again because it was cancelled (mp_task_cancel or
+     * runtime shutdown): release what the task holds, as a Rust future's drop would. Runs
+     * once, never concurrently with poll and never after a poll returned MP_READY.
+     * Optional only for a task that never leaves its waker anywhere: every waker the task
+     * left in a primitive keeps a reference, and the task is not released until it is given
+     * back. So a task that can wait must give them back here: mp_timer_cancel() its timers,
+     * mp_chan_cancel_send() / mp_chan_cancel_recv(), mp_notify_cancel(),
+     * mp_oneshot_close_rx(), mp_detach() the tasks it was joining, and drop the clones it
+     * stored itself. */
     void (*cancel)(mp_task *task);
     /* Optional. The last reference is gone: the runtime and every waker are done with the
-     * header, so the embedding struct may be freed or reused. */
+     * header, so the embedding struct may be freed or reused. Runs exactly once, after the
+     * task completed or was cancelled. */
     void (*release)(mp_task *task);
 } mp_task_vtable;
 
@@ -86,9 +94,11 @@ struct mp_task {
 void mp_task_init(mp_task *task, const mp_task_vtable *vt);
 
 /* Spawn a detached task: nobody will join it. Returns 0, -EINVAL if the task is not freshly
- * initialised, or -ESHUTDOWN once the runtime is shutting down (the task never runs and is
- * not released: it is still the caller's). From a worker the task goes to that worker's LIFO
- * slot; from any other thread to the global queue. */
+ * initialised, -ESHUTDOWN once the runtime is shutting down, or, from a thread that is not a
+ * worker while no worker thread runs yet, the error of the thread start that failed (e.g.
+ * -EAGAIN; the next spawn tries again). On an error the task never runs and is not released:
+ * it is still the caller's. From a worker the task goes to that worker's LIFO slot; from any
+ * other thread to the global queue. */
 int mp_spawn(mp_runtime *rt, mp_task *task);
 /* Spawn a task that must later be joined (mp_join, mp_join_poll) or detached (mp_detach). */
 int mp_spawn_joinable(mp_runtime *rt, mp_task *task);
@@ -97,9 +107,11 @@ int mp_spawn_joinable(mp_runtime *rt, mp_task *task);
 int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n);
 
 /* Wait for a joinable task and give up the join handle. Returns 0 when it completed, or
- * -ECANCELED. On a worker it runs other tasks meanwhile (help until complete); on any other
- * thread it runs tasks from the global queue when there are some and blocks otherwise. After
- * it returns the task's own fields (its output) may be read.
+ * -ECANCELED. On a worker it runs other tasks meanwhile (help until complete). On any other
+ * thread it runs tasks from the global queue when there are some and blocks otherwise, but
+ * only in the outermost join: a task polled that way that joins in turn blocks, so a plain
+ * thread's stack holds at most one task's poll whatever the joins nest to. After it returns
+ * the task's own fields (its output) may be read.
  *
  * Stack: on a worker the tasks it helps with run on the joiner's stack, and a join inside one
  * of them nests again. The helper takes the oldest task of its queue, which may be a large
@@ -113,13 +125,19 @@ mp_poll mp_join_poll(mp_task *task, mp_context *cx, int *result);
 /* Give up the join handle without waiting. */
 void mp_detach(mp_task *task);
 /* Cancel a task that has not completed: it will not be polled again (a running poll is let
- * finish), its cancel callback runs and its joiner sees -ECANCELED. No-op once complete. */
+ * finish), its cancel callback runs and its joiner sees -ECANCELED. If the poll that was
+ * running when the cancel came returns MP_READY, the task completed: no cancel callback, and
+ * its joiner sees 0. No-op once complete. Any thread may call it while it holds something
+ * that keeps the task alive: the join handle, a waker of the task, or from the task's own
+ * poll; a detached task with no waker held can be gone at any moment. */
 void mp_task_cancel(mp_task *task);
+/* Completed or cancelled (the join result tells which). */
 bool mp_task_is_complete(const mp_task *task);
 
 /* Convenience: allocate and spawn a task that calls fn(arg) once. With out non-NULL the task
  * is joinable and *out is its handle, for mp_join / mp_join_poll / mp_detach; storage is freed
- * by the runtime. */
+ * by the runtime. A task cancelled before it ran (shutdown) never calls fn and hands nothing
+ * back: arg must not own anything that only fn would free (join it to know, -ECANCELED). */
 int mp_spawn_fn(mp_runtime *rt, void (*fn)(void *arg), void *arg, mp_task **out);
 
 /* Inside poll: */
@@ -142,7 +160,10 @@ typedef struct mp_config {
     unsigned global_interval;  /* polls between global-queue checks; 0 = adaptive (EWMA) */
     uint64_t global_target_ns; /* adaptive: latency target a global task may wait, 0 = default */
     mp_shutdown_mode shutdown_mode;
-    unsigned drain_timeout_ms; /* MP_SHUTDOWN_DRAIN: 0 = wait without limit */
+    /* MP_SHUTDOWN_DRAIN: how long to wait for every task to finish before cancelling the
+     * rest. 0 = without limit: one task waiting for something that never comes (a timer far
+     * away, a waker held by a thread that will not wake it) keeps shutdown waiting for ever. */
+    unsigned drain_timeout_ms;
     size_t stack_size;         /* worker stack bytes; 0 = the system default */
     unsigned fail_spawn_nth;   /* testing: the Nth worker thread spawn fails; 0 = never */
 } mp_config;
@@ -151,14 +172,21 @@ void mp_config_init(mp_config *cfg);
 /* Create a runtime. Worker threads start lazily, when work needs them. cfg may be NULL.
  * Sets SIGPIPE to SIG_IGN if it is SIG_DFL (writes to reset peers fail with EPIPE). */
 int mp_runtime_new(mp_runtime **out, const mp_config *cfg);
-/* Stop: refuse new spawns, cancel or drain per cfg.shutdown_mode, join the workers. Returns 0,
- * -EDEADLK when called from one of this runtime's workers, or -EALREADY. */
+/* Stop: refuse new spawns, cancel or drain per cfg.shutdown_mode, join the workers. When it
+ * returns no task of rt is being polled or cancelled anywhere, plain threads' inline polls
+ * included, and every task has completed or been cancelled. Returns 0; -EDEADLK when called
+ * from inside a poll of one of rt's tasks (on a worker, or inline in a plain thread's
+ * mp_join); -EALREADY when another call shut it down (returned once that one has finished). */
 int mp_runtime_shutdown(mp_runtime *rt);
-/* Shut down if needed and free. Every waker of every task of rt must be gone by now. */
+/* Shut down if needed and free. Every waker of every task of rt must be gone by now: clones
+ * kept by user code and plain threads, and those left in primitives (an armed mp_timer, a
+ * channel's or notify's waiters, a oneshot's receiver), which the tasks' cancel callbacks
+ * give back. A waker of a completed task may be woken or dropped until then. */
 void mp_runtime_free(mp_runtime *rt);
 /* Spawn a joinable task and join it. */
 int mp_block_on(mp_runtime *rt, mp_task *task);
-/* The runtime whose worker is the calling thread, or NULL. */
+/* The runtime whose task the calling thread is polling (a worker's, or a task a plain
+ * thread runs inline in mp_join), or whose worker the calling thread is; else NULL. */
 mp_runtime *mp_runtime_current(void);
 unsigned mp_runtime_workers(const mp_runtime *rt);
 
@@ -213,7 +241,8 @@ int mp_oneshot_recv_blocking(mp_oneshot *o, void **value);
 void mp_oneshot_close_tx(mp_oneshot *o); /* the sender will not send */
 void mp_oneshot_close_rx(mp_oneshot *o); /* the receiver will not receive; drops its waker */
 
-/* Bounded multi-producer single-consumer channel of pointers. */
+/* Bounded multi-producer single-consumer channel of pointers. Values are any pointer,
+ * NULL included. */
 typedef struct mp_chan_waiter {
     struct mp_chan_waiter *prev, *next;
     mp_waker waker;
@@ -229,7 +258,16 @@ typedef struct mp_chan {
     mp_chan_waiter *tx_head, *tx_tail; /* senders waiting for room */
 } mp_chan;
 
-int mp_chan_init(mp_chan *c, uint32_t capacity); /* allocates the slot array once */
+/* Allocates the slot array once. 0, -EINVAL for capacity 0 (a rendezvous channel is not
+ * offered), -ENOMEM. */
+int mp_chan_init(mp_chan *c, uint32_t capacity);
+/* A sender's wait node starts zeroed: {0} or this. */
+static inline void mp_chan_waiter_init(mp_chan_waiter *w)
+{
+    w->prev = w->next = NULL;
+    w->waker = (mp_waker){0};
+    w->queued = false;
+}
 void mp_chan_destroy(mp_chan *c);
 /* 0, -EAGAIN when full, -EPIPE when closed. */
 int mp_chan_try_send(mp_chan *c, void *value);
@@ -241,10 +279,16 @@ int mp_chan_send_blocking(mp_chan *c, void *value);
 /* 0, -EAGAIN when empty, -EPIPE when empty and closed. */
 int mp_chan_try_recv(mp_chan *c, void **value);
 mp_poll mp_chan_recv_poll(mp_chan *c, mp_context *cx, void **value, int *err);
+/* The receiver gives up waiting (from its cancel callback): drops the waker it left. */
+void mp_chan_cancel_recv(mp_chan *c);
 int mp_chan_recv_blocking(mp_chan *c, void **value);
 void mp_chan_close(mp_chan *c); /* wakes everyone; queued values can still be received */
 
-/* notify: wake one or all waiters; a notify_one with nobody waiting is stored as a permit. */
+/* notify: wake one or all waiters. A notify_one with nobody waiting is stored as one permit,
+ * which the next wait takes at once; a notify_all wakes those waiting now and stores nothing
+ * (as Tokio's notify_waiters). A plain thread that checks a condition and then calls
+ * mp_notify_wait_blocking() misses a notify_all that comes in between, but not a notify_one:
+ * signal such waiters with mp_notify_one. */
 typedef struct mp_notify_waiter {
     struct mp_notify_waiter *prev, *next;
     mp_waker waker;

@@ -302,8 +302,14 @@ int mp_runtime_shutdown(mp_runtime *rt)
     int expected = 0;
     /* Relaxed: only decides which caller shuts down; the steps below carry the ordering. */
     if (!atomic_compare_exchange_strong_explicit(&rt->shutdown_state, &expected, 1,
-                                                 memory_order_relaxed, memory_order_relaxed))
+                                                 memory_order_relaxed, memory_order_relaxed)) {
+        /* Another caller is shutting down: return once it has finished, so that whoever gets
+         * -EALREADY may go on to mp_runtime_free(). Acquire: pairs with the release store of
+         * 2 at the end. */
+        while (atomic_load_explicit(&rt->shutdown_state, memory_order_acquire) != 2)
+            sleep_ms(1);
         return -EALREADY;
+    }
     if (rt->cfg.shutdown_mode == MP_SHUTDOWN_DRAIN) {
         /* Refuse spawns from outside; tasks on workers may still spawn what they need to
          * finish. Polling each millisecond is fine: this is not an idle runtime. */
@@ -342,7 +348,8 @@ int mp_runtime_shutdown(mp_runtime *rt)
     while (atomic_load_explicit(&rt->inline_runs, memory_order_seq_cst) != 0)
         sched_yield();
     mp__reactor_close(&rt->reactor);
-    atomic_store_explicit(&rt->shutdown_state, 2, memory_order_relaxed);
+    /* Release: pairs with the acquire load of a concurrent caller above. */
+    atomic_store_explicit(&rt->shutdown_state, 2, memory_order_release);
     return 0;
 }
 
@@ -350,7 +357,9 @@ void mp_runtime_free(mp_runtime *rt)
 {
     if (!rt)
         return;
-    if (atomic_load_explicit(&rt->shutdown_state, memory_order_relaxed) == 0)
+    /* Acquire: pairs with the release store of 2 in mp_runtime_shutdown(); if another
+     * thread is still shutting down, this waits for it (-EALREADY). */
+    if (atomic_load_explicit(&rt->shutdown_state, memory_order_acquire) != 2)
         mp_runtime_shutdown(rt);
     pthread_mutex_destroy(&rt->first_start_mu);
     mp__owned_destroy(&rt->owned);

@@ -215,6 +215,15 @@ int mp_chan_recv_blocking(mp_chan *c, void **value)
     return err;
 }
 
+void mp_chan_cancel_recv(mp_chan *c)
+{
+    mp__spin_lock(&c->lock);
+    mp_waker rx = c->rx_waker;
+    c->rx_waker = (mp_waker){0};
+    mp__spin_unlock(&c->lock);
+    mp_waker_drop(&rx);
+}
+
 void mp_chan_close(mp_chan *c)
 {
     mp__spin_lock(&c->lock);

@@ -1,0 +1,824 @@
+/* A user-shaped stress of libmagpie, written against magpie.h alone: the way an application
+ * uses the runtime, not the way the unit suites poke at one mechanism. Built also with the
+ * 4-slot ring (test_api_stress-q4), where overflows and steals are in every run.
+ *
+ * Each run spawns, from two plain threads and from tasks, a mix of tasks that yield, sleep on
+ * timers (moving their deadlines after they fire), send on a channel to a consumer task, wait
+ * on a notify, await a child with mp_join_poll, spawn children, and hand their waker to plain
+ * threads that wake them by reference twice and then by value. After a while the runtime is
+ * shut down in the middle of all that, by cancelling or by draining; knobs (disable_lifo,
+ * disable_steal), worker counts and failing thread starts vary with the seed. Other scenarios:
+ * idle-then-sleep timer cycles, and bursts of work between idle periods.
+ *
+ * Every task checks that it is never polled concurrently or after it finished, cancelled at
+ * most once and never after READY, and released exactly once, after it finished. Every run
+ * checks exact counts (spawned = completed + cancelled = released; channel values sent =
+ * received + left; join results agree with what happened) and has a watchdog that prints the
+ * stuck state and aborts when nothing moves for MP_STRESS_STUCK_S seconds.
+ *
+ * Environment: MP_TEST_SEED (printed; replays a run), MP_STRESS_MS (spawning phase of a run,
+ * default 150), MP_STRESS_ROUNDS (runs per worker count, default 1), MP_STRESS_WORKERS
+ * ("1,2,3,8" style list or "1-16"; default per test). `make stress` runs it for minutes. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "magpie.h"
+#include "test_util.h"
+
+enum kind { K_YIELD, K_SLEEP, K_CHAN, K_NOTIFY, K_JOIN, K_PLAIN, K_SPAWN, K_CONSUMER, K_KINDS };
+static const char *const kind_name[K_KINDS] = {"yield", "sleep",  "chan",  "notify",
+                                               "join",  "plain", "spawn", "consumer"};
+
+#define MAX_TASKS 60000
+#define MAILBOX   32
+
+typedef struct run run;
+
+typedef struct utask {
+    mp_task task;
+    run *r;
+    uint64_t rng;
+    int kind;
+    int steps;
+    bool joinable;
+    /* kind state, the task's own (touched only in its poll and cancel) */
+    mp_timer timer;
+    bool timer_on;
+    uint64_t deadline;
+    mp_chan_waiter cw;
+    bool in_send;
+    mp_notify_waiter nw;
+    bool notify_on;
+    struct utask *child;
+    _Atomic int plain_pending; /* its waker is in the plain threads' mailbox */
+    /* invariants */
+    _Atomic int in_poll, done, cancels, released;
+    _Atomic int polls;
+} utask;
+
+typedef struct cell {
+    mp_waker waker;
+    utask *u;
+} cell;
+
+struct run {
+    mp_runtime *rt;
+    mp_shutdown_mode mode;
+    unsigned workers;
+    utask *tasks;
+    _Atomic size_t ntasks;   /* slots handed out */
+    _Atomic size_t spawned;  /* spawns that succeeded */
+    _Atomic size_t completed, cancelled, released;
+    _Atomic uint64_t progress;
+    _Atomic uint64_t sent, received;
+    mp_chan chan;
+    mp_notify notify;
+    _Atomic(cell *) mailbox[MAILBOX];
+    _Atomic bool stop_spawning, stop_helpers, spawning_done;
+    _Atomic bool failed;
+    char why[160];
+    uint64_t seed;
+};
+
+static void fail(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(run *r, const char *fmt, ...)
+{
+    if (atomic_exchange(&r->failed, true))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "api_stress: %s (MP_TEST_SEED=%" PRIu64 ")\n", r->why, r->seed);
+}
+
+static long stress_ms(void)
+{
+    return test_env_long("MP_STRESS_MS", 150);
+}
+
+static const mp_task_vtable utask_vt;
+
+/* A fresh task slot, or NULL when the run's array is full. */
+static utask *new_task(run *r, int kind, uint64_t seed)
+{
+    size_t i = atomic_fetch_add(&r->ntasks, 1);
+    if (i >= MAX_TASKS) {
+        atomic_fetch_sub(&r->ntasks, 1);
+        return NULL;
+    }
+    utask *u = &r->tasks[i];
+    memset(u, 0, sizeof *u);
+    mp_task_init(&u->task, &utask_vt);
+    u->r = r;
+    u->rng = seed | 1;
+    u->kind = kind;
+    u->steps = 1 + (int)(test_rand(&u->rng) % (kind == K_YIELD ? 40 : 6));
+    mp_timer_init(&u->timer, r->rt);
+    mp_notify_waiter_init(&u->nw);
+    return u;
+}
+
+static int random_kind(uint64_t *rng)
+{
+    return (int)(test_rand(rng) % K_CONSUMER); /* every kind but the consumer */
+}
+
+/* Spawn u (detached or joinable); false if refused (shutdown, or no worker could start). */
+static bool spawn_task(run *r, utask *u, bool joinable)
+{
+    u->joinable = joinable;
+    int rc = joinable ? mp_spawn_joinable(r->rt, &u->task) : mp_spawn(r->rt, &u->task);
+    if (rc == 0) {
+        atomic_fetch_add(&r->spawned, 1);
+        return true;
+    }
+    if (rc != -ESHUTDOWN && rc != -EAGAIN)
+        fail(r, "spawn: %d", rc);
+    atomic_store(&u->done, -1); /* never spawned: not counted */
+    return false;
+}
+
+static void mailbox_put(run *r, utask *u, const mp_waker *w)
+{
+    cell *c = malloc(sizeof *c);
+    c->waker = mp_waker_clone(w);
+    c->u = u;
+    atomic_store(&u->plain_pending, 1);
+    size_t i = (size_t)(test_rand(&u->rng) % MAILBOX);
+    for (;;) {
+        cell *expected = NULL;
+        if (atomic_compare_exchange_strong(&r->mailbox[i], &expected, c))
+            return;
+        i = (i + 1) % MAILBOX;
+    }
+}
+
+static mp_poll step_sleep(utask *u, mp_context *cx)
+{
+    for (;;) {
+        if (!u->timer_on) {
+            u->deadline = mp_now_ms() + test_rand(&u->rng) % 4;
+            u->timer_on = true;
+        }
+        if (mp_timer_poll(&u->timer, u->deadline, cx) == MP_PENDING)
+            return MP_PENDING;
+        if (mp_now_ms() < u->deadline)
+            fail(u->r, "timer READY before its deadline");
+        /* Sometimes move a fired deadline later: it must wait for the new one. */
+        if (test_rand(&u->rng) % 3 == 0) {
+            u->deadline = mp_now_ms() + 1 + test_rand(&u->rng) % 3;
+            continue;
+        }
+        u->timer_on = false;
+        if (--u->steps <= 0) {
+            mp_timer_cancel(&u->timer);
+            return MP_READY;
+        }
+    }
+}
+
+static mp_poll step_chan(utask *u, mp_context *cx)
+{
+    run *r = u->r;
+    while (u->steps > 0) {
+        int err;
+        u->in_send = true;
+        if (mp_chan_send_poll(&r->chan, &u->cw, u, cx, &err) == MP_PENDING)
+            return MP_PENDING;
+        u->in_send = false;
+        if (err == -EPIPE)
+            return MP_READY; /* the consumer is gone */
+        if (err != 0)
+            fail(r, "chan send: %d", err);
+        atomic_fetch_add(&r->sent, 1);
+        u->steps--;
+    }
+    return MP_READY;
+}
+
+static mp_poll step_consumer(utask *u, mp_context *cx)
+{
+    run *r = u->r;
+    for (;;) {
+        void *v;
+        int err;
+        if (mp_chan_recv_poll(&r->chan, cx, &v, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (err == -EPIPE)
+            return MP_READY;
+        if (err != 0 || v == NULL)
+            fail(r, "chan recv: %d", err);
+        atomic_fetch_add(&r->received, 1);
+        if (test_rand(&u->rng) % 16 == 0)
+            return mp_yield(cx);
+    }
+}
+
+static mp_poll step_notify(utask *u, mp_context *cx)
+{
+    run *r = u->r;
+    while (u->steps > 0) {
+        u->notify_on = true;
+        if (mp_notify_poll(&r->notify, &u->nw, cx) == MP_PENDING)
+            return MP_PENDING;
+        u->notify_on = false;
+        mp_notify_waiter_init(&u->nw);
+        u->steps--;
+    }
+    return MP_READY;
+}
+
+static mp_poll step_join(utask *u, mp_context *cx)
+{
+    run *r = u->r;
+    if (!u->child) {
+        utask *c = new_task(r, test_rand(&u->rng) % 2 ? K_YIELD : K_SLEEP, test_rand(&u->rng));
+        if (!c)
+            return MP_READY;
+        c->joinable = true;
+        if (mp_spawn_joinable(mp_runtime_current(), &c->task) != 0) {
+            atomic_store(&c->done, -1);
+            return MP_READY;
+        }
+        atomic_fetch_add(&r->spawned, 1);
+        u->child = c;
+    }
+    int result;
+    if (mp_join_poll(&u->child->task, cx, &result) == MP_PENDING)
+        return MP_PENDING;
+    utask *c = u->child;
+    u->child = NULL;
+    bool child_done = atomic_load(&c->done) == 1;
+    if ((result == 0) != child_done || (result != 0 && result != -ECANCELED))
+        fail(r, "join_poll result %d, child done %d", result, atomic_load(&c->done));
+    return MP_READY;
+}
+
+static mp_poll step_plain(utask *u, mp_context *cx)
+{
+    if (atomic_load(&u->plain_pending))
+        return MP_PENDING; /* woken by something else: the mailbox still holds our waker */
+    if (u->steps-- <= 0)
+        return MP_READY;
+    mailbox_put(u->r, u, mp_context_waker(cx));
+    return MP_PENDING;
+}
+
+static mp_poll step_spawn(utask *u, mp_context *cx)
+{
+    run *r = u->r;
+    int n = 1 + (int)(test_rand(&u->rng) % 3);
+    mp_task *list[3];
+    utask *kids[3];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        utask *c = new_task(r, test_rand(&u->rng) % 2 ? K_YIELD : K_PLAIN, test_rand(&u->rng));
+        if (c)
+            kids[k] = c, list[k++] = &c->task;
+    }
+    if (k == 0)
+        return MP_READY;
+    if (test_rand(&u->rng) % 2) {
+        int got = mp_spawn_batch(mp_runtime_current(), list, (size_t)k);
+        if (got < 0 || (got != 0 && got != k))
+            fail(r, "spawn_batch from a worker: %d of %d", got, k);
+        atomic_fetch_add(&r->spawned, (size_t)(got > 0 ? got : 0));
+        for (int i = got > 0 ? got : 0; i < k; i++)
+            atomic_store(&kids[i]->done, -1);
+    } else {
+        for (int i = 0; i < k; i++) {
+            if (mp_spawn(mp_runtime_current(), list[i]) == 0)
+                atomic_fetch_add(&r->spawned, 1);
+            else
+                atomic_store(&kids[i]->done, -1);
+        }
+    }
+    (void)cx;
+    return MP_READY;
+}
+
+static mp_poll utask_poll(mp_task *t, mp_context *cx)
+{
+    utask *u = mp_container_of(t, utask, task);
+    run *r = u->r;
+    if (atomic_exchange(&u->in_poll, 1))
+        fail(r, "task %zu polled concurrently", (size_t)(u - r->tasks));
+    if (atomic_load(&u->done) || atomic_load(&u->cancels) || atomic_load(&u->released))
+        fail(r, "task %zu polled after it finished", (size_t)(u - r->tasks));
+    if (mp_runtime_current() != r->rt)
+        fail(r, "mp_runtime_current() in a poll");
+    atomic_fetch_add(&u->polls, 1);
+    atomic_fetch_add(&r->progress, 1);
+    /* Now and then, poke the notify from a task. */
+    if (test_rand(&u->rng) % 8 == 0)
+        mp_notify_one(&r->notify);
+    mp_poll p = MP_READY;
+    if (u->kind == K_YIELD) {
+        p = u->steps-- > 0 ? mp_yield(cx) : MP_READY;
+    } else if (u->kind == K_SLEEP) {
+        p = step_sleep(u, cx);
+    } else if (u->kind == K_CHAN) {
+        p = step_chan(u, cx);
+    } else if (u->kind == K_CONSUMER) {
+        p = step_consumer(u, cx);
+    } else if (u->kind == K_NOTIFY) {
+        p = step_notify(u, cx);
+    } else if (u->kind == K_JOIN) {
+        p = step_join(u, cx);
+    } else if (u->kind == K_PLAIN) {
+        p = step_plain(u, cx);
+    } else if (u->kind == K_SPAWN) {
+        p = step_spawn(u, cx);
+    }
+    if (p == MP_READY) {
+        atomic_store(&u->done, 1);
+        atomic_fetch_add(&r->completed, 1);
+    }
+    atomic_store(&u->in_poll, 0);
+    return p;
+}
+
+/* Give back what the task left in primitives, as a Rust future's drop would. */
+static void utask_cancel(mp_task *t)
+{
+    utask *u = mp_container_of(t, utask, task);
+    run *r = u->r;
+    if (atomic_load(&u->done))
+        fail(r, "task %zu cancelled after READY", (size_t)(u - r->tasks));
+    if (atomic_fetch_add(&u->cancels, 1) != 0)
+        fail(r, "task %zu cancelled twice", (size_t)(u - r->tasks));
+    if (atomic_load(&u->in_poll))
+        fail(r, "task %zu cancelled during its poll", (size_t)(u - r->tasks));
+    mp_timer_cancel(&u->timer);
+    if (u->in_send)
+        mp_chan_cancel_send(&r->chan, &u->cw);
+    if (u->notify_on)
+        mp_notify_cancel(&r->notify, &u->nw);
+    if (u->kind == K_CONSUMER)
+        mp_chan_cancel_recv(&r->chan);
+    if (u->child)
+        mp_detach(&u->child->task);
+    atomic_fetch_add(&r->cancelled, 1);
+}
+
+static void utask_release(mp_task *t)
+{
+    utask *u = mp_container_of(t, utask, task);
+    run *r = u->r;
+    if (atomic_fetch_add(&u->released, 1) != 0)
+        fail(r, "task %zu released twice", (size_t)(u - r->tasks));
+    if (atomic_load(&u->done) != 1 && atomic_load(&u->cancels) != 1)
+        fail(r, "task %zu released before it finished", (size_t)(u - r->tasks));
+    atomic_fetch_add(&r->released, 1);
+}
+
+static const mp_task_vtable utask_vt = {
+    .poll = utask_poll, .cancel = utask_cancel, .release = utask_release};
+
+/* Outside spawners: tasks one by one, detached or joinable, now and then a batch or a
+ * mp_block_on. Joinable handles are joined at the end of the run. */
+typedef struct spawner {
+    run *r;
+    uint64_t rng;
+    utask **joinables;
+    size_t njoin;
+} spawner;
+
+static void *spawner_main(void *arg)
+{
+    spawner *s = arg;
+    run *r = s->r;
+    s->joinables = calloc(MAX_TASKS, sizeof *s->joinables);
+    while (!atomic_load(&r->stop_spawning)) {
+        uint64_t x = test_rand(&s->rng);
+        if (x % 64 == 0) {
+            mp_task *list[8];
+            utask *kids[8];
+            int k = 0;
+            for (int i = 0; i < 8; i++) {
+                utask *u = new_task(r, random_kind(&s->rng), test_rand(&s->rng));
+                if (u)
+                    kids[k] = u, list[k++] = &u->task;
+            }
+            int got = k ? mp_spawn_batch(r->rt, list, (size_t)k) : 0;
+            if (got < 0 && got != -EAGAIN)
+                fail(r, "outside spawn_batch: %d", got);
+            atomic_fetch_add(&r->spawned, (size_t)(got > 0 ? got : 0));
+            for (int i = got > 0 ? got : 0; i < k; i++)
+                atomic_store(&kids[i]->done, -1);
+        } else if (x % 64 == 1 && r->mode == MP_SHUTDOWN_CANCEL) {
+            utask *u = new_task(r, K_YIELD, test_rand(&s->rng));
+            if (u) {
+                u->joinable = true;
+                int rc = mp_block_on(r->rt, &u->task);
+                if (rc == -ESHUTDOWN || rc == -EAGAIN) {
+                    atomic_store(&u->done, -1);
+                } else {
+                    atomic_fetch_add(&r->spawned, 1);
+                    if (rc != 0 && rc != -ECANCELED)
+                        fail(r, "block_on: %d", rc);
+                    if ((rc == 0) != (atomic_load(&u->done) == 1))
+                        fail(r, "block_on %d but done %d", rc, atomic_load(&u->done));
+                }
+            }
+        } else {
+            utask *u = new_task(r, random_kind(&s->rng), test_rand(&s->rng));
+            if (!u)
+                break;
+            bool joinable = x % 3 == 0;
+            if (spawn_task(r, u, joinable) && joinable)
+                s->joinables[s->njoin++] = u;
+        }
+        if (x % 16 == 0)
+            usleep((useconds_t)(x >> 40) % 200);
+    }
+    return NULL;
+}
+
+/* Plain threads: take wakers from the mailbox, wake by reference twice, then by value; and
+ * notify the notify's waiters now and then. */
+static void *helper_main(void *arg)
+{
+    run *r = arg;
+    uint64_t rng = r->seed ^ (uint64_t)(uintptr_t)&rng;
+    while (!atomic_load(&r->stop_helpers)) {
+        bool any = false;
+        for (size_t i = 0; i < MAILBOX; i++) {
+            cell *c = atomic_exchange(&r->mailbox[i], NULL);
+            if (!c)
+                continue;
+            any = true;
+            atomic_store(&c->u->plain_pending, 0);
+            mp_waker_wake_by_ref(&c->waker);
+            mp_waker_wake_by_ref(&c->waker);
+            mp_waker_wake(&c->waker);
+            free(c);
+        }
+        uint64_t x = test_rand(&rng);
+        if (x % 4 == 0)
+            mp_notify_one(&r->notify);
+        else if (x % 32 == 1)
+            mp_notify_all(&r->notify);
+        if (!any)
+            usleep(50 + (useconds_t)(x >> 48) % 100);
+    }
+    return NULL;
+}
+
+static void print_stuck(run *r)
+{
+    size_t n = atomic_load(&r->ntasks);
+    unsigned open[K_KINDS] = {0};
+    fprintf(stderr,
+            "api_stress: stuck (MP_TEST_SEED=%" PRIu64 ", %u workers, %s): spawned %zu "
+            "completed %zu cancelled %zu released %zu\n",
+            r->seed, r->workers, r->mode == MP_SHUTDOWN_DRAIN ? "drain" : "cancel",
+            atomic_load(&r->spawned), atomic_load(&r->completed), atomic_load(&r->cancelled),
+            atomic_load(&r->released));
+    int shown = 0;
+    for (size_t i = 0; i < n && i < MAX_TASKS; i++) {
+        utask *u = &r->tasks[i];
+        if (atomic_load(&u->done) != 0 || atomic_load(&u->cancels) != 0)
+            continue;
+        open[u->kind]++;
+        if (shown++ < 8)
+            fprintf(stderr,
+                    "  task %zu %s: steps %d polls %d state %#" PRIx64 " plain_pending %d "
+                    "deadline %" PRIu64 " (now %" PRIu64 ")\n",
+                    i, kind_name[u->kind], u->steps, atomic_load(&u->polls),
+                    (uint64_t)atomic_load(&u->task.state), atomic_load(&u->plain_pending),
+                    u->deadline, mp_now_ms());
+    }
+    for (int k = 0; k < K_KINDS; k++)
+        if (open[k])
+            fprintf(stderr, "  %u open %s tasks\n", open[k], kind_name[k]);
+    mp_stats st;
+    mp_runtime_stats(r->rt, &st);
+    fprintf(stderr, "  runtime: started %u live %" PRIu64 " parks %" PRIu64 " unparks %" PRIu64
+                    " drives %" PRIu64 "\n",
+            st.workers_started, st.live_tasks, st.total.parks, st.total.unparks,
+            st.total.drives);
+}
+
+typedef struct watchdog {
+    run *r;
+    _Atomic bool stop;
+    pthread_t th;
+} watchdog;
+
+static void *watchdog_main(void *arg)
+{
+    watchdog *w = arg;
+    long stuck_s = test_env_long("MP_STRESS_STUCK_S", 20);
+    uint64_t last = UINT64_MAX;
+    long quiet_ms = 0;
+    while (!atomic_load(&w->stop)) {
+        usleep(10000);
+        uint64_t p = atomic_load(&w->r->progress);
+        quiet_ms = p == last ? quiet_ms + 10 : 0;
+        last = p;
+        if (quiet_ms >= stuck_s * 1000) {
+            print_stuck(w->r);
+            abort();
+        }
+    }
+    return NULL;
+}
+
+static void watchdog_start(watchdog *w, run *r)
+{
+    w->r = r;
+    atomic_store(&w->stop, false);
+    pthread_create(&w->th, NULL, watchdog_main, w);
+}
+
+static void watchdog_stop(watchdog *w)
+{
+    atomic_store(&w->stop, true);
+    pthread_join(w->th, NULL);
+}
+
+/* Checks once every task has finished and every waker is gone. */
+static void check_counts(run *r)
+{
+    size_t n = atomic_load(&r->ntasks), spawned = 0;
+    for (size_t i = 0; i < n; i++) {
+        utask *u = &r->tasks[i];
+        int done = atomic_load(&u->done), cancels = atomic_load(&u->cancels);
+        if (done == -1)
+            continue;
+        spawned++;
+        cr_assert((done == 1) + cancels == 1, "task %zu (%s): done %d cancels %d (seed %" PRIu64
+                  ")", i, kind_name[u->kind], done, cancels, r->seed);
+        cr_assert_eq(atomic_load(&u->released), 1, "task %zu (%s) released %d times (seed %"
+                     PRIu64 ")", i, kind_name[u->kind], atomic_load(&u->released), r->seed);
+    }
+    cr_assert_eq(spawned, atomic_load(&r->spawned), "seed %" PRIu64, r->seed);
+    cr_assert_eq(atomic_load(&r->completed) + atomic_load(&r->cancelled), spawned);
+    cr_assert_eq(atomic_load(&r->released), spawned);
+}
+
+static void run_init(run *r, unsigned workers, uint64_t seed, mp_config *cfg)
+{
+    memset(r, 0, sizeof *r);
+    r->seed = seed;
+    r->workers = workers;
+    r->tasks = calloc(MAX_TASKS, sizeof *r->tasks);
+    cr_assert(r->tasks);
+    r->mode = cfg->shutdown_mode;
+    cr_assert_eq(mp_runtime_new(&r->rt, cfg), 0);
+    cr_assert_eq(mp_chan_init(&r->chan, 1 + (uint32_t)(seed % 4)), 0);
+    mp_notify_init(&r->notify);
+}
+
+/* One run of the mixed workload, ended by a shutdown in the middle of it. */
+static void mixed_run(unsigned workers, uint64_t seed, unsigned fail_spawn_nth)
+{
+    uint64_t rng = seed;
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    cfg.disable_lifo = test_rand(&rng) % 4 == 0;
+    cfg.disable_steal = test_rand(&rng) % 4 == 0;
+    cfg.shutdown_mode = test_rand(&rng) % 2 ? MP_SHUTDOWN_DRAIN : MP_SHUTDOWN_CANCEL;
+    cfg.drain_timeout_ms = 30000; /* finite work: a drain that needs this long is a bug */
+    cfg.fail_spawn_nth = fail_spawn_nth;
+    if (test_rand(&rng) % 2)
+        cfg.stack_size = 256 << 10;
+    static run r;
+    run_init(&r, workers, seed, &cfg);
+    watchdog wd;
+    watchdog_start(&wd, &r);
+
+    utask *consumer = new_task(&r, K_CONSUMER, test_rand(&rng));
+    consumer->steps = 0;
+    while (!spawn_task(&r, consumer, true)) /* -EAGAIN: no worker could start yet */
+        atomic_store(&consumer->done, 0);
+    pthread_t helpers[2], spawners[2];
+    spawner sp[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&helpers[i], NULL, helper_main, &r);
+    for (int i = 0; i < 2; i++) {
+        sp[i] = (spawner){.r = &r, .rng = test_rand(&rng) | 1};
+        pthread_create(&spawners[i], NULL, spawner_main, &sp[i]);
+    }
+    long ms = stress_ms();
+    for (long t = 0; t < ms && !atomic_load(&r.failed); t += 10) {
+        usleep(10000);
+        atomic_fetch_add(&r.progress, 1);
+    }
+    if (r.mode == MP_SHUTDOWN_DRAIN) {
+        /* Draining: outside spawns stop, the channel closes so that its consumer and senders
+         * finish, and the plain threads keep waking and notifying until the drain is over. */
+        atomic_store(&r.stop_spawning, true);
+        for (int i = 0; i < 2; i++)
+            pthread_join(spawners[i], NULL);
+        mp_chan_close(&r.chan);
+        cr_assert_eq(mp_runtime_shutdown(r.rt), 0);
+        cr_assert_eq(atomic_load(&r.cancelled), 0,
+                     "draining finite work cancelled %zu tasks (seed %" PRIu64 ")",
+                     atomic_load(&r.cancelled), seed);
+    } else {
+        /* Cancelling in the middle of everything: spawners still running. */
+        cr_assert_eq(mp_runtime_shutdown(r.rt), 0);
+        atomic_store(&r.stop_spawning, true);
+        for (int i = 0; i < 2; i++)
+            pthread_join(spawners[i], NULL);
+    }
+    atomic_store(&r.stop_helpers, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(helpers[i], NULL);
+    /* Wakers left with the plain threads are dropped; the tasks are finished by now. */
+    for (size_t i = 0; i < MAILBOX; i++) {
+        cell *c = atomic_exchange(&r.mailbox[i], NULL);
+        if (c) {
+            mp_waker_drop(&c->waker);
+            free(c);
+        }
+    }
+    /* Join every joinable handle: results agree with what happened to the task. */
+    for (int i = 0; i < 2; i++) {
+        for (size_t j = 0; j < sp[i].njoin; j++) {
+            utask *u = sp[i].joinables[j];
+            int rc = mp_join(&u->task);
+            cr_assert((rc == 0 && atomic_load(&u->done) == 1) ||
+                          (rc == -ECANCELED && atomic_load(&u->cancels) == 1),
+                      "join %d, done %d, cancels %d (seed %" PRIu64 ")", rc,
+                      atomic_load(&u->done), atomic_load(&u->cancels), seed);
+        }
+        free(sp[i].joinables);
+    }
+    cr_assert(mp_task_is_complete(&consumer->task));
+    mp_join(&consumer->task);
+    cr_assert_eq(mp_runtime_shutdown(r.rt), -EALREADY);
+    watchdog_stop(&wd);
+    cr_assert_not(atomic_load(&r.failed), "%s", r.why);
+    void *left;
+    uint64_t leftover = 0;
+    while (mp_chan_try_recv(&r.chan, &left) == 0)
+        leftover++;
+    cr_assert_eq(atomic_load(&r.sent), atomic_load(&r.received) + leftover,
+                 "channel: sent %" PRIu64 " received %" PRIu64 " left %" PRIu64,
+                 atomic_load(&r.sent), atomic_load(&r.received), leftover);
+    check_counts(&r);
+    if (getenv("MP_STRESS_VERBOSE"))
+        fprintf(stderr,
+                "api_stress: %u workers%s%s, %s, fail start %u: spawned %zu completed %zu "
+                "cancelled %zu, channel %" PRIu64 "\n",
+                workers, cfg.disable_lifo ? " no-lifo" : "", cfg.disable_steal ? " no-steal" : "",
+                r.mode == MP_SHUTDOWN_DRAIN ? "drain" : "cancel", fail_spawn_nth,
+                atomic_load(&r.spawned), atomic_load(&r.completed), atomic_load(&r.cancelled),
+                atomic_load(&r.sent));
+    mp_chan_destroy(&r.chan);
+    mp_runtime_free(r.rt);
+    free(r.tasks);
+}
+
+/* "1,2,8" or "1-16"; empty: dflt. */
+static size_t parse_workers(const char *dflt, unsigned *out, size_t max)
+{
+    const char *s = getenv("MP_STRESS_WORKERS");
+    if (!s || !*s)
+        s = dflt;
+    size_t n = 0;
+    while (*s && n < max) {
+        char *end;
+        unsigned a = (unsigned)strtoul(s, &end, 10), b = a;
+        if (*end == '-')
+            b = (unsigned)strtoul(end + 1, &end, 10);
+        for (unsigned w = a; w <= b && n < max; w++)
+            out[n++] = w;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static void mixed(const char *dflt_workers)
+{
+    unsigned ws[64];
+    size_t nw = parse_workers(dflt_workers, ws, 64);
+    long rounds = test_env_long("MP_STRESS_ROUNDS", 1);
+    uint64_t seed = test_seed();
+    for (long round = 0; round < rounds; round++)
+        for (size_t i = 0; i < nw; i++)
+            mixed_run(ws[i], seed + (uint64_t)round * 1000 + ws[i], 0);
+}
+
+Test(api_stress, mixed_small_worker_counts, .timeout = 600)
+{
+    mixed("1,2,3");
+}
+
+Test(api_stress, mixed_large_worker_counts, .timeout = 600)
+{
+    mixed("8,16");
+}
+
+/* Failing thread starts at every worker count: the Nth start fails, for N from 1 to the
+ * number of workers. Spawns from outside that find no worker at all may fail with -EAGAIN;
+ * nothing else may be lost. */
+Test(api_stress, failing_thread_starts, .timeout = 600)
+{
+    unsigned ws[64];
+    size_t nw = parse_workers("1,2,4", ws, 64);
+    uint64_t seed = test_seed();
+    for (size_t i = 0; i < nw; i++)
+        for (unsigned nth = 1; nth <= ws[i]; nth++)
+            mixed_run(ws[i], seed + ws[i] * 100 + nth, nth);
+}
+
+/* Idle, then one sleeper, wait for it, idle again: the shape that lost timer wake-ups (a
+ * timer due as the driver re-entered the loop). The task is run by the workers (the waiter
+ * blocks on a oneshot, it does not join). */
+typedef struct napper {
+    mp_task task;
+    mp_timer timer;
+    uint64_t deadline;
+    mp_oneshot done;
+    _Atomic int released;
+} napper;
+
+static mp_poll napper_poll(mp_task *t, mp_context *cx)
+{
+    napper *n = mp_container_of(t, napper, task);
+    if (mp_timer_poll(&n->timer, n->deadline, cx) == MP_PENDING)
+        return MP_PENDING;
+    mp_timer_cancel(&n->timer);
+    mp_oneshot_send(&n->done, n);
+    return MP_READY;
+}
+
+static void napper_release(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, napper, task)->released, 1);
+}
+
+static const mp_task_vtable napper_vt = {.poll = napper_poll, .release = napper_release};
+
+static void *napper_watchdog(void *arg)
+{
+    _Atomic uint64_t *progress = arg;
+    uint64_t last = 0;
+    for (int quiet = 0;; usleep(10000)) {
+        uint64_t p = atomic_load(progress);
+        if (p == UINT64_MAX)
+            return NULL;
+        quiet = p == last ? quiet + 1 : 0;
+        last = p;
+        if (quiet >= 1000) {
+            fprintf(stderr, "api_stress: a sleeper was never woken (iteration %" PRIu64 ")\n", p);
+            abort();
+        }
+    }
+}
+
+Test(api_stress, idle_then_sleep_cycles, .timeout = 600)
+{
+    unsigned ws[64];
+    size_t nw = parse_workers("1,2,4", ws, 64);
+    uint64_t rng = test_seed();
+    _Atomic uint64_t progress = 0;
+    pthread_t wd;
+    pthread_create(&wd, NULL, napper_watchdog, &progress);
+    for (size_t i = 0; i < nw; i++) {
+        mp_config cfg;
+        mp_config_init(&cfg);
+        cfg.workers = ws[i];
+        mp_runtime *rt;
+        cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            napper n = {0};
+            mp_task_init(&n.task, &napper_vt);
+            mp_timer_init(&n.timer, rt);
+            mp_oneshot_init(&n.done);
+            n.deadline = mp_now_ms() + 1 + test_rand(&rng) % 3;
+            cr_assert_eq(mp_spawn(rt, &n.task), 0);
+            void *v;
+            cr_assert_eq(mp_oneshot_recv_blocking(&n.done, &v), 0);
+            while (!atomic_load(&n.released))
+                sched_yield();
+            atomic_fetch_add(&progress, 1);
+            usleep((useconds_t)(test_rand(&rng) % 1000));
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >=
+                2 * stress_ms())
+                break;
+        }
+        mp_runtime_free(rt);
+    }
+    atomic_store(&progress, UINT64_MAX);
+    pthread_join(wd, NULL);
+}
