@@ -43,7 +43,7 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
 #define MP__INTERVAL_MAX     255
 #define MP__INTERVAL_DEFAULT 61
 #define MP__EWMA_ALPHA       0.1
-/* The adaptive interval's latency target: Tokio's 200 us rather than the seeds' 1 ms. Two
+/* The adaptive interval's latency target: Tokio's 200 us rather than Volt's 1 ms. Two
  * workers busy with 5 us polls, tasks injected one at a time (loadtest/runtime/
  * global_interval.c, 2-vCPU Debian 12 VM, 2026-11-21): an injected task waited p50 45 us /
  * p99 223 us at 200 us against 524 us / 1112 us at 1 ms; with 20 us polls 104 / 198 us against

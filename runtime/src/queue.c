@@ -13,13 +13,26 @@
  * 32-bit halves after 4 billion, far beyond any preemption. The tail is 32 bits as well so
  * that tail - head is computed in one width.
  *
- * A steal has three phases (Tokio's queue.rs, the seeds' "claim, copy, release"):
+ * A steal has three phases (Tokio's queue.rs; Volt's "claim, copy, release"):
  *   claim:   CAS head [s|r] -> [s|r+n]      the thief owns slots r..r+n-1
  *   copy:    the slots into the thief's own ring
  *   release: CAS head [s|r'] -> [r'|r']     r' may have moved on by owner pops meanwhile
  * Only one steal per victim runs at a time: a thief that sees steal != real backs off.
  * The owner's push checks room against steal, not real, so claimed slots are never reused
  * before they are copied.
+ *
+ * An overflow at shutdown, and the tasks it must not lose:
+ *
+ *   owner (a worker, pushing a yielded task)      shutdown
+ *                                                 closes the global queue
+ *   ring full: move half + the task there
+ *   -> refused; drop their queue references,
+ *      "the registry will cancel them"            cancels what the registry holds
+ *   -> a task that never suspended (or only yielded) is in no registry: neither completed
+ *      nor cancelled, its joiner blocks for ever
+ *
+ * Fixed: mp__queue_push_owner() hands the refused chain back to the caller, who keeps it
+ * (worker.c's orphans) for shutdown to cancel once the worker thread has left.
  */
 #include "internal.h"
 

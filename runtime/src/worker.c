@@ -2,7 +2,7 @@
  *
  *   1. the global batch buffer (tasks already taken from the global queue, no lock)
  *   2. every global_interval polls, the global queue first, so that it is never starved by
- *      local work (the seeds check it only after the local queue is empty, which lets two
+ *      local work (Volt and blitz-io check it only after the local queue is empty, which lets two
  *      tasks that wake each other keep a worker forever; Tokio checks it first, as here)
  *   3. the LIFO slot: the task spawned or woken last by this worker, at most 3 in a row,
  *      then the slot is flushed to the back of the ring
@@ -59,7 +59,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     atomic_init(&w->spawn_state, MP__SLOT_IDLE);
 }
 
-/* xorshift64+ halves (the seeds' and Tokio's FastRand), then Lemire's multiply-shift for an
+/* xorshift64+ halves (blitz-io's and Tokio's FastRand), then Lemire's multiply-shift for an
  * unbiased index below n without a division. */
 static uint32_t rand_below(mp__worker *w, uint32_t n)
 {

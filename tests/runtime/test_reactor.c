@@ -150,11 +150,12 @@ Test(reactor, an_idle_worker_drives_the_loop, .timeout = 30)
     free(ts);
 }
 
-/* Timers: sleepers with random deadlines each wake exactly once, never early, and in
- * deadline order up to scheduling: timers due in the same loop iteration are woken in
- * deadline order (test_timer.c checks the wheel's order exactly), but their polls may then
- * run in another order (LIFO slot, two workers). Deadlines are 3 ms apart, so a sleeper may
- * not run more than a few places from its rank. */
+/* Timers: sleepers with random deadlines each wake exactly once and never early. The order
+ * in which their polls then run is a matter of scheduling, not of the timers: timers due in
+ * the same loop iteration are woken in deadline order (test_timer.c checks the wheel's order
+ * exactly), but the last one woken goes to the LIFO slot and runs first, and how many fall
+ * into one iteration depends on how busy the machine is (a rank check here failed under
+ * ThreadSanitizer on a loaded machine). */
 typedef struct sleeper {
     mp_task task;
     mp_timer timer;
@@ -207,9 +208,6 @@ Test(reactor, timers_fire_once_and_in_order, .timeout = 60)
         cr_assert_eq(atomic_load(&s[i].wakes), 1);
         cr_assert_geq(s[i].woke, s[i].deadline, "woke %llu ms early",
                       (unsigned long long)(s[i].deadline - s[i].woke));
-        int expected_rank = (int)((s[i].deadline - base) / 3);
-        cr_assert_leq(abs(s[i].rank - expected_rank), 6, "ran at %d, deadline rank %d", s[i].rank,
-                      expected_rank);
     }
     mp__spin_lock(&rt->reactor.wheel_lock);
     cr_assert_eq(mp__wheel_count(&rt->reactor.wheel), 0);
