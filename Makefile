@@ -33,7 +33,8 @@ MANDIR   ?= $(PREFIX)/share/man
 DOCDIR   ?= $(PREFIX)/share/doc/magpied
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 
-# libmagpie's version (also in runtime/magpie.pc.in) and the shared library's ABI version.
+# libmagpie's version (also in runtime/magpie.pc.in and magpie-static.pc.in) and the shared
+# library's ABI version.
 VERSION   := 0.1.0
 SOVERSION := 0
 
@@ -267,6 +268,7 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
 	install -m 644 runtime/include/magpie.h $(DESTDIR)$(INCLUDEDIR)/magpie.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
 ifneq ($(PROGRAMS),)
 	install -D -m 755 $(MAGPIED) $(DESTDIR)$(SBINDIR)/magpied
 	@if [ -z "$(DESTDIR)" ] && [ -e /etc/magpied/magpied.conf ]; then \

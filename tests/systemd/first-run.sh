@@ -56,7 +56,8 @@ pid=$!
 pgid=$pid
 port=
 for _ in $(seq 1800); do # the whole build: up to 180 s on a busy machine
-    port=$(sed -n 's/^listening http=127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/run.log")
+    # magpied's stdout and stderr are one file here: the log's "started: listening" line.
+    port=$(sed -n 's/.*listening http=127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/run.log" | head -1)
     [ -n "$port" ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
