@@ -1,16 +1,24 @@
 # magpie: libmagpie (runtime/), magpied (daemon/), their tests and benchmarks.
 #
-#   make [all]                      build libmagpie and the programs into build/release/
-#   make test                       build and run every Criterion suite
+#   make run                        install what is missing, build, start the daemon on
+#                                   config/magpied.conf (RUN_ARGS='--set ...' adds options)
+#   make test                       install what is missing, build and run every suite
 #   make test SANITIZE=thread       the same under ThreadSanitizer      (build/tsan/)
 #   make test SANITIZE=address,undefined  ... under ASan + UBSan        (build/asan/)
-#   make run                        build and start the daemon on config/magpied.conf
+#   make test-repeat N=20           the suites that start threads, N times each (flakes)
+#   make lint                       install what is missing, clang-format check and cppcheck
+#   make [all]                      build libmagpie and the programs into build/release/
+#   make check                      build and run every suite (installs nothing)
+#   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
 #   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
-#   make lint                       clang-format check and cppcheck
 #
-# Missing Debian packages are installed with apt-get when run as root; otherwise the
-# exact command is printed. `make test` also needs the tools its suites run (TEST_DEB_PKGS).
+# Installing packages is a step of its own: run, test, test-repeat and lint run it as one make
+# and then build in another, so that no rule depends on files that appear while the same make
+# runs (the llhttp sources, say: make matched its rules before apt-get put them there). Every
+# other target installs nothing; one that builds stops at once, naming what is missing.
+# tools/deps.sh installs as root, with --no-install-recommends, only what is missing, starting
+# and leaving enabled no service; otherwise it prints the apt-get line to run.
 
 SANITIZE ?=
 PREFIX   ?= /usr/local
@@ -25,7 +33,8 @@ MANDIR   ?= $(PREFIX)/share/man
 DOCDIR   ?= $(PREFIX)/share/doc/magpied
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 
-# libmagpie's version (also in runtime/magpie.pc.in) and the shared library's ABI version.
+# libmagpie's version (also in runtime/magpie.pc.in and magpie-static.pc.in) and the shared
+# library's ABI version.
 VERSION   := 0.1.0
 SOVERSION := 0
 
@@ -81,9 +90,11 @@ Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 DEMO := $(B)/magpie-demo
 
 # magpied: every daemon/*.c but main.c goes into a library the daemon tests link too.
-# llhttp is compiled from the C sources Debian ships in node-llhttp.
-LLHTTP_DIR  := /usr/share/llhttp
-LLHTTP_INC  := -I/usr/share/include/llhttp
+# llhttp is compiled from the C sources Debian ships in node-llhttp (tests/systemd/first-run.sh
+# points both folders elsewhere to replay a fresh machine).
+LLHTTP_DIR  ?= /usr/share/llhttp
+LLHTTP_INC_DIR ?= /usr/share/include/llhttp
+LLHTTP_INC  := -I$(LLHTTP_INC_DIR)
 LLHTTP_OBJS := $(B)/obj/llhttp/api.o $(B)/obj/llhttp/http.o $(B)/obj/llhttp/llhttp.o
 D_SRCS   := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
 D_OBJS   := $(D_SRCS:%.c=$(B)/obj/%.o)
@@ -101,12 +112,27 @@ SD_TEST_BINS := $(patsubst tests/systemd/%.c,$(B)/tests/systemd/%,$(SD_TESTS))
 # $(SBINDIR), and tests/systemd/ with the binary just built.
 UNITS := magpied.service magpied@.service magpied.socket magpied-echo.socket
 
-DEB_PKGS := build-essential pkg-config libuv1-dev node-llhttp libcriterion-dev libinih-dev wrk curl
-# What the test suites run besides: systemd-analyze and systemd-socket-activate, promtool,
-# man and groff, haproxy -c, strace.
-TEST_DEB_PKGS := systemd prometheus man-db groff-base haproxy strace
+# Debian packages. The build's; curl for the first request the README makes.
+BUILD_DEB_PKGS := build-essential pkg-config libuv1-dev node-llhttp libinih-dev
+DEB_PKGS := $(BUILD_DEB_PKGS) curl
+# The suites': Criterion, and the tools they run: wrk, systemd-analyze and
+# systemd-socket-activate, man and groff, haproxy -c (its service is left disabled), strace.
+TEST_DEB_PKGS := libcriterion-dev wrk systemd man-db groff-base haproxy strace
+LINT_DEB_PKGS := clang-format cppcheck
+# The install step; tests/systemd/first-run.sh replaces it to replay a fresh machine.
+DEPS ?= tools/deps.sh
 
-.PHONY: all test run bench clean install lint deps test-deps
+# Targets that install or only recurse need nothing yet; any other goal builds, and stops
+# here when a package it builds from is missing (`make deps` installs them).
+NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat lint lint-check clean bench
+ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
+  MISSING_DEB_PKGS := $(strip $(shell $(DEPS) --missing $(BUILD_DEB_PKGS)))
+  ifneq ($(MISSING_DEB_PKGS),)
+    $(error missing Debian packages: $(MISSING_DEB_PKGS). `make deps` installs them (as root); `make run` and `make test` run it first)
+  endif
+endif
+
+.PHONY: all check build-tests lint-check test test-repeat run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -117,44 +143,47 @@ ifneq ($(wildcard daemon/main.c),)
 endif
 all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS)
 
-# $(call apt_ensure,PACKAGES): install the missing ones as root, else print the command.
-define apt_ensure
-@missing=""; for p in $(1); do \
-	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
-	  else \
-	    echo "missing Debian packages; run:  sudo apt-get install -y$$missing"; exit 1; \
-	  fi; \
-	fi
-endef
-
 deps:
-	$(call apt_ensure,$(DEB_PKGS))
+	@$(DEPS) $(DEB_PKGS)
 
-test-deps: deps
-	$(call apt_ensure,$(TEST_DEB_PKGS))
+test-deps:
+	@$(DEPS) $(DEB_PKGS) $(TEST_DEB_PKGS)
 
-$(B)/obj/%.o: %.c | deps
+lint-deps:
+	@$(DEPS) $(LINT_DEB_PKGS)
+
+# The entry points: the install step as a make of its own, then the build in another.
+SUBMAKE := $(MAKE) --no-print-directory
+run:
+	@$(SUBMAKE) deps
+	@$(SUBMAKE) all
+	$(if $(PROGRAMS),$(MAGPIED) -c config/magpied.conf $(RUN_ARGS),$(DEMO))
+
+test:
+	@$(SUBMAKE) test-deps
+	@$(SUBMAKE) check
+
+lint:
+	@$(SUBMAKE) lint-deps
+	@$(SUBMAKE) lint-check
+
+$(B)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -c $< -o $@
 
-$(B)/obj-pic/%.o: %.c | deps
+$(B)/obj-pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -fPIC $(RT_INC) -c $< -o $@
 
-$(B)/obj-q4/%.o: %.c | deps
+$(B)/obj-q4/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
 
-$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | deps
+$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -g $(OPT) -MMD -MP $(LLHTTP_INC) -c $< -o $@
 
-$(B)/obj/daemon/%.o: daemon/%.c | deps
+$(B)/obj/daemon/%.o: daemon/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(D_INC) -c $< -o $@
 
@@ -168,7 +197,7 @@ $(MAGPIED): $(B)/obj/daemon/main.o $(D_LIB) $(LIB)
 build/magpied: build/release/magpied
 	ln -sf release/magpied $@
 
-$(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB) | deps
+$(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
@@ -190,16 +219,16 @@ $(LIB_Q4): $(RT_Q4_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(B)/tests/runtime/%: tests/runtime/%.c $(LIB) | deps
+$(B)/tests/runtime/%: tests/runtime/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
-$(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4) | deps
+$(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 # Run from the repository root; they know their build and how it was sanitized.
-$(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB) | deps
+$(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
 	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
@@ -207,11 +236,23 @@ $(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB) | deps
 $(DEMO): runtime/examples/demo.c $(LIB)
 	$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
-test: $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(PROGRAMS) $(SHLIB) | test-deps
-	@tests/run-suites.sh $(VARIANT) $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
+TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
+build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB)
 
-run: all
-	$(if $(PROGRAMS),$(MAGPIED) -c config/magpied.conf,$(DEMO))
+check: build-tests
+	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
+
+# The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
+# for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
+THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|mp_pool_new|pthread_create|magpied_harness\.h' \
+	$(RT_TESTS) $(D_TESTS) 2>/dev/null)
+THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
+	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))
+N ?= 20
+test-repeat:
+	@$(SUBMAKE) test-deps
+	@$(SUBMAKE) $(THREAD_TEST_BINS)
+	@tests/run-suites.sh --repeat $(N) $(VARIANT) $(THREAD_TEST_BINS)
 
 bench:
 	loadtest/runtime/compare.sh
@@ -227,6 +268,7 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
 	install -m 644 runtime/include/magpie.h $(DESTDIR)$(INCLUDEDIR)/magpie.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
 ifneq ($(PROGRAMS),)
 	install -D -m 755 $(MAGPIED) $(DESTDIR)$(SBINDIR)/magpied
 	@if [ -z "$(DESTDIR)" ] && [ -e /etc/magpied/magpied.conf ]; then \
@@ -247,7 +289,7 @@ endif
 	$(if $(DESTDIR),,-ldconfig)
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
-lint:
+lint-check:
 	clang-format --dry-run --Werror $(LINT_SRCS)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src

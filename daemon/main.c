@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,13 @@
 #ifndef MAGPIED_CONF
 #define MAGPIED_CONF "/etc/magpied/magpied.conf"
 #endif
+
+/* Whether two descriptors are one file (one terminal, one pipe, one journal stream). */
+static bool same_file(int a, int b)
+{
+    struct stat x, y;
+    return fstat(a, &x) == 0 && fstat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
 
 static void usage(FILE *f)
 {
@@ -205,8 +213,14 @@ int main(int argc, char **argv)
     }
     char where[200];
     md_server_describe(srv, where, sizeof where);
-    printf("listening %s\n", where);
-    fflush(stdout);
+    /* The "listening" line on stdout is for whoever started magpied (a script, a test that
+     * listens on port 0). Where stdout is the log's stderr (a terminal, the journal) and the
+     * log prints the started line below, that line says it, once. */
+    if (!(cfg.error_log_path[0] == '\0' && md_log_enabled(MD_LOG_INFO) &&
+          same_file(STDOUT_FILENO, STDERR_FILENO))) {
+        printf("listening %s\n", where);
+        fflush(stdout);
+    }
     md_log(MD_LOG_INFO, "magpied %s started: listening %s, %u workers", MAGPIED_VERSION, where,
            mp_runtime_workers(rt));
     char ready[320];
@@ -236,14 +250,17 @@ int main(int argc, char **argv)
     /* Graceful stop: no new connections; idle ones close, in-flight requests finish with
      * Connection: close. Wait for them up to shutdown_timeout_ms; a second signal, or the
      * deadline, stops at once (the runtime's shutdown cancels what is left). */
-    md_log(MD_LOG_INFO, "stopping (%u connections open)", md_server_open(srv));
+    unsigned nopen = md_server_open(srv);
+    md_log(MD_LOG_INFO, "stopping (%u connection%s open)", nopen, nopen == 1 ? "" : "s");
     md_notify("STOPPING=1\nSTATUS=stopping");
     md_server_drain(srv);
     uint64_t deadline = uv_hrtime() / 1000000u + cfg.shutdown_timeout_ms;
     while (md_server_open(srv) > 0) {
         uint64_t now = uv_hrtime() / 1000000u;
         if (now >= deadline) {
-            md_log(MD_LOG_WARN, "%u connections left at the deadline", md_server_open(srv));
+            nopen = md_server_open(srv);
+            md_log(MD_LOG_WARN, "%u connection%s left at the deadline", nopen,
+                   nopen == 1 ? "" : "s");
             break;
         }
         uint64_t wait = deadline - now < 50 ? deadline - now : 50;

@@ -1,36 +1,89 @@
 #!/usr/bin/env bash
 # Run Criterion suites one after another; print each suite's synthesis and a closing total.
-# Usage: tests/run-suites.sh VARIANT BIN...
+# A suite fails on a failing or crashing test, a run that did not end, or any sanitizer report
+# in its output (a report in a forked test child does not always fail the test for Criterion).
+# For a failing suite it prints Criterion's report of what failed (the assertion, its file and
+# line and message; crashes; time-outs), then each sanitizer report, then the last lines of the
+# rest of the output (what the tests wrote themselves, such as the "impossible state" lines of
+# the tests that abort on purpose).
+#
+# Usage: tests/run-suites.sh [--repeat N] VARIANT BIN...
+#   --repeat N   run each suite up to N times, stopping a suite at its first failing run
 set -u
+repeat=1
+if [ "${1:-}" = --repeat ]; then
+    repeat=$2
+    shift 2
+fi
 variant=$1
 shift
 # Criterion's parallel runner leaks 48 bytes in the parent process (libcriterion itself);
 # LeakSanitizer would report it on every suite, so the ASan build runs one test at a time.
 jobs=2
 [ "$variant" = asan ] && jobs=1
+
+sanitizer_start='WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:'
+
+# What to show of a failing run's output ($1).
+report() {
+    local out=$1 failures reports rest
+    failures=$(printf '%s\n' "$out" | grep -aE '^\[(----|FAIL|ERR |WARN)\] ' | head -150)
+    [ -n "$failures" ] && printf -- '---- what failed (Criterion):\n%s\n' "$failures"
+    # Each sanitizer report from its first line to its SUMMARY line (at most 80 lines each;
+    # a UBSan line stands alone), the first three.
+    reports=$(printf '%s\n' "$out" | awk -v start="$sanitizer_start" '
+        $0 ~ start && !inside { n++; if (n > 3) exit; inside = 1; lines = 0;
+                                print "---- sanitizer report " n ":" }
+        inside { if (++lines <= 80) print; if ($0 ~ /^SUMMARY: / || $0 ~ /runtime error:/ && lines == 1) inside = 0 }')
+    [ -n "$reports" ] && printf '%s\n' "$reports"
+    rest=$(printf '%s\n' "$out" | grep -avE '^\[(----|FAIL|ERR |WARN|====|PASS|SKIP|RUN )\] ' | tail -40)
+    [ -n "$rest" ] && printf -- '---- the rest of its output (last 40 lines: what the tests wrote):\n%s\n' "$rest"
+    echo "----"
+}
+
 passed=0 failed=0 bad_suites=()
 for bin in "$@"; do
     name=${bin#build/$variant/tests/}
-    # Criterion's timeouts can fail to end a parallel run; a hard limit per suite cannot.
-    out=$(timeout --kill-after=10 900 "$bin" --jobs=$jobs 2>&1)
-    rc=$?
-    summary=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
-    t=$(printf '%s' "$summary" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
-    p=$(printf '%s' "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
-    t=${t:-0} p=${p:-0}
-    # A sanitizer report in a forked test child (a leak found at its exit, a race) does not
-    # always fail the test in Criterion's eyes; it fails the suite here.
-    reports=$(printf '%s\n' "$out" | grep -aE 'WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:' | head -3)
-    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$t" -ne "$p" ] || [ "$t" -eq 0 ] || [ -n "$reports" ]; then
-        printf '%s\n' "$out" | grep -av '^\[----\] ' | tail -60
-        bad_suites+=("$name")
-        failed=$((failed + (t > p ? t - p : 1)))
+    run=0 suite_passed=0 bad=false summary=
+    while [ "$run" -lt "$repeat" ]; do
+        run=$((run + 1))
+        # Criterion's timeouts can fail to end a parallel run; a hard limit per suite cannot.
+        out=$(timeout --kill-after=10 900 "$bin" --jobs=$jobs 2>&1)
+        rc=$?
+        summary=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
+        t=$(printf '%s' "$summary" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+        p=$(printf '%s' "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+        t=${t:-0} p=${p:-0}
+        passed=$((passed + p))
+        suite_passed=$((suite_passed + p))
+        if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$t" -ne "$p" ] || [ "$t" -eq 0 ] ||
+            printf '%s\n' "$out" | grep -aqE "$sanitizer_start"; then
+            why="exit $rc"
+            [ "$rc" -gt 128 ] && why="signal $((rc - 128))"
+            [ "$rc" -eq 124 ] && why="killed after 900 s"
+            [ "$rc" -eq 0 ] && [ "$t" -gt 0 ] && [ "$t" -eq "$p" ] && why="a sanitizer report"
+            [ "$t" -eq 0 ] && [ "$rc" -eq 0 ] && why="no test ran"
+            [ "$repeat" -gt 1 ] && why="run $run of $repeat, $why"
+            printf '[%s] %-32s FAILED (%s): %s\n' "$variant" "$name" "$why" \
+                "${summary:+${summary#*Synthesis: }}"
+            report "$out"
+            bad_suites+=("$name")
+            failed=$((failed + (t > p ? t - p : 1)))
+            bad=true
+            break
+        fi
+    done
+    $bad && continue
+    if [ "$repeat" -gt 1 ]; then
+        printf '[%s] %-32s %d runs passed (%d tests)\n' "$variant" "$name" "$run" "$suite_passed"
+    else
+        printf '[%s] %-32s %s\n' "$variant" "$name" "${summary#*Synthesis: }"
     fi
-    passed=$((passed + p))
-    printf '[%s] %-32s %s\n' "$variant" "$name" "${summary#*Synthesis: }"
 done
 if [ ${#bad_suites[@]} -gt 0 ]; then
     echo "failing suites: ${bad_suites[*]}"
 fi
-echo "tests ($variant): $passed passed, $failed failed"
+runs_note=
+[ "$repeat" -gt 1 ] && runs_note=", up to $repeat runs a suite"
+echo "tests ($variant$runs_note): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

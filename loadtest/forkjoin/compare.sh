@@ -23,18 +23,8 @@ out=build/forkjoin
 src=loadtest/forkjoin
 mkdir -p "$out"
 
-missing=""
-for p in libtbb-dev cargo librust-rayon-dev; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" = 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
-    else
-        echo "missing Debian packages; run:  sudo apt-get install -y$missing" >&2
-        exit 1
-    fi
-fi
+# The peers' packages: only the missing ones, as the Makefile's install steps do.
+tools/deps.sh libtbb-dev cargo librust-rayon-dev || exit 1
 
 echo "== building into $out/"
 # magpie: the pool sources with the flags of the Makefile's release libmagpie (-O2 -g).

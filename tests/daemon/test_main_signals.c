@@ -523,3 +523,52 @@ Test(signals, old_http_settings_are_freed_once_no_connection_is_at_them)
     cr_assert_eq(gens, 1, "a reload after the last old connection closed keeps %d", gens);
     cr_assert_eq(stop(&d), 0);
 }
+
+/* The stop line counts in words: "1 connection", "2 connections". */
+Test(signals, stop_line_says_connection_or_connections)
+{
+    const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    for (int open = 1; open <= 2; open++) {
+        daemon_proc d = start_with(conf, NULL, err);
+        int fds[2];
+        for (int i = 0; i < open; i++) {
+            fds[i] = test_connect(d.http);
+            cr_assert_eq(request_with_fields(fds[i], 0), 200); /* accepted, and kept alive */
+        }
+        cr_assert_eq(stop(&d), 0);
+        for (int i = 0; i < open; i++)
+            close(fds[i]);
+    }
+    cr_assert_eq(count_in_file(err, "stopping (1 connection open)\n"), 1);
+    cr_assert_eq(count_in_file(err, "stopping (2 connections open)\n"), 1);
+    cr_assert_eq(count_in_file(err, "1 connections"), 0);
+}
+
+/* magpied with stdout and stderr on one file descriptor's file, as on a terminal or in the
+ * journal: its address once (the log's started line), not twice. */
+Test(signals, listening_is_said_once_when_stdout_is_the_log)
+{
+    const char *conf = in_dir("magpied.conf"), *out = in_dir("out.log");
+    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten = 127.0.0.1:0\n");
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        execl(exe, exe, "-c", conf, (char *)NULL);
+        _exit(127);
+    }
+    running = pid;
+    cr_assert(file_has(out, " started: listening http=127.0.0.1:", 5000), "no started line");
+    kill(pid, SIGTERM);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    running = -1;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cr_assert_eq(count_in_file(out, "listening http="), 1);
+}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/promtext.h"
 #include "metrics.h"
 
 static md_metrics m;
@@ -105,6 +106,9 @@ Test(metrics, exposition_is_valid)
     char *t = format(&len);
     cr_assert_gt(len, 0);
     cr_assert_eq(t[len - 1], '\n');
+    /* The whole format and promtool's naming rules (promtext.h); then a reading of its own. */
+    static char problems[8192];
+    cr_assert_eq(prom_check(t, problems, sizeof problems), 0, "%s\n%s", problems, t);
     char typed[32][96];
     size_t ntyped = 0;
     long long last_bucket = -1, inf = -1;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make install DESTDIR=...` as a packager runs it: every file in its place, the shared library
 # with its SONAME and links, a program built with `pkg-config --cflags --libs magpie` against
-# the installed tree that runs on the installed libmagpie.so.0, and installed units that name
-# the installed magpied and pass `systemd-analyze verify`.
+# the installed tree that runs on the installed libmagpie.so.0, one built with
+# `pkg-config --static --cflags --libs magpie-static` that needs no libmagpie.so, and installed
+# units that name the installed magpied and pass `systemd-analyze verify`.
 #
 # Usage: tests/systemd/install.sh [SANITIZE]   (the build variant to install; run from the root)
 set -u
@@ -18,7 +19,7 @@ env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory install \
     { cat "$tmp/make.log"; fail "make install"; }
 
 for f in sbin/magpied lib/libmagpie.a lib/libmagpie.so.0.1.0 include/magpie.h \
-    lib/pkgconfig/magpie.pc share/man/man8/magpied.8 share/man/man5/magpied.conf.5 \
+    lib/pkgconfig/magpie.pc lib/pkgconfig/magpie-static.pc share/man/man8/magpied.8 share/man/man5/magpied.conf.5 \
     share/doc/magpied/haproxy.cfg.example lib/systemd/system/magpied.service \
     lib/systemd/system/magpied@.service lib/systemd/system/magpied.socket \
     lib/systemd/system/magpied-echo.socket; do
@@ -32,6 +33,7 @@ cmp -s config/magpied.conf "$root/etc/magpied/magpied.conf" || fail "magpied.con
 soname=$(readelf -d "$root$prefix/lib/libmagpie.so.0.1.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libmagpie.so.0 ] || fail "SONAME is '$soname', not libmagpie.so.0"
 grep -q "^prefix=$prefix\$" "$root$prefix/lib/pkgconfig/magpie.pc" || fail "magpie.pc prefix"
+grep -q "^prefix=$prefix\$" "$root$prefix/lib/pkgconfig/magpie-static.pc" || fail "magpie-static.pc prefix"
 if nm -D --defined-only "$root$prefix/lib/libmagpie.so.0.1.0" | grep -q ' mp__'; then
     fail "libmagpie.so exports mp__ internals"
 fi
@@ -77,6 +79,19 @@ out=$(LD_LIBRARY_PATH="$root$prefix/lib" "$tmp/hello" 2>&1) || { echo "$out"; fa
 [ "$out" = "hello from a task" ] || { echo "$out"; fail "hello printed the wrong thing"; }
 LD_LIBRARY_PATH="$root$prefix/lib" ldd "$tmp/hello" | grep -q "libmagpie.so.0 => $root$prefix/lib/" ||
     fail "hello did not load the installed libmagpie.so.0"
+
+# The README's static line: libmagpie.a inside the program, no libmagpie.so needed at run time.
+flags=$(pc --static --cflags --libs magpie-static) || fail "pkg-config --static magpie-static"
+cc -std=c11 -D_DEFAULT_SOURCE $sanflags "$tmp/hello.c" $flags -o "$tmp/hello-static" 2>"$tmp/cc.log" ||
+    { cat "$tmp/cc.log"; fail "cc hello.c \$(pkg-config --static --cflags --libs magpie-static)"; }
+if readelf -d "$tmp/hello-static" | grep -q 'NEEDED.*libmagpie'; then
+    fail "hello-static needs libmagpie.so"
+fi
+if ldd "$tmp/hello-static" | grep -q libmagpie; then
+    fail "ldd finds libmagpie.so in hello-static"
+fi
+out=$("$tmp/hello-static" 2>&1) || { echo "$out"; fail "hello-static exited $?"; }
+[ "$out" = "hello from a task" ] || { echo "$out"; fail "hello-static printed the wrong thing"; }
 
 # The installed units name the installed binary; verify them with that path moved into the
 # staging root, and with the installed man pages for Documentation=.

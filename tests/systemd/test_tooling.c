@@ -1,0 +1,87 @@
+/* The tooling around the code: `make run` on a fresh machine (the install step as a make of
+ * its own), the suite runner's report of a failing suite, and tools/deps.sh. Run from the
+ * repository root (make test does).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef TEST_SANITIZE
+#define TEST_SANITIZE ""
+#endif
+
+enum { OUT_MAX = 1 << 16 };
+
+/* Run `sh -c cmd` with stderr joined to stdout; keep the first OUT_MAX - 1 bytes of the output
+ * in out (NUL-terminated). Returns the exit status, or -1 when it did not exit. */
+static int run(const char *cmd, char *out)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "( %s ) 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    size_t n = 0, r;
+    char sink[4096];
+    while ((r = fread(out + n, 1, OUT_MAX - 1 - n, p)) > 0 && (n += r) < OUT_MAX - 1)
+        ;
+    while (fread(sink, 1, sizeof sink, p) > 0) /* the rest: let the command finish */
+        ;
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A release build of a copy of the tree, whatever this build is: once, in the release pass. */
+Test(first_run, make_run_installs_in_a_make_of_its_own_then_builds_and_serves, .timeout = 400)
+{
+    if (TEST_SANITIZE[0] != '\0')
+        cr_skip_test("the Makefile's entry points are checked in the release pass");
+    static char out[OUT_MAX];
+    int rc = run("tests/systemd/first-run.sh", out);
+    cr_expect_eq(rc, 0, "tests/systemd/first-run.sh:\n%s", out);
+}
+
+Test(run_suites, shows_the_failing_assertion_and_fails_on_sanitizer_reports, .timeout = 120)
+{
+    static char out[OUT_MAX];
+    int rc = run("tests/systemd/runner.sh", out);
+    cr_expect_eq(rc, 0, "tests/systemd/runner.sh:\n%s", out);
+}
+
+Test(deps, missing_lists_only_what_dpkg_lacks)
+{
+    char out[OUT_MAX];
+    /* coreutils is Essential: installed on every Debian machine. */
+    int rc = run("tools/deps.sh --missing coreutils magpie-no-such-package", out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect_str_eq(out, "magpie-no-such-package ");
+    rc = run("tools/deps.sh coreutils", out);
+    cr_expect_eq(rc, 0, "nothing missing, nothing done: %s", out);
+    cr_expect_str_empty(out);
+}
+
+/* Without root it installs nothing and prints the line to run. */
+Test(deps, without_root_prints_the_apt_get_line)
+{
+    char out[OUT_MAX];
+    const char *cmd = "tools/deps.sh coreutils magpie-no-such-package";
+    char as_nobody[512];
+    if (geteuid() == 0) {
+        /* nobody may not read the work tree: a copy in a fresh folder. */
+        snprintf(as_nobody, sizeof as_nobody,
+                 "d=$(mktemp -d) && cp tools/deps.sh $d/ && chmod 755 $d && "
+                 "setpriv --reuid=nobody --regid=nogroup --clear-groups $d/deps.sh coreutils "
+                 "magpie-no-such-package; rc=$?; rm -rf $d; exit $rc");
+        cmd = as_nobody;
+    }
+    int rc = run(cmd, out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "missing Debian packages: magpie-no-such-package\n") != NULL, "%s", out);
+    cr_expect(
+        strstr(out, "  sudo apt-get install --no-install-recommends magpie-no-such-package\n") !=
+            NULL,
+        "%s", out);
+    cr_expect(strstr(out, "coreutils") == NULL, "%s", out);
+}
