@@ -17,7 +17,7 @@
 # and then build in another, so that no rule depends on files that appear while the same make
 # runs (the llhttp sources, say: make matched its rules before apt-get put them there). Every
 # other target installs nothing; one that builds stops at once, naming what is missing.
-# tools/deps.sh installs as root, with --no-install-recommends, only what is missing, starting
+# .ci/deps.sh installs as root, with --no-install-recommends, only what is missing, starting
 # and leaving enabled no service; otherwise it prints the apt-get line to run.
 
 SANITIZE ?=
@@ -120,7 +120,7 @@ DEB_PKGS := $(BUILD_DEB_PKGS) curl
 TEST_DEB_PKGS := libcriterion-dev wrk systemd man-db groff-base haproxy strace
 LINT_DEB_PKGS := clang-format cppcheck
 # The install step; tests/systemd/first-run.sh replaces it to replay a fresh machine.
-DEPS ?= tools/deps.sh
+DEPS ?= .ci/deps.sh
 
 # Targets that install or only recurse need nothing yet; any other goal builds, and stops
 # here when a package it builds from is missing (`make deps` installs them).

@@ -24,7 +24,7 @@ src=loadtest/forkjoin
 mkdir -p "$out"
 
 # The peers' packages: only the missing ones, as the Makefile's install steps do.
-tools/deps.sh libtbb-dev cargo librust-rayon-dev || exit 1
+.ci/deps.sh libtbb-dev cargo librust-rayon-dev || exit 1
 
 echo "== building into $out/"
 # magpie: the pool sources with the flags of the Makefile's release libmagpie (-O2 -g).

@@ -3,7 +3,7 @@
 # packages. On a fresh machine the llhttp sources and header appear while make runs: its
 # install step puts them there. Here a copy of the working tree builds with LLHTTP_DIR and
 # LLHTTP_INC_DIR naming empty folders, and with DEPS (the install step) replaced by a script
-# that fills them as `apt-get install node-llhttp` would, then runs the real tools/deps.sh.
+# that fills them as `apt-get install node-llhttp` would, then runs the real .ci/deps.sh.
 # In one invocation, `make run` must then build everything, start magpied and answer curl.
 #
 # Also: a plain `make` never runs the install step, and stops at once, naming the packages,
@@ -41,7 +41,7 @@ if [ "\$1" != --missing ]; then
     cp /usr/share/llhttp/*.c "$tmp/llhttp/" &&
         cp /usr/share/include/llhttp/llhttp.h "$tmp/llhttp-include/" || exit 1
 fi
-exec "$src/tools/deps.sh" "\$@"
+exec "$src/.ci/deps.sh" "\$@"
 EOF
 chmod +x "$tmp/deps.sh"
 [ -z "$(ls -A "$tmp/llhttp")" ] || fail "llhttp folder not empty before make"

@@ -1,5 +1,5 @@
 /* The tooling around the code: `make run` on a fresh machine (the install step as a make of
- * its own), the suite runner's report of a failing suite, and tools/deps.sh. Run from the
+ * its own), the suite runner's report of a failing suite, and .ci/deps.sh. Run from the
  * repository root (make test does).
  */
 #include <criterion/criterion.h>
@@ -54,10 +54,10 @@ Test(deps, missing_lists_only_what_dpkg_lacks)
 {
     char out[OUT_MAX];
     /* coreutils is Essential: installed on every Debian machine. */
-    int rc = run("tools/deps.sh --missing coreutils magpie-no-such-package", out);
+    int rc = run(".ci/deps.sh --missing coreutils magpie-no-such-package", out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect_str_eq(out, "magpie-no-such-package ");
-    rc = run("tools/deps.sh coreutils", out);
+    rc = run(".ci/deps.sh coreutils", out);
     cr_expect_eq(rc, 0, "nothing missing, nothing done: %s", out);
     cr_expect_str_empty(out);
 }
@@ -66,12 +66,12 @@ Test(deps, missing_lists_only_what_dpkg_lacks)
 Test(deps, without_root_prints_the_apt_get_line)
 {
     char out[OUT_MAX];
-    const char *cmd = "tools/deps.sh coreutils magpie-no-such-package";
+    const char *cmd = ".ci/deps.sh coreutils magpie-no-such-package";
     char as_nobody[512];
     if (geteuid() == 0) {
         /* nobody may not read the work tree: a copy in a fresh folder. */
         snprintf(as_nobody, sizeof as_nobody,
-                 "d=$(mktemp -d) && cp tools/deps.sh $d/ && chmod 755 $d && "
+                 "d=$(mktemp -d) && cp .ci/deps.sh $d/ && chmod 755 $d && "
                  "setpriv --reuid=nobody --regid=nogroup --clear-groups $d/deps.sh coreutils "
                  "magpie-no-such-package; rc=$?; rm -rf $d; exit $rc");
         cmd = as_nobody;

@@ -4,10 +4,10 @@
 # left enabled or running by what it installed (a test tool's package that ships a daemon,
 # such as haproxy, gets its units disabled; the init system itself, systemd, is left alone).
 #
-# Usage: tools/deps.sh PACKAGE...                 install the missing ones (as root; otherwise
+# Usage: .ci/deps.sh PACKAGE...                 install the missing ones (as root; otherwise
 #                                                 print the apt-get line to run, and exit 1)
-#        tools/deps.sh --missing PACKAGE...       print the missing ones, install nothing
-#        tools/deps.sh --disable-units PACKAGE... disable (and stop) the services those
+#        .ci/deps.sh --missing PACKAGE...       print the missing ones, install nothing
+#        .ci/deps.sh --disable-units PACKAGE... disable (and stop) the services those
 #                                                 installed packages ship: what an install by
 #                                                 this script does, for packages installed before
 #
@@ -97,7 +97,7 @@ restore() {
 }
 trap restore EXIT
 trap 'exit 130' INT TERM
-printf '#!/bin/sh\n# tools/deps.sh is installing packages: no service starts.\nexit 101\n' >"$policy"
+printf '#!/bin/sh\n# .ci/deps.sh is installing packages: no service starts.\nexit 101\n' >"$policy"
 chmod 755 "$policy"
 
 apt-get update -q
