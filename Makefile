@@ -152,7 +152,7 @@ $(B)/obj-q4/%.o: %.c | deps
 
 $(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -g $(OPT) -MMD -MP $(LLHTTP_INC) -c $< -o $@
+	$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
 
 $(B)/obj/daemon/%.o: daemon/%.c | deps
 	@mkdir -p $(@D)

@@ -4,16 +4,19 @@
  * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
  * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
  * appended to the caller's md_outbuf as each request completes, so everything parsed from one
- * read is answered by one write; POST /echo with a Content-Length streams instead (its head
- * goes out when the request head completes, the body as it arrives).
+ * read is answered by one write; POST /echo with a Content-Length over MD_HTTP_ECHO_GATHER
+ * streams instead (its head goes out when the request head completes, the body as it arrives).
  *
- * llhttp does most of the checking. What Debian's llhttp 8.1 (built without
- * LLHTTP_STRICT_MODE, and with every lenient flag off) accepts and we refuse with 400:
+ * llhttp does most of the checking. The Makefile builds Debian's llhttp 8.1 with
+ * LLHTTP_STRICT_MODE (CRLF after chunk data, LF after every CR, no tab, form feed or byte over
+ * 0x7f in a target); of the lenient flags only LENIENT_VERSION is on, so that we decide about
+ * versions (daemon/README.md says why for each). What llhttp accepts and we refuse with 400:
  * whitespace in or after a field name, an empty field name, obs-fold continuation lines, NUL
- * in a value, Transfer-Encoding in HTTP/1.0 or not ending in chunked (llhttp refuses the
- * latter only after on_headers_complete), and a missing or repeated Host in HTTP/1.1. Both
+ * in a value, Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp refuses
+ * the latter only after on_headers_complete), a missing or repeated Host in HTTP/1.1, a Host
+ * that is not uri-host [":" port], target bytes outside RFC 3986, "*" but for OPTIONS. Both
  * Content-Length with Transfer-Encoding and a repeated Content-Length (even an equal one) are
- * llhttp errors already. Versions other than 1.x get 505.
+ * llhttp errors already. Major versions other than 1 get 505, CONNECT 501.
  *
  * Limits are counted as bytes arrive, never by buffering: the head is counted on the wire from
  * the method's first byte to the end of the empty line. When the bytes from the head's start
@@ -58,6 +61,8 @@ static const struct {
 };
 
 enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+/* host_pos: a Host value is host characters, then only trailing whitespace. */
+enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
 #define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
 
 void md_http_limits_default(md_http_limits *l)
@@ -211,8 +216,13 @@ static int respond_route(md_http_conn *c)
     bool close = !c->req.keep_alive || c->draining;
     unsigned method = c->parser.method;
 
+    if (c->req.asterisk)
+        return respond(c, md_http_status_of(200), close, MD_ROUTES_ALLOW_ANY, "text/plain", NULL,
+                       0);
     if (r == NULL || (r->kind == MD_ROUTE_METRICS && c->srv->metrics_text == NULL))
         return respond_error(c, 404, close, NULL);
+    if (method == HTTP_OPTIONS)
+        return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
     if (!md_route_allows(r, method))
         return respond_error(c, 405, close, r->allow);
     switch (r->kind) {
@@ -258,6 +268,19 @@ static int fail(md_http_conn *c)
     if (respond_error(c, code, true, NULL) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
+}
+
+/* Is ch one of RFC 3986's characters (unreserved, pct-encoded's '%', gen-delims,
+ * sub-delims)? In a Host value (host) only those of uri-host [":" port]: no '/', '?', '#',
+ * '@' (userinfo), and no ',' either, which there can only be a list of hosts. */
+static bool uri_byte(unsigned ch, bool host)
+{
+    static const char any[] = "-._~%!$&'()*+;=:[]";
+    static const char target_only[] = ",/?#@";
+    if (((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z') || (ch >= '0' && ch <= '9'))
+        return true;
+    return ch != 0 && (memchr(any, (int)ch, sizeof(any) - 1) != NULL ||
+                       (!host && memchr(target_only, (int)ch, sizeof(target_only) - 1) != NULL));
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -315,6 +338,11 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     /* method SP target SP HTTP/1.1 */
     if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
         return reject(c, 414);
+    /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
+     * leaves out; a target is made of its characters only (RFC 9112 3.2). */
+    for (size_t i = 0; i < len; i++)
+        if (!uri_byte((unsigned char)at[i], false))
+            return reject(c, 400);
     if (r->target_done || r->target_full)
         return 0;
     size_t take = 0;
@@ -414,6 +442,21 @@ static bool has_newline(const char *from, const char *to)
     return false;
 }
 
+/* A Host value, span by span: uri-host [":" port] and trailing whitespace (llhttp has taken
+ * the leading whitespace). Not parsed further: it only has to be one plausible authority. */
+static void check_host(md_http_req *r, const char *at, size_t len)
+{
+    for (size_t i = 0; i < len && !r->host_bad; i++) {
+        unsigned ch = (unsigned char)at[i];
+        if (ch == ' ' || ch == '\t')
+            r->host_pos = r->host_pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
+        else if (r->host_pos == HOST_TRAIL || !uri_byte(ch, true))
+            r->host_bad = true;
+        else
+            r->host_pos = HOST_NAME;
+    }
+}
+
 /* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */
 static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
 {
@@ -447,6 +490,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
         return count_body(c, len);
     if (r->header == HDR_EXPECT || r->header == HDR_TE)
         match_token(r, known[r->header].token, known[r->header].token_len, at, len);
+    else if (r->header == HDR_HOST)
+        check_host(r, at, len);
     else if (r->header == HDR_REFERER)
         keep_field(r->referer, &r->referer_len, at, len);
     else if (r->header == HDR_USER_AGENT)
@@ -458,11 +503,17 @@ static int on_header_value_complete(llhttp_t *p)
 {
     md_http_req *r = &conn_of(p)->req;
     r->value_open = false;
-    if (r->header == HDR_HOST && r->hosts < 255) {
-        r->hosts++;
+    if (r->header == HDR_HOST) {
+        if (r->host_pos == HOST_EMPTY)
+            r->host_bad = true; /* names no host: our targets always have an authority */
+        r->host_pos = HOST_EMPTY;
+        if (r->hosts < 255)
+            r->hosts++;
     } else if (r->header == HDR_EXPECT) {
         bool ok = r->token_pos == known[HDR_EXPECT].token_len;
         r->expect = ok && r->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
+    } else if (r->header == HDR_TE && r->token_pos == 0) {
+        r->te_empty = true; /* nothing to frame the body with; not some other coding */
     } else if (r->header == HDR_TE && r->token_pos != known[HDR_TE].token_len) {
         r->te_other = true;
     }
@@ -503,14 +554,27 @@ static int head_done(md_http_conn *c)
     md_http_req *r = &c->req;
     const md_http_limits *l = &c->srv->limits;
 
+    /* Any DIGIT.DIGIT gets here (LENIENT_VERSION, see md_http_conn_init()); a later 1.x is
+     * served as 1.1 (RFC 9110 2.5). */
     if (p->http_major != 1)
         return reject(c, 505);
-    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0))
+    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0) || r->host_bad)
         return reject(c, 400);
-    /* Transfer-Encoding in HTTP/1.0, or not ending in chunked (llhttp would say so only
-     * after this callback, when a streamed echo head would be out already). */
-    if ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED)))
+    /* Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp would say so
+     * only after this callback, when a streamed echo head would be out already). */
+    if (r->te_empty ||
+        ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED))))
         return reject(c, 400);
+    /* Not a proxy: there is nothing to tunnel to (RFC 9110 9.3.6). */
+    if (p->method == HTTP_CONNECT)
+        return reject(c, 501);
+    /* The asterisk form is OPTIONS' only (RFC 9112 3.2.4); any other target that is not
+     * origin-form ("/...") has passed llhttp as absolute-form ("scheme://..."). */
+    if (r->target_len != 0 && r->target[0] == '*') {
+        if (r->url_len != 1 || p->method != HTTP_OPTIONS)
+            return reject(c, 400);
+        r->asterisk = true;
+    }
     /* Framed by chunked, but also coded some way we do not decode (RFC 9112 6.1). */
     if (r->te_other)
         return reject(c, 501);
@@ -536,7 +600,7 @@ static int head_done(md_http_conn *c)
     }
 
     bool echo = route != NULL && route->kind == MD_ROUTE_ECHO && md_route_allows(route, p->method);
-    if (echo && chunked) {
+    if (echo && (chunked || length <= MD_HTTP_ECHO_GATHER)) {
         r->collect = true;
     } else if (echo) {
         char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX);
@@ -664,6 +728,11 @@ void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
     memset(c, 0, offsetof(md_http_conn, req));
     memset(&c->req, 0, offsetof(md_http_req, target));
     llhttp_init(&c->parser, HTTP_REQUEST, &settings);
+    /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
+     * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
+     * major version other than 1 (RFC 9110 15.6.6), a later 1.x served as 1.1. llhttp 8.1 has
+     * no setter for it (llhttp_reset() keeps the field). */
+    c->parser.lenient_flags |= LENIENT_VERSION;
     c->srv = srv;
     /* Relaxed: on the owner's thread, the one that frees generations (http.h). */
     atomic_fetch_add_explicit(&srv->conns, 1, memory_order_relaxed);

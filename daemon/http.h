@@ -105,6 +105,10 @@ typedef enum md_http_want {
 /* Bytes of a request target kept, for routing (the path before any '?': a longer path is
  * 404) and for the access log (which shows a longer target cut, with "..."). */
 #define MD_HTTP_TARGET_MAX 1024
+/* POST /echo bodies with a Content-Length up to this are gathered and answered once complete,
+ * so that a body that never completes gets no 200; longer ones stream (their head goes out
+ * with the request head, and an incomplete one ends short of its Content-Length). */
+#define MD_HTTP_ECHO_GATHER (64u * 1024u)
 /* Bytes of Referer and User-Agent kept for the access log. */
 #define MD_HTTP_FIELD_KEEP 256
 
@@ -112,8 +116,9 @@ typedef enum md_http_want {
 typedef struct md_http_req {
     uint16_t status;    /* the error a callback decided on */
     bool keep_alive;    /* its response keeps the connection */
-    bool streaming;     /* POST /echo with Content-Length: response head already out */
-    bool collect;       /* chunked POST /echo: the body is gathered in conn.body */
+    bool streaming;     /* POST /echo over MD_HTTP_ECHO_GATHER: response head already out */
+    bool collect;       /* other POST /echo: the body is gathered in conn.body */
+    bool asterisk;      /* the target is "*" */
     bool head_counting; /* counting its head bytes (from the method's first byte) */
     bool method_done;
     bool value_open;   /* a header value has started and not completed */
@@ -129,7 +134,10 @@ typedef struct md_http_req {
     uint8_t expect;    /* what the Expect fields asked for */
     uint8_t token_pos; /* bytes of the expected token matched in the current value */
     bool te_other;     /* a Transfer-Encoding value other than "chunked" */
+    bool te_empty;     /* an empty Transfer-Encoding value */
     uint8_t hosts;     /* Host fields, saturating */
+    uint8_t host_pos;  /* how far the current Host value is (http.c) */
+    bool host_bad;     /* a Host value that is not uri-host [":" port] */
     uint8_t method_len;
     uint32_t fields;      /* header fields */
     uint32_t target_len;  /* bytes kept in target[] */

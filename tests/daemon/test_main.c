@@ -137,6 +137,40 @@ Test(magpied, bad_input_gets_an_error_and_the_daemon_keeps_serving, .timeout = 6
     cr_assert_eq(stop(&d), 0);
 }
 
+/* Framing over a real socket: chunk data not followed by CRLF is one 400 and nothing after it
+ * (the GET smuggled behind it is never answered); a body that never completes never gets a
+ * 200, whether the peer gives up (EOF) or stalls (the body timeout: 408). */
+Test(magpied, bad_chunk_end_and_incomplete_body_get_no_200, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.body_timeout_ms=200", NULL};
+    daemon_proc d = start(extra);
+    static char resp[8192];
+
+    const char *bad_chunk = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "3\r\nabcXY0\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    int fd = test_connect(d.http);
+    test_write_all(fd, bad_chunk, strlen(bad_chunk));
+    read_some(fd, resp, sizeof resp, NULL, 0); /* until the close */
+    close(fd);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 400", 12), 0, "%s", resp);
+    cr_assert_null(strstr(resp + 12, "HTTP/1.1"), "a second response:\n%s", resp);
+
+    const char *half = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello";
+    fd = test_connect(d.http);
+    test_write_all(fd, half, strlen(half));
+    shutdown(fd, SHUT_WR);
+    cr_assert_eq(read_some(fd, resp, sizeof resp, NULL, 0), 0, "answered:\n%s", resp);
+    close(fd);
+
+    fd = test_connect(d.http);
+    test_write_all(fd, half, strlen(half));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "%s", resp);
+    cr_assert_null(strstr(resp, "hello"), "%s", resp);
+    cr_assert_eq(stop(&d), 0);
+}
+
 typedef struct pusher {
     int fd;
     const char *data;
