@@ -23,6 +23,9 @@ enum {
     MD_CONFIG_PATH_MAX = 4096,
     MD_CONFIG_HOST_MAX = 46, /* INET6_ADDRSTRLEN */
     MD_CONFIG_MAX_KEYS = 32,
+    /* Bytes a configuration may have: the shipped file is a few KiB, and a cap makes a
+     * stream that never ends (a device, a pipe) an error instead of a hang. */
+    MD_CONFIG_FILE_MAX = 1048576,
 };
 
 /* A message for a person, filled in when a function returns an error. */
@@ -83,10 +86,12 @@ typedef struct md_config {
 void md_config_init(md_config *c);
 
 /* Defaults, then the INI file at path (NULL: defaults only). 0, -EINVAL for a bad file (the
- * message names file, line and key), or the negative errno of opening/reading it. */
+ * message names file, line and key; also for anything but a regular file, and a file over
+ * MD_CONFIG_FILE_MAX bytes), or the negative errno of opening/reading it. */
 int md_config_load(md_config *c, const char *path, md_error *err);
 
-/* Applies an INI stream on top of c; name is used in messages. 0 or -EINVAL. */
+/* Applies an INI stream on top of c; name is used in messages. 0 or -EINVAL (also for a NUL
+ * byte, and past MD_CONFIG_FILE_MAX bytes, where reading stops). */
 int md_config_parse_file(md_config *c, FILE *f, const char *name, md_error *err);
 
 /* One CLI override, "section.key=value" (the value may be empty or contain '='), checked

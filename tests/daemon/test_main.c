@@ -287,6 +287,11 @@ Test(magpied, config_check, .timeout = 30)
     cr_assert(strstr(out, "max_body_bytes"), "%s", out);
     cr_assert(strstr(out, "rc=1"), "%s", out);
     unlink("/tmp/magpied-bad.conf");
+    /* A device is refused at once, not read for ever. */
+    snprintf(cmd, sizeof cmd, "timeout 20 %s -t -c /dev/zero 2>&1; echo rc=$?", exe);
+    out = run(cmd);
+    cr_assert(strstr(out, "/dev/zero: not a regular file"), "%s", out);
+    cr_assert(strstr(out, "rc=1"), "%s", out);
 }
 
 Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)
