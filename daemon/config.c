@@ -50,6 +50,7 @@ static const struct key keys[] = {
     {"http", "reuseport", KEY_BOOL, offsetof(md_config, http_reuseport), 0, 0},
     {"echo", "listen", KEY_LISTEN_OFF, offsetof(md_config, echo_listen), 0, 0},
     {"echo", "reuseport", KEY_BOOL, offsetof(md_config, echo_reuseport), 0, 0},
+    {"echo", "idle_timeout_ms", KEY_U32, offsetof(md_config, echo_idle_timeout_ms), 0, 3600000},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
@@ -119,6 +120,7 @@ void md_config_init(md_config *c)
     c->log_level = MD_LOG_INFO;
     c->access_log = MD_ACCESS_LOG_OFF;
     c->shutdown_timeout_ms = 10000;
+    c->echo_idle_timeout_ms = 60000;
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }
 

@@ -72,6 +72,7 @@ typedef struct md_config {
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
     bool http_reuseport;                     /* [http] reuseport */
     bool echo_reuseport;                     /* [echo] reuseport */
+    uint32_t echo_idle_timeout_ms;           /* [echo] idle_timeout_ms; 0 = none */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
 
     /* Where each key's value came from, for messages: the file name, and per key the line

@@ -80,7 +80,10 @@ typedef struct md_conn {
     _Atomic int refs;
     bool closing;
     int want;
-    mp_timer timer; /* header, body and keep-alive deadlines (HTTP) */
+    mp_timer timer;       /* header, body and keep-alive deadlines (HTTP); idle timeout (echo) */
+    uint32_t idle_ms;     /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
+    uint64_t progress_ms; /* echo: when bytes last came in or went out (mp_now_ms) */
+    bool echo_writing;    /* echo: the bytes read are waiting for the peer to take them */
     md_outbuf out;
     char peer[48]; /* client address for the access log, at its first line (peer_name) */
     md_http_conn http;
@@ -160,6 +163,15 @@ static mp_poll conn_finish(md_conn *c)
     return MP_READY;
 }
 
+/* An echo connection waits for its peer, to send or to read its echo: it closes once the peer
+ * has done neither for idle_ms, so that idle sockets cannot hold max_connections for ever. */
+static mp_poll echo_wait(md_conn *c, mp_context *cx)
+{
+    if (c->idle_ms == 0 || mp_timer_poll(&c->timer, c->progress_ms + c->idle_ms, cx) == MP_PENDING)
+        return MP_PENDING;
+    return conn_finish(c);
+}
+
 static mp_poll echo_poll(md_conn *c, mp_context *cx)
 {
     for (;;) {
@@ -167,17 +179,23 @@ static mp_poll echo_poll(md_conn *c, mp_context *cx)
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
-            return MP_PENDING;
+            return echo_wait(c, cx);
         if (len == 0)
             return conn_finish(c);
+        if (!c->echo_writing)
+            c->progress_ms = mp_now_ms(); /* new bytes from the peer */
         /* The bytes are written from the stream's own buffer, and nothing more is read until
          * they are consumed: a peer that does not read its echo is held back by TCP. */
-        if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
-            return MP_PENDING;
+        if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING) {
+            c->echo_writing = true;
+            return echo_wait(c, cx);
+        }
+        c->echo_writing = false;
         if (err != 0)
             return conn_finish(c);
         md_metrics_bytes(&c->srv->metrics, MD_LISTENER_ECHO, len, len);
         mp_tcp_consume(&c->tcp, len);
+        c->progress_ms = mp_now_ms();
     }
 }
 
@@ -340,6 +358,9 @@ static void accept_one(md_listener_state *l)
     md_metrics_conn_opened(&s->metrics, c->kind);
     if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_init(&c->http, &s->http->http, uv_hrtime());
+    /* Read here, on the loop's thread, where a reload writes s->cfg. */
+    c->idle_ms = s->cfg.echo_idle_timeout_ms;
+    c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;
     mp_task_init(&c->task, &conn_vt);
     if (mp_spawn(s->rt, &c->task) != 0) {

@@ -62,6 +62,7 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.log_level, MD_LOG_INFO);
     cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
     cr_assert_eq(c.shutdown_timeout_ms, 10000);
+    cr_assert_eq(c.echo_idle_timeout_ms, 60000);
     md_error err;
     cr_assert_eq(md_config_check(&c, &err), 0);
 }
@@ -100,6 +101,7 @@ Test(config, every_key, .timeout = 5)
                        "listen = [::1]:0\n"
                        "[echo]\n"
                        "listen =\n"
+                       "idle_timeout_ms = 0\n"
                        "[runtime]\n"
                        "workers = 4 ; inline comment\n"
                        "[limits]\n"
@@ -123,6 +125,7 @@ Test(config, every_key, .timeout = 5)
     cr_assert_str_eq(c.http_listen.host, "::1");
     cr_assert_eq(c.http_listen.port, 0);
     cr_assert_not(c.echo_listen.enabled);
+    cr_assert_eq(c.echo_idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
     cr_assert_eq(c.limits.max_request_line, 1024);
     cr_assert_eq(c.limits.max_header_bytes, 2048);
@@ -523,4 +526,17 @@ Test(config, booleans, .timeout = 5)
             cr_assert_str_eq(err.msg, want);
         }
     }
+}
+
+Test(config, echo_idle_timeout_range, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[echo]\nidle_timeout_ms = 3600000\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.echo_idle_timeout_ms, 3600000);
+    expect_error("[echo]\nidle_timeout_ms = 3600001\n",
+                 "test.conf:2: [echo] idle_timeout_ms: expected an integer in 0..3600000, got "
+                 "\"3600001\"");
+    cr_assert_eq(md_config_set(&c, "echo.idle_timeout_ms=250", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.echo_idle_timeout_ms, 250);
 }

@@ -236,6 +236,32 @@ Test(magpied, max_connections_pauses_accepting, .timeout = 60)
     cr_assert_eq(stop(&d), 0);
 }
 
+/* An echo peer that neither sends nor reads for [echo] idle_timeout_ms is closed, so idle echo
+ * sockets cannot hold every slot of max_connections and lock HTTP out. */
+Test(magpied, idle_echo_connections_time_out, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.max_connections=2", "--set",
+                           "echo.idle_timeout_ms=300", NULL};
+    daemon_proc d = start(extra);
+    int a = test_connect(d.echo), b = test_connect(d.echo);
+    test_write_all(a, "a", 1);
+    char ch;
+    cr_assert_eq(read(a, &ch, 1), 1);
+    /* Both slots are held; an HTTP request waits in the backlog until an echo peer is closed
+     * for idleness (read_some gives up after 5 s without a byte). */
+    cr_assert_eq(http_status(d.http, "/healthz"), 200);
+    /* The idle ones were closed by the daemon: EOF, not a timeout of ours. */
+    struct pollfd pfd = {.fd = a, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 5000), 1);
+    cr_assert_eq(read(a, &ch, 1), 0);
+    pfd.fd = b;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1);
+    cr_assert_eq(read(b, &ch, 1), 0);
+    close(a);
+    close(b);
+    cr_assert_eq(stop(&d), 0);
+}
+
 /* Context switches of the daemon's own threads: the main thread and the workers (a
  * sanitizer's helper thread, under TSan, wakes every 100 ms and is not ours). */
 static unsigned long context_switches(pid_t pid)
