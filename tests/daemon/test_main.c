@@ -240,8 +240,8 @@ Test(magpied, max_connections_pauses_accepting, .timeout = 60)
  * sockets cannot hold every slot of max_connections and lock HTTP out. */
 Test(magpied, idle_echo_connections_time_out, .timeout = 60)
 {
-    const char *extra[] = {"--set", "limits.max_connections=2", "--set",
-                           "echo.idle_timeout_ms=300", NULL};
+    const char *extra[] = {"--set", "limits.max_connections=2", "--set", "echo.idle_timeout_ms=300",
+                           NULL};
     daemon_proc d = start(extra);
     int a = test_connect(d.echo), b = test_connect(d.echo);
     test_write_all(a, "a", 1);
