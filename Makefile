@@ -150,7 +150,7 @@ $(B)/obj-q4/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
 
-$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | deps
+$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile | deps
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
 
