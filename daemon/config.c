@@ -51,6 +51,7 @@ static const struct key keys[] = {
     {"echo", "listen", KEY_LISTEN_OFF, offsetof(md_config, echo_listen), 0, 0},
     {"echo", "reuseport", KEY_BOOL, offsetof(md_config, echo_reuseport), 0, 0},
     {"echo", "idle_timeout_ms", KEY_U32, offsetof(md_config, echo_idle_timeout_ms), 0, 3600000},
+    {"echo", "max_connections", KEY_U32, offsetof(md_config, echo_max_connections), 1, 1000000},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
@@ -62,6 +63,11 @@ static const struct key keys[] = {
     {"limits", "max_requests_per_connection", KEY_U32, LIMIT(max_requests_per_connection), 0,
      UINT32_MAX},
     {"limits", "max_connections", KEY_U32, offsetof(md_config, max_connections), 1, 1000000},
+    {"limits", "min_body_rate", KEY_U32, LIMIT(min_body_rate), 0, 1073741824},
+    {"limits", "min_rate_grace_ms", KEY_U32, LIMIT(min_rate_grace_ms), 0, 3600000},
+    {"limits", "send_timeout_ms", KEY_U32, LIMIT(send_timeout_ms), 0, 3600000},
+    {"limits", "min_send_rate", KEY_U32, LIMIT(min_send_rate), 0, 1073741824},
+    {"limits", "send_buffer", KEY_U32, LIMIT(send_buffer), 0, 67108864},
     {"log", "level", KEY_LEVEL, offsetof(md_config, log_level), 0, 0},
     {"log", "access_log", KEY_ACCESS_LOG, offsetof(md_config, access_log), 0, 0},
     {"log", "access_format", KEY_ACCESS_FORMAT, offsetof(md_config, access_format), 0, 0},
@@ -121,6 +127,7 @@ void md_config_init(md_config *c)
     c->access_log = MD_ACCESS_LOG_OFF;
     c->shutdown_timeout_ms = 10000;
     c->echo_idle_timeout_ms = 60000;
+    c->echo_max_connections = 1000;
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }
 

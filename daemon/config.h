@@ -64,7 +64,7 @@ typedef struct md_config {
     md_listen echo_listen;    /* [echo] listen */
     uint32_t workers;         /* [runtime] workers; 0 = one per CPU */
     md_http_limits limits;    /* [limits] ..., everything but max_connections */
-    uint32_t max_connections; /* [limits] max_connections, HTTP and echo together */
+    uint32_t max_connections; /* [limits] max_connections: HTTP connections */
     md_log_level log_level;   /* [log] level */
     md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
@@ -73,6 +73,7 @@ typedef struct md_config {
     bool http_reuseport;                     /* [http] reuseport */
     bool echo_reuseport;                     /* [echo] reuseport */
     uint32_t echo_idle_timeout_ms;           /* [echo] idle_timeout_ms; 0 = none */
+    uint32_t echo_max_connections;           /* [echo] max_connections */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
 
     /* Where each key's value came from, for messages: the file name, and per key the line

@@ -75,6 +75,11 @@ void md_http_limits_default(md_http_limits *l)
     l->body_timeout_ms = 10000;
     l->keepalive_timeout_ms = 75000;
     l->max_requests_per_connection = 0;
+    l->min_body_rate = 240;
+    l->min_rate_grace_ms = 5000;
+    l->send_timeout_ms = 30000;
+    l->min_send_rate = 240;
+    l->send_buffer = 65536;
 }
 
 /* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
@@ -622,6 +627,7 @@ static int on_headers_complete(llhttp_t *p)
     md_http_req *r = &c->req;
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
+    c->body_ns = c->now_ns;
     if (r->head_counting) {
         r->head_counting = false;
         uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
@@ -860,6 +866,20 @@ int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
     return MD_HTTP_WANT_CLOSE;
 }
 
+/* When a body that has brought body_bytes so far falls below min_body_rate: after the grace,
+ * once the time since its head exceeds body_bytes / rate; UINT64_MAX when off. */
+static uint64_t body_rate_deadline(const md_http_conn *c)
+{
+    const md_http_limits *l = &c->srv->limits;
+    if (c->phase != PHASE_BODY || l->min_body_rate == 0)
+        return UINT64_MAX;
+    uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
+    uint64_t earned = c->req.body_bytes >= UINT64_MAX / UINT64_C(1000000000)
+                          ? UINT64_MAX / 2
+                          : c->req.body_bytes * UINT64_C(1000000000) / l->min_body_rate;
+    return c->body_ns + (earned > grace ? earned : grace) + 1;
+}
+
 uint64_t md_http_conn_deadline(const md_http_conn *c)
 {
     const md_http_limits *l = &c->srv->limits;
@@ -877,7 +897,22 @@ uint64_t md_http_conn_deadline(const md_http_conn *c)
         ms = l->body_timeout_ms;
         break;
     }
-    return c->since_ns + ms * UINT64_C(1000000);
+    uint64_t pause = c->since_ns + ms * UINT64_C(1000000), rate = body_rate_deadline(c);
+    return rate < pause ? rate : pause;
+}
+
+md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns)
+{
+    if (c->closing || now_ns < md_http_conn_deadline(c))
+        return MD_HTTP_EXPIRED_NONE;
+    switch (c->phase) {
+    case PHASE_IDLE:
+        return c->requests == 0 ? MD_HTTP_EXPIRED_HEADER : MD_HTTP_EXPIRED_KEEPALIVE;
+    case PHASE_HEAD:
+        return MD_HTTP_EXPIRED_HEADER;
+    default:
+        return now_ns >= body_rate_deadline(c) ? MD_HTTP_EXPIRED_BODY_RATE : MD_HTTP_EXPIRED_BODY;
+    }
 }
 
 int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)

@@ -44,6 +44,12 @@ typedef struct md_http_limits {
     uint32_t body_timeout_ms;      /* longest pause between reads of a body */
     uint32_t keepalive_timeout_ms; /* idle between requests; 0 turns keep-alive off */
     uint32_t max_requests_per_connection; /* 0 = unlimited */
+    uint32_t min_body_rate;               /* bytes/s a body must average after the grace; 0 = off */
+    uint32_t min_rate_grace_ms; /* before min_body_rate (and the I/O layer's send rate) apply */
+    /* For the I/O layer (server.c), not the core: */
+    uint32_t send_timeout_ms; /* longest a write may make no progress; 0 = never */
+    uint32_t min_send_rate;   /* bytes/s a blocked write must average after the grace; 0 = off */
+    uint32_t send_buffer;     /* SO_SNDBUF for each connection; 0 = the kernel's default */
 } md_http_limits;
 
 /* The shipped defaults (config/magpied.conf documents them). */
@@ -178,6 +184,7 @@ typedef struct md_http_conn {
     bool oom;          /* out could not grow */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
+    uint64_t body_ns;  /* BODY: when the head completed (min_body_rate's base) */
     char *body;        /* chunked POST /echo body, until its response */
     size_t body_cap;
 
@@ -203,8 +210,19 @@ int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 /* When md_http_conn_timeout() must run next (monotonic ns); UINT64_MAX: no timer. */
 uint64_t md_http_conn_deadline(const md_http_conn *c);
 
+/* Why md_http_conn_timeout() would close at now_ns (MD_HTTP_EXPIRED_NONE: it would not). */
+typedef enum md_http_expired {
+    MD_HTTP_EXPIRED_NONE,
+    MD_HTTP_EXPIRED_KEEPALIVE, /* idle between requests */
+    MD_HTTP_EXPIRED_HEADER,    /* head not complete in header_timeout_ms (or nothing sent) */
+    MD_HTTP_EXPIRED_BODY,      /* a pause in the body longer than body_timeout_ms */
+    MD_HTTP_EXPIRED_BODY_RATE, /* the body averaged less than min_body_rate after the grace */
+} md_http_expired;
+md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns);
+
 /* The timer fired. Before the deadline: MD_HTTP_WANT_READ, nothing done. After it: idle
- * connections close silently; a request in its head or body gets 408 and closes. */
+ * connections close silently; a request in its head or body gets 408 and closes (also a body
+ * slower than min_body_rate once min_rate_grace_ms have passed since its head). */
 int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 
 /* Graceful stop: an idle connection closes now (MD_HTTP_WANT_CLOSE); one with a request in

@@ -63,6 +63,12 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
     cr_assert_eq(c.shutdown_timeout_ms, 10000);
     cr_assert_eq(c.echo_idle_timeout_ms, 60000);
+    cr_assert_eq(c.echo_max_connections, 1000);
+    cr_assert_eq(c.limits.send_timeout_ms, 30000);
+    cr_assert_eq(c.limits.send_buffer, 65536);
+    cr_assert_eq(c.limits.min_send_rate, 240);
+    cr_assert_eq(c.limits.min_body_rate, 240);
+    cr_assert_eq(c.limits.min_rate_grace_ms, 5000);
     md_error err;
     cr_assert_eq(md_config_check(&c, &err), 0);
 }

@@ -598,6 +598,7 @@ Test(http, timers_keep_alive_then_header_then_body)
 {
     struct session s;
     struct sb b = {0};
+    srv.limits.min_body_rate = 0; /* this test is about body_timeout_ms alone */
     session_open(&s);
     feed_at(&s, T0 + 1 * MS, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27);
     sb_hello(&b, NULL);
@@ -619,6 +620,44 @@ Test(http, timers_keep_alive_then_header_then_body)
     b.len = 0;
     sb_error(&b, "408 Request Timeout", "close");
     expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* A body that keeps trickling (each pause under body_timeout_ms) still ends once it averages
+ * less than min_body_rate after the grace: 408, reason BODY_RATE. */
+Test(http, timers_min_body_rate)
+{
+    struct session s;
+    struct sb b = {0};
+    srv.limits.min_body_rate = 240;
+    srv.limits.min_rate_grace_ms = 5000;
+    session_open(&s);
+    feed_at(&s, T0, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n", 55);
+    /* Nothing yet: the grace. */
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 5000 * MS + 1);
+    /* One byte every 2 s: each read is within body_timeout_ms. */
+    for (int i = 1; i <= 2; i++)
+        feed_at(&s, T0 + (uint64_t)i * 2000 * MS, "x", 1);
+    cr_assert_eq(md_http_conn_expired(&s.c, T0 + 5000 * MS), MD_HTTP_EXPIRED_NONE);
+    cr_assert_eq(md_http_conn_expired(&s.c, T0 + 5001 * MS), MD_HTTP_EXPIRED_BODY_RATE);
+    feed_at(&s, T0 + 6000 * MS, "x", 1);
+    cr_assert_eq(md_http_conn_expired(&s.c, T0 + 6000 * MS), MD_HTTP_EXPIRED_BODY_RATE);
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 6000 * MS, &s.out), MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "408 Request Timeout", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    /* A body at the rate is never cut: 1200 bytes in the grace pay for 5 s more. */
+    session_open(&s);
+    feed_at(&s, T0, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n", 55);
+    static char chunk[1200];
+    memset(chunk, 'y', sizeof chunk);
+    feed_at(&s, T0 + 4000 * MS, chunk, sizeof chunk);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 5000 * MS + 1);
+    cr_assert_eq(md_http_conn_expired(&s.c, T0 + 4999 * MS), MD_HTTP_EXPIRED_NONE);
+    feed_at(&s, T0 + 4500 * MS, chunk, sizeof chunk);
+    cr_assert_eq(md_http_conn_deadline(&s.c), T0 + 10000 * MS + 1);
+    cr_assert_eq(md_http_conn_timeout(&s.c, T0 + 9000 * MS, &s.out), MD_HTTP_WANT_READ);
     session_close(&s);
     expect_no_leaks();
 }
