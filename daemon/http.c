@@ -108,7 +108,7 @@ void md_http_server_publish(md_http_server *prev, md_http_server *next)
 
 static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
 {
-    const md_http_req *r = &c->req;
+    const md_http_req *r = c->req;
     const llhttp_t *p = &c->parser;
     md_http_exchange x = {
         .target = r->target,
@@ -134,7 +134,7 @@ static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, ui
 /* Every response passes here once, with the bytes of its body (0 for HEAD). */
 static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
 {
-    uint64_t ns = c->now_ns > c->req.start_ns ? c->now_ns - c->req.start_ns : 0;
+    uint64_t ns = c->now_ns > c->req->start_ns ? c->now_ns - c->req->start_ns : 0;
     if (c->srv->access_log != NULL)
         log_exchange(c, code, body_bytes, ns);
     if (c->srv->metrics == NULL)
@@ -159,7 +159,7 @@ static bool http10(const md_http_conn *c)
 
 static bool is_head_request(const md_http_conn *c)
 {
-    return c->req.method_done && c->parser.method == HTTP_HEAD;
+    return c->req->method_done && c->parser.method == HTTP_HEAD;
 }
 
 /* A complete response with a body from memory. 0 or -ENOMEM. */
@@ -217,11 +217,11 @@ static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
 /* The response for a complete request that was not streamed. 0 or -ENOMEM. */
 static int respond_route(md_http_conn *c)
 {
-    const md_route *r = c->req.route;
-    bool close = !c->req.keep_alive || c->draining;
+    const md_route *r = c->req->route;
+    bool close = !c->req->keep_alive || c->draining;
     unsigned method = c->parser.method;
 
-    if (c->req.asterisk)
+    if (c->req->asterisk)
         return respond(c, md_http_status_of(200), close, MD_ROUTES_ALLOW_ANY, "text/plain", NULL,
                        0);
     if (r == NULL || (r->kind == MD_ROUTE_METRICS && c->srv->metrics_text == NULL))
@@ -247,7 +247,7 @@ static int respond_route(md_http_conn *c)
                        r->body_len);
     case MD_ROUTE_ECHO:
         return respond(c, md_http_status_of(200), close, NULL, r->content_type, c->body,
-                       c->req.body_len);
+                       c->req->body_len);
     case MD_ROUTE_METRICS:
         return respond_metrics(c, close, r);
     }
@@ -257,7 +257,7 @@ static int respond_route(md_http_conn *c)
 /* A callback's verdict: stop parsing and answer with code, then close. */
 static int reject(md_http_conn *c, unsigned code)
 {
-    c->req.status = (uint16_t)code;
+    c->req->status = (uint16_t)code;
     return HPE_USER;
 }
 
@@ -267,9 +267,9 @@ static int fail(md_http_conn *c)
     c->closing = true;
     if (c->oom)
         return -ENOMEM;
-    if (c->req.streaming)
+    if (c->req->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
-    unsigned code = c->req.status != 0 ? c->req.status : 400;
+    unsigned code = c->req->status != 0 ? c->req->status : 400;
     if (respond_error(c, code, true, NULL) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
@@ -306,8 +306,8 @@ static int on_message_begin(llhttp_t *p)
         atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
         c->srv = at;
     }
-    memset(&c->req, 0, offsetof(md_http_req, target));
-    c->req.start_ns = c->now_ns;
+    memset(c->req, 0, offsetof(md_http_req, target));
+    c->req->start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
     if (c->requests != 0)
@@ -319,11 +319,11 @@ static int on_message_begin(llhttp_t *p)
 static int on_method(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    if (!c->req.head_counting) {
-        c->req.head_counting = true;
-        c->req.head_from = at;
+    if (!c->req->head_counting) {
+        c->req->head_counting = true;
+        c->req->head_from = at;
     }
-    c->req.method_len = (uint8_t)(c->req.method_len + len > 255 ? 255 : c->req.method_len + len);
+    c->req->method_len = (uint8_t)(c->req->method_len + len > 255 ? 255 : c->req->method_len + len);
     return 0;
 }
 
@@ -331,14 +331,14 @@ static int on_method(llhttp_t *p, const char *at, size_t len)
  * at the end of a feed would make the answer depend on where reads split. */
 static int on_method_complete(llhttp_t *p)
 {
-    conn_of(p)->req.method_done = true;
+    conn_of(p)->req->method_done = true;
     return 0;
 }
 
 static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     r->url_len += len;
     /* method SP target SP HTTP/1.1 */
     if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
@@ -371,8 +371,8 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 /* Chunk extensions and trailers count toward the body limit: they are as unbounded. */
 static int count_body(md_http_conn *c, size_t len)
 {
-    c->req.body_bytes += len;
-    if (c->req.body_bytes > c->srv->limits.max_body_bytes)
+    c->req->body_bytes += len;
+    if (c->req->body_bytes > c->srv->limits.max_body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -380,7 +380,7 @@ static int count_body(md_http_conn *c, size_t len)
 static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     r->field_end = at + len;
     /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
      * field name is a token (RFC 9112 5.1). */
@@ -398,7 +398,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
 static int on_header_field_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     if (r->name_len == 0)
         return reject(c, 400); /* ": x", which llhttp takes for a field with an empty name */
     r->gap_open = true;
@@ -474,7 +474,7 @@ static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     /* obs-fold, which llhttp accepts. It splits one value into several spans only at the end
      * of a feed, so any other second span is a continuation line. An empty value continued
      * on the next line arrives as one span whose gap after the colon holds the line break
@@ -506,7 +506,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 
 static int on_header_value_complete(llhttp_t *p)
 {
-    md_http_req *r = &conn_of(p)->req;
+    md_http_req *r = conn_of(p)->req;
     r->value_open = false;
     if (r->header == HDR_HOST) {
         if (r->host_pos == HOST_EMPTY)
@@ -556,7 +556,7 @@ static const md_route *find_route(const md_http_req *r)
 static int head_done(md_http_conn *c)
 {
     llhttp_t *p = &c->parser;
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     const md_http_limits *l = &c->srv->limits;
 
     /* Any DIGIT.DIGIT gets here (LENIENT_VERSION, see md_http_conn_init()); a later 1.x is
@@ -624,10 +624,10 @@ static int head_done(md_http_conn *c)
 static int on_headers_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
-    c->body_ns = c->now_ns;
+    r->body_ns = c->now_ns;
     if (r->head_counting) {
         r->head_counting = false;
         uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
@@ -642,7 +642,7 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     int rc = count_body(c, len);
     if (rc != 0)
         return rc;
@@ -672,7 +672,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 static int on_chunk_header(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (p->content_length > c->srv->limits.max_body_bytes - c->req.body_bytes)
+    if (p->content_length > c->srv->limits.max_body_bytes - c->req->body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -685,7 +685,7 @@ static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 static int on_message_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (!c->req.streaming && respond_route(c) != 0) {
+    if (!c->req->streaming && respond_route(c) != 0) {
         c->oom = true;
         return HPE_USER;
     }
@@ -693,14 +693,14 @@ static int on_message_complete(llhttp_t *p)
     c->phase = PHASE_IDLE;
     c->since_ns = c->now_ns;
     /* Garbage before the next request fails before on_message_begin clears these. */
-    c->req.streaming = false;
-    c->req.method_done = false;
+    c->req->streaming = false;
+    c->req->method_done = false;
     if (c->body != NULL) {
         free(c->body);
         c->body = NULL;
         c->body_cap = 0;
     }
-    if (!c->req.keep_alive || c->draining) {
+    if (!c->req->keep_alive || c->draining) {
         c->closing = true;
         c->pause = PAUSE_STOP;
         return HPE_PAUSED;
@@ -731,8 +731,7 @@ static const llhttp_settings_t settings = {
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 {
-    memset(c, 0, offsetof(md_http_conn, req));
-    memset(&c->req, 0, offsetof(md_http_req, target));
+    memset(c, 0, sizeof *c); /* no request state yet: feed allocates it */
     llhttp_init(&c->parser, HTTP_REQUEST, &settings);
     /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
      * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
@@ -786,12 +785,19 @@ static void leave(md_http_conn *c, size_t in, size_t out_before)
 int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
                       md_outbuf *out)
 {
-    md_http_req *r = &c->req;
     *used = len;
     if (c->closing)
         return MD_HTTP_WANT_CLOSE;
     if (len == 0)
         return MD_HTTP_WANT_READ;
+    if (c->req == NULL) {
+        /* Bytes after an idle spell: a request begins. Only its fixed part is zeroed. */
+        c->req = malloc(sizeof *c->req);
+        if (c->req == NULL)
+            return -ENOMEM;
+        memset(c->req, 0, offsetof(md_http_req, target));
+    }
+    md_http_req *r = c->req;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
     c->feed_start = data;
@@ -874,10 +880,10 @@ static uint64_t body_rate_deadline(const md_http_conn *c)
     if (c->phase != PHASE_BODY || l->min_body_rate == 0)
         return UINT64_MAX;
     uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
-    uint64_t earned = c->req.body_bytes >= UINT64_MAX / UINT64_C(1000000000)
+    uint64_t earned = c->req->body_bytes >= UINT64_MAX / UINT64_C(1000000000)
                           ? UINT64_MAX / 2
-                          : c->req.body_bytes * UINT64_C(1000000000) / l->min_body_rate;
-    return c->body_ns + (earned > grace ? earned : grace) + 1;
+                          : c->req->body_bytes * UINT64_C(1000000000) / l->min_body_rate;
+    return c->req->body_ns + (earned > grace ? earned : grace) + 1;
 }
 
 uint64_t md_http_conn_deadline(const md_http_conn *c)
@@ -922,7 +928,7 @@ int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
     if (now_ns < md_http_conn_deadline(c))
         return MD_HTTP_WANT_READ;
     c->closing = true;
-    if (c->phase == PHASE_IDLE || c->req.streaming)
+    if (c->phase == PHASE_IDLE || c->req->streaming)
         return MD_HTTP_WANT_CLOSE;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
@@ -939,6 +945,15 @@ int md_http_conn_drain(md_http_conn *c)
     return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
 }
 
+bool md_http_conn_idle(md_http_conn *c)
+{
+    if (c->phase != PHASE_IDLE)
+        return false;
+    free(c->req);
+    c->req = NULL;
+    return true;
+}
+
 void md_http_conn_close(md_http_conn *c)
 {
     if (c->counted) {
@@ -950,5 +965,7 @@ void md_http_conn_close(md_http_conn *c)
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;
+    free(c->req);
+    c->req = NULL;
     c->closing = true;
 }

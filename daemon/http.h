@@ -160,6 +160,7 @@ typedef struct md_http_req {
     const char *gap_from;  /* where this feed's share of the gap starts */
     const void *route;     /* const md_route *, or NULL */
     uint64_t start_ns;     /* first byte */
+    uint64_t body_ns;      /* when the head completed (min_body_rate's base) */
     char target[MD_HTTP_TARGET_MAX];
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
@@ -170,7 +171,6 @@ typedef struct md_http_req {
 typedef struct md_http_conn {
     llhttp_t parser;
     md_http_server *srv; /* the generation it is at; counted in srv->conns until closed */
-    bool counted;        /* in srv->conns: from init to md_http_conn_close() */
 
     /* Valid during one entry point only. */
     md_outbuf *out;
@@ -182,9 +182,9 @@ typedef struct md_http_conn {
     bool closing;      /* the last response has been produced (or none will be) */
     bool draining;     /* md_http_conn_drain(): the next response closes */
     bool oom;          /* out could not grow */
+    bool counted;      /* in srv->conns: from init to md_http_conn_close() */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
-    uint64_t body_ns;  /* BODY: when the head completed (min_body_rate's base) */
     char *body;        /* chunked POST /echo body, until its response */
     size_t body_cap;
 
@@ -193,7 +193,10 @@ typedef struct md_http_conn {
     uint32_t m_lat_bucket, m_lat_count; /* a run of latencies in one bucket */
     uint64_t m_lat_sum;
 
-    md_http_req req;
+    /* The request being parsed: allocated by md_http_conn_feed() when bytes arrive on an idle
+     * connection, freed by md_http_conn_idle(), so that an idle keep-alive connection is
+     * only this struct (a few hundred bytes). */
+    md_http_req *req;
 } md_http_conn;
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns);
@@ -228,6 +231,12 @@ int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 /* Graceful stop: an idle connection closes now (MD_HTTP_WANT_CLOSE); one with a request in
  * flight finishes it, answers with "Connection: close", and closes (MD_HTTP_WANT_READ now). */
 int md_http_conn_drain(md_http_conn *c);
+
+/* Frees the request state of a connection between requests, and says whether it is between
+ * requests (false: a request is in flight, nothing is freed). The I/O layer calls it when the
+ * connection waits for input with nothing left to parse or write, and then frees its output
+ * buffer too; the next feed allocates the state again. */
+bool md_http_conn_idle(md_http_conn *c);
 
 /* Releases what the connection holds. Call once, after the last entry point. */
 void md_http_conn_close(md_http_conn *c);

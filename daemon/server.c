@@ -25,6 +25,9 @@
 #include "server.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +72,7 @@ struct md_server {
     _Atomic bool last_reload_ok;
     _Atomic uint32_t open_conns;    /* written on the loop side, read by md_server_open() */
     uint32_t open_by[MD_LISTENERS]; /* loop side: open connections per listener */
+    uint32_t open_peak;             /* loop side: most open since the last trim */
     struct md_conn *conns;          /* loop side: every open connection, for drain */
     bool draining;                  /* loop side */
     mp_loop_cmd cmd;
@@ -88,15 +92,15 @@ typedef struct md_conn {
     md_listener kind;
     _Atomic int refs;
     bool closing;
+    bool send_blocked; /* a write is waiting for the peer to read */
     int want;
-    md_close_reason why;  /* reported when it closes after its output (default: DONE) */
-    mp_timer timer;       /* HTTP deadlines; echo idle timeout; the send deadlines of both */
-    uint32_t idle_ms;     /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
-    uint64_t progress_ms; /* echo: when bytes last came in or went out (mp_now_ms) */
+    md_close_reason why; /* reported when it closes after its output (default: DONE) */
+    uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
     /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
     uint32_t send_timeout_ms, min_send_rate, grace_ms;
-    bool send_blocked;         /* a write is waiting for the peer to read */
-    size_t send_done;          /* bytes of that write the kernel has taken */
+    mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
+    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms) */
+    size_t send_done;          /* bytes of the blocked write the kernel has taken */
     uint64_t send_start_ms;    /* when that write first blocked */
     uint64_t send_progress_ms; /* when the kernel last took some of it */
     md_outbuf out;
@@ -166,6 +170,17 @@ static void conn_closed(mp_tcp *t)
     /* Relaxed: a count, read for progress by md_server_open(); the list is loop side. */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
     atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);
+#ifdef __GLIBC__
+    /* After a crowd of connections left, glibc keeps their freed memory resident (it only
+     * gives back the top of a heap); trimming returns the free pages in between, and the
+     * pooled read buffers. A few times per crowd (each time the count halves), on the loop's
+     * thread. */
+    if (s->open_peak >= 256 && open <= s->open_peak / 2) {
+        mp_tcp_buffer_trim();
+        malloc_trim(0);
+        s->open_peak = open;
+    }
+#endif
     resume_accepting(s);
     conn_unref(c);
 }
@@ -318,6 +333,11 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            /* Between requests the connection keeps no request state and no output buffer
+             * (the stream has given its read buffer back already): an idle keep-alive
+             * connection is its md_conn alone. */
+            if (md_http_conn_idle(&c->http))
+                md_outbuf_free(&c->out);
             /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
              * millisecond); when it passes, the core answers 408 or closes an idle one. */
             uint64_t deadline = md_http_conn_deadline(&c->http);
@@ -457,6 +477,8 @@ static void accept_one(md_listener_state *l)
                           atomic_load_explicit(&s->open_conns, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     s->open_by[c->kind]++;
+    if (atomic_load_explicit(&s->open_conns, memory_order_relaxed) > s->open_peak)
+        s->open_peak = atomic_load_explicit(&s->open_conns, memory_order_relaxed);
     if (s->cfg.limits.send_buffer != 0) {
         /* Bounds what a peer that does not read pins in the kernel (the kernel doubles it);
          * without it the send buffer autotunes up to tcp_wmem's maximum. Best effort. */
@@ -749,12 +771,23 @@ static int runtime_metrics(void *arg, md_outbuf *out)
     }
     mp_stats st;
     mp_runtime_stats(s->rt, &st);
-    int n = snprintf(line, sizeof line,
-                     "# HELP magpie_runtime_workers Worker threads configured and started.\n"
-                     "# TYPE magpie_runtime_workers gauge\n"
-                     "magpie_runtime_workers{state=\"configured\"} %u\n"
-                     "magpie_runtime_workers{state=\"started\"} %u\n",
-                     st.workers, st.workers_started);
+    size_t bufs_used = 0, bufs_pooled = 0;
+    mp_tcp_buffer_stats(&bufs_used, &bufs_pooled);
+    int n =
+        snprintf(line, sizeof line,
+                 "# HELP magpie_tcp_read_buffers Read buffers: held by connections, or pooled.\n"
+                 "# TYPE magpie_tcp_read_buffers gauge\n"
+                 "magpie_tcp_read_buffers{state=\"in_use\"} %zu\n"
+                 "magpie_tcp_read_buffers{state=\"pooled\"} %zu\n",
+                 bufs_used, bufs_pooled);
+    if (n < 0 || (size_t)n >= sizeof line || md_outbuf_append(out, line, (size_t)n) != 0)
+        return -ENOMEM;
+    n = snprintf(line, sizeof line,
+                 "# HELP magpie_runtime_workers Worker threads configured and started.\n"
+                 "# TYPE magpie_runtime_workers gauge\n"
+                 "magpie_runtime_workers{state=\"configured\"} %u\n"
+                 "magpie_runtime_workers{state=\"started\"} %u\n",
+                 st.workers, st.workers_started);
     if (md_outbuf_append(out, line, (size_t)n) != 0)
         return -ENOMEM;
     n = snprintf(line, sizeof line,

@@ -662,6 +662,30 @@ Test(http, timers_min_body_rate)
     expect_no_leaks();
 }
 
+/* Between requests the core keeps no request state; mid-request md_http_conn_idle() frees
+ * nothing and parsing goes on where it stopped. */
+Test(http, idle_frees_the_request_state_between_requests_only)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_null(s.c.req);
+    cr_assert(md_http_conn_idle(&s.c));
+    feed(&s, "GET / HTTP/1.1\r\nHo");
+    cr_assert_not_null(s.c.req);
+    cr_assert_not(md_http_conn_idle(&s.c));
+    cr_assert_not_null(s.c.req);
+    feed(&s, "st: a\r\n\r\n");
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    cr_assert(md_http_conn_idle(&s.c));
+    cr_assert_null(s.c.req);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
 Test(http, timers_body_timeout_is_408)
 {
     struct session s;

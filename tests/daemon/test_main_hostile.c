@@ -275,3 +275,36 @@ Test(hostile, send_buffer_bounds_what_a_stalled_reader_pins, .timeout = 60)
     free(data);
     cr_assert_eq(stop(&d), 0);
 }
+
+/* Idle keep-alive connections (a request answered, the next not begun) hold no read buffer:
+ * only the connection scraping /metrics holds one. */
+Test(hostile, idle_keepalive_connections_hold_no_read_buffer, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    enum { N = 32 };
+    int fds[N];
+    const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    char resp[4096];
+    for (int i = 0; i < N; i++) {
+        fds[i] = test_connect(d.http);
+        test_write_all(fds[i], req, strlen(req));
+        cr_assert_gt(read_some(fds[i], resp, sizeof resp, "Hello, World!", 1), 0);
+    }
+    /* A task writes its response before it gives its buffer back: poll for that. */
+    long long held = -1;
+    for (int waited = 0; waited < 100 && held != 1; waited++) {
+        held = metric(d.http, "magpie_tcp_read_buffers{state=\"in_use\"}");
+        if (held != 1)
+            usleep(50000);
+    }
+    cr_assert_eq(held, 1, "%lld read buffers held with %d idle connections open", held, N);
+    cr_assert_leq(metric(d.http, "magpie_tcp_read_buffers{state=\"pooled\"}"), N + 1);
+    /* They still serve their next request. */
+    for (int i = 0; i < N; i++) {
+        test_write_all(fds[i], req, strlen(req));
+        cr_assert_gt(read_some(fds[i], resp, sizeof resp, "Hello, World!", 1), 0);
+        cr_assert(strstr(resp, "200 OK") != NULL);
+        close(fds[i]);
+    }
+    cr_assert_eq(stop(&d), 0);
+}
