@@ -84,6 +84,7 @@ int main(int argc, char **argv)
     int port = atoi(argv[1]), n = atoi(argv[2]);
     int hold = argc > 3 ? atoi(argv[3]) : 600;
     struct rlimit rl = {.rlim_cur = (rlim_t)n + 64, .rlim_max = (rlim_t)n + 64};
+    /* Only as far as needed: raising the hard limit needs CAP_SYS_RESOURCE. */
     struct rlimit old;
     getrlimit(RLIMIT_NOFILE, &old);
     if (old.rlim_max > rl.rlim_max)
