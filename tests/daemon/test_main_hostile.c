@@ -117,6 +117,27 @@ Test(hostile, http_peers_that_never_read_are_closed_by_the_send_timeout, .timeou
     cr_assert_eq(stop(&d), 0);
 }
 
+/* An echo peer that sends and never reads: the echo stalls, and the send timeout closes it
+ * (the idle timeout is off, so it is not what ends it). */
+Test(hostile, echo_peer_that_never_reads_is_closed_by_the_send_timeout, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.send_timeout_ms=300", "--set", "limits.min_send_rate=0",
+                           "--set", "limits.send_buffer=4096",    "--set", "echo.idle_timeout_ms=0",
+                           NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_small_rcvbuf(d.echo);
+    enum { DATA = 1 << 20 };
+    char *data = calloc(1, DATA);
+    cr_assert_gt(send_some(fd, data, DATA), 0);
+    cr_assert(metric_reaches(
+        d.http, "magpied_connections_closed_total{listener=\"echo\",reason=\"send_timeout\"}", 1,
+        30000));
+    cr_assert_eq(metric(d.http, "magpied_connections_open{listener=\"echo\"}"), 0);
+    close(fd);
+    free(data);
+    cr_assert_eq(stop(&d), 0);
+}
+
 /* An echo peer that reads its echo a few bytes at a time: a write that averages under
  * min_send_rate after the grace closes it, although each byte keeps the send timeout away. */
 Test(hostile, echo_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
