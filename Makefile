@@ -179,9 +179,10 @@ $(B)/obj-q4/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
 
-$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+# The Makefile is a prerequisite: LLHTTP_STRICT_MODE must reach objects built before it was set.
+$(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -g $(OPT) -MMD -MP $(LLHTTP_INC) -c $< -o $@
+	$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
 
 $(B)/obj/daemon/%.o: daemon/%.c
 	@mkdir -p $(@D)

@@ -6,7 +6,9 @@
  * numbers (Debian's build may, but the header it ships says it does not), so read_line() feeds
  * it line by line and counts. read_line() also strips leading whitespace, because inih would
  * otherwise read an indented line as the continuation of the previous value, and checks each
- * [section] header, so an empty misspelt section is caught too.
+ * [section] header, so an empty misspelt section is caught too. It reads byte by byte rather
+ * than with fgets(), so that a NUL byte is seen (strlen() would hide the rest of its line) and
+ * the file size is capped.
  */
 #include "config.h"
 
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "ini.h"
 
@@ -47,6 +50,8 @@ static const struct key keys[] = {
     {"http", "reuseport", KEY_BOOL, offsetof(md_config, http_reuseport), 0, 0},
     {"echo", "listen", KEY_LISTEN_OFF, offsetof(md_config, echo_listen), 0, 0},
     {"echo", "reuseport", KEY_BOOL, offsetof(md_config, echo_reuseport), 0, 0},
+    {"echo", "idle_timeout_ms", KEY_U32, offsetof(md_config, echo_idle_timeout_ms), 0, 3600000},
+    {"echo", "max_connections", KEY_U32, offsetof(md_config, echo_max_connections), 1, 1000000},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
@@ -58,6 +63,11 @@ static const struct key keys[] = {
     {"limits", "max_requests_per_connection", KEY_U32, LIMIT(max_requests_per_connection), 0,
      UINT32_MAX},
     {"limits", "max_connections", KEY_U32, offsetof(md_config, max_connections), 1, 1000000},
+    {"limits", "min_body_rate", KEY_U32, LIMIT(min_body_rate), 0, 1073741824},
+    {"limits", "min_rate_grace_ms", KEY_U32, LIMIT(min_rate_grace_ms), 0, 3600000},
+    {"limits", "send_timeout_ms", KEY_U32, LIMIT(send_timeout_ms), 0, 3600000},
+    {"limits", "min_send_rate", KEY_U32, LIMIT(min_send_rate), 0, 1073741824},
+    {"limits", "send_buffer", KEY_U32, LIMIT(send_buffer), 0, 67108864},
     {"log", "level", KEY_LEVEL, offsetof(md_config, log_level), 0, 0},
     {"log", "access_log", KEY_ACCESS_LOG, offsetof(md_config, access_log), 0, 0},
     {"log", "access_format", KEY_ACCESS_FORMAT, offsetof(md_config, access_format), 0, 0},
@@ -116,6 +126,8 @@ void md_config_init(md_config *c)
     c->log_level = MD_LOG_INFO;
     c->access_log = MD_ACCESS_LOG_OFF;
     c->shutdown_timeout_ms = 10000;
+    c->echo_idle_timeout_ms = 60000;
+    c->echo_max_connections = 1000;
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }
 
@@ -179,6 +191,37 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
         return -ERANGE;
     *out = v;
     return 0;
+}
+
+/* Every boolean key reads the same words, in any ASCII case (not strcasecmp(), which follows
+ * the locale). */
+#define BOOL_GRAMMAR "on, yes, true or 1, or off, no, false or 0 (any case)"
+static const char *const bool_words[2][4] = {
+    {"off", "no", "false", "0"},
+    {"on", "yes", "true", "1"},
+};
+
+static bool same_word(const char *s, const char *lower)
+{
+    for (; *s != '\0' && *lower != '\0'; s++, lower++) {
+        unsigned ch = (unsigned char)*s;
+        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)*lower)
+            return false;
+    }
+    return *s == '\0' && *lower == '\0';
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    for (int v = 0; v < 2; v++) {
+        for (size_t i = 0; i < 4; i++) {
+            if (same_word(s, bool_words[v][i])) {
+                *out = v != 0;
+                return 0;
+            }
+        }
+    }
+    return -EINVAL;
 }
 
 /* "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:0". */
@@ -299,16 +342,12 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
                   value);
         return -EINVAL;
     case KEY_BOOL:
-        if (strcmp(value, "on") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "true") == 0) {
-            *(bool *)(void *)field = true;
-            return 0;
+        if (parse_bool(value, (bool *)(void *)field) != 0) {
+            set_error(err, o, "[%s] %s: expected %s, got \"%s\"", k->section, k->name, BOOL_GRAMMAR,
+                      value);
+            return -EINVAL;
         }
-        if (strcmp(value, "off") == 0 || strcmp(value, "no") == 0 || strcmp(value, "false") == 0) {
-            *(bool *)(void *)field = false;
-            return 0;
-        }
-        set_error(err, o, "[%s] %s: expected on or off, got \"%s\"", k->section, k->name, value);
-        return -EINVAL;
+        return 0;
     case KEY_ERROR_LOG:
         if (strcmp(value, "stderr") == 0) {
             c->error_log_path[0] = '\0';
@@ -337,6 +376,8 @@ struct parse_ctx {
     FILE *f;
     const char *name;
     unsigned line;     /* the line read_line() returned last */
+    size_t bytes;      /* read so far */
+    bool stop;         /* a NUL byte or too many bytes: read no further */
     unsigned err_line; /* line of the first error recorded; 0 = none */
     int err_code;
     md_error *err;
@@ -363,20 +404,39 @@ static void ctx_error(struct parse_ctx *ctx, const char *fmt, ...)
 static char *read_line(char *str, int num, void *stream)
 {
     struct parse_ctx *ctx = stream;
-    if (fgets(str, num, ctx->f) == NULL)
+    if (ctx->stop)
+        return NULL;
+    int ch = getc(ctx->f);
+    if (ch == EOF)
         return NULL;
     ctx->line++;
 
-    size_t n = strlen(str);
-    if (n == (size_t)num - 1 && str[n - 1] != '\n') {
-        int ch = fgetc(ctx->f);
-        if (ch != EOF && ch != '\n') {
-            while (ch != EOF && ch != '\n')
-                ch = fgetc(ctx->f);
-            ctx_error(ctx, "line longer than %d characters", num - 2);
-            str[0] = '\0';
-            return str;
+    /* The line, and its '\n' if it has one, must fit with the terminating NUL. */
+    size_t n = 0, room = (size_t)num - 1;
+    bool too_long = false;
+    for (; ch != EOF; ch = getc(ctx->f)) {
+        if (++ctx->bytes > MD_CONFIG_FILE_MAX) {
+            ctx_error(ctx, "file larger than %d bytes", MD_CONFIG_FILE_MAX);
+            ctx->stop = true;
+            return NULL;
         }
+        if (ch == '\0') {
+            ctx_error(ctx, "NUL byte: the file is not text");
+            ctx->stop = true;
+            return NULL;
+        }
+        if (n < room && (ch == '\n' || n + 1 < room))
+            str[n++] = (char)ch;
+        else
+            too_long = true;
+        if (ch == '\n')
+            break;
+    }
+    str[n] = '\0';
+    if (too_long) {
+        ctx_error(ctx, "line longer than %d characters", num - 2);
+        str[0] = '\0';
+        return str;
     }
 
     size_t skip = strspn(str, " \t");
@@ -473,6 +533,24 @@ int md_config_load(md_config *c, const char *path, md_error *err)
         if (err != NULL)
             snprintf(err->msg, sizeof(err->msg), "%s: cannot open: %s", path, strerror(e));
         return -e;
+    }
+    /* A device or FIFO may never end (-c /dev/zero) and a directory is no text. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg), "%s: cannot stat: %s", path, strerror(e));
+        fclose(f);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > MD_CONFIG_FILE_MAX) {
+        if (err != NULL && !S_ISREG(st.st_mode))
+            snprintf(err->msg, sizeof(err->msg), "%s: not a regular file", path);
+        else if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg), "%s: larger than %d bytes", path,
+                     MD_CONFIG_FILE_MAX);
+        fclose(f);
+        return -EINVAL;
     }
     int rc = md_config_parse_file(c, f, path, err);
     fclose(f);

@@ -23,6 +23,9 @@ enum {
     MD_CONFIG_PATH_MAX = 4096,
     MD_CONFIG_HOST_MAX = 46, /* INET6_ADDRSTRLEN */
     MD_CONFIG_MAX_KEYS = 32,
+    /* Bytes a configuration may have: the shipped file is a few KiB, and a cap makes a
+     * stream that never ends (a device, a pipe) an error instead of a hang. */
+    MD_CONFIG_FILE_MAX = 1048576,
 };
 
 /* A message for a person, filled in when a function returns an error. */
@@ -61,7 +64,7 @@ typedef struct md_config {
     md_listen echo_listen;    /* [echo] listen */
     uint32_t workers;         /* [runtime] workers; 0 = one per CPU */
     md_http_limits limits;    /* [limits] ..., everything but max_connections */
-    uint32_t max_connections; /* [limits] max_connections, HTTP and echo together */
+    uint32_t max_connections; /* [limits] max_connections: HTTP connections */
     md_log_level log_level;   /* [log] level */
     md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
@@ -69,6 +72,8 @@ typedef struct md_config {
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
     bool http_reuseport;                     /* [http] reuseport */
     bool echo_reuseport;                     /* [echo] reuseport */
+    uint32_t echo_idle_timeout_ms;           /* [echo] idle_timeout_ms; 0 = none */
+    uint32_t echo_max_connections;           /* [echo] max_connections */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
 
     /* Where each key's value came from, for messages: the file name, and per key the line
@@ -83,10 +88,12 @@ typedef struct md_config {
 void md_config_init(md_config *c);
 
 /* Defaults, then the INI file at path (NULL: defaults only). 0, -EINVAL for a bad file (the
- * message names file, line and key), or the negative errno of opening/reading it. */
+ * message names file, line and key; also for anything but a regular file, and a file over
+ * MD_CONFIG_FILE_MAX bytes), or the negative errno of opening/reading it. */
 int md_config_load(md_config *c, const char *path, md_error *err);
 
-/* Applies an INI stream on top of c; name is used in messages. 0 or -EINVAL. */
+/* Applies an INI stream on top of c; name is used in messages. 0 or -EINVAL (also for a NUL
+ * byte, and past MD_CONFIG_FILE_MAX bytes, where reading stops). */
 int md_config_parse_file(md_config *c, FILE *f, const char *name, md_error *err);
 
 /* One CLI override, "section.key=value" (the value may be empty or contain '='), checked

@@ -4,16 +4,19 @@
  * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
  * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
  * appended to the caller's md_outbuf as each request completes, so everything parsed from one
- * read is answered by one write; POST /echo with a Content-Length streams instead (its head
- * goes out when the request head completes, the body as it arrives).
+ * read is answered by one write; POST /echo with a Content-Length over MD_HTTP_ECHO_GATHER
+ * streams instead (its head goes out when the request head completes, the body as it arrives).
  *
- * llhttp does most of the checking. What Debian's llhttp 8.1 (built without
- * LLHTTP_STRICT_MODE, and with every lenient flag off) accepts and we refuse with 400:
+ * llhttp does most of the checking. The Makefile builds Debian's llhttp 8.1 with
+ * LLHTTP_STRICT_MODE (CRLF after chunk data, LF after every CR, no tab, form feed or byte over
+ * 0x7f in a target); of the lenient flags only LENIENT_VERSION is on, so that we decide about
+ * versions (daemon/README.md says why for each). What llhttp accepts and we refuse with 400:
  * whitespace in or after a field name, an empty field name, obs-fold continuation lines, NUL
- * in a value, Transfer-Encoding in HTTP/1.0 or not ending in chunked (llhttp refuses the
- * latter only after on_headers_complete), and a missing or repeated Host in HTTP/1.1. Both
+ * in a value, Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp refuses
+ * the latter only after on_headers_complete), a missing or repeated Host in HTTP/1.1, a Host
+ * that is not uri-host [":" port], target bytes outside RFC 3986, "*" but for OPTIONS. Both
  * Content-Length with Transfer-Encoding and a repeated Content-Length (even an equal one) are
- * llhttp errors already. Versions other than 1.x get 505.
+ * llhttp errors already. Major versions other than 1 get 505, CONNECT 501.
  *
  * Limits are counted as bytes arrive, never by buffering: the head is counted on the wire from
  * the method's first byte to the end of the empty line. When the bytes from the head's start
@@ -58,6 +61,8 @@ static const struct {
 };
 
 enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+/* host_pos: a Host value is host characters, then only trailing whitespace. */
+enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
 #define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
 
 void md_http_limits_default(md_http_limits *l)
@@ -70,6 +75,11 @@ void md_http_limits_default(md_http_limits *l)
     l->body_timeout_ms = 10000;
     l->keepalive_timeout_ms = 75000;
     l->max_requests_per_connection = 0;
+    l->min_body_rate = 240;
+    l->min_rate_grace_ms = 5000;
+    l->send_timeout_ms = 30000;
+    l->min_send_rate = 240;
+    l->send_buffer = 65536;
 }
 
 /* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
@@ -98,7 +108,7 @@ void md_http_server_publish(md_http_server *prev, md_http_server *next)
 
 static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
 {
-    const md_http_req *r = &c->req;
+    const md_http_req *r = c->req;
     const llhttp_t *p = &c->parser;
     md_http_exchange x = {
         .target = r->target,
@@ -124,7 +134,7 @@ static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, ui
 /* Every response passes here once, with the bytes of its body (0 for HEAD). */
 static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
 {
-    uint64_t ns = c->now_ns > c->req.start_ns ? c->now_ns - c->req.start_ns : 0;
+    uint64_t ns = c->now_ns > c->req->start_ns ? c->now_ns - c->req->start_ns : 0;
     if (c->srv->access_log != NULL)
         log_exchange(c, code, body_bytes, ns);
     if (c->srv->metrics == NULL)
@@ -149,7 +159,7 @@ static bool http10(const md_http_conn *c)
 
 static bool is_head_request(const md_http_conn *c)
 {
-    return c->req.method_done && c->parser.method == HTTP_HEAD;
+    return c->req->method_done && c->parser.method == HTTP_HEAD;
 }
 
 /* A complete response with a body from memory. 0 or -ENOMEM. */
@@ -207,12 +217,17 @@ static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
 /* The response for a complete request that was not streamed. 0 or -ENOMEM. */
 static int respond_route(md_http_conn *c)
 {
-    const md_route *r = c->req.route;
-    bool close = !c->req.keep_alive || c->draining;
+    const md_route *r = c->req->route;
+    bool close = !c->req->keep_alive || c->draining;
     unsigned method = c->parser.method;
 
+    if (c->req->asterisk)
+        return respond(c, md_http_status_of(200), close, MD_ROUTES_ALLOW_ANY, "text/plain", NULL,
+                       0);
     if (r == NULL || (r->kind == MD_ROUTE_METRICS && c->srv->metrics_text == NULL))
         return respond_error(c, 404, close, NULL);
+    if (method == HTTP_OPTIONS)
+        return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
     if (!md_route_allows(r, method))
         return respond_error(c, 405, close, r->allow);
     switch (r->kind) {
@@ -232,7 +247,7 @@ static int respond_route(md_http_conn *c)
                        r->body_len);
     case MD_ROUTE_ECHO:
         return respond(c, md_http_status_of(200), close, NULL, r->content_type, c->body,
-                       c->req.body_len);
+                       c->req->body_len);
     case MD_ROUTE_METRICS:
         return respond_metrics(c, close, r);
     }
@@ -242,7 +257,7 @@ static int respond_route(md_http_conn *c)
 /* A callback's verdict: stop parsing and answer with code, then close. */
 static int reject(md_http_conn *c, unsigned code)
 {
-    c->req.status = (uint16_t)code;
+    c->req->status = (uint16_t)code;
     return HPE_USER;
 }
 
@@ -252,12 +267,25 @@ static int fail(md_http_conn *c)
     c->closing = true;
     if (c->oom)
         return -ENOMEM;
-    if (c->req.streaming)
+    if (c->req->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
-    unsigned code = c->req.status != 0 ? c->req.status : 400;
+    unsigned code = c->req->status != 0 ? c->req->status : 400;
     if (respond_error(c, code, true, NULL) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
+}
+
+/* Is ch one of RFC 3986's characters (unreserved, pct-encoded's '%', gen-delims,
+ * sub-delims)? In a Host value (host) only those of uri-host [":" port]: no '/', '?', '#',
+ * '@' (userinfo), and no ',' either, which there can only be a list of hosts. */
+static bool uri_byte(unsigned ch, bool host)
+{
+    static const char any[] = "-._~%!$&'()*+;=:[]";
+    static const char target_only[] = ",/?#@";
+    if (((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z') || (ch >= '0' && ch <= '9'))
+        return true;
+    return ch != 0 && (memchr(any, (int)ch, sizeof(any) - 1) != NULL ||
+                       (!host && memchr(target_only, (int)ch, sizeof(target_only) - 1) != NULL));
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -278,8 +306,8 @@ static int on_message_begin(llhttp_t *p)
         atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
         c->srv = at;
     }
-    memset(&c->req, 0, offsetof(md_http_req, target));
-    c->req.start_ns = c->now_ns;
+    memset(c->req, 0, offsetof(md_http_req, target));
+    c->req->start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
     if (c->requests != 0)
@@ -291,11 +319,11 @@ static int on_message_begin(llhttp_t *p)
 static int on_method(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    if (!c->req.head_counting) {
-        c->req.head_counting = true;
-        c->req.head_from = at;
+    if (!c->req->head_counting) {
+        c->req->head_counting = true;
+        c->req->head_from = at;
     }
-    c->req.method_len = (uint8_t)(c->req.method_len + len > 255 ? 255 : c->req.method_len + len);
+    c->req->method_len = (uint8_t)(c->req->method_len + len > 255 ? 255 : c->req->method_len + len);
     return 0;
 }
 
@@ -303,18 +331,23 @@ static int on_method(llhttp_t *p, const char *at, size_t len)
  * at the end of a feed would make the answer depend on where reads split. */
 static int on_method_complete(llhttp_t *p)
 {
-    conn_of(p)->req.method_done = true;
+    conn_of(p)->req->method_done = true;
     return 0;
 }
 
 static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     r->url_len += len;
     /* method SP target SP HTTP/1.1 */
     if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
         return reject(c, 414);
+    /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
+     * leaves out; a target is made of its characters only (RFC 9112 3.2). */
+    for (size_t i = 0; i < len; i++)
+        if (!uri_byte((unsigned char)at[i], false))
+            return reject(c, 400);
     if (r->target_done || r->target_full)
         return 0;
     size_t take = 0;
@@ -338,8 +371,8 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 /* Chunk extensions and trailers count toward the body limit: they are as unbounded. */
 static int count_body(md_http_conn *c, size_t len)
 {
-    c->req.body_bytes += len;
-    if (c->req.body_bytes > c->srv->limits.max_body_bytes)
+    c->req->body_bytes += len;
+    if (c->req->body_bytes > c->srv->limits.max_body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -347,7 +380,7 @@ static int count_body(md_http_conn *c, size_t len)
 static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     r->field_end = at + len;
     /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
      * field name is a token (RFC 9112 5.1). */
@@ -365,7 +398,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
 static int on_header_field_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     if (r->name_len == 0)
         return reject(c, 400); /* ": x", which llhttp takes for a field with an empty name */
     r->gap_open = true;
@@ -414,6 +447,21 @@ static bool has_newline(const char *from, const char *to)
     return false;
 }
 
+/* A Host value, span by span: uri-host [":" port] and trailing whitespace (llhttp has taken
+ * the leading whitespace). Not parsed further: it only has to be one plausible authority. */
+static void check_host(md_http_req *r, const char *at, size_t len)
+{
+    for (size_t i = 0; i < len && !r->host_bad; i++) {
+        unsigned ch = (unsigned char)at[i];
+        if (ch == ' ' || ch == '\t')
+            r->host_pos = r->host_pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
+        else if (r->host_pos == HOST_TRAIL || !uri_byte(ch, true))
+            r->host_bad = true;
+        else
+            r->host_pos = HOST_NAME;
+    }
+}
+
 /* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */
 static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
 {
@@ -426,7 +474,7 @@ static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     /* obs-fold, which llhttp accepts. It splits one value into several spans only at the end
      * of a feed, so any other second span is a continuation line. An empty value continued
      * on the next line arrives as one span whose gap after the colon holds the line break
@@ -447,6 +495,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
         return count_body(c, len);
     if (r->header == HDR_EXPECT || r->header == HDR_TE)
         match_token(r, known[r->header].token, known[r->header].token_len, at, len);
+    else if (r->header == HDR_HOST)
+        check_host(r, at, len);
     else if (r->header == HDR_REFERER)
         keep_field(r->referer, &r->referer_len, at, len);
     else if (r->header == HDR_USER_AGENT)
@@ -456,13 +506,19 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 
 static int on_header_value_complete(llhttp_t *p)
 {
-    md_http_req *r = &conn_of(p)->req;
+    md_http_req *r = conn_of(p)->req;
     r->value_open = false;
-    if (r->header == HDR_HOST && r->hosts < 255) {
-        r->hosts++;
+    if (r->header == HDR_HOST) {
+        if (r->host_pos == HOST_EMPTY)
+            r->host_bad = true; /* names no host: our targets always have an authority */
+        r->host_pos = HOST_EMPTY;
+        if (r->hosts < 255)
+            r->hosts++;
     } else if (r->header == HDR_EXPECT) {
         bool ok = r->token_pos == known[HDR_EXPECT].token_len;
         r->expect = ok && r->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
+    } else if (r->header == HDR_TE && r->token_pos == 0) {
+        r->te_empty = true; /* nothing to frame the body with; not some other coding */
     } else if (r->header == HDR_TE && r->token_pos != known[HDR_TE].token_len) {
         r->te_other = true;
     }
@@ -500,17 +556,30 @@ static const md_route *find_route(const md_http_req *r)
 static int head_done(md_http_conn *c)
 {
     llhttp_t *p = &c->parser;
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     const md_http_limits *l = &c->srv->limits;
 
+    /* Any DIGIT.DIGIT gets here (LENIENT_VERSION, see md_http_conn_init()); a later 1.x is
+     * served as 1.1 (RFC 9110 2.5). */
     if (p->http_major != 1)
         return reject(c, 505);
-    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0))
+    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0) || r->host_bad)
         return reject(c, 400);
-    /* Transfer-Encoding in HTTP/1.0, or not ending in chunked (llhttp would say so only
-     * after this callback, when a streamed echo head would be out already). */
-    if ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED)))
+    /* Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp would say so
+     * only after this callback, when a streamed echo head would be out already). */
+    if (r->te_empty ||
+        ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED))))
         return reject(c, 400);
+    /* Not a proxy: there is nothing to tunnel to (RFC 9110 9.3.6). */
+    if (p->method == HTTP_CONNECT)
+        return reject(c, 501);
+    /* The asterisk form is OPTIONS' only (RFC 9112 3.2.4); any other target that is not
+     * origin-form ("/...") has passed llhttp as absolute-form ("scheme://..."). */
+    if (r->target_len != 0 && r->target[0] == '*') {
+        if (r->url_len != 1 || p->method != HTTP_OPTIONS)
+            return reject(c, 400);
+        r->asterisk = true;
+    }
     /* Framed by chunked, but also coded some way we do not decode (RFC 9112 6.1). */
     if (r->te_other)
         return reject(c, 501);
@@ -536,7 +605,7 @@ static int head_done(md_http_conn *c)
     }
 
     bool echo = route != NULL && route->kind == MD_ROUTE_ECHO && md_route_allows(route, p->method);
-    if (echo && chunked) {
+    if (echo && (chunked || length <= MD_HTTP_ECHO_GATHER)) {
         r->collect = true;
     } else if (echo) {
         char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX);
@@ -555,9 +624,10 @@ static int head_done(md_http_conn *c)
 static int on_headers_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
+    r->body_ns = c->now_ns;
     if (r->head_counting) {
         r->head_counting = false;
         uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
@@ -572,7 +642,7 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = &c->req;
+    md_http_req *r = c->req;
     int rc = count_body(c, len);
     if (rc != 0)
         return rc;
@@ -602,7 +672,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 static int on_chunk_header(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (p->content_length > c->srv->limits.max_body_bytes - c->req.body_bytes)
+    if (p->content_length > c->srv->limits.max_body_bytes - c->req->body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -615,7 +685,7 @@ static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 static int on_message_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (!c->req.streaming && respond_route(c) != 0) {
+    if (!c->req->streaming && respond_route(c) != 0) {
         c->oom = true;
         return HPE_USER;
     }
@@ -623,14 +693,14 @@ static int on_message_complete(llhttp_t *p)
     c->phase = PHASE_IDLE;
     c->since_ns = c->now_ns;
     /* Garbage before the next request fails before on_message_begin clears these. */
-    c->req.streaming = false;
-    c->req.method_done = false;
+    c->req->streaming = false;
+    c->req->method_done = false;
     if (c->body != NULL) {
         free(c->body);
         c->body = NULL;
         c->body_cap = 0;
     }
-    if (!c->req.keep_alive || c->draining) {
+    if (!c->req->keep_alive || c->draining) {
         c->closing = true;
         c->pause = PAUSE_STOP;
         return HPE_PAUSED;
@@ -661,9 +731,13 @@ static const llhttp_settings_t settings = {
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 {
-    memset(c, 0, offsetof(md_http_conn, req));
-    memset(&c->req, 0, offsetof(md_http_req, target));
+    memset(c, 0, sizeof *c); /* no request state yet: feed allocates it */
     llhttp_init(&c->parser, HTTP_REQUEST, &settings);
+    /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
+     * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
+     * major version other than 1 (RFC 9110 15.6.6), a later 1.x served as 1.1. llhttp 8.1 has
+     * no setter for it (llhttp_reset() keeps the field). */
+    c->parser.lenient_flags |= LENIENT_VERSION;
     c->srv = srv;
     /* Relaxed: on the owner's thread, the one that frees generations (http.h). */
     atomic_fetch_add_explicit(&srv->conns, 1, memory_order_relaxed);
@@ -711,12 +785,19 @@ static void leave(md_http_conn *c, size_t in, size_t out_before)
 int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
                       md_outbuf *out)
 {
-    md_http_req *r = &c->req;
     *used = len;
     if (c->closing)
         return MD_HTTP_WANT_CLOSE;
     if (len == 0)
         return MD_HTTP_WANT_READ;
+    if (c->req == NULL) {
+        /* Bytes after an idle spell: a request begins. Only its fixed part is zeroed. */
+        c->req = malloc(sizeof *c->req);
+        if (c->req == NULL)
+            return -ENOMEM;
+        memset(c->req, 0, offsetof(md_http_req, target));
+    }
+    md_http_req *r = c->req;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
     c->feed_start = data;
@@ -791,6 +872,20 @@ int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
     return MD_HTTP_WANT_CLOSE;
 }
 
+/* When a body that has brought body_bytes so far falls below min_body_rate: after the grace,
+ * once the time since its head exceeds body_bytes / rate; UINT64_MAX when off. */
+static uint64_t body_rate_deadline(const md_http_conn *c)
+{
+    const md_http_limits *l = &c->srv->limits;
+    if (c->phase != PHASE_BODY || l->min_body_rate == 0)
+        return UINT64_MAX;
+    uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
+    uint64_t earned = c->req->body_bytes >= UINT64_MAX / UINT64_C(1000000000)
+                          ? UINT64_MAX / 2
+                          : c->req->body_bytes * UINT64_C(1000000000) / l->min_body_rate;
+    return c->req->body_ns + (earned > grace ? earned : grace) + 1;
+}
+
 uint64_t md_http_conn_deadline(const md_http_conn *c)
 {
     const md_http_limits *l = &c->srv->limits;
@@ -808,7 +903,22 @@ uint64_t md_http_conn_deadline(const md_http_conn *c)
         ms = l->body_timeout_ms;
         break;
     }
-    return c->since_ns + ms * UINT64_C(1000000);
+    uint64_t pause = c->since_ns + ms * UINT64_C(1000000), rate = body_rate_deadline(c);
+    return rate < pause ? rate : pause;
+}
+
+md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns)
+{
+    if (c->closing || now_ns < md_http_conn_deadline(c))
+        return MD_HTTP_EXPIRED_NONE;
+    switch (c->phase) {
+    case PHASE_IDLE:
+        return c->requests == 0 ? MD_HTTP_EXPIRED_HEADER : MD_HTTP_EXPIRED_KEEPALIVE;
+    case PHASE_HEAD:
+        return MD_HTTP_EXPIRED_HEADER;
+    default:
+        return now_ns >= body_rate_deadline(c) ? MD_HTTP_EXPIRED_BODY_RATE : MD_HTTP_EXPIRED_BODY;
+    }
 }
 
 int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
@@ -818,7 +928,7 @@ int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
     if (now_ns < md_http_conn_deadline(c))
         return MD_HTTP_WANT_READ;
     c->closing = true;
-    if (c->phase == PHASE_IDLE || c->req.streaming)
+    if (c->phase == PHASE_IDLE || c->req->streaming)
         return MD_HTTP_WANT_CLOSE;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
@@ -835,6 +945,15 @@ int md_http_conn_drain(md_http_conn *c)
     return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
 }
 
+bool md_http_conn_idle(md_http_conn *c)
+{
+    if (c->phase != PHASE_IDLE)
+        return false;
+    free(c->req);
+    c->req = NULL;
+    return true;
+}
+
 void md_http_conn_close(md_http_conn *c)
 {
     if (c->counted) {
@@ -846,5 +965,7 @@ void md_http_conn_close(md_http_conn *c)
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;
+    free(c->req);
+    c->req = NULL;
     c->closing = true;
 }

@@ -44,6 +44,12 @@ typedef struct md_http_limits {
     uint32_t body_timeout_ms;      /* longest pause between reads of a body */
     uint32_t keepalive_timeout_ms; /* idle between requests; 0 turns keep-alive off */
     uint32_t max_requests_per_connection; /* 0 = unlimited */
+    uint32_t min_body_rate;               /* bytes/s a body must average after the grace; 0 = off */
+    uint32_t min_rate_grace_ms; /* before min_body_rate (and the I/O layer's send rate) apply */
+    /* For the I/O layer (server.c), not the core: */
+    uint32_t send_timeout_ms; /* longest a write may make no progress; 0 = never */
+    uint32_t min_send_rate;   /* bytes/s a blocked write must average after the grace; 0 = off */
+    uint32_t send_buffer;     /* SO_SNDBUF for each connection; 0 = the kernel's default */
 } md_http_limits;
 
 /* The shipped defaults (config/magpied.conf documents them). */
@@ -105,6 +111,10 @@ typedef enum md_http_want {
 /* Bytes of a request target kept, for routing (the path before any '?': a longer path is
  * 404) and for the access log (which shows a longer target cut, with "..."). */
 #define MD_HTTP_TARGET_MAX 1024
+/* POST /echo bodies with a Content-Length up to this are gathered and answered once complete,
+ * so that a body that never completes gets no 200; longer ones stream (their head goes out
+ * with the request head, and an incomplete one ends short of its Content-Length). */
+#define MD_HTTP_ECHO_GATHER (64u * 1024u)
 /* Bytes of Referer and User-Agent kept for the access log. */
 #define MD_HTTP_FIELD_KEEP 256
 
@@ -112,8 +122,9 @@ typedef enum md_http_want {
 typedef struct md_http_req {
     uint16_t status;    /* the error a callback decided on */
     bool keep_alive;    /* its response keeps the connection */
-    bool streaming;     /* POST /echo with Content-Length: response head already out */
-    bool collect;       /* chunked POST /echo: the body is gathered in conn.body */
+    bool streaming;     /* POST /echo over MD_HTTP_ECHO_GATHER: response head already out */
+    bool collect;       /* other POST /echo: the body is gathered in conn.body */
+    bool asterisk;      /* the target is "*" */
     bool head_counting; /* counting its head bytes (from the method's first byte) */
     bool method_done;
     bool value_open;   /* a header value has started and not completed */
@@ -129,7 +140,10 @@ typedef struct md_http_req {
     uint8_t expect;    /* what the Expect fields asked for */
     uint8_t token_pos; /* bytes of the expected token matched in the current value */
     bool te_other;     /* a Transfer-Encoding value other than "chunked" */
+    bool te_empty;     /* an empty Transfer-Encoding value */
     uint8_t hosts;     /* Host fields, saturating */
+    uint8_t host_pos;  /* how far the current Host value is (http.c) */
+    bool host_bad;     /* a Host value that is not uri-host [":" port] */
     uint8_t method_len;
     uint32_t fields;      /* header fields */
     uint32_t target_len;  /* bytes kept in target[] */
@@ -146,6 +160,7 @@ typedef struct md_http_req {
     const char *gap_from;  /* where this feed's share of the gap starts */
     const void *route;     /* const md_route *, or NULL */
     uint64_t start_ns;     /* first byte */
+    uint64_t body_ns;      /* when the head completed (min_body_rate's base) */
     char target[MD_HTTP_TARGET_MAX];
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
@@ -156,7 +171,6 @@ typedef struct md_http_req {
 typedef struct md_http_conn {
     llhttp_t parser;
     md_http_server *srv; /* the generation it is at; counted in srv->conns until closed */
-    bool counted;        /* in srv->conns: from init to md_http_conn_close() */
 
     /* Valid during one entry point only. */
     md_outbuf *out;
@@ -168,6 +182,7 @@ typedef struct md_http_conn {
     bool closing;      /* the last response has been produced (or none will be) */
     bool draining;     /* md_http_conn_drain(): the next response closes */
     bool oom;          /* out could not grow */
+    bool counted;      /* in srv->conns: from init to md_http_conn_close() */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
     char *body;        /* chunked POST /echo body, until its response */
@@ -178,7 +193,10 @@ typedef struct md_http_conn {
     uint32_t m_lat_bucket, m_lat_count; /* a run of latencies in one bucket */
     uint64_t m_lat_sum;
 
-    md_http_req req;
+    /* The request being parsed: allocated by md_http_conn_feed() when bytes arrive on an idle
+     * connection, freed by md_http_conn_idle(), so that an idle keep-alive connection is
+     * only this struct (a few hundred bytes). */
+    md_http_req *req;
 } md_http_conn;
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns);
@@ -195,13 +213,30 @@ int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 /* When md_http_conn_timeout() must run next (monotonic ns); UINT64_MAX: no timer. */
 uint64_t md_http_conn_deadline(const md_http_conn *c);
 
+/* Why md_http_conn_timeout() would close at now_ns (MD_HTTP_EXPIRED_NONE: it would not). */
+typedef enum md_http_expired {
+    MD_HTTP_EXPIRED_NONE,
+    MD_HTTP_EXPIRED_KEEPALIVE, /* idle between requests */
+    MD_HTTP_EXPIRED_HEADER,    /* head not complete in header_timeout_ms (or nothing sent) */
+    MD_HTTP_EXPIRED_BODY,      /* a pause in the body longer than body_timeout_ms */
+    MD_HTTP_EXPIRED_BODY_RATE, /* the body averaged less than min_body_rate after the grace */
+} md_http_expired;
+md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns);
+
 /* The timer fired. Before the deadline: MD_HTTP_WANT_READ, nothing done. After it: idle
- * connections close silently; a request in its head or body gets 408 and closes. */
+ * connections close silently; a request in its head or body gets 408 and closes (also a body
+ * slower than min_body_rate once min_rate_grace_ms have passed since its head). */
 int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 
 /* Graceful stop: an idle connection closes now (MD_HTTP_WANT_CLOSE); one with a request in
  * flight finishes it, answers with "Connection: close", and closes (MD_HTTP_WANT_READ now). */
 int md_http_conn_drain(md_http_conn *c);
+
+/* Frees the request state of a connection between requests, and says whether it is between
+ * requests (false: a request is in flight, nothing is freed). The I/O layer calls it when the
+ * connection waits for input with nothing left to parse or write, and then frees its output
+ * buffer too; the next feed allocates the state again. */
+bool md_http_conn_idle(md_http_conn *c);
 
 /* Releases what the connection holds. Call once, after the last entry point. */
 void md_http_conn_close(md_http_conn *c);

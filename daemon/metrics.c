@@ -71,9 +71,32 @@ void md_metrics_conn_opened(md_metrics *m, md_listener l)
     md_metrics_add(&md_metrics_local(m)->conn_opened[l], 1);
 }
 
-void md_metrics_conn_closed(md_metrics *m, md_listener l)
+static const char *const close_names[MD_CLOSE_REASONS] = {
+    [MD_CLOSE_PEER] = "peer_closed",
+    [MD_CLOSE_ERROR] = "error",
+    [MD_CLOSE_DONE] = "server_closed",
+    [MD_CLOSE_HEADER_TIMEOUT] = "header_timeout",
+    [MD_CLOSE_BODY_TIMEOUT] = "body_timeout",
+    [MD_CLOSE_KEEPALIVE_TIMEOUT] = "keepalive_timeout",
+    [MD_CLOSE_IDLE_TIMEOUT] = "idle_timeout",
+    [MD_CLOSE_SEND_TIMEOUT] = "send_timeout",
+    [MD_CLOSE_MIN_BODY_RATE] = "min_body_rate",
+    [MD_CLOSE_MIN_SEND_RATE] = "min_send_rate",
+    [MD_CLOSE_SHUTDOWN] = "shutdown",
+    [MD_CLOSE_NO_MEMORY] = "out_of_memory",
+};
+
+const char *md_close_reason_name(md_close_reason why)
 {
-    md_metrics_add(&md_metrics_local(m)->conn_closed[l], 1);
+    return (unsigned)why < MD_CLOSE_REASONS ? close_names[why] : "?";
+}
+
+void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why)
+{
+    md_metrics_shard *s = md_metrics_local(m);
+    md_metrics_add(&s->conn_closed[l], 1);
+    md_metrics_add(&s->conn_closed_why[l][(unsigned)why < MD_CLOSE_REASONS ? why : MD_CLOSE_ERROR],
+                   1);
 }
 
 void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out)
@@ -138,6 +161,14 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
     if (rc == 0)
         rc = put_per_listener(out, m, "magpied_connections_total", "counter",
                               "Connections accepted.", offsetof(md_metrics_shard, conn_opened), 0);
+    if (rc == 0)
+        rc = put(out, "# HELP magpied_connections_closed_total Connections closed, by reason.\n"
+                      "# TYPE magpied_connections_closed_total counter\n");
+    for (unsigned l = 0; rc == 0 && l < MD_LISTENERS; l++)
+        for (unsigned r = 0; rc == 0 && r < MD_CLOSE_REASONS; r++)
+            rc = put(out, "magpied_connections_closed_total{listener=\"%s\",reason=\"%s\"} %llu\n",
+                     listener_names[l], close_names[r],
+                     (unsigned long long)SUM(m, conn_closed_why[l][r]));
     if (rc == 0)
         rc = put_per_listener(out, m, "magpied_received_bytes_total", "counter",
                               "Bytes read from clients.", offsetof(md_metrics_shard, bytes_in), 0);

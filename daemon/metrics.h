@@ -21,6 +21,23 @@ typedef enum md_listener {
     MD_LISTENERS,
 } md_listener;
 
+/* Why a connection closed (magpied_connections_closed_total's reason label). */
+typedef enum md_close_reason {
+    MD_CLOSE_PEER,              /* the peer closed its side */
+    MD_CLOSE_ERROR,             /* a socket error: reset, broken pipe */
+    MD_CLOSE_DONE,              /* magpied closed after a response (Connection: close, errors) */
+    MD_CLOSE_HEADER_TIMEOUT,    /* [limits] header_timeout_ms */
+    MD_CLOSE_BODY_TIMEOUT,      /* [limits] body_timeout_ms */
+    MD_CLOSE_KEEPALIVE_TIMEOUT, /* [limits] keepalive_timeout_ms */
+    MD_CLOSE_IDLE_TIMEOUT,      /* [echo] idle_timeout_ms */
+    MD_CLOSE_SEND_TIMEOUT,      /* [limits] send_timeout_ms */
+    MD_CLOSE_MIN_BODY_RATE,     /* [limits] min_body_rate */
+    MD_CLOSE_MIN_SEND_RATE,     /* [limits] min_send_rate */
+    MD_CLOSE_SHUTDOWN,          /* a graceful stop, or the runtime cancelled the task */
+    MD_CLOSE_NO_MEMORY,         /* out of memory for its output */
+    MD_CLOSE_REASONS,
+} md_close_reason;
+
 enum {
     MD_METRICS_SHARDS = 16,
     MD_METRICS_BUCKETS = 14, /* finite latency buckets; +Inf is one more */
@@ -31,6 +48,7 @@ typedef struct md_metrics_shard {
     /* All atomic, relaxed: independent monotonic counters (see the file comment). */
     _Alignas(64) atomic_uint_fast64_t conn_opened[MD_LISTENERS];
     atomic_uint_fast64_t conn_closed[MD_LISTENERS];
+    atomic_uint_fast64_t conn_closed_why[MD_LISTENERS][MD_CLOSE_REASONS];
     atomic_uint_fast64_t bytes_in[MD_LISTENERS];
     atomic_uint_fast64_t bytes_out[MD_LISTENERS];
     atomic_uint_fast64_t responses[MD_STATUS_CLASSES];
@@ -64,7 +82,8 @@ static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
 }
 
 void md_metrics_conn_opened(md_metrics *m, md_listener l);
-void md_metrics_conn_closed(md_metrics *m, md_listener l);
+void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why);
+const char *md_close_reason_name(md_close_reason why);
 void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out);
 
 /* Appends the exposition (text format 0.0.4), then the extra hook's text. 0 or -ENOMEM. */

@@ -13,11 +13,13 @@
 #define STR(s)   s, sizeof(s) - 1
 
 static const md_route routes[] = {
-    {0, STR("/"), MD_ROUTE_STATIC, GET_HEAD, "GET, HEAD", "text/plain", STR("Hello, World!")},
-    {1, STR("/echo"), MD_ROUTE_ECHO, BIT(HTTP_POST), "POST", "application/octet-stream", NULL, 0},
-    {2, STR("/metrics"), MD_ROUTE_METRICS, GET_HEAD, "GET, HEAD",
+    {0, STR("/"), MD_ROUTE_STATIC, GET_HEAD, "GET, HEAD, OPTIONS", "text/plain",
+     STR("Hello, World!")},
+    {1, STR("/echo"), MD_ROUTE_ECHO, BIT(HTTP_POST), "POST, OPTIONS", "application/octet-stream",
+     NULL, 0},
+    {2, STR("/metrics"), MD_ROUTE_METRICS, GET_HEAD, "GET, HEAD, OPTIONS",
      "text/plain; version=0.0.4; charset=utf-8", NULL, 0},
-    {3, STR("/healthz"), MD_ROUTE_STATIC, GET_HEAD, "GET, HEAD", "text/plain", STR("ok")},
+    {3, STR("/healthz"), MD_ROUTE_STATIC, GET_HEAD, "GET, HEAD, OPTIONS", "text/plain", STR("ok")},
 };
 
 const md_route *md_route_find(const char *path, size_t len)

@@ -1,10 +1,18 @@
 /* server.c: listeners, accepting, and the connection tasks (see server.h).
  *
- * max_connections: when the count of open connections reaches it, the connection callback
- * returns without accepting; libuv then stops polling that listener until uv_accept is called
- * again, which happens when a connection closes and the count is back under the mark. The
- * kernel's backlog holds the waiting peers meanwhile. Both the count and the pause are
- * touched only on the loop's thread (accept and close callbacks).
+ * max_connections: each listener has its own budget ([limits] max_connections for HTTP,
+ * [echo] max_connections for echo), so that one listener's peers cannot lock the other out.
+ * When a listener's count of open connections reaches it, the connection callback returns
+ * without accepting; libuv then stops polling that listener until uv_accept is called again,
+ * which happens when one of its connections closes and the count is back under the mark. The
+ * kernel's backlog holds the waiting peers meanwhile. The counts and the pause are touched
+ * only on the loop's thread (accept and close callbacks).
+ *
+ * Writes: a peer that does not read would hold its connection for ever, so every write that
+ * blocks is bounded (conn_write): no progress for send_timeout_ms, or, after
+ * min_rate_grace_ms, less than min_send_rate bytes per second on average, closes the
+ * connection. SO_SNDBUF (send_buffer) bounds the kernel memory such a peer pins meanwhile,
+ * and nothing more is read from a connection while its output is queued.
  *
  * Reload (md_server_reload) runs as one command on the loop, so no connection is accepted
  * half-way through it. It binds every changed listener first; if one fails, the new sockets
@@ -17,6 +25,9 @@
 #include "server.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +70,11 @@ struct md_server {
     /* Relaxed counters for /metrics; written by the thread that handles signals. */
     _Atomic uint64_t reloads_ok, reloads_failed;
     _Atomic bool last_reload_ok;
-    _Atomic uint32_t open_conns; /* written on the loop side, read by md_server_open() */
-    struct md_conn *conns;       /* loop side: every open connection, for drain */
-    bool draining;               /* loop side */
+    _Atomic uint32_t open_conns;    /* written on the loop side, read by md_server_open() */
+    uint32_t open_by[MD_LISTENERS]; /* loop side: open connections per listener */
+    uint32_t open_peak;             /* loop side: most open since the last trim */
+    struct md_conn *conns;          /* loop side: every open connection, for drain */
+    bool draining;                  /* loop side */
     mp_loop_cmd cmd;
     _Atomic int setup_rc; /* 1 while the loop has not run the setup yet */
     md_error *setup_err;
@@ -79,8 +92,17 @@ typedef struct md_conn {
     md_listener kind;
     _Atomic int refs;
     bool closing;
+    bool send_blocked; /* a write is waiting for the peer to read */
     int want;
-    mp_timer timer; /* header, body and keep-alive deadlines (HTTP) */
+    md_close_reason why; /* reported when it closes after its output (default: DONE) */
+    uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
+    /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
+    uint32_t send_timeout_ms, min_send_rate, grace_ms;
+    mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
+    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms) */
+    size_t send_done;          /* bytes of the blocked write the kernel has taken */
+    uint64_t send_start_ms;    /* when that write first blocked */
+    uint64_t send_progress_ms; /* when the kernel last took some of it */
     md_outbuf out;
     char peer[48]; /* client address for the access log, at its first line (peer_name) */
     md_http_conn http;
@@ -88,13 +110,17 @@ typedef struct md_conn {
 
 static void accept_one(md_listener_state *l);
 
-/* Loop side: accept on the listeners paused at the mark, while under it. */
+static uint32_t max_conns(const md_server *s, md_listener kind)
+{
+    return kind == MD_LISTENER_HTTP ? s->cfg.max_connections : s->cfg.echo_max_connections;
+}
+
+/* Loop side: accept on the listeners paused at their mark, while under it. */
 static void resume_accepting(md_server *s)
 {
     for (int i = 0; i < MD_LISTENERS; i++) {
         md_listener_state *l = s->listeners[i];
-        if (l != NULL && l->paused &&
-            atomic_load_explicit(&s->open_conns, memory_order_relaxed) < s->cfg.max_connections)
+        if (l != NULL && l->paused && s->open_by[i] < max_conns(s, (md_listener)i))
             accept_one(l);
     }
 }
@@ -133,7 +159,8 @@ static void conn_closed(mp_tcp *t)
     md_server *s = c->srv;
     if (c->kind == MD_LISTENER_HTTP)
         http_gens_sweep(s); /* after md_http_conn_close() in conn_finish() */
-    md_metrics_conn_closed(&s->metrics, c->kind);
+    md_metrics_conn_closed(&s->metrics, c->kind, c->why);
+    s->open_by[c->kind]--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -143,21 +170,105 @@ static void conn_closed(mp_tcp *t)
     /* Relaxed: a count, read for progress by md_server_open(); the list is loop side. */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
     atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);
+#ifdef __GLIBC__
+    /* After a crowd of connections left, glibc keeps their freed memory resident (it only
+     * gives back the top of a heap); trimming returns the free pages in between, and the
+     * pooled read buffers. A few times per crowd (each time the count halves), on the loop's
+     * thread. */
+    if (s->open_peak >= 256 && open <= s->open_peak / 2) {
+        mp_tcp_buffer_trim();
+        malloc_trim(0);
+        s->open_peak = open;
+    }
+#endif
     resume_accepting(s);
     conn_unref(c);
 }
 
-static mp_poll conn_finish(md_conn *c)
+static mp_poll conn_finish(md_conn *c, md_close_reason why)
 {
     if (c->closing)
         return MP_READY;
     c->closing = true;
+    c->why = why;
     mp_timer_cancel(&c->timer);
     if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_close(&c->http);
     md_outbuf_free(&c->out);
     mp_tcp_close(&c->tcp, conn_closed);
     return MP_READY;
+}
+
+/* Write data[0..len) within the send limits. MP_READY with *err = 0, a negative errno, or
+ * -ETIMEDOUT with c->why saying which limit passed; MP_PENDING while the peer is not reading
+ * and no limit has passed (the timer is armed for the nearest). */
+static mp_poll conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    for (;;) {
+        if (mp_tcp_write_poll(&c->tcp, cx, data, len, err) == MP_READY) {
+            c->send_blocked = false;
+            return MP_READY;
+        }
+        uint64_t now = mp_now_ms();
+        size_t done = c->tcp.write_done; /* the task's own field: progress of this write */
+        if (!c->send_blocked) {
+            c->send_blocked = true;
+            c->send_start_ms = c->send_progress_ms = now;
+            c->send_done = done;
+        } else if (done != c->send_done) {
+            c->send_done = done;
+            c->send_progress_ms = now;
+        }
+        uint64_t deadline = UINT64_MAX;
+        md_close_reason why = MD_CLOSE_SEND_TIMEOUT;
+        if (c->send_timeout_ms != 0)
+            deadline = c->send_progress_ms + c->send_timeout_ms;
+        if (c->min_send_rate != 0) {
+            /* Falls below the rate once the time since the write began exceeds what the
+             * bytes taken so far pay for (and the grace). */
+            uint64_t earned = (uint64_t)done * 1000 / c->min_send_rate;
+            uint64_t at = c->send_start_ms + (earned > c->grace_ms ? earned : c->grace_ms) + 1;
+            if (at < deadline) {
+                deadline = at;
+                why = MD_CLOSE_MIN_SEND_RATE;
+            }
+        }
+        if (c->idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
+            uint64_t last =
+                c->send_progress_ms > c->progress_ms ? c->send_progress_ms : c->progress_ms;
+            if (last + c->idle_ms < deadline) {
+                deadline = last + c->idle_ms;
+                why = MD_CLOSE_IDLE_TIMEOUT;
+            }
+        }
+        if (deadline == UINT64_MAX) {
+            mp_timer_cancel(&c->timer);
+            return MP_PENDING;
+        }
+        if (now >= deadline) {
+            c->send_blocked = false;
+            c->why = why;
+            *err = -ETIMEDOUT;
+            return MP_READY;
+        }
+        if (mp_timer_poll(&c->timer, deadline, cx) == MP_PENDING)
+            return MP_PENDING;
+        /* The deadline passed: write again, which tells whether the peer took anything. */
+    }
+}
+
+static md_close_reason write_error(md_conn *c, int err)
+{
+    return err == -ETIMEDOUT ? c->why : MD_CLOSE_ERROR;
+}
+
+/* Waiting for the peer to send: an echo connection closes once the peer has neither sent nor
+ * read for idle_ms, so that idle sockets cannot hold max_connections for ever. */
+static mp_poll echo_wait(md_conn *c, mp_context *cx)
+{
+    if (c->idle_ms == 0 || mp_timer_poll(&c->timer, c->progress_ms + c->idle_ms, cx) == MP_PENDING)
+        return MP_PENDING;
+    return conn_finish(c, MD_CLOSE_IDLE_TIMEOUT);
 }
 
 static mp_poll echo_poll(md_conn *c, mp_context *cx)
@@ -167,41 +278,66 @@ static mp_poll echo_poll(md_conn *c, mp_context *cx)
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
-            return MP_PENDING;
+            return echo_wait(c, cx);
         if (len == 0)
-            return conn_finish(c);
+            return conn_finish(c, err == UV_EOF   ? MD_CLOSE_PEER
+                                  : err == -EINTR ? MD_CLOSE_SHUTDOWN
+                                                  : MD_CLOSE_ERROR);
+        if (!c->send_blocked)
+            c->progress_ms = mp_now_ms(); /* new bytes from the peer */
         /* The bytes are written from the stream's own buffer, and nothing more is read until
-         * they are consumed: a peer that does not read its echo is held back by TCP. */
-        if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
+         * they are consumed: a peer that does not read its echo is held back by TCP, and
+         * closed by the send limits. */
+        if (conn_write(c, cx, data, len, &err) == MP_PENDING)
             return MP_PENDING;
         if (err != 0)
-            return conn_finish(c);
+            return conn_finish(c, write_error(c, err));
         md_metrics_bytes(&c->srv->metrics, MD_LISTENER_ECHO, len, len);
         mp_tcp_consume(&c->tcp, len);
+        c->progress_ms = mp_now_ms();
+    }
+}
+
+static md_close_reason expired_reason(md_http_expired e)
+{
+    switch (e) {
+    case MD_HTTP_EXPIRED_KEEPALIVE:
+        return MD_CLOSE_KEEPALIVE_TIMEOUT;
+    case MD_HTTP_EXPIRED_HEADER:
+        return MD_CLOSE_HEADER_TIMEOUT;
+    case MD_HTTP_EXPIRED_BODY:
+        return MD_CLOSE_BODY_TIMEOUT;
+    case MD_HTTP_EXPIRED_BODY_RATE:
+        return MD_CLOSE_MIN_BODY_RATE;
+    default:
+        return MD_CLOSE_DONE;
     }
 }
 
 static mp_poll http_poll(md_conn *c, mp_context *cx)
 {
     for (;;) {
-
         size_t pending = md_outbuf_pending(&c->out);
         if (pending) {
             int err;
-            if (mp_tcp_write_poll(&c->tcp, cx, md_outbuf_pending_data(&c->out), pending, &err) ==
-                MP_PENDING)
+            if (conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING)
                 return MP_PENDING;
             if (err != 0)
-                return conn_finish(c);
+                return conn_finish(c, write_error(c, err));
             md_metrics_bytes(&c->srv->metrics, MD_LISTENER_HTTP, 0, pending);
             md_outbuf_consume(&c->out, pending);
         }
         if (c->want == MD_HTTP_WANT_CLOSE)
-            return conn_finish(c);
+            return conn_finish(c, c->why);
         const char *data;
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            /* Between requests the connection keeps no request state and no output buffer
+             * (the stream has given its read buffer back already): an idle keep-alive
+             * connection is its md_conn alone. */
+            if (md_http_conn_idle(&c->http))
+                md_outbuf_free(&c->out);
             /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
              * millisecond); when it passes, the core answers 408 or closes an idle one. */
             uint64_t deadline = md_http_conn_deadline(&c->http);
@@ -211,9 +347,13 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
             }
             if (mp_timer_poll(&c->timer, (deadline + 999999) / 1000000, cx) == MP_PENDING)
                 return MP_PENDING;
-            int want = md_http_conn_timeout(&c->http, uv_hrtime(), &c->out);
+            uint64_t now = uv_hrtime();
+            md_http_expired expired = md_http_conn_expired(&c->http, now);
+            int want = md_http_conn_timeout(&c->http, now, &c->out);
             if (want < 0)
-                return conn_finish(c);
+                return conn_finish(c, MD_CLOSE_NO_MEMORY);
+            if (expired != MD_HTTP_EXPIRED_NONE)
+                c->why = expired_reason(expired);
             c->want = want;
             continue;
         }
@@ -223,10 +363,13 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
             /* Graceful stop (md_server_drain): an idle connection closes now; one with a
              * request in flight finishes it and answers with Connection: close. */
             want = md_http_conn_drain(&c->http);
+            if (want == MD_HTTP_WANT_CLOSE)
+                c->why = MD_CLOSE_SHUTDOWN;
         } else if (len == 0) {
             if (err != UV_EOF)
-                return conn_finish(c); /* reset: nobody to answer */
+                return conn_finish(c, MD_CLOSE_ERROR); /* reset: nobody to answer */
             want = md_http_conn_eof(&c->http, now, &c->out);
+            c->why = MD_CLOSE_PEER;
         } else {
             size_t used = 0;
             want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);
@@ -234,7 +377,7 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
             mp_tcp_consume(&c->tcp, used);
         }
         if (want < 0)
-            return conn_finish(c); /* out of memory: close without flushing */
+            return conn_finish(c, MD_CLOSE_NO_MEMORY); /* close without flushing */
         c->want = want;
     }
 }
@@ -247,7 +390,7 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
 
 static void conn_cancel(mp_task *t)
 {
-    conn_finish(mp_container_of(t, md_conn, task));
+    conn_finish(mp_container_of(t, md_conn, task), MD_CLOSE_SHUTDOWN);
 }
 
 static void conn_release(mp_task *t)
@@ -312,7 +455,7 @@ static void accept_one(md_listener_state *l)
     md_server *s = l->srv;
     if (s->draining)
         return; /* not accepted: the listener is closing */
-    if (atomic_load_explicit(&s->open_conns, memory_order_relaxed) >= s->cfg.max_connections) {
+    if (s->open_by[l->kind] >= max_conns(s, l->kind)) {
         l->paused = true; /* libuv stops polling l until the next uv_accept */
         return;
     }
@@ -333,6 +476,15 @@ static void accept_one(md_listener_state *l)
     atomic_store_explicit(&s->open_conns,
                           atomic_load_explicit(&s->open_conns, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    s->open_by[c->kind]++;
+    if (atomic_load_explicit(&s->open_conns, memory_order_relaxed) > s->open_peak)
+        s->open_peak = atomic_load_explicit(&s->open_conns, memory_order_relaxed);
+    if (s->cfg.limits.send_buffer != 0) {
+        /* Bounds what a peer that does not read pins in the kernel (the kernel doubles it);
+         * without it the send buffer autotunes up to tcp_wmem's maximum. Best effort. */
+        int v = (int)s->cfg.limits.send_buffer;
+        setsockopt(c->tcp.fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    }
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -340,12 +492,19 @@ static void accept_one(md_listener_state *l)
     md_metrics_conn_opened(&s->metrics, c->kind);
     if (c->kind == MD_LISTENER_HTTP)
         md_http_conn_init(&c->http, &s->http->http, uv_hrtime());
+    /* Read here, on the loop's thread, where a reload writes s->cfg. */
+    c->idle_ms = c->kind == MD_LISTENER_ECHO ? s->cfg.echo_idle_timeout_ms : 0;
+    c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
+    c->min_send_rate = s->cfg.limits.min_send_rate;
+    c->grace_ms = s->cfg.limits.min_rate_grace_ms;
+    c->why = MD_CLOSE_DONE;
+    c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;
     mp_task_init(&c->task, &conn_vt);
     if (mp_spawn(s->rt, &c->task) != 0) {
         /* Shutting down: nobody will serve it. */
         atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
-        conn_finish(c);
+        conn_finish(c, MD_CLOSE_SHUTDOWN);
     }
 }
 
@@ -612,12 +771,23 @@ static int runtime_metrics(void *arg, md_outbuf *out)
     }
     mp_stats st;
     mp_runtime_stats(s->rt, &st);
-    int n = snprintf(line, sizeof line,
-                     "# HELP magpie_runtime_workers Worker threads configured and started.\n"
-                     "# TYPE magpie_runtime_workers gauge\n"
-                     "magpie_runtime_workers{state=\"configured\"} %u\n"
-                     "magpie_runtime_workers{state=\"started\"} %u\n",
-                     st.workers, st.workers_started);
+    size_t bufs_used = 0, bufs_pooled = 0;
+    mp_tcp_buffer_stats(&bufs_used, &bufs_pooled);
+    int n =
+        snprintf(line, sizeof line,
+                 "# HELP magpie_tcp_read_buffers Read buffers: held by connections, or pooled.\n"
+                 "# TYPE magpie_tcp_read_buffers gauge\n"
+                 "magpie_tcp_read_buffers{state=\"in_use\"} %zu\n"
+                 "magpie_tcp_read_buffers{state=\"pooled\"} %zu\n",
+                 bufs_used, bufs_pooled);
+    if (n < 0 || (size_t)n >= sizeof line || md_outbuf_append(out, line, (size_t)n) != 0)
+        return -ENOMEM;
+    n = snprintf(line, sizeof line,
+                 "# HELP magpie_runtime_workers Worker threads configured and started.\n"
+                 "# TYPE magpie_runtime_workers gauge\n"
+                 "magpie_runtime_workers{state=\"configured\"} %u\n"
+                 "magpie_runtime_workers{state=\"started\"} %u\n",
+                 st.workers, st.workers_started);
     if (md_outbuf_append(out, line, (size_t)n) != 0)
         return -ENOMEM;
     n = snprintf(line, sizeof line,

@@ -354,7 +354,8 @@ void mp_timer_cancel(mp_timer *t);
  * the stream's buffer, send() from the caller's bytes), on whichever worker runs it; the loop
  * only reports edge-triggered readiness and wakes the task when a read or write would block.
  * The buffer is refilled only once the task has consumed all of it (backpressure: while the
- * task is behind, the peer is held back by TCP). */
+ * task is behind, the peer is held back by TCP). It is taken just before a read and given
+ * back once consumed when the stream waits for data, so an idle stream holds no buffer. */
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     uv_tcp_t handle; /* owns the socket; libuv only closes it */
@@ -364,7 +365,7 @@ struct mp_tcp {
     _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
     int fd;    /* immutable after accept */
-    char *buf; /* the task's: buf[head..tail) is unconsumed input */
+    char *buf; /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
     int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
@@ -388,6 +389,11 @@ void mp_tcp_consume(mp_tcp *c, size_t n);
  * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
  * stay put). */
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
+/* Read buffers held by streams now, and default-size ones kept for reuse (at most 64), over
+ * the whole process. Either pointer may be NULL. */
+void mp_tcp_buffer_stats(size_t *in_use, size_t *pooled);
+/* Frees the pooled read buffers (e.g. after a crowd of connections left). */
+void mp_tcp_buffer_trim(void);
 /* Close the stream; on_closed(c) runs on the loop's thread once libuv is done with it (and
  * after mp_runtime_shutdown at the latest), after which c may be freed. */
 void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));

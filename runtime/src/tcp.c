@@ -26,6 +26,13 @@
  *
  * Peer close and errors (EPOLLRDHUP, EPOLLHUP, EPOLLERR) set R_CLOSED, which is never
  * cleared: a short read can be followed by an EOF that raises no further edge.
+ *
+ * The read buffer is held only while there is something to read or to consume: it is taken
+ * just before a read() and given back when the task has consumed all of it and is about to
+ * wait for the next edge, so an idle keep-alive connection holds none. Buffers of the default
+ * size go back to a process-wide free list of at most POOL_MAX (under a spin lock: one take
+ * and one give per request, held for a few instructions), so a busy server does not call
+ * malloc for them; other sizes go straight to malloc and free.
  */
 #include "internal.h"
 
@@ -38,6 +45,79 @@ enum {
     R_CLOSED = 1u << 2, /* sticky: reads never block again */
     TICK = 1u << 3,
 };
+
+enum { DEFAULT_BUF = 16384, POOL_MAX = 64 };
+
+/* The free list of DEFAULT_BUF buffers, linked through their first bytes. */
+static struct {
+    _Atomic uint32_t lock;
+    void *head;
+    size_t count;
+} pool;
+/* Relaxed: statistics (mp_tcp_buffer_stats), ordered by nothing. */
+static _Atomic size_t bufs_in_use;
+
+static char *buf_take(size_t cap)
+{
+    void *b = NULL;
+    if (cap == DEFAULT_BUF) {
+        mp__spin_lock(&pool.lock);
+        b = pool.head;
+        if (b != NULL) {
+            pool.head = *(void **)b;
+            pool.count--;
+        }
+        mp__spin_unlock(&pool.lock);
+    }
+    if (b == NULL)
+        b = malloc(cap);
+    if (b != NULL)
+        atomic_fetch_add_explicit(&bufs_in_use, 1, memory_order_relaxed);
+    return b;
+}
+
+static void buf_give(char *b, size_t cap)
+{
+    if (b == NULL)
+        return;
+    atomic_fetch_sub_explicit(&bufs_in_use, 1, memory_order_relaxed);
+    if (cap == DEFAULT_BUF) {
+        mp__spin_lock(&pool.lock);
+        if (pool.count < POOL_MAX) {
+            *(void **)(void *)b = pool.head;
+            pool.head = b;
+            pool.count++;
+            b = NULL;
+        }
+        mp__spin_unlock(&pool.lock);
+    }
+    free(b);
+}
+
+void mp_tcp_buffer_trim(void)
+{
+    mp__spin_lock(&pool.lock);
+    void *b = pool.head;
+    pool.head = NULL;
+    pool.count = 0;
+    mp__spin_unlock(&pool.lock);
+    while (b != NULL) {
+        void *next = *(void **)b;
+        free(b);
+        b = next;
+    }
+}
+
+void mp_tcp_buffer_stats(size_t *in_use, size_t *pooled)
+{
+    if (in_use != NULL)
+        *in_use = atomic_load_explicit(&bufs_in_use, memory_order_relaxed);
+    if (pooled != NULL) {
+        mp__spin_lock(&pool.lock);
+        *pooled = pool.count;
+        mp__spin_unlock(&pool.lock);
+    }
+}
 
 static void lock(mp_tcp *c)
 {
@@ -53,17 +133,15 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
 {
     memset(c, 0, sizeof *c);
     c->rt = rt;
-    c->cap = bufsize ? bufsize : 16384;
-    c->buf = malloc(c->cap);
-    if (!c->buf)
-        return -ENOMEM;
+    c->cap = bufsize ? bufsize : DEFAULT_BUF;
+    c->buf = NULL; /* taken at the first read */
     /* Optimistic: the first read is tried before any event (a client usually sends its
      * request with the handshake); the socket has room for a first write. */
     atomic_init(&c->io, R_READY | W_READY);
     atomic_init(&c->interrupted, false);
     int rc = uv_tcp_init(&rt->reactor.loop, &c->handle);
     if (rc != 0)
-        goto out_free_buf;
+        return rc;
     c->handle.data = c;
     rc = uv_accept(server, (uv_stream_t *)&c->handle); /* non-blocking: accept4(SOCK_NONBLOCK) */
     if (rc == 0)
@@ -78,15 +156,10 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     }
     if (rc != 0) {
         uv_close((uv_handle_t *)&c->handle, NULL); /* nothing else refers to it yet */
-        goto out_free_buf;
+        return rc;
     }
     mp__tcp_link(&rt->reactor, c);
     return 0;
-
-out_free_buf:
-    free(c->buf);
-    c->buf = NULL;
-    return rc;
 }
 
 /* On the loop's thread, from the runtime's epoll set (reactor.c). */
@@ -183,11 +256,28 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
         /* Acquire: pairs with the release CAS in mp__tcp_ready(). */
         uint64_t seen = atomic_load_explicit(&c->io, memory_order_acquire);
         if (!(seen & R_READY)) {
+            /* Everything read was consumed: an idle stream holds no buffer. */
+            buf_give(c->buf, c->cap);
+            c->buf = NULL;
             if (wait_ready(c, cx, R_READY, &c->reader) == MP_PENDING)
                 return MP_PENDING;
             if (atomic_load_explicit(&c->interrupted, memory_order_relaxed))
                 return mp_tcp_read_poll(c, cx, data, len, err);
             continue;
+        }
+        if (c->buf == NULL && (seen & R_CLOSED)) {
+            /* The peer closed or failed: most often there is nothing left but the EOF, which
+             * needs no buffer (a crowd of closing peers would otherwise take one each). */
+            char b;
+            ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                c->err = n == 0 ? UV_EOF : -errno;
+                return view(c, data, len, err);
+            }
+        }
+        if (c->buf == NULL && (c->buf = buf_take(c->cap)) == NULL) {
+            c->err = -ENOMEM;
+            return view(c, data, len, err);
         }
         ssize_t n = read(c->fd, c->buf, c->cap);
         if (n > 0) {
@@ -274,7 +364,7 @@ static void close_cb(uv_handle_t *h)
     unlock(c);
     mp_waker_drop(&r);
     mp_waker_drop(&w);
-    free(c->buf);
+    buf_give(c->buf, c->cap);
     c->buf = NULL;
     if (c->on_closed)
         c->on_closed(c);
@@ -294,6 +384,9 @@ static void close_cmd(uv_loop_t *loop, void *arg)
 
 void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
 {
+    /* The task is done reading: its buffer goes back now, not after the loop's close. */
+    buf_give(c->buf, c->cap);
+    c->buf = NULL;
     c->on_closed = on_closed;
     if (mp_loop_call(c->rt, &c->cmd_close, close_cmd, c) != 0)
         MP__UNREACHABLE("%s", "mp_tcp_close after the loop closed");

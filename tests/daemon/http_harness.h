@@ -195,7 +195,7 @@ static const char *const malformed[] = {
     "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n",
     "GET / HTTP/1.1\r\nBad Name: x\r\nHost: a\r\n\r\n",
     "GET / HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n",
-    "GET / HTTP/1.2\r\nHost: a\r\n\r\n",
+    "GET / HTTP/1.x\r\nHost: a\r\n\r\n",
     "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
     "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1x\r\n\r\n",
     "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",

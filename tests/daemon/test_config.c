@@ -21,6 +21,17 @@ static int parse(md_config *c, const char *text, md_error *err)
     return rc;
 }
 
+/* text[0..len), which may hold NUL bytes. */
+static int parse_n(md_config *c, const char *text, size_t len, md_error *err)
+{
+    md_config_init(c);
+    FILE *f = fmemopen((void *)text, len, "r");
+    cr_assert_not_null(f);
+    int rc = md_config_parse_file(c, f, "test.conf", err);
+    fclose(f);
+    return rc;
+}
+
 static void expect_error(const char *text, const char *msg)
 {
     md_config c;
@@ -51,6 +62,13 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.log_level, MD_LOG_INFO);
     cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
     cr_assert_eq(c.shutdown_timeout_ms, 10000);
+    cr_assert_eq(c.echo_idle_timeout_ms, 60000);
+    cr_assert_eq(c.echo_max_connections, 1000);
+    cr_assert_eq(c.limits.send_timeout_ms, 30000);
+    cr_assert_eq(c.limits.send_buffer, 65536);
+    cr_assert_eq(c.limits.min_send_rate, 240);
+    cr_assert_eq(c.limits.min_body_rate, 240);
+    cr_assert_eq(c.limits.min_rate_grace_ms, 5000);
     md_error err;
     cr_assert_eq(md_config_check(&c, &err), 0);
 }
@@ -89,6 +107,7 @@ Test(config, every_key, .timeout = 5)
                        "listen = [::1]:0\n"
                        "[echo]\n"
                        "listen =\n"
+                       "idle_timeout_ms = 0\n"
                        "[runtime]\n"
                        "workers = 4 ; inline comment\n"
                        "[limits]\n"
@@ -112,6 +131,7 @@ Test(config, every_key, .timeout = 5)
     cr_assert_str_eq(c.http_listen.host, "::1");
     cr_assert_eq(c.http_listen.port, 0);
     cr_assert_not(c.echo_listen.enabled);
+    cr_assert_eq(c.echo_idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
     cr_assert_eq(c.limits.max_request_line, 1024);
     cr_assert_eq(c.limits.max_header_bytes, 2048);
@@ -208,8 +228,9 @@ Test(config, bad_enums, .timeout = 5)
                  "got \"journal\"");
     expect_error("[log]\naccess_format = common\n",
                  "test.conf:2: [log] access_format: expected combined or json, got \"common\"");
-    expect_error("[http]\nlisten = 127.0.0.1:1\nreuseport = 1\n",
-                 "test.conf:3: [http] reuseport: expected on or off, got \"1\"");
+    expect_error("[http]\nlisten = 127.0.0.1:1\nreuseport = 2\n",
+                 "test.conf:3: [http] reuseport: expected on, yes, true or 1, or off, no, false "
+                 "or 0 (any case), got \"2\"");
 }
 
 Test(config, log_files_format_and_reuseport, .timeout = 5)
@@ -390,4 +411,138 @@ Test(config, load_file_errors_name_the_path, .timeout = 5)
     cr_assert_eq(c.http_listen.port, 0);
     cr_assert_str_eq(c.source, path);
     unlink(path);
+}
+
+/* A NUL byte is an error on its line: fgets() and strlen() would hide the rest of the line
+ * from the check (and from `cat`) and count lines wrong after it. */
+Test(config, nul_bytes_are_errors, .timeout = 5)
+{
+    static const char one[] = "[limits]\nmax_headers = 7\0 junk\nmax_body_bytes = 5\n";
+    static const char hidden[] = "[limits]\n; a comment\0\nmax_headers = 7\n";
+    static const char start[] = "\0[limits]\nmax_headers = 7\n";
+    static const char late[] = "[limits]\n\nmax_headers = 7\n\n\nmax_body_bytes = 5\0\n";
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse_n(&c, one, sizeof(one) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:2: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, hidden, sizeof(hidden) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:2: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, start, sizeof(start) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:1: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, late, sizeof(late) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:6: NUL byte: the file is not text");
+
+    /* 100,000 NULs are not an empty, valid file. */
+    static char zeros[100000];
+    cr_assert_eq(parse_n(&c, zeros, sizeof(zeros), &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:1: NUL byte: the file is not text");
+}
+
+/* The reader stops at MD_CONFIG_FILE_MAX bytes, so an endless stream ends too. */
+Test(config, stream_larger_than_the_cap, .timeout = 5)
+{
+    size_t len = MD_CONFIG_FILE_MAX + 1;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    memcpy(text, "[limits]\n", 9);
+    for (size_t i = 9; i < len; i += 10)
+        memcpy(text + i, "; comment\n", len - i < 10 ? len - i : 10);
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse_n(&c, text, len, &err), -EINVAL);
+    char want[128];
+    snprintf(want, sizeof(want), "test.conf:%zu: file larger than %d bytes",
+             ((size_t)MD_CONFIG_FILE_MAX - 9) / 10 + 2, MD_CONFIG_FILE_MAX);
+    cr_assert_str_eq(err.msg, want);
+    /* Exactly at the cap is fine. */
+    cr_assert_eq(parse_n(&c, text, len - 1, &err), 0, "%s", err.msg);
+    free(text);
+}
+
+/* Only regular files: a device, a directory or a FIFO would never end or never be text. */
+Test(config, load_regular_files_only, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(md_config_load(&c, "/dev/zero", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/dev/zero: not a regular file");
+    cr_assert_eq(md_config_load(&c, "/dev/null", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/dev/null: not a regular file");
+    cr_assert_eq(md_config_load(&c, "/tmp", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/tmp: not a regular file");
+
+    char path[] = "/tmp/magpied-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, MD_CONFIG_FILE_MAX + 1), 0);
+    close(fd);
+    cr_assert_eq(md_config_load(&c, path, &err), -EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want), "%s: larger than %d bytes", path, MD_CONFIG_FILE_MAX);
+    cr_assert_str_eq(err.msg, want);
+    unlink(path);
+}
+
+/* One boolean grammar for every boolean key, in the file and in --set: on/off, yes/no,
+ * true/false, 1/0, in any case; the error lists it. */
+Test(config, booleans, .timeout = 5)
+{
+    static const char *const keys[][2] = {{"http", "reuseport"}, {"echo", "reuseport"}};
+    static const char *const yes[] = {"on", "ON", "On", "yes", "YES", "true", "True", "1"};
+    static const char *const no[] = {"off", "OFF", "no", "No", "false", "FALSE", "0"};
+    static const char *const bad[] = {"2", "enable", "y", "onn", "o n", "01", "", "-1", "nein"};
+    for (size_t k = 0; k < 2; k++) {
+        bool want_http = k == 0;
+        for (int v = 0; v < 2; v++) {
+            const char *const *words = v ? yes : no;
+            size_t n = v ? sizeof(yes) / sizeof(yes[0]) : sizeof(no) / sizeof(no[0]);
+            for (size_t i = 0; i < n; i++) {
+                char text[256], set[128];
+                md_config c;
+                md_error err = {{0}};
+                snprintf(text, sizeof(text), "[%s]\n%s = %s\n", keys[k][0], keys[k][1], words[i]);
+                cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+                bool got = want_http ? c.http_reuseport : c.echo_reuseport;
+                cr_assert_eq(got, v != 0, "%s", text);
+                md_config_init(&c);
+                c.http_reuseport = c.echo_reuseport = v == 0;
+                snprintf(set, sizeof(set), "%s.%s=%s", keys[k][0], keys[k][1], words[i]);
+                cr_assert_eq(md_config_set(&c, set, &err), 0, "%s", err.msg);
+                got = want_http ? c.http_reuseport : c.echo_reuseport;
+                cr_assert_eq(got, v != 0, "%s", set);
+            }
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            char text[256], want[256], set[128];
+            snprintf(text, sizeof(text), "[%s]\n%s = %s\n", keys[k][0], keys[k][1], bad[i]);
+            snprintf(want, sizeof(want),
+                     "test.conf:2: [%s] %s: expected on, yes, true or 1, or off, no, false or 0 "
+                     "(any case), got \"%s\"",
+                     keys[k][0], keys[k][1], bad[i]);
+            expect_error(text, want);
+            md_config c;
+            md_error err = {{0}};
+            md_config_init(&c);
+            snprintf(set, sizeof(set), "%s.%s=%s", keys[k][0], keys[k][1], bad[i]);
+            cr_assert_eq(md_config_set(&c, set, &err), -EINVAL, "accepted: %s", set);
+            snprintf(want, sizeof(want),
+                     "--set: [%s] %s: expected on, yes, true or 1, or off, no, false or 0 "
+                     "(any case), got \"%s\"",
+                     keys[k][0], keys[k][1], bad[i]);
+            cr_assert_str_eq(err.msg, want);
+        }
+    }
+}
+
+Test(config, echo_idle_timeout_range, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[echo]\nidle_timeout_ms = 3600000\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.echo_idle_timeout_ms, 3600000);
+    expect_error("[echo]\nidle_timeout_ms = 3600001\n",
+                 "test.conf:2: [echo] idle_timeout_ms: expected an integer in 0..3600000, got "
+                 "\"3600001\"");
+    cr_assert_eq(md_config_set(&c, "echo.idle_timeout_ms=250", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.echo_idle_timeout_ms, 250);
 }

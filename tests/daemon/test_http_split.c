@@ -109,6 +109,38 @@ Test(http_split, malformed_and_smuggling)
     expect_no_leaks();
 }
 
+/* The request-line and field checks that look at bytes one span at a time: Host values,
+ * target bytes, "*", OPTIONS, CONNECT, versions, chunk ends, an empty Transfer-Encoding. */
+Test(http_split, rfc_rules)
+{
+    static const char *const tails[] = {
+        "GET / HTTP/1.1\r\nHost: user@host\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a, b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost:   \r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+        "GET /a{b HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /a\x80 HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+        "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+        "GET / HTTP/9.9\r\nHost: a\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "3\r\nabcXY0\r\n\r\n",
+    };
+    char in[4096];
+    for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+        snprintf(in, sizeof(in),
+                 "GET / HTTP/1.1\r\nHost: [::1]:80  \r\n\r\n%s"
+                 "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+                 tails[i]);
+        check_splits_str(in);
+    }
+    check_splits_str("OPTIONS * HTTP/1.1\r\nHost: a:1\r\n\r\nOPTIONS /echo HTTP/1.2\r\nHost: a\r\n"
+                     "\r\nPOST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "3;a;b=\"c\";d=e\r\nabc\r\n0\r\n\r\nGET /?q=%41 HTTP/1.1\r\nHost: a\r\n\r\n");
+    expect_no_leaks();
+}
+
 Test(http_split, limits)
 {
     char in[4096];

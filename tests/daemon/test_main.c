@@ -138,6 +138,40 @@ Test(magpied, bad_input_gets_an_error_and_the_daemon_keeps_serving, .timeout = 6
     cr_assert_eq(stop(&d), 0);
 }
 
+/* Framing over a real socket: chunk data not followed by CRLF is one 400 and nothing after it
+ * (the GET smuggled behind it is never answered); a body that never completes never gets a
+ * 200, whether the peer gives up (EOF) or stalls (the body timeout: 408). */
+Test(magpied, bad_chunk_end_and_incomplete_body_get_no_200, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.body_timeout_ms=200", NULL};
+    daemon_proc d = start(extra);
+    static char resp[8192];
+
+    const char *bad_chunk = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "3\r\nabcXY0\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    int fd = test_connect(d.http);
+    test_write_all(fd, bad_chunk, strlen(bad_chunk));
+    read_some(fd, resp, sizeof resp, NULL, 0); /* until the close */
+    close(fd);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 400", 12), 0, "%s", resp);
+    cr_assert_null(strstr(resp + 12, "HTTP/1.1"), "a second response:\n%s", resp);
+
+    const char *half = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello";
+    fd = test_connect(d.http);
+    test_write_all(fd, half, strlen(half));
+    shutdown(fd, SHUT_WR);
+    cr_assert_eq(read_some(fd, resp, sizeof resp, NULL, 0), 0, "answered:\n%s", resp);
+    close(fd);
+
+    fd = test_connect(d.http);
+    test_write_all(fd, half, strlen(half));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 408", 12), 0, "%s", resp);
+    cr_assert_null(strstr(resp, "hello"), "%s", resp);
+    cr_assert_eq(stop(&d), 0);
+}
+
 typedef struct pusher {
     int fd;
     const char *data;
@@ -182,7 +216,7 @@ Test(magpied, echo_port_returns_one_mebibyte, .timeout = 60)
 
 Test(magpied, max_connections_pauses_accepting, .timeout = 60)
 {
-    const char *extra[] = {"--set", "limits.max_connections=2", NULL};
+    const char *extra[] = {"--set", "echo.max_connections=2", NULL};
     daemon_proc d = start(extra);
     int a = test_connect(d.echo), b = test_connect(d.echo);
     test_write_all(a, "a", 1);
@@ -198,6 +232,36 @@ Test(magpied, max_connections_pauses_accepting, .timeout = 60)
     cr_assert_eq(poll(&pfd, 1, 5000), 1, "not served once a connection closed");
     cr_assert_eq(read(c, &c1, 1), 1);
     cr_assert_eq(c1, 'c');
+    close(b);
+    close(c);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* An echo peer that neither sends nor reads for [echo] idle_timeout_ms is closed, so idle echo
+ * sockets cannot hold every slot of [echo] max_connections for ever. */
+Test(magpied, idle_echo_connections_time_out, .timeout = 60)
+{
+    const char *extra[] = {"--set", "echo.max_connections=2", "--set", "echo.idle_timeout_ms=300",
+                           NULL};
+    daemon_proc d = start(extra);
+    int a = test_connect(d.echo), b = test_connect(d.echo);
+    test_write_all(a, "a", 1);
+    char ch;
+    cr_assert_eq(read(a, &ch, 1), 1);
+    /* Both slots are held; a third peer waits in the backlog until an idle one is closed. */
+    int c = test_connect(d.echo);
+    test_write_all(c, "c", 1);
+    struct pollfd pfd = {.fd = c, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "not served: the idle peers kept their slots");
+    cr_assert_eq(read(c, &ch, 1), 1);
+    /* The idle ones were closed by the daemon: EOF, not a timeout of ours. */
+    pfd.fd = a;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1);
+    cr_assert_eq(read(a, &ch, 1), 0);
+    pfd.fd = b;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1);
+    cr_assert_eq(read(b, &ch, 1), 0);
+    close(a);
     close(b);
     close(c);
     cr_assert_eq(stop(&d), 0);
@@ -254,6 +318,11 @@ Test(magpied, config_check, .timeout = 30)
     cr_assert(strstr(out, "max_body_bytes"), "%s", out);
     cr_assert(strstr(out, "rc=1"), "%s", out);
     unlink("/tmp/magpied-bad.conf");
+    /* A device is refused at once, not read for ever. */
+    snprintf(cmd, sizeof cmd, "timeout 20 %s -t -c /dev/zero 2>&1; echo rc=$?", exe);
+    out = run(cmd);
+    cr_assert(strstr(out, "/dev/zero: not a regular file"), "%s", out);
+    cr_assert(strstr(out, "rc=1"), "%s", out);
 }
 
 Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)

@@ -63,7 +63,7 @@ Test(metrics, counters_and_gauge)
     md_metrics_conn_opened(&m, MD_LISTENER_HTTP);
     md_metrics_conn_opened(&m, MD_LISTENER_HTTP);
     md_metrics_conn_opened(&m, MD_LISTENER_ECHO);
-    md_metrics_conn_closed(&m, MD_LISTENER_HTTP);
+    md_metrics_conn_closed(&m, MD_LISTENER_HTTP, MD_CLOSE_SEND_TIMEOUT);
     md_metrics_bytes(&m, MD_LISTENER_ECHO, 10, 20);
     md_metrics_shard *s = md_metrics_local(&m);
     md_metrics_add(&s->responses[1], 5);
@@ -76,6 +76,14 @@ Test(metrics, counters_and_gauge)
     cr_assert_eq(sample(t, "magpied_connections_open{listener=\"http\"}"), 1);
     cr_assert_eq(sample(t, "magpied_connections_open{listener=\"echo\"}"), 1);
     cr_assert_eq(sample(t, "magpied_connections_total{listener=\"http\"}"), 2);
+    cr_assert_eq(
+        sample(t, "magpied_connections_closed_total{listener=\"http\",reason=\"send_timeout\"}"),
+        1);
+    cr_assert_eq(
+        sample(t, "magpied_connections_closed_total{listener=\"echo\",reason=\"send_timeout\"}"),
+        0);
+    cr_assert_eq(
+        sample(t, "magpied_connections_closed_total{listener=\"http\",reason=\"peer_closed\"}"), 0);
     cr_assert_eq(sample(t, "magpied_received_bytes_total{listener=\"echo\"}"), 10);
     cr_assert_eq(sample(t, "magpied_sent_bytes_total{listener=\"echo\"}"), 20);
     cr_assert_eq(sample(t, "magpied_http_responses_total{code=\"2xx\"}"), 5);

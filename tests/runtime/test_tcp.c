@@ -393,3 +393,46 @@ Test(tcp, interrupt_reaches_a_task_waiting_for_input, .timeout = 30)
     close(fd);
     server_stop(s);
 }
+
+/* Read buffers are held only while there is input: an idle stream (its data echoed and
+ * consumed, the task waiting for more) holds none, and each comes back for the next read. */
+Test(tcp, an_idle_stream_holds_no_read_buffer, .timeout = 30)
+{
+    server *s = server_start(2, MODE_ECHO, 0, 0);
+    enum { N = 8 };
+    int fds[N];
+    char back[16];
+    for (int i = 0; i < N; i++) {
+        fds[i] = test_connect(s->port);
+        test_write_all(fds[i], "hello", 5);
+        read_exact(fds[i], back, 5);
+    }
+    while (atomic_load(&s->accepted) < N)
+        sched_yield();
+    /* The echo is written before the task consumes it and waits again: wait for that. */
+    size_t in_use = 1, pooled = 0;
+    for (int waited = 0; waited < 10000 && in_use != 0; waited++) {
+        mp_tcp_buffer_stats(&in_use, &pooled);
+        if (in_use != 0)
+            usleep(1000);
+    }
+    cr_assert_eq(in_use, 0, "%zu idle streams hold a read buffer", in_use);
+    cr_assert_leq(pooled, N, "more buffers kept than were ever in use");
+    /* A buffer comes back with the next bytes, from the pool. */
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < N; i++) {
+            test_write_all(fds[i], "again", 5);
+            read_exact(fds[i], back, 5);
+            cr_assert_eq(memcmp(back, "again", 5), 0);
+        }
+    size_t after = 0;
+    mp_tcp_buffer_stats(NULL, &after);
+    cr_assert_leq(after, N);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    while (atomic_load(&s->closed) < N)
+        sched_yield();
+    mp_tcp_buffer_stats(&in_use, NULL);
+    cr_assert_eq(in_use, 0, "closed streams gave their buffers back");
+    server_stop(s);
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# loadtest/http/idle-memory.sh: memory per idle keep-alive connection, magpied beside nginx.
+#
+#   loadtest/http/idle-memory.sh                    1000, 10000 and 50000 connections
+#   COUNTS="1000 10000" SERVERS=magpied loadtest/http/idle-memory.sh
+#
+# For each server and each count N, in one run: start the server fresh on 127.0.0.1 and a
+# free port, answer one GET / (so its threads and workers are up), read its RSS ("before");
+# open N keep-alive connections with idle_clients.c (one GET / on each, response read, then
+# kept open and idle) and read the RSS again ("with"); stop the client (its connections
+# close), wait SETTLE seconds and read it once more ("after"). RSS is VmRSS summed over the
+# server's processes (nginx: master and workers). Prints a Markdown table; per connection is
+# (with - before) / N, returned is (with - after) / (with - before).
+#
+# Runs as root to raise RLIMIT_NOFILE on both sides (ulimit -n in the server's subshell; the
+# client raises its own); where even root may not raise the hard limit (a container without
+# CAP_SYS_RESOURCE), counts above it are skipped with a row saying so. Loopback only; every process it starts it stops by its PID, also on
+# Ctrl-C; each step is bounded in time (READY_TIMEOUT).
+
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+COUNTS=${COUNTS:-1000 10000 50000}
+SERVERS=${SERVERS:-magpied nginx}
+SETTLE=${SETTLE:-3}
+READY_TIMEOUT=${READY_TIMEOUT:-180}
+OUTDIR=${OUTDIR:-$ROOT/build/loadtest}
+MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+CLIENT=$OUTDIR/bin/idle_clients
+RUN=$(mktemp -d /tmp/idle-memory.XXXXXX)
+chmod 755 "$RUN" # nginx workers run as nobody
+
+die() {
+    echo "idle-memory: $*" >&2
+    exit 1
+}
+
+SERVER_PID=
+CLIENT_PID=
+stop_pid() { # PID: TERM, up to 10 s, then KILL
+    local pid=$1
+    [[ -n $pid ]] || return 0
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+    stop_pid "$CLIENT_PID"
+    stop_pid "$SERVER_PID"
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[[ $(id -u) == 0 ]] || die "run as root (RLIMIT_NOFILE for 50000 connections)"
+[[ -x $MAGPIED ]] || make -C "$ROOT" -j2 build/release/magpied >&2
+mkdir -p "$OUTDIR/bin"
+cc -O2 -Wall -o "$CLIENT" "$HERE/idle_clients.c"
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# VmRSS in KiB of PID and its children.
+rss_kib() {
+    local total=0 p
+    for p in $1 $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+    done
+    echo "$total"
+}
+
+wait_port() {
+    for _ in $(seq $((READY_TIMEOUT * 10))); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+start_server() { # NAME PORT N
+    local name=$1 port=$2 n=$3 nofile=$(($3 + 512))
+    case $name in
+    magpied)
+        (ulimit -n "$nofile" && exec "$MAGPIED" -c "$ROOT/config/magpied.conf" \
+            --set "http.listen=127.0.0.1:$port" --set "echo.listen=" \
+            --set "limits.max_connections=$((n + 100))" \
+            --set "limits.keepalive_timeout_ms=600000" >"$RUN/magpied.out" 2>&1) &
+        ;;
+    nginx)
+        sed -e "s|@WORKERS@|auto|; s|@PORT@|$port|g; s|@RUNDIR@|$RUN|g" \
+            -e "s|worker_connections 4096;|worker_connections $((n + 256));|" \
+            -e "s|keepalive_timeout 75s;|keepalive_timeout 600s;|" \
+            -e "s|^daemon off;|daemon off;\nworker_rlimit_nofile $nofile;|" \
+            "$ROOT/loadtest/peers/nginx/nginx.conf.in" >"$RUN/nginx.conf"
+        (ulimit -n "$nofile" && exec "$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" \
+            -e "$RUN/nginx-error.log") &
+        ;;
+    esac
+    SERVER_PID=$!
+    wait_port "$port" || die "$name did not listen on $port"
+}
+
+echo "| server | connections | RSS before (KiB) | RSS with (KiB) | RSS after (KiB) | per connection (KiB) | returned |"
+echo "|---|---|---|---|---|---|---|"
+for n in $COUNTS; do
+    # Both sides need n descriptors: without CAP_SYS_RESOURCE the hard limit caps n.
+    if ! (ulimit -n $((n + 512))) 2>/dev/null; then
+        echo "| (all) | $n | skipped: ulimit -n $((n + 512)) not permitted (hard limit $(ulimit -Hn)) | | | | |"
+        continue
+    fi
+    for name in $SERVERS; do
+        port=$(free_port)
+        start_server "$name" "$port" "$n"
+        curl -s -o /dev/null "http://127.0.0.1:$port/" || die "$name: GET / failed"
+        sleep 1
+        before=$(rss_kib "$SERVER_PID")
+        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" >"$RUN/client.out" 2>&1 &
+        CLIENT_PID=$!
+        for _ in $(seq $((READY_TIMEOUT * 10))); do
+            grep -q '^ready' "$RUN/client.out" 2>/dev/null && break
+            kill -0 "$CLIENT_PID" 2>/dev/null || die "$name: client failed: $(cat "$RUN/client.out")"
+            sleep 0.1
+        done
+        grep -q '^ready' "$RUN/client.out" || die "$name: $n connections not ready in time"
+        sleep "$SETTLE"
+        with=$(rss_kib "$SERVER_PID")
+        stop_pid "$CLIENT_PID"
+        CLIENT_PID=
+        sleep "$SETTLE"
+        after=$(rss_kib "$SERVER_PID")
+        stop_pid "$SERVER_PID"
+        SERVER_PID=
+        awk -v s="$name" -v n="$n" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
+            per = (w - b) / n; ret = (w > b) ? 100 * (w - a) / (w - b) : 0;
+            printf "| %s | %d | %d | %d | %d | %.2f | %.0f%% |\n", s, n, b, w, a, per, ret }'
+    done
+done

@@ -1,0 +1,124 @@
+/* idle_clients: open N keep-alive connections to 127.0.0.1:PORT, send one GET / on each, read
+ * its response, and keep them all open, idle, until SIGTERM (the kernel closes them as the
+ * process ends) or HOLD seconds pass. For loadtest/http/idle-memory.sh.
+ *
+ *   idle_clients PORT N [HOLD_SECONDS]        prints "ready N" once every response is in
+ *
+ * Loopback only. More than 20000 connections come from 127.0.0.2, 127.0.0.3, ... (with
+ * IP_BIND_ADDRESS_NO_PORT), so that the ephemeral port range of one source address does not
+ * run out. Raises its own RLIMIT_NOFILE to fit N (as root, also the hard limit).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT 24
+#endif
+
+enum { PER_SOURCE = 20000 };
+
+static int open_one(int port, int i)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (uint32_t)(i / PER_SOURCE));
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Read one response to GET /: the head and Content-Length bytes of body. 0 or -1. */
+static int read_response(int fd)
+{
+    char buf[4096];
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) != 1)
+            return -1;
+        ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+        buf[got] = 0;
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end == NULL)
+            continue;
+        const char *cl = strcasestr(buf, "\r\ncontent-length:");
+        size_t body = cl ? strtoul(cl + 17, NULL, 10) : 0;
+        if (got >= (size_t)(end + 4 - buf) + body)
+            return 0;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PORT N [HOLD_SECONDS]\n", argv[0]);
+        return 2;
+    }
+    int port = atoi(argv[1]), n = atoi(argv[2]);
+    int hold = argc > 3 ? atoi(argv[3]) : 600;
+    struct rlimit rl = {.rlim_cur = (rlim_t)n + 64, .rlim_max = (rlim_t)n + 64};
+    /* Only as far as needed: raising the hard limit needs CAP_SYS_RESOURCE. */
+    struct rlimit old;
+    getrlimit(RLIMIT_NOFILE, &old);
+    if (old.rlim_max > rl.rlim_max)
+        rl.rlim_max = old.rlim_max;
+    if (old.rlim_cur < rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        fprintf(stderr, "idle_clients: RLIMIT_NOFILE %d: %s\n", n + 64, strerror(errno));
+        return 1;
+    }
+    int *fds = calloc((size_t)n, sizeof *fds);
+    static const char req[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    /* In batches: connect and send a batch, then read its responses. */
+    enum { BATCH = 500 };
+    for (int at = 0; at < n; at += BATCH) {
+        int end = at + BATCH < n ? at + BATCH : n;
+        for (int i = at; i < end; i++) {
+            fds[i] = open_one(port, i);
+            if (fds[i] < 0 || write(fds[i], req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+                fprintf(stderr, "idle_clients: connection %d: %s\n", i, strerror(errno));
+                return 1;
+            }
+        }
+        for (int i = at; i < end; i++)
+            if (read_response(fds[i]) != 0) {
+                fprintf(stderr, "idle_clients: no response on connection %d\n", i);
+                return 1;
+            }
+    }
+    printf("ready %d\n", n);
+    fflush(stdout);
+    /* Hold them until SIGTERM ends the process, or at most `hold` seconds. */
+    for (time_t until = time(NULL) + hold; time(NULL) < until;)
+        sleep(1);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    free(fds);
+    return 0;
+}
