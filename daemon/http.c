@@ -131,10 +131,12 @@ static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, ui
     c->srv->access_log(c->srv->access_log_arg, c, &x);
 }
 
-/* Every response passes here once, with the bytes of its body (0 for HEAD). */
+/* Every response passes here once, with the bytes of its body (0 for HEAD). Its duration: from
+ * the read that brought the request's first byte (req.start_ns) to now, as it is queued. */
 static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
 {
-    uint64_t ns = c->now_ns > c->req->start_ns ? c->now_ns - c->req->start_ns : 0;
+    uint64_t now = c->srv->mono_clock != NULL ? c->srv->mono_clock() : c->now_ns;
+    uint64_t ns = now > c->req->start_ns ? now - c->req->start_ns : 0;
     if (c->srv->access_log != NULL)
         log_exchange(c, code, body_bytes, ns);
     if (c->srv->metrics == NULL)

@@ -18,8 +18,8 @@
  * one md_outbuf, so a pipelined batch is answered with one write. After the first response
  * that closes (an error, "Connection: close", the request limit), no further input is parsed.
  *
- * Times are monotonic nanoseconds from the caller (uv_hrtime()); the Date header comes from
- * srv->clock.
+ * Times are monotonic nanoseconds from the caller (uv_hrtime()), and from srv->mono_clock for
+ * the end of a request's duration; the Date header comes from srv->clock.
  */
 #ifndef MD_HTTP_H
 #define MD_HTTP_H
@@ -90,6 +90,11 @@ typedef struct md_http_server {
     int (*metrics_text)(void *arg, md_outbuf *out);
     void *metrics_arg;
     time_t (*clock)(void); /* wall clock for Date, read once per entry point; NULL: time() */
+    /* Monotonic ns (uv_hrtime fits), read as each response is queued: a request's duration
+     * runs from the read that brought its first byte to then, so one answered within that
+     * read takes its real time too. NULL: the entry point's now (durations inside one feed
+     * are then 0). */
+    uint64_t (*mono_clock)(void);
     /* Called once per response when set; NULL: Referer and User-Agent are not even kept. */
     void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
     void *access_log_arg;

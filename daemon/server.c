@@ -817,6 +817,7 @@ static md_http_gen *http_gen_new(md_server *s, const md_config *cfg)
     g->http.metrics = &s->metrics;
     g->http.metrics_text = md_metrics_text;
     g->http.metrics_arg = &s->metrics;
+    g->http.mono_clock = uv_hrtime;
     if (cfg->access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;
     atomic_init(&g->http.newer, NULL);

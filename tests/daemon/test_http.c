@@ -1241,3 +1241,37 @@ Test(http, incomplete_large_echo_body_ends_short)
     session_close(&s);
     expect_no_leaks();
 }
+
+/* A clock that moves 250 us each time it is read. */
+static uint64_t ticks;
+static uint64_t ticking_clock(void)
+{
+    return T0 + (ticks += 250000);
+}
+
+/* A request whose bytes come in one read takes the time until its response is queued, not
+ * 0: durations end at srv.mono_clock. Two pipelined in one read: each from that read. */
+Test(http, request_duration_runs_to_the_response_within_one_read)
+{
+    md_metrics_init(&metrics);
+    srv.metrics = &metrics;
+    srv.mono_clock = ticking_clock;
+    ticks = 0;
+    struct session s;
+    session_open(&s);
+    feed_at(&s, T0, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n",
+            strlen("GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n"));
+    md_outbuf out;
+    md_outbuf_init(&out);
+    cr_assert_eq(md_metrics_format(&metrics, &out), 0);
+    const char *p = md_outbuf_pending_data(&out);
+    size_t n = md_outbuf_pending(&out);
+    /* 250 us for the first, 500 us for the second. */
+    expect_has(p, n, "magpied_http_request_duration_seconds_bucket{le=\"0.00025\"} 1\n");
+    expect_has(p, n, "magpied_http_request_duration_seconds_bucket{le=\"0.0005\"} 2\n");
+    expect_has(p, n, "magpied_http_request_duration_seconds_sum 0.000750000\n");
+    expect_has(p, n, "magpied_http_request_duration_seconds_count 2\n");
+    md_outbuf_free(&out);
+    session_close(&s);
+    expect_no_leaks();
+}
