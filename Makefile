@@ -6,6 +6,7 @@
 #   make test SANITIZE=thread       the same under ThreadSanitizer      (build/tsan/)
 #   make test SANITIZE=address,undefined  ... under ASan + UBSan        (build/asan/)
 #   make test-repeat N=20           the suites that start threads, N times each (flakes)
+#   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
 #   make check                      build and run every suite (installs nothing)
@@ -124,7 +125,7 @@ DEPS ?= .ci/deps.sh
 
 # Targets that install or only recurse need nothing yet; any other goal builds, and stops
 # here when a package it builds from is missing (`make deps` installs them).
-NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat lint lint-check clean bench
+NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress lint lint-check clean bench
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   MISSING_DEB_PKGS := $(strip $(shell $(DEPS) --missing $(BUILD_DEB_PKGS)))
   ifneq ($(MISSING_DEB_PKGS),)
@@ -132,7 +133,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: all check build-tests lint-check test test-repeat run bench clean install lint deps test-deps lint-deps
+.PHONY: all check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -254,6 +255,16 @@ test-repeat:
 	@$(SUBMAKE) test-deps
 	@$(SUBMAKE) $(THREAD_TEST_BINS)
 	@tests/run-suites.sh --repeat $(N) $(VARIANT) $(THREAD_TEST_BINS)
+
+# The user-shaped stress (tests/runtime/test_api_stress.c, also with the 4-slot ring) for
+# minutes, a new seed each run: `make stress SANITIZE=thread STRESS_MINUTES=30`.
+STRESS_MINUTES ?= 10
+STRESS_WORKERS ?= 1,2,4,16
+STRESS_BINS := $(B)/tests/runtime/test_api_stress $(B)/tests/runtime/test_api_stress-q4
+stress:
+	@$(SUBMAKE) test-deps
+	@$(SUBMAKE) $(STRESS_BINS)
+	@tests/stress.sh $(STRESS_MINUTES) $(STRESS_WORKERS) $(STRESS_BINS)
 
 bench:
 	loadtest/runtime/compare.sh
