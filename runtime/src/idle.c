@@ -156,7 +156,8 @@ bool mp__idle_take_slot(mp__idle *idle, unsigned *idx)
     pthread_mutex_lock(&idle->mu);
     bool got = take_unstarted_locked(idle, idx);
     if (got) {
-        /* seq_cst: as in mp__idle_worker_to_notify(): the new worker starts as a searcher. */
+        /* seq_cst: the new worker starts as a searcher; pairs with the notifiers' loads and the
+         * parkers' RMWs, as in mp__idle_worker_to_notify(). */
         atomic_fetch_add_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
     }
     pthread_mutex_unlock(&idle->mu);

@@ -226,6 +226,7 @@ int mp__runtime_ensure_worker(mp_runtime *rt)
         return 0;
     int rc = 0;
     pthread_mutex_lock(&rt->first_start_mu);
+    /* Acquire: pairs with start_worker()'s release increment, as above. */
     while (atomic_load_explicit(&rt->workers_live, memory_order_acquire) == 0) {
         unsigned idx;
         if (mp__idle_take_slot(&rt->idle, &idx)) {

@@ -381,3 +381,45 @@ Test(runtime, shutdown_waits_for_a_joiner_polling_inline, .timeout = 60)
     cr_assert_eq((int)(intptr_t)rc, -ECANCELED);
     mp_runtime_free(rt);
 }
+
+/* Two threads shut down at once: the second waits for the first to finish and returns
+ * -EALREADY, after which freeing is safe (it used to return at once, mid-shutdown). */
+static _Atomic int shutdowns_returned;
+
+static void *shutdown_rc_thread(void *rt)
+{
+    int rc = mp_runtime_shutdown(rt);
+    atomic_fetch_add(&shutdowns_returned, 1);
+    return (void *)(intptr_t)rc;
+}
+
+Test(runtime, concurrent_shutdowns_both_return_after_it_is_done, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    mp_runtime *rt = rt_with(&cfg);
+    blocker b = {0};
+    mp_task_init(&b.task, &blocker_vt);
+    atomic_store(&b.hold, true);
+    cr_assert_eq(mp_spawn(rt, &b.task), 0);
+    while (!atomic_load(&b.inside))
+        sched_yield();
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, shutdown_rc_thread, rt), 0);
+    while (!atomic_load(&rt->stop))
+        sched_yield();
+    usleep(20000); /* both callers are in now; neither may return while b still runs */
+    cr_assert_eq(atomic_load(&shutdowns_returned), 0, "a shutdown returned mid-shutdown");
+    atomic_store(&b.hold, false);
+    int rcs[2];
+    for (int i = 0; i < 2; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        rcs[i] = (int)(intptr_t)rc;
+    }
+    cr_assert((rcs[0] == 0 && rcs[1] == -EALREADY) || (rcs[0] == -EALREADY && rcs[1] == 0),
+              "%d %d", rcs[0], rcs[1]);
+    mp_runtime_free(rt);
+}

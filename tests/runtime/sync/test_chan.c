@@ -158,3 +158,69 @@ Test(chan, cancelled_sender_passes_the_room_on, .timeout = 10)
     cr_assert_eq((uintptr_t)v, 3);
     mp_chan_destroy(&c);
 }
+
+/* NULL is a value like any other. */
+Test(chan, null_values_are_values)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 2), 0);
+    cr_assert_eq(mp_chan_try_send(&c, NULL), 0);
+    void *v = &c;
+    cr_assert_eq(mp_chan_try_recv(&c, &v), 0);
+    cr_assert_null(v);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EAGAIN);
+    mp_chan_destroy(&c);
+}
+
+/* A receiver task cancelled while it waits gives its waker back with mp_chan_cancel_recv()
+ * and is released at once; without it the channel would keep the task referenced. */
+typedef struct receiver {
+    mp_task task;
+    mp_chan *c;
+    _Atomic int waiting, released;
+} receiver;
+
+static mp_poll receiver_poll(mp_task *t, mp_context *cx)
+{
+    receiver *r = mp_container_of(t, receiver, task);
+    void *v;
+    int err;
+    mp_poll p = mp_chan_recv_poll(r->c, cx, &v, &err);
+    atomic_store(&r->waiting, p == MP_PENDING);
+    return p;
+}
+
+static void receiver_cancel(mp_task *t)
+{
+    mp_chan_cancel_recv(mp_container_of(t, receiver, task)->c);
+}
+
+static void receiver_release(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, receiver, task)->released, 1);
+}
+
+static const mp_task_vtable receiver_vt = {
+    .poll = receiver_poll, .cancel = receiver_cancel, .release = receiver_release};
+
+Test(chan, cancelled_receiver_gives_its_waker_back, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 1;
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 1), 0);
+    receiver r = {.c = &c};
+    mp_task_init(&r.task, &receiver_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &r.task), 0);
+    while (!atomic_load(&r.waiting))
+        sched_yield();
+    mp_task_cancel(&r.task);
+    cr_assert_eq(mp_join(&r.task), -ECANCELED);
+    cr_assert_eq(atomic_load(&r.released), 1, "the channel still held a reference");
+    cr_assert(mp_waker_is_empty(&c.rx_waker));
+    mp_chan_destroy(&c);
+    mp_runtime_free(rt);
+}
