@@ -56,7 +56,8 @@ typedef struct md_metrics_shard {
     atomic_uint_fast64_t latency_sum_ns;
 } md_metrics_shard;
 
-/* Appends more exposition text (the runtime's counters, later) after the daemon's own. */
+/* Appends more exposition text (the runtime's and process counters, from server.c) after the
+ * daemon's own. */
 typedef int (*md_metrics_extra_fn)(void *arg, md_outbuf *out);
 
 typedef struct md_metrics {

@@ -1,6 +1,6 @@
 /* md_outbuf: the bytes a connection owes its peer.
  *
- * The sans-I/O cores (http.c, and the echo task later) append whole responses here; the I/O
+ * The sans-I/O core (http.c) appends whole responses here; the I/O
  * layer writes data[head..len) with one write/writev, reports how much the kernel took with
  * md_outbuf_consume(), and appends never move bytes that are still owed. One buffer per
  * connection is enough, and it is reused: steady keep-alive traffic allocates nothing.

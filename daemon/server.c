@@ -19,8 +19,8 @@
  * are closed and nothing changes. Otherwise the old listeners of changed addresses close,
  * unchanged ones are not touched (their sockets and backlogs carry on), and the HTTP limits
  * are published as a new generation that each connection picks up at its next request (see
- * md_http_server in http.h). Generations are freed with the server: a reload costs one small
- * allocation for the life of the process.
+ * md_http_server in http.h). Each generation counts the connections at it; the loop frees the
+ * oldest ones once none is left at them (at every close and reload), never the newest.
  */
 #include "server.h"
 

@@ -2,10 +2,13 @@
  *
  * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
  * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
- * lock), "immutable after start". Files: task.c (state word, wakers, join), queue.c (the
- * per-worker ring), inject.c (global queue), owned.c (registry of live tasks, for shutdown),
- * idle.c (searching/parked accounting), park.c (futex park word), worker.c (the loop),
- * runtime.c (create, lazy spawn, shutdown, stats).
+ * lock), "immutable after start". Files: task.c (state word, wakers, join), waker.c (the
+ * waker handle, blocking a plain thread), queue.c (the per-worker ring), inject.c (global
+ * queue), owned.c (registry of live tasks, for shutdown), idle.c (searching/parked
+ * accounting), park.c (futex park word), worker.c (the loop), runtime.c (create, lazy spawn,
+ * shutdown, stats), reactor.c (the libuv loop, the driver role, timer driving), timer.c (the
+ * timer wheel), tcp.c (TCP streams for tasks), sync/ (oneshot, channel, notify), pool/ (the
+ * fork-join pool, with its own pool_internal.h).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
@@ -127,11 +130,6 @@ mp_waker mp__thread_waiter_init(mp__thread_waiter *tw);
 void mp__thread_waiter_wait(mp__thread_waiter *tw);
 
 /* task.c */
-typedef enum mp__run_result {
-    MP__RUN_DONE,    /* finished its turn: completed, went idle, or was re-queued */
-    MP__RUN_DEALLOC, /* (internal) */
-} mp__run_result;
-
 struct mp__worker;
 
 struct mp_context {
