@@ -164,8 +164,8 @@ typedef struct mp_config {
      * rest. 0 = without limit: one task waiting for something that never comes (a timer far
      * away, a waker held by a thread that will not wake it) keeps shutdown waiting for ever. */
     unsigned drain_timeout_ms;
-    size_t stack_size;         /* worker stack bytes; 0 = the system default */
-    unsigned fail_spawn_nth;   /* testing: the Nth worker thread spawn fails; 0 = never */
+    size_t stack_size;       /* worker stack bytes; 0 = the system default */
+    unsigned fail_spawn_nth; /* testing: the Nth worker thread spawn fails; 0 = never */
 } mp_config;
 
 void mp_config_init(mp_config *cfg);

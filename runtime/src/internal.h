@@ -280,16 +280,16 @@ typedef struct mp__idle {
     /* atomic: [unparked:32 | searching:32]; changed by RMW only */
     alignas(MP__CACHE_LINE) _Atomic uint64_t state;
     alignas(MP__CACHE_LINE) pthread_mutex_t mu;
-    _Atomic uint64_t *parked; /* bitmap; written under mu, read lock-free (is_parked) */
-    uint64_t summary;         /* guarded by mu: bit i = parked[i] != 0 */
-    unsigned words;           /* immutable after start */
-    unsigned workers;         /* immutable after start */
-    unsigned started;         /* guarded by mu: worker slots handed out so far */
-    uint64_t retry;           /* guarded by mu: bit i = slot retry_base + i failed to start */
-    unsigned retry_base;      /* guarded by mu */
-    _Atomic unsigned failed;  /* atomic: thread starts that failed, for the stats */
+    _Atomic uint64_t *parked;  /* bitmap; written under mu, read lock-free (is_parked) */
+    uint64_t summary;          /* guarded by mu: bit i = parked[i] != 0 */
+    unsigned words;            /* immutable after start */
+    unsigned workers;          /* immutable after start */
+    unsigned started;          /* guarded by mu: worker slots handed out so far */
+    uint64_t retry;            /* guarded by mu: bit i = slot retry_base + i failed to start */
+    unsigned retry_base;       /* guarded by mu */
+    _Atomic unsigned failed;   /* atomic: thread starts that failed, for the stats */
     _Atomic unsigned spawning; /* atomic: slots handed out whose start has not settled */
-    bool closed;              /* guarded by mu: shutdown, no more slots handed out */
+    bool closed;               /* guarded by mu: shutdown, no more slots handed out */
 } mp__idle;
 
 typedef enum mp__notify_kind {

@@ -36,7 +36,7 @@
 #include "test_util.h"
 
 enum kind { K_YIELD, K_SLEEP, K_CHAN, K_NOTIFY, K_JOIN, K_PLAIN, K_SPAWN, K_CONSUMER, K_KINDS };
-static const char *const kind_name[K_KINDS] = {"yield", "sleep",  "chan",  "notify",
+static const char *const kind_name[K_KINDS] = {"yield", "sleep", "chan",  "notify",
                                                "join",  "plain", "spawn", "consumer"};
 
 #define MAX_TASKS 60000
@@ -76,8 +76,8 @@ struct run {
     mp_shutdown_mode mode;
     unsigned workers;
     utask *tasks;
-    _Atomic size_t ntasks;   /* slots handed out */
-    _Atomic size_t spawned;  /* spawns that succeeded */
+    _Atomic size_t ntasks;  /* slots handed out */
+    _Atomic size_t spawned; /* spawns that succeeded */
     _Atomic size_t completed, cancelled, released;
     _Atomic uint64_t progress;
     _Atomic uint64_t sent, received;
@@ -505,10 +505,10 @@ static void print_stuck(run *r)
             fprintf(stderr, "  %u open %s tasks\n", open[k], kind_name[k]);
     mp_stats st;
     mp_runtime_stats(r->rt, &st);
-    fprintf(stderr, "  runtime: started %u live %" PRIu64 " parks %" PRIu64 " unparks %" PRIu64
-                    " drives %" PRIu64 "\n",
-            st.workers_started, st.live_tasks, st.total.parks, st.total.unparks,
-            st.total.drives);
+    fprintf(stderr,
+            "  runtime: started %u live %" PRIu64 " parks %" PRIu64 " unparks %" PRIu64
+            " drives %" PRIu64 "\n",
+            st.workers_started, st.live_tasks, st.total.parks, st.total.unparks, st.total.drives);
 }
 
 typedef struct watchdog {
@@ -559,10 +559,12 @@ static void check_counts(run *r)
         if (done == -1)
             continue;
         spawned++;
-        cr_assert((done == 1) + cancels == 1, "task %zu (%s): done %d cancels %d (seed %" PRIu64
-                  ")", i, kind_name[u->kind], done, cancels, r->seed);
-        cr_assert_eq(atomic_load(&u->released), 1, "task %zu (%s) released %d times (seed %"
-                     PRIu64 ")", i, kind_name[u->kind], atomic_load(&u->released), r->seed);
+        cr_assert((done == 1) + cancels == 1,
+                  "task %zu (%s): done %d cancels %d (seed %" PRIu64 ")", i, kind_name[u->kind],
+                  done, cancels, r->seed);
+        cr_assert_eq(atomic_load(&u->released), 1,
+                     "task %zu (%s) released %d times (seed %" PRIu64 ")", i, kind_name[u->kind],
+                     atomic_load(&u->released), r->seed);
     }
     cr_assert_eq(spawned, atomic_load(&r->spawned), "seed %" PRIu64, r->seed);
     cr_assert_eq(atomic_load(&r->completed) + atomic_load(&r->cancelled), spawned);
@@ -654,8 +656,8 @@ static void mixed_run(unsigned workers, uint64_t seed, unsigned fail_spawn_nth)
             int rc = mp_join(&u->task);
             cr_assert((rc == 0 && atomic_load(&u->done) == 1) ||
                           (rc == -ECANCELED && atomic_load(&u->cancels) == 1),
-                      "join %d, done %d, cancels %d (seed %" PRIu64 ")", rc,
-                      atomic_load(&u->done), atomic_load(&u->cancels), seed);
+                      "join %d, done %d, cancels %d (seed %" PRIu64 ")", rc, atomic_load(&u->done),
+                      atomic_load(&u->cancels), seed);
         }
         free(sp[i].joinables);
     }

@@ -419,7 +419,7 @@ Test(runtime, concurrent_shutdowns_both_return_after_it_is_done, .timeout = 30)
         pthread_join(th[i], &rc);
         rcs[i] = (int)(intptr_t)rc;
     }
-    cr_assert((rcs[0] == 0 && rcs[1] == -EALREADY) || (rcs[0] == -EALREADY && rcs[1] == 0),
-              "%d %d", rcs[0], rcs[1]);
+    cr_assert((rcs[0] == 0 && rcs[1] == -EALREADY) || (rcs[0] == -EALREADY && rcs[1] == 0), "%d %d",
+              rcs[0], rcs[1]);
     mp_runtime_free(rt);
 }
