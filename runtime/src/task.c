@@ -142,9 +142,9 @@ mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t)
          * runner that the queue push below carries the task to. Acquire: on SUBMIT we become
          * the task's queue owner and write t->next; that must come after the last queue
          * owner's writes to it (mp__inject_pop_batch() on a worker, then its poll), which
-         * the release CAS in mp__task_transition_to_idle() publishes (the pair). A
-         * release-only CAS left a plain thread that wakes a task twice racing with the worker
-         * that ran it between. */
+         * the release CAS in mp__task_transition_to_idle() publishes. (A release-only CAS
+         * let a plain thread that wakes a task twice race with the worker that ran it.)
+         * Pairs with both functions named above. */
         if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return r;
