@@ -216,14 +216,27 @@ Test(reactor, timers_fire_once_and_in_order, .timeout = 60)
     mp_runtime_free(rt);
 }
 
+/* A sleeper whose deadline is set by its first poll, 200 ms from then: it is always armed
+ * once, however late a loaded machine runs that poll (a deadline set at spawn had passed by
+ * the first poll under ThreadSanitizer once: the task completed, was never armed, and the
+ * test waited for an armed timer until its timeout). */
+static mp_poll late_sleeper_poll(mp_task *t, mp_context *cx)
+{
+    sleeper *s = mp_container_of(t, sleeper, task);
+    if (s->deadline == 0) /* far enough that the cancel below comes first on a slow machine */
+        s->deadline = mp_now_ms() + 200;
+    return sleeper_poll(t, cx);
+}
+
+static const mp_task_vtable late_sleeper_vt = {.poll = late_sleeper_poll};
+
 Test(reactor, cancelled_timer_never_fires, .timeout = 30)
 {
     mp_runtime *rt = rt_new(1);
     sleeper s = {0};
     _Atomic int order = 0;
-    mp_task_init(&s.task, &sleeper_vt);
+    mp_task_init(&s.task, &late_sleeper_vt);
     mp_timer_init(&s.timer, rt);
-    s.deadline = mp_now_ms() + 50;
     s.order = &order;
     cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
     for (size_t armed = 0; !armed; sched_yield()) {
@@ -241,7 +254,9 @@ Test(reactor, cancelled_timer_never_fires, .timeout = 30)
         armed = rt->reactor.armed_ms;
         mp__spin_unlock(&rt->reactor.wheel_lock);
     }
-    usleep(100000);
+    /* Past the deadline (read after the join, which orders the poll's write before it). */
+    while (mp_now_ms() < s.deadline + 50)
+        usleep(1000);
     cr_assert_eq(atomic_load(&s.wakes), 0);
     mp_runtime_free(rt);
 }
