@@ -133,7 +133,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: all check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -241,8 +241,24 @@ $(DEMO): runtime/examples/demo.c $(LIB)
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
 build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB)
 
-check: build-tests
+check: build-tests header-check
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
+
+# magpie_core.h needs C11 and pthreads only: tests/header/ builds its users with -std=c11
+# -pedantic -Werror, no feature macros, and a uv.h first on the include path that fails the
+# build if anything reaches it; the pool-only one is linked without libuv and run.
+HDR := $(B)/header-check
+HDR_CFLAGS := -std=c11 -pedantic -Wall -Wextra -Werror -g $(OPT) -I$(HDR) -Iruntime/include
+$(HDR)/uv.h:
+	@mkdir -p $(@D)
+	printf '#error "magpie_core.h must not need uv.h"\n' > $@
+$(HDR)/core_only.o: tests/header/core_only.c runtime/include/magpie_core.h $(HDR)/uv.h
+	$(CC) $(HDR_CFLAGS) -c $< -o $@
+$(HDR)/pool_only: tests/header/pool_only.c runtime/include/magpie_core.h $(HDR)/uv.h $(LIB)
+	$(CC) $(HDR_CFLAGS) $< $(LIB) -o $@ -pthread $(OPT)
+header-check: $(HDR)/core_only.o $(HDR)/pool_only
+	$(HDR)/pool_only
+	@echo "[$(VARIANT)] header check: magpie_core.h stands alone (C11, no libuv)"
 
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
@@ -278,7 +294,8 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_NAME)
 	ln -sf $(SHLIB_NAME) $(DESTDIR)$(LIBDIR)/$(SHLIB_SONAME)
 	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
-	install -m 644 runtime/include/magpie.h $(DESTDIR)$(INCLUDEDIR)/magpie.h
+	install -m 644 runtime/include/magpie.h runtime/include/magpie_core.h \
+	  runtime/include/magpie_io.h $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
 ifneq ($(PROGRAMS),)
