@@ -81,8 +81,9 @@ typedef struct mp_task_vtable {
     void (*release)(mp_task *task);
 } mp_task_vtable;
 
-/* The header. Treat every field as private; its size is part of the ABI. */
+/* The header, embedded in the caller's struct. */
 struct mp_task {
+    /* private: the runtime's; only its size is part of the interface */
     _Atomic uint64_t state;
     const mp_task_vtable *vt;
     mp_task *next;       /* run-queue link */
@@ -231,6 +232,7 @@ int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *ou
 
 /* oneshot: one value (a pointer) from one sender to one receiver. */
 typedef struct mp_oneshot {
+    /* private */
     _Atomic uint32_t state;
     void *value;
     mp_waker rx_waker;
@@ -248,12 +250,14 @@ void mp_oneshot_close_rx(mp_oneshot *o); /* the receiver will not receive; drops
 /* Bounded multi-producer single-consumer channel of pointers. Values are any pointer,
  * NULL included. */
 typedef struct mp_chan_waiter {
+    /* private: the channel's while queued */
     struct mp_chan_waiter *prev, *next;
     mp_waker waker;
     bool queued; /* guarded by the channel lock */
 } mp_chan_waiter;
 
 typedef struct mp_chan {
+    /* private */
     _Atomic uint32_t lock;
     uint32_t cap, head, len;
     bool closed;
@@ -294,12 +298,14 @@ void mp_chan_close(mp_chan *c); /* wakes everyone; queued values can still be re
  * mp_notify_wait_blocking() misses a notify_all that comes in between, but not a notify_one:
  * signal such waiters with mp_notify_one. */
 typedef struct mp_notify_waiter {
+    /* private: the notify's while queued */
     struct mp_notify_waiter *prev, *next;
     mp_waker waker;
     uint32_t state; /* guarded by the notify lock */
 } mp_notify_waiter;
 
 typedef struct mp_notify {
+    /* private */
     _Atomic uint32_t lock;
     bool permit;
     mp_notify_waiter *head, *tail;

@@ -19,6 +19,7 @@ extern "C" {
  * inside a libuv callback, or through mp_loop_call(). */
 
 typedef struct mp_loop_cmd {
+    /* private: the reactor's until fn has run */
     struct mp_loop_cmd *next;
     void (*fn)(uv_loop_t *loop, void *arg);
     void *arg;
@@ -37,11 +38,12 @@ bool mp_loop_is_current(mp_runtime *rt);
  * libuv timer, armed for the earliest deadline only. An idle runtime with no timer pending
  * has no timer armed. Times are milliseconds of the monotonic clock (mp_now_ms). */
 typedef struct mp_timer {
-    void *link_[2];       /* private: the wheel's entry, guarded by the runtime's timer lock */
-    uint64_t deadline_ms; /* private */
-    uint32_t where_;      /* private */
-    bool fired;           /* private */
-    mp_waker waker;       /* private */
+    /* private: */
+    void *link_[2];       /* the wheel's entry, guarded by the runtime's timer lock */
+    uint64_t deadline_ms;
+    uint32_t where_;
+    bool fired;
+    mp_waker waker;
     mp_runtime *rt;
 } mp_timer;
 
@@ -61,6 +63,7 @@ void mp_timer_cancel(mp_timer *t);
  * back once consumed when the stream waits for data, so an idle stream holds no buffer. */
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
+    /* private: the stream's, read through the functions below */
     uv_tcp_t handle; /* owns the socket; libuv only closes it */
     mp_runtime *rt;
     _Atomic uint64_t io;      /* readiness bits and event tick (tcp.c) */
@@ -68,6 +71,7 @@ struct mp_tcp {
     _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
     int fd;    /* immutable after accept */
+    _Atomic uint32_t state; /* tcp.c: closed (zero), open, closing */
     char *buf; /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
     int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
@@ -78,7 +82,8 @@ struct mp_tcp {
 };
 
 /* On the loop's thread (a connection callback): accept a connection from server into c,
- * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. */
+ * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. On an error c
+ * is left closed: nothing to close, and mp_tcp_fileno() returns -EBADF. */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = UV_EOF or a negative errno, or MP_PENDING until data arrives. */
@@ -97,9 +102,19 @@ mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t le
 void mp_tcp_buffer_stats(size_t *in_use, size_t *pooled);
 /* Frees the pooled read buffers (e.g. after a crowd of connections left). */
 void mp_tcp_buffer_trim(void);
+/* The socket's file descriptor (for getpeername, setsockopt and the like; reading or writing
+ * it directly bypasses the stream), or -EBADF when c is not open: never accepted (zeroed),
+ * a failed accept, or once mp_tcp_close() was called. */
+int mp_tcp_fileno(const mp_tcp *c);
+/* Bytes of data already sent by a mp_tcp_write_poll() that returned MP_PENDING (0 once it has
+ * returned MP_READY): progress of a write the peer is slow to take. The task's own call. */
+size_t mp_tcp_write_progress(const mp_tcp *c);
 /* Close the stream; on_closed(c) runs on the loop's thread once libuv is done with it (and
- * after mp_runtime_shutdown at the latest), after which c may be freed. */
-void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
+ * after mp_runtime_shutdown at the latest), after which c may be freed. Returns 0, or -EBADF
+ * when c is not open (never accepted, a failed accept, closed already: on_closed will not
+ * run for this call), or -ESHUTDOWN once the runtime has shut down (its shutdown closed the
+ * socket already; on_closed will not run). */
+int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
 
 #ifdef __cplusplus
 }
