@@ -169,8 +169,7 @@ typedef struct mp_config {
      * rest. 0 = without limit: one task waiting for something that never comes (a timer far
      * away, a waker held by a thread that will not wake it) keeps shutdown waiting for ever. */
     unsigned drain_timeout_ms;
-    size_t stack_size;       /* worker stack bytes; 0 = the system default */
-    unsigned fail_spawn_nth; /* testing: the Nth worker thread spawn fails; 0 = never */
+    size_t stack_size; /* worker stack bytes; 0 = the system default */
 } mp_config;
 
 void mp_config_init(mp_config *cfg);
@@ -347,9 +346,6 @@ typedef struct mp_pool_config {
     /* Initial capacity of each worker's deque, in jobs; rounded up to a power of two.
      * 0: 256. The deque grows when full, so this only matters for tests and memory. */
     size_t deque_capacity;
-    /* Test hook: the Nth thread spawn (1-based, counted over the pool's life) fails as if
-     * pthread_create() had returned EAGAIN. 0: no injected failure. */
-    unsigned fail_spawn_at;
 } mp_pool_config;
 
 /* Counters a pool keeps about itself; a snapshot, each field read separately. */

@@ -120,6 +120,12 @@ static inline void mp__spin_unlock(_Atomic uint32_t *l)
     atomic_store_explicit(l, 0, memory_order_release);
 }
 
+/* testhook.c: fault injection for the suites. The Nth worker thread start (1-based, counted
+ * over the object's life) of every runtime and pool created after this call fails as if
+ * pthread_create() had returned EAGAIN; 0 (the default) = never. */
+void mp__test_fail_spawn_nth(unsigned nth);
+unsigned mp__test_fail_spawn_nth_value(void);
+
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
     _Atomic uint32_t word;
@@ -473,7 +479,8 @@ struct mp_runtime {
     _Atomic bool draining;                     /* atomic: spawns from outside refused */
     _Atomic bool closed;                       /* atomic: every spawn refused */
     _Atomic int shutdown_state;                /* atomic: 0 running, 1 shutting down, 2 done */
-    _Atomic unsigned spawn_attempts;           /* atomic: for cfg.fail_spawn_nth */
+    unsigned fail_spawn_nth;                   /* immutable after start: testhook.c */
+    _Atomic unsigned spawn_attempts;           /* atomic: for fail_spawn_nth */
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */

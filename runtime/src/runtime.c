@@ -90,6 +90,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         return -ENOMEM;
     memset(rt, 0, sizeof *rt);
     rt->cfg = c;
+    rt->fail_spawn_nth = mp__test_fail_spawn_nth_value();
     rt->nworkers = c.workers;
     rt->workers = aligned_alloc(MP__CACHE_LINE, c.workers * sizeof *rt->workers);
     if (!rt->workers)
@@ -140,7 +141,7 @@ static int create_thread(mp_runtime *rt, mp__worker *w)
 {
     /* Relaxed: a counter for the test hook only. */
     unsigned attempt = atomic_fetch_add_explicit(&rt->spawn_attempts, 1, memory_order_relaxed) + 1;
-    if (rt->cfg.fail_spawn_nth && attempt == rt->cfg.fail_spawn_nth)
+    if (rt->fail_spawn_nth && attempt == rt->fail_spawn_nth)
         return -EAGAIN;
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);

@@ -86,7 +86,7 @@ Test(runtime, failed_thread_spawn_is_survived_and_reported, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 3;
-    cfg.fail_spawn_nth = 2;
+    mp__test_fail_spawn_nth(2);
     mp_runtime *rt = rt_with(&cfg);
     enum { N = 20000 };
     static counted c[N];

@@ -540,7 +540,7 @@ Test(task, failed_first_worker_start_fails_the_spawn_and_is_retried, .timeout = 
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    cfg.fail_spawn_nth = 1;
+    mp__test_fail_spawn_nth(1);
     mp_runtime *rt;
     cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
     _Atomic int n = 0;

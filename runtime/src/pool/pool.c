@@ -3,7 +3,7 @@
  * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The first
  * mp_pool_call() starts one; after that, whenever jobs are posted while no worker is idle or
  * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or the
- * fail_spawn_at test hook) is counted in the stats and leaves its slot unstarted, to be tried
+ * fail_spawn_nth test hook (testhook.c)) is counted in the stats and leaves its slot unstarted, to be tried
  * again the next time a thread is wanted; the pool runs on with the threads it has. When not
  * one thread runs, mp_pool_call() tries to start one (up to as many attempts as the pool has
  * slots) and, if none succeeds, returns the error (fn did not run); the next call tries
@@ -85,7 +85,7 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
     memset(pool, 0, sizeof(*pool));
     pool->nthreads = n;
     pool->stack_size = stack;
-    pool->fail_spawn_at = cfg->fail_spawn_at;
+    pool->fail_spawn_nth = mp__test_fail_spawn_nth_value();
     atomic_init(&pool->spawned, 0);
     atomic_init(&pool->started, 0);
     mp__pool_inject_init(&pool->inject);
@@ -155,7 +155,7 @@ static int spawn_one(mp_pool *pool)
     }
     mp__pool_worker *w = &pool->workers[i];
     pool->spawn_attempts++;
-    if (pool->fail_spawn_at != 0 && pool->spawn_attempts == pool->fail_spawn_at) {
+    if (pool->fail_spawn_nth != 0 && pool->spawn_attempts == pool->fail_spawn_nth) {
         err = EAGAIN;
     } else {
         pthread_attr_t attr;

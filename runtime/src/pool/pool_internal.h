@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "magpie.h"
+#include "internal.h"
 
 /* Two 64-byte lines: x86's adjacent-line prefetcher pulls lines in pairs (crossbeam pads to
  * 128 on x86_64 for the same reason). */
@@ -325,7 +325,7 @@ struct mp_pool {
     _Atomic size_t started;   /* atomic: threads running, written under spawn_mu */
     size_t nthreads;          /* immutable */
     size_t stack_size;        /* immutable */
-    unsigned fail_spawn_at;   /* immutable */
+    unsigned fail_spawn_nth;  /* immutable: testhook.c */
     mp__pool_worker *workers; /* immutable pointer: nthreads slots */
     pthread_mutex_t spawn_mu;
     bool stopping;           /* guarded by spawn_mu */

@@ -20,7 +20,7 @@ static mp_pool *make_pool(size_t threads, unsigned fail_at)
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
     cfg.num_threads = threads;
-    cfg.fail_spawn_at = fail_at;
+    mp__test_fail_spawn_nth(fail_at);
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
 }
