@@ -340,24 +340,26 @@ typedef void (*mp_pool_fn)(void *arg);
  */
 typedef struct mp_pool_config {
     /* Worker threads, started lazily as work arrives. 0: the number of online CPUs. */
-    size_t num_threads;
-    /* Stack size of each worker thread in bytes. 0: 8 MiB. Deep join recursion needs more. */
+    unsigned workers;
+    /* Stack size of each worker thread in bytes. 0: the system default. Deep join recursion
+     * may need more. */
     size_t stack_size;
     /* Initial capacity of each worker's deque, in jobs; rounded up to a power of two.
      * 0: 256. The deque grows when full, so this only matters for tests and memory. */
     size_t deque_capacity;
 } mp_pool_config;
 
-/* Counters a pool keeps about itself; a snapshot, each field read separately. */
+/* Counters a pool keeps about itself; a snapshot, each field read separately. The first
+ * three are named as in mp_stats. */
 typedef struct mp_pool_stats {
-    size_t threads_max;      /* worker slots: num_threads after defaults */
-    size_t threads_started;  /* worker threads running (they stop only in mp_pool_free) */
-    size_t spawn_failures;   /* thread spawns that failed; those slots stay empty */
-    int last_spawn_error;    /* negative errno of the last failed spawn, 0 if none */
-    size_t threads_sleeping; /* workers blocked in the sleep protocol right now */
-    uint64_t jobs_stolen;    /* jobs taken from another worker's deque */
-    uint64_t jobs_injected;  /* jobs that entered through mp_pool_call() */
-    uint64_t sleeps;         /* times a worker blocked after its sleep rounds */
+    unsigned workers;          /* worker slots: mp_pool_config.workers after defaults */
+    unsigned workers_started;  /* worker threads running (they stop only in mp_pool_free) */
+    unsigned spawn_failures;   /* thread starts that failed; those slots stay empty */
+    int last_spawn_error;      /* negative errno of the last failed start, 0 if none */
+    unsigned workers_sleeping; /* workers blocked in the sleep protocol right now */
+    uint64_t stolen;           /* jobs taken from another worker's deque */
+    uint64_t injected;         /* jobs that entered through mp_pool_call() */
+    uint64_t sleeps;           /* times a worker blocked after its sleep rounds */
 } mp_pool_stats;
 
 /* Fills *cfg with the defaults (all zero). */
@@ -385,10 +387,11 @@ void mp_pool_free(mp_pool *pool);
  */
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
 
-/* Fills *out with a snapshot of the pool's counters. Returns 0. */
+/* Fills *out with a snapshot of the pool's counters. Returns 0. (mp_runtime_stats' twin; the
+ * name mp_pool_stats is the type's.) */
 int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out);
 
-/* Index of the calling pool worker (0 .. threads_max - 1), or -1 on any other thread. */
+/* Index of the calling pool worker (0 .. mp_pool_stats.workers - 1), or -1 on any other thread. */
 int mp_pool_worker_index(void);
 
 /*
@@ -456,10 +459,9 @@ int mp_pool_parallel_reduce(size_t begin, size_t end, size_t grain, size_t acc_s
 
 /*
  * Sorts n elements of size bytes at base in ascending order of cmp, in parallel (quicksort
- * whose halves are joined; not stable). Like qsort(3). Returns 0, or -EINVAL if size is 0
- * or larger than 256.
+ * whose halves are joined; not stable). Like qsort(3), elements of any size.
  */
-int mp_pool_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+void mp_pool_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
 
 /* The same for plain integer arrays, with the comparison inlined. */
 void mp_pool_sort_i32(int32_t *a, size_t n);

@@ -63,6 +63,15 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
  * At most ten extra wakes a second. */
 #define MP__WAKE_NS_TTL 100000000u
 
+/* Branch hints for the fast paths (the pool's join and posting, mostly). */
+#if defined(__GNUC__)
+#define mp__likely(x)   __builtin_expect(!!(x), 1)
+#define mp__unlikely(x) __builtin_expect(!!(x), 0)
+#else
+#define mp__likely(x)   (x)
+#define mp__unlikely(x) (x)
+#endif
+
 #define MP__UNREACHABLE(fmt, ...)                                                                  \
     do {                                                                                           \
         fprintf(stderr, "magpie: %s:%d: impossible state: " fmt "\n", __FILE__, __LINE__,          \

@@ -47,7 +47,7 @@
 #include "pool/pool_internal.h"
 
 _Static_assert(offsetof(mp__pool_deque, bottom) - offsetof(mp__pool_deque, top) >=
-                   MP_POOL_CACHE_LINE,
+                   MP__CACHE_LINE,
                "deque top and bottom must not share a cache line");
 
 static mp__pool_deque_buf *buf_new(int64_t capacity)
@@ -71,7 +71,7 @@ static size_t round_up_pow2(size_t n)
 int mp__pool_deque_init(mp__pool_deque *d, size_t capacity)
 {
     if (capacity == 0)
-        capacity = MP_POOL_DEFAULT_CAPACITY;
+        capacity = MP__POOL_DEFAULT_CAPACITY;
     if (capacity > ((size_t)1 << 40))
         return -EINVAL;
     mp__pool_deque_buf *b = buf_new((int64_t)round_up_pow2(capacity));

@@ -58,13 +58,13 @@
 
 #include "pool/pool_internal.h"
 
-_Static_assert(sizeof(mp__pool_sleep_state) % MP_POOL_CACHE_LINE == 0,
+_Static_assert(sizeof(mp__pool_sleep_state) % MP__CACHE_LINE == 0,
                "each worker's sleep state must own its cache lines");
 
 int mp__pool_sleep_init(mp__pool_sleep *s, size_t nworkers)
 {
     void *mem = NULL;
-    int err = posix_memalign(&mem, MP_POOL_CACHE_LINE, nworkers * sizeof(*s->states));
+    int err = posix_memalign(&mem, MP__CACHE_LINE, nworkers * sizeof(*s->states));
     if (err != 0)
         return -err;
     memset(mem, 0, nworkers * sizeof(*s->states));

@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
 
 static unsigned test_seed(void)

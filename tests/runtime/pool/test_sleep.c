@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
 
 static mp_pool *make_pool(size_t threads)
@@ -17,7 +16,7 @@ static mp_pool *make_pool(size_t threads)
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
+    cfg.workers = threads;
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
 }
@@ -266,7 +265,7 @@ Test(sleep, ten_thousand_sleep_wake_cycles_lose_no_wakeup, .timeout = 180)
             mp_pool_stats st;
             for (;;) {
                 mp_pool_stats_get(p, &st);
-                if (st.threads_sleeping == st.threads_started)
+                if (st.workers_sleeping == st.workers_started)
                     break;
                 sched_yield();
             }
