@@ -194,22 +194,31 @@ int mp_block_on(mp_runtime *rt, mp_task *task);
 mp_runtime *mp_runtime_current(void);
 unsigned mp_runtime_workers(const mp_runtime *rt);
 
+/* Every per-worker counter, listed once: X(name, help) each, help being a one-line description
+ * (a Prometheus HELP text, say). mp_worker_stats, the runtime's own counters and their sum are
+ * generated from it; an exporter can walk it the same way. In mp_stats.total, spawned counts
+ * spawns from any thread and completed counts completions anywhere. */
+#define MP_WORKER_COUNTERS(X)                                                                      \
+    X(spawned, "Tasks spawned.")                                                                   \
+    X(completed, "Tasks completed or cancelled.")                                                  \
+    X(polled, "Task polls.")                                                                       \
+    X(stolen, "Tasks stolen from other workers.")                                                  \
+    X(steals, "Steal operations.")                                                                 \
+    X(parks, "Times the worker went to sleep.")                                                    \
+    X(unparks, "Times the worker woke up.")                                                        \
+    X(lifo_hits, "Tasks run from the LIFO slot.")                                                  \
+    X(global_batches, "Batches taken from the global queue.")                                      \
+    X(overflows, "Local ring overflows to the global queue.")                                      \
+    X(budget_exhausted, "Ticks that used their whole poll budget.")                                \
+    X(drives, "Times the worker slept in the I/O loop as its driver.")                             \
+    X(io_polls, "Non-blocking runs of the I/O loop between ticks.")                                \
+    X(helpers_woken, "I/O turns after which the driver woke a worker to share the backlog.")       \
+    X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")
+
 typedef struct mp_worker_stats {
-    uint64_t spawned;          /* tasks spawned from this worker (total: from anywhere) */
-    uint64_t completed;        /* tasks completed or cancelled on it (total: anywhere) */
-    uint64_t polled;           /* poll calls */
-    uint64_t stolen;           /* tasks taken from other workers */
-    uint64_t steals;           /* successful steal operations */
-    uint64_t parks;            /* times the worker went to sleep */
-    uint64_t unparks;          /* times it woke up */
-    uint64_t lifo_hits;        /* tasks run from the LIFO slot */
-    uint64_t global_batches;   /* batches fetched from the global queue */
-    uint64_t overflows;        /* ring overflows moved to the global queue */
-    uint64_t budget_exhausted; /* ticks that ran out of their 128-poll budget */
-    uint64_t drives;           /* times it slept in the I/O loop as its driver */
-    uint64_t io_polls;         /* non-blocking runs of the loop between ticks */
-    uint64_t helpers_woken;    /* I/O turns after which it woke a worker to share the backlog */
-    uint64_t helpers_skipped;  /* I/O turns whose backlog it ran alone (shorter than a wake-up) */
+#define MP_WORKER_STATS_FIELD(name, help) uint64_t name;
+    MP_WORKER_COUNTERS(MP_WORKER_STATS_FIELD)
+#undef MP_WORKER_STATS_FIELD
 } mp_worker_stats;
 
 typedef struct mp_stats {

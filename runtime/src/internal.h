@@ -426,10 +426,11 @@ void mp__tcp_ready(mp_tcp *c, uint32_t events);
 bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns, uint64_t wake_age_ns);
 uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample);
 
+/* The fields of mp_worker_stats (MP_WORKER_COUNTERS in magpie_core.h), as counters. */
 typedef struct mp__worker_counters {
-    mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
-        global_batches, overflows, budget_exhausted, drives, io_polls, helpers_woken,
-        helpers_skipped;
+#define MP__COUNTER_FIELD(name, help) mp__counter name;
+    MP_WORKER_COUNTERS(MP__COUNTER_FIELD)
+#undef MP__COUNTER_FIELD
 } mp__worker_counters;
 
 typedef struct mp__worker {

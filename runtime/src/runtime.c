@@ -392,23 +392,10 @@ unsigned mp_runtime_workers(const mp_runtime *rt)
 static void read_counters(const mp__worker *w, mp_worker_stats *o)
 {
     const mp__worker_counters *c = &w->stats;
-#define RD(f) o->f = atomic_load_explicit(&c->f, memory_order_relaxed)
-    RD(spawned);
-    RD(completed);
-    RD(polled);
-    RD(stolen);
-    RD(steals);
-    RD(parks);
-    RD(unparks);
-    RD(lifo_hits);
-    RD(global_batches);
-    RD(overflows);
-    RD(budget_exhausted);
-    RD(drives);
-    RD(io_polls);
-    RD(helpers_woken);
-    RD(helpers_skipped);
-#undef RD
+    /* Relaxed: statistics (mp__counter in internal.h). */
+#define READ(name, help) o->name = atomic_load_explicit(&c->name, memory_order_relaxed);
+    MP_WORKER_COUNTERS(READ)
+#undef READ
 }
 
 int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out)
@@ -425,21 +412,9 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     for (unsigned i = 0; i < rt->nworkers; i++) {
         mp_worker_stats w;
         read_counters(&rt->workers[i], &w);
-        out->total.spawned += w.spawned;
-        out->total.completed += w.completed;
-        out->total.polled += w.polled;
-        out->total.stolen += w.stolen;
-        out->total.steals += w.steals;
-        out->total.parks += w.parks;
-        out->total.unparks += w.unparks;
-        out->total.lifo_hits += w.lifo_hits;
-        out->total.global_batches += w.global_batches;
-        out->total.overflows += w.overflows;
-        out->total.budget_exhausted += w.budget_exhausted;
-        out->total.drives += w.drives;
-        out->total.io_polls += w.io_polls;
-        out->total.helpers_woken += w.helpers_woken;
-        out->total.helpers_skipped += w.helpers_skipped;
+#define SUM(name, help) out->total.name += w.name;
+        MP_WORKER_COUNTERS(SUM)
+#undef SUM
         /* Relaxed: a snapshot. */
         if (atomic_load_explicit(&rt->workers[i].spawn_state, memory_order_relaxed) ==
             MP__SLOT_STARTED)
