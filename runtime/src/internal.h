@@ -13,6 +13,7 @@
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
 
+#include "list.h"
 #include "magpie.h"
 
 #include <errno.h>

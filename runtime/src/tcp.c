@@ -419,21 +419,12 @@ int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
  * side only. */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c)
 {
-    c->prev = NULL;
-    c->next = r->tcps;
-    if (r->tcps)
-        r->tcps->prev = c;
-    r->tcps = c;
+    MP__LIST_PUSH_FRONT(r->tcps, c, prev, next);
 }
 
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c)
 {
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        r->tcps = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    MP__LIST_UNLINK(r->tcps, c, prev, next);
     c->prev = c->next = NULL;
 }
 
