@@ -1,13 +1,35 @@
-/* Helpers shared by the suites: a seed from the environment for stress tests (MP_TEST_SEED,
- * printed so that a failure can be replayed) and a small PRNG. */
+/* Helpers shared by the suites: a runtime for a test, a seed from the environment for stress
+ * tests (MP_TEST_SEED, the one seed variable of every suite, printed so that a failure can be
+ * replayed) and a small PRNG. */
 #ifndef MP_TEST_UTIL_H
 #define MP_TEST_UTIL_H
 
+#include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "magpie_core.h"
+
+/* A runtime made as cfg says; the test fails if it cannot be. */
+static inline mp_runtime *test_runtime_with(const mp_config *cfg)
+{
+    mp_runtime *rt = NULL;
+    int rc = mp_runtime_new(&rt, cfg);
+    cr_assert_eq(rc, 0, "mp_runtime_new: %d", rc);
+    return rt;
+}
+
+/* A runtime of `workers` workers, every other setting the default. */
+static inline mp_runtime *test_runtime(unsigned workers)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    return test_runtime_with(&cfg);
+}
 
 static inline uint64_t test_seed(void)
 {

@@ -410,8 +410,10 @@ bool mp__reactor_release(mp__reactor *r);
 void mp__reactor_run(mp__reactor *r, bool block);
 void mp__reactor_wake(mp__reactor *r);
 void mp__reactor_close(mp__reactor *r);
-/* timer.c's driver in reactor.c, with the role held: fire what is due, arm for the next. */
-void mp__reactor_timers(mp__reactor *r);
+
+/* timer.c, the timer API's side of the reactor. Shutdown, with the role held and every worker
+ * stopped: drop the wakers of timers still armed. */
+void mp__timers_close(mp__reactor *r);
 
 /* tcp.c, loop side */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c);

@@ -583,7 +583,7 @@ static void run_init(run *r, unsigned workers, uint64_t seed, mp_config *cfg)
     r->tasks = calloc(MAX_TASKS, sizeof *r->tasks);
     cr_assert(r->tasks);
     r->mode = cfg->shutdown_mode;
-    cr_assert_eq(mp_runtime_new(&r->rt, cfg), 0);
+    r->rt = test_runtime_with(cfg);
     cr_assert_eq(mp_chan_init(&r->chan, 1 + (uint32_t)(seed % 4)), 0);
     mp_notify_init(&r->notify);
 }
@@ -798,11 +798,7 @@ Test(api_stress, idle_then_sleep_cycles, .timeout = 600)
     pthread_t wd;
     pthread_create(&wd, NULL, napper_watchdog, &progress);
     for (size_t i = 0; i < nw; i++) {
-        mp_config cfg;
-        mp_config_init(&cfg);
-        cfg.workers = ws[i];
-        mp_runtime *rt;
-        cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+        mp_runtime *rt = test_runtime(ws[i]);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {

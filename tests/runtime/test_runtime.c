@@ -5,26 +5,19 @@
 #include "internal.h"
 #include "test_util.h"
 
-static mp_runtime *rt_with(mp_config *cfg)
-{
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, cfg), 0);
-    return rt;
-}
-
 Test(runtime, worker_count_defaults_to_cpus_and_is_capped)
 {
     mp_config cfg;
     mp_config_init(&cfg);
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
     mp_runtime_free(rt);
     cfg.max_workers = 1;
-    rt = rt_with(&cfg);
+    rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), 1);
     mp_runtime_free(rt);
     cfg.workers = 130; /* more than one bitmap word */
-    rt = rt_with(&cfg);
+    rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), 130);
     mp_runtime_free(rt);
     cr_assert_null(mp_runtime_current());
@@ -87,7 +80,7 @@ Test(runtime, failed_thread_spawn_is_survived_and_reported, .timeout = 60)
     mp_config_init(&cfg);
     cfg.workers = 3;
     mp__test_fail_spawn_nth(2);
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 20000 };
     static counted c[N];
     tally t = {0};
@@ -134,7 +127,7 @@ Test(runtime, shutdown_cancels_queued_idle_and_parked_tasks, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     tally t = {0};
     /* Idle tasks whose wakers are held outside, never woken. */
     enum { PARKED = 50, QUEUED = 500 };
@@ -192,7 +185,7 @@ Test(runtime, drain_runs_pending_tasks_to_completion, .timeout = 60)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 2000 };
     static counted c[N];
     tally t = {0};
@@ -214,7 +207,7 @@ Test(runtime, drain_gives_up_after_its_timeout, .timeout = 60)
     cfg.workers = 2;
     cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
     cfg.drain_timeout_ms = 100;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     tally t = {0};
     counted done, stuck;
     mp_waker held = {0};
@@ -252,7 +245,7 @@ Test(runtime, shutdown_from_a_worker_is_refused, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     self_stopper s = {.rt = rt};
     mp_task_init(&s.task, &self_stopper_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
@@ -269,7 +262,7 @@ Test(runtime, stats_add_up_per_worker, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 5000 };
     static counted c[N];
     static mp_task *list[N];
@@ -351,7 +344,7 @@ Test(runtime, shutdown_waits_for_a_joiner_polling_inline, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     /* The only worker is busy, so the joiner runs its task itself. */
     blocker b = {0};
     mp_task_init(&b.task, &blocker_vt);
@@ -398,7 +391,7 @@ Test(runtime, concurrent_shutdowns_both_return_after_it_is_done, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     blocker b = {0};
     mp_task_init(&b.task, &blocker_vt);
     atomic_store(&b.hold, true);

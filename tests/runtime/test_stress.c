@@ -147,7 +147,7 @@ static void run_round(uint64_t seed, size_t n, unsigned workers, bool lifo)
     mp_config_init(&cfg);
     cfg.workers = workers;
     cfg.disable_lifo = !lifo;
-    cr_assert_eq(mp_runtime_new(&r->rt, &cfg), 0);
+    r->rt = test_runtime_with(&cfg);
     pthread_t th[2];
     for (uintptr_t i = 0; i < 2; i++)
         pthread_create(&th[i], NULL, outside_spawner, (void *)(seed + i + 1));

@@ -242,16 +242,6 @@ Test(task, reference_underflow_aborts, .signal = SIGABRT)
 
 /* Behaviour on a runtime. */
 
-static mp_runtime *rt_new(unsigned workers)
-{
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = workers;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
-    return rt;
-}
-
 typedef struct parked_task {
     mp_task task;
     _Atomic int polls;
@@ -309,7 +299,7 @@ static void wait_for(_Atomic int *v, int want)
 
 Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 3);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -346,7 +336,7 @@ Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
 Test(task, wake_while_scheduled_runs_once, .timeout = 30)
 {
     /* One worker, blocked on a spinning task, so that the second task stays queued. */
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     parked_task blocker, p;
     parked_init(&blocker, 1);
     atomic_store(&blocker.spin_in_poll, true);
@@ -374,7 +364,7 @@ Test(task, wake_while_scheduled_runs_once, .timeout = 30)
 
 Test(task, cancel_idle_task, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 1000);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -392,7 +382,7 @@ Test(task, cancel_idle_task, .timeout = 30)
 
 Test(task, cancel_running_task_finishes_the_poll_first, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 1000);
     atomic_store(&p.spin_in_poll, true);
@@ -410,7 +400,7 @@ Test(task, cancel_running_task_finishes_the_poll_first, .timeout = 30)
 
 Test(task, spawn_refuses_a_task_twice)
 {
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     parked_task p;
     parked_init(&p, 1);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -464,8 +454,7 @@ Test(task, nested_join_on_workers, .timeout = 60)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.stack_size = (size_t)256 << 20;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     fib_task f;
     mp_task_init(&f.task, &fib_vt);
     f.n = 20;
@@ -501,7 +490,7 @@ static const mp_task_vtable awaiter_vt = {.poll = awaiter_poll};
 
 Test(task, join_poll_from_a_task, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     awaiter a = {0};
     mp_task_init(&a.task, &awaiter_vt);
     cr_assert_eq(mp_block_on(rt, &a.task), 0);
@@ -517,7 +506,7 @@ static void add_one(void *arg)
 
 Test(task, spawn_fn_joined_and_detached, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     _Atomic int n = 0;
     mp_task *h;
     cr_assert_eq(mp_spawn_fn(rt, add_one, &n, &h), 0);
@@ -541,8 +530,7 @@ Test(task, failed_first_worker_start_fails_the_spawn_and_is_retried, .timeout = 
     mp_config_init(&cfg);
     cfg.workers = 1;
     mp__test_fail_spawn_nth(1);
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     _Atomic int n = 0;
     cr_assert_eq(mp_spawn_fn(rt, add_one, &n, NULL), -EAGAIN);
     fib_task f;
@@ -631,8 +619,7 @@ Test(task, join_from_a_small_stack_thread_does_not_nest, .timeout = 120)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.stack_size = (size_t)1 << 30; /* reserved, not committed: 10^5 nested joins */
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     /* Both workers busy at first, so that the joiner starts the chain itself. */
     _Atomic bool hold = true;
     _Atomic int inside = 0;
@@ -692,7 +679,7 @@ static const mp_task_vtable rewoken_vt = {.poll = rewoken_poll};
 
 Test(task, plain_thread_wakes_a_task_again_after_it_ran, .timeout = 60)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     rewoken r = {0};
     mp_task_init(&r.task, &rewoken_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &r.task), 0);

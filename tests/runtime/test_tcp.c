@@ -152,7 +152,7 @@ static server *server_start(unsigned workers, int mode, size_t send_bytes, size_
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = workers;
-    cr_assert_eq(mp_runtime_new(&s->rt, &cfg), 0);
+    s->rt = test_runtime_with(&cfg);
     s->mode = mode;
     s->send_bytes = send_bytes;
     s->bufsize = bufsize;
