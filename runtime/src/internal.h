@@ -2,13 +2,15 @@
  *
  * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
  * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
- * lock), "immutable after start". Files: task.c (state word, wakers, join), waker.c (the
- * waker handle, blocking a plain thread), queue.c (the per-worker ring), inject.c (global
- * queue), owned.c (registry of live tasks, for shutdown), idle.c (searching/parked
- * accounting), park.c (futex park word), worker.c (the loop), runtime.c (create, lazy spawn,
- * shutdown, stats), reactor.c (the libuv loop, the driver role, timer driving), timer.c (the
- * timer wheel), tcp.c (TCP streams for tasks), sync/ (oneshot, channel, notify), pool/ (the
- * fork-join pool, with its own pool_internal.h).
+ * lock), "immutable after start". Files: state.c (the task state word and its transitions),
+ * task.c (wakers of tasks, spawn, run, join, mp_spawn_fn), waker.c (the waker handle,
+ * blocking a plain thread), queue.c (the per-worker ring), inject.c (global queue), owned.c
+ * (registry of live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
+ * park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown, stats), reactor.c
+ * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
+ * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks), testhook.c
+ * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
+ * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
@@ -145,18 +147,7 @@ mp_waker mp__thread_waiter_init(mp__thread_waiter *tw);
 /* Returns after the waker fired (at least once since the last return). */
 void mp__thread_waiter_wait(mp__thread_waiter *tw);
 
-/* task.c */
-struct mp__worker;
-
-struct mp_context {
-    mp_waker waker; /* borrowed: data = the running task */
-    mp_task *task;
-    bool yielded;
-};
-
-extern const mp_waker_vtable mp__task_waker_vt;
-
-/* The task state word; task.c documents each bit. */
+/* state.c: the task state word; state.c documents each bit. */
 #define MP__T_RUNNING       ((uint64_t)1 << 0)
 #define MP__T_COMPLETE      ((uint64_t)1 << 1)
 #define MP__T_SCHEDULED     ((uint64_t)1 << 2)
@@ -177,7 +168,11 @@ typedef enum {
 typedef enum { MP__NOTIFY_NOTHING, MP__NOTIFY_SUBMIT, MP__NOTIFY_DEALLOC } mp__to_notified;
 typedef enum { MP__JOINED, MP__JOINED_DEALLOC, MP__JOINED_SLOW } mp__to_joined;
 
-/* The transitions: the only code that changes a task's state word (task.c). */
+/* The transitions: the only code that changes a task's state word (state.c). */
+void mp__task_state_init(mp_task *t);
+uint64_t mp__task_state_load(const mp_task *t, memory_order mo);
+bool mp__task_transition_to_spawned(mp_task *t, bool joinable);
+void mp__task_transition_to_unspawned(mp_task *t);
 mp__to_running mp__task_transition_to_running(mp_task *t);
 mp__to_idle mp__task_transition_to_idle(mp_task *t, bool yielded);
 mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t);
@@ -190,6 +185,22 @@ bool mp__task_transition_set_join_waker(mp_task *t);
 bool mp__task_transition_unset_join_waker(mp_task *t);
 bool mp__task_transition_to_join_handle_dropped(mp_task *t);
 mp__to_joined mp__task_transition_to_joined(mp_task *t, mp_waker *waker);
+/* The reference count: a new reference from an existing one; drop n, releasing the task (its
+ * vtable's release) when they were the last. */
+void mp__task_ref_inc(mp_task *t);
+void mp__task_ref_dec(mp_task *t, uint64_t n);
+void mp__task_release(mp_task *t);
+
+/* task.c */
+struct mp__worker;
+
+struct mp_context {
+    mp_waker waker; /* borrowed: data = the running task */
+    mp_task *task;
+    bool yielded;
+};
+
+extern const mp_waker_vtable mp__task_waker_vt;
 
 int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
 /* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
