@@ -31,19 +31,24 @@ static inline mp_runtime *test_runtime(unsigned workers)
     return test_runtime_with(&cfg);
 }
 
-static inline uint64_t test_seed(void)
+/* MP_TEST_SEED, or dflt when it is not set; printed either way. Never 0 (xorshift's fixed
+ * point). */
+static inline uint64_t test_seed_or(uint64_t dflt)
 {
     const char *env = getenv("MP_TEST_SEED");
-    uint64_t seed;
-    if (env && *env) {
-        seed = strtoull(env, NULL, 0);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-    }
+    uint64_t seed = env && *env ? strtoull(env, NULL, 0) : dflt;
     fprintf(stderr, "MP_TEST_SEED=%" PRIu64 "\n", seed);
     return seed ? seed : 1;
+}
+
+/* MP_TEST_SEED, or a new seed each run. */
+static inline uint64_t test_seed(void)
+{
+    if (getenv("MP_TEST_SEED") && *getenv("MP_TEST_SEED"))
+        return test_seed_or(0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return test_seed_or((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20));
 }
 
 static inline uint64_t test_rand(uint64_t *s)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "magpie.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads, size_t stack, size_t capacity)
 {
@@ -97,8 +98,7 @@ static void unbalanced(void *v)
 
 Test(join, deep_unbalanced_tree_matches_sequential, .timeout = 60)
 {
-    const char *env = getenv("MP_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : 7;
+    uint64_t seed = test_seed_or(7);
     struct ub seq = {seed, 200000, 0};
     unbalanced(&seq); /* no worker here: runs sequentially */
     mp_pool *p = make_pool(3, 0, 2);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads)
 {
@@ -251,8 +252,7 @@ static void small_fib(void *v)
 Test(sleep, ten_thousand_sleep_wake_cycles_lose_no_wakeup, .timeout = 180)
 {
     enum { CYCLES = 10000 };
-    const char *env = getenv("MP_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 0) : 99;
+    unsigned seed = (unsigned)test_seed_or(99);
     mp_pool *p = make_pool(2);
     size_t full_sleeps = 0;
     for (int i = 0; i < CYCLES; i++) {
