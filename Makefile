@@ -72,7 +72,7 @@ else
   quiet = @printf '  %-5s %s\n' '$(1)' '$(2)'
 endif
 
-WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter
+WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow
 ifneq ($(filter true 1,$(CI) $(WERROR)),)
   WARN += -Werror
 endif

@@ -250,7 +250,6 @@ void mp__task_run(mp_task *t, mp__worker *w)
         mp__task_release(t);
         break;
     }
-    (void)w;
 }
 
 void mp__task_shutdown(mp_task *t)

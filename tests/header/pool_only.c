@@ -34,7 +34,7 @@ int main(void)
 {
     mp_pool_config cfg;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = 2;
+    cfg.workers = 2;
     mp_pool *pool;
     if (mp_pool_new(&pool, &cfg) != 0)
         return 1;

@@ -107,6 +107,7 @@ typedef struct blocker {
 
 static mp_poll blocker_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     blocker *b = mp_container_of(t, blocker, task);
     atomic_store(&b->inside, true);
     while (atomic_load(&b->hold))
@@ -233,6 +234,7 @@ typedef struct self_stopper {
 
 static mp_poll self_stopper_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     self_stopper *s = mp_container_of(t, self_stopper, task);
     s->rc = mp_runtime_shutdown(s->rt);
     return MP_READY;
@@ -315,6 +317,7 @@ typedef struct slow_inline {
 
 static mp_poll slow_inline_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     slow_inline *s = mp_container_of(t, slow_inline, task);
     atomic_store(&s->shutdown_rc, mp_runtime_shutdown(mp_runtime_current()));
     atomic_store(&s->inside, 1);

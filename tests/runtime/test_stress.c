@@ -115,6 +115,7 @@ static mp_poll stask_poll(mp_task *t, mp_context *cx)
 
 static void stask_release(mp_task *t)
 {
+    (void)t; /* the vtable's signature */
     atomic_fetch_add(&R->released, 1);
 }
 

@@ -197,6 +197,7 @@ static const mp_task_vtable fib_vt;
 
 static mp_poll fib_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     fib_task *f = mp_container_of(t, fib_task, task);
     if (f->n < 2) {
         f->result = f->n;
@@ -340,6 +341,7 @@ static _Atomic bool chain_started;
 
 static mp_poll chain_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     chain *c = mp_container_of(t, chain, task);
     atomic_store(&chain_started, true);
     if (c->depth == 0)
@@ -379,6 +381,7 @@ typedef struct holder {
 
 static mp_poll holder_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     holder *h = mp_container_of(t, holder, task);
     atomic_fetch_add(h->inside, 1);
     while (atomic_load(h->hold))

@@ -21,6 +21,7 @@ typedef struct one {
 
 static mp_poll one_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     atomic_fetch_add(mp_container_of(t, one, task)->counter, 1);
     return MP_READY;
 }
@@ -275,6 +276,7 @@ typedef struct spawner {
 
 static mp_poll spawner_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     spawner *s = mp_container_of(t, spawner, task);
     for (int i = 0; i < s->n; i++)
         cr_assert_eq(mp_spawn(mp_runtime_current(), &s->kids[i].task), 0);
@@ -414,6 +416,7 @@ typedef struct hog {
 
 static mp_poll hog_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     hog *h = mp_container_of(t, hog, task);
     for (int i = 0; i < 8; i++) {
         mp_task_init(&h->children[i].task, &one_vt);

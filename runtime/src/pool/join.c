@@ -59,6 +59,6 @@ void mp_pool_join(mp_pool_fn a, void *arg_a, mp_pool_fn b, void *arg_b)
             mp__pool_wait_until(w, &jb.latch.core);
             return;
         }
-        mp__pool_execute(w, job);
+        mp__pool_execute(job);
     }
 }

@@ -289,7 +289,7 @@ static void wait_until_cold(mp__pool_worker *w, mp__pool_core_latch *latch)
         /* Own jobs first, without touching the shared counter word. */
         mp__pool_job *job = mp__pool_deque_pop_owner(&w->deque);
         if (job != NULL) {
-            mp__pool_execute(w, job);
+            mp__pool_execute(job);
             continue;
         }
         mp__pool_idle idle;
@@ -304,7 +304,7 @@ static void wait_until_cold(mp__pool_worker *w, mp__pool_core_latch *latch)
         mp__pool_sleep_work_found(sleep);
         if (job == NULL)
             return;
-        mp__pool_execute(w, job);
+        mp__pool_execute(job);
     }
 }
 

@@ -324,9 +324,8 @@ extern _Thread_local mp__pool_worker *mp__pool_current;
 void mp__pool_wait_until(mp__pool_worker *w, mp__pool_core_latch *latch);
 void mp__pool_spawn_for_jobs(mp_pool *pool, uint64_t counters, uint32_t njobs);
 
-static inline void mp__pool_execute(mp__pool_worker *w, mp__pool_job *job)
+static inline void mp__pool_execute(mp__pool_job *job)
 {
-    (void)w;
     job->execute(job);
 }
 
