@@ -39,7 +39,7 @@ bool mp_loop_is_current(mp_runtime *rt);
  * has no timer armed. Times are milliseconds of the monotonic clock (mp_now_ms). */
 typedef struct mp_timer {
     /* private: */
-    void *link_[2];       /* the wheel's entry, guarded by the runtime's timer lock */
+    void *link_[2]; /* the wheel's entry, guarded by the runtime's timer lock */
     uint64_t deadline_ms;
     uint32_t where_;
     bool fired;
@@ -70,9 +70,9 @@ struct mp_tcp {
     _Atomic bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
     _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
-    int fd;    /* immutable after accept */
+    int fd;                 /* immutable after accept */
     _Atomic uint32_t state; /* tcp.c: closed (zero), open, closing */
-    char *buf; /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
+    char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
     int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */

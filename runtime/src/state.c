@@ -85,8 +85,8 @@ void mp__task_ref_inc(mp_task *t)
 bool mp__task_transition_to_spawned(mp_task *t, bool joinable)
 {
     uint64_t fresh = 0;
-    uint64_t n = MP__T_SCHEDULED | (joinable ? MP__T_JOIN_INTEREST : 0) |
-                 (joinable ? 2 : 1) * MP__T_REF_ONE;
+    uint64_t n =
+        MP__T_SCHEDULED | (joinable ? MP__T_JOIN_INTEREST : 0) | (joinable ? 2 : 1) * MP__T_REF_ONE;
     return atomic_compare_exchange_strong_explicit(&t->state, &fresh, n, memory_order_relaxed,
                                                    memory_order_relaxed);
 }

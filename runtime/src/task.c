@@ -99,7 +99,7 @@ int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable)
         return rc;
     if (!mp__task_transition_to_spawned(t, joinable))
         return -EINVAL; /* spawned by another thread since spawnable() looked */
-    t->rt = rt; /* published with t by the queue push */
+    t->rt = rt;         /* published with t by the queue push */
     if (!mp__schedule(rt, t, false)) {
         mp__task_transition_to_unspawned(t);
         return -ESHUTDOWN;

@@ -272,9 +272,9 @@ size_t mp__wheel_count(const mp__timer_wheel *w)
     return w->count;
 }
 
-/* The timers of tasks on the wheel. The wheel is shared: tasks on any worker arm and cancel under wheel_lock, the loop
- * fires. The uv_timer is only ever set for the wheel's next expiration, so an idle runtime
- * with no timer pending has none armed. A task whose deadline comes before what the
+/* The timers of tasks on the wheel. The wheel is shared: tasks on any worker arm and cancel under
+ * wheel_lock, the loop fires. The uv_timer is only ever set for the wheel's next expiration, so an
+ * idle runtime with no timer pending has none armed. A task whose deadline comes before what the
  * uv_timer is armed for asks the loop to re-arm it (armed_ms is updated at once, under the
  * lock, so that only the first such task sends the command; rearm_queued keeps rearm_cmd in
  * the command stack at most once, and its release/acquire pair hands the struct back).

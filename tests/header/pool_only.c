@@ -26,8 +26,8 @@ static void body(void *arg)
 {
     struct job *j = arg;
     const uint64_t zero = 0;
-    j->rc = mp_pool_parallel_reduce(0, 100000, 0, sizeof zero, &zero, sum_range, add, NULL,
-                                    &j->sum);
+    j->rc =
+        mp_pool_parallel_reduce(0, 100000, 0, sizeof zero, &zero, sum_range, add, NULL, &j->sum);
 }
 
 int main(void)

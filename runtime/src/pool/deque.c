@@ -46,8 +46,7 @@
 
 #include "pool/pool_internal.h"
 
-_Static_assert(offsetof(mp__pool_deque, bottom) - offsetof(mp__pool_deque, top) >=
-                   MP__CACHE_LINE,
+_Static_assert(offsetof(mp__pool_deque, bottom) - offsetof(mp__pool_deque, top) >= MP__CACHE_LINE,
                "deque top and bottom must not share a cache line");
 
 static mp__pool_deque_buf *buf_new(int64_t capacity)

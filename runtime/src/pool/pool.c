@@ -2,12 +2,12 @@
  * Pool life cycle and the worker loop. A pool has a fixed array of worker slots, each with its
  * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The first
  * mp_pool_call() starts one; after that, whenever jobs are posted while no worker is idle or
- * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or the
- * fail_spawn_nth test hook (testhook.c)) is counted in the stats and leaves its slot unstarted, to be tried
- * again the next time a thread is wanted; the pool runs on with the threads it has. When not
- * one thread runs, mp_pool_call() tries to start one (up to as many attempts as the pool has
- * slots) and, if none succeeds, returns the error (fn did not run); the next call tries
- * again.
+ * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or
+ * testhook.c's mp__test_fail_spawn_nth) is counted in the stats and leaves its slot unstarted,
+ * to be tried again the next time a thread is wanted; the pool runs on with the threads it
+ * has. When not one thread runs, mp_pool_call() tries to start one (up to as many attempts as
+ * the pool has slots) and, if none succeeds, returns the error (fn did not run); the next
+ * call tries again.
  *
  * A worker spends its life in mp__pool_wait_until(its terminate latch): pop own deque, else
  * steal from a random victim, else take the injected jobs, else idle rounds and sleep

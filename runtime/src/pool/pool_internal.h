@@ -62,7 +62,7 @@ struct mp__pool_deque_buf {
 typedef struct mp__pool_deque {
     alignas(MP__CACHE_LINE) _Atomic int64_t top;    /* atomic: CAS by thieves and owner */
     alignas(MP__CACHE_LINE) _Atomic int64_t bottom; /* atomic: written by owner only */
-    _Atomic(mp__pool_deque_buf *) buf;                   /* atomic: replaced by owner on growth */
+    _Atomic(mp__pool_deque_buf *) buf;              /* atomic: replaced by owner on growth */
 } mp__pool_deque;
 
 typedef enum mp__pool_steal {
@@ -236,8 +236,8 @@ typedef struct mp__pool_sleep_state {
 
 typedef struct mp__pool_sleep {
     alignas(MP__CACHE_LINE) _Atomic uint64_t counters; /* atomic: the counter word */
-    mp__pool_sleep_state *states; /* immutable pointer: one per worker slot */
-    size_t nstates;               /* immutable */
+    mp__pool_sleep_state *states;                      /* immutable pointer: one per worker slot */
+    size_t nstates;                                    /* immutable */
 } mp__pool_sleep;
 
 /* A worker's progress through the idle rounds; owner only. */
@@ -292,13 +292,13 @@ bool mp__pool_inject_is_empty(mp__pool_inject *q);
 typedef struct mp__pool_worker {
     mp__pool_deque deque;
     alignas(MP__CACHE_LINE) mp_pool *pool; /* immutable */
-    uint32_t index;                             /* immutable */
-    uint64_t rng;                               /* owner only: victim choice */
-    _Atomic uint64_t stolen;                    /* atomic: written by owner, read by stats */
-    _Atomic int tid;               /* atomic: kernel thread id once started, 0 before */
-    mp__pool_spin_latch terminate; /* set once by mp_pool_free */
-    pthread_t thread;              /* guarded by pool->spawn_mu */
-    bool started;                  /* guarded by pool->spawn_mu */
+    uint32_t index;                        /* immutable */
+    uint64_t rng;                          /* owner only: victim choice */
+    _Atomic uint64_t stolen;               /* atomic: written by owner, read by stats */
+    _Atomic int tid;                       /* atomic: kernel thread id once started, 0 before */
+    mp__pool_spin_latch terminate;         /* set once by mp_pool_free */
+    pthread_t thread;                      /* guarded by pool->spawn_mu */
+    bool started;                          /* guarded by pool->spawn_mu */
 } mp__pool_worker;
 
 struct mp_pool {
