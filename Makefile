@@ -348,8 +348,12 @@ endif
 	$(if $(DESTDIR),,-ldconfig)
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
+# check-refs.sh: every "pairs with f()" / "see f()" in a comment names something that exists;
+# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not.
 lint-check:
 	clang-format --dry-run --Werror $(LINT_SRCS)
+	tests/lint/check-refs.sh
+	tests/lint/test-check-refs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
 

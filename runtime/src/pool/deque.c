@@ -120,14 +120,15 @@ mp__pool_deque_buf *mp__pool_deque_grow_owner(mp__pool_deque *d, mp__pool_deque_
 mp__pool_steal mp__pool_deque_steal(mp__pool_deque *d, mp__pool_job **out)
 {
     /* Acquire: observes the CAS of the previous taker (owner or thief), so our view of the
-     * slots is no older than theirs; pairs with the CAS below and in pop_owner()
+     * slots is no older than theirs; pairs with the CAS below and in mp__pool_deque_pop_owner()
      * (pool_internal.h). */
     int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
     /* (B) seq_cst: orders the load of top before the load of bottom; pairs with fence (A)
      * in mp__pool_deque_pop_owner() (pool_internal.h). */
     mp__pool_fence_seq_cst();
     /* Acquire: observes the job published with this bottom; pairs with the release stores of
-     * bottom in mp__pool_deque_push_owner() and pop_owner() (pool_internal.h). */
+     * bottom in mp__pool_deque_push_owner() and mp__pool_deque_pop_owner()
+     * (pool_internal.h). */
     int64_t b = atomic_load_explicit(&d->bottom, memory_order_acquire);
     if (t >= b)
         return MP__POOL_STEAL_EMPTY;

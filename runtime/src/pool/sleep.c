@@ -107,7 +107,7 @@ void mp__pool_sleep_destroy(mp__pool_sleep *s)
 uint64_t mp__pool_sleep_load(mp__pool_sleep *s)
 {
     /* seq_cst: a snapshot in the total order of the word's RMWs; pairs with the RMWs in
-     * start_looking(), work_found() and go_to_sleep() (sleep.c). */
+     * mp__pool_sleep_start_looking(), mp__pool_sleep_work_found() and go_to_sleep() (sleep.c). */
     return atomic_load_explicit(&s->counters, memory_order_seq_cst);
 }
 
