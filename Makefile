@@ -9,6 +9,7 @@
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
+#   make ... V=1                    print each full command, not one short line per step
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
@@ -61,7 +62,17 @@ endif
 
 B := build/$(VARIANT)
 
-WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter
+# One short line per step ("CC runtime/src/task.c"); V=1 prints the full commands instead.
+V ?= 0
+ifeq ($(V),1)
+  Q :=
+  quiet =
+else
+  Q := @
+  quiet = @printf '  %-5s %s\n' '$(1)' '$(2)'
+endif
+
+WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow
 ifneq ($(filter true 1,$(CI) $(WERROR)),)
   WARN += -Werror
 endif
@@ -133,7 +144,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: all check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -170,83 +181,118 @@ lint:
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -c $< -o $@
+	$(call quiet,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -c $< -o $@
 
 $(B)/obj-pic/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -fPIC $(RT_INC) -c $< -o $@
+	$(call quiet,CC,$< (pic))
+	$(Q)$(CC) $(CFLAGS_ALL) -fPIC $(RT_INC) -c $< -o $@
 
 $(B)/obj-q4/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
+	$(call quiet,CC,$< (q4))
+	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
 
 # The Makefile is a prerequisite: LLHTTP_STRICT_MODE must reach objects built before it was set.
 $(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
+	$(call quiet,CC,$<)
+	$(Q)$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
 
 $(B)/obj/daemon/%.o: daemon/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(D_INC) -c $< -o $@
+	$(call quiet,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -c $< -o $@
 
 $(D_LIB): $(D_OBJS) $(LLHTTP_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(MAGPIED): $(B)/obj/daemon/main.o $(D_LIB) $(LIB)
-	$(CC) $^ -o $@ $(LDFLAGS_ALL) $(D_LIBS)
+	$(call quiet,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(D_LIBS)
 
 build/magpied: build/release/magpied
-	ln -sf release/magpied $@
+	$(call quiet,LN,$@)
+	$(Q)ln -sf release/magpied $@
 
 $(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
 $(LIB): $(RT_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 # -z defs: every undefined symbol must come from a listed library (not with sanitizers,
 # whose runtimes the executable brings).
 $(SHLIB): $(RT_PIC_OBJS)
 	@mkdir -p $(@D)
-	printf '{\n  global: mp_[a-z]*;\n  local: *;\n};\n' > $(B)/libmagpie.map
-	$(CC) -shared -Wl,-soname,$(SHLIB_SONAME) -Wl,--version-script=$(B)/libmagpie.map \
+	$(call quiet,LD,$@)
+	$(Q)printf '{\n  global: mp_[a-z]*;\n  local: *;\n};\n' > $(B)/libmagpie.map
+	$(Q)$(CC) -shared -Wl,-soname,$(SHLIB_SONAME) -Wl,--version-script=$(B)/libmagpie.map \
 	  $(if $(SANITIZE),,-Wl,-z,defs) $^ -o $@ $(LDFLAGS_ALL) -luv
-	ln -sf $(SHLIB_NAME) $(B)/$(SHLIB_SONAME)
-	ln -sf $(SHLIB_SONAME) $(B)/libmagpie.so
+	$(Q)ln -sf $(SHLIB_NAME) $(B)/$(SHLIB_SONAME)
+	$(Q)ln -sf $(SHLIB_SONAME) $(B)/libmagpie.so
 
 $(LIB_Q4): $(RT_Q4_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	$(call quiet,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(B)/tests/runtime/%: tests/runtime/%.c $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 $(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 # Run from the repository root; they know their build and how it was sanitized.
 $(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
 	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
 $(DEMO): runtime/examples/demo.c $(LIB)
-	$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
 build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB)
 
-check: build-tests
+check: build-tests header-check
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
+
+# magpie_core.h needs C11 and pthreads only: tests/header/ builds its users with -std=c11
+# -pedantic -Werror, no feature macros, and a uv.h first on the include path that fails the
+# build if anything reaches it; the pool-only one is linked without libuv and run.
+HDR := $(B)/header-check
+HDR_CFLAGS := -std=c11 -pedantic -Wall -Wextra -Werror -g $(OPT) -I$(HDR) -Iruntime/include
+$(HDR)/uv.h:
+	@mkdir -p $(@D)
+	$(call quiet,GEN,$@)
+	$(Q)printf '#error "magpie_core.h must not need uv.h"\n' > $@
+$(HDR)/core_only.o: tests/header/core_only.c runtime/include/magpie_core.h $(HDR)/uv.h
+	$(call quiet,CC,$<)
+	$(Q)$(CC) $(HDR_CFLAGS) -c $< -o $@
+$(HDR)/pool_only: tests/header/pool_only.c runtime/include/magpie_core.h $(HDR)/uv.h $(LIB)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(HDR_CFLAGS) $< $(LIB) -o $@ -pthread $(OPT)
+header-check: $(HDR)/core_only.o $(HDR)/pool_only
+	$(HDR)/pool_only
+	@echo "[$(VARIANT)] header check: magpie_core.h stands alone (C11, no libuv)"
 
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
-THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|mp_pool_new|pthread_create|magpied_harness\.h' \
+THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|test_runtime|mp_pool_new|pthread_create|magpied_harness\.h' \
 	$(RT_TESTS) $(D_TESTS) 2>/dev/null)
 THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
 	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))
@@ -278,7 +324,8 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_NAME)
 	ln -sf $(SHLIB_NAME) $(DESTDIR)$(LIBDIR)/$(SHLIB_SONAME)
 	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
-	install -m 644 runtime/include/magpie.h $(DESTDIR)$(INCLUDEDIR)/magpie.h
+	install -m 644 runtime/include/magpie.h runtime/include/magpie_core.h \
+	  runtime/include/magpie_io.h $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
 ifneq ($(PROGRAMS),)
@@ -301,8 +348,12 @@ endif
 	$(if $(DESTDIR),,-ldconfig)
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
+# check-refs.sh: every "pairs with f()" / "see f()" in a comment names something that exists;
+# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not.
 lint-check:
 	clang-format --dry-run --Werror $(LINT_SRCS)
+	tests/lint/check-refs.sh
+	tests/lint/test-check-refs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
 

@@ -681,6 +681,7 @@ static int on_chunk_header(llhttp_t *p)
 
 static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 {
+    (void)at; /* llhttp's callback signature */
     return count_body(conn_of(p), len);
 }
 
@@ -870,6 +871,8 @@ out:
 
 int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
+    (void)now_ns; /* the signature of the other md_http_conn_* entry points */
+    (void)out;
     c->closing = true;
     return MD_HTTP_WANT_CLOSE;
 }

@@ -429,7 +429,7 @@ static const char *peer_name(md_conn *c)
     if (c->peer[0] == '\0') {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        if (getpeername(c->tcp.fd, (struct sockaddr *)&ss, &len) == 0)
+        if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) == 0)
             sockaddr_text(&ss, false, c->peer, sizeof c->peer);
     }
     return c->peer[0] ? c->peer : NULL;
@@ -483,7 +483,7 @@ static void accept_one(md_listener_state *l)
         /* Bounds what a peer that does not read pins in the kernel (the kernel doubles it);
          * without it the send buffer autotunes up to tcp_wmem's maximum. Best effort. */
         int v = (int)s->cfg.limits.send_buffer;
-        setsockopt(c->tcp.fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+        setsockopt(mp_tcp_fileno(&c->tcp), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
     c->next = s->conns;
     if (s->conns)

@@ -17,7 +17,8 @@ if [ "${1:-}" = --repeat ]; then
 fi
 variant=$1
 shift
-# Criterion's parallel runner leaks 48 bytes in the parent process (libcriterion itself);
+# Criterion's parallel runner leaks 48 bytes in the parent process (libcriterion itself) when
+# a .timeout test ends while another runs; this is the one workaround for it in the tree:
 # LeakSanitizer would report it on every suite, so the ASan build runs one test at a time.
 jobs=2
 [ "$variant" = asan ] && jobs=1

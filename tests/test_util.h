@@ -1,27 +1,54 @@
-/* Helpers shared by the suites: a seed from the environment for stress tests (MP_TEST_SEED,
- * printed so that a failure can be replayed) and a small PRNG. */
+/* Helpers shared by the suites: a runtime for a test, a seed from the environment for stress
+ * tests (MP_TEST_SEED, the one seed variable of every suite, printed so that a failure can be
+ * replayed) and a small PRNG. */
 #ifndef MP_TEST_UTIL_H
 #define MP_TEST_UTIL_H
 
+#include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-static inline uint64_t test_seed(void)
+#include "magpie_core.h"
+
+/* A runtime made as cfg says; the test fails if it cannot be. */
+static inline mp_runtime *test_runtime_with(const mp_config *cfg)
+{
+    mp_runtime *rt = NULL;
+    int rc = mp_runtime_new(&rt, cfg);
+    cr_assert_eq(rc, 0, "mp_runtime_new: %d", rc);
+    return rt;
+}
+
+/* A runtime of `workers` workers, every other setting the default. */
+static inline mp_runtime *test_runtime(unsigned workers)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = workers;
+    return test_runtime_with(&cfg);
+}
+
+/* MP_TEST_SEED, or dflt when it is not set; printed either way. Never 0 (xorshift's fixed
+ * point). */
+static inline uint64_t test_seed_or(uint64_t dflt)
 {
     const char *env = getenv("MP_TEST_SEED");
-    uint64_t seed;
-    if (env && *env) {
-        seed = strtoull(env, NULL, 0);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-    }
+    uint64_t seed = env && *env ? strtoull(env, NULL, 0) : dflt;
     fprintf(stderr, "MP_TEST_SEED=%" PRIu64 "\n", seed);
     return seed ? seed : 1;
+}
+
+/* MP_TEST_SEED, or a new seed each run. */
+static inline uint64_t test_seed(void)
+{
+    if (getenv("MP_TEST_SEED") && *getenv("MP_TEST_SEED"))
+        return test_seed_or(0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return test_seed_or((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20));
 }
 
 static inline uint64_t test_rand(uint64_t *s)

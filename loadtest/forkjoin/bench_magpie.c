@@ -1,6 +1,6 @@
 /* magpie's fork-join pool on the benchmark workloads (see README.md).
  * usage: bench_magpie WORKLOAD THREADS REPS   (WORKLOAD: fib35 fib40c tree20 sum sort) */
-#include "magpie.h"
+#include "magpie_core.h"
 #include "workloads.h"
 
 struct fib {
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
     mp_pool_config cfg;
     mp_pool *pool;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = (size_t)threads;
+    cfg.workers = (unsigned)threads;
     if (mp_pool_new(&pool, &cfg) != 0)
         return 1;
     sum_in = fj_sum_input();

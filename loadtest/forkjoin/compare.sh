@@ -28,7 +28,7 @@ mkdir -p "$out"
 
 echo "== building into $out/"
 # magpie: the pool sources with the flags of the Makefile's release libmagpie (-O2 -g).
-gcc -std=c11 -D_GNU_SOURCE -O2 -g -pthread -Iruntime/include -Iruntime/src -I"$src" runtime/src/pool/*.c \
+gcc -std=c11 -D_GNU_SOURCE -O2 -g -pthread -Iruntime/include -Iruntime/src -I"$src" runtime/src/pool/*.c runtime/src/testhook.c \
     "$src/bench_magpie.c" -o "$out/bench_magpie"
 gcc -std=c11 -D_GNU_SOURCE -O2 -g -fopenmp -I"$src" "$src/bench_omp.c" -o "$out/bench_omp"
 g++ -std=c++17 -O2 -g -I"$src" "$src/bench_tbb.cpp" -ltbb -o "$out/bench_tbb"

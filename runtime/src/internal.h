@@ -2,17 +2,20 @@
  *
  * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
  * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
- * lock), "immutable after start". Files: task.c (state word, wakers, join), waker.c (the
- * waker handle, blocking a plain thread), queue.c (the per-worker ring), inject.c (global
- * queue), owned.c (registry of live tasks, for shutdown), idle.c (searching/parked
- * accounting), park.c (futex park word), worker.c (the loop), runtime.c (create, lazy spawn,
- * shutdown, stats), reactor.c (the libuv loop, the driver role, timer driving), timer.c (the
- * timer wheel), tcp.c (TCP streams for tasks), sync/ (oneshot, channel, notify), pool/ (the
- * fork-join pool, with its own pool_internal.h).
+ * lock), "immutable after start". Files: state.c (the task state word and its transitions),
+ * task.c (wakers of tasks, spawn, run, join, mp_spawn_fn), waker.c (the waker handle,
+ * blocking a plain thread), queue.c (the per-worker ring), inject.c (global queue), owned.c
+ * (registry of live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
+ * park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown, stats), reactor.c
+ * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
+ * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks), testhook.c
+ * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
+ * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
 
+#include "list.h"
 #include "magpie.h"
 
 #include <errno.h>
@@ -62,6 +65,15 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
  * an estimate taken on a crowded machine would keep a driver alone after the machine freed up.
  * At most ten extra wakes a second. */
 #define MP__WAKE_NS_TTL 100000000u
+
+/* Branch hints for the fast paths (the pool's join and posting, mostly). */
+#if defined(__GNUC__)
+#define mp__likely(x)   __builtin_expect(!!(x), 1)
+#define mp__unlikely(x) __builtin_expect(!!(x), 0)
+#else
+#define mp__likely(x)   (x)
+#define mp__unlikely(x) (x)
+#endif
 
 #define MP__UNREACHABLE(fmt, ...)                                                                  \
     do {                                                                                           \
@@ -120,6 +132,12 @@ static inline void mp__spin_unlock(_Atomic uint32_t *l)
     atomic_store_explicit(l, 0, memory_order_release);
 }
 
+/* testhook.c: fault injection for the suites. The Nth worker thread start (1-based, counted
+ * over the object's life) of every runtime and pool created after this call fails as if
+ * pthread_create() had returned EAGAIN; 0 (the default) = never. */
+void mp__test_fail_spawn_nth(unsigned nth);
+unsigned mp__test_fail_spawn_nth_value(void);
+
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
     _Atomic uint32_t word;
@@ -129,18 +147,7 @@ mp_waker mp__thread_waiter_init(mp__thread_waiter *tw);
 /* Returns after the waker fired (at least once since the last return). */
 void mp__thread_waiter_wait(mp__thread_waiter *tw);
 
-/* task.c */
-struct mp__worker;
-
-struct mp_context {
-    mp_waker waker; /* borrowed: data = the running task */
-    mp_task *task;
-    bool yielded;
-};
-
-extern const mp_waker_vtable mp__task_waker_vt;
-
-/* The task state word; task.c documents each bit. */
+/* state.c: the task state word; state.c documents each bit. */
 #define MP__T_RUNNING       ((uint64_t)1 << 0)
 #define MP__T_COMPLETE      ((uint64_t)1 << 1)
 #define MP__T_SCHEDULED     ((uint64_t)1 << 2)
@@ -161,7 +168,11 @@ typedef enum {
 typedef enum { MP__NOTIFY_NOTHING, MP__NOTIFY_SUBMIT, MP__NOTIFY_DEALLOC } mp__to_notified;
 typedef enum { MP__JOINED, MP__JOINED_DEALLOC, MP__JOINED_SLOW } mp__to_joined;
 
-/* The transitions: the only code that changes a task's state word (task.c). */
+/* The transitions: the only code that changes a task's state word (state.c). */
+void mp__task_state_init(mp_task *t);
+uint64_t mp__task_state_load(const mp_task *t, memory_order mo);
+bool mp__task_transition_to_spawned(mp_task *t, bool joinable);
+void mp__task_transition_to_unspawned(mp_task *t);
 mp__to_running mp__task_transition_to_running(mp_task *t);
 mp__to_idle mp__task_transition_to_idle(mp_task *t, bool yielded);
 mp__to_notified mp__task_transition_to_notified_by_ref(mp_task *t);
@@ -174,6 +185,22 @@ bool mp__task_transition_set_join_waker(mp_task *t);
 bool mp__task_transition_unset_join_waker(mp_task *t);
 bool mp__task_transition_to_join_handle_dropped(mp_task *t);
 mp__to_joined mp__task_transition_to_joined(mp_task *t, mp_waker *waker);
+/* The reference count: a new reference from an existing one; drop n, releasing the task (its
+ * vtable's release) when they were the last. */
+void mp__task_ref_inc(mp_task *t);
+void mp__task_ref_dec(mp_task *t, uint64_t n);
+void mp__task_release(mp_task *t);
+
+/* task.c */
+struct mp__worker;
+
+struct mp_context {
+    mp_waker waker; /* borrowed: data = the running task */
+    mp_task *task;
+    bool yielded;
+};
+
+extern const mp_waker_vtable mp__task_waker_vt;
 
 int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
 /* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
@@ -394,8 +421,10 @@ bool mp__reactor_release(mp__reactor *r);
 void mp__reactor_run(mp__reactor *r, bool block);
 void mp__reactor_wake(mp__reactor *r);
 void mp__reactor_close(mp__reactor *r);
-/* timer.c's driver in reactor.c, with the role held: fire what is due, arm for the next. */
-void mp__reactor_timers(mp__reactor *r);
+
+/* timer.c, the timer API's side of the reactor. Shutdown, with the role held and every worker
+ * stopped: drop the wakers of timers still armed. */
+void mp__timers_close(mp__reactor *r);
 
 /* tcp.c, loop side */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c);
@@ -411,10 +440,11 @@ void mp__tcp_ready(mp_tcp *c, uint32_t events);
 bool mp__helper_pays(uint32_t local, double avg_task_ns, uint64_t wake_ns, uint64_t wake_age_ns);
 uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample);
 
+/* The fields of mp_worker_stats (MP_WORKER_COUNTERS in magpie_core.h), as counters. */
 typedef struct mp__worker_counters {
-    mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
-        global_batches, overflows, budget_exhausted, drives, io_polls, helpers_woken,
-        helpers_skipped;
+#define MP__COUNTER_FIELD(name, help) mp__counter name;
+    MP_WORKER_COUNTERS(MP__COUNTER_FIELD)
+#undef MP__COUNTER_FIELD
 } mp__worker_counters;
 
 typedef struct mp__worker {
@@ -473,7 +503,8 @@ struct mp_runtime {
     _Atomic bool draining;                     /* atomic: spawns from outside refused */
     _Atomic bool closed;                       /* atomic: every spawn refused */
     _Atomic int shutdown_state;                /* atomic: 0 running, 1 shutting down, 2 done */
-    _Atomic unsigned spawn_attempts;           /* atomic: for cfg.fail_spawn_nth */
+    unsigned fail_spawn_nth;                   /* immutable after start: testhook.c */
+    _Atomic unsigned spawn_attempts;           /* atomic: for fail_spawn_nth */
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */

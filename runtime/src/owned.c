@@ -46,11 +46,7 @@ int mp__owned_bind(mp__owned *o, mp_task *t, int worker)
         return -ESHUTDOWN;
     }
     t->shard = idx;
-    t->owned_prev = NULL;
-    t->owned_next = s->head;
-    if (s->head)
-        s->head->owned_prev = t;
-    s->head = t;
+    MP__LIST_PUSH_FRONT(s->head, t, owned_prev, owned_next);
     s->count++;
     mp__spin_unlock(&s->lock);
     return 0;
@@ -59,12 +55,7 @@ int mp__owned_bind(mp__owned *o, mp_task *t, int worker)
 /* A task that is not linked points at itself, so remove after shutdown's pop is a no-op. */
 static void unlink_locked(mp__owned_shard *s, mp_task *t)
 {
-    if (t->owned_prev)
-        t->owned_prev->owned_next = t->owned_next;
-    else
-        s->head = t->owned_next;
-    if (t->owned_next)
-        t->owned_next->owned_prev = t->owned_prev;
+    MP__LIST_UNLINK(s->head, t, owned_prev, owned_next);
     t->owned_prev = t->owned_next = t;
     s->count--;
 }

@@ -90,6 +90,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         return -ENOMEM;
     memset(rt, 0, sizeof *rt);
     rt->cfg = c;
+    rt->fail_spawn_nth = mp__test_fail_spawn_nth_value();
     rt->nworkers = c.workers;
     rt->workers = aligned_alloc(MP__CACHE_LINE, c.workers * sizeof *rt->workers);
     if (!rt->workers)
@@ -140,7 +141,7 @@ static int create_thread(mp_runtime *rt, mp__worker *w)
 {
     /* Relaxed: a counter for the test hook only. */
     unsigned attempt = atomic_fetch_add_explicit(&rt->spawn_attempts, 1, memory_order_relaxed) + 1;
-    if (rt->cfg.fail_spawn_nth && attempt == rt->cfg.fail_spawn_nth)
+    if (rt->fail_spawn_nth && attempt == rt->fail_spawn_nth)
         return -EAGAIN;
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
@@ -391,23 +392,10 @@ unsigned mp_runtime_workers(const mp_runtime *rt)
 static void read_counters(const mp__worker *w, mp_worker_stats *o)
 {
     const mp__worker_counters *c = &w->stats;
-#define RD(f) o->f = atomic_load_explicit(&c->f, memory_order_relaxed)
-    RD(spawned);
-    RD(completed);
-    RD(polled);
-    RD(stolen);
-    RD(steals);
-    RD(parks);
-    RD(unparks);
-    RD(lifo_hits);
-    RD(global_batches);
-    RD(overflows);
-    RD(budget_exhausted);
-    RD(drives);
-    RD(io_polls);
-    RD(helpers_woken);
-    RD(helpers_skipped);
-#undef RD
+    /* Relaxed: statistics (mp__counter in internal.h). */
+#define READ(name, help) o->name = atomic_load_explicit(&c->name, memory_order_relaxed);
+    MP_WORKER_COUNTERS(READ)
+#undef READ
 }
 
 int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out)
@@ -424,21 +412,9 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     for (unsigned i = 0; i < rt->nworkers; i++) {
         mp_worker_stats w;
         read_counters(&rt->workers[i], &w);
-        out->total.spawned += w.spawned;
-        out->total.completed += w.completed;
-        out->total.polled += w.polled;
-        out->total.stolen += w.stolen;
-        out->total.steals += w.steals;
-        out->total.parks += w.parks;
-        out->total.unparks += w.unparks;
-        out->total.lifo_hits += w.lifo_hits;
-        out->total.global_batches += w.global_batches;
-        out->total.overflows += w.overflows;
-        out->total.budget_exhausted += w.budget_exhausted;
-        out->total.drives += w.drives;
-        out->total.io_polls += w.io_polls;
-        out->total.helpers_woken += w.helpers_woken;
-        out->total.helpers_skipped += w.helpers_skipped;
+#define SUM(name, help) out->total.name += w.name;
+        MP_WORKER_COUNTERS(SUM)
+#undef SUM
         /* Relaxed: a snapshot. */
         if (atomic_load_explicit(&rt->workers[i].spawn_state, memory_order_relaxed) ==
             MP__SLOT_STARTED)

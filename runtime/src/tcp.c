@@ -48,6 +48,10 @@ enum {
 
 enum { DEFAULT_BUF = 16384, POOL_MAX = 64 };
 
+/* mp_tcp.state: zero (a zeroed or failed stream) is CLOSED, so misuse is told apart from a
+ * stream without a state machine of its own. */
+enum { CLOSED = 0, OPEN = 1, CLOSING = 2 };
+
 /* The free list of DEFAULT_BUF buffers, linked through their first bytes. */
 static struct {
     _Atomic uint32_t lock;
@@ -159,7 +163,21 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
         return rc;
     }
     mp__tcp_link(&rt->reactor, c);
+    /* Relaxed: published to the task with c itself (the caller spawns it). */
+    atomic_store_explicit(&c->state, OPEN, memory_order_relaxed);
     return 0;
+}
+
+int mp_tcp_fileno(const mp_tcp *c)
+{
+    /* Relaxed: the owning task's own close is the only transition out of OPEN it can race
+     * with, and that is a caller's ordering, not the stream's. */
+    return atomic_load_explicit(&c->state, memory_order_relaxed) == OPEN ? c->fd : -EBADF;
+}
+
+size_t mp_tcp_write_progress(const mp_tcp *c)
+{
+    return c->write_done;
 }
 
 /* On the loop's thread, from the runtime's epoll set (reactor.c). */
@@ -382,35 +400,31 @@ static void close_cmd(uv_loop_t *loop, void *arg)
     uv_close((uv_handle_t *)&c->handle, close_cb);
 }
 
-void mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
+int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
 {
+    uint32_t open = OPEN;
+    /* Relaxed: the exchange only makes a second close fail; the close itself is ordered by
+     * mp_loop_call's command queue. */
+    if (!atomic_compare_exchange_strong_explicit(&c->state, &open, CLOSING, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return -EBADF;
     /* The task is done reading: its buffer goes back now, not after the loop's close. */
     buf_give(c->buf, c->cap);
     c->buf = NULL;
     c->on_closed = on_closed;
-    if (mp_loop_call(c->rt, &c->cmd_close, close_cmd, c) != 0)
-        MP__UNREACHABLE("%s", "mp_tcp_close after the loop closed");
+    return mp_loop_call(c->rt, &c->cmd_close, close_cmd, c);
 }
 
 /* The reactor's list of open streams, so that shutdown can close them with close_cb. Loop
  * side only. */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c)
 {
-    c->prev = NULL;
-    c->next = r->tcps;
-    if (r->tcps)
-        r->tcps->prev = c;
-    r->tcps = c;
+    MP__LIST_PUSH_FRONT(r->tcps, c, prev, next);
 }
 
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c)
 {
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        r->tcps = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    MP__LIST_UNLINK(r->tcps, c, prev, next);
     c->prev = c->next = NULL;
 }
 

@@ -1,7 +1,10 @@
-/* timer.c: the hierarchical hashed timer wheel (the Linux kernel's timer wheel, Tokio's time
- * driver). A data structure only: no threads, no clock. The reactor reads the clock, calls
- * mp__wheel_advance() from one uv_timer on the loop thread and sleeps until
- * mp__wheel_next_expiration(), all under its lock.
+/* timer.c: timers for tasks (mp_timer_*, mp_now_ms) and the hierarchical hashed timer wheel
+ * under them (the Linux kernel's timer wheel, Tokio's time driver).
+ *
+ * The wheel (mp__wheel_*) is a data structure only: no threads, no clock. The timer API
+ * below it, at the end of this file, reads the clock, calls mp__wheel_advance() from one
+ * uv_timer on the loop's thread and arms that uv_timer for mp__wheel_next_expiration(), all
+ * under the reactor's wheel lock; the loop and the driver role it runs on are reactor.c's.
  *
  * Time is in ms. Six levels of 64 slots: a level-L slot covers 64^L ms and level L as a whole
  * 64^(L+1) ms, so the wheel reaches 64^6 ms (about 2.2 years) ahead. Write a time as base-64
@@ -267,4 +270,187 @@ mp__timer_entry *mp__wheel_advance(mp__timer_wheel *w, uint64_t now_ms)
 size_t mp__wheel_count(const mp__timer_wheel *w)
 {
     return w->count;
+}
+
+/* The timers of tasks on the wheel. The wheel is shared: tasks on any worker arm and cancel under
+ * wheel_lock, the loop fires. The uv_timer is only ever set for the wheel's next expiration, so an
+ * idle runtime with no timer pending has none armed. A task whose deadline comes before what the
+ * uv_timer is armed for asks the loop to re-arm it (armed_ms is updated at once, under the
+ * lock, so that only the first such task sends the command; rearm_queued keeps rearm_cmd in
+ * the command stack at most once, and its release/acquire pair hands the struct back).
+ *
+ * The lost timer wake-up (libuv 1.44, the version these builds use):
+ *
+ *   driver (one worker, the loop's only runner)
+ *   uv_run(ONCE): timer armed for D, blocks until D
+ *   woken early by the async handle (a spawn); runs that task past D
+ *   parks, drives again: uv_run(ONCE)
+ *     runs due timers first: D fires, its task -> this worker's LIFO slot
+ *     computes the poll timeout: no timer left, nothing pending -> epoll_wait(-1)
+ *   -> the woken task sits in the LIFO slot of a thread that sleeps for ever
+ *
+ * UV_RUN_ONCE only avoids blocking after callbacks that ran in the poll phase. Fixed where the
+ * wake lands: mp__schedule() (worker.c) calls uv_stop() when it queues a task on the driving
+ * worker, which makes that iteration's poll non-blocking (libuv clears the flag as uv_run
+ * returns). The fired flag itself is not what makes a timer ready: mp_timer_poll() asks the
+ * clock, so a deadline moved later after it fired waits for the new one. */
+_Static_assert(offsetof(mp_timer, link_) == offsetof(mp__timer_entry, prev) &&
+                   offsetof(mp_timer, deadline_ms) == offsetof(mp__timer_entry, deadline_ms) &&
+                   offsetof(mp_timer, where_) == offsetof(mp__timer_entry, where),
+               "mp_timer must begin with an mp__timer_entry");
+
+uint64_t mp_now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+static void timers_cb(uv_timer_t *h);
+
+static void arm_locked_unlock(mp__reactor *r)
+{
+    uint64_t next = mp__wheel_next_expiration(&r->wheel);
+    r->armed_ms = next;
+    mp__spin_unlock(&r->wheel_lock);
+    if (next == UINT64_MAX) {
+        uv_timer_stop(&r->timer);
+        return;
+    }
+    uint64_t now = mp_now_ms();
+    uv_update_time(&r->loop);
+    uv_timer_start(&r->timer, timers_cb, next > now ? next - now : 0, 0);
+}
+
+/* On the loop: fire what is due and arm for the next expiration. The fired timers' tasks
+ * are woken by reference under the lock: their wakers stay in the timers (a task's next
+ * poll or cancel drops them), so no waker's last reference, and no user code, is dropped
+ * here. */
+static void fire_due(mp__reactor *r)
+{
+    uint64_t now = mp_now_ms();
+    mp__spin_lock(&r->wheel_lock);
+    for (mp__timer_entry *e = mp__wheel_advance(&r->wheel, now); e;) {
+        mp__timer_entry *next = e->next;
+        mp_timer *t = (mp_timer *)e;
+        t->fired = true;
+        mp_waker_wake_by_ref(&t->waker);
+        e = next;
+    }
+    arm_locked_unlock(r);
+}
+
+static void timers_cb(uv_timer_t *h)
+{
+    fire_due(h->data);
+}
+
+static void rearm_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    mp__reactor *r = arg;
+    /* Release: run_commands() is done with rearm_cmd (it read ->next and ->fn before calling
+     * us), so the next queue_rearm() may rewrite it; pairs with the acquire CAS there. The
+     * wheel is read under its lock below, after this store, so a task that finds the flag
+     * clear and queues again is not needed for what it inserted before. */
+    atomic_store_explicit(&r->rearm_queued, false, memory_order_release);
+    fire_due(r);
+}
+
+void mp_timer_init(mp_timer *t, mp_runtime *rt)
+{
+    memset(t, 0, sizeof *t);
+    mp__timer_entry_init((mp__timer_entry *)t);
+    t->rt = rt;
+}
+
+/* Under wheel_lock: the last pending timer went away but the uv_timer is still armed for it.
+ * Disarm it now, while there is activity, rather than wake an idle runtime later for nothing.
+ * Returns whether the caller must queue rearm_cmd (after unlocking). */
+static bool disarm_if_empty_locked(mp__reactor *r)
+{
+    if (mp__wheel_count(&r->wheel) != 0 || r->armed_ms == UINT64_MAX)
+        return false;
+    r->armed_ms = UINT64_MAX;
+    return true;
+}
+
+static void queue_rearm(mp_runtime *rt)
+{
+    mp__reactor *r = &rt->reactor;
+    bool expected = false;
+    /* Acquire: rearm_cmd is ours to rewrite only after the loop's last read of it; pairs
+     * with the release store in rearm_cmd(). A command still queued (the flag set) will read
+     * the wheel after our insert, so nothing more is needed then. */
+    if (atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
+                                                memory_order_acquire, memory_order_relaxed) &&
+        mp_loop_call(rt, &r->rearm_cmd, rearm_cmd, r) != 0)
+        atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
+}
+
+mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
+{
+    mp__reactor *r = &t->rt->reactor;
+    mp__timer_entry *e = (mp__timer_entry *)t;
+    mp_waker old = {0};
+    /* Ready by the clock alone: the wheel fires an entry only once mp_now_ms() has reached
+     * its deadline, so a fired entry is due here too, while a deadline moved later since it
+     * fired is not (a "fired" flag would say READY for it at once). */
+    bool due = mp_now_ms() >= deadline_ms;
+    mp__spin_lock(&r->wheel_lock);
+    if (due) {
+        mp__wheel_remove(&r->wheel, e);
+        t->fired = false;
+        old = t->waker;
+        t->waker = (mp_waker){0};
+        bool disarm = disarm_if_empty_locked(r);
+        mp__spin_unlock(&r->wheel_lock);
+        mp_waker_drop(&old);
+        if (disarm)
+            queue_rearm(t->rt);
+        return MP_READY;
+    }
+    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms) {
+        t->fired = false;
+        mp__wheel_insert(&r->wheel, e, deadline_ms);
+    }
+    if (!mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
+        old = t->waker;
+        t->waker = mp_waker_clone(mp_context_waker(cx));
+    }
+    bool rearm = deadline_ms < r->armed_ms;
+    if (rearm)
+        r->armed_ms = deadline_ms;
+    mp__spin_unlock(&r->wheel_lock);
+    mp_waker_drop(&old);
+    if (rearm)
+        queue_rearm(t->rt);
+    return MP_PENDING;
+}
+
+void mp_timer_cancel(mp_timer *t)
+{
+    mp__reactor *r = &t->rt->reactor;
+    mp__spin_lock(&r->wheel_lock);
+    mp__wheel_remove(&r->wheel, (mp__timer_entry *)t);
+    t->fired = false;
+    mp_waker old = t->waker;
+    t->waker = (mp_waker){0};
+    bool disarm = disarm_if_empty_locked(r);
+    mp__spin_unlock(&r->wheel_lock);
+    mp_waker_drop(&old);
+    if (disarm)
+        queue_rearm(t->rt);
+}
+
+/* Shutdown, on the loop with every worker stopped (reactor.c): timers still armed belong to
+ * tasks that are gone; drop the wakers they kept. */
+void mp__timers_close(mp__reactor *r)
+{
+    mp__spin_lock(&r->wheel_lock);
+    mp__timer_entry *left = mp__wheel_advance(&r->wheel, UINT64_MAX - 1);
+    mp__spin_unlock(&r->wheel_lock);
+    while (left) {
+        mp__timer_entry *next = left->next;
+        mp_waker_drop(&((mp_timer *)left)->waker);
+        left = next;
+    }
 }

@@ -103,7 +103,7 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
          * and wakes a helper then if mp__helper_pays() says so (drive()). The loop must
          * return, though: uv_run(UV_RUN_ONCE) runs due timers *before* it computes how long
          * to block, and with nothing else pending it then blocks in epoll_wait(-1) with the
-         * woken task sitting in this LIFO slot (the lost timer wake-up drawn in reactor.c).
+         * woken task sitting in this LIFO slot (the lost timer wake-up drawn in timer.c).
          * uv_stop() makes that poll non-blocking; libuv clears the flag as uv_run returns. */
         uv_stop(&rt->reactor.loop);
         mp_task *prev = w->lifo;

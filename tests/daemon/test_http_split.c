@@ -4,6 +4,7 @@
  * and resumes where it stopped.
  */
 #include "daemon/http_harness.h"
+#include "test_util.h"
 
 TestSuite(http_split, .init = server_setup, .timeout = 60);
 
@@ -218,7 +219,7 @@ Test(http_split, high_water_pauses_and_resumes)
     expect_no_leaks();
 }
 
-/* xorshift64*, seeded from MAGPIE_SEED when set (MAGPIE_FUZZ_ITERS sets the rounds). */
+/* xorshift64*, seeded from MP_TEST_SEED when set (MAGPIE_FUZZ_ITERS sets the rounds). */
 static uint64_t rng_state;
 
 static uint64_t rng(void)
@@ -231,11 +232,7 @@ static uint64_t rng(void)
 
 static void rng_seed(void)
 {
-    const char *env = getenv("MAGPIE_SEED");
-    rng_state = env != NULL ? strtoull(env, NULL, 0) : UINT64_C(0x9e3779b97f4a7c15);
-    if (rng_state == 0)
-        rng_state = 1;
-    cr_log_info("MAGPIE_SEED=%llu", (unsigned long long)rng_state);
+    rng_state = test_seed_or(UINT64_C(0x9e3779b97f4a7c15));
 }
 
 /* Mutations aimed at the parser's seams: line ends, separators, digits, NUL, high bytes. */

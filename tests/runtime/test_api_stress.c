@@ -35,6 +35,10 @@
 #include "magpie.h"
 #include "test_util.h"
 
+/* The one thing taken from outside magpie.h: the suites' fault-injection hook (internal.h,
+ * testhook.c), to make thread starts fail the way a loaded machine does. */
+void mp__test_fail_spawn_nth(unsigned nth);
+
 enum kind { K_YIELD, K_SLEEP, K_CHAN, K_NOTIFY, K_JOIN, K_PLAIN, K_SPAWN, K_CONSUMER, K_KINDS };
 static const char *const kind_name[K_KINDS] = {"yield", "sleep", "chan",  "notify",
                                                "join",  "plain", "spawn", "consumer"};
@@ -579,7 +583,7 @@ static void run_init(run *r, unsigned workers, uint64_t seed, mp_config *cfg)
     r->tasks = calloc(MAX_TASKS, sizeof *r->tasks);
     cr_assert(r->tasks);
     r->mode = cfg->shutdown_mode;
-    cr_assert_eq(mp_runtime_new(&r->rt, cfg), 0);
+    r->rt = test_runtime_with(cfg);
     cr_assert_eq(mp_chan_init(&r->chan, 1 + (uint32_t)(seed % 4)), 0);
     mp_notify_init(&r->notify);
 }
@@ -595,7 +599,7 @@ static void mixed_run(unsigned workers, uint64_t seed, unsigned fail_spawn_nth)
     cfg.disable_steal = test_rand(&rng) % 4 == 0;
     cfg.shutdown_mode = test_rand(&rng) % 2 ? MP_SHUTDOWN_DRAIN : MP_SHUTDOWN_CANCEL;
     cfg.drain_timeout_ms = 30000; /* finite work: a drain that needs this long is a bug */
-    cfg.fail_spawn_nth = fail_spawn_nth;
+    mp__test_fail_spawn_nth(fail_spawn_nth);
     if (test_rand(&rng) % 2)
         cfg.stack_size = 256 << 10;
     static run r;
@@ -794,11 +798,7 @@ Test(api_stress, idle_then_sleep_cycles, .timeout = 600)
     pthread_t wd;
     pthread_create(&wd, NULL, napper_watchdog, &progress);
     for (size_t i = 0; i < nw; i++) {
-        mp_config cfg;
-        mp_config_init(&cfg);
-        cfg.workers = ws[i];
-        mp_runtime *rt;
-        cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+        mp_runtime *rt = test_runtime(ws[i]);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {

@@ -5,26 +5,19 @@
 #include "internal.h"
 #include "test_util.h"
 
-static mp_runtime *rt_with(mp_config *cfg)
-{
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, cfg), 0);
-    return rt;
-}
-
 Test(runtime, worker_count_defaults_to_cpus_and_is_capped)
 {
     mp_config cfg;
     mp_config_init(&cfg);
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
     mp_runtime_free(rt);
     cfg.max_workers = 1;
-    rt = rt_with(&cfg);
+    rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), 1);
     mp_runtime_free(rt);
     cfg.workers = 130; /* more than one bitmap word */
-    rt = rt_with(&cfg);
+    rt = test_runtime_with(&cfg);
     cr_assert_eq(mp_runtime_workers(rt), 130);
     mp_runtime_free(rt);
     cr_assert_null(mp_runtime_current());
@@ -86,8 +79,8 @@ Test(runtime, failed_thread_spawn_is_survived_and_reported, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 3;
-    cfg.fail_spawn_nth = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp__test_fail_spawn_nth(2);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 20000 };
     static counted c[N];
     tally t = {0};
@@ -114,6 +107,7 @@ typedef struct blocker {
 
 static mp_poll blocker_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     blocker *b = mp_container_of(t, blocker, task);
     atomic_store(&b->inside, true);
     while (atomic_load(&b->hold))
@@ -134,7 +128,7 @@ Test(runtime, shutdown_cancels_queued_idle_and_parked_tasks, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     tally t = {0};
     /* Idle tasks whose wakers are held outside, never woken. */
     enum { PARKED = 50, QUEUED = 500 };
@@ -192,7 +186,7 @@ Test(runtime, drain_runs_pending_tasks_to_completion, .timeout = 60)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 2000 };
     static counted c[N];
     tally t = {0};
@@ -214,7 +208,7 @@ Test(runtime, drain_gives_up_after_its_timeout, .timeout = 60)
     cfg.workers = 2;
     cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
     cfg.drain_timeout_ms = 100;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     tally t = {0};
     counted done, stuck;
     mp_waker held = {0};
@@ -240,6 +234,7 @@ typedef struct self_stopper {
 
 static mp_poll self_stopper_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     self_stopper *s = mp_container_of(t, self_stopper, task);
     s->rc = mp_runtime_shutdown(s->rt);
     return MP_READY;
@@ -252,7 +247,7 @@ Test(runtime, shutdown_from_a_worker_is_refused, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     self_stopper s = {.rt = rt};
     mp_task_init(&s.task, &self_stopper_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
@@ -269,7 +264,7 @@ Test(runtime, stats_add_up_per_worker, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 5000 };
     static counted c[N];
     static mp_task *list[N];
@@ -322,6 +317,7 @@ typedef struct slow_inline {
 
 static mp_poll slow_inline_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     slow_inline *s = mp_container_of(t, slow_inline, task);
     atomic_store(&s->shutdown_rc, mp_runtime_shutdown(mp_runtime_current()));
     atomic_store(&s->inside, 1);
@@ -351,7 +347,7 @@ Test(runtime, shutdown_waits_for_a_joiner_polling_inline, .timeout = 60)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     /* The only worker is busy, so the joiner runs its task itself. */
     blocker b = {0};
     mp_task_init(&b.task, &blocker_vt);
@@ -398,7 +394,7 @@ Test(runtime, concurrent_shutdowns_both_return_after_it_is_done, .timeout = 30)
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 2;
-    mp_runtime *rt = rt_with(&cfg);
+    mp_runtime *rt = test_runtime_with(&cfg);
     blocker b = {0};
     mp_task_init(&b.task, &blocker_vt);
     atomic_store(&b.hold, true);

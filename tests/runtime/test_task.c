@@ -1,256 +1,21 @@
-/* Tests of runtime/src/task.c: every transition of the state word from every state it
- * accepts, the ones it must refuse (they abort: an impossible state is a bug, not an error),
- * wakes in each lifecycle state, join on and off workers, cancellation and release. */
+/* Tests of runtime/src/task.c: wakes in each lifecycle state, join on and off workers,
+ * cancellation and release (the state word's transitions are test_state.c's). */
 #include <criterion/criterion.h>
 #include <signal.h>
 
 #include "internal.h"
 #include "test_util.h"
 
-#define R      MP__T_RUNNING
-#define C      MP__T_COMPLETE
-#define S      MP__T_SCHEDULED
-#define N      MP__T_NOTIFIED
-#define X      MP__T_CANCELLED
-#define JI     MP__T_JOIN_INTEREST
-#define JW     MP__T_JOIN_WAKER
-#define REF(n) ((uint64_t)(n)*MP__T_REF_ONE)
-
-static _Atomic int released;
-static void count_release(mp_task *t)
-{
-    (void)t;
-    atomic_fetch_add(&released, 1);
-}
-
-static mp_poll never_poll(mp_task *t, mp_context *cx)
-{
-    return MP_PENDING;
-}
-
-static const mp_task_vtable bare_vt = {.poll = never_poll, .release = count_release};
-
-static mp_task bare(uint64_t state)
-{
-    mp_task t;
-    mp_task_init(&t, &bare_vt);
-    atomic_store(&t.state, state);
-    return t;
-}
+#define R MP__T_RUNNING
+#define S MP__T_SCHEDULED
+#define N MP__T_NOTIFIED
 
 static uint64_t st(mp_task *t)
 {
     return atomic_load(&t->state);
 }
 
-/* Transitions, state by state. */
-
-Test(task, to_running)
-{
-    mp_task t = bare(S | REF(2));
-    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_OK);
-    cr_assert_eq(st(&t), R | REF(2));
-
-    t = bare(S | X | REF(2));
-    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_CANCELLED);
-    cr_assert_eq(st(&t), R | X | REF(2));
-
-    /* Claimed by shutdown (or complete) while queued: the queue entry is stale. */
-    t = bare(S | R | X | REF(2));
-    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_FAILED);
-    cr_assert_eq(st(&t), R | X | REF(2));
-    t = bare(S | C | REF(1));
-    cr_assert_eq(mp__task_transition_to_running(&t), MP__TO_RUNNING_FAILED);
-    cr_assert_eq(st(&t), C | REF(1));
-}
-
-Test(task, to_idle)
-{
-    mp_task t = bare(R | REF(2));
-    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_OK);
-    cr_assert_eq(st(&t), REF(1), "idle, run reference dropped");
-
-    t = bare(R | N | REF(2));
-    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_REQUEUE);
-    cr_assert_eq(st(&t), S | REF(2), "woken while running: queued again, reference kept");
-
-    t = bare(R | REF(2));
-    cr_assert_eq(mp__task_transition_to_idle(&t, true), MP__TO_IDLE_REQUEUE, "yield");
-    cr_assert_eq(st(&t), S | REF(2));
-
-    t = bare(R | X | N | REF(2));
-    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_CANCELLED);
-    cr_assert_eq(st(&t), R | X | N | REF(2), "still running: the caller cancels it");
-
-    t = bare(R | REF(1));
-    cr_assert_eq(mp__task_transition_to_idle(&t, false), MP__TO_IDLE_DEALLOC);
-    cr_assert_eq(st(&t), 0);
-}
-
-Test(task, to_idle_when_not_running_aborts, .signal = SIGABRT)
-{
-    mp_task t = bare(REF(1));
-    mp__task_transition_to_idle(&t, false);
-}
-
-Test(task, notified_by_ref)
-{
-    mp_task t = bare(REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_SUBMIT, "idle");
-    cr_assert_eq(st(&t), S | REF(2), "scheduled with a reference for the queue");
-    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "scheduled");
-    cr_assert_eq(st(&t), S | REF(2));
-
-    t = bare(R | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "running");
-    cr_assert_eq(st(&t), R | N | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "again");
-    cr_assert_eq(st(&t), R | N | REF(1), "a second wake while running changes nothing");
-
-    t = bare(C | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_by_ref(&t), MP__NOTIFY_NOTHING, "complete");
-    cr_assert_eq(st(&t), C | REF(1));
-}
-
-Test(task, notified_by_val)
-{
-    mp_task t = bare(REF(2));
-    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_SUBMIT);
-    cr_assert_eq(st(&t), S | REF(2), "the waker's reference passes to the queue");
-
-    t = bare(S | REF(3));
-    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), S | REF(2));
-
-    t = bare(R | REF(2));
-    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), R | N | REF(1));
-
-    t = bare(C | REF(2));
-    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), C | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_by_val(&t), MP__NOTIFY_DEALLOC);
-    cr_assert_eq(st(&t), C);
-}
-
-Test(task, notified_and_cancel)
-{
-    mp_task t = bare(REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_SUBMIT);
-    cr_assert_eq(st(&t), S | X | REF(2));
-    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), S | X | REF(2), "cancelling twice changes nothing");
-
-    t = bare(S | REF(2));
-    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), S | X | REF(2));
-
-    t = bare(R | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), R | X | N | REF(1));
-
-    t = bare(C | REF(1));
-    cr_assert_eq(mp__task_transition_to_notified_and_cancel(&t), MP__NOTIFY_NOTHING);
-    cr_assert_eq(st(&t), C | REF(1));
-}
-
-Test(task, shutdown)
-{
-    mp_task t = bare(REF(1));
-    cr_assert(mp__task_transition_to_shutdown(&t), "idle: claimed");
-    cr_assert_eq(st(&t), R | X | REF(1));
-
-    t = bare(S | REF(2));
-    cr_assert(mp__task_transition_to_shutdown(&t), "queued: claimed, the queue entry goes stale");
-    cr_assert_eq(st(&t), S | R | X | REF(2));
-
-    t = bare(R | REF(2));
-    cr_assert_not(mp__task_transition_to_shutdown(&t), "running: left to the runner");
-    cr_assert_eq(st(&t), R | X | REF(2));
-
-    t = bare(C | REF(1));
-    cr_assert_not(mp__task_transition_to_shutdown(&t));
-    cr_assert_eq(st(&t), C | X | REF(1));
-}
-
-Test(task, complete)
-{
-    atomic_store(&released, 0);
-    mp_task t = bare(R | REF(2));
-    cr_assert_not(mp__task_transition_to_complete(&t, 2));
-    cr_assert_eq(st(&t), C);
-    cr_assert_eq(atomic_load(&released), 1, "last references: released");
-
-    t = bare(R | JI | REF(3));
-    cr_assert_not(mp__task_transition_to_complete(&t, 2), "joiner has no waker set");
-    cr_assert_eq(st(&t), C | JI | REF(1));
-
-    t = bare(R | JI | JW | REF(3));
-    cr_assert(mp__task_transition_to_complete(&t, 2), "the joiner must be woken");
-    cr_assert_eq(st(&t), C | JI | JW | REF(2), "one runner reference kept for the wake");
-    mp__task_transition_to_join_waker_done(&t);
-    cr_assert_eq(st(&t), C | JI | REF(1), "waker handed back with the last runner reference");
-}
-
-Test(task, complete_twice_aborts, .signal = SIGABRT)
-{
-    mp_task t = bare(C | REF(2));
-    mp__task_transition_to_complete(&t, 1);
-}
-
-Test(task, join_waker_bits)
-{
-    mp_task t = bare(JI | REF(2));
-    cr_assert(mp__task_transition_set_join_waker(&t));
-    cr_assert_eq(st(&t), JI | JW | REF(2));
-    cr_assert(mp__task_transition_unset_join_waker(&t));
-    cr_assert_eq(st(&t), JI | REF(2));
-
-    t = bare(C | JI | REF(1));
-    cr_assert_not(mp__task_transition_set_join_waker(&t), "complete: the output is ready");
-    cr_assert_not(mp__task_transition_unset_join_waker(&t));
-    cr_assert_eq(st(&t), C | JI | REF(1));
-}
-
-Test(task, join_handle_dropped)
-{
-    mp_task t = bare(JI | JW | REF(2));
-    cr_assert(mp__task_transition_to_join_handle_dropped(&t), "not complete: joiner owns waker");
-    cr_assert_eq(st(&t), REF(2));
-
-    t = bare(C | JI | JW | REF(2));
-    cr_assert_not(mp__task_transition_to_join_handle_dropped(&t),
-                  "complete with the waker set: the runtime still uses it");
-    cr_assert_eq(st(&t), C | JW | REF(2));
-
-    t = bare(C | JI | REF(1));
-    cr_assert(mp__task_transition_to_join_handle_dropped(&t));
-    cr_assert_eq(st(&t), C | REF(1));
-}
-
-Test(task, join_handle_dropped_twice_aborts, .signal = SIGABRT)
-{
-    mp_task t = bare(REF(1));
-    mp__task_transition_to_join_handle_dropped(&t);
-}
-
-Test(task, reference_underflow_aborts, .signal = SIGABRT)
-{
-    mp_task t = bare(C);
-    mp__task_drop_queue_ref(&t);
-}
-
 /* Behaviour on a runtime. */
-
-static mp_runtime *rt_new(unsigned workers)
-{
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = workers;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
-    return rt;
-}
 
 typedef struct parked_task {
     mp_task task;
@@ -309,7 +74,7 @@ static void wait_for(_Atomic int *v, int want)
 
 Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 3);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -346,7 +111,7 @@ Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
 Test(task, wake_while_scheduled_runs_once, .timeout = 30)
 {
     /* One worker, blocked on a spinning task, so that the second task stays queued. */
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     parked_task blocker, p;
     parked_init(&blocker, 1);
     atomic_store(&blocker.spin_in_poll, true);
@@ -374,7 +139,7 @@ Test(task, wake_while_scheduled_runs_once, .timeout = 30)
 
 Test(task, cancel_idle_task, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 1000);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -392,7 +157,7 @@ Test(task, cancel_idle_task, .timeout = 30)
 
 Test(task, cancel_running_task_finishes_the_poll_first, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     parked_task p;
     parked_init(&p, 1000);
     atomic_store(&p.spin_in_poll, true);
@@ -410,7 +175,7 @@ Test(task, cancel_running_task_finishes_the_poll_first, .timeout = 30)
 
 Test(task, spawn_refuses_a_task_twice)
 {
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     parked_task p;
     parked_init(&p, 1);
     cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
@@ -432,6 +197,7 @@ static const mp_task_vtable fib_vt;
 
 static mp_poll fib_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     fib_task *f = mp_container_of(t, fib_task, task);
     if (f->n < 2) {
         f->result = f->n;
@@ -464,8 +230,7 @@ Test(task, nested_join_on_workers, .timeout = 60)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.stack_size = (size_t)256 << 20;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     fib_task f;
     mp_task_init(&f.task, &fib_vt);
     f.n = 20;
@@ -501,7 +266,7 @@ static const mp_task_vtable awaiter_vt = {.poll = awaiter_poll};
 
 Test(task, join_poll_from_a_task, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     awaiter a = {0};
     mp_task_init(&a.task, &awaiter_vt);
     cr_assert_eq(mp_block_on(rt, &a.task), 0);
@@ -517,7 +282,7 @@ static void add_one(void *arg)
 
 Test(task, spawn_fn_joined_and_detached, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     _Atomic int n = 0;
     mp_task *h;
     cr_assert_eq(mp_spawn_fn(rt, add_one, &n, &h), 0);
@@ -540,9 +305,8 @@ Test(task, failed_first_worker_start_fails_the_spawn_and_is_retried, .timeout = 
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = 1;
-    cfg.fail_spawn_nth = 1;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp__test_fail_spawn_nth(1);
+    mp_runtime *rt = test_runtime_with(&cfg);
     _Atomic int n = 0;
     cr_assert_eq(mp_spawn_fn(rt, add_one, &n, NULL), -EAGAIN);
     fib_task f;
@@ -577,6 +341,7 @@ static _Atomic bool chain_started;
 
 static mp_poll chain_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     chain *c = mp_container_of(t, chain, task);
     atomic_store(&chain_started, true);
     if (c->depth == 0)
@@ -616,6 +381,7 @@ typedef struct holder {
 
 static mp_poll holder_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     holder *h = mp_container_of(t, holder, task);
     atomic_fetch_add(h->inside, 1);
     while (atomic_load(h->hold))
@@ -631,8 +397,7 @@ Test(task, join_from_a_small_stack_thread_does_not_nest, .timeout = 120)
     mp_config_init(&cfg);
     cfg.workers = 2;
     cfg.stack_size = (size_t)1 << 30; /* reserved, not committed: 10^5 nested joins */
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     /* Both workers busy at first, so that the joiner starts the chain itself. */
     _Atomic bool hold = true;
     _Atomic int inside = 0;
@@ -692,7 +457,7 @@ static const mp_task_vtable rewoken_vt = {.poll = rewoken_poll};
 
 Test(task, plain_thread_wakes_a_task_again_after_it_ran, .timeout = 60)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     rewoken r = {0};
     mp_task_init(&r.task, &rewoken_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &r.task), 0);

@@ -36,6 +36,7 @@ typedef struct server {
     size_t send_bytes;
     size_t bufsize;
     _Atomic int accepted, closed, write_errors, interrupts;
+    _Atomic int misuse_refused; /* conn_finish's second close and fileno saw -EBADF */
     conn *_Atomic last;
 } server;
 
@@ -57,7 +58,11 @@ static void on_closed(mp_tcp *t)
 static mp_poll conn_finish(conn *c)
 {
     c->closing = true;
-    mp_tcp_close(&c->tcp, on_closed);
+    cr_assert_geq(mp_tcp_fileno(&c->tcp), 0);
+    cr_assert_eq(mp_tcp_close(&c->tcp, on_closed), 0);
+    /* Misuse is an error, not an abort: the stream is closing already. */
+    if (mp_tcp_close(&c->tcp, on_closed) == -EBADF && mp_tcp_fileno(&c->tcp) == -EBADF)
+        atomic_fetch_add(&S->misuse_refused, 1);
     return MP_READY;
 }
 
@@ -147,7 +152,7 @@ static server *server_start(unsigned workers, int mode, size_t send_bytes, size_
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = workers;
-    cr_assert_eq(mp_runtime_new(&s->rt, &cfg), 0);
+    s->rt = test_runtime_with(&cfg);
     s->mode = mode;
     s->send_bytes = send_bytes;
     s->bufsize = bufsize;
@@ -256,8 +261,53 @@ Test(tcp, data_then_fin_in_one_go_is_echoed_then_closed, .timeout = 60)
         }
         while (atomic_load(&s->closed) < 200)
             sched_yield();
+        cr_assert_eq(atomic_load(&s->misuse_refused), 200);
         server_stop(s);
     }
+}
+
+/* A stream that was never accepted (zeroed), or whose accept failed, is closed: no fd, and
+ * closing it is an error the caller can handle. */
+Test(tcp, a_stream_never_opened_has_no_fd_and_refuses_close, .timeout = 10)
+{
+    mp_tcp c = {0};
+    cr_assert_eq(mp_tcp_fileno(&c), -EBADF);
+    cr_assert_eq(mp_tcp_close(&c, NULL), -EBADF);
+    cr_assert_eq(mp_tcp_write_progress(&c), 0);
+}
+
+/* mp_tcp_fileno is the accepted socket: the peer's address is the client's own. */
+static void check_fileno_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop; /* mp_loop_call's callback signature */
+    _Atomic int *peer_port = arg;
+    conn *c = atomic_load(&S->last);
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    cr_assert_eq(getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&a, &len), 0);
+    atomic_store(peer_port, ntohs(a.sin_port));
+}
+
+Test(tcp, fileno_is_the_accepted_socket, .timeout = 30)
+{
+    server *s = server_start(1, MODE_ECHO, 0, 0);
+    int fd = test_connect(s->port);
+    test_write_all(fd, "x", 1);
+    char back;
+    read_exact(fd, &back, 1); /* accepted and served: S->last is this connection */
+    struct sockaddr_in mine;
+    socklen_t len = sizeof mine;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&mine, &len), 0);
+    _Atomic int peer_port = -1;
+    mp_loop_cmd cmd;
+    cr_assert_eq(mp_loop_call(s->rt, &cmd, check_fileno_cmd, &peer_port), 0);
+    while (atomic_load(&peer_port) < 0)
+        sched_yield();
+    cr_assert_eq(atomic_load(&peer_port), ntohs(mine.sin_port));
+    close(fd);
+    while (atomic_load(&s->closed) < 1)
+        sched_yield();
+    server_stop(s);
 }
 
 /* The peer reads nothing until the server's send would block, then everything: the task

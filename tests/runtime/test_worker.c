@@ -7,16 +7,6 @@
 #include "internal.h"
 #include "test_util.h"
 
-static mp_runtime *rt_new(unsigned workers)
-{
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = workers;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
-    return rt;
-}
-
 static void sleep_ms(unsigned ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -31,6 +21,7 @@ typedef struct one {
 
 static mp_poll one_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     atomic_fetch_add(mp_container_of(t, one, task)->counter, 1);
     return MP_READY;
 }
@@ -69,8 +60,7 @@ static void idle_busy_idle_cycles(unsigned workers, bool disable_steal)
     mp_config_init(&cfg);
     cfg.workers = workers;
     cfg.disable_steal = disable_steal;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { CYCLES = 10000, BURST = 4 };
     one tasks[BURST];
     _Atomic int done = 0, released = 0;
@@ -161,7 +151,7 @@ Test(worker, the_wake_latency_average_follows_its_samples_and_is_capped, .timeou
 
 Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(4);
+    mp_runtime *rt = test_runtime(4);
     _Atomic int done = 0;
     one tasks[64];
     for (int i = 0; i < 64; i++) {
@@ -196,7 +186,7 @@ Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
 
 Test(worker, workers_start_lazily, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(4);
+    mp_runtime *rt = test_runtime(4);
     mp_stats s;
     mp_runtime_stats(rt, &s);
     cr_assert_eq(s.workers_started, 0, "no thread before there is work");
@@ -240,7 +230,7 @@ static const mp_task_vtable pinger_vt = {.poll = pinger_poll};
 
 Test(worker, ping_pong_on_lifo_does_not_starve_the_global_queue, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     _Atomic bool stop = false, both = false;
     _Atomic long polls = 0;
     pinger a, b;
@@ -286,6 +276,7 @@ typedef struct spawner {
 
 static mp_poll spawner_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     spawner *s = mp_container_of(t, spawner, task);
     for (int i = 0; i < s->n; i++)
         cr_assert_eq(mp_spawn(mp_runtime_current(), &s->kids[i].task), 0);
@@ -327,7 +318,7 @@ static void run_spawner(mp_runtime *rt)
 
 Test(worker, idle_worker_steals_from_a_busy_one, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(2);
+    mp_runtime *rt = test_runtime(2);
     run_spawner(rt);
     mp_stats st;
     mp_runtime_stats(rt, &st);
@@ -360,7 +351,7 @@ static const mp_task_vtable yielder_vt = {.poll = yielder_poll};
 
 Test(worker, budget_ends_ticks_and_yield_goes_to_the_back, .timeout = 30)
 {
-    mp_runtime *rt = rt_new(1);
+    mp_runtime *rt = test_runtime(1);
     yielder y[2];
     _Atomic int last = -1, alternations = 0;
     mp_task *list[2];
@@ -400,8 +391,7 @@ Test(worker, disable_lifo_and_steal_knobs, .timeout = 30)
     cfg.disable_lifo = true;
     cfg.disable_steal = true;
     cfg.global_interval = 7;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     run_spawner(rt);
     mp_stats st;
     mp_runtime_stats(rt, &st);
@@ -426,6 +416,7 @@ typedef struct hog {
 
 static mp_poll hog_poll(mp_task *t, mp_context *cx)
 {
+    (void)cx; /* the vtable's signature */
     hog *h = mp_container_of(t, hog, task);
     for (int i = 0; i < 8; i++) {
         mp_task_init(&h->children[i].task, &one_vt);
@@ -446,8 +437,7 @@ Test(worker, without_stealing_busy_workers_queues_wake_nobody, .timeout = 30)
     mp_config_init(&cfg);
     cfg.workers = 4;
     cfg.disable_steal = true;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime_with(&cfg);
     static hog h;
     _Atomic int done = 0;
     memset(&h, 0, sizeof h);
@@ -505,7 +495,7 @@ Test(worker, shutdown_while_rings_overflow_loses_no_task, .timeout = 120)
     static overflower y[N];
     uint64_t rng = test_seed();
     for (int round = 0; round < ROUNDS; round++) {
-        mp_runtime *rt = rt_new(1 + (unsigned)round % 2);
+        mp_runtime *rt = test_runtime(1 + (unsigned)round % 2);
         _Atomic int runs = 0, cancels = 0, releases = 0;
         for (int i = 0; i < N; i++) {
             mp_task_init(&y[i].task, &overflower_vt);

@@ -19,6 +19,7 @@ env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory install \
     { cat "$tmp/make.log"; fail "make install"; }
 
 for f in sbin/magpied lib/libmagpie.a lib/libmagpie.so.0.1.0 include/magpie.h \
+    include/magpie_core.h include/magpie_io.h \
     lib/pkgconfig/magpie.pc lib/pkgconfig/magpie-static.pc share/man/man8/magpied.8 share/man/man5/magpied.conf.5 \
     share/doc/magpied/haproxy.cfg.example lib/systemd/system/magpied.service \
     lib/systemd/system/magpied@.service lib/systemd/system/magpied.socket \
@@ -40,7 +41,7 @@ fi
 
 # A program built against the installed tree, as its users build theirs.
 cat >"$tmp/hello.c" <<'C'
-#include <magpie.h>
+#include <magpie_core.h>
 #include <stdio.h>
 
 typedef struct hello { mp_task task; int n; } hello;
@@ -71,8 +72,8 @@ C
 pc() { PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$root$prefix/lib/pkgconfig:/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/lib/pkgconfig:/usr/share/pkgconfig" pkg-config "$@"; }
 flags=$(pc --cflags --libs magpie) || fail "pkg-config magpie"
 sanflags=${san:+-fsanitize=$san}
-# As the README says: uv.h, which magpie.h includes, needs POSIX types beside -std=c11.
-cc -std=c11 -D_DEFAULT_SOURCE $sanflags "$tmp/hello.c" $flags -o "$tmp/hello" 2>"$tmp/cc.log" ||
+# As the README says: magpie_core.h needs no feature macro beside -std=c11.
+cc -std=c11 -pedantic $sanflags "$tmp/hello.c" $flags -o "$tmp/hello" 2>"$tmp/cc.log" ||
     { cat "$tmp/cc.log"; fail "cc hello.c \$(pkg-config --cflags --libs magpie)"; }
 readelf -d "$tmp/hello" | grep -q 'NEEDED.*\[libmagpie.so.0\]' || fail "hello does not need libmagpie.so.0"
 out=$(LD_LIBRARY_PATH="$root$prefix/lib" "$tmp/hello" 2>&1) || { echo "$out"; fail "hello exited $?"; }
@@ -80,9 +81,14 @@ out=$(LD_LIBRARY_PATH="$root$prefix/lib" "$tmp/hello" 2>&1) || { echo "$out"; fa
 LD_LIBRARY_PATH="$root$prefix/lib" ldd "$tmp/hello" | grep -q "libmagpie.so.0 => $root$prefix/lib/" ||
     fail "hello did not load the installed libmagpie.so.0"
 
+# The umbrella magpie.h (with magpie_io.h and uv.h) wants -D_DEFAULT_SOURCE, as the README says.
+printf '#include <magpie.h>\nint main(void) { return mp_now_ms() == 0; }\n' >"$tmp/io.c"
+cc -std=c11 -D_DEFAULT_SOURCE $sanflags "$tmp/io.c" $flags -o "$tmp/io" 2>"$tmp/cc.log" ||
+    { cat "$tmp/cc.log"; fail "cc io.c (magpie.h) \$(pkg-config --cflags --libs magpie)"; }
+
 # The README's static line: libmagpie.a inside the program, no libmagpie.so needed at run time.
 flags=$(pc --static --cflags --libs magpie-static) || fail "pkg-config --static magpie-static"
-cc -std=c11 -D_DEFAULT_SOURCE $sanflags "$tmp/hello.c" $flags -o "$tmp/hello-static" 2>"$tmp/cc.log" ||
+cc -std=c11 -pedantic $sanflags "$tmp/hello.c" $flags -o "$tmp/hello-static" 2>"$tmp/cc.log" ||
     { cat "$tmp/cc.log"; fail "cc hello.c \$(pkg-config --static --cflags --libs magpie-static)"; }
 if readelf -d "$tmp/hello-static" | grep -q 'NEEDED.*libmagpie'; then
     fail "hello-static needs libmagpie.so"

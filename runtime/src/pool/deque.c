@@ -46,8 +46,7 @@
 
 #include "pool/pool_internal.h"
 
-_Static_assert(offsetof(mp__pool_deque, bottom) - offsetof(mp__pool_deque, top) >=
-                   MP_POOL_CACHE_LINE,
+_Static_assert(offsetof(mp__pool_deque, bottom) - offsetof(mp__pool_deque, top) >= MP__CACHE_LINE,
                "deque top and bottom must not share a cache line");
 
 static mp__pool_deque_buf *buf_new(int64_t capacity)
@@ -71,7 +70,7 @@ static size_t round_up_pow2(size_t n)
 int mp__pool_deque_init(mp__pool_deque *d, size_t capacity)
 {
     if (capacity == 0)
-        capacity = MP_POOL_DEFAULT_CAPACITY;
+        capacity = MP__POOL_DEFAULT_CAPACITY;
     if (capacity > ((size_t)1 << 40))
         return -EINVAL;
     mp__pool_deque_buf *b = buf_new((int64_t)round_up_pow2(capacity));
@@ -121,14 +120,15 @@ mp__pool_deque_buf *mp__pool_deque_grow_owner(mp__pool_deque *d, mp__pool_deque_
 mp__pool_steal mp__pool_deque_steal(mp__pool_deque *d, mp__pool_job **out)
 {
     /* Acquire: observes the CAS of the previous taker (owner or thief), so our view of the
-     * slots is no older than theirs; pairs with the CAS below and in pop_owner()
+     * slots is no older than theirs; pairs with the CAS below and in mp__pool_deque_pop_owner()
      * (pool_internal.h). */
     int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
     /* (B) seq_cst: orders the load of top before the load of bottom; pairs with fence (A)
      * in mp__pool_deque_pop_owner() (pool_internal.h). */
     mp__pool_fence_seq_cst();
     /* Acquire: observes the job published with this bottom; pairs with the release stores of
-     * bottom in mp__pool_deque_push_owner() and pop_owner() (pool_internal.h). */
+     * bottom in mp__pool_deque_push_owner() and mp__pool_deque_pop_owner()
+     * (pool_internal.h). */
     int64_t b = atomic_load_explicit(&d->bottom, memory_order_acquire);
     if (t >= b)
         return MP__POOL_STEAL_EMPTY;

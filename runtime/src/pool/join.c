@@ -23,7 +23,7 @@ struct join_job {
 /* Runs on a thief, which is always a worker of the same pool. */
 static void join_execute(mp__pool_job *job)
 {
-    struct join_job *j = mp__container_of(job, struct join_job, job);
+    struct join_job *j = mp_container_of(job, struct join_job, job);
     j->fn(j->arg);
     mp__pool_spin_latch_set(mp__pool_current->pool, &j->latch);
 }
@@ -59,6 +59,6 @@ void mp_pool_join(mp_pool_fn a, void *arg_a, mp_pool_fn b, void *arg_b)
             mp__pool_wait_until(w, &jb.latch.core);
             return;
         }
-        mp__pool_execute(w, job);
+        mp__pool_execute(job);
     }
 }

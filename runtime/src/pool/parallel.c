@@ -31,7 +31,7 @@ static size_t pick_grain(size_t n, size_t grain)
     if (grain != 0)
         return grain;
     mp__pool_worker *w = mp__pool_current;
-    size_t pieces = 8 * (w != NULL ? w->pool->nthreads : 1);
+    size_t pieces = 8 * (w != NULL ? w->pool->nworkers : 1);
     grain = (n + pieces - 1) / pieces;
     return grain != 0 ? grain : 1;
 }
@@ -70,7 +70,7 @@ static void reduce_piece(void *v)
         l->fold(p->lo, p->hi, p->acc, l->arg);
         return;
     }
-    _Alignas(max_align_t) unsigned char right_acc[MP_POOL_REDUCE_MAX_ACC];
+    alignas(max_align_t) unsigned char right_acc[MP_POOL_REDUCE_MAX_ACC];
     size_t mid = p->lo + (p->hi - p->lo) / 2;
     struct piece left = {l, p->lo, mid, p->acc};
     struct piece right = {l, mid, p->hi, right_acc};
@@ -96,7 +96,7 @@ int mp_pool_parallel_reduce(size_t begin, size_t end, size_t grain, size_t acc_s
                         .arg = arg};
     /* The result slot may be unaligned or smaller than our scratch: reduce into an aligned
      * local and copy out. */
-    _Alignas(max_align_t) unsigned char acc[MP_POOL_REDUCE_MAX_ACC];
+    alignas(max_align_t) unsigned char acc[MP_POOL_REDUCE_MAX_ACC];
     struct piece all = {&loop, begin, end, acc};
     reduce_piece(&all);
     memcpy(result, acc, acc_size);

@@ -2,12 +2,12 @@
  * Pool life cycle and the worker loop. A pool has a fixed array of worker slots, each with its
  * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The first
  * mp_pool_call() starts one; after that, whenever jobs are posted while no worker is idle or
- * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or the
- * fail_spawn_at test hook) is counted in the stats and leaves its slot unstarted, to be tried
- * again the next time a thread is wanted; the pool runs on with the threads it has. When not
- * one thread runs, mp_pool_call() tries to start one (up to as many attempts as the pool has
- * slots) and, if none succeeds, returns the error (fn did not run); the next call tries
- * again.
+ * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or
+ * testhook.c's mp__test_fail_spawn_nth) is counted in the stats and leaves its slot unstarted,
+ * to be tried again the next time a thread is wanted; the pool runs on with the threads it
+ * has. When not one thread runs, mp_pool_call() tries to start one (up to as many attempts as
+ * the pool has slots) and, if none succeeds, returns the error (fn did not run); the next
+ * call tries again.
  *
  * A worker spends its life in mp__pool_wait_until(its terminate latch): pop own deque, else
  * steal from a random victim, else take the injected jobs, else idle rounds and sleep
@@ -36,10 +36,10 @@
 #include "pool/pool_internal.h"
 
 _Static_assert(offsetof(mp__pool_worker, pool) - offsetof(mp__pool_worker, deque.bottom) >=
-                   MP_POOL_CACHE_LINE,
+                   MP__CACHE_LINE,
                "worker's owner fields must not share the deque bottom's line");
 _Static_assert(offsetof(struct mp_pool, inject) - offsetof(struct mp_pool, sleep.counters) >=
-                   MP_POOL_CACHE_LINE,
+                   MP__CACHE_LINE,
                "the counter word and the injection head must not share a line");
 
 _Thread_local mp__pool_worker *mp__pool_current;
@@ -57,10 +57,10 @@ void mp_pool_config_init(mp_pool_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-static size_t online_cpus(void)
+static unsigned online_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (size_t)n : 1;
+    return n > 0 ? (unsigned)n : 1;
 }
 
 int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
@@ -70,34 +70,34 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
         mp_pool_config_init(&defaults);
         cfg = &defaults;
     }
-    size_t n = cfg->num_threads != 0 ? cfg->num_threads : online_cpus();
-    if (n > MP_POOL_MAX_THREADS)
+    unsigned n = cfg->workers != 0 ? cfg->workers : online_cpus();
+    if (n > MP__POOL_MAX_WORKERS)
         return -EINVAL;
-    size_t stack = cfg->stack_size != 0 ? cfg->stack_size : MP_POOL_DEFAULT_STACK;
-    if (stack < (size_t)PTHREAD_STACK_MIN)
+    size_t stack = cfg->stack_size;
+    if (stack != 0 && stack < (size_t)PTHREAD_STACK_MIN)
         stack = PTHREAD_STACK_MIN;
 
     void *mem = NULL;
-    int err = posix_memalign(&mem, MP_POOL_CACHE_LINE, sizeof(mp_pool));
+    int err = posix_memalign(&mem, MP__CACHE_LINE, sizeof(mp_pool));
     if (err != 0)
         return -err;
     mp_pool *pool = mem;
     memset(pool, 0, sizeof(*pool));
-    pool->nthreads = n;
+    pool->nworkers = n;
     pool->stack_size = stack;
-    pool->fail_spawn_at = cfg->fail_spawn_at;
+    pool->fail_spawn_nth = mp__test_fail_spawn_nth_value();
     atomic_init(&pool->spawned, 0);
     atomic_init(&pool->started, 0);
     mp__pool_inject_init(&pool->inject);
 
-    err = posix_memalign(&mem, MP_POOL_CACHE_LINE, n * sizeof(mp__pool_worker));
+    err = posix_memalign(&mem, MP__CACHE_LINE, n * sizeof(mp__pool_worker));
     if (err != 0) {
         err = -err;
         goto out_free_pool;
     }
     pool->workers = mem;
     memset(pool->workers, 0, n * sizeof(mp__pool_worker));
-    size_t i;
+    unsigned i;
     for (i = 0; i < n; i++) {
         mp__pool_worker *w = &pool->workers[i];
         err = mp__pool_deque_init(&w->deque, cfg->deque_capacity);
@@ -148,20 +148,21 @@ static int spawn_one(mp_pool *pool)
     int err = 0;
     pthread_mutex_lock(&pool->spawn_mu);
     /* Relaxed: written only under spawn_mu, which we hold. */
-    size_t i = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
-    if (pool->stopping || i >= pool->nthreads) {
+    unsigned i = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
+    if (pool->stopping || i >= pool->nworkers) {
         pthread_mutex_unlock(&pool->spawn_mu);
         return -ENOSPC;
     }
     mp__pool_worker *w = &pool->workers[i];
     pool->spawn_attempts++;
-    if (pool->fail_spawn_at != 0 && pool->spawn_attempts == pool->fail_spawn_at) {
+    if (pool->fail_spawn_nth != 0 && pool->spawn_attempts == pool->fail_spawn_nth) {
         err = EAGAIN;
     } else {
         pthread_attr_t attr;
         err = pthread_attr_init(&attr);
         if (err == 0) {
-            err = pthread_attr_setstacksize(&attr, pool->stack_size);
+            if (pool->stack_size != 0)
+                err = pthread_attr_setstacksize(&attr, pool->stack_size);
             if (err == 0)
                 err = pthread_create(&w->thread, &attr, worker_main, w);
             pthread_attr_destroy(&attr);
@@ -288,7 +289,7 @@ static void wait_until_cold(mp__pool_worker *w, mp__pool_core_latch *latch)
         /* Own jobs first, without touching the shared counter word. */
         mp__pool_job *job = mp__pool_deque_pop_owner(&w->deque);
         if (job != NULL) {
-            mp__pool_execute(w, job);
+            mp__pool_execute(job);
             continue;
         }
         mp__pool_idle idle;
@@ -303,7 +304,7 @@ static void wait_until_cold(mp__pool_worker *w, mp__pool_core_latch *latch)
         mp__pool_sleep_work_found(sleep);
         if (job == NULL)
             return;
-        mp__pool_execute(w, job);
+        mp__pool_execute(job);
     }
 }
 
@@ -317,7 +318,7 @@ void mp__pool_wait_until(mp__pool_worker *w, mp__pool_core_latch *latch)
 
 static void call_execute(mp__pool_job *job)
 {
-    struct call_job *c = mp__container_of(job, struct call_job, job);
+    struct call_job *c = mp_container_of(job, struct call_job, job);
     c->fn(c->arg);
     mp__pool_lock_latch_set(&c->done);
 }
@@ -330,7 +331,7 @@ static int ensure_started(mp_pool *pool)
      * all try the same one, but a pool of N threads should not fail a call where N spawns
      * would have found one that works. */
     int err = 0;
-    for (size_t tries = 0; tries < pool->nthreads; tries++) {
+    for (unsigned tries = 0; tries < pool->nworkers; tries++) {
         if (atomic_load_explicit(&pool->started, memory_order_relaxed) != 0)
             return 0;
         err = spawn_one(pool);
@@ -374,17 +375,17 @@ void mp_pool_free(mp_pool *pool)
     pthread_mutex_unlock(&pool->spawn_mu);
     /* No spawn can start now, so `started` flags are stable and readable without the lock
      * (the unlock above ordered every write to them before us). */
-    for (size_t i = 0; i < pool->nthreads; i++) {
+    for (unsigned i = 0; i < pool->nworkers; i++) {
         if (pool->workers[i].started)
             mp__pool_spin_latch_set(pool, &pool->workers[i].terminate); /* (A) */
     }
-    for (size_t i = 0; i < pool->nthreads; i++) {
+    for (unsigned i = 0; i < pool->nworkers; i++) {
         if (pool->workers[i].started)
             pthread_join(pool->workers[i].thread, NULL);
     }
     pthread_mutex_destroy(&pool->spawn_mu);
     mp__pool_sleep_destroy(&pool->sleep);
-    for (size_t i = 0; i < pool->nthreads; i++)
+    for (unsigned i = 0; i < pool->nworkers; i++)
         mp__pool_deque_destroy(&pool->workers[i].deque);
     free(pool->workers);
     free(pool);
@@ -393,17 +394,17 @@ void mp_pool_free(mp_pool *pool)
 int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    out->threads_max = pool->nthreads;
+    out->workers = pool->nworkers;
     pthread_mutex_lock(&pool->spawn_mu);
     out->spawn_failures = pool->spawn_failures;
     out->last_spawn_error = pool->last_spawn_error;
     pthread_mutex_unlock(&pool->spawn_mu);
     /* Relaxed: statistics, each a plain snapshot. */
-    out->threads_started = atomic_load_explicit(&pool->started, memory_order_relaxed);
-    out->jobs_injected = atomic_load_explicit(&pool->inject.pushed, memory_order_relaxed);
-    out->threads_sleeping = mp__sleep_sleeping(mp__pool_sleep_load(&pool->sleep));
-    for (size_t i = 0; i < pool->nthreads; i++) {
-        out->jobs_stolen += atomic_load_explicit(&pool->workers[i].stolen, memory_order_relaxed);
+    out->workers_started = atomic_load_explicit(&pool->started, memory_order_relaxed);
+    out->injected = atomic_load_explicit(&pool->inject.pushed, memory_order_relaxed);
+    out->workers_sleeping = mp__sleep_sleeping(mp__pool_sleep_load(&pool->sleep));
+    for (unsigned i = 0; i < pool->nworkers; i++) {
+        out->stolen += atomic_load_explicit(&pool->workers[i].stolen, memory_order_relaxed);
         mp__pool_sleep_state *st = &pool->sleep.states[i];
         pthread_mutex_lock(&st->mu);
         out->sleeps += st->sleeps;
@@ -418,9 +419,9 @@ int mp_pool_worker_index(void)
 }
 
 /* Tests: the kernel thread id of worker `index`, 0 if it has not started. */
-int mp__pool_worker_tid(mp_pool *pool, size_t index)
+int mp__pool_worker_tid(mp_pool *pool, unsigned index)
 {
-    if (index >= pool->nthreads)
+    if (index >= pool->nworkers)
         return 0;
     /* Relaxed: see worker_main(). */
     return atomic_load_explicit(&pool->workers[index].tid, memory_order_relaxed);

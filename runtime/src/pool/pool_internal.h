@@ -16,31 +16,11 @@
 #ifndef MP_POOL_INTERNAL_H
 #define MP_POOL_INTERNAL_H
 
-#include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "internal.h"
 
-#include "magpie.h"
-
-/* Two 64-byte lines: x86's adjacent-line prefetcher pulls lines in pairs (crossbeam pads to
- * 128 on x86_64 for the same reason). */
-#define MP_POOL_CACHE_LINE 128
-
-#define MP_POOL_DEFAULT_STACK    ((size_t)8 << 20)
-#define MP_POOL_DEFAULT_CAPACITY 256
+#define MP__POOL_DEFAULT_CAPACITY 256
 /* The counter word holds thread counts in 16 bits. */
-#define MP_POOL_MAX_THREADS 0xfffe
-
-#if defined(__GNUC__)
-#define mp__likely(x)   __builtin_expect(!!(x), 1)
-#define mp__unlikely(x) __builtin_expect(!!(x), 0)
-#else
-#define mp__likely(x)   (x)
-#define mp__unlikely(x) (x)
-#endif
+#define MP__POOL_MAX_WORKERS 0xfffe
 
 /*
  * The seq_cst fence of the deque and sleep protocols; each call site says what it pairs with.
@@ -59,8 +39,6 @@ static inline void mp__pool_fence_seq_cst(void)
 #if defined(__SANITIZE_THREAD__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-#define mp__container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /*
  * A unit of work. The object that embeds it lives in the frame of whoever waits for it (a
@@ -82,9 +60,9 @@ struct mp__pool_deque_buf {
 };
 
 typedef struct mp__pool_deque {
-    _Alignas(MP_POOL_CACHE_LINE) _Atomic int64_t top;    /* atomic: CAS by thieves and owner */
-    _Alignas(MP_POOL_CACHE_LINE) _Atomic int64_t bottom; /* atomic: written by owner only */
-    _Atomic(mp__pool_deque_buf *) buf;                   /* atomic: replaced by owner on growth */
+    alignas(MP__CACHE_LINE) _Atomic int64_t top;    /* atomic: CAS by thieves and owner */
+    alignas(MP__CACHE_LINE) _Atomic int64_t bottom; /* atomic: written by owner only */
+    _Atomic(mp__pool_deque_buf *) buf;              /* atomic: replaced by owner on growth */
 } mp__pool_deque;
 
 typedef enum mp__pool_steal {
@@ -243,17 +221,23 @@ static inline uint32_t mp__sleep_jec(uint64_t c)
 #define MP__SLEEP_ROUNDS_UNTIL_SLEEPY   32
 #define MP__SLEEP_ROUNDS_UNTIL_SLEEPING (MP__SLEEP_ROUNDS_UNTIL_SLEEPY + 2)
 
+/* Why a mutex and condvar per worker rather than the core's futex park word (park.c): a
+ * sleeper re-checks its latch and the JEC and sets is_blocked under mu, and a waker clears
+ * is_blocked and takes the sleeper off the counter word's sleeping count under the same mu,
+ * so the count is decremented exactly once per sleep whoever wakes it. A futex word would
+ * need that two-party hand-off rebuilt as a CAS protocol for a path that runs only after
+ * MP__SLEEP_ROUNDS_UNTIL_SLEEPING idle rounds, where a mutex costs nothing measurable. */
 typedef struct mp__pool_sleep_state {
-    _Alignas(MP_POOL_CACHE_LINE) pthread_mutex_t mu;
+    alignas(MP__CACHE_LINE) pthread_mutex_t mu;
     pthread_cond_t cv;
     bool is_blocked; /* guarded by mu */
     uint64_t sleeps; /* guarded by mu: times this worker blocked */
 } mp__pool_sleep_state;
 
 typedef struct mp__pool_sleep {
-    _Alignas(MP_POOL_CACHE_LINE) _Atomic uint64_t counters; /* atomic: the counter word */
-    mp__pool_sleep_state *states; /* immutable pointer: one per worker slot */
-    size_t nstates;               /* immutable */
+    alignas(MP__CACHE_LINE) _Atomic uint64_t counters; /* atomic: the counter word */
+    mp__pool_sleep_state *states;                      /* immutable pointer: one per worker slot */
+    size_t nstates;                                    /* immutable */
 } mp__pool_sleep;
 
 /* A worker's progress through the idle rounds; owner only. */
@@ -294,7 +278,7 @@ uint64_t mp__pool_sleep_load(mp__pool_sleep *s);
 /* inject_stack.c */
 
 typedef struct mp__pool_inject {
-    _Alignas(MP_POOL_CACHE_LINE) _Atomic(mp__pool_job *) head; /* atomic: Treiber stack top */
+    alignas(MP__CACHE_LINE) _Atomic(mp__pool_job *) head; /* atomic: Treiber stack top */
     _Atomic uint64_t pushed; /* atomic: jobs ever pushed (stats), on the line pushers own */
 } mp__pool_inject;
 
@@ -307,30 +291,30 @@ bool mp__pool_inject_is_empty(mp__pool_inject *q);
 
 typedef struct mp__pool_worker {
     mp__pool_deque deque;
-    _Alignas(MP_POOL_CACHE_LINE) mp_pool *pool; /* immutable */
-    uint32_t index;                             /* immutable */
-    uint64_t rng;                               /* owner only: victim choice */
-    _Atomic uint64_t stolen;                    /* atomic: written by owner, read by stats */
-    _Atomic int tid;               /* atomic: kernel thread id once started, 0 before */
-    mp__pool_spin_latch terminate; /* set once by mp_pool_free */
-    pthread_t thread;              /* guarded by pool->spawn_mu */
-    bool started;                  /* guarded by pool->spawn_mu */
+    alignas(MP__CACHE_LINE) mp_pool *pool; /* immutable */
+    uint32_t index;                        /* immutable */
+    uint64_t rng;                          /* owner only: victim choice */
+    _Atomic uint64_t stolen;               /* atomic: written by owner, read by stats */
+    _Atomic int tid;                       /* atomic: kernel thread id once started, 0 before */
+    mp__pool_spin_latch terminate;         /* set once by mp_pool_free */
+    pthread_t thread;                      /* guarded by pool->spawn_mu */
+    bool started;                          /* guarded by pool->spawn_mu */
 } mp__pool_worker;
 
 struct mp_pool {
     mp__pool_sleep sleep;
     mp__pool_inject inject;
-    _Alignas(MP_POOL_CACHE_LINE) _Atomic size_t spawned; /* atomic: slots handed to a spawn,
+    alignas(MP__CACHE_LINE) _Atomic unsigned spawned; /* atomic: slots handed to a spawn,
                                                             written under spawn_mu */
-    _Atomic size_t started;   /* atomic: threads running, written under spawn_mu */
-    size_t nthreads;          /* immutable */
-    size_t stack_size;        /* immutable */
-    unsigned fail_spawn_at;   /* immutable */
-    mp__pool_worker *workers; /* immutable pointer: nthreads slots */
+    _Atomic unsigned started; /* atomic: threads running, written under spawn_mu */
+    unsigned nworkers;        /* immutable */
+    size_t stack_size;        /* immutable: 0 = the system default */
+    unsigned fail_spawn_nth;  /* immutable: testhook.c */
+    mp__pool_worker *workers; /* immutable pointer: nworkers slots */
     pthread_mutex_t spawn_mu;
     bool stopping;           /* guarded by spawn_mu */
     unsigned spawn_attempts; /* guarded by spawn_mu */
-    size_t spawn_failures;   /* guarded by spawn_mu */
+    unsigned spawn_failures; /* guarded by spawn_mu */
     int last_spawn_error;    /* guarded by spawn_mu */
 };
 
@@ -340,9 +324,8 @@ extern _Thread_local mp__pool_worker *mp__pool_current;
 void mp__pool_wait_until(mp__pool_worker *w, mp__pool_core_latch *latch);
 void mp__pool_spawn_for_jobs(mp_pool *pool, uint64_t counters, uint32_t njobs);
 
-static inline void mp__pool_execute(mp__pool_worker *w, mp__pool_job *job)
+static inline void mp__pool_execute(mp__pool_job *job)
 {
-    (void)w;
     job->execute(job);
 }
 
@@ -350,7 +333,7 @@ static inline void mp__pool_execute(mp__pool_worker *w, mp__pool_job *job)
 static inline void mp__pool_notify_jobs(mp_pool *pool, uint64_t counters, uint32_t njobs)
 {
     /* Relaxed: a hint that every slot has been tried; the spawn path decides under spawn_mu. */
-    if (mp__unlikely(atomic_load_explicit(&pool->spawned, memory_order_relaxed) < pool->nthreads))
+    if (mp__unlikely(atomic_load_explicit(&pool->spawned, memory_order_relaxed) < pool->nworkers))
         mp__pool_spawn_for_jobs(pool, counters, njobs);
 }
 
@@ -367,6 +350,6 @@ static inline int mp__pool_worker_push(mp__pool_worker *w, mp__pool_job *job)
     return 0;
 }
 bool mp__pool_has_injected(mp_pool *pool);
-int mp__pool_worker_tid(mp_pool *pool, size_t index);
+int mp__pool_worker_tid(mp_pool *pool, unsigned index);
 
 #endif /* MP_POOL_INTERNAL_H */

@@ -30,7 +30,7 @@ _Static_assert(_Alignof(struct spawn_job) <= _Alignof(mp_pool_task),
 
 static void spawn_execute(mp__pool_job *job)
 {
-    struct spawn_job *s = mp__container_of(job, struct spawn_job, job);
+    struct spawn_job *s = mp_container_of(job, struct spawn_job, job);
     mp_pool_scope_ctx *scope = s->scope;
     s->fn(scope, s->arg);
     mp__pool_count_latch_decrement(scope->pool, &scope->latch);

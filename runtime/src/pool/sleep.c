@@ -58,13 +58,13 @@
 
 #include "pool/pool_internal.h"
 
-_Static_assert(sizeof(mp__pool_sleep_state) % MP_POOL_CACHE_LINE == 0,
+_Static_assert(sizeof(mp__pool_sleep_state) % MP__CACHE_LINE == 0,
                "each worker's sleep state must own its cache lines");
 
 int mp__pool_sleep_init(mp__pool_sleep *s, size_t nworkers)
 {
     void *mem = NULL;
-    int err = posix_memalign(&mem, MP_POOL_CACHE_LINE, nworkers * sizeof(*s->states));
+    int err = posix_memalign(&mem, MP__CACHE_LINE, nworkers * sizeof(*s->states));
     if (err != 0)
         return -err;
     memset(mem, 0, nworkers * sizeof(*s->states));
@@ -107,7 +107,7 @@ void mp__pool_sleep_destroy(mp__pool_sleep *s)
 uint64_t mp__pool_sleep_load(mp__pool_sleep *s)
 {
     /* seq_cst: a snapshot in the total order of the word's RMWs; pairs with the RMWs in
-     * start_looking(), work_found() and go_to_sleep() (sleep.c). */
+     * mp__pool_sleep_start_looking(), mp__pool_sleep_work_found() and go_to_sleep() (sleep.c). */
     return atomic_load_explicit(&s->counters, memory_order_seq_cst);
 }
 

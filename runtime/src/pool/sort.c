@@ -61,7 +61,7 @@ void mp_pool_sort_u64(uint64_t *a, size_t n)
 
 /* The generic sort: the same algorithm on elements of `size` bytes compared by `cmp`. */
 
-#define GENERIC_MAX_SIZE 256
+#define SWAP_CHUNK 256 /* large elements are swapped a chunk at a time */
 
 struct gsort {
     char *a;
@@ -75,10 +75,13 @@ static void swap_bytes(char *x, char *y, size_t size)
 {
     if (x == y)
         return;
-    char tmp[GENERIC_MAX_SIZE];
-    memcpy(tmp, x, size);
-    memcpy(x, y, size);
-    memcpy(y, tmp, size);
+    char tmp[SWAP_CHUNK];
+    for (size_t off = 0; off < size; off += SWAP_CHUNK) {
+        size_t k = size - off < SWAP_CHUNK ? size - off : SWAP_CHUNK;
+        memcpy(tmp, x + off, k);
+        memcpy(x + off, y + off, k);
+        memcpy(y + off, tmp, k);
+    }
 }
 
 #define AT(s, i) ((s)->a + (i) * (s)->size)
@@ -173,11 +176,10 @@ static void g_par(void *v)
     }
 }
 
-int mp_pool_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+void mp_pool_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
 {
-    if (size == 0 || size > GENERIC_MAX_SIZE)
-        return -EINVAL;
+    if (size == 0)
+        return; /* nothing to order */
     struct gsort s = {base, n, size, cmp, depth_limit(n)};
     g_par(&s);
-    return 0;
 }

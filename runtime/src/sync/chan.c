@@ -32,14 +32,7 @@ void mp_chan_destroy(mp_chan *c)
 
 static void unlink_waiter(mp_chan *c, mp_chan_waiter *w)
 {
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        c->tx_head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        c->tx_tail = w->prev;
+    MP__LIST_UNLINK_TAIL(c->tx_head, c->tx_tail, w, prev, next);
     w->prev = w->next = NULL;
     w->queued = false;
 }
@@ -102,13 +95,7 @@ static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp
         *err = 0;
     } else {
         if (!w->queued) {
-            w->prev = c->tx_tail;
-            w->next = NULL;
-            if (c->tx_tail)
-                c->tx_tail->next = w;
-            else
-                c->tx_head = w;
-            c->tx_tail = w;
+            MP__LIST_PUSH_BACK(c->tx_head, c->tx_tail, w, prev, next);
             w->queued = true;
         }
         if (!mp_waker_will_wake(&w->waker, waker)) {

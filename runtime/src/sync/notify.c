@@ -24,14 +24,7 @@ void mp_notify_waiter_init(mp_notify_waiter *w)
 
 static void unlink_locked(mp_notify *n, mp_notify_waiter *w)
 {
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        n->head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        n->tail = w->prev;
+    MP__LIST_UNLINK_TAIL(n->head, n->tail, w, prev, next);
     w->prev = w->next = NULL;
 }
 
@@ -93,13 +86,7 @@ static mp_poll wait_attempt(mp_notify *n, mp_notify_waiter *w, const mp_waker *w
             break;
         }
         w->state = W_WAITING;
-        w->prev = n->tail;
-        w->next = NULL;
-        if (n->tail)
-            n->tail->next = w;
-        else
-            n->head = w;
-        n->tail = w;
+        MP__LIST_PUSH_BACK(n->head, n->tail, w, prev, next);
         w->waker = mp_waker_clone(waker);
         break;
     case W_WAITING:

@@ -6,14 +6,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
-
-static unsigned test_seed(void)
-{
-    const char *s = getenv("MP_TEST_SEED");
-    return s ? (unsigned)strtoul(s, NULL, 0) : 12345u;
-}
+#include "test_util.h"
 
 static void nop(mp__pool_job *j)
 {
@@ -126,7 +120,8 @@ static void run_stress(size_t capacity)
 {
     struct stress s;
     pthread_t th[THIEVES];
-    unsigned seed = test_seed();
+    const unsigned seed0 = (unsigned)test_seed_or(12345);
+    unsigned seed = seed0;
     bool was_empty;
     s.jobs = calloc(STRESS_JOBS, sizeof(*s.jobs));
     s.taken = calloc(STRESS_JOBS, sizeof(*s.taken));
@@ -159,7 +154,7 @@ static void run_stress(size_t capacity)
         cr_assert_eq(atomic_load_explicit(&s.taken[i], memory_order_relaxed), 1,
                      "job %zu taken %u times", i,
                      atomic_load_explicit(&s.taken[i], memory_order_relaxed));
-    cr_log_info("seed %u: %zu of %d jobs stolen", test_seed(),
+    cr_log_info("seed %u: %zu of %d jobs stolen", seed0,
                 atomic_load_explicit(&s.stolen, memory_order_relaxed), STRESS_JOBS);
     mp__pool_deque_destroy(&s.d);
     free(s.jobs);

@@ -4,7 +4,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
 
 Test(inject_stack, push_then_take_all_newest_first)

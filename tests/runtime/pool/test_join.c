@@ -6,15 +6,15 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "magpie.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads, size_t stack, size_t capacity)
 {
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
+    cfg.workers = threads;
     cfg.stack_size = stack;
     cfg.deque_capacity = capacity;
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
@@ -98,8 +98,7 @@ static void unbalanced(void *v)
 
 Test(join, deep_unbalanced_tree_matches_sequential, .timeout = 60)
 {
-    const char *env = getenv("MP_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : 7;
+    uint64_t seed = test_seed_or(7);
     struct ub seq = {seed, 200000, 0};
     unbalanced(&seq); /* no worker here: runs sequentially */
     mp_pool *p = make_pool(3, 0, 2);
@@ -165,8 +164,8 @@ Test(join, million_node_tree_spreads_across_workers, .timeout = 120)
     cr_assert(atomic_load_explicit(&sh.others_ran, memory_order_relaxed));
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_gt(st.jobs_stolen, 0);
-    cr_assert_geq(st.threads_started, 2);
+    cr_assert_gt(st.stolen, 0);
+    cr_assert_geq(st.workers_started, 2);
     mp_pool_free(p);
 }
 

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
 
 static uint32_t state(mp__pool_core_latch *l)

@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "magpie.h"
 
 static mp_pool *make_pool(size_t threads)
@@ -13,7 +12,7 @@ static mp_pool *make_pool(size_t threads)
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
+    cfg.workers = threads;
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
 }

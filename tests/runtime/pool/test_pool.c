@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
 
 static mp_pool *make_pool(size_t threads, unsigned fail_at)
@@ -19,8 +18,8 @@ static mp_pool *make_pool(size_t threads, unsigned fail_at)
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
-    cfg.fail_spawn_at = fail_at;
+    cfg.workers = threads;
+    mp__test_fail_spawn_nth(fail_at);
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
 }
@@ -52,8 +51,8 @@ Test(pool, new_starts_no_thread_and_free_is_clean)
     mp_pool *p = make_pool(4, 0);
     mp_pool_stats st;
     cr_assert_eq(mp_pool_stats_get(p, &st), 0);
-    cr_assert_eq(st.threads_max, 4);
-    cr_assert_eq(st.threads_started, 0);
+    cr_assert_eq(st.workers, 4);
+    cr_assert_eq(st.workers_started, 0);
     cr_assert_eq(st.spawn_failures, 0);
     mp_pool_free(p);
     mp_pool_free(NULL);
@@ -64,7 +63,7 @@ Test(pool, rejects_too_many_threads)
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = 1u << 20;
+    cfg.workers = 1u << 20;
     cr_assert_eq(mp_pool_new(&p, &cfg), -EINVAL);
     cr_assert_eq(mp_pool_new(&p, NULL), 0); /* defaults: one slot per CPU */
     mp_pool_free(p);
@@ -94,8 +93,8 @@ Test(pool, call_runs_on_a_worker, .timeout = 30)
     cr_assert_eq(mp_pool_call(p, nested_call, &p), 0);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_geq(st.threads_started, 1);
-    cr_assert_eq(st.jobs_injected, 2);
+    cr_assert_geq(st.workers_started, 1);
+    cr_assert_eq(st.injected, 2);
     mp_pool_free(p);
 }
 
@@ -140,7 +139,7 @@ static void many_callers(size_t threads)
     pthread_barrier_destroy(&start);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_eq(st.jobs_injected, CALLERS * CALLS_EACH);
+    cr_assert_eq(st.injected, CALLERS * CALLS_EACH);
     mp_pool_free(p);
 }
 
@@ -166,7 +165,7 @@ Test(pool, first_spawn_fails_next_slot_takes_over, .timeout = 30)
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
     cr_assert_eq(st.last_spawn_error, -EAGAIN);
-    cr_assert_geq(st.threads_started, 1); /* the failed slot is retried, so up to 3 */
+    cr_assert_geq(st.workers_started, 1); /* the failed slot is retried, so up to 3 */
     mp_pool_free(p);
 }
 
@@ -185,8 +184,8 @@ Test(pool, second_spawn_fails_pool_runs_on_and_retries_the_slot, .timeout = 30)
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
     cr_assert_eq(st.last_spawn_error, -EAGAIN);
-    cr_assert_geq(st.threads_started, 1);
-    cr_assert_leq(st.threads_started, 2);
+    cr_assert_geq(st.workers_started, 1);
+    cr_assert_leq(st.workers_started, 2);
     mp_pool_free(p);
 }
 
@@ -198,14 +197,14 @@ Test(pool, no_thread_at_all_fails_the_call_and_the_next_call_retries, .timeout =
     cr_assert_eq(f.r, -1, "fn must not have run");
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_eq(st.threads_started, 0);
+    cr_assert_eq(st.workers_started, 0);
     cr_assert_eq(st.spawn_failures, 1);
     /* A failed start does not use the slot up: the next call starts it (the hook failed only
      * the first attempt), where the pool used to answer -EAGAIN for ever. */
     cr_assert_eq(mp_pool_call(p, fib, &f), 0);
     cr_assert_eq(f.r, fib_seq(10));
     mp_pool_stats_get(p, &st);
-    cr_assert_eq(st.threads_started, 1);
+    cr_assert_eq(st.workers_started, 1);
     cr_assert_eq(st.spawn_failures, 1);
     mp_pool_free(p);
 }
@@ -217,7 +216,7 @@ static void wait_all_asleep(mp_pool *p)
     mp_pool_stats st;
     for (;;) {
         mp_pool_stats_get(p, &st);
-        if (st.threads_started > 0 && st.threads_sleeping == st.threads_started)
+        if (st.workers_started > 0 && st.workers_sleeping == st.workers_started)
             return;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
@@ -288,7 +287,7 @@ Test(pool, idle_pool_uses_no_cpu, .timeout = 60)
     /* A worker counts as sleeping from its registration on, a few instructions before it
      * blocks: wait until the kernel also shows every started worker blocked. */
     for (int i = 0; i < THREADS; i++) {
-        tids[i] = mp__pool_worker_tid(p, (size_t)i);
+        tids[i] = mp__pool_worker_tid(p, (unsigned)i);
         while (tids[i] != 0 && thread_state(tids[i]) != 'S') {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
@@ -309,7 +308,7 @@ Test(pool, idle_pool_uses_no_cpu, .timeout = 60)
     }
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_eq(st.threads_sleeping, st.threads_started);
-    cr_assert_geq(st.sleeps, st.threads_started);
+    cr_assert_eq(st.workers_sleeping, st.workers_started);
+    cr_assert_geq(st.sleeps, st.workers_started);
     mp_pool_free(p);
 }

@@ -4,7 +4,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "pool_test.h"
 #include "magpie.h"
 
 static mp_pool *make_pool(size_t threads, size_t capacity)
@@ -12,7 +11,7 @@ static mp_pool *make_pool(size_t threads, size_t capacity)
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
+    cfg.workers = threads;
     cfg.deque_capacity = capacity;
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;

@@ -9,15 +9,15 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "pool_test.h"
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads)
 {
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
-    cfg.num_threads = threads;
+    cfg.workers = threads;
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
 }
@@ -252,8 +252,7 @@ static void small_fib(void *v)
 Test(sleep, ten_thousand_sleep_wake_cycles_lose_no_wakeup, .timeout = 180)
 {
     enum { CYCLES = 10000 };
-    const char *env = getenv("MP_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 0) : 99;
+    unsigned seed = (unsigned)test_seed_or(99);
     mp_pool *p = make_pool(2);
     size_t full_sleeps = 0;
     for (int i = 0; i < CYCLES; i++) {
@@ -266,7 +265,7 @@ Test(sleep, ten_thousand_sleep_wake_cycles_lose_no_wakeup, .timeout = 180)
             mp_pool_stats st;
             for (;;) {
                 mp_pool_stats_get(p, &st);
-                if (st.threads_sleeping == st.threads_started)
+                if (st.workers_sleeping == st.workers_started)
                     break;
                 sched_yield();
             }

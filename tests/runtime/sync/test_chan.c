@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "test_util.h"
 
 Test(chan, try_send_and_recv_in_order_with_backpressure)
 {
@@ -98,11 +99,7 @@ static void *thread_produce(void *arg)
 
 Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
 {
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = 3;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime(3);
     mp_chan c;
     cr_assert_eq(mp_chan_init(&c, 8), 0);
     consumer k = {.c = &c};
@@ -205,11 +202,7 @@ static const mp_task_vtable receiver_vt = {
 
 Test(chan, cancelled_receiver_gives_its_waker_back, .timeout = 30)
 {
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = 1;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime(1);
     mp_chan c;
     cr_assert_eq(mp_chan_init(&c, 1), 0);
     receiver r = {.c = &c};

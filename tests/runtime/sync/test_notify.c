@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "test_util.h"
 
 typedef struct waiter_task {
     mp_task task;
@@ -33,11 +34,7 @@ static unsigned queued(mp_notify *n)
 
 Test(notify, permit_one_all, .timeout = 30)
 {
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = 2;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    mp_runtime *rt = test_runtime(2);
     mp_notify n;
     mp_notify_init(&n);
     mp_notify_one(&n); /* stored as a permit */

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "test_util.h"
 
 typedef struct receiver {
     mp_task task;
@@ -20,19 +21,9 @@ static mp_poll receiver_poll(mp_task *t, mp_context *cx)
 
 static const mp_task_vtable receiver_vt = {.poll = receiver_poll};
 
-static mp_runtime *rt_new(void)
-{
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = 2;
-    mp_runtime *rt;
-    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
-    return rt;
-}
-
 Test(oneshot, task_receives_from_a_thread, .timeout = 10)
 {
-    mp_runtime *rt = rt_new();
+    mp_runtime *rt = test_runtime(2);
     mp_oneshot o;
     mp_oneshot_init(&o);
     receiver r = {.o = &o};
@@ -51,7 +42,7 @@ Test(oneshot, task_receives_from_a_thread, .timeout = 10)
 
 Test(oneshot, sender_closing_wakes_the_receiver, .timeout = 10)
 {
-    mp_runtime *rt = rt_new();
+    mp_runtime *rt = test_runtime(2);
     mp_oneshot o;
     mp_oneshot_init(&o);
     receiver r = {.o = &o};

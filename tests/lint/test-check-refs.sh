@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# check-refs.sh must fail, naming FILE:LINE, on a reference to a name the tree lacks, and
+# pass the ones that resolve (tests/lint/fixtures/refs.c).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+fixture=$here/fixtures/refs.c
+out=$("$here/check-refs.sh" "$fixture")
+rc=$?
+fail() {
+    echo "test-check-refs: $*" >&2
+    printf '%s\n' "$out" >&2
+    exit 1
+}
+[ "$rc" -eq 1 ] || fail "exit $rc on dangling references, not 1"
+grep -qF "$fixture:17: vanished_function()" <<<"$out" || fail "missed vanished_function() at line 17"
+grep -qF "$fixture:18: gone_helper()" <<<"$out" || fail "missed gone_helper() at line 18"
+[ "$(grep -c . <<<"$out")" -eq 2 ] || fail "reported more than the two dangling names"
+echo "check-refs: a dangling reference fails with FILE:LINE (fixture passed)"
