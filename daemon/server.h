@@ -31,7 +31,9 @@ int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
 int md_server_reload(md_server *s, const md_config *cfg, md_error *err);
 /* Count a reload that failed before reaching the server (an invalid file). */
 void md_server_count_reload(md_server *s, bool ok);
-/* The bound addresses, for the "listening" line: "http=127.0.0.1:8080 echo=127.0.0.1:8007". */
+/* The bound addresses, for the "listening" line: "http=127.0.0.1:8080 echo=127.0.0.1:8007"
+ * (at most MD_SERVER_DESCRIBE_MAX bytes with the NUL; longer is cut). */
+#define MD_SERVER_DESCRIBE_MAX 200
 void md_server_describe(md_server *s, char *buf, size_t len);
 /* Graceful stop: close the listeners, close idle connections, and let each connection with a
  * request in flight finish it with "Connection: close". Returns at once; md_server_open()
