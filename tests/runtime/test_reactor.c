@@ -332,6 +332,7 @@ typedef struct sleeper {
     mp_task task;
     mp_timer timer;
     uint64_t deadline;
+    uint64_t delay; /* deadline 0: set to this many ms after the first poll */
     uint64_t woke;
     _Atomic int wakes;
     _Atomic int *order;
@@ -341,6 +342,8 @@ typedef struct sleeper {
 static mp_poll sleeper_poll(mp_task *t, mp_context *cx)
 {
     sleeper *s = mp_container_of(t, sleeper, task);
+    if (s->deadline == 0)
+        s->deadline = mp_now_ms() + s->delay;
     if (mp_timer_poll(&s->timer, s->deadline, cx) == MP_PENDING)
         return MP_PENDING;
     s->woke = mp_now_ms();
@@ -395,7 +398,9 @@ Test(reactor, cancelled_timer_never_fires, .timeout = 30)
     _Atomic int order = 0;
     mp_task_init(&s.task, &sleeper_vt);
     mp_timer_init(&s.timer, rt);
-    s.deadline = mp_now_ms() + 50;
+    /* From the first poll, not from here: a worker that starts late (a loaded machine, TSan)
+     * would otherwise find the deadline passed, complete at once and never arm the wheel. */
+    s.delay = 50;
     s.order = &order;
     cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
     for (size_t armed = 0; !armed; sched_yield()) {
