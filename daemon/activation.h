@@ -5,7 +5,6 @@
 #define MD_ACTIVATION_H
 
 #include "config.h"
-#include "metrics.h"
 
 /* Fills fds[MD_LISTENERS] with the passed listener of each kind, or -1. Names: "http" and
  * "echo"; without names (or with systemd's "unknown"), the first socket is http and the second

@@ -51,6 +51,13 @@ typedef enum md_access_log {
     MD_ACCESS_LOG_FILE, /* md_config.access_log_path */
 } md_access_log;
 
+/* magpied's listeners. */
+typedef enum md_listener {
+    MD_LISTENER_HTTP,
+    MD_LISTENER_ECHO,
+    MD_LISTENERS,
+} md_listener;
+
 /* A listening address. Numeric only: the listeners bind without resolving names. */
 typedef struct md_listen {
     bool enabled;                  /* false: `listen =` (empty) turned the listener off */

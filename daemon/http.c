@@ -26,7 +26,6 @@
 #include "http.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,13 +98,6 @@ static md_http_conn *conn_of(llhttp_t *p)
     return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
 }
 
-void md_http_server_publish(md_http_server *prev, md_http_server *next)
-{
-    /* Release: next's fields are written before connections can see it; pairs with the
-     * acquire in on_message_begin(). */
-    atomic_store_explicit(&prev->newer, next, memory_order_release);
-}
-
 static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
 {
     const md_http_req *r = c->req;
@@ -142,7 +134,7 @@ static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
     if (c->srv->metrics == NULL)
         return;
     unsigned cls = code / 100 - 1;
-    c->m_responses[cls < 5 ? cls : 4]++;
+    c->m_responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1]++;
     unsigned b = md_metrics_bucket(ns);
     if (c->m_lat_count != 0 && b != c->m_lat_bucket) {
         md_metrics_shard *s = md_metrics_local(c->srv->metrics);
@@ -293,21 +285,10 @@ static bool uri_byte(unsigned ch, bool host)
 static int on_message_begin(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_server *at = c->srv, *newer;
-    /* Acquire: pairs with the release in md_http_server_publish(); a reload's limits apply
-     * from the next request on. */
-    while ((newer = atomic_load_explicit(&at->newer, memory_order_acquire)) != NULL)
-        at = newer;
-    if (at != c->srv) {
-        /* Counted at the new generation before leaving the old one, so that no sweep sees
-         * both at 0. Relaxed: the release below publishes it. */
-        atomic_fetch_add_explicit(&at->conns, 1, memory_order_relaxed);
-        /* Release: the walk above and the increment come before the old generation may
-         * count as unused; pairs with the acquire in the owner's sweep (server.c,
-         * http_gens_sweep()). */
-        atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
-        c->srv = at;
-    }
+    /* The request boundary: the I/O layer may switch the settings (a reload's limits apply
+     * from here on). Everything below reads c->srv afresh. */
+    if (c->srv->request_begin != NULL)
+        c->srv->request_begin(c);
     memset(c->req, 0, offsetof(md_http_req, target));
     c->req->start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
@@ -681,7 +662,7 @@ static int on_chunk_header(llhttp_t *p)
 
 static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 {
-    (void)at; /* llhttp's callback signature */
+    (void)at; /* llhttp's data callback; only the length counts */
     return count_body(conn_of(p), len);
 }
 
@@ -742,12 +723,14 @@ void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
      * no setter for it (llhttp_reset() keeps the field). */
     c->parser.lenient_flags |= LENIENT_VERSION;
     c->srv = srv;
-    /* Relaxed: on the owner's thread, the one that frees generations (http.h). */
-    atomic_fetch_add_explicit(&srv->conns, 1, memory_order_relaxed);
-    c->counted = true;
     c->phase = PHASE_IDLE;
     c->since_ns = now_ns;
     c->now_ns = now_ns;
+}
+
+void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
+{
+    c->srv = srv;
 }
 
 /* Every entry point starts here... */
@@ -771,7 +754,7 @@ static void leave(md_http_conn *c, size_t in, size_t out_before)
         md_metrics_add(&s->bytes_in[MD_LISTENER_HTTP], in);
     if (out_now > out_before)
         md_metrics_add(&s->bytes_out[MD_LISTENER_HTTP], out_now - out_before);
-    for (unsigned i = 0; i < 5; i++) {
+    for (unsigned i = 0; i < MD_HTTP_STATUS_CLASSES; i++) {
         if (c->m_responses[i] != 0) {
             md_metrics_add(&s->responses[i], c->m_responses[i]);
             c->m_responses[i] = 0;
@@ -871,7 +854,7 @@ out:
 
 int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
-    (void)now_ns; /* the signature of the other md_http_conn_* entry points */
+    (void)now_ns; /* the entry points' shape: nothing is answered at EOF */
     (void)out;
     c->closing = true;
     return MD_HTTP_WANT_CLOSE;
@@ -961,12 +944,6 @@ bool md_http_conn_idle(md_http_conn *c)
 
 void md_http_conn_close(md_http_conn *c)
 {
-    if (c->counted) {
-        /* Release: nothing of the generation is touched after this; pairs with the acquire
-         * in the owner's sweep (server.c, http_gens_sweep()). */
-        atomic_fetch_sub_explicit(&c->srv->conns, 1, memory_order_release);
-        c->counted = false;
-    }
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;

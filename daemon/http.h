@@ -46,7 +46,7 @@ typedef struct md_http_limits {
     uint32_t max_requests_per_connection; /* 0 = unlimited */
     uint32_t min_body_rate;               /* bytes/s a body must average after the grace; 0 = off */
     uint32_t min_rate_grace_ms; /* before min_body_rate (and the I/O layer's send rate) apply */
-    /* For the I/O layer (server.c), not the core: */
+    /* For the I/O layer (conn.c), not the core: */
     uint32_t send_timeout_ms; /* longest a write may make no progress; 0 = never */
     uint32_t min_send_rate;   /* bytes/s a blocked write must average after the grace; 0 = off */
     uint32_t send_buffer;     /* SO_SNDBUF for each connection; 0 = the kernel's default */
@@ -73,16 +73,10 @@ typedef struct md_http_exchange {
     uint64_t duration_ns; /* from the request's first byte */
 } md_http_exchange;
 
-/* What every connection of one listener shares. Immutable once published, but for `newer`
- * and `conns`; it must outlive every connection that saw it.
- *
- * Reload publishes a successor through `newer`; a connection moves to the newest generation
- * when its next request begins, so changed limits apply from the next request on while the one
- * in flight finishes under the limits it started with. `conns` counts the connections at a
- * generation (md_http_conn_init, that move, md_http_conn_close). Connections only move
- * forward, so once a generation and every older one are at 0 and a newer one exists, nothing
- * can reach them again, and their owner may free them (server.c), provided it reads the
- * counts oldest first and calls md_http_conn_init on its own thread. */
+/* What every connection of one listener shares. Immutable while a connection uses it, and it
+ * must outlive every connection that uses it. The I/O layer may give a connection another one
+ * between requests (md_http_conn_set_server), so that a reload's limits apply from the next
+ * request on while the one in flight finishes under the limits it started with. */
 typedef struct md_http_server {
     md_http_limits limits;
     struct md_metrics *metrics; /* NULL: no accounting */
@@ -98,12 +92,10 @@ typedef struct md_http_server {
     /* Called once per response when set; NULL: Referer and User-Agent are not even kept. */
     void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
     void *access_log_arg;
-    _Atomic(struct md_http_server *) newer; /* set once, by md_http_server_publish() */
-    _Atomic uint32_t conns;                 /* connections at this generation (above) */
+    /* Called when a request's first byte arrives, before anything of it is parsed: the
+     * request boundary, where it may call md_http_conn_set_server(). NULL: nothing. */
+    void (*request_begin)(struct md_http_conn *c);
 } md_http_server;
-
-/* Make next the generation that connections of prev move to at their next request. */
-void md_http_server_publish(md_http_server *prev, md_http_server *next);
 
 typedef enum md_http_want {
     MD_HTTP_WANT_READ,  /* all input used: write out (if pending), read more */
@@ -122,6 +114,8 @@ typedef enum md_http_want {
 #define MD_HTTP_ECHO_GATHER (64u * 1024u)
 /* Bytes of Referer and User-Agent kept for the access log. */
 #define MD_HTTP_FIELD_KEEP 256
+/* Responses are counted by status class, 1xx .. 5xx. */
+#define MD_HTTP_STATUS_CLASSES 5
 
 /* The request being parsed. Zeroed when its first byte arrives, up to target[]. */
 typedef struct md_http_req {
@@ -175,7 +169,7 @@ typedef struct md_http_req {
  * one after each wake): nothing here is shared, nothing is atomic. */
 typedef struct md_http_conn {
     llhttp_t parser;
-    md_http_server *srv; /* the generation it is at; counted in srv->conns until closed */
+    md_http_server *srv; /* its settings; changed only at a request boundary */
 
     /* Valid during one entry point only. */
     md_outbuf *out;
@@ -187,14 +181,13 @@ typedef struct md_http_conn {
     bool closing;      /* the last response has been produced (or none will be) */
     bool draining;     /* md_http_conn_drain(): the next response closes */
     bool oom;          /* out could not grow */
-    bool counted;      /* in srv->conns: from init to md_http_conn_close() */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
     char *body;        /* chunked POST /echo body, until its response */
     size_t body_cap;
 
     /* Counted here, added to the shared metrics once per entry point. */
-    uint32_t m_responses[5];
+    uint32_t m_responses[MD_HTTP_STATUS_CLASSES];
     uint32_t m_lat_bucket, m_lat_count; /* a run of latencies in one bucket */
     uint64_t m_lat_sum;
 
@@ -205,6 +198,10 @@ typedef struct md_http_conn {
 } md_http_conn;
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns);
+
+/* Gives the connection other settings. Only at a request boundary: from srv->request_begin,
+ * or between entry points while no request is in flight. */
+void md_http_conn_set_server(md_http_conn *c, md_http_server *srv);
 
 /* Parses data[0..len) and appends every response it completes to out. *used: bytes consumed
  * (len unless MD_HTTP_WANT_WRITE). */

@@ -4,8 +4,9 @@
  * line, to stderr (with a syslog "<N>" priority prefix, so journald keeps the level) or to a
  * file (with a UTC timestamp). The access log is formatted by the worker threads into a shared
  * in-memory buffer and written by one writer thread, so a worker never waits on the disk: when
- * the buffer is full the line is dropped and counted (md_log_access_dropped). See log.c for
- * the protocol between the workers, the writer and the control calls.
+ * the buffer is full the line is dropped and counted (md_log_access_dropped). access_log.c
+ * has the protocol between the workers, the writer and the control calls; log.c lists the
+ * other parts.
  *
  * Control calls (md_log_open, md_log_apply, md_log_reopen, md_log_flush, md_log_close) are
  * serialized against each other and may come from any thread, typically the main thread on a

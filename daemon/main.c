@@ -31,6 +31,9 @@
 #include "server.h"
 #include "version.h"
 
+/* --set options taken; more are an error. */
+#define MAX_SETS 64
+
 #ifndef MAGPIED_CONF
 #define MAGPIED_CONF "/etc/magpied/magpied.conf"
 #endif
@@ -66,7 +69,7 @@ static int load_config(md_config *cfg, const char *path, const char *const *sets
 
 static void notify_ready(md_server *srv, const char *what)
 {
-    char where[200], msg[320];
+    char where[MD_SERVER_DESCRIBE_MAX], msg[MD_SERVER_DESCRIBE_MAX + 120];
     md_server_describe(srv, where, sizeof where);
     snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s%slistening %s", what ? what : "",
              what ? "; " : "", where);
@@ -117,7 +120,7 @@ static void reload(md_server *srv, md_config *cur, const char *path, const char 
         return;
     }
     *cur = next;
-    char where[200];
+    char where[MD_SERVER_DESCRIBE_MAX];
     md_server_describe(srv, where, sizeof where);
     md_log(MD_LOG_INFO, "reloaded %s; listening %s", path, where);
     notify_ready(srv, NULL);
@@ -126,7 +129,7 @@ static void reload(md_server *srv, md_config *cur, const char *path, const char 
 int main(int argc, char **argv)
 {
     const char *path = MAGPIED_CONF;
-    const char *sets[64] = {NULL};
+    const char *sets[MAX_SETS] = {NULL};
     int nsets = 0;
     bool check_only = false;
     for (int i = 1; i < argc; i++) {
@@ -134,9 +137,9 @@ int main(int argc, char **argv)
             check_only = true;
         } else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
             path = argv[++i];
-        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < 64) {
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < MAX_SETS) {
             sets[nsets++] = argv[++i];
-        } else if (strncmp(argv[i], "--set=", 6) == 0 && nsets < 64) {
+        } else if (strncmp(argv[i], "--set=", 6) == 0 && nsets < MAX_SETS) {
             sets[nsets++] = argv[i] + 6;
         } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--version") == 0) {
             printf("magpied %s (libmagpie %d.%d.%d, libuv %s)\n", MAGPIED_VERSION, MP_VERSION_MAJOR,
@@ -211,7 +214,7 @@ int main(int argc, char **argv)
         md_log_close();
         return 1;
     }
-    char where[200];
+    char where[MD_SERVER_DESCRIBE_MAX];
     md_server_describe(srv, where, sizeof where);
     /* The "listening" line on stdout is for whoever started magpied (a script, a test that
      * listens on port 0). Where stdout is the log's stderr (a terminal, the journal) and the

@@ -1,9 +1,8 @@
 /* Sharded daemon counters and the Prometheus text they are scraped as.
  *
- * A thread picks its shard once (round robin over a process-wide counter, or the index given
- * to md_metrics_bind_thread()) and keeps it for every md_metrics instance, so the index is a
- * plain thread-local integer. Formatting sums the shards with relaxed loads; see metrics.h for
- * why relaxed is enough.
+ * A thread picks its shard once (round robin over a process-wide counter) and keeps it for
+ * every md_metrics instance, so the index is a plain thread-local integer. Formatting sums the
+ * shards with relaxed loads; see metrics.h for why relaxed is enough.
  */
 #include "metrics.h"
 
@@ -41,11 +40,6 @@ void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg)
 {
     m->extra = fn;
     m->extra_arg = arg;
-}
-
-void md_metrics_bind_thread(unsigned index)
-{
-    shard_index = index % MD_METRICS_SHARDS;
 }
 
 md_metrics_shard *md_metrics_local(md_metrics *m)
@@ -122,24 +116,27 @@ static uint64_t sum(const md_metrics *m, size_t offset)
 
 #define SUM(m, field) sum((m), offsetof(md_metrics_shard, field))
 
-static int put(md_outbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int put(md_outbuf *out, const char *fmt, ...)
+int md_metrics_put(md_outbuf *out, const char *fmt, ...)
 {
-    char line[256];
+    char text[MD_METRICS_PUT_MAX + 1];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    int n = vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(line))
-        return -EINVAL; /* every line below is far shorter */
-    return md_outbuf_append(out, line, (size_t)n);
+    if (n < 0 || (size_t)n >= sizeof(text))
+        return -EINVAL; /* every caller's text is far shorter */
+    return md_outbuf_append(out, text, (size_t)n);
+}
+
+int md_metrics_put_head(md_outbuf *out, const char *name, const char *type, const char *help)
+{
+    return md_metrics_put(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static int put_per_listener(md_outbuf *out, const md_metrics *m, const char *name, const char *type,
                             const char *help, size_t opened, size_t closed)
 {
-    int rc = put(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    int rc = md_metrics_put_head(out, name, type, help);
     for (unsigned l = 0; rc == 0 && l < MD_LISTENERS; l++) {
         uint64_t c = 0;
         /* A gauge from two counters: closed is read first, so open never goes negative. */
@@ -147,7 +144,8 @@ static int put_per_listener(md_outbuf *out, const md_metrics *m, const char *nam
             c = sum(m, closed + l * sizeof(atomic_uint_fast64_t));
         uint64_t v = sum(m, opened + l * sizeof(atomic_uint_fast64_t));
         v = v > c ? v - c : 0;
-        rc = put(out, "%s{listener=\"%s\"} %llu\n", name, listener_names[l], (unsigned long long)v);
+        rc = md_metrics_put(out, "%s{listener=\"%s\"} %llu\n", name, listener_names[l],
+                            (unsigned long long)v);
     }
     return rc;
 }
@@ -162,13 +160,14 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
         rc = put_per_listener(out, m, "magpied_connections_total", "counter",
                               "Connections accepted.", offsetof(md_metrics_shard, conn_opened), 0);
     if (rc == 0)
-        rc = put(out, "# HELP magpied_connections_closed_total Connections closed, by reason.\n"
-                      "# TYPE magpied_connections_closed_total counter\n");
+        rc = md_metrics_put_head(out, "magpied_connections_closed_total", "counter",
+                                 "Connections closed, by reason.");
     for (unsigned l = 0; rc == 0 && l < MD_LISTENERS; l++)
         for (unsigned r = 0; rc == 0 && r < MD_CLOSE_REASONS; r++)
-            rc = put(out, "magpied_connections_closed_total{listener=\"%s\",reason=\"%s\"} %llu\n",
-                     listener_names[l], close_names[r],
-                     (unsigned long long)SUM(m, conn_closed_why[l][r]));
+            rc = md_metrics_put(
+                out, "magpied_connections_closed_total{listener=\"%s\",reason=\"%s\"} %llu\n",
+                listener_names[l], close_names[r],
+                (unsigned long long)SUM(m, conn_closed_why[l][r]));
     if (rc == 0)
         rc = put_per_listener(out, m, "magpied_received_bytes_total", "counter",
                               "Bytes read from clients.", offsetof(md_metrics_shard, bytes_in), 0);
@@ -177,29 +176,29 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
             put_per_listener(out, m, "magpied_sent_bytes_total", "counter",
                              "Bytes queued for clients.", offsetof(md_metrics_shard, bytes_out), 0);
     if (rc == 0)
-        rc = put(out, "# HELP magpied_http_responses_total HTTP responses, by status class.\n"
-                      "# TYPE magpied_http_responses_total counter\n");
-    for (unsigned i = 0; rc == 0 && i < MD_STATUS_CLASSES; i++)
-        rc = put(out, "magpied_http_responses_total{code=\"%uxx\"} %llu\n", i + 1,
-                 (unsigned long long)SUM(m, responses[i]));
+        rc = md_metrics_put_head(out, "magpied_http_responses_total", "counter",
+                                 "HTTP responses, by status class.");
+    for (unsigned i = 0; rc == 0 && i < MD_HTTP_STATUS_CLASSES; i++)
+        rc = md_metrics_put(out, "magpied_http_responses_total{code=\"%uxx\"} %llu\n", i + 1,
+                            (unsigned long long)SUM(m, responses[i]));
 
     if (rc == 0)
-        rc = put(out, "# HELP magpied_http_request_duration_seconds From a request's first byte "
-                      "to its response.\n"
-                      "# TYPE magpied_http_request_duration_seconds histogram\n");
+        rc = md_metrics_put_head(out, "magpied_http_request_duration_seconds", "histogram",
+                                 "From a request's first byte to its response.");
     uint64_t cumulative = 0;
     for (unsigned i = 0; rc == 0 && i <= MD_METRICS_BUCKETS; i++) {
         cumulative += SUM(m, latency[i]);
-        rc = put(out, "magpied_http_request_duration_seconds_bucket{le=\"%s\"} %llu\n",
-                 i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf", (unsigned long long)cumulative);
+        rc = md_metrics_put(out, "magpied_http_request_duration_seconds_bucket{le=\"%s\"} %llu\n",
+                            i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf",
+                            (unsigned long long)cumulative);
     }
     if (rc == 0) {
         uint64_t ns = SUM(m, latency_sum_ns);
-        rc = put(out,
-                 "magpied_http_request_duration_seconds_sum %llu.%09llu\n"
-                 "magpied_http_request_duration_seconds_count %llu\n",
-                 (unsigned long long)(ns / 1000000000u), (unsigned long long)(ns % 1000000000u),
-                 (unsigned long long)cumulative);
+        rc = md_metrics_put(out,
+                            "magpied_http_request_duration_seconds_sum %llu.%09llu\n"
+                            "magpied_http_request_duration_seconds_count %llu\n",
+                            (unsigned long long)(ns / 1000000000u),
+                            (unsigned long long)(ns % 1000000000u), (unsigned long long)cumulative);
     }
     if (rc == 0 && m->extra != NULL)
         rc = m->extra(m->extra_arg, out);

@@ -1,11 +1,11 @@
 /* Daemon counters and their Prometheus text exposition.
  *
  * Writers are connection tasks on any worker thread; the reader is GET /metrics. Counters are
- * sharded: each thread adds to its own cache-line-aligned shard (chosen once per thread, or
- * bound to a worker index with md_metrics_bind_thread()), so the hot path never bounces a line
- * between cores; the reader sums the shards. All counters are monotonic and relaxed: a scrape
- * may see one shard a few increments ahead of another, which Prometheus tolerates, and the
- * histogram's _count is derived from its buckets so the two always agree.
+ * sharded: each thread adds to its own cache-line-aligned shard (chosen once per thread, round
+ * robin), so the hot path never bounces a line between cores; the reader sums the shards. All
+ * counters are monotonic and relaxed: a scrape may see one shard a few increments ahead of another,
+ * which Prometheus tolerates, and the histogram's _count is derived from its buckets so the two
+ * always agree.
  */
 #ifndef MD_METRICS_H
 #define MD_METRICS_H
@@ -13,13 +13,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "outbuf.h"
-
-typedef enum md_listener {
-    MD_LISTENER_HTTP,
-    MD_LISTENER_ECHO,
-    MD_LISTENERS,
-} md_listener;
 
 /* Why a connection closed (magpied_connections_closed_total's reason label). */
 typedef enum md_close_reason {
@@ -41,7 +36,6 @@ typedef enum md_close_reason {
 enum {
     MD_METRICS_SHARDS = 16,
     MD_METRICS_BUCKETS = 14, /* finite latency buckets; +Inf is one more */
-    MD_STATUS_CLASSES = 5,   /* 1xx .. 5xx */
 };
 
 typedef struct md_metrics_shard {
@@ -51,12 +45,12 @@ typedef struct md_metrics_shard {
     atomic_uint_fast64_t conn_closed_why[MD_LISTENERS][MD_CLOSE_REASONS];
     atomic_uint_fast64_t bytes_in[MD_LISTENERS];
     atomic_uint_fast64_t bytes_out[MD_LISTENERS];
-    atomic_uint_fast64_t responses[MD_STATUS_CLASSES];
+    atomic_uint_fast64_t responses[MD_HTTP_STATUS_CLASSES];
     atomic_uint_fast64_t latency[MD_METRICS_BUCKETS + 1];
     atomic_uint_fast64_t latency_sum_ns;
 } md_metrics_shard;
 
-/* Appends more exposition text (the runtime's and process counters, from server.c) after the
+/* Appends more exposition text (the runtime's and the process's, server_metrics.c) after the
  * daemon's own. */
 typedef int (*md_metrics_extra_fn)(void *arg, md_outbuf *out);
 
@@ -69,8 +63,7 @@ typedef struct md_metrics {
 void md_metrics_init(md_metrics *m);
 void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg);
 
-/* The calling thread's shard from now on is index % MD_METRICS_SHARDS (a worker index). */
-void md_metrics_bind_thread(unsigned index);
+/* The calling thread's shard. */
 md_metrics_shard *md_metrics_local(md_metrics *m);
 
 /* Which histogram bucket a latency falls in; MD_METRICS_BUCKETS for +Inf. */
@@ -92,5 +85,13 @@ int md_metrics_format(md_metrics *m, md_outbuf *out);
 
 /* md_metrics_format() in the shape of md_http_server.metrics_text; arg is the md_metrics. */
 int md_metrics_text(void *arg, md_outbuf *out);
+
+/* The one writer of exposition text, for every part of /metrics: appends printf-style text
+ * of at most MD_METRICS_PUT_MAX bytes (a line or a few). 0, -ENOMEM, or -EINVAL when the text
+ * would be longer. */
+enum { MD_METRICS_PUT_MAX = 255 };
+int md_metrics_put(md_outbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A metric's "# HELP name help" and "# TYPE name type" lines. */
+int md_metrics_put_head(md_outbuf *out, const char *name, const char *type, const char *help);
 
 #endif

@@ -31,6 +31,14 @@ uv_loop_t *mp_runtime_loop(mp_runtime *rt);
  * fn has run. -ESHUTDOWN once the runtime has closed its loop. */
 int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, void *arg),
                  void *arg);
+/* Run fn(loop, arg) on the loop's thread as mp_loop_call() does, and return once it has run
+ * (what fn wrote is visible to the caller then). The caller blocks on a futex of its own, not
+ * on the loop. Called holding the loop (from a libuv callback, or from fn itself), it runs fn
+ * inline. From one of rt's workers, or inside a poll of one of rt's tasks, without holding the
+ * loop, it returns -EDEADLK and runs nothing: that thread may be the one the loop is waiting
+ * for. -ESHUTDOWN once the runtime has closed its loop; as with mp_loop_call(), a call must
+ * not race with that close at the end of mp_runtime_shutdown(). */
+int mp_loop_call_wait(mp_runtime *rt, void (*fn)(uv_loop_t *loop, void *arg), void *arg);
 /* Does the calling thread hold this runtime's loop (e.g. in a libuv callback)? */
 bool mp_loop_is_current(mp_runtime *rt);
 

@@ -219,6 +219,41 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
     return 0;
 }
 
+/* mp_loop_call_wait(): the command runs fn, then wakes the caller, who blocks on a thread
+ * waiter (waker.c) in between. Everything lives in the caller's frame, which stays until the
+ * wake: run_commands() has read the command's next and fn before calling it, and the
+ * command touches nothing of the frame after the wake. */
+typedef struct call_wait {
+    mp_loop_cmd cmd;
+    void (*fn)(uv_loop_t *loop, void *arg);
+    void *arg;
+    mp_waker done; /* the caller's thread waiter */
+} call_wait;
+
+static void call_wait_cmd(uv_loop_t *loop, void *arg)
+{
+    call_wait *cw = arg;
+    cw->fn(loop, cw->arg);
+    /* The waiter's release store publishes what fn did; pairs with the acquire in
+     * mp__thread_waiter_wait() (waker.c). cw may be gone once this returns. */
+    mp_waker_wake_by_ref(&cw->done);
+}
+
+int mp_loop_call_wait(mp_runtime *rt, void (*fn)(uv_loop_t *loop, void *arg), void *arg)
+{
+    /* A worker (or a task polled inline) that does not hold the loop may be the very thread
+     * the loop waits for: with one worker, nobody else would ever drive it. */
+    if (mp__tls_driver != &rt->reactor && mp_runtime_current() == rt)
+        return -EDEADLK;
+    mp__thread_waiter tw;
+    call_wait cw = {.fn = fn, .arg = arg, .done = mp__thread_waiter_init(&tw)};
+    int rc = mp_loop_call(rt, &cw.cmd, call_wait_cmd, &cw);
+    if (rc != 0)
+        return rc;
+    mp__thread_waiter_wait(&tw); /* returns at once when mp_loop_call ran it inline */
+    return 0;
+}
+
 uv_loop_t *mp_runtime_loop(mp_runtime *rt)
 {
     return &rt->reactor.loop;

@@ -950,37 +950,48 @@ Test(http, malformed_request_is_logged_without_method)
     cr_expect_str_eq(seen[0].method, "");
 }
 
-Test(http, newer_generation_applies_from_the_next_request)
+/* The request boundary: request_begin runs as each request's first byte arrives, and settings
+ * it gives the connection apply to that whole request, not to one already in flight. */
+static md_http_server *switch_to;
+static int begins;
+
+static void switch_at_begin(md_http_conn *c)
+{
+    begins++;
+    if (switch_to != NULL)
+        md_http_conn_set_server(c, switch_to);
+}
+
+Test(http, request_begin_may_switch_the_settings_at_a_request_boundary)
 {
     static md_http_server next;
+    srv.request_begin = switch_at_begin;
     next = srv;
-    atomic_init(&next.newer, NULL);
-    atomic_init(&next.conns, 0);
     next.limits.max_headers = 1;
+    switch_to = NULL;
+    begins = 0;
     struct session s;
     struct sb b = {0};
     session_open(&s);
-    cr_assert_eq(atomic_load(&srv.conns), 1, "counted at its generation from init");
-    /* A request in flight keeps the limits it started with... */
+    cr_assert_eq(begins, 0, "nothing begins before the first byte");
+    /* A request in flight keeps the settings it started with... */
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
-    md_http_server_publish(&srv, &next);
+    cr_assert_eq(begins, 1);
+    switch_to = &next;
     feed(&s, "X-One: 1\r\n\r\n");
     sb_hello(&b, NULL);
     expect_sb(&s, &b);
-    cr_assert_eq(atomic_load(&srv.conns), 1, "still at the old one until its next request");
-    cr_assert_eq(atomic_load(&next.conns), 0);
+    cr_assert_eq(s.c.srv, &srv, "still at the old settings until its next request");
     /* ...and the next one gets the new ones: two fields are now one too many. */
     b.len = 0;
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nX-One: 1\r\n\r\n");
+    cr_assert_eq(begins, 2);
     sb_error(&b, "431 Request Header Fields Too Large", "close");
     expect_sb(&s, &b);
-    cr_assert_eq(atomic_load(&srv.conns), 0, "moved on: the old generation is unused");
-    cr_assert_eq(atomic_load(&next.conns), 1);
+    cr_assert_eq(s.c.srv, &next);
     session_close(&s);
-    cr_assert_eq(atomic_load(&next.conns), 0, "closing uncounts it");
-    md_http_conn_close(&s.c); /* twice: counted once */
-    cr_assert_eq(atomic_load(&next.conns), 0);
-    atomic_store(&srv.newer, NULL);
+    srv.request_begin = NULL;
+    switch_to = NULL;
     expect_no_leaks();
 }
 

@@ -1,7 +1,7 @@
-/* Tests of daemon/log.c: error-log levels, prefixes and file format; access-log formats and
- * escaping; reopen after rename; many writers; a stuck target (drops, never blocks); switching
- * at runtime; the writer thread's existence and idleness. Each test is its own process
- * (Criterion forks), so each starts with a fresh logger.
+/* Tests of daemon/log.c and the parts it drives (errlog.c, access_log.c): error-log levels,
+ * prefixes and file format; access-log formats and escaping; reopen after rename; many writers; a
+ * stuck target (drops, never blocks); switching at runtime; the writer thread's existence and
+ * idleness. Each test is its own process (Criterion forks), so each starts with a fresh logger.
  */
 #include <criterion/criterion.h>
 
@@ -950,7 +950,7 @@ static bool parse_id_json(const char *line, int *thread, int *id)
 }
 
 /* Workers log while the target flips between a combined file and a JSON file: a line
- * formatted before a switch must not land in the other file (log.c's second race). */
+ * formatted before a switch must not land in the other file (access_log.c's second race). */
 Test(log, apply_under_load_keeps_formats_apart, .timeout = 60)
 {
     tmp_make();

@@ -1,5 +1,5 @@
-/* Integration tests of magpied (daemon/main.c and server.c): the built daemon is started on
- * ephemeral loopback ports and driven with curl and raw sockets. */
+/* Integration tests of magpied (daemon/main.c and the serving side, conn.h): the built daemon is
+ * started on ephemeral loopback ports and driven with curl and raw sockets. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>

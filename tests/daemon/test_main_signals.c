@@ -1,4 +1,4 @@
-/* Integration tests of magpied's signals (daemon/main.c, reload in server.c): SIGHUP reload to
+/* Integration tests of magpied's signals (daemon/main.c, reload in reload.c): SIGHUP reload to
  * a valid file, to an invalid one, to a changed or unbindable listener, under wrk load, with
  * the notify messages around it; SIGUSR1 log reopening; access log formats; log targets that
  * stall or lose their reader; and two processes sharing a port with reuseport. Each test

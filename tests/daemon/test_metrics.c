@@ -226,9 +226,3 @@ Test(metrics, threads_sum_exactly)
     cr_assert_eq(sample(text, "magpied_connections_total{listener=\"http\"}"), THREADS);
     free(text);
 }
-
-Test(metrics, bind_thread_picks_the_shard)
-{
-    md_metrics_bind_thread(MD_METRICS_SHARDS + 3);
-    cr_assert_eq(md_metrics_local(&m), &m.shards[3]);
-}

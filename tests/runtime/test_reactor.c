@@ -98,6 +98,178 @@ Test(reactor, loop_calls_from_threads_while_busy, .timeout = 60)
     loop_calls_all_run_once_on_the_loop(true);
 }
 
+/* mp_loop_call_wait: each call has run, on the loop, by the time it returns. `ran` is a plain
+ * counter touched only by whoever holds the loop; each call's own fields are written there and
+ * read by its caller after the return (ThreadSanitizer checks both hand-offs). */
+typedef struct wait_call {
+    mp_runtime *rt;
+    unsigned long *ran; /* the loop's */
+    unsigned long seen; /* ran after this call: written on the loop */
+    bool on_loop;
+} wait_call;
+
+static void wait_call_fn(uv_loop_t *loop, void *arg)
+{
+    wait_call *c = arg;
+    c->on_loop = loop == mp_runtime_loop(c->rt) && mp_loop_is_current(c->rt);
+    c->seen = ++*c->ran;
+}
+
+#define WAIT_CALLS 2000
+
+typedef struct wait_caller {
+    mp_runtime *rt;
+    unsigned long *ran;
+    int bad;
+} wait_caller;
+
+static void *wait_many(void *arg)
+{
+    wait_caller *k = arg;
+    for (int i = 0; i < WAIT_CALLS; i++) {
+        wait_call c = {.rt = k->rt, .ran = k->ran};
+        if (mp_loop_call_wait(k->rt, wait_call_fn, &c) != 0 || c.seen == 0 || !c.on_loop)
+            k->bad++;
+    }
+    return NULL;
+}
+
+static void loop_call_wait_from_threads(unsigned workers, bool busy)
+{
+    mp_runtime *rt = test_runtime(workers);
+    _Atomic bool stop = false;
+    spinner sp[4];
+    if (busy)
+        for (int i = 0; i < 4; i++) {
+            mp_task_init(&sp[i].task, &spinner_vt);
+            sp[i].stop = &stop;
+            cr_assert_eq(mp_spawn(rt, &sp[i].task), 0);
+        }
+    unsigned long ran = 0;
+    wait_caller k[CALLERS];
+    pthread_t th[CALLERS];
+    for (int i = 0; i < CALLERS; i++) {
+        k[i] = (wait_caller){.rt = rt, .ran = &ran};
+        pthread_create(&th[i], NULL, wait_many, &k[i]);
+    }
+    for (int i = 0; i < CALLERS; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(k[i].bad, 0, "caller %d: %d calls returned before running on the loop", i,
+                     k[i].bad);
+    }
+    /* Read on the loop, where it is written. */
+    wait_call last = {.rt = rt, .ran = &ran};
+    cr_assert_eq(mp_loop_call_wait(rt, wait_call_fn, &last), 0);
+    cr_assert_eq(last.seen, CALLERS * WAIT_CALLS + 1, "each call ran exactly once");
+    atomic_store(&stop, true);
+    mp_runtime_free(rt);
+}
+
+Test(reactor, loop_call_wait_from_threads_while_idle, .timeout = 60)
+{
+    loop_call_wait_from_threads(2, false);
+}
+
+Test(reactor, loop_call_wait_from_threads_while_busy, .timeout = 60)
+{
+    loop_call_wait_from_threads(1, true);
+}
+
+typedef struct nested_call {
+    mp_runtime *rt;
+    wait_call inner;
+    int inner_rc;
+    unsigned long seen_after; /* inner.seen right after the inner call returned */
+} nested_call;
+
+static void nested_fn(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    nested_call *n = arg;
+    n->inner_rc = mp_loop_call_wait(n->rt, wait_call_fn, &n->inner);
+    n->seen_after = n->inner.seen;
+}
+
+Test(reactor, loop_call_wait_from_the_loop_runs_inline, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    unsigned long ran = 0;
+    nested_call n = {.rt = rt, .inner = {.rt = rt, .ran = &ran}};
+    cr_assert_eq(mp_loop_call_wait(rt, nested_fn, &n), 0);
+    cr_assert_eq(n.inner_rc, 0);
+    cr_assert_eq(n.seen_after, 1, "the nested call ran before it returned");
+    cr_assert(n.inner.on_loop);
+    mp_runtime_free(rt);
+}
+
+typedef struct waiting_task {
+    mp_task task;
+    wait_call call;
+    int rc;
+} waiting_task;
+
+static mp_poll waiting_task_poll(mp_task *t, mp_context *cx)
+{
+    (void)cx;
+    waiting_task *w = mp_container_of(t, waiting_task, task);
+    w->rc = mp_loop_call_wait(w->call.rt, wait_call_fn, &w->call);
+    return MP_READY;
+}
+
+static const mp_task_vtable waiting_task_vt = {.poll = waiting_task_poll};
+
+Test(reactor, loop_call_wait_from_a_task_is_refused, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    unsigned long ran = 0;
+    waiting_task w = {.call = {.rt = rt, .ran = &ran}};
+    mp_task_init(&w.task, &waiting_task_vt);
+    cr_assert_eq(mp_block_on(rt, &w.task), 0);
+    cr_assert_eq(w.rc, -EDEADLK);
+    cr_assert_eq(w.call.seen, 0, "nothing ran");
+    mp_runtime_free(rt);
+}
+
+static void *shutdown_thread(void *arg)
+{
+    return (void *)(intptr_t)mp_runtime_shutdown(arg);
+}
+
+Test(reactor, loop_call_wait_during_shutdown, .timeout = 30)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
+    cfg.drain_timeout_ms = 0; /* until the spinner stops */
+    mp_runtime *rt;
+    cr_assert_eq(mp_runtime_new(&rt, &cfg), 0);
+    _Atomic bool stop = false;
+    spinner sp;
+    mp_task_init(&sp.task, &spinner_vt);
+    sp.stop = &stop;
+    cr_assert_eq(mp_spawn(rt, &sp.task), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, shutdown_thread, rt);
+    while (!atomic_load(&rt->draining))
+        sched_yield();
+    /* Draining: the loop still runs commands. */
+    unsigned long ran = 0;
+    wait_call c = {.rt = rt, .ran = &ran};
+    cr_assert_eq(mp_loop_call_wait(rt, wait_call_fn, &c), 0);
+    cr_assert(c.on_loop);
+    cr_assert_eq(c.seen, 1);
+    atomic_store(&stop, true);
+    void *rc;
+    pthread_join(th, &rc);
+    cr_assert_eq((intptr_t)rc, 0);
+    /* Closed: refused, nothing runs. */
+    wait_call late = {.rt = rt, .ran = &ran};
+    cr_assert_eq(mp_loop_call_wait(rt, wait_call_fn, &late), -ESHUTDOWN);
+    cr_assert_eq(late.seen, 0);
+    mp_runtime_free(rt);
+}
+
 static void on_timer(uv_timer_t *t)
 {
     atomic_fetch_add((_Atomic int *)t->data, 1);
