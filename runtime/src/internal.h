@@ -397,6 +397,9 @@ void mp__reactor_close(mp__reactor *r);
 /* timer.c's driver in reactor.c, with the role held: fire what is due, arm for the next. */
 void mp__reactor_timers(mp__reactor *r);
 
+/* tcp.c: default-size read buffers each thread keeps for itself (see tcp.c). */
+#define MP__TCP_LOCAL_BUFS 4
+
 /* tcp.c, loop side */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c);
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
