@@ -529,15 +529,20 @@ static bool has_newline(const char *from, const char *to)
  * the leading whitespace). Not parsed further: it only has to be one plausible authority. */
 static void check_host(md_http_req *r, const char *at, size_t len)
 {
-    for (size_t i = 0; i < len && !r->host_bad; i++) {
+    /* In locals: stores through r might alias at[] (char), and would be reloaded per byte. */
+    unsigned pos = r->host_pos;
+    for (size_t i = 0; i < len; i++) {
         unsigned ch = (unsigned char)at[i];
-        if (ch == ' ' || ch == '\t')
-            r->host_pos = r->host_pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
-        else if (r->host_pos == HOST_TRAIL || !uri_byte(ch, true))
+        if (ch == ' ' || ch == '\t') {
+            pos = pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
+        } else if (pos == HOST_TRAIL || !uri_byte((unsigned char)ch, true)) {
             r->host_bad = true;
-        else
-            r->host_pos = HOST_NAME;
+            break;
+        } else {
+            pos = HOST_NAME;
+        }
     }
+    r->host_pos = (uint8_t)pos;
 }
 
 /* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */

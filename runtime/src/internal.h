@@ -417,7 +417,7 @@ uint64_t mp__wake_ns_update(uint64_t old, uint64_t sample);
 typedef struct mp__worker_counters {
     mp__counter spawned, completed, polled, stolen, steals, parks, unparks, lifo_hits,
         global_batches, overflows, budget_exhausted, drives, io_polls, helpers_woken,
-        helpers_skipped;
+        helpers_skipped, yields_deferred, deferred_flushes;
 } mp__worker_counters;
 
 typedef struct mp__worker {
@@ -426,6 +426,7 @@ typedef struct mp__worker {
     /* owner only: */
     alignas(MP__CACHE_LINE) mp_task *lifo;
     mp_task *orphans; /* overflowed into the closed global queue: cancelled at shutdown */
+    mp_task *deferred, *deferred_tail; /* yielded tasks not queued yet, oldest first */
     mp_task *batch[MP__BATCH_CAP];
     uint32_t batch_head, batch_len;
     uint32_t lifo_streak;

@@ -14,6 +14,14 @@
  * A tick is up to 128 polls. At its end the EWMA of the time per poll is updated and sets how
  * many polls may pass between global-queue checks.
  *
+ * A task that yields (mp_yield) is not queued at once: it waits on the worker's deferred list
+ * until the worker runs out of other local work or the tick ends, and then goes to the back
+ * of the ring with one notification for the lot (Tokio 1.24 defers yielded wakes the same
+ * way, until its worker would park). A yield thus costs no notification while the worker
+ * has other work, and stays fair: everything queued when it yielded runs before it again,
+ * the global queue is still checked every global_interval polls, and at a tick's end the
+ * deferred tasks become visible to thieves.
+ *
  * The LIFO slot is owner only: other workers cannot see it, which is what makes spawn+join
  * on one worker nearly an inline call, and also why a task must not be left there while its
  * worker sleeps. The transitioning-to-park guard:
@@ -41,6 +49,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     atomic_init(&w->park.unparked_at, 0);
     w->lifo = NULL;
     w->orphans = NULL;
+    w->deferred = w->deferred_tail = NULL;
     w->batch_head = w->batch_len = 0;
     w->lifo_streak = 0;
     w->tick_polls = 0;
@@ -92,7 +101,29 @@ static bool push_ring(mp__worker *w, mp_task *t)
 
 static bool has_local_tasks(mp__worker *w)
 {
-    return w->lifo || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
+    return w->lifo || w->deferred || w->batch_head < w->batch_len ||
+           !mp__queue_is_empty(&w->queue);
+}
+
+/* The deferred yielded tasks go to the back of the ring, oldest first. One notification for
+ * all of them when others could help: more than one, or other work besides. */
+static void flush_deferred(mp__worker *w)
+{
+    mp_task *t = w->deferred;
+    if (t == NULL)
+        return;
+    w->deferred = w->deferred_tail = NULL;
+    mp__counter_add(&w->stats.deferred_flushes, 1);
+    bool several = t->next != NULL || w->lifo != NULL || !mp__queue_is_empty(&w->queue);
+    bool overflowed = false;
+    while (t) {
+        mp_task *next = t->next;
+        overflowed |= push_ring(w, t);
+        t = next;
+    }
+    mp_runtime *rt = w->rt;
+    if (rt->cfg.disable_steal ? overflowed : several)
+        mp__runtime_notify(rt);
 }
 
 bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
@@ -113,8 +144,19 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
         return true;
     }
     if (w && w->rt == rt && !w->parking) {
+        if (is_yield) {
+            /* Deferred to the next flush_deferred(), with no notification (top of file). */
+            t->next = NULL;
+            if (w->deferred_tail)
+                w->deferred_tail->next = t;
+            else
+                w->deferred = t;
+            w->deferred_tail = t;
+            mp__counter_add(&w->stats.yields_deferred, 1);
+            return true;
+        }
         bool notify = true, overflowed = false;
-        if (is_yield || rt->cfg.disable_lifo) {
+        if (rt->cfg.disable_lifo) {
             overflowed = push_ring(w, t);
         } else {
             mp_task *prev = w->lifo;
@@ -217,7 +259,17 @@ static mp_task *next_task(mp__worker *w)
         push_ring(w, t); /* visible to FIFO order and to thieves again */
     }
     w->lifo_streak = 0;
-    return mp__queue_pop_owner(&w->queue);
+    mp_task *t = mp__queue_pop_owner(&w->queue);
+    if (t == NULL && w->deferred) {
+        if (w->deferred == w->deferred_tail) { /* alone: it is simply next */
+            t = w->deferred;
+            w->deferred = w->deferred_tail = NULL;
+            return t;
+        }
+        flush_deferred(w);
+        t = mp__queue_pop_owner(&w->queue);
+    }
+    return t;
 }
 
 static mp_task *steal_work(mp__worker *w)
@@ -379,6 +431,7 @@ static void run_task(mp__worker *w, mp_task *t)
     w->since_global++;
     if (++w->tick_polls >= MP__BUDGET) {
         mp__counter_add(&w->stats.budget_exhausted, 1);
+        flush_deferred(w);
         end_tick(w, mp__now_ns());
         poll_io(w);
     }
@@ -499,6 +552,12 @@ void mp__worker_drain_on_shutdown(mp__worker *w)
         mp__task_shutdown_queued(w->lifo);
         w->lifo = NULL;
     }
+    while (w->deferred) {
+        mp_task *t = w->deferred;
+        w->deferred = t->next;
+        mp__task_shutdown_queued(t);
+    }
+    w->deferred_tail = NULL;
     while (w->batch_head < w->batch_len)
         mp__task_shutdown_queued(w->batch[w->batch_head++]);
     for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)
