@@ -290,6 +290,7 @@ typedef struct mp__idle {
     _Atomic unsigned failed;   /* atomic: thread starts that failed, for the stats */
     _Atomic unsigned spawning; /* atomic: slots handed out whose start has not settled */
     bool closed;               /* guarded by mu: shutdown, no more slots handed out */
+    _Atomic unsigned driver;   /* atomic: the worker asleep in the loop, or UINT_MAX; a hint */
 } mp__idle;
 
 typedef enum mp__notify_kind {
@@ -315,6 +316,9 @@ bool mp__idle_transition_to_parked(mp__idle *idle, unsigned idx, bool searching)
  * claimed us (and counted us as searching). */
 bool mp__idle_unpark_self(mp__idle *idle, unsigned idx);
 bool mp__idle_is_parked(mp__idle *idle, unsigned idx);
+/* Worker idx sleeps in the loop as its driver (UINT_MAX: nobody): notifiers wake another
+ * parked worker first, whose futex wake is cheaper than the loop's eventfd. */
+void mp__idle_set_driver(mp__idle *idle, unsigned idx);
 /* Its thread could not be created: the slot goes to the retry set. */
 void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
 void mp__idle_spawn_settled(mp__idle *idle);

@@ -394,7 +394,9 @@ static bool drive(mp__worker *w)
                                                 memory_order_acq_rel, memory_order_acquire)) {
         mp__counter_add(&w->stats.drives, 1);
         w->driving = true;
+        mp__idle_set_driver(&w->rt->idle, w->index);
         mp__reactor_run(r, true);
+        mp__idle_set_driver(&w->rt->idle, UINT_MAX);
         w->driving = false;
     }
     /* Consume the NOTIFIED of an unpark that came while we drove (or before). Acquire:
@@ -418,14 +420,36 @@ static bool drive(mp__worker *w)
     return true;
 }
 
+/* The last searcher to find work wakes another if work is queued, so that it is not left
+ * behind: notifiers that queued it while we searched saw searching > 0 and woke nobody.
+ * Tokio wakes one unconditionally; with nothing queued that costs a second wake-up per task
+ * spawned into an idle runtime, for a worker that finds nothing and parks again.
+ *
+ *   notifier                                 last searcher (here)
+ *   push task T                              RMW state: searching 1 -> 0   (seq_cst)
+ *   fence seq_cst                  (A)       fence seq_cst                  (B')
+ *   load state: searching == 1,              look at every queue
+ *     wakes nobody                           (mp__runtime_work_pending)
+ *
+ * Store buffering as in idle.c: with both fences, either the notifier's load comes after
+ * our decrement (it sees searching == 0 and wakes someone) or our look comes after its push
+ * (we see T and wake someone). */
+static void leave_searching(mp__worker *w)
+{
+    w->searching = false;
+    mp_runtime *rt = w->rt;
+    if (!mp__idle_transition_from_searching(&rt->idle))
+        return;
+    /* (B'): pairs with fence (A) in notify() (runtime.c). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (mp__runtime_work_pending(rt))
+        mp__runtime_notify(rt);
+}
+
 static void run_task(mp__worker *w, mp_task *t)
 {
-    if (w->searching) {
-        /* The last searcher to find work wakes another, so that one keeps looking. */
-        w->searching = false;
-        if (mp__idle_transition_from_searching(&w->rt->idle))
-            mp__runtime_notify(w->rt);
-    }
+    if (w->searching)
+        leave_searching(w);
     mp__task_run(t, w);
     mp__counter_add(&w->stats.polled, 1);
     w->since_global++;
