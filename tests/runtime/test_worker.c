@@ -589,10 +589,13 @@ Test(worker, yields_are_deferred_and_starve_nobody, .timeout = 60)
     /* Internal counters (written by the worker, read racily here: a lower bound is enough). */
     uint64_t yields = atomic_load(&rt->workers[0].stats.yields_deferred);
     uint64_t flushes = atomic_load(&rt->workers[0].stats.deferred_flushes);
-    cr_assert_geq(yields, 19000, "yields were deferred (%llu)", (unsigned long long)yields);
-    /* Eight yielders: a flush carries about eight, and notifies at most once. */
-    cr_assert_leq(flushes * 4, yields, "%llu flushes for %llu yields",
-                  (unsigned long long)flushes, (unsigned long long)yields);
     atomic_store(&stop, true);
-    mp_runtime_free(rt);
+    mp_runtime_free(rt); /* before asserting: the tasks live in this frame */
+    cr_assert_geq(yields, 19000, "yields were deferred (%llu)", (unsigned long long)yields);
+    /* Eight yielders: a flush carries about eight, and notifies at most once. With the ring
+     * shrunk below that (the -q4 build), half of each flush overflows to the global queue
+     * and comes back in smaller batches: still fewer than one per yield. */
+    uint64_t per_flush = MP_QUEUE_CAPACITY >= 2 * N ? 4 : 1;
+    cr_assert_lt(flushes * per_flush, yields, "%llu flushes for %llu yields",
+                 (unsigned long long)flushes, (unsigned long long)yields);
 }
