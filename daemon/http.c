@@ -337,6 +337,8 @@ static int fail(md_http_conn *c)
 enum { URI_TARGET = 1, URI_HOST = 2 };
 #define BOTH(c)        [c] = URI_TARGET | URI_HOST
 #define TARGET_ONLY(c) [c] = URI_TARGET
+/* One entry per line would take 90 lines. */
+/* clang-format off */
 static const uint8_t uri_class[256] = {
     /* unreserved and sub-delims, ':' and the brackets of IP-literals; '%' of pct-encoded */
     BOTH('-'), BOTH('.'), BOTH('_'), BOTH('~'), BOTH('%'), BOTH('!'),
@@ -358,6 +360,7 @@ static const uint8_t uri_class[256] = {
     BOTH('t'), BOTH('u'), BOTH('v'), BOTH('w'), BOTH('x'),
     BOTH('y'), BOTH('z'),
 };
+/* clang-format on */
 #undef BOTH
 #undef TARGET_ONLY
 

@@ -26,7 +26,7 @@
 typedef struct conn {
     uv_tcp_t tcp;
     llhttp_t parser;
-    unsigned done; /* responses owed for the current read */
+    unsigned done;   /* responses owed for the current read */
     int close_after; /* a request asked for Connection: close */
 } conn;
 

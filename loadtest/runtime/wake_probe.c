@@ -66,7 +66,8 @@ int main(int argc, char **argv)
     probe *p = calloc(1, sizeof *p);
     if (lat == NULL || p == NULL)
         return 1;
-    struct timespec idle = {.tv_sec = idle_us / 1000000, .tv_nsec = (long)(idle_us % 1000000) * 1000};
+    struct timespec idle = {.tv_sec = idle_us / 1000000,
+                            .tv_nsec = (long)(idle_us % 1000000) * 1000};
     for (unsigned i = 0; i < samples + 20; i++) { /* the first 20 start the workers */
         nanosleep(&idle, NULL);
         mp_task_init(&p->task, &probe_vt);

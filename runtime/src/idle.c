@@ -42,11 +42,11 @@
  * exists, never for the last one.
  *
  * Whom to wake: the lowest parked worker, except that the one asleep in the loop as its
- * driver goes last, after starting a worker that has no thread yet. Waking it costs the loop's eventfd and a trip out of uv_run (about 28 µs
- * p50 on the 2-vCPU VMs, against 18 µs for a futex wake, measured with
- * loadtest/runtime/wake_probe.c), and it is already woken by the loop itself for I/O and
- * timers. Which parked worker is woken does not matter to the protocol above, so the driver
- * index is only a hint (relaxed): a stale one costs at most the slower wake.
+ * driver goes last, after starting a worker that has no thread yet. Waking it costs the loop's
+ * eventfd and a trip out of uv_run (about 28 µs p50 on the 2-vCPU VMs, against 18 µs for a futex
+ * wake, measured with loadtest/runtime/wake_probe.c), and it is already woken by the loop itself
+ * for I/O and timers. Which parked worker is woken does not matter to the protocol above, so the
+ * driver index is only a hint (relaxed): a stale one costs at most the slower wake.
  */
 #include "internal.h"
 

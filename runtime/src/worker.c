@@ -101,8 +101,7 @@ static bool push_ring(mp__worker *w, mp_task *t)
 
 static bool has_local_tasks(mp__worker *w)
 {
-    return w->lifo || w->deferred || w->batch_head < w->batch_len ||
-           !mp__queue_is_empty(&w->queue);
+    return w->lifo || w->deferred || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
 }
 
 /* The deferred yielded tasks go to the back of the ring, oldest first. One notification for
