@@ -223,13 +223,18 @@ Test(reactor, cancelled_timer_never_fires, .timeout = 30)
     _Atomic int order = 0;
     mp_task_init(&s.task, &sleeper_vt);
     mp_timer_init(&s.timer, rt);
-    s.deadline = mp_now_ms() + 50;
+    /* Far enough that the first poll comes before it even when starting the worker thread
+     * takes long (ThreadSanitizer on a loaded machine took over 50 ms, and a sleeper polled
+     * after its deadline completes without arming anything, which this loop waited for in
+     * vain); the wait below fails rather than hangs if it still happens. */
+    s.deadline = mp_now_ms() + 1000;
     s.order = &order;
     cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
     for (size_t armed = 0; !armed; sched_yield()) {
         mp__spin_lock(&rt->reactor.wheel_lock);
         armed = mp__wheel_count(&rt->reactor.wheel);
         mp__spin_unlock(&rt->reactor.wheel_lock);
+        cr_assert_eq(atomic_load(&s.wakes), 0, "first polled after its deadline");
     }
     mp_task_cancel(&s.task); /* its cancel would normally disarm; do it by hand here */
     mp_timer_cancel(&s.timer);
@@ -241,7 +246,8 @@ Test(reactor, cancelled_timer_never_fires, .timeout = 30)
         armed = rt->reactor.armed_ms;
         mp__spin_unlock(&rt->reactor.wheel_lock);
     }
-    usleep(100000);
+    while (mp_now_ms() < s.deadline + 100) /* past the deadline it would have fired at */
+        usleep(10000);
     cr_assert_eq(atomic_load(&s.wakes), 0);
     mp_runtime_free(rt);
 }
