@@ -296,17 +296,20 @@ static void spin_until(void *arg)
 static void timer_due_as_the_driver_reenters(unsigned workers)
 {
     mp_runtime *rt = rt_new(workers);
+    /* One per round: a spinner still running when its round ends (on another worker than the
+     * sleeper's) must not see the next round's value. */
+    static uint64_t until[10];
     for (int round = 0; round < 10; round++) {
         oneshot_sleeper s = {0};
         mp_task_init(&s.task, &oneshot_sleeper_vt);
         mp_timer_init(&s.timer, rt);
         s.deadline = mp_now_ms() + 5;
-        uint64_t until = s.deadline + 2;
+        until[round] = s.deadline + 2;
         cr_assert_eq(mp_spawn(rt, &s.task), 0);
         while (atomic_load(&s.polls) == 0)
             usleep(100);
         usleep(1000); /* every worker back asleep, one of them in the loop */
-        cr_assert_eq(mp_spawn_fn(rt, spin_until, &until, NULL), 0);
+        cr_assert_eq(mp_spawn_fn(rt, spin_until, &until[round], NULL), 0);
         /* Not a timing assertion: 10 s is the watchdog of a wake-up that never comes. */
         for (int i = 0; i < 10000 && !atomic_load(&s.released); i++)
             usleep(1000);
