@@ -17,8 +17,9 @@
 # and record req/s, p50, p99 and the server's CPU time per request: utime+stime from
 # /proc/PID/stat (all threads; for nginx the master plus its workers) before and after
 # the wrk run, divided by the requests wrk completed. With one wrk thread the client
-# saturates its core near 200k req/s (../../../shared/BASELINE.md), so for the fastest
-# servers CPU µs/req and pipelined throughput are the figures that rank them.
+# saturates its core near 190-205k req/s on a 2-vCPU VM (measured with a bare libuv +
+# llhttp server, Tokio, nginx and h2o all pinned beside it), so for the fastest servers
+# CPU µs/req and pipelined throughput are the figures that rank them.
 #
 # Prints one Markdown table per scenario (medians over the rounds) and writes the raw
 # numbers to build/loadtest/http-STAMP.csv, the tables to http-STAMP.md and every wrk

@@ -213,7 +213,9 @@ unsigned mp_runtime_workers(const mp_runtime *rt);
     X(drives, "Times the worker slept in the I/O loop as its driver.")                             \
     X(io_polls, "Non-blocking runs of the I/O loop between ticks.")                                \
     X(helpers_woken, "I/O turns after which the driver woke a worker to share the backlog.")       \
-    X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")
+    X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")   \
+    X(yields_deferred, "Yields whose requeue waited for the worker's next flush.")                 \
+    X(deferred_flushes, "Flushes of deferred yields to the back of the ring.")
 
 typedef struct mp_worker_stats {
 #define MP_WORKER_STATS_FIELD(name, help) uint64_t name;

@@ -51,6 +51,7 @@ typedef struct mp_timer {
     uint64_t deadline_ms;
     uint32_t where_;
     bool fired;
+    uint64_t want_ms_; /* the deadline last asked for (>= the entry's) */
     mp_waker waker;
     mp_runtime *rt;
 } mp_timer;
@@ -58,7 +59,9 @@ typedef struct mp_timer {
 uint64_t mp_now_ms(void);
 void mp_timer_init(mp_timer *t, mp_runtime *rt);
 /* MP_READY once mp_now_ms() >= deadline_ms; MP_PENDING, and the task is woken then. The
- * deadline may change between polls. */
+ * deadline may change between polls; moving it later is cheap (no clock read, no wheel
+ * work), and a poll that does so just past the old deadline may say MP_PENDING and be woken
+ * at once. */
 mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
@@ -105,10 +108,12 @@ void mp_tcp_consume(mp_tcp *c, size_t n);
  * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
  * stay put). */
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
-/* Read buffers held by streams now, and default-size ones kept for reuse (at most 64), over
- * the whole process. Either pointer may be NULL. */
+/* Read buffers held by streams now, and default-size ones kept for reuse (at most 4 per
+ * thread that served streams, and 64 shared), over the whole process. Either pointer may be
+ * NULL. */
 void mp_tcp_buffer_stats(size_t *in_use, size_t *pooled);
-/* Frees the pooled read buffers (e.g. after a crowd of connections left). */
+/* Frees the shared pooled read buffers and the calling thread's own (e.g. after a crowd of
+ * connections left). */
 void mp_tcp_buffer_trim(void);
 /* The socket's file descriptor (for getpeername, setsockopt and the like; reading or writing
  * it directly bypasses the stream), or -EBADF when c is not open: never accepted (zeroed),

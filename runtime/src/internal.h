@@ -317,6 +317,7 @@ typedef struct mp__idle {
     _Atomic unsigned failed;   /* atomic: thread starts that failed, for the stats */
     _Atomic unsigned spawning; /* atomic: slots handed out whose start has not settled */
     bool closed;               /* guarded by mu: shutdown, no more slots handed out */
+    _Atomic unsigned driver;   /* atomic: the worker asleep in the loop, or UINT_MAX; a hint */
 } mp__idle;
 
 typedef enum mp__notify_kind {
@@ -342,6 +343,9 @@ bool mp__idle_transition_to_parked(mp__idle *idle, unsigned idx, bool searching)
  * claimed us (and counted us as searching). */
 bool mp__idle_unpark_self(mp__idle *idle, unsigned idx);
 bool mp__idle_is_parked(mp__idle *idle, unsigned idx);
+/* Worker idx sleeps in the loop as its driver (UINT_MAX: nobody): notifiers wake another
+ * parked worker first, whose futex wake is cheaper than the loop's eventfd. */
+void mp__idle_set_driver(mp__idle *idle, unsigned idx);
 /* Its thread could not be created: the slot goes to the retry set. */
 void mp__idle_spawn_failed(mp__idle *idle, unsigned idx);
 void mp__idle_spawn_settled(mp__idle *idle);
@@ -426,6 +430,9 @@ void mp__reactor_close(mp__reactor *r);
  * stopped: drop the wakers of timers still armed. */
 void mp__timers_close(mp__reactor *r);
 
+/* tcp.c: default-size read buffers each thread keeps for itself (see tcp.c). */
+#define MP__TCP_LOCAL_BUFS 4
+
 /* tcp.c, loop side */
 void mp__tcp_link(mp__reactor *r, mp_tcp *c);
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
@@ -453,6 +460,7 @@ typedef struct mp__worker {
     /* owner only: */
     alignas(MP__CACHE_LINE) mp_task *lifo;
     mp_task *orphans; /* overflowed into the closed global queue: cancelled at shutdown */
+    mp_task *deferred, *deferred_tail; /* yielded tasks not queued yet, oldest first */
     mp_task *batch[MP__BATCH_CAP];
     uint32_t batch_head, batch_len;
     uint32_t lifo_streak;

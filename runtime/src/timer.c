@@ -331,8 +331,13 @@ static void fire_due(mp__reactor *r)
     for (mp__timer_entry *e = mp__wheel_advance(&r->wheel, now); e;) {
         mp__timer_entry *next = e->next;
         mp_timer *t = (mp_timer *)e;
-        t->fired = true;
-        mp_waker_wake_by_ref(&t->waker);
+        if (t->want_ms_ > now) {
+            /* Moved later while linked (mp_timer_poll's lazy path): follow it, no wake. */
+            mp__wheel_insert(&r->wheel, e, t->want_ms_);
+        } else {
+            t->fired = true;
+            mp_waker_wake_by_ref(&t->waker);
+        }
         e = next;
     }
     arm_locked_unlock(r);
@@ -391,12 +396,23 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
     mp__reactor *r = &t->rt->reactor;
     mp__timer_entry *e = (mp__timer_entry *)t;
     mp_waker old = {0};
+    mp__spin_lock(&r->wheel_lock);
+    /* A keep-alive connection moves its deadline later with every request. While the entry
+     * is linked at or before the new deadline, recording the new one is all it takes: when
+     * the entry comes due, mp__reactor_timers() moves it to want_ms_ instead of waking us.
+     * It cannot fire early that way, and the uv_timer stays armed for what it was (the
+     * earliest deadline did not change). If the new deadline has in fact passed, the old
+     * entry is overdue and fires at the loop's next turn, waking us to see it. */
+    if (e->where != MP__TIMER_NOT_LINKED && e->deadline_ms <= deadline_ms &&
+        mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
+        t->want_ms_ = deadline_ms;
+        mp__spin_unlock(&r->wheel_lock);
+        return MP_PENDING;
+    }
     /* Ready by the clock alone: the wheel fires an entry only once mp_now_ms() has reached
      * its deadline, so a fired entry is due here too, while a deadline moved later since it
      * fired is not (a "fired" flag would say READY for it at once). */
-    bool due = mp_now_ms() >= deadline_ms;
-    mp__spin_lock(&r->wheel_lock);
-    if (due) {
+    if (mp_now_ms() >= deadline_ms) {
         mp__wheel_remove(&r->wheel, e);
         t->fired = false;
         old = t->waker;
@@ -408,6 +424,7 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
             queue_rearm(t->rt);
         return MP_READY;
     }
+    t->want_ms_ = deadline_ms;
     if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms) {
         t->fired = false;
         mp__wheel_insert(&r->wheel, e, deadline_ms);

@@ -14,6 +14,14 @@
  * A tick is up to 128 polls. At its end the EWMA of the time per poll is updated and sets how
  * many polls may pass between global-queue checks.
  *
+ * A task that yields (mp_yield) is not queued at once: it waits on the worker's deferred list
+ * until the worker runs out of other local work or the tick ends, and then goes to the back
+ * of the ring with one notification for the lot (Tokio 1.24 defers yielded wakes the same
+ * way, until its worker would park). A yield thus costs no notification while the worker
+ * has other work, and stays fair: everything queued when it yielded runs before it again,
+ * the global queue is still checked every global_interval polls, and at a tick's end the
+ * deferred tasks become visible to thieves.
+ *
  * The LIFO slot is owner only: other workers cannot see it, which is what makes spawn+join
  * on one worker nearly an inline call, and also why a task must not be left there while its
  * worker sleeps. The transitioning-to-park guard:
@@ -41,6 +49,7 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     atomic_init(&w->park.unparked_at, 0);
     w->lifo = NULL;
     w->orphans = NULL;
+    w->deferred = w->deferred_tail = NULL;
     w->batch_head = w->batch_len = 0;
     w->lifo_streak = 0;
     w->tick_polls = 0;
@@ -92,7 +101,28 @@ static bool push_ring(mp__worker *w, mp_task *t)
 
 static bool has_local_tasks(mp__worker *w)
 {
-    return w->lifo || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
+    return w->lifo || w->deferred || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
+}
+
+/* The deferred yielded tasks go to the back of the ring, oldest first. One notification for
+ * all of them when others could help: more than one, or other work besides. */
+static void flush_deferred(mp__worker *w)
+{
+    mp_task *t = w->deferred;
+    if (t == NULL)
+        return;
+    w->deferred = w->deferred_tail = NULL;
+    mp__counter_add(&w->stats.deferred_flushes, 1);
+    bool several = t->next != NULL || w->lifo != NULL || !mp__queue_is_empty(&w->queue);
+    bool overflowed = false;
+    while (t) {
+        mp_task *next = t->next;
+        overflowed |= push_ring(w, t);
+        t = next;
+    }
+    mp_runtime *rt = w->rt;
+    if (rt->cfg.disable_steal ? overflowed : several)
+        mp__runtime_notify(rt);
 }
 
 bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
@@ -113,8 +143,19 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
         return true;
     }
     if (w && w->rt == rt && !w->parking) {
+        if (is_yield) {
+            /* Deferred to the next flush_deferred(), with no notification (top of file). */
+            t->next = NULL;
+            if (w->deferred_tail)
+                w->deferred_tail->next = t;
+            else
+                w->deferred = t;
+            w->deferred_tail = t;
+            mp__counter_add(&w->stats.yields_deferred, 1);
+            return true;
+        }
         bool notify = true, overflowed = false;
-        if (is_yield || rt->cfg.disable_lifo) {
+        if (rt->cfg.disable_lifo) {
             overflowed = push_ring(w, t);
         } else {
             mp_task *prev = w->lifo;
@@ -217,7 +258,17 @@ static mp_task *next_task(mp__worker *w)
         push_ring(w, t); /* visible to FIFO order and to thieves again */
     }
     w->lifo_streak = 0;
-    return mp__queue_pop_owner(&w->queue);
+    mp_task *t = mp__queue_pop_owner(&w->queue);
+    if (t == NULL && w->deferred) {
+        if (w->deferred == w->deferred_tail) { /* alone: it is simply next */
+            t = w->deferred;
+            w->deferred = w->deferred_tail = NULL;
+            return t;
+        }
+        flush_deferred(w);
+        t = mp__queue_pop_owner(&w->queue);
+    }
+    return t;
 }
 
 static mp_task *steal_work(mp__worker *w)
@@ -342,7 +393,9 @@ static bool drive(mp__worker *w)
                                                 memory_order_acq_rel, memory_order_acquire)) {
         mp__counter_add(&w->stats.drives, 1);
         w->driving = true;
+        mp__idle_set_driver(&w->rt->idle, w->index);
         mp__reactor_run(r, true);
+        mp__idle_set_driver(&w->rt->idle, UINT_MAX);
         w->driving = false;
     }
     /* Consume the NOTIFIED of an unpark that came while we drove (or before). Acquire:
@@ -366,19 +419,42 @@ static bool drive(mp__worker *w)
     return true;
 }
 
+/* The last searcher to find work wakes another if work is queued, so that it is not left
+ * behind: notifiers that queued it while we searched saw searching > 0 and woke nobody.
+ * Tokio wakes one unconditionally; with nothing queued that costs a second wake-up per task
+ * spawned into an idle runtime, for a worker that finds nothing and parks again.
+ *
+ *   notifier                                 last searcher (here)
+ *   push task T                              RMW state: searching 1 -> 0   (seq_cst)
+ *   fence seq_cst                  (A)       fence seq_cst                  (B')
+ *   load state: searching == 1,              look at every queue
+ *     wakes nobody                           (mp__runtime_work_pending)
+ *
+ * Store buffering as in idle.c: with both fences, either the notifier's load comes after
+ * our decrement (it sees searching == 0 and wakes someone) or our look comes after its push
+ * (we see T and wake someone). */
+static void leave_searching(mp__worker *w)
+{
+    w->searching = false;
+    mp_runtime *rt = w->rt;
+    if (!mp__idle_transition_from_searching(&rt->idle))
+        return;
+    /* (B'): pairs with fence (A) in notify() (runtime.c). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (mp__runtime_work_pending(rt))
+        mp__runtime_notify(rt);
+}
+
 static void run_task(mp__worker *w, mp_task *t)
 {
-    if (w->searching) {
-        /* The last searcher to find work wakes another, so that one keeps looking. */
-        w->searching = false;
-        if (mp__idle_transition_from_searching(&w->rt->idle))
-            mp__runtime_notify(w->rt);
-    }
+    if (w->searching)
+        leave_searching(w);
     mp__task_run(t, w);
     mp__counter_add(&w->stats.polled, 1);
     w->since_global++;
     if (++w->tick_polls >= MP__BUDGET) {
         mp__counter_add(&w->stats.budget_exhausted, 1);
+        flush_deferred(w);
         end_tick(w, mp__now_ns());
         poll_io(w);
     }
@@ -499,6 +575,12 @@ void mp__worker_drain_on_shutdown(mp__worker *w)
         mp__task_shutdown_queued(w->lifo);
         w->lifo = NULL;
     }
+    while (w->deferred) {
+        mp_task *t = w->deferred;
+        w->deferred = t->next;
+        mp__task_shutdown_queued(t);
+    }
+    w->deferred_tail = NULL;
     while (w->batch_head < w->batch_len)
         mp__task_shutdown_queued(w->batch[w->batch_head++]);
     for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)

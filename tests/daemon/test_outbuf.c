@@ -66,3 +66,21 @@ Test(outbuf, reserve_commit, .timeout = 5)
     cr_assert_eq(md_outbuf_pending(&b), 3, "a failed grow loses nothing");
     md_outbuf_free(&b);
 }
+
+/* A keep-alive connection frees its buffer between requests: the next request's reuses it
+ * from the thread's cache instead of calling malloc, and an empty buffer holds nothing. */
+Test(outbuf, freed_first_size_buffer_is_reused, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_append(&b, "abc", 3), 0);
+    char *first = b.data;
+    md_outbuf_free(&b);
+    cr_assert_null(b.data);
+    cr_assert_eq(b.cap, 0);
+    cr_assert_eq(md_outbuf_append(&b, "de", 2), 0);
+    cr_assert_eq(b.data, first);
+    cr_assert_eq(md_outbuf_pending(&b), 2);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "de", 2), 0);
+    md_outbuf_free(&b);
+}

@@ -467,7 +467,10 @@ Test(tcp, an_idle_stream_holds_no_read_buffer, .timeout = 30)
             usleep(1000);
     }
     cr_assert_eq(in_use, 0, "%zu idle streams hold a read buffer", in_use);
-    cr_assert_leq(pooled, N, "more buffers kept than were ever in use");
+    /* At most what was in use at once, plus what each worker's own cache may hold beyond
+     * that (a buffer given back on one worker is not seen by the other). */
+    const size_t bound = N + 2 * MP__TCP_LOCAL_BUFS;
+    cr_assert_leq(pooled, bound, "more buffers kept than were ever in use");
     /* A buffer comes back with the next bytes, from the pool. */
     for (int r = 0; r < 3; r++)
         for (int i = 0; i < N; i++) {
@@ -477,7 +480,7 @@ Test(tcp, an_idle_stream_holds_no_read_buffer, .timeout = 30)
         }
     size_t after = 0;
     mp_tcp_buffer_stats(NULL, &after);
-    cr_assert_leq(after, N);
+    cr_assert_leq(after, bound);
     for (int i = 0; i < N; i++)
         close(fds[i]);
     while (atomic_load(&s->closed) < N)

@@ -806,3 +806,63 @@ Test(timer, a_fired_timer_moved_later_waits_for_the_new_deadline, .timeout = 30)
     }
     mp_runtime_free(rt);
 }
+
+/* A keep-alive connection moves its deadline later with every request. While the entry is
+ * linked, that only records the new deadline: the wheel keeps the entry where it was, and
+ * when it comes due the loop moves it on instead of waking the task, so the task is woken
+ * once, at (never before) the last deadline it asked for. */
+typedef struct pushed_sleeper {
+    mp_task task;
+    mp_timer timer;
+    uint64_t base, last, woke;
+    uint64_t entry_ms; /* where the wheel holds the entry after the last move */
+    int moves, polls_after_last;
+} pushed_sleeper;
+
+static mp_poll pushed_sleeper_poll(mp_task *t, mp_context *cx)
+{
+    pushed_sleeper *p = mp_container_of(t, pushed_sleeper, task);
+    if (p->moves < 5) {
+        if (p->moves == 0) /* from the first poll: a late start must not pass the deadline */
+            p->base = mp_now_ms();
+        p->last = p->base + 200 + 20 * (uint64_t)p->moves++;
+        cr_assert_eq(mp_timer_poll(&p->timer, p->last, cx), MP_PENDING);
+        if (p->moves < 5)
+            return mp_yield(cx); /* polled again at once: the next move */
+        mp__spin_lock(&p->timer.rt->reactor.wheel_lock);
+        p->entry_ms = p->timer.deadline_ms;
+        mp__spin_unlock(&p->timer.rt->reactor.wheel_lock);
+        return MP_PENDING;
+    }
+    p->polls_after_last++;
+    if (mp_timer_poll(&p->timer, p->last, cx) == MP_PENDING)
+        return MP_PENDING;
+    p->woke = mp_now_ms();
+    mp_timer_cancel(&p->timer);
+    return MP_READY;
+}
+
+static const mp_task_vtable pushed_sleeper_vt = {.poll = pushed_sleeper_poll};
+
+Test(timer, a_linked_timer_moved_later_fires_once_at_the_last_deadline, .timeout = 30)
+{
+    for (unsigned workers = 1; workers <= 2; workers++) {
+        mp_runtime *rt = test_runtime(workers);
+        for (int round = 0; round < 3; round++) {
+            pushed_sleeper p = {0};
+            mp_task_init(&p.task, &pushed_sleeper_vt);
+            mp_timer_init(&p.timer, rt);
+            cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+            cr_assert_eq(mp_join(&p.task), 0);
+            cr_assert_eq(p.entry_ms, p.base + 200, "moving later left the wheel alone");
+            cr_assert_geq(p.woke, p.last, "READY %llu ms before the last deadline",
+                          (unsigned long long)(p.last - p.woke));
+            cr_assert_eq(p.polls_after_last, 1, "woken at an earlier deadline (%d polls)",
+                         p.polls_after_last);
+        }
+        mp__spin_lock(&rt->reactor.wheel_lock);
+        cr_assert_eq(mp__wheel_count(&rt->reactor.wheel), 0);
+        mp__spin_unlock(&rt->reactor.wheel_lock);
+        mp_runtime_free(rt);
+    }
+}
