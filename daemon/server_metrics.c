@@ -17,23 +17,8 @@ static int worker_metrics(md_server *s, md_outbuf *out)
         const char *name, *help;
         size_t offset;
     } counters[] = {
-#define C(f, h) {#f, h, offsetof(mp_worker_stats, f)}
-        C(spawned, "Tasks spawned."),
-        C(completed, "Tasks completed or cancelled."),
-        C(polled, "Task polls."),
-        C(stolen, "Tasks stolen from other workers."),
-        C(steals, "Steal operations."),
-        C(parks, "Times the worker went to sleep."),
-        C(unparks, "Times the worker woke up."),
-        C(lifo_hits, "Tasks run from the LIFO slot."),
-        C(global_batches, "Batches taken from the global queue."),
-        C(overflows, "Local ring overflows to the global queue."),
-        C(budget_exhausted, "Ticks that used their whole poll budget."),
-        C(drives, "Times the worker slept in the I/O loop as its driver."),
-        C(io_polls, "Non-blocking runs of the I/O loop between ticks."),
-        C(helpers_woken, "I/O turns after which the driver woke a worker to share the backlog."),
-        C(helpers_skipped,
-          "I/O turns whose backlog the driver ran alone (shorter than a wake-up)."),
+#define C(f, h) {#f, h, offsetof(mp_worker_stats, f)},
+        MP_WORKER_COUNTERS(C)
 #undef C
     };
     unsigned workers = mp_runtime_workers(s->rt);
