@@ -248,7 +248,13 @@ bool mp__idle_transition_from_searching(mp__idle *idle)
     uint64_t prev = atomic_fetch_sub_explicit(&idle->state, SEARCH_ONE, memory_order_seq_cst);
     if (searching_of(prev) == 0)
         MP__UNREACHABLE("searching count underflow, state %#llx", (unsigned long long)prev);
-    return searching_of(prev) == 1;
+    if (searching_of(prev) != 1)
+        return false;
+    /* (B'): the last searcher's decrement before its look at the queues in leave_searching()
+     * (worker.c); pairs with fence (A) in notify() (runtime.c). Here rather than
+     * there: GCC refuses a fence inlined into the worker loop under ThreadSanitizer. */
+    atomic_thread_fence(memory_order_seq_cst);
+    return true;
 }
 
 bool mp__idle_transition_to_parked(mp__idle *idle, unsigned idx, bool searching)

@@ -437,10 +437,9 @@ static void leave_searching(mp__worker *w)
 {
     w->searching = false;
     mp_runtime *rt = w->rt;
+    /* Fence (B') is in there, after the decrement, when we were the last. */
     if (!mp__idle_transition_from_searching(&rt->idle))
         return;
-    /* (B'): pairs with fence (A) in notify() (runtime.c). */
-    atomic_thread_fence(memory_order_seq_cst);
     if (mp__runtime_work_pending(rt))
         mp__runtime_notify(rt);
 }
