@@ -62,19 +62,24 @@ static void async_cb(uv_async_t *a)
  * watches it like any other fd. Each event is handled before the next epoll_wait, all on this
  * thread, which is what lets close_cmd() in tcp.c free a stream once it left the set. A
  * bounded number of rounds: what is left keeps epfd readable for the loop's next turn. */
+enum {
+    EPOLL_BATCH = 128, /* events taken per epoll_wait */
+    EPOLL_ROUNDS = 8,  /* epoll_waits per loop turn, so timers and commands are not starved */
+};
+
 static void epoll_cb(uv_poll_t *h, int status, int events)
 {
     (void)status;
     (void)events;
     mp__reactor *r = h->data;
-    struct epoll_event ev[128];
-    for (int round = 0; round < 8; round++) {
-        int n = epoll_wait(r->epfd, ev, 128, 0);
+    struct epoll_event ev[EPOLL_BATCH];
+    for (int round = 0; round < EPOLL_ROUNDS; round++) {
+        int n = epoll_wait(r->epfd, ev, EPOLL_BATCH, 0);
         if (n < 0 && errno == EINTR)
             continue;
         for (int i = 0; i < n; i++)
             mp__tcp_ready(ev[i].data.ptr, ev[i].events);
-        if (n < 128)
+        if (n < EPOLL_BATCH)
             break;
     }
 }
