@@ -86,7 +86,6 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                 return MP_PENDING;
             if (err != 0)
                 return md_conn_finish(c, md_conn_write_error(c, err));
-            md_metrics_bytes(&c->srv->metrics, MD_LISTENER_HTTP, 0, pending);
             md_outbuf_consume(&c->out, pending);
         }
         if (c->want == MD_HTTP_WANT_CLOSE)
@@ -119,7 +118,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
             c->want = want;
             continue;
         }
-        uint64_t now = uv_hrtime();
+        /* When the bytes arrived (the loop's clock at their event): no clock read here. */
+        uint64_t now = len != 0 ? mp_tcp_read_time(&c->tcp) : uv_hrtime();
         int want;
         if (len == 0 && err == -EINTR) {
             /* Graceful stop (md_server_drain): an idle connection closes now; one with a
@@ -135,7 +135,6 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         } else {
             size_t used = 0;
             want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);
-            md_metrics_bytes(&c->srv->metrics, MD_LISTENER_HTTP, used, 0);
             mp_tcp_consume(&c->tcp, used);
         }
         if (want < 0)

@@ -176,26 +176,25 @@ static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, ui
 }
 
 /* Every response passes here once, with the bytes of its body (0 for HEAD). Its duration: from
- * the read that brought the request's first byte (req.start_ns) to now, as it is queued. */
+ * the entry point that brought the request's first byte (req.start_ns) to now, read once per
+ * entry point as its first response is queued (a pipelined batch shares that reading). */
 static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
 {
-    uint64_t now = c->srv->mono_clock != NULL ? c->srv->mono_clock() : c->now_ns;
-    uint64_t ns = now > c->req->start_ns ? now - c->req->start_ns : 0;
-    if (c->srv->access_log != NULL)
+    const md_http_server *srv = c->srv;
+    if (c->done_ns == 0)
+        c->done_ns = srv->mono_clock != NULL ? srv->mono_clock() : c->now_ns;
+    uint64_t ns = c->done_ns > c->req->start_ns ? c->done_ns - c->req->start_ns : 0;
+    if (srv->access_log != NULL)
         log_exchange(c, code, body_bytes, ns);
-    if (c->srv->metrics == NULL)
+    if (srv->metrics == NULL)
         return;
+    /* Plain adds on the thread's own shard (metrics.h): nothing to batch per connection. */
+    md_metrics_shard *s = md_metrics_local(srv->metrics);
     unsigned cls = code / 100 - 1;
-    c->m_responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1]++;
-    unsigned b = md_metrics_bucket(ns);
-    if (c->m_lat_count != 0 && b != c->m_lat_bucket) {
-        md_metrics_shard *s = md_metrics_local(c->srv->metrics);
-        md_metrics_add(&s->latency[c->m_lat_bucket], c->m_lat_count);
-        c->m_lat_count = 0;
-    }
-    c->m_lat_bucket = b;
-    c->m_lat_count++;
-    c->m_lat_sum += ns;
+    md_metrics_add(&s->responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1],
+                   1);
+    md_metrics_add(&s->latency[md_metrics_bucket(ns)], 1);
+    md_metrics_add(&s->latency_sum_ns, ns);
 }
 
 static bool http10(const md_http_conn *c)
@@ -321,23 +320,28 @@ static int fail(md_http_conn *c)
     return MD_HTTP_WANT_CLOSE;
 }
 
-/* Is ch one of RFC 3986's characters (unreserved, pct-encoded's '%', gen-delims,
- * sub-delims)? In a Host value (host) only those of uri-host [":" port]: no '/', '?', '#',
- * '@' (userinfo), and no ',' either, which there can only be a list of hosts. A table: every
- * target and Host byte passes here, and a lookup is a load where scanning the sets cost a
- * memchr() call per punctuation byte. */
-enum { URI_TARGET = 1, URI_HOST = 2 };
+/* Byte classes, one load per byte for every target, field-name and Host byte (where scanning
+ * the sets cost a memchr() call per punctuation byte).
+ *
+ * URI_TARGET: RFC 3986's characters (unreserved, pct-encoded's '%', gen-delims, sub-delims).
+ * URI_HOST: those of uri-host [":" port] in a Host value: no '/', '?', '#', '@' (userinfo),
+ * and no ',' either, which there can only be a list of hosts.
+ * URI_MARK: '?' and '#', which end a target's path and its kept part.
+ * NAME_WS: space and tab, which llhttp lets into a field name ("Host : x"). */
+enum { URI_TARGET = 1, URI_HOST = 2, URI_MARK = 4, NAME_WS = 8 };
 #define BOTH(c)        [c] = URI_TARGET | URI_HOST
 #define TARGET_ONLY(c) [c] = URI_TARGET
 /* One entry per line would take 90 lines. */
 /* clang-format off */
-static const uint8_t uri_class[256] = {
+static const uint8_t byte_class[256] = {
     /* unreserved and sub-delims, ':' and the brackets of IP-literals; '%' of pct-encoded */
     BOTH('-'), BOTH('.'), BOTH('_'), BOTH('~'), BOTH('%'), BOTH('!'),
     BOTH('$'), BOTH('&'), BOTH('\''), BOTH('('), BOTH(')'), BOTH('*'),
     BOTH('+'), BOTH(';'), BOTH('='), BOTH(':'), BOTH('['), BOTH(']'),
     /* the gen-delims and ',' a Host value may not carry */
-    TARGET_ONLY(','), TARGET_ONLY('/'), TARGET_ONLY('?'), TARGET_ONLY('#'), TARGET_ONLY('@'),
+    TARGET_ONLY(','), TARGET_ONLY('/'), TARGET_ONLY('@'),
+    ['?'] = URI_TARGET | URI_MARK, ['#'] = URI_TARGET | URI_MARK,
+    [' '] = NAME_WS, ['\t'] = NAME_WS,
     BOTH('0'), BOTH('1'), BOTH('2'), BOTH('3'), BOTH('4'),
     BOTH('5'), BOTH('6'), BOTH('7'), BOTH('8'), BOTH('9'),
     BOTH('A'), BOTH('B'), BOTH('C'), BOTH('D'), BOTH('E'),
@@ -356,9 +360,9 @@ static const uint8_t uri_class[256] = {
 #undef BOTH
 #undef TARGET_ONLY
 
-static bool uri_byte(unsigned char ch, bool host)
+static unsigned class_of(char ch)
 {
-    return (uri_class[ch] & (host ? URI_HOST : URI_TARGET)) != 0;
+    return byte_class[(unsigned char)ch];
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -368,7 +372,9 @@ static int on_message_begin(llhttp_t *p)
      * from here on). Everything below reads c->srv afresh. */
     if (c->srv->request_begin != NULL)
         c->srv->request_begin(c);
-    memset(c->req, 0, offsetof(md_http_req, target));
+    if (!c->req_zeroed)
+        memset(c->req, 0, offsetof(md_http_req, target));
+    c->req_zeroed = false;
     c->req->start_ns = c->now_ns;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
@@ -406,20 +412,28 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
         return reject(c, 414);
     /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
-     * leaves out; a target is made of its characters only (RFC 9112 3.2). */
-    for (size_t i = 0; i < len; i++)
-        if (!uri_byte((unsigned char)at[i], false))
+     * leaves out; a target is made of its characters only (RFC 9112 3.2). One pass also
+     * finds this span's first '?' and '#' (a '?' after the '#' is the fragment's). */
+    size_t query = len, hash = len;
+    for (size_t i = 0; i < len; i++) {
+        unsigned k = class_of(at[i]);
+        if (!(k & URI_TARGET))
             return reject(c, 400);
-    if (r->target_done || r->target_full)
-        return 0;
-    size_t take = 0;
-    for (; take < len && at[take] != '#'; take++) {
-        if (at[take] == '?' && !r->path_done) {
-            r->path_done = true;
-            r->path_len = r->target_len + (uint32_t)take;
+        if ((k & URI_MARK) && hash == len) {
+            if (at[i] == '#')
+                hash = i;
+            else if (query == len)
+                query = i;
         }
     }
-    if (take < len)
+    if (r->target_done || r->target_full)
+        return 0;
+    if (query < hash && !r->path_done) {
+        r->path_done = true;
+        r->path_len = r->target_len + (uint32_t)query;
+    }
+    size_t take = hash;
+    if (hash < len)
         r->target_done = true;
     if (take > MD_HTTP_TARGET_MAX - r->target_len) {
         take = MD_HTTP_TARGET_MAX - r->target_len;
@@ -447,7 +461,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
     /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
      * field name is a token (RFC 9112 5.1). */
     for (size_t i = 0; i < len; i++)
-        if (at[i] == ' ' || at[i] == '\t')
+        if (class_of(at[i]) & NAME_WS)
             return reject(c, 400);
     if (r->name_len < sizeof(r->name)) {
         size_t n = sizeof(r->name) - r->name_len;
@@ -455,6 +469,35 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
     }
     r->name_len = (uint8_t)(r->name_len + len > 255 ? 255 : r->name_len + len);
     return c->phase == PHASE_BODY ? count_body(c, len) : 0;
+}
+
+/* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
+ * one compare at most. Referer and User-Agent only when they are kept (logging). */
+static uint8_t known_header(const md_http_req *r, bool logging)
+{
+    unsigned h;
+    switch (r->name_len) {
+    case 4:
+        h = HDR_HOST;
+        break;
+    case 6:
+        h = HDR_EXPECT;
+        break;
+    case 7:
+        h = HDR_REFERER;
+        break;
+    case 10:
+        h = HDR_USER_AGENT;
+        break;
+    case 17:
+        h = HDR_TE;
+        break;
+    default:
+        return HDR_OTHER;
+    }
+    if (!logging && (h == HDR_REFERER || h == HDR_USER_AGENT))
+        return HDR_OTHER;
+    return same_lower(r->name, known[h].name, known[h].len) ? (uint8_t)h : HDR_OTHER;
 }
 
 static int on_header_field_complete(llhttp_t *p)
@@ -466,11 +509,7 @@ static int on_header_field_complete(llhttp_t *p)
     r->gap_open = true;
     r->gap_newline = false;
     r->gap_from = r->field_end;
-    r->header = HDR_OTHER;
-    unsigned last = c->srv->access_log != NULL ? HDR_USER_AGENT : HDR_TE;
-    for (unsigned h = HDR_HOST; h <= last; h++)
-        if (r->name_len == known[h].len && same_lower(r->name, known[h].name, known[h].len))
-            r->header = (uint8_t)h;
+    r->header = known_header(r, c->srv->access_log != NULL);
     /* Only the first Referer or User-Agent is kept. */
     if ((r->header == HDR_REFERER && r->referer_len != 0) ||
         (r->header == HDR_USER_AGENT && r->user_agent_len != 0))
@@ -510,23 +549,37 @@ static bool has_newline(const char *from, const char *to)
 }
 
 /* A Host value, span by span: uri-host [":" port] and trailing whitespace (llhttp has taken
- * the leading whitespace). Not parsed further: it only has to be one plausible authority. */
-static void check_host(md_http_req *r, const char *at, size_t len)
+ * the leading whitespace). Not parsed further: it only has to be one plausible authority.
+ * false: a NUL, refused at once like in any other value. */
+static bool check_host(md_http_req *r, const char *at, size_t len)
 {
     /* In locals: stores through r might alias at[] (char), and would be reloaded per byte. */
     unsigned pos = r->host_pos;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+    if (pos != HOST_TRAIL) {
+        /* The whole value, nearly always: host bytes only. */
+        while (i < len && (class_of(at[i]) & URI_HOST))
+            i++;
+        if (i != 0)
+            pos = HOST_NAME;
+    }
+    for (; i < len; i++) {
         unsigned ch = (unsigned char)at[i];
+        if (ch == '\0')
+            return false;
         if (ch == ' ' || ch == '\t') {
             pos = pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
-        } else if (pos == HOST_TRAIL || !uri_byte((unsigned char)ch, true)) {
+        } else if (pos == HOST_TRAIL || !(class_of(at[i]) & URI_HOST)) {
             r->host_bad = true;
+            if (memchr(at + i, '\0', len - i) != NULL)
+                return false;
             break;
         } else {
             pos = HOST_NAME;
         }
     }
     r->host_pos = (uint8_t)pos;
+    return true;
 }
 
 /* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */
@@ -556,14 +609,14 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     r->value_open = true;
     r->value_cut = false;
     r->value_end = at + len;
+    if (r->header == HDR_HOST) /* never set for a trailer */
+        return check_host(r, at, len) ? 0 : reject(c, 400);
     if (len != 0 && memchr(at, '\0', len) != NULL)
         return reject(c, 400);
     if (c->phase == PHASE_BODY)
         return count_body(c, len);
     if (r->header == HDR_EXPECT || r->header == HDR_TE)
         match_token(r, known[r->header].token, known[r->header].token_len, at, len);
-    else if (r->header == HDR_HOST)
-        check_host(r, at, len);
     else if (r->header == HDR_REFERER)
         keep_field(r->referer, &r->referer_len, at, len);
     else if (r->header == HDR_USER_AGENT)
@@ -599,7 +652,7 @@ static const md_route *find_route(const md_http_req *r)
 {
     const char *t = r->target;
     size_t n = r->path_done ? r->path_len : r->target_len;
-    if (r->target_full && !r->path_done)
+    if (n > r->target_len || (r->target_full && !r->path_done))
         return NULL; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
         size_t skip;
@@ -821,11 +874,12 @@ void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
 static void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
     c->now_ns = now_ns;
+    c->done_ns = 0;
     c->out = out;
     md_http_date_refresh(c->srv->clock);
 }
 
-/* ...and ends here: what was counted goes to the shared metrics in a few adds. */
+/* ...and ends here: the bytes in and out go to the thread's metrics shard. */
 static void leave(md_http_conn *c, size_t in, size_t out_before)
 {
     md_metrics *m = c->srv->metrics;
@@ -838,18 +892,6 @@ static void leave(md_http_conn *c, size_t in, size_t out_before)
         md_metrics_add(&s->bytes_in[MD_LISTENER_HTTP], in);
     if (out_now > out_before)
         md_metrics_add(&s->bytes_out[MD_LISTENER_HTTP], out_now - out_before);
-    for (unsigned i = 0; i < MD_HTTP_STATUS_CLASSES; i++) {
-        if (c->m_responses[i] != 0) {
-            md_metrics_add(&s->responses[i], c->m_responses[i]);
-            c->m_responses[i] = 0;
-        }
-    }
-    if (c->m_lat_count != 0) {
-        md_metrics_add(&s->latency[c->m_lat_bucket], c->m_lat_count);
-        md_metrics_add(&s->latency_sum_ns, c->m_lat_sum);
-        c->m_lat_count = 0;
-        c->m_lat_sum = 0;
-    }
 }
 
 int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
@@ -866,6 +908,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         if (c->req == NULL)
             return -ENOMEM;
         memset(c->req, 0, offsetof(md_http_req, target));
+        c->req_zeroed = true; /* on_message_begin need not do it again */
     }
     md_http_req *r = c->req;
     enter(c, now_ns, out);

@@ -84,10 +84,11 @@ typedef struct md_http_server {
     int (*metrics_text)(void *arg, md_outbuf *out);
     void *metrics_arg;
     time_t (*clock)(void); /* wall clock for Date, read once per entry point; NULL: time() */
-    /* Monotonic ns (uv_hrtime fits), read as each response is queued: a request's duration
-     * runs from the read that brought its first byte to then, so one answered within that
-     * read takes its real time too. NULL: the entry point's now (durations inside one feed
-     * are then 0). */
+    /* Monotonic ns (uv_hrtime fits), read once per entry point, as its first response is
+     * queued: a request's duration runs from the entry point's now when its first byte came
+     * (for a read: when the bytes were known to be there) to then, so one answered within
+     * that read takes its real time too. NULL: the entry point's now (durations inside one
+     * feed are then 0). */
     uint64_t (*mono_clock)(void);
     /* Called once per response when set; NULL: Referer and User-Agent are not even kept. */
     void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
@@ -186,10 +187,8 @@ typedef struct md_http_conn {
     char *body;        /* chunked POST /echo body, until its response */
     size_t body_cap;
 
-    /* Counted here, added to the shared metrics once per entry point. */
-    uint32_t m_responses[MD_HTTP_STATUS_CLASSES];
-    uint32_t m_lat_bucket, m_lat_count; /* a run of latencies in one bucket */
-    uint64_t m_lat_sum;
+    uint64_t done_ns; /* srv->mono_clock() at this entry point's first response; 0: not read */
+    bool req_zeroed;  /* req was zeroed by feed and nothing has used it since */
 
     /* The request being parsed: allocated by md_http_conn_feed() when bytes arrive on an idle
      * connection, freed by md_http_conn_idle(), so that an idle keep-alive connection is

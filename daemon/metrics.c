@@ -1,13 +1,13 @@
 /* Sharded daemon counters and the Prometheus text they are scraped as.
  *
- * A thread picks its shard once (round robin over a process-wide counter) and keeps it for
- * every md_metrics instance, so the index is a plain thread-local integer. Formatting sums the
+ * A thread picks its shard once (in order over a process-wide counter) and keeps it for
+ * every md_metrics instance, so the index is a plain thread-local integer; the first
+ * MD_METRICS_SHARDS - 1 threads own theirs and add without read-modify-writes. Formatting sums the
  * shards with relaxed loads; see metrics.h for why relaxed is enough.
  */
 #include "metrics.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -27,9 +27,17 @@ static const char *const bucket_le[MD_METRICS_BUCKETS] = {
 
 static const char *const listener_names[MD_LISTENERS] = {"http", "echo"};
 
-/* Process-wide: shard indices are handed out round robin the first time a thread counts. */
+/* Process-wide: shards are handed out in order the first time a thread counts. */
 static atomic_uint next_shard;
-static _Thread_local unsigned shard_index = UINT_MAX;
+_Thread_local md_metrics_thread md_metrics_self = {.index = MD_METRICS_SHARDS};
+
+void md_metrics_pick_shard(void)
+{
+    /* Relaxed: only distinctness matters, and fetch_add gives it in any order. */
+    unsigned i = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed);
+    md_metrics_self.owned = i < MD_METRICS_SHARDS - 1;
+    md_metrics_self.index = md_metrics_self.owned ? i : MD_METRICS_SHARDS - 1;
+}
 
 void md_metrics_init(md_metrics *m)
 {
@@ -40,16 +48,6 @@ void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg)
 {
     m->extra = fn;
     m->extra_arg = arg;
-}
-
-md_metrics_shard *md_metrics_local(md_metrics *m)
-{
-    if (shard_index == UINT_MAX) {
-        /* Relaxed: only distinctness matters, and fetch_add gives it in any order. */
-        unsigned i = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed);
-        shard_index = i % MD_METRICS_SHARDS;
-    }
-    return &m->shards[shard_index];
 }
 
 unsigned md_metrics_bucket(uint64_t ns)

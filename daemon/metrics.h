@@ -1,8 +1,9 @@
 /* Daemon counters and their Prometheus text exposition.
  *
  * Writers are connection tasks on any worker thread; the reader is GET /metrics. Counters are
- * sharded: each thread adds to its own cache-line-aligned shard (chosen once per thread, round
- * robin), so the hot path never bounces a line between cores; the reader sums the shards. All
+ * sharded: each thread adds to its own cache-line-aligned shard (chosen once per thread), so
+ * the hot path never bounces a line between cores, and a thread that owns its shard adds with
+ * a plain load and store; the reader sums the shards. All
  * counters are monotonic and relaxed: a scrape may see one shard a few increments ahead of another,
  * which Prometheus tolerates, and the histogram's _count is derived from its buckets so the two
  * always agree.
@@ -11,6 +12,7 @@
 #define MD_METRICS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -63,16 +65,39 @@ typedef struct md_metrics {
 void md_metrics_init(md_metrics *m);
 void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg);
 
+/* Which shard the calling thread writes, chosen at its first count. The first
+ * MD_METRICS_SHARDS - 1 threads each own one (owned: the only writer of that shard in every
+ * md_metrics, so it adds with a plain load and store); later threads share the last shard and
+ * add with fetch_add. */
+typedef struct md_metrics_thread {
+    unsigned index; /* MD_METRICS_SHARDS until chosen */
+    bool owned;
+} md_metrics_thread;
+extern _Thread_local md_metrics_thread md_metrics_self;
+void md_metrics_pick_shard(void);
+
 /* The calling thread's shard. */
-md_metrics_shard *md_metrics_local(md_metrics *m);
+static inline md_metrics_shard *md_metrics_local(md_metrics *m)
+{
+    if (md_metrics_self.index == MD_METRICS_SHARDS)
+        md_metrics_pick_shard();
+    return &m->shards[md_metrics_self.index];
+}
 
 /* Which histogram bucket a latency falls in; MD_METRICS_BUCKETS for +Inf. */
 unsigned md_metrics_bucket(uint64_t ns);
 
+/* Adds n to a counter of the calling thread's shard (md_metrics_local()). */
 static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
 {
-    /* Relaxed: a monotonic counter publishes nothing else. */
-    atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+    /* Relaxed: a monotonic counter publishes nothing else. An owner is the shard's only
+     * writer, so its add needs no read-modify-write; the scrape's relaxed loads see either
+     * value, never a torn one. */
+    if (md_metrics_self.owned)
+        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
 void md_metrics_conn_opened(md_metrics *m, md_listener l);

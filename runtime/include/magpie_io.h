@@ -50,8 +50,9 @@ typedef struct mp_timer {
     void *link_[2]; /* the wheel's entry, guarded by the runtime's timer lock */
     uint64_t deadline_ms;
     uint32_t where_;
-    bool fired;
-    uint64_t want_ms_; /* the deadline last asked for (>= the entry's) */
+    bool armed_; /* the owning task's: its last poll left the entry linked (timer.c) */
+    /* The deadline last asked for (>= the entry's), and a flag set when the loop fires it. */
+    _Atomic uint64_t want_ms_;
     mp_waker waker;
     mp_runtime *rt;
 } mp_timer;
@@ -77,7 +78,10 @@ struct mp_tcp {
     /* private: the stream's, read through the functions below */
     uv_tcp_t handle; /* owns the socket; libuv only closes it */
     mp_runtime *rt;
-    _Atomic uint64_t io;      /* readiness bits and event tick (tcp.c) */
+    _Atomic uint64_t io;       /* readiness bits and event tick (tcp.c) */
+    _Atomic uint64_t ready_ns; /* when the loop last saw it readable, or the accept (tcp.c) */
+    uint64_t read_ns;          /* the task's: mp_tcp_read_time() */
+    uint64_t read_tick;        /* the task's: io's event tick at its last read */
     _Atomic bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
     _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
@@ -119,6 +123,14 @@ void mp_tcp_buffer_trim(void);
  * it directly bypasses the stream), or -EBADF when c is not open: never accepted (zeroed),
  * a failed accept, or once mp_tcp_close() was called. */
 int mp_tcp_fileno(const mp_tcp *c);
+/* When the bytes of the current read view were known to be readable (monotonic ns,
+ * uv_hrtime()'s clock): for the first read after a readiness event, the loop's clock when it
+ * saw that event (read once per batch of events, so it costs the task no clock read: the
+ * bytes' arrival as the runtime saw it, before any wait in a run queue, like nginx's cached
+ * loop time); for the first read after the accept, the accept; for a read with no event since
+ * the last one (a buffer's worth was left behind), the time of that read. The task's own
+ * call, after mp_tcp_read_poll() returned bytes. */
+uint64_t mp_tcp_read_time(const mp_tcp *c);
 /* Bytes of data already sent by a mp_tcp_write_poll() that returned MP_PENDING (0 once it has
  * returned MP_READY): progress of a write the peer is slow to take. The task's own call. */
 size_t mp_tcp_write_progress(const mp_tcp *c);

@@ -137,6 +137,11 @@ static inline void mp__spin_unlock(_Atomic uint32_t *l)
  * pthread_create() had returned EAGAIN; 0 (the default) = never. */
 void mp__test_fail_spawn_nth(unsigned nth);
 unsigned mp__test_fail_spawn_nth_value(void);
+/* The loop of every runtime created after this call spins for us microseconds as it decides
+ * whether a due timer fires, widening its race with a task moving that timer later (timer.c);
+ * 0 (the default) = no delay. */
+void mp__test_timer_fire_delay_us(unsigned us);
+unsigned mp__test_timer_fire_delay_us_value(void);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
@@ -413,6 +418,7 @@ typedef struct mp__reactor {
     alignas(MP__CACHE_LINE) _Atomic uint32_t wheel_lock;
     mp__timer_wheel wheel; /* guarded by wheel_lock */
     uint64_t armed_ms;     /* guarded by wheel_lock: what timer is set for, UINT64_MAX none */
+    unsigned fire_delay_us; /* immutable after start: testhook.c */
 } mp__reactor;
 
 extern _Thread_local mp__reactor *mp__tls_driver;
@@ -438,7 +444,7 @@ void mp__tcp_link(mp__reactor *r, mp_tcp *c);
 void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
 void mp__tcp_close_all(mp__reactor *r);
 /* tcp.c, on the loop's thread: epoll reported events (EPOLL* bits) for the stream c. */
-void mp__tcp_ready(mp_tcp *c, uint32_t events);
+void mp__tcp_ready(mp_tcp *c, uint32_t events, uint64_t now_ns);
 
 /* worker.c */
 /* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up

@@ -77,8 +77,10 @@ static void epoll_cb(uv_poll_t *h, int status, int events)
         int n = epoll_wait(r->epfd, ev, EPOLL_BATCH, 0);
         if (n < 0 && errno == EINTR)
             continue;
+        /* One clock read per batch: when the streams were seen readable (mp_tcp_read_time). */
+        uint64_t now = n > 0 ? mp__now_ns() : 0;
         for (int i = 0; i < n; i++)
-            mp__tcp_ready(ev[i].data.ptr, ev[i].events);
+            mp__tcp_ready(ev[i].data.ptr, ev[i].events, now);
         if (n < EPOLL_BATCH)
             break;
     }
@@ -131,6 +133,7 @@ int mp__reactor_init(mp__reactor *r)
     atomic_init(&r->wheel_lock, 0);
     mp__wheel_init(&r->wheel, mp_now_ms());
     r->armed_ms = UINT64_MAX;
+    r->fire_delay_us = mp__test_timer_fire_delay_us_value();
     atomic_init(&r->role, 0);
     atomic_init(&r->cmds, NULL);
     atomic_init(&r->closed, false);

@@ -262,6 +262,8 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     /* Optimistic: the first read is tried before any event (a client usually sends its
      * request with the handshake); the socket has room for a first write. */
     atomic_init(&c->io, R_READY | W_READY);
+    atomic_init(&c->ready_ns, mp__now_ns());
+    c->read_tick = UINT64_MAX; /* no read yet: the first one takes the accept's time */
     atomic_init(&c->interrupted, false);
     int rc = uv_tcp_init(&rt->reactor.loop, &c->handle);
     if (rc != 0)
@@ -295,17 +297,25 @@ int mp_tcp_fileno(const mp_tcp *c)
     return atomic_load_explicit(&c->state, memory_order_relaxed) == OPEN ? c->fd : -EBADF;
 }
 
+uint64_t mp_tcp_read_time(const mp_tcp *c)
+{
+    return c->read_ns;
+}
+
 size_t mp_tcp_write_progress(const mp_tcp *c)
 {
     return c->write_done;
 }
 
 /* On the loop's thread, from the runtime's epoll set (reactor.c). */
-void mp__tcp_ready(mp_tcp *c, uint32_t events)
+void mp__tcp_ready(mp_tcp *c, uint32_t events, uint64_t now_ns)
 {
     uint64_t bits = 0;
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
         bits |= R_READY;
+        /* Relaxed: published by the release CAS below, with the bits. */
+        atomic_store_explicit(&c->ready_ns, now_ns, memory_order_relaxed);
+    }
     if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         bits |= R_CLOSED;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
@@ -420,6 +430,14 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
         ssize_t n = sock_read(c->fd, c->buf, c->cap);
         if (n > 0) {
             c->tail = (size_t)n;
+            /* Relaxed: the acquire load of io above ordered it after the event's store (a
+             * later event's value is as good). Bytes left from an older event get the clock:
+             * they may have waited long for a task that did not read (a blocked write). */
+            uint64_t tick = seen & ~(uint64_t)(TICK - 1);
+            c->read_ns = tick != c->read_tick
+                             ? atomic_load_explicit(&c->ready_ns, memory_order_relaxed)
+                             : mp__now_ns();
+            c->read_tick = tick;
             if ((size_t)n < c->cap)
                 clear_ready(c, seen, R_READY); /* drained; more data raises a new edge */
             return view(c, data, len, err);

@@ -306,6 +306,9 @@ uint64_t mp_now_ms(void)
 
 static void timers_cb(uv_timer_t *h);
 
+/* want_ms_'s top bit: the loop found the entry due and fired it (deadlines never reach it). */
+#define FIRED (UINT64_C(1) << 63)
+
 static void arm_locked_unlock(mp__reactor *r)
 {
     uint64_t next = mp__wheel_next_expiration(&r->wheel);
@@ -331,12 +334,23 @@ static void fire_due(mp__reactor *r)
     for (mp__timer_entry *e = mp__wheel_advance(&r->wheel, now); e;) {
         mp__timer_entry *next = e->next;
         mp_timer *t = (mp_timer *)e;
-        if (t->want_ms_ > now) {
-            /* Moved later while linked (mp_timer_poll's lazy path): follow it, no wake. */
-            mp__wheel_insert(&r->wheel, e, t->want_ms_);
-        } else {
-            t->fired = true;
-            mp_waker_wake_by_ref(&t->waker);
+        /* Relaxed: the CAS only decides between us and the owner's lock-free move
+         * (mp_timer_poll()); both sides publish nothing else through want_ms_. */
+        uint64_t want = atomic_load_explicit(&t->want_ms_, memory_order_relaxed);
+        if (r->fire_delay_us != 0) /* testhook.c: widen the race with move_later() */
+            for (uint64_t until = mp__now_ns() + r->fire_delay_us * 1000ull; mp__now_ns() < until;)
+                ;
+        for (;;) {
+            if (want > now) {
+                /* Moved later while linked (mp_timer_poll's lazy path): follow it, no wake. */
+                mp__wheel_insert(&r->wheel, e, want);
+                break;
+            }
+            if (atomic_compare_exchange_weak_explicit(&t->want_ms_, &want, want | FIRED,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                mp_waker_wake_by_ref(&t->waker);
+                break;
+            }
         }
         e = next;
     }
@@ -391,30 +405,54 @@ static void queue_rearm(mp_runtime *rt)
         atomic_store_explicit(&r->rearm_queued, false, memory_order_relaxed);
 }
 
+/* Moving a linked deadline later, without the wheel's lock. A keep-alive connection does it
+ * with every request, from any worker; the lock is one line for the whole runtime. The race
+ * it must not lose:
+ *
+ *   task (owner)                                 loop (fire_due, under the lock)
+ *   sees the entry linked, due at D <= new       entry due: want_ms_ == D <= now
+ *   want_ms_ = new; return MP_PENDING            fire: wake the task, entry unlinked
+ *                                                -> if the store lands after the loop read
+ *                                                   D, nobody re-files the entry; the wake
+ *                                                   has come and gone, the new deadline
+ *                                                   never fires
+ *
+ * Both sides change want_ms_ by compare-and-swap: the owner from a value without FIRED to
+ * the new deadline, the loop from a value <= now to that value | FIRED. Whichever swaps
+ * first wins; the loser sees the other's value: the loop then re-files the entry at the new
+ * deadline, the owner takes the locked path, finds the entry unlinked and re-arms it. armed_
+ * is the owner's own record that its last poll left the entry linked (mp_timer_cancel() and a
+ * ready poll clear it; nothing else unlinks an entry without FIRED but shutdown). */
+static bool move_later(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
+{
+    if (!t->armed_ || !mp_waker_will_wake(&t->waker, mp_context_waker(cx)))
+        return false;
+    /* Relaxed: see fire_due(); the CAS alone decides, nothing else is published. */
+    uint64_t want = atomic_load_explicit(&t->want_ms_, memory_order_relaxed);
+    if ((want & FIRED) || deadline_ms < want)
+        return false;
+    return want == deadline_ms ||
+           atomic_compare_exchange_strong_explicit(&t->want_ms_, &want, deadline_ms,
+                                                   memory_order_relaxed, memory_order_relaxed);
+}
+
 mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
 {
+    if (deadline_ms >= FIRED)
+        deadline_ms = FIRED - 1; /* 292 million years: never, in effect */
+    if (move_later(t, deadline_ms, cx))
+        return MP_PENDING;
     mp__reactor *r = &t->rt->reactor;
     mp__timer_entry *e = (mp__timer_entry *)t;
     mp_waker old = {0};
     mp__spin_lock(&r->wheel_lock);
-    /* A keep-alive connection moves its deadline later with every request. While the entry
-     * is linked at or before the new deadline, recording the new one is all it takes: when
-     * the entry comes due, mp__reactor_timers() moves it to want_ms_ instead of waking us.
-     * It cannot fire early that way, and the uv_timer stays armed for what it was (the
-     * earliest deadline did not change). If the new deadline has in fact passed, the old
-     * entry is overdue and fires at the loop's next turn, waking us to see it. */
-    if (e->where != MP__TIMER_NOT_LINKED && e->deadline_ms <= deadline_ms &&
-        mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
-        t->want_ms_ = deadline_ms;
-        mp__spin_unlock(&r->wheel_lock);
-        return MP_PENDING;
-    }
     /* Ready by the clock alone: the wheel fires an entry only once mp_now_ms() has reached
      * its deadline, so a fired entry is due here too, while a deadline moved later since it
      * fired is not (a "fired" flag would say READY for it at once). */
     if (mp_now_ms() >= deadline_ms) {
         mp__wheel_remove(&r->wheel, e);
-        t->fired = false;
+        t->armed_ = false;
+        atomic_store_explicit(&t->want_ms_, 0, memory_order_relaxed); /* under the lock */
         old = t->waker;
         t->waker = (mp_waker){0};
         bool disarm = disarm_if_empty_locked(r);
@@ -424,18 +462,20 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx)
             queue_rearm(t->rt);
         return MP_READY;
     }
-    t->want_ms_ = deadline_ms;
-    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms != deadline_ms) {
-        t->fired = false;
+    /* Under the lock the loop is not firing: a linked entry due no later than the new
+     * deadline only needs the new one recorded (fire_due() follows it when it comes due);
+     * an unlinked one (fired, or never armed) or a later one is filed again. */
+    atomic_store_explicit(&t->want_ms_, deadline_ms, memory_order_relaxed);
+    if (e->where == MP__TIMER_NOT_LINKED || e->deadline_ms > deadline_ms)
         mp__wheel_insert(&r->wheel, e, deadline_ms);
-    }
+    t->armed_ = true;
     if (!mp_waker_will_wake(&t->waker, mp_context_waker(cx))) {
         old = t->waker;
         t->waker = mp_waker_clone(mp_context_waker(cx));
     }
-    bool rearm = deadline_ms < r->armed_ms;
+    bool rearm = e->deadline_ms < r->armed_ms;
     if (rearm)
-        r->armed_ms = deadline_ms;
+        r->armed_ms = e->deadline_ms;
     mp__spin_unlock(&r->wheel_lock);
     mp_waker_drop(&old);
     if (rearm)
@@ -448,7 +488,8 @@ void mp_timer_cancel(mp_timer *t)
     mp__reactor *r = &t->rt->reactor;
     mp__spin_lock(&r->wheel_lock);
     mp__wheel_remove(&r->wheel, (mp__timer_entry *)t);
-    t->fired = false;
+    t->armed_ = false;
+    atomic_store_explicit(&t->want_ms_, 0, memory_order_relaxed); /* under the lock */
     mp_waker old = t->waker;
     t->waker = (mp_waker){0};
     bool disarm = disarm_if_empty_locked(r);

@@ -480,6 +480,35 @@ Test(magpied, metrics_pass_the_format_check_and_carry_build_uptime_reloads_and_w
     cr_assert_eq(stop(&d), 0);
 }
 
+/* Bytes are counted once each: what the client sent and what it was sent (they were counted
+ * twice, by the connection task and by the HTTP core). */
+Test(magpied, http_bytes_are_counted_once, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\n"
+                              "Host: x\r\nConnection: close\r\n\r\n";
+    int fd = test_connect(d.http);
+    test_write_all(fd, req, sizeof req - 1);
+    static char resp[8192];
+    size_t sent = read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    cr_assert(strstr(resp, " 404 ") != NULL, "%s", resp);
+    /* /metrics counts its own request's bytes only after its response is made. */
+    fd = test_connect(d.http);
+    static const char scrape[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    test_write_all(fd, scrape, sizeof scrape - 1);
+    static char text[1 << 16];
+    read_some(fd, text, sizeof text, NULL, 0);
+    close(fd);
+    char want[128];
+    snprintf(want, sizeof want, "\nmagpied_received_bytes_total{listener=\"http\"} %zu\n",
+             sizeof req - 1);
+    cr_assert(strstr(text, want) != NULL, "want%s in\n%s", want, text);
+    snprintf(want, sizeof want, "\nmagpied_sent_bytes_total{listener=\"http\"} %zu\n", sent);
+    cr_assert(strstr(text, want) != NULL, "want%s in\n%s", want, text);
+    cr_assert_eq(stop(&d), 0);
+}
+
 /* Request durations are real time, from the read that brought a request's first byte to its
  * response: nonzero for requests that arrive in one read (they were all 0), a 100 KB POST too. */
 Test(magpied, request_durations_are_measured, .timeout = 60)

@@ -23,6 +23,7 @@ typedef struct conn {
     size_t pending; /* bytes of the read view being echoed */
     int write_err;
     bool closing;
+    _Atomic uint64_t read_ns; /* mp_tcp_read_time() of its last read */
 } conn;
 
 enum { MODE_ECHO, MODE_SEND };
@@ -93,6 +94,8 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
             atomic_fetch_add(&S->interrupts, 1);
         if (len == 0)
             return conn_finish(c); /* EOF, error, or interrupted */
+        /* Before the echo goes out: the client sees it once it has its bytes back. */
+        atomic_store(&c->read_ns, mp_tcp_read_time(&c->tcp));
         if (mp_tcp_write_poll(&c->tcp, cx, data, len, &err) == MP_PENDING)
             return MP_PENDING;
         if (err != 0) {
@@ -264,6 +267,41 @@ Test(tcp, data_then_fin_in_one_go_is_echoed_then_closed, .timeout = 60)
         cr_assert_eq(atomic_load(&s->misuse_refused), 200);
         server_stop(s);
     }
+}
+
+/* mp_tcp_read_time(): when the bytes were seen readable, between the client's send and its
+ * echo's arrival; for a read before any event, the accept (which precedes the echo). */
+Test(tcp, read_time_is_when_the_bytes_were_seen, .timeout = 60)
+{
+    server *s = server_start(1, MODE_ECHO, 0, 0);
+    for (int i = 0; i < 20; i++) {
+        uint64_t connecting = mp__now_ns();
+        int fd = test_connect(s->port);
+        char back[8];
+        /* Every other time the bytes go with the handshake: likely read before any event. */
+        if (i % 2 == 1)
+            usleep(20000); /* the task has read nothing and waits for the event */
+        uint64_t sent = mp__now_ns();
+        test_write_all(fd, "ping", 4);
+        read_exact(fd, back, 4);
+        uint64_t echoed = mp__now_ns();
+        conn *c = atomic_load(&S->last);
+        uint64_t t = atomic_load(&c->read_ns);
+        cr_assert(t >= (i % 2 == 1 ? sent : connecting) && t <= echoed,
+                  "round %d: read time %llu outside [%llu, %llu]", i, (unsigned long long)t,
+                  (unsigned long long)(i % 2 == 1 ? sent : connecting),
+                  (unsigned long long)echoed);
+        /* A second message on the same stream, later: a new event, a new time. */
+        usleep(10000);
+        sent = mp__now_ns();
+        test_write_all(fd, "pong", 4);
+        read_exact(fd, back, 4);
+        echoed = mp__now_ns();
+        t = atomic_load(&c->read_ns);
+        cr_assert(t >= sent && t <= echoed, "round %d: second read time outside", i);
+        close(fd);
+    }
+    server_stop(s);
 }
 
 /* A stream that was never accepted (zeroed), or whose accept failed, is closed: no fd, and

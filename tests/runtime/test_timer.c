@@ -866,3 +866,92 @@ Test(timer, a_linked_timer_moved_later_fires_once_at_the_last_deadline, .timeout
         mp_runtime_free(rt);
     }
 }
+
+/* The lock-free move (mp_timer_poll's move_later) racing the loop's firing: deadlines 1-2 ms
+ * ahead, moved later by polls that yield, while the loop fires the same entries. A lost race
+ * leaves a task waiting for a timer that is no longer linked (the test times out); a won one
+ * by the wrong side makes a poll READY before its deadline. */
+typedef struct racer {
+    mp_task task;
+    mp_timer timer;
+    uint64_t deadline, rng;
+    int fires, moves;
+    bool yielded, early;
+} racer;
+
+enum { RACERS = 32, RACER_FIRES = 40, RACER_MOVES = 3 };
+
+static mp_poll racer_poll(mp_task *t, mp_context *cx)
+{
+    racer *r = mp_container_of(t, racer, task);
+    for (;;) {
+        uint64_t now = mp_now_ms();
+        if (r->deadline == 0) {
+            r->deadline = now + 1 + test_rand(&r->rng) % 2;
+            r->moves = 0;
+        } else if (r->yielded) {
+            /* Polled again after a yield: move the deadline later (or leave it), often to
+             * just past now, where the loop is firing. A poll woken by the timer keeps it. */
+            uint64_t want = now + test_rand(&r->rng) % 3;
+            if (want > r->deadline)
+                r->deadline = want;
+            r->moves++;
+        }
+        r->yielded = false;
+        if (mp_timer_poll(&r->timer, r->deadline, cx) == MP_PENDING) {
+            if (r->moves < RACER_MOVES && test_rand(&r->rng) % 2 == 0) {
+                r->yielded = true;
+                return mp_yield(cx);
+            }
+            return MP_PENDING;
+        }
+        if (mp_now_ms() < r->deadline)
+            r->early = true;
+        r->deadline = 0;
+        if (++r->fires == RACER_FIRES) {
+            mp_timer_cancel(&r->timer);
+            return MP_READY;
+        }
+    }
+}
+
+static const mp_task_vtable racer_vt = {.poll = racer_poll};
+
+static void race_the_loop(unsigned fire_delay_us)
+{
+    mp__test_timer_fire_delay_us(fire_delay_us);
+    for (unsigned workers = 1; workers <= 2; workers++) {
+        mp_runtime *rt = test_runtime(workers);
+        static racer r[RACERS];
+        uint64_t seed = test_seed();
+        for (int i = 0; i < RACERS; i++) {
+            memset(&r[i], 0, sizeof r[i]);
+            r[i].rng = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+            mp_task_init(&r[i].task, &racer_vt);
+            mp_timer_init(&r[i].timer, rt);
+            cr_assert_eq(mp_spawn_joinable(rt, &r[i].task), 0);
+        }
+        for (int i = 0; i < RACERS; i++) {
+            cr_assert_eq(mp_join(&r[i].task), 0);
+            cr_assert_eq(r[i].fires, RACER_FIRES);
+            cr_assert(!r[i].early, "racer %d was READY before its deadline", i);
+        }
+        mp__spin_lock(&rt->reactor.wheel_lock);
+        cr_assert_eq(mp__wheel_count(&rt->reactor.wheel), 0);
+        mp__spin_unlock(&rt->reactor.wheel_lock);
+        mp_runtime_free(rt);
+    }
+    mp__test_timer_fire_delay_us(0);
+}
+
+Test(timer, moving_later_races_the_loop_firing_and_loses_no_wake, .timeout = 120)
+{
+    race_the_loop(0);
+}
+
+/* The same with the loop slowed down between reading a due timer's deadline and firing it
+ * (testhook.c): two workers move deadlines inside that window many times a run. */
+Test(timer, moving_later_inside_the_loops_decision_loses_no_wake, .timeout = 120)
+{
+    race_the_loop(300);
+}
