@@ -82,8 +82,8 @@ struct mp_tcp {
     _Atomic uint64_t ready_ns; /* when the loop last saw it readable, or the accept (tcp.c) */
     uint64_t read_ns;          /* the task's: mp_tcp_read_time() */
     uint64_t read_tick;        /* the task's: io's event tick at its last read */
-    _Atomic bool interrupted; /* mp_tcp_interrupt() called, not yet reported to the task */
-    _Atomic uint32_t lock;    /* guards reader and writer between the loop and the task */
+    _Atomic bool interrupted;  /* mp_tcp_interrupt() called, not yet reported to the task */
+    _Atomic uint32_t lock;     /* guards reader and writer between the loop and the task */
     mp_waker reader, writer;
     int fd;                 /* immutable after accept */
     _Atomic uint32_t state; /* tcp.c: closed (zero), open, closing */

@@ -416,8 +416,8 @@ typedef struct mp__reactor {
     mp_loop_cmd rearm_cmd;
     _Atomic bool rearm_queued; /* atomic: rearm_cmd is in cmds */
     alignas(MP__CACHE_LINE) _Atomic uint32_t wheel_lock;
-    mp__timer_wheel wheel; /* guarded by wheel_lock */
-    uint64_t armed_ms;     /* guarded by wheel_lock: what timer is set for, UINT64_MAX none */
+    mp__timer_wheel wheel;  /* guarded by wheel_lock */
+    uint64_t armed_ms;      /* guarded by wheel_lock: what timer is set for, UINT64_MAX none */
     unsigned fire_delay_us; /* immutable after start: testhook.c */
 } mp__reactor;
 

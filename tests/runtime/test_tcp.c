@@ -289,8 +289,7 @@ Test(tcp, read_time_is_when_the_bytes_were_seen, .timeout = 60)
         uint64_t t = atomic_load(&c->read_ns);
         cr_assert(t >= (i % 2 == 1 ? sent : connecting) && t <= echoed,
                   "round %d: read time %llu outside [%llu, %llu]", i, (unsigned long long)t,
-                  (unsigned long long)(i % 2 == 1 ? sent : connecting),
-                  (unsigned long long)echoed);
+                  (unsigned long long)(i % 2 == 1 ? sent : connecting), (unsigned long long)echoed);
         /* A second message on the same stream, later: a new event, a new time. */
         usleep(10000);
         sent = mp__now_ns();
