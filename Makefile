@@ -48,6 +48,16 @@ endif
 ifeq ($(SANITIZE),)
   VARIANT   := release
   OPT       := -O2
+  # GCC's link-time optimisation for magpied: the calls between files (daemon into runtime,
+  # llhttp into its callbacks, the runtime's own files) inline as within one file, ~13% fewer
+  # instructions per request (loadtest/README.md). The objects stay fat, so the test programs,
+  # libmagpie.a's users and other compilers link their ordinary code; LTO=0 turns it off.
+  ifneq ($(LTO),0)
+    ifneq ($(findstring Free Software Foundation,$(shell $(CC) --version 2>/dev/null)),)
+      LTO_CFLAGS := -flto=auto -ffat-lto-objects
+      LTO_LINK   := -flto=auto
+    endif
+  endif
 else ifeq ($(SANITIZE),thread)
   VARIANT   := tsan
   OPT       := -O1 -fsanitize=thread
@@ -76,7 +86,7 @@ WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow
 ifneq ($(filter true 1,$(CI) $(WERROR)),)
   WARN += -Werror
 endif
-CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g -pthread $(OPT) $(WARN) -MMD -MP $(CFLAGS)
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g -pthread $(OPT) $(LTO_CFLAGS) $(WARN) -MMD -MP $(CFLAGS)
 LDFLAGS_ALL := -pthread $(OPT) $(LDFLAGS)
 
 RT_INC   := -Iruntime/include -Iruntime/src
@@ -198,7 +208,7 @@ $(B)/obj-q4/%.o: %.c
 $(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile
 	@mkdir -p $(@D)
 	$(call quiet,CC,$<)
-	$(Q)$(CC) -std=c11 -g $(OPT) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
+	$(Q)$(CC) -std=c11 -g $(OPT) $(LTO_CFLAGS) -MMD -MP -DLLHTTP_STRICT_MODE=1 $(LLHTTP_INC) -c $< -o $@
 
 $(B)/obj/daemon/%.o: daemon/%.c
 	@mkdir -p $(@D)
@@ -212,7 +222,7 @@ $(D_LIB): $(D_OBJS) $(LLHTTP_OBJS)
 
 $(MAGPIED): $(B)/obj/daemon/main.o $(D_LIB) $(LIB)
 	$(call quiet,LD,$@)
-	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(D_LIBS)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(LTO_LINK) $(D_LIBS)
 
 build/magpied: build/release/magpied
 	$(call quiet,LN,$@)

@@ -228,7 +228,7 @@ mp__timer_entry *mp__wheel_advance(mp__timer_wheel *w, uint64_t now_ms)
     mp__timer_entry *later = NULL, **later_tail = &later;
     uint64_t now = now_ms > w->elapsed_ms ? now_ms : w->elapsed_ms;
     uint64_t when;
-    unsigned level, s;
+    unsigned level = 0, s = 0; /* set by wheel_next() when it returns true */
     while (wheel_next(w, &when, &level, &s) && when <= now) {
         /* Every slot before this one is empty, so time may move to its start. */
         w->elapsed_ms = when;
