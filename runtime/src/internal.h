@@ -479,6 +479,7 @@ typedef struct mp__worker {
     bool searching;
     bool parking;              /* the transitioning-to-park guard, see worker.c */
     bool driving;              /* blocked in the loop: wakes stay local, unnotified */
+    bool loop_stopped;         /* uv_stop() called during this drive (mp__schedule) */
     mp__worker_counters stats; /* written by the owner, read by anyone */
     /* immutable after start: */
     mp_runtime *rt;

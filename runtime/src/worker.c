@@ -133,13 +133,15 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
          * and wakes a helper then if mp__helper_pays() says so (drive()). The loop must
          * return, though: uv_run(UV_RUN_ONCE) runs due timers *before* it computes how long
          * to block, and with nothing else pending it then blocks in epoll_wait(-1) with the
-         * woken task sitting in this LIFO slot (the lost timer wake-up drawn in timer.c).
-         * uv_stop() makes that poll non-blocking; libuv clears the flag as uv_run returns. */
-        uv_stop(&rt->reactor.loop);
-        mp_task *prev = w->lifo;
-        w->lifo = t;
-        if (prev)
-            push_ring(w, prev);
+         * woken task sitting in this ring (the lost timer wake-up drawn in timer.c).
+         * uv_stop() makes that poll non-blocking; libuv clears the flag as uv_run returns.
+         * Into the ring, in the order the events came: a batch of them would only pass
+         * through the LIFO slot one by one, each pushing the one before. */
+        if (!w->loop_stopped) {
+            uv_stop(&rt->reactor.loop);
+            w->loop_stopped = true;
+        }
+        push_ring(w, t);
         return true;
     }
     if (w && w->rt == rt && !w->parking) {
@@ -393,6 +395,7 @@ static bool drive(mp__worker *w)
                                                 memory_order_acq_rel, memory_order_acquire)) {
         mp__counter_add(&w->stats.drives, 1);
         w->driving = true;
+        w->loop_stopped = false;
         mp__idle_set_driver(&w->rt->idle, w->index);
         mp__reactor_run(r, true);
         mp__idle_set_driver(&w->rt->idle, UINT_MAX);

@@ -846,6 +846,37 @@ Test(http, transfer_codings)
     expect_no_leaks();
 }
 
+/* The names we look at match in any case and nothing else does: a name one byte off, or of
+ * the same length, is some other field (known_header() compares whole words). */
+Test(http, known_names_in_any_case_and_only_those)
+{
+    expect_rejected("GET / HTTP/1.1\r\nhOsT: a\r\nHOST: b\r\n\r\n", "400 Bad Request");
+    expect_rejected("GET / HTTP/1.1\r\nHosu: a\r\n\r\n", "400 Bad Request"); /* no Host */
+    expect_rejected("GET / HTTP/1.1\r\nHost: a\r\nExPeCt: 100-continue-please\r\n\r\n",
+                    "417 Expectation Failed");
+    expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\ntRANSFER-eNCODING: gzip, chunked\r\n\r\n"
+                    "0\r\n\r\n",
+                    "501 Not Implemented");
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    /* Same lengths, other names: neither Expect nor Transfer-Encoding, so no 417 and no
+     * chunked framing (the body is empty, the chunk bytes a next request: 400). */
+    feed(&s, "GET / HTTP/1.1\r\nhosT: a\r\nExpecu: nothing\r\n\r\n");
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    b.len = 0;
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer_Encoding: chunked\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "", 0, 0);
+    expect_sb(&s, &b);
+    b.len = 0;
+    feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encodinh: chunked\r\n\r\n");
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "", 0, 0);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
 /* An error answering a HEAD has no body either. */
 Test(http, head_error_has_no_body)
 {
