@@ -405,8 +405,7 @@ typedef struct mp__reactor {
     uv_loop_t loop;   /* guarded by the driver role */
     uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
     mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
-    int epfd;         /* edge-triggered epoll set of the streams (tcp.c); immutable */
-    uv_poll_t epoll;  /* guarded by the driver role: watches epfd from the loop */
+    int epfd; /* epoll set of the streams (edge-triggered, tcp.c) and the loop's fd; immutable */
     /* atomic: 0 free, 1 held */
     alignas(MP__CACHE_LINE) _Atomic uint32_t role;
     /* atomic: commands for the loop, a Treiber stack (newest first) */
@@ -479,7 +478,6 @@ typedef struct mp__worker {
     bool searching;
     bool parking;              /* the transitioning-to-park guard, see worker.c */
     bool driving;              /* blocked in the loop: wakes stay local, unnotified */
-    bool loop_stopped;         /* uv_stop() called during this drive (mp__schedule) */
     mp__worker_counters stats; /* written by the owner, read by anyone */
     /* immutable after start: */
     mp_runtime *rt;

@@ -7,8 +7,9 @@
  * predecessor did to the loop):
  *
  *   - a worker that finds no work and would park takes the role if it is free and blocks in
- *     uv_run(UV_RUN_ONCE) instead of on its futex; its park word says DRIVING, so whoever
- *     unparks it sends the async handle instead of a futex wake (worker.c, runtime.c);
+ *     the loop's turn (mp__reactor_run) instead of on its futex; its park word says
+ *     DRIVING, so whoever unparks it sends the async handle instead of a futex wake
+ *     (worker.c, runtime.c);
  *   - a busy worker takes the role, if free, every 128 polls and runs the loop without
  *     blocking, so I/O progresses while every worker is busy;
  *   - any other thread that needs the loop (mp_loop_call) takes the role if it is free and
@@ -58,32 +59,47 @@ static void async_cb(uv_async_t *a)
     run_commands(a->data);
 }
 
-/* The streams' edge-triggered epoll set (tcp.c) is readable while it holds events; libuv
- * watches it like any other fd. Each event is handled before the next epoll_wait, all on this
- * thread, which is what lets close_cmd() in tcp.c free a stream once it left the set. A
- * bounded number of rounds: what is left keeps epfd readable for the loop's next turn. */
-enum {
-    EPOLL_BATCH = 128, /* events taken per epoll_wait */
-    EPOLL_ROUNDS = 8,  /* epoll_waits per loop turn, so timers and commands are not starved */
-};
+/* The driver waits in the streams' edge-triggered epoll set (tcp.c), which also holds libuv's
+ * own epoll fd (level-triggered; readable while the loop has an event: a connection to accept,
+ * the async handle's eventfd, any other handle). So a turn with only stream events is one
+ * epoll_wait, as a plain libuv server's turn is: the loop itself runs (uv_run(UV_RUN_NOWAIT),
+ * one more epoll_wait of its own) only when its fd is readable or its next timer is due.
+ * Each event is handled before the next epoll_wait, all on this thread, which is what lets
+ * close_cmd() in tcp.c free a stream once it left the set.
+ *
+ * The wait's timeout is what libuv would block for (uv_backend_timeout: 0 when it has
+ * callbacks pending, else until its next timer), computed before anything runs; nothing is
+ * run and then waited on in the same turn. That is what keeps a task woken by a timer from
+ * sitting in the driver's queue while it blocks (the lost timer wake-up drawn in timer.c):
+ * a due timer makes the wait return at once, the loop runs it, and the turn ends. */
+enum { EPOLL_BATCH = 128 }; /* events taken per turn; the rest keep epfd readable */
 
-static void epoll_cb(uv_poll_t *h, int status, int events)
+/* ev.data.ptr of libuv's fd in the set; every other event is a stream's. */
+#define LOOP_EVENT ((void *)&mp__reactor_run)
+
+void mp__reactor_run(mp__reactor *r, bool block)
 {
-    (void)status;
-    (void)events;
-    mp__reactor *r = h->data;
+    int timeout = uv_backend_timeout(&r->loop);
     struct epoll_event ev[EPOLL_BATCH];
-    for (int round = 0; round < EPOLL_ROUNDS; round++) {
-        int n = epoll_wait(r->epfd, ev, EPOLL_BATCH, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
+    int n = epoll_wait(r->epfd, ev, EPOLL_BATCH, block ? timeout : 0);
+    bool loop_ready = timeout == 0;
+    if (n > 0) {
         /* One clock read per batch: when the streams were seen readable (mp_tcp_read_time). */
-        uint64_t now = n > 0 ? mp__now_ns() : 0;
-        for (int i = 0; i < n; i++)
-            mp__tcp_ready(ev[i].data.ptr, ev[i].events, now);
-        if (n < EPOLL_BATCH)
-            break;
+        uint64_t now = mp__now_ns();
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == LOOP_EVENT)
+                loop_ready = true;
+            else
+                mp__tcp_ready(ev[i].data.ptr, ev[i].events, now);
+        }
     }
+    /* A timer due by now: the wait timed out, or events came in past the loop's deadline
+     * (uv_now() is the loop's clock as of its last turn). */
+    if (!loop_ready && timeout > 0)
+        loop_ready = (n == 0 && block) || mp_now_ms() >= uv_now(&r->loop) + (uint64_t)timeout;
+    if (loop_ready)
+        uv_run(&r->loop, UV_RUN_NOWAIT);
+    run_commands(r);
 }
 
 static void close_walk_cb(uv_handle_t *h, void *arg)
@@ -110,17 +126,15 @@ int mp__reactor_init(mp__reactor *r)
         return rc;
     }
     /* Referenced: it keeps the loop alive, so that a driver with nothing else to wait for
-     * blocks in epoll_wait (UV_RUN_ONCE returns at once from a loop with no live handle). */
+     * blocks (uv_backend_timeout() is 0 for a loop with no live handle). */
     r->async.data = r;
     r->tcps = NULL;
     rc = uv_timer_init(&r->loop, &r->timer);
     if (rc == 0) {
         r->timer.data = r;
-        rc = uv_poll_init(&r->loop, &r->epoll, r->epfd);
-        if (rc == 0) {
-            r->epoll.data = r;
-            rc = uv_poll_start(&r->epoll, UV_READABLE, epoll_cb);
-        }
+        struct epoll_event loop_ev = {.events = EPOLLIN, .data.ptr = LOOP_EVENT};
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, uv_backend_fd(&r->loop), &loop_ev) != 0)
+            rc = -errno;
     }
     if (rc != 0) {
         uv_walk(&r->loop, close_walk_cb, NULL);
@@ -167,12 +181,6 @@ bool mp__reactor_release(mp__reactor *r)
     /* (B): pairs with (C)/(D) in mp_loop_call(); see the top of this file. */
     atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&r->cmds, memory_order_relaxed) != NULL;
-}
-
-void mp__reactor_run(mp__reactor *r, bool block)
-{
-    uv_run(&r->loop, block ? UV_RUN_ONCE : UV_RUN_NOWAIT);
-    run_commands(r);
 }
 
 void mp__reactor_wake(mp__reactor *r)

@@ -279,21 +279,22 @@ size_t mp__wheel_count(const mp__timer_wheel *w)
  * lock, so that only the first such task sends the command; rearm_queued keeps rearm_cmd in
  * the command stack at most once, and its release/acquire pair hands the struct back).
  *
- * The lost timer wake-up (libuv 1.44, the version these builds use):
+ * The lost timer wake-up (libuv 1.44, the version these builds use), had the driver blocked
+ * in uv_run(UV_RUN_ONCE):
  *
  *   driver (one worker, the loop's only runner)
  *   uv_run(ONCE): timer armed for D, blocks until D
  *   woken early by the async handle (a spawn); runs that task past D
  *   parks, drives again: uv_run(ONCE)
- *     runs due timers first: D fires, its task -> this worker's LIFO slot
+ *     runs due timers first: D fires, its task -> this worker's queue
  *     computes the poll timeout: no timer left, nothing pending -> epoll_wait(-1)
- *   -> the woken task sits in the LIFO slot of a thread that sleeps for ever
+ *   -> the woken task sits in the queue of a thread that sleeps for ever
  *
- * UV_RUN_ONCE only avoids blocking after callbacks that ran in the poll phase. Fixed where the
- * wake lands: mp__schedule() (worker.c) calls uv_stop() when it queues a task on the driving
- * worker, which makes that iteration's poll non-blocking (libuv clears the flag as uv_run
- * returns). The fired flag itself is not what makes a timer ready: mp_timer_poll() asks the
- * clock, so a deadline moved later after it fired waits for the new one. */
+ * The driver never blocks after running anything: its turn (mp__reactor_run in reactor.c)
+ * takes libuv's timeout first, waits in its own epoll set for at most that long, and only
+ * then runs the loop without blocking (UV_RUN_NOWAIT); D being due makes that timeout 0. A
+ * fired timer is not itself what makes it ready: mp_timer_poll() asks the clock, so a
+ * deadline moved later after it fired waits for the new one. */
 _Static_assert(offsetof(mp_timer, link_) == offsetof(mp__timer_entry, prev) &&
                    offsetof(mp_timer, deadline_ms) == offsetof(mp__timer_entry, deadline_ms) &&
                    offsetof(mp_timer, where_) == offsetof(mp__timer_entry, where),

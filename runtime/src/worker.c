@@ -129,18 +129,11 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield)
 {
     mp__worker *w = mp__tls_worker;
     if (w && w->rt == rt && w->driving) {
-        /* A libuv callback on the driving worker: it runs these as soon as the loop returns,
-         * and wakes a helper then if mp__helper_pays() says so (drive()). The loop must
-         * return, though: uv_run(UV_RUN_ONCE) runs due timers *before* it computes how long
-         * to block, and with nothing else pending it then blocks in epoll_wait(-1) with the
-         * woken task sitting in this ring (the lost timer wake-up drawn in timer.c).
-         * uv_stop() makes that poll non-blocking; libuv clears the flag as uv_run returns.
-         * Into the ring, in the order the events came: a batch of them would only pass
-         * through the LIFO slot one by one, each pushing the one before. */
-        if (!w->loop_stopped) {
-            uv_stop(&rt->reactor.loop);
-            w->loop_stopped = true;
-        }
+        /* An event or a libuv callback on the driving worker: it runs these as soon as the
+         * loop's turn ends (which never blocks after running anything: reactor.c), and wakes
+         * a helper then if mp__helper_pays() says so (drive()). Into the ring, in the order
+         * the events came: a batch of them would only pass through the LIFO slot one by one,
+         * each pushing the one before. */
         push_ring(w, t);
         return true;
     }
@@ -395,7 +388,6 @@ static bool drive(mp__worker *w)
                                                 memory_order_acq_rel, memory_order_acquire)) {
         mp__counter_add(&w->stats.drives, 1);
         w->driving = true;
-        w->loop_stopped = false;
         mp__idle_set_driver(&w->rt->idle, w->index);
         mp__reactor_run(r, true);
         mp__idle_set_driver(&w->rt->idle, UINT_MAX);
