@@ -79,7 +79,7 @@ struct mp_tcp {
     uv_tcp_t handle; /* owns the socket; libuv only closes it */
     mp_runtime *rt;
     _Atomic uint64_t io;       /* readiness bits and event tick (tcp.c) */
-    _Atomic uint64_t ready_ns; /* when the loop last saw it readable, or the accept (tcp.c) */
+    _Atomic uint64_t ready_ns; /* when the loop last saw it readable (tcp.c) */
     uint64_t read_ns;          /* the task's: mp_tcp_read_time() */
     uint64_t read_tick;        /* the task's: io's event tick at its last read */
     _Atomic bool interrupted;  /* mp_tcp_interrupt() called, not yet reported to the task */
@@ -127,9 +127,9 @@ int mp_tcp_fileno(const mp_tcp *c);
  * uv_hrtime()'s clock): for the first read after a readiness event, the loop's clock when it
  * saw that event (read once per batch of events, so it costs the task no clock read: the
  * bytes' arrival as the runtime saw it, before any wait in a run queue, like nginx's cached
- * loop time); for the first read after the accept, the accept; for a read with no event since
- * the last one (a buffer's worth was left behind), the time of that read. The task's own
- * call, after mp_tcp_read_poll() returned bytes. */
+ * loop time); for a read before any event (the accept's optimistic first read) or with no
+ * event since the last one (a buffer's worth was left behind), the time of that read. The
+ * task's own call, after mp_tcp_read_poll() returned bytes. */
 uint64_t mp_tcp_read_time(const mp_tcp *c);
 /* Bytes of data already sent by a mp_tcp_write_poll() that returned MP_PENDING (0 once it has
  * returned MP_READY): progress of a write the peer is slow to take. The task's own call. */

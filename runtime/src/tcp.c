@@ -262,8 +262,8 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     /* Optimistic: the first read is tried before any event (a client usually sends its
      * request with the handshake); the socket has room for a first write. */
     atomic_init(&c->io, R_READY | W_READY);
-    atomic_init(&c->ready_ns, mp__now_ns());
-    c->read_tick = UINT64_MAX; /* no read yet: the first one takes the accept's time */
+    atomic_init(&c->ready_ns, 0);
+    c->read_tick = UINT64_MAX; /* no read yet */
     atomic_init(&c->interrupted, false);
     int rc = uv_tcp_init(&rt->reactor.loop, &c->handle);
     if (rc != 0)
@@ -432,9 +432,10 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
             c->tail = (size_t)n;
             /* Relaxed: the acquire load of io above ordered it after the event's store (a
              * later event's value is as good). Bytes left from an older event get the clock:
-             * they may have waited long for a task that did not read (a blocked write). */
+             * they may have waited long for a task that did not read (a blocked write), and
+             * so do bytes read before any event (the first read after the accept). */
             uint64_t tick = seen & ~(uint64_t)(TICK - 1);
-            c->read_ns = tick != c->read_tick
+            c->read_ns = tick != c->read_tick && tick != 0
                              ? atomic_load_explicit(&c->ready_ns, memory_order_relaxed)
                              : mp__now_ns();
             c->read_tick = tick;

@@ -270,7 +270,7 @@ Test(tcp, data_then_fin_in_one_go_is_echoed_then_closed, .timeout = 60)
 }
 
 /* mp_tcp_read_time(): when the bytes were seen readable, between the client's send and its
- * echo's arrival; for a read before any event, the accept (which precedes the echo). */
+ * echo's arrival (for a read before any event, the time of that read). */
 Test(tcp, read_time_is_when_the_bytes_were_seen, .timeout = 60)
 {
     server *s = server_start(1, MODE_ECHO, 0, 0);
