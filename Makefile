@@ -86,7 +86,11 @@ WARN   := -Wall -Wextra -Wstrict-prototypes -Wshadow
 ifneq ($(filter true 1,$(CI) $(WERROR)),)
   WARN += -Werror
 endif
-CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g -pthread $(OPT) $(LTO_CFLAGS) $(WARN) -MMD -MP $(CFLAGS)
+# The test programs, the 4-slot ring's objects and the shared library's are compiled and linked
+# without LTO (CFLAGS_NOLTO): an LTO link per test program would redo the whole library each
+# time, and only magpied is linked with it.
+CFLAGS_NOLTO := -std=c11 -D_GNU_SOURCE -g -pthread $(OPT) $(WARN) -MMD -MP $(CFLAGS)
+CFLAGS_ALL := $(CFLAGS_NOLTO) $(LTO_CFLAGS)
 LDFLAGS_ALL := -pthread $(OPT) $(LDFLAGS)
 
 RT_INC   := -Iruntime/include -Iruntime/src
@@ -197,12 +201,12 @@ $(B)/obj/%.o: %.c
 $(B)/obj-pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(call quiet,CC,$< (pic))
-	$(Q)$(CC) $(CFLAGS_ALL) -fPIC $(RT_INC) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_NOLTO) -fPIC $(RT_INC) -c $< -o $@
 
 $(B)/obj-q4/%.o: %.c
 	@mkdir -p $(@D)
 	$(call quiet,CC,$< (q4))
-	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -DMP_QUEUE_CAPACITY=4 -c $< -o $@
 
 # The Makefile is a prerequisite: LLHTTP_STRICT_MODE must reach objects built before it was set.
 $(B)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile
@@ -231,7 +235,7 @@ build/magpied: build/release/magpied
 $(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
 $(LIB): $(RT_OBJS)
 	@mkdir -p $(@D)
@@ -257,23 +261,23 @@ $(LIB_Q4): $(RT_Q4_OBJS)
 $(B)/tests/runtime/%: tests/runtime/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 $(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 # Run from the repository root; they know their build and how it was sanitized.
 $(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
 	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
 $(DEMO): runtime/examples/demo.c $(LIB)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
+	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
 build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB)
