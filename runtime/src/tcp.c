@@ -5,7 +5,7 @@
  * the task, and the loop's thread only learns about readiness. libuv cannot be asked for
  * that (its reads and uv_poll are level-triggered, so each epoll_wait would poll again every
  * socket it reported the time before): each runtime has an edge-triggered epoll set of its
- * own (reactor.c), itself watched by the loop through one uv_poll. An event there sets
+ * own (reactor.c), where its driver waits, with libuv's own fd in the set. An event there sets
  * readiness bits in the stream's `io` word and wakes the waiting task; the task clears a bit
  * when the kernel says it would block (EAGAIN, or a short read or send: the socket buffer
  * was drained or filled) and waits for the next edge.

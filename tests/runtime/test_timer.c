@@ -687,8 +687,9 @@ Test(timer, cancelled_timer_never_fires, .timeout = 30)
 
 /* The lost timer wake-up. libuv 1.44's uv_run(UV_RUN_ONCE) runs due timers before it works
  * out how long to block; a timer that became due while the driver was away running a task
- * fired there, woke its task into the driver's LIFO slot, and the loop then blocked in
- * epoll_wait(-1) with nothing else armed: the task was never run. The shape, made
+ * fired there, woke its task into the driver's queue, and the loop then blocked in
+ * epoll_wait(-1) with nothing else armed: the task was never run. (The driver no longer
+ * blocks in uv_run at all, reactor.c; the test keeps the shape.) The shape, made
  * deterministic on one worker: a sleeper is pending with its deadline 5 ms away and the
  * worker drives the loop; a spawned task wakes it and spins past that deadline; the worker
  * parks, re-enters the loop, and the sleeper's timer is due right then. */
