@@ -91,8 +91,13 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         size_t pending = md_outbuf_pending(&c->out);
         if (pending) {
             int err;
-            if (md_conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING)
+            if (md_conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) ==
+                MP_PENDING) {
+                /* Lent bytes (outbuf.h) are this thread's, and only until its next feed. */
+                if (md_outbuf_own(&c->out) != 0)
+                    return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
                 return MP_PENDING;
+            }
             if (err != 0)
                 return md_conn_finish(c, md_conn_write_error(c, err));
             md_outbuf_consume(&c->out, pending);

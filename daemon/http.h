@@ -6,7 +6,9 @@
  *   loop:
  *     n = read(fd, buf)                       0 bytes: md_http_conn_eof()
  *     want = md_http_conn_feed(c, now, buf, n, &used, out)
- *     write out's pending bytes (one write for every response parsed from this read);
+ *     write out's pending bytes (one write for every response parsed from this read); if
+ *       the write must wait, md_outbuf_own(out) first: a canned response may be lent to out
+ *       from this thread's cache, which the thread's next entry point may rewrite
  *     MD_HTTP_WANT_WRITE: feed buf + used again once out has drained below the mark
  *     MD_HTTP_WANT_CLOSE: flush out, then close
  *     arm a timer for md_http_conn_deadline(c); when it fires call md_http_conn_timeout()

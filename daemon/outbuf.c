@@ -41,6 +41,7 @@ static void cache_key_create(void)
 void md_outbuf_init(md_outbuf *b)
 {
     b->data = NULL;
+    b->lent = NULL;
     b->head = 0;
     b->len = 0;
     b->cap = 0;
@@ -48,6 +49,10 @@ void md_outbuf_init(md_outbuf *b)
 
 void md_outbuf_free(md_outbuf *b)
 {
+    if (b->data == NULL) {
+        md_outbuf_init(b);
+        return;
+    }
     if (b->cap == OUTBUF_MIN && cache.n < OUTBUF_CACHE) {
         if (!cache.keyed) {
             pthread_once(&cache_once, cache_key_create);
@@ -61,8 +66,27 @@ void md_outbuf_free(md_outbuf *b)
     md_outbuf_init(b);
 }
 
+/* The lent bytes still owed move into owned storage with room for n more after them. */
+static int take_lent(md_outbuf *b, size_t n)
+{
+    const char *src = b->lent + b->head;
+    size_t owed = b->len - b->head;
+    b->lent = NULL;
+    b->head = b->len = 0; /* the storage, if any, holds nothing owed while lending */
+    if (n > SIZE_MAX / 2 - owed || (b->cap < owed + n && md_outbuf_grow(b, owed + n) != 0)) {
+        b->lent = src;
+        b->len = owed;
+        return -ENOMEM;
+    }
+    memcpy(b->data, src, owed);
+    b->len = owed;
+    return 0;
+}
+
 int md_outbuf_grow(md_outbuf *b, size_t n)
 {
+    if (b->lent != NULL)
+        return take_lent(b, n);
     /* Written bytes at the front are dead: slide the owed ones down before allocating. */
     if (b->head != 0) {
         memmove(b->data, b->data + b->head, b->len - b->head);
@@ -98,5 +122,21 @@ void md_outbuf_consume(md_outbuf *b, size_t n)
     if (b->head == b->len) {
         b->head = 0;
         b->len = 0;
+        b->lent = NULL;
     }
+}
+
+int md_outbuf_lend(md_outbuf *b, const char *p, size_t n)
+{
+    if (b->len != b->head || n == 0)
+        return md_outbuf_append(b, p, n);
+    b->lent = p;
+    b->head = 0;
+    b->len = n;
+    return 0;
+}
+
+int md_outbuf_own(md_outbuf *b)
+{
+    return b->lent != NULL ? take_lent(b, 0) : 0;
 }

@@ -1,9 +1,13 @@
 /* md_outbuf: the bytes a connection owes its peer.
  *
- * The sans-I/O core (http.c) appends whole responses here; the I/O
- * layer writes data[head..len) with one write/writev, reports how much the kernel took with
- * md_outbuf_consume(), and appends never move bytes that are still owed. One buffer per
- * connection is enough, and it is reused: steady keep-alive traffic allocates nothing.
+ * The sans-I/O core (http.c) appends whole responses here; the I/O layer writes the pending
+ * bytes with one write, reports how much the kernel took with md_outbuf_consume(), and appends
+ * never move bytes that are still owed. One buffer per connection is enough, and it is reused.
+ *
+ * A response that is already whole in memory elsewhere (a canned one, response.c) is lent
+ * rather than copied when nothing else is owed: the buffer then points at it, and the first
+ * append, or md_outbuf_own(), copies it in. Lent bytes may change once the caller's thread
+ * moves on, so whoever stops before writing them all calls md_outbuf_own() first.
  */
 #ifndef MD_OUTBUF_H
 #define MD_OUTBUF_H
@@ -13,9 +17,10 @@
 #include <string.h>
 
 typedef struct md_outbuf {
-    char *data;
-    size_t head; /* first byte not yet written */
-    size_t len;  /* end of the bytes appended */
+    char *data;       /* owned storage, cap bytes */
+    const char *lent; /* when not NULL, the owed bytes are lent[head..len), not data's */
+    size_t head;      /* first byte not yet written */
+    size_t len;       /* end of the bytes appended */
     size_t cap;
 } md_outbuf;
 
@@ -26,6 +31,12 @@ void md_outbuf_free(md_outbuf *b);
 int md_outbuf_grow(md_outbuf *b, size_t n);
 /* The kernel took n bytes from the front. Resets to empty when everything is written. */
 void md_outbuf_consume(md_outbuf *b, size_t n);
+/* Owes p[0..n) without copying it when nothing else is owed (p must stay as it is until the
+ * bytes are written or md_outbuf_own() is called); appends a copy otherwise. 0 or -ENOMEM. */
+int md_outbuf_lend(md_outbuf *b, const char *p, size_t n);
+/* Lent bytes still owed are copied into the buffer's own storage. 0 or -ENOMEM (nothing is
+ * lost: they stay lent). */
+int md_outbuf_own(md_outbuf *b);
 
 static inline size_t md_outbuf_pending(const md_outbuf *b)
 {
@@ -34,13 +45,14 @@ static inline size_t md_outbuf_pending(const md_outbuf *b)
 
 static inline const char *md_outbuf_pending_data(const md_outbuf *b)
 {
-    return b->data + b->head;
+    return (b->lent != NULL ? b->lent : b->data) + b->head;
 }
 
-/* Room for n bytes at the end; the caller writes them and calls md_outbuf_commit(). */
+/* Room for n bytes at the end; the caller writes them and calls md_outbuf_commit(). Lent
+ * bytes are copied in first (md_outbuf_grow()). */
 static inline char *md_outbuf_reserve(md_outbuf *b, size_t n)
 {
-    if (b->cap - b->len < n && md_outbuf_grow(b, n) != 0)
+    if ((b->lent != NULL || b->cap - b->len < n) && md_outbuf_grow(b, n) != 0)
         return NULL;
     return b->data + b->len;
 }

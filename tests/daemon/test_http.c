@@ -764,6 +764,53 @@ Test(http, date_follows_the_clock)
     expect_no_leaks();
 }
 
+static time_t next_second(void)
+{
+    return fixed_clock() + 1;
+}
+
+/* GET / is lent from this thread's canned copy, which the thread's next feed rewrites when the
+ * second changes: the I/O layer owns the bytes before it waits (http.h), and then they stay
+ * the response it owed, whatever the thread serves meanwhile. */
+Test(http, lent_response_stays_once_owned)
+{
+    struct session a, b;
+    session_open(&a);
+    session_open(&b);
+    feed(&a, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    cr_assert_not_null(a.out.lent, "GET / is lent, not copied");
+    cr_assert_null(a.out.data);
+    cr_assert_eq(md_outbuf_own(&a.out), 0);
+    cr_assert_null(a.out.lent);
+    srv.clock = next_second;
+    feed(&b, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    cr_assert_not_null(memmem(md_outbuf_pending_data(&b.out), md_outbuf_pending(&b.out),
+                              "Date: Fri, 21 Nov 2025 08:37:01 GMT\r\n", 37));
+    expect_out(&a, "HTTP/1.1 200 OK\r\n" DATE "Content-Type: text/plain\r\nContent-Length: 13\r\n"
+                   "\r\nHello, World!");
+    session_close(&a);
+    session_close(&b);
+    expect_no_leaks();
+}
+
+/* Pipelined after something already owed, or followed by more, the canned bytes are copied:
+ * one buffer, in request order. */
+Test(http, lent_response_copied_behind_others)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+             "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    cr_assert_null(s.out.lent);
+    sb_hello(&b, NULL);
+    sb_text(&b, "200 OK", NULL, "ok");
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
 static md_metrics metrics;
 
 static void expect_has(const char *p, size_t n, const char *want)

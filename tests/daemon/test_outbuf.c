@@ -1,4 +1,4 @@
-/* Tests for daemon/outbuf.c: appends, partial writes, compaction and growth. */
+/* Tests for daemon/outbuf.c: appends, partial writes, compaction and growth, lent bytes. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
@@ -83,4 +83,75 @@ Test(outbuf, freed_first_size_buffer_is_reused, .timeout = 5)
     cr_assert_eq(md_outbuf_pending(&b), 2);
     cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "de", 2), 0);
     md_outbuf_free(&b);
+}
+
+/* Lent bytes are owed in place: no copy, no storage, until something is appended or the owner
+ * asks for its own copy; then the source may change without changing what is owed. */
+Test(outbuf, lend_then_own, .timeout = 5)
+{
+    char src[] = "canned response";
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_lend(&b, src, 15), 0);
+    cr_assert_eq(md_outbuf_pending_data(&b), src);
+    cr_assert_eq(md_outbuf_pending(&b), 15);
+    cr_assert_null(b.data);
+    md_outbuf_consume(&b, 7);
+    cr_assert_eq(md_outbuf_pending_data(&b), src + 7);
+    cr_assert_eq(md_outbuf_own(&b), 0);
+    cr_assert_null(b.lent);
+    cr_assert_not_null(b.data);
+    memset(src, 'x', 15);
+    cr_assert_eq(md_outbuf_pending(&b), 8);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "response", 8), 0);
+    cr_assert_eq(md_outbuf_own(&b), 0); /* nothing lent: nothing to do */
+    md_outbuf_consume(&b, 8);
+    cr_assert_eq(md_outbuf_pending(&b), 0);
+    md_outbuf_free(&b);
+}
+
+Test(outbuf, append_after_lend_copies_in_order, .timeout = 5)
+{
+    char src[] = "lent";
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_lend(&b, src, 4), 0);
+    cr_assert_eq(md_outbuf_append(&b, "+more", 5), 0);
+    cr_assert_null(b.lent);
+    src[0] = 'X';
+    cr_assert_eq(md_outbuf_pending(&b), 9);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "lent+more", 9), 0);
+    /* Owing something already, a lend is a copy behind it. */
+    cr_assert_eq(md_outbuf_lend(&b, "!", 1), 0);
+    cr_assert_null(b.lent);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "lent+more!", 10), 0);
+    md_outbuf_free(&b);
+}
+
+/* A buffer that keeps storage lends over it, and copies lent bytes into it, reserving and
+ * committing as the response writers do; all written, it is empty and lends again. */
+Test(outbuf, lend_over_storage_and_reserve, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_append(&b, "old", 3), 0);
+    md_outbuf_consume(&b, 3);
+    char *storage = b.data;
+    cr_assert_eq(md_outbuf_lend(&b, "abc", 3), 0);
+    cr_assert_eq(md_outbuf_pending_data(&b)[0], 'a');
+    char *w = md_outbuf_reserve(&b, 2);
+    cr_assert_not_null(w);
+    cr_assert_eq(b.data, storage, "room enough: the same storage");
+    memcpy(w, "de", 2);
+    md_outbuf_commit(&b, w + 2);
+    cr_assert_eq(md_outbuf_pending(&b), 5);
+    cr_assert_eq(memcmp(md_outbuf_pending_data(&b), "abcde", 5), 0);
+    md_outbuf_consume(&b, 5);
+    cr_assert_eq(md_outbuf_lend(&b, "z", 1), 0);
+    cr_assert_not_null(b.lent);
+    md_outbuf_consume(&b, 1);
+    cr_assert_null(b.lent);
+    cr_assert_eq(md_outbuf_pending(&b), 0);
+    md_outbuf_free(&b);
+    cr_assert_null(b.lent);
 }
