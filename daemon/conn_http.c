@@ -111,7 +111,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
             /* Between requests the connection keeps no request state and no output buffer
              * (the stream has given its read buffer back already): an idle keep-alive
              * connection is its md_conn alone. */
-            if (md_http_conn_idle(&c->http))
+            if (md_http_conn_idle(&c->http) && c->out.data != NULL)
                 md_outbuf_free(&c->out);
             /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
              * millisecond); when it passes, the core answers 408 or closes an idle one. */
