@@ -215,7 +215,8 @@ unsigned mp_runtime_workers(const mp_runtime *rt);
     X(helpers_woken, "I/O turns after which the driver woke a worker to share the backlog.")       \
     X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")   \
     X(yields_deferred, "Yields whose requeue waited for the worker's next flush.")                 \
-    X(deferred_flushes, "Flushes of deferred yields to the back of the ring.")
+    X(deferred_flushes, "Flushes of deferred yields to the back of the ring.")                     \
+    X(joins_in_place, "Joins that ran their task from the joiner's LIFO slot and ended with it.")
 
 typedef struct mp_worker_stats {
 #define MP_WORKER_STATS_FIELD(name, help) uint64_t name;

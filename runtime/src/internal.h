@@ -185,6 +185,7 @@ mp__to_notified mp__task_transition_to_notified_by_val(mp_task *t);
 mp__to_notified mp__task_transition_to_notified_and_cancel(mp_task *t);
 bool mp__task_transition_to_shutdown(mp_task *t);
 bool mp__task_transition_to_complete(mp_task *t, uint64_t refs);
+bool mp__task_transition_to_complete_joined(mp_task *t, uint64_t refs);
 void mp__task_transition_to_join_waker_done(mp_task *t);
 bool mp__task_transition_set_join_waker(mp_task *t);
 bool mp__task_transition_unset_join_waker(mp_task *t);
@@ -478,6 +479,9 @@ typedef struct mp__worker {
     bool searching;
     bool parking;              /* the transitioning-to-park guard, see worker.c */
     bool driving;              /* blocked in the loop: wakes stay local, unnotified */
+    mp_task *joining;          /* mp__worker_join_in_place()'s target while it runs it */
+    mp_task *joined;           /* ... which completed and joined in one step, with: */
+    int joined_result;
     mp__worker_counters stats; /* written by the owner, read by anyone */
     /* immutable after start: */
     mp_runtime *rt;
@@ -501,6 +505,9 @@ bool mp__schedule(mp_runtime *rt, mp_task *t, bool is_yield);
 bool mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n);
 /* Help until t completes, on worker w. false: the runtime is stopping and t is not done. */
 bool mp__worker_help_until(mp__worker *w, mp_task *t);
+/* mp_join() of the task in w's LIFO slot: run it now. true: it completed and its join handle
+ * is gone with the same state change (the task may be released already), *result set. */
+bool mp__worker_join_in_place(mp__worker *w, mp_task *t, int *result);
 void mp__worker_drain_on_shutdown(mp__worker *w);
 
 /* runtime.c */

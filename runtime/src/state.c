@@ -272,6 +272,33 @@ bool mp__task_transition_to_complete(mp_task *t, uint64_t refs)
     }
 }
 
+/* Complete a task whose only joiner is the thread running it, waiting in mp_join() without a
+ * join waker (mp__worker_join_in_place()): RUNNING -> COMPLETE and the join handle dropped in
+ * one step, the run references and the handle's going together. false, nothing changed: a
+ * join waker is registered (a task awaits it with mp_join_poll()) or there is no join handle,
+ * and the caller completes it the usual way. */
+bool mp__task_transition_to_complete_joined(mp_task *t, uint64_t refs)
+{
+    uint64_t s = load_state(t, memory_order_relaxed);
+    for (;;) {
+        if ((s & (MP__T_RUNNING | MP__T_COMPLETE)) != MP__T_RUNNING)
+            MP__UNREACHABLE("complete of a task in state %#llx", (unsigned long long)s);
+        if ((s & (MP__T_JOIN_INTEREST | MP__T_JOIN_WAKER)) != MP__T_JOIN_INTEREST)
+            return false;
+        uint64_t n = ((s ^ (MP__T_RUNNING | MP__T_COMPLETE)) & ~MP__T_JOIN_INTEREST) -
+                     (refs + 1) * MP__T_REF_ONE;
+        /* acq_rel: as in mp__task_ref_dec(): the last holder to let go (here, or a waker's
+         * drop elsewhere) releases the task having seen every other holder's use. The result
+         * needs no publishing: its reader is this thread. */
+        if (atomic_compare_exchange_weak_explicit(&t->state, &s, n, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            if (refs_of(n) == 0)
+                mp__task_release(t);
+            return true;
+        }
+    }
+}
+
 /* After waking the joiner: give join_waker back (clear JOIN_WAKER) and drop the last runner
  * reference in one step. If the join handle went away meanwhile, the waker is ours to drop. */
 void mp__task_transition_to_join_waker_done(mp_task *t)

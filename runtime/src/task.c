@@ -176,6 +176,11 @@ static void complete(mp_task *t, int result)
     else
         atomic_fetch_add_explicit(&t->rt->completed_outside, 1, memory_order_relaxed);
     t->result = result;
+    if (w && w->joining == t && mp__task_transition_to_complete_joined(t, refs)) {
+        w->joined = t; /* compared, never dereferenced: t may be released */
+        w->joined_result = result;
+        return;
+    }
     if (mp__task_transition_to_complete(t, refs)) {
         mp_waker_wake_by_ref(&t->join_waker);
         mp__task_transition_to_join_waker_done(t);
@@ -368,6 +373,9 @@ int mp_join(mp_task *task)
 {
     mp__worker *w = mp__tls_worker;
     if (w && w->rt == task->rt) {
+        int result;
+        if (mp__worker_join_in_place(w, task, &result))
+            return result;
         if (mp__worker_help_until(w, task))
             return finish_join(task);
         /* The runtime is stopping under us: shutdown cancels the task after this worker

@@ -521,6 +521,29 @@ static const mp_waker_vtable worker_waker_vt = {
     .drop = worker_waker_drop,
 };
 
+/* A task spawned from a worker waits in its LIFO slot, where no other worker takes it, and a
+ * join that follows the spawn finds it there: the common spawn-then-join shape. It runs at
+ * once, as the joiner's next poll (Rayon's join pops its own job first too), instead of after
+ * whatever next_task() would take first; and if it completes, its completion also drops the
+ * join handle (complete() in task.c), one change of the state word where there were two. */
+bool mp__worker_join_in_place(mp__worker *w, mp_task *t, int *result)
+{
+    if (w->lifo != t || stopping(w->rt))
+        return false;
+    w->lifo = NULL;
+    mp__counter_add(&w->stats.lifo_hits, 1);
+    mp_task *outer = w->joining; /* a join in place inside the task's poll nests */
+    w->joining = t;
+    run_task(w, t);
+    w->joining = outer;
+    if (w->joined != t)
+        return false; /* pending, or completed the usual way: mp_join() goes on as usual */
+    w->joined = NULL;
+    mp__counter_add(&w->stats.joins_in_place, 1);
+    *result = w->joined_result;
+    return true;
+}
+
 bool mp__worker_help_until(mp__worker *w, mp_task *target)
 {
     mp_waker waker = {.vt = &worker_waker_vt, .data = w};

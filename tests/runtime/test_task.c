@@ -475,3 +475,115 @@ Test(task, plain_thread_wakes_a_task_again_after_it_ran, .timeout = 60)
     cr_assert_eq(mp_join(&r.task), 0);
     mp_runtime_free(rt);
 }
+
+/* mp_join() right after a spawn on a worker: the task waits in the joiner's LIFO slot, runs at
+ * once and, completing, drops the join handle in the same change of its state word. Every
+ * way such a task can end goes through it: completing, cancelled before it ran, pending first
+ * (then it completes the usual way), and joins nested inside it. */
+typedef struct counted {
+    mp_task task;
+    int yields; /* PENDING (yielding) this many times, then READY */
+    _Atomic int polls;
+    _Atomic int cancels;
+    _Atomic int releases;
+    int rc;
+    int releases_at_return; /* when mp_join() returned */
+} counted;
+
+static mp_poll counted_poll(mp_task *t, mp_context *cx)
+{
+    counted *c = mp_container_of(t, counted, task);
+    return atomic_fetch_add(&c->polls, 1) < c->yields ? mp_yield(cx) : MP_READY;
+}
+
+static void counted_cancel(mp_task *t)
+{
+    atomic_fetch_add(&mp_container_of(t, counted, task)->cancels, 1);
+}
+
+static void counted_release(mp_task *t)
+{
+    atomic_fetch_add(&mp_container_of(t, counted, task)->releases, 1);
+}
+
+static const mp_task_vtable counted_vt = {
+    .poll = counted_poll, .cancel = counted_cancel, .release = counted_release};
+
+typedef struct in_place_root {
+    mp_task task;
+    counted done, cancelled, pending;
+    fib_task fib;
+    int fib_rc;
+    bool on_worker;
+    _Atomic int finished;
+} in_place_root;
+
+static void spawn_and_join(counted *c, int yields, bool cancel)
+{
+    memset(c, 0, sizeof *c);
+    mp_task_init(&c->task, &counted_vt);
+    c->yields = yields;
+    c->rc = mp_spawn_joinable(mp_runtime_current(), &c->task);
+    if (c->rc != 0)
+        return;
+    if (cancel)
+        mp_task_cancel(&c->task);
+    c->rc = mp_join(&c->task);
+    c->releases_at_return = atomic_load(&c->releases);
+}
+
+static mp_poll in_place_root_poll(mp_task *t, mp_context *cx)
+{
+    (void)cx; /* completes in one poll */
+    in_place_root *r = mp_container_of(t, in_place_root, task);
+    r->on_worker = mp__tls_worker != NULL;
+    spawn_and_join(&r->done, 0, false);
+    spawn_and_join(&r->cancelled, 0, true);
+    spawn_and_join(&r->pending, 1, false);
+    mp_task_init(&r->fib.task, &fib_vt);
+    r->fib.n = 12;
+    r->fib_rc = mp_spawn_joinable(mp_runtime_current(), &r->fib.task);
+    if (r->fib_rc == 0)
+        r->fib_rc = mp_join(&r->fib.task);
+    atomic_store(&r->finished, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable in_place_root_vt = {.poll = in_place_root_poll};
+
+Test(task, join_in_place_of_a_just_spawned_task, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1); /* nobody to steal the spawned tasks */
+    in_place_root r;
+    memset(&r, 0, sizeof r);
+    mp_task_init(&r.task, &in_place_root_vt);
+    /* Detached, not mp_block_on(): the main thread would run it inline, off the worker. */
+    cr_assert_eq(mp_spawn(rt, &r.task), 0);
+    wait_for(&r.finished, 1);
+    mp_stats s;
+    mp_runtime_stats(rt, &s);
+    cr_assert(r.on_worker);
+
+    cr_assert_eq(r.done.rc, 0);
+    cr_assert_eq(atomic_load(&r.done.polls), 1);
+    cr_assert_eq(r.done.releases_at_return, 1, "released once, before the join returned");
+
+    cr_assert_eq(r.cancelled.rc, -ECANCELED);
+    cr_assert_eq(atomic_load(&r.cancelled.polls), 0);
+    cr_assert_eq(atomic_load(&r.cancelled.cancels), 1);
+    cr_assert_eq(r.cancelled.releases_at_return, 1);
+
+    cr_assert_eq(r.pending.rc, 0);
+    cr_assert_eq(atomic_load(&r.pending.polls), 2);
+    cr_assert_eq(r.pending.releases_at_return, 1);
+
+    cr_assert_eq(r.fib_rc, 0);
+    cr_assert_eq(r.fib.result, 144);
+
+    /* done and cancelled, fib(12) itself, and in each of fib's 232 calls with children (of
+     * 465) the join of b, spawned last and so in the LIFO slot (a went to the ring when b
+     * came). The pending one completed the usual way. */
+    cr_assert_eq(s.total.joins_in_place, 3 + 232, "joins_in_place %llu",
+                  (unsigned long long)s.total.joins_in_place);
+    mp_runtime_free(rt);
+}
