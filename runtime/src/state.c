@@ -28,6 +28,9 @@
  *     fails on COMPLETE) to replace the waker.
  *   - COMPLETE and JOIN_WAKER set: the runtime wakes it, then clears the bit; from then
  * on the joiner owns the field (or the runtime drops it if the join handle is gone).
+ *   - A joiner that runs the task itself, from its LIFO slot, never sets JOIN_WAKER: the
+ *     completion clears JOIN_INTEREST in the same CAS (mp__task_transition_to_complete_joined)
+ *     unless a waker was set before, when it completes the usual way.
  *
  * Wakers do not order the waker's earlier writes with the task's next poll: a primitive must
  * register a waker and check its condition under its own synchronization (the primitives in sync/

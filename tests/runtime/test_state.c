@@ -205,6 +205,39 @@ Test(state, complete)
     cr_assert_eq(st(&t), C | JI | REF(1), "waker handed back with the last runner reference");
 }
 
+/* The joiner ran the task itself (mp__worker_join_in_place()): complete and joined at once. */
+Test(state, complete_joined)
+{
+    atomic_store(&released, 0);
+    mp_task t = bare(R | JI | REF(2));
+    cr_assert(mp__task_transition_to_complete_joined(&t, 1));
+    cr_assert_eq(st(&t), C, "the run and the handle's references gone together");
+    cr_assert_eq(atomic_load(&released), 1);
+
+    t = bare(R | JI | REF(4)); /* registered, and a waker clone somewhere */
+    cr_assert(mp__task_transition_to_complete_joined(&t, 2));
+    cr_assert_eq(st(&t), C | REF(1), "the clone's reference stays");
+    cr_assert_eq(atomic_load(&released), 1, "not the last: not released");
+
+    t = bare(R | X | JI | REF(2)); /* cancelled: the joiner gets -ECANCELED the same way */
+    cr_assert(mp__task_transition_to_complete_joined(&t, 1));
+    cr_assert_eq(st(&t), C | X);
+
+    t = bare(R | JI | JW | REF(3));
+    cr_assert_not(mp__task_transition_to_complete_joined(&t, 2), "a join waker: the usual way");
+    cr_assert_eq(st(&t), R | JI | JW | REF(3), "unchanged");
+
+    t = bare(R | REF(1));
+    cr_assert_not(mp__task_transition_to_complete_joined(&t, 1), "no join handle");
+    cr_assert_eq(st(&t), R | REF(1), "unchanged");
+}
+
+Test(state, complete_joined_twice_aborts, .signal = SIGABRT)
+{
+    mp_task t = bare(C | JI | REF(2));
+    mp__task_transition_to_complete_joined(&t, 1);
+}
+
 Test(state, complete_twice_aborts, .signal = SIGABRT)
 {
     mp_task t = bare(C | REF(2));
