@@ -18,9 +18,10 @@
  *
  * Memory: a task is a struct embedding mp_task, so spawning allocates nothing. By default the
  * task structs come from arrays allocated once per workload, outside the timed region; a slot is
- * reused only after the runtime has released it (release callback), which is checked between
- * rounds, untimed. Within the timed region each spawn does mp_task_init + field setup + mp_spawn,
- * where Tokio allocates and initialises its task cell. --alloc instead mallocs every task inside
+ * reused only after the runtime has released it (release callback): within a round, the last
+ * slot or the one before it if already released (slot_get(), as malloc reuses a chunk just
+ * freed), otherwise between rounds, untimed. Within the timed region each spawn does
+ * mp_task_init + field setup + mp_spawn, where Tokio allocates and initialises its task cell. --alloc instead mallocs every task inside
  * the timed region and frees it from the release callback, to show what that costs.
  *
  * mp_join on a thread that is not a worker runs queued global tasks itself while it waits, which
@@ -217,6 +218,7 @@ static void slot_release(mp_task *t)
 typedef struct pool {
     char *mem;
     size_t size, cap, used;
+    bool recycle; /* slot_get() may hand out a slot released since (see there) */
 } pool;
 
 static void pool_init(pool *p, size_t size, size_t cap)
@@ -224,6 +226,7 @@ static void pool_init(pool *p, size_t size, size_t cap)
     p->size = size;
     p->cap = cap;
     p->used = 0;
+    p->recycle = false;
     p->mem = aligned_alloc(64, (size * cap + 63) / 64 * 64);
     if (!p->mem)
         fail("out of memory");
@@ -277,10 +280,23 @@ static void *slot_at(pool *p, size_t i, const mp_task_vtable *vt)
     return s;
 }
 
-/* The next preallocated slot: only ever called by one thread at a time per pool. */
+/* The next preallocated slot: only ever called by one thread at a time per pool. With
+ * recycle, the slot handed out last, or the one before it, if the runtime has released it
+ * since, as an allocator's free list would: Tokio's twin mallocs every task, and malloc hands
+ * back the chunk just freed, still in cache. Walking on through the array instead made every
+ * spawn of spawn_join_worker touch a cold slot, which on this VM's slower days cost more than
+ * the spawn and join themselves (loadtest/README.md, "Notes on the numbers"). */
 static void *slot_get(pool *p, const mp_task_vtable *vt)
 {
-    return slot_at(p, pool_heap(p) ? 0 : p->used++, vt);
+    if (pool_heap(p))
+        return slot_at(p, 0, vt);
+    for (size_t back = 1; p->recycle && back <= 2 && back <= p->used; back++) {
+        slot *s = (slot *)(p->mem + (p->used - back) * p->size);
+        /* Acquire: pairs with the release store in slot_release(); the runtime is done. */
+        if (atomic_load_explicit(&s->free, memory_order_acquire))
+            return slot_at(p, p->used - back, vt);
+    }
+    return slot_at(p, p->used++, vt);
 }
 
 static void spawn_or_fail(mp_task *t, bool joinable)
@@ -789,23 +805,26 @@ typedef struct workload {
     round_fn round;
     size_t ops;
     size_t size, cap;   /* g_pool */
+    bool recycle;       /* g_pool: tasks that nothing refers to once released */
     size_t size2, cap2; /* g_pool2 */
     void (*progress)(char *buf, size_t len);
 } workload;
 
 static const workload workloads[] = {
-    {"spawn_many_local", spawn_many_local_round, NUM_SPAWN, sizeof(slot), NUM_SPAWN, 0, 0,
+    {"spawn_many_local", spawn_many_local_round, NUM_SPAWN, sizeof(slot), NUM_SPAWN, true, 0, 0,
      rem_progress},
-    {"spawn_many_remote_idle", spawn_many_remote_idle_round, NUM_SPAWN, sizeof(slot), NUM_SPAWN, 0,
-     0, joined_progress},
+    {"spawn_many_remote_idle", spawn_many_remote_idle_round, NUM_SPAWN, sizeof(slot), NUM_SPAWN,
+     true, 0, 0, joined_progress},
     {"yield_many", yield_many_round, (size_t)YIELD_TASKS *NUM_YIELD, sizeof(yielder), YIELD_TASKS,
-     0, 0, received_progress},
-    {"ping_pong", ping_pong_round, NUM_PINGS, sizeof(ping), NUM_PINGS, sizeof(pong), NUM_PINGS,
-     ping_progress},
-    {"chained_spawn", chained_spawn_round, CHAIN, sizeof(chain_link), CHAIN, 0, 0, chain_progress},
-    {"spawn_join_worker", spawn_join_worker_round, NUM_JOIN, sizeof(slot), NUM_JOIN, 0, 0,
+     false, 0, 0, received_progress},
+    /* A pong uses its ping's oneshots: a ping is not reused within a round. */
+    {"ping_pong", ping_pong_round, NUM_PINGS, sizeof(ping), NUM_PINGS, false, sizeof(pong),
+     NUM_PINGS, ping_progress},
+    {"chained_spawn", chained_spawn_round, CHAIN, sizeof(chain_link), CHAIN, true, 0, 0,
+     chain_progress},
+    {"spawn_join_worker", spawn_join_worker_round, NUM_JOIN, sizeof(slot), NUM_JOIN, true, 0, 0,
      joined_progress},
-    {"spawn_join_outside", spawn_join_outside_round, NUM_JOIN, sizeof(slot), NUM_JOIN, 0, 0,
+    {"spawn_join_outside", spawn_join_outside_round, NUM_JOIN, sizeof(slot), NUM_JOIN, true, 0, 0,
      joined_progress},
 };
 
@@ -887,6 +906,7 @@ int main(int argc, char **argv)
         if (rc != 0)
             fail("mp_runtime_new: %d (%s)", rc, strerror(-rc));
         pool_init(&g_pool, w->size, w->cap);
+        g_pool.recycle = w->recycle;
         pool_init(&g_pool2, w->size2 ? w->size2 : sizeof(slot), w->cap2 ? w->cap2 : 1);
         pool_init(&g_roots, sizeof(root), 1);
 
