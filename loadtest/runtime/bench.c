@@ -21,8 +21,9 @@
  * reused only after the runtime has released it (release callback): within a round, the last
  * slot or the one before it if already released (slot_get(), as malloc reuses a chunk just
  * freed), otherwise between rounds, untimed. Within the timed region each spawn does
- * mp_task_init + field setup + mp_spawn, where Tokio allocates and initialises its task cell. --alloc instead mallocs every task inside
- * the timed region and frees it from the release callback, to show what that costs.
+ * mp_task_init + field setup + mp_spawn, where Tokio allocates and initialises its task cell.
+ * --alloc instead mallocs every task inside the timed region and frees it from the release
+ * callback, to show what that costs.
  *
  * mp_join on a thread that is not a worker runs queued global tasks itself while it waits, which
  * Tokio's block_on never does; in spawn_many_remote_idle and spawn_join_outside the main thread
