@@ -477,10 +477,10 @@ typedef struct mp__worker {
     double avg_task_ns;
     uint64_t rng;
     bool searching;
-    bool parking;              /* the transitioning-to-park guard, see worker.c */
-    bool driving;              /* blocked in the loop: wakes stay local, unnotified */
-    mp_task *joining;          /* mp__worker_join_in_place()'s target while it runs it */
-    mp_task *joined;           /* ... which completed and joined in one step, with: */
+    bool parking;     /* the transitioning-to-park guard, see worker.c */
+    bool driving;     /* blocked in the loop: wakes stay local, unnotified */
+    mp_task *joining; /* mp__worker_join_in_place()'s target while it runs it */
+    mp_task *joined;  /* ... which completed and joined in one step, with: */
     int joined_result;
     mp__worker_counters stats; /* written by the owner, read by anyone */
     /* immutable after start: */

@@ -584,6 +584,6 @@ Test(task, join_in_place_of_a_just_spawned_task, .timeout = 30)
      * 465) the join of b, spawned last and so in the LIFO slot (a went to the ring when b
      * came). The pending one completed the usual way. */
     cr_assert_eq(s.total.joins_in_place, 3 + 232, "joins_in_place %llu",
-                  (unsigned long long)s.total.joins_in_place);
+                 (unsigned long long)s.total.joins_in_place);
     mp_runtime_free(rt);
 }
