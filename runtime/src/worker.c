@@ -62,6 +62,8 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     w->searching = false;
     w->parking = false;
     w->driving = false;
+    w->joining = w->joined = NULL;
+    w->joined_result = 0;
     memset(&w->stats, 0, sizeof w->stats);
     w->rt = rt;
     w->index = index;

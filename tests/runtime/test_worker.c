@@ -589,3 +589,28 @@ Test(worker, yields_are_deferred_and_starve_nobody, .timeout = 60)
     cr_assert_lt(flushes * per_flush, yields, "%llu flushes for %llu yields",
                  (unsigned long long)flushes, (unsigned long long)yields);
 }
+
+/* A worker's slot is set up in memory that may hold an earlier runtime's workers (the stress
+ * suite makes runtimes one after another, with their tasks at the same addresses): no owner
+ * field may keep what was there. A stale join-in-place target matched a live task and
+ * completed it as joined under a joiner that then dropped its handle again. */
+Test(worker, init_leaves_nothing_of_the_memory_before, .timeout = 10)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp__worker *w = aligned_alloc(MP__CACHE_LINE, sizeof *w);
+    cr_assert_not_null(w);
+    memset(w, 0xa5, sizeof *w);
+    mp__worker_init(w, rt, 0);
+    cr_assert_null(w->lifo);
+    cr_assert_null(w->orphans);
+    cr_assert_null(w->deferred);
+    cr_assert_null(w->deferred_tail);
+    cr_assert_null(w->joining);
+    cr_assert_null(w->joined);
+    cr_assert_eq(w->batch_head, 0);
+    cr_assert_eq(w->batch_len, 0);
+    cr_assert_not(w->searching || w->parking || w->driving);
+    cr_assert(mp__queue_is_empty(&w->queue));
+    free(w);
+    mp_runtime_free(rt);
+}
