@@ -84,10 +84,13 @@ Test(task, wake_while_idle_scheduled_running_complete, .timeout = 30)
     /* Idle: one wake, one more poll. */
     mp_waker_wake_by_ref(&p.waker);
     wait_for(&p.polls, 2);
-    /* Running: a wake sets NOTIFIED and the task runs exactly once more after this poll. */
-    atomic_store(&p.spin_in_poll, true);
+    /* Poll 2 has begun, and may not have returned: asking for a spin before it has would keep
+     * it in its poll, and this thread waiting for it to leave (a hang under load, 1 run in
+     * ~300). */
     while (st(&p.task) & R)
         sched_yield();
+    /* Running: a wake sets NOTIFIED and the task runs exactly once more after this poll. */
+    atomic_store(&p.spin_in_poll, true);
     mp_waker_wake_by_ref(&p.waker); /* idle -> scheduled -> poll 3 begins and spins */
     while (!atomic_load(&p.in_poll))
         sched_yield();
