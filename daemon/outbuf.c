@@ -49,10 +49,6 @@ void md_outbuf_init(md_outbuf *b)
 
 void md_outbuf_free(md_outbuf *b)
 {
-    if (b->data == NULL) {
-        md_outbuf_init(b);
-        return;
-    }
     if (b->cap == OUTBUF_MIN && cache.n < OUTBUF_CACHE) {
         if (!cache.keyed) {
             pthread_once(&cache_once, cache_key_create);
