@@ -334,11 +334,13 @@ void mp_notify_wait_blocking(mp_notify *n);
 
 /* Fork-join pool, for CPU-bound parallel work beside the async runtime (Rayon beside Tokio).
  * A pool owns a fixed number of worker slots; threads start lazily when work arrives. Work
- * enters from outside through mp_pool_call(); inside a call, mp_pool_join(), mp_pool_scope(),
- * mp_pool_parallel_for(), mp_pool_parallel_reduce() and the sorts split it across the workers
- * by work stealing. Jobs live in the caller's stack frame (or, for spawns, in storage the caller
- * provides): nothing here allocates per job. The fork-join functions use the pool of the worker
- * thread that calls them; on any other thread they run sequentially, with the same results. */
+ * enters from outside through mp_pool_call(), whose caller works as one of the slots for the
+ * length of the call (oneTBB's master thread; Rayon's caller only waits); inside a call,
+ * mp_pool_join(), mp_pool_scope(), mp_pool_parallel_for(), mp_pool_parallel_reduce() and the sorts
+ * split it across the workers by work stealing. Jobs live in the caller's stack frame (or, for
+ * spawns, in storage the caller provides): nothing here allocates per job. The fork-join functions
+ * use the pool of the worker thread that calls them; on any other thread they run sequentially,
+ * with the same results. */
 
 /* A fork-join pool. Opaque; created by mp_pool_new(), destroyed by mp_pool_free(). */
 typedef struct mp_pool mp_pool;
@@ -351,26 +353,36 @@ typedef void (*mp_pool_fn)(void *arg);
  * zero field means "the default" everywhere.
  */
 typedef struct mp_pool_config {
-    /* Worker threads, started lazily as work arrives. 0: the number of online CPUs. */
+    /* Worker slots: how many threads work on the pool's jobs at once. One of them is the
+     * caller slot, where the thread inside mp_pool_call() works; the others get threads,
+     * started lazily as work arrives. So a pool of 4 starts at most 3 threads, and a pool of
+     * 1 runs every call on its caller, one call at a time. 0: the number of online CPUs. */
     unsigned workers;
     /* Stack size of each worker thread in bytes. 0: the system default. Deep join recursion
-     * may need more. */
+     * may need more; the caller slot runs on the caller's own stack, so a pool whose work
+     * needs this size must also set calls_on_workers. */
     size_t stack_size;
     /* Initial capacity of each worker's deque, in jobs; rounded up to a power of two.
      * 0: 256. The deque grows when full, so this only matters for tests and memory. */
     size_t deque_capacity;
+    /* No caller slot: every slot gets a thread, and mp_pool_call() hands its fn to them and
+     * blocks (Rayon's install). For work that needs stack_size, or a caller that must not
+     * run pool jobs. false: the caller works in the caller slot. */
+    bool calls_on_workers;
 } mp_pool_config;
 
 /* Counters a pool keeps about itself; a snapshot, each field read separately. The first
  * three are named as in mp_stats. */
 typedef struct mp_pool_stats {
     unsigned workers;          /* worker slots: mp_pool_config.workers after defaults */
-    unsigned workers_started;  /* worker threads running (they stop only in mp_pool_free) */
+    unsigned workers_started;  /* worker threads running (they stop only in mp_pool_free);
+                                  the caller slot is not one */
     unsigned spawn_failures;   /* thread starts that failed; those slots stay empty */
     int last_spawn_error;      /* negative errno of the last failed start, 0 if none */
     unsigned workers_sleeping; /* workers blocked in the sleep protocol right now */
     uint64_t stolen;           /* jobs taken from another worker's deque */
-    uint64_t injected;         /* jobs that entered through mp_pool_call() */
+    uint64_t injected;         /* calls handed to the threads (the caller slot was taken) */
+    uint64_t caller_calls;     /* calls that ran in the caller slot, on their caller */
     uint64_t sleeps;           /* times a worker blocked after its sleep rounds */
 } mp_pool_stats;
 
@@ -378,9 +390,9 @@ typedef struct mp_pool_stats {
 void mp_pool_config_init(mp_pool_config *cfg);
 
 /*
- * Creates a pool. cfg may be NULL for the defaults. No thread starts here: the first worker
- * starts with the first mp_pool_call(), more as work is posted while every started worker is
- * busy. Returns 0, -EINVAL (absurd configuration) or -ENOMEM.
+ * Creates a pool. cfg may be NULL for the defaults. No thread starts here: threads start as
+ * work is posted while every started worker is busy. Returns 0, -EINVAL (absurd
+ * configuration) or -ENOMEM.
  */
 int mp_pool_new(mp_pool **out, const mp_pool_config *cfg);
 
@@ -391,11 +403,15 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg);
 void mp_pool_free(mp_pool *pool);
 
 /*
- * Runs fn(arg) on a worker of the pool and blocks until it has returned. Any number of
- * threads may call at once. Called from a worker of this same pool, runs fn(arg) inline; from
- * a worker of another pool, blocks that worker like any outside thread.
- * Returns 0, or the negative errno of the failed spawn (usually -EAGAIN) when the pool could
- * not start a single worker thread; then fn did not run.
+ * Runs fn(arg) in the pool and returns when it has returned. The calling thread takes the
+ * caller slot and runs fn itself, as a worker: its joins are stolen by the pool's threads and
+ * it steals theirs while it waits. Any number of threads may call at once: one holds the
+ * caller slot, the others hand fn to the threads and block (or, when no thread can start,
+ * wait for the slot). Called from a worker of this same pool (the caller slot included), runs
+ * fn(arg) inline; from a worker of another pool, like any outside thread.
+ * Returns 0. With calls_on_workers, fn always runs on a thread, and the call returns the
+ * negative errno of the failed spawn (usually -EAGAIN) when the pool could not start a single
+ * one; then fn did not run.
  */
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
 
@@ -403,7 +419,8 @@ int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
  * name mp_pool_stats is the type's.) */
 int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out);
 
-/* Index of the calling pool worker (0 .. mp_pool_stats.workers - 1), or -1 on any other thread. */
+/* Index of the calling pool worker (0 .. mp_pool_stats.workers - 1; the caller slot is the
+ * last), or -1 on any other thread. */
 int mp_pool_worker_index(void);
 
 /*
@@ -445,8 +462,10 @@ typedef void (*mp_pool_range_fn)(size_t lo, size_t hi, void *arg);
 
 /*
  * Calls body on disjoint subranges covering [begin, end), in parallel. Ranges are split in
- * halves with mp_pool_join() down to at most grain indices; grain 0 picks one that gives
- * each worker about 8 pieces. Returns 0, or -EINVAL if begin > end.
+ * halves with mp_pool_join(): with a grain, down to at most grain indices; with grain 0, as
+ * demand asks (Rayon's adaptive splitter, then splits of a running piece when a worker is
+ * idle), and body sees pieces of about 1/16 of a split-off range at a time. Returns 0, or
+ * -EINVAL if begin > end.
  */
 int mp_pool_parallel_for(size_t begin, size_t end, size_t grain, mp_pool_range_fn body, void *arg);
 

@@ -1,13 +1,34 @@
 /*
  * Pool life cycle and the worker loop. A pool has a fixed array of worker slots, each with its
- * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The first
- * mp_pool_call() starts one; after that, whenever jobs are posted while no worker is idle or
+ * deque and sleep state, all allocated by mp_pool_new(); threads start lazily. The last slot is
+ * the caller slot (unless mp_pool_config.calls_on_workers): an outside thread in mp_pool_call()
+ * takes it for the length of its call and works there as a worker, as oneTBB's master thread
+ * does in its arena's reserved slot. The call's first piece of work starts at once, on a warm
+ * cache, and the call returns as soon as its last join does: no hand-off to a sleeping thread
+ * and back. The other slots get threads: whenever jobs are posted while no worker is idle or
  * asleep, the poster starts the next slot's thread. A spawn that fails (pthread_create, or
  * testhook.c's mp__test_fail_spawn_nth) is counted in the stats and leaves its slot unstarted,
  * to be tried again the next time a thread is wanted; the pool runs on with the threads it
- * has. When not one thread runs, mp_pool_call() tries to start one (up to as many attempts as
- * the pool has slots) and, if none succeeds, returns the error (fn did not run); the next
- * call tries again.
+ * has.
+ *
+ * A second outside caller that finds the caller slot taken injects its call for the threads
+ * and blocks (so do all callers with calls_on_workers). That needs one thread at least; when
+ * none can start, or the pool has no thread slots, it waits for the caller slot instead. With
+ * calls_on_workers, a call that cannot start a single thread returns the error (fn did not
+ * run) and the next call tries again.
+ *
+ * The caller slot's thread pops and steals like any worker but never takes injected jobs:
+ * another caller's whole call could then keep it from returning. Thieves try it like any
+ * other slot. Before it leaves, it runs what is left on its deque (scope spawns that a stolen
+ * job pushed there), because nobody else pops that deque:
+ *
+ *   caller slot                             worker
+ *   run a stolen job: spawn S, pushed       search: nothing (the push is not visible yet)
+ *     on this deque (no fence, sleep.c)
+ *   fn returns; leave the slot               sleep: S waits for ever, and its scope
+ *
+ * The drain pops S itself, so that every job pushed on the slot's deque still has its pusher
+ * come back for it, the property sleep.c relies on for deque jobs.
  *
  * A worker spends its life in mp__pool_wait_until(its terminate latch): pop own deque, else
  * steal from a random victim, else take the injected jobs, else idle rounds and sleep
@@ -73,6 +94,7 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
     unsigned n = cfg->workers != 0 ? cfg->workers : online_cpus();
     if (n > MP__POOL_MAX_WORKERS)
         return -EINVAL;
+    bool caller_slot = !cfg->calls_on_workers;
     size_t stack = cfg->stack_size;
     if (stack != 0 && stack < (size_t)PTHREAD_STACK_MIN)
         stack = PTHREAD_STACK_MIN;
@@ -84,6 +106,9 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
     mp_pool *pool = mem;
     memset(pool, 0, sizeof(*pool));
     pool->nworkers = n;
+    pool->caller_slot = caller_slot;
+    pool->nthreads = caller_slot ? n - 1 : n;
+    atomic_init(&pool->caller_calls, 0);
     pool->stack_size = stack;
     pool->fail_spawn_nth = mp__test_fail_spawn_nth_value();
     atomic_init(&pool->spawned, 0);
@@ -116,9 +141,14 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
     err = -pthread_mutex_init(&pool->spawn_mu, NULL);
     if (err != 0)
         goto out_free_sleep;
+    err = -pthread_mutex_init(&pool->caller_mu, NULL);
+    if (err != 0)
+        goto out_free_spawn_mu;
     *out = pool;
     return 0;
 
+out_free_spawn_mu:
+    pthread_mutex_destroy(&pool->spawn_mu);
 out_free_sleep:
     mp__pool_sleep_destroy(&pool->sleep);
 out_free_deques:
@@ -149,7 +179,7 @@ static int spawn_one(mp_pool *pool)
     pthread_mutex_lock(&pool->spawn_mu);
     /* Relaxed: written only under spawn_mu, which we hold. */
     unsigned i = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
-    if (pool->stopping || i >= pool->nworkers) {
+    if (pool->stopping || i >= pool->nthreads) {
         pthread_mutex_unlock(&pool->spawn_mu);
         return -ENOSPC;
     }
@@ -212,9 +242,11 @@ static uint64_t next_rand(mp__pool_worker *w)
 static mp__pool_job *steal_any(mp__pool_worker *w)
 {
     mp_pool *pool = w->pool;
-    /* Relaxed: slots past this have no thread and empty deques; a stale value only skips a
-     * worker that has just started and has nothing yet. */
-    size_t n = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
+    /* Relaxed: thread slots past this have no thread and empty deques; a stale value only
+     * skips a worker that has just started and has nothing yet. */
+    size_t spawned = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
+    /* Victims: the started thread slots, then the caller slot (index nthreads) if any. */
+    size_t n = spawned + (pool->caller_slot ? 1 : 0);
     if (n <= 1)
         return NULL;
     for (;;) {
@@ -222,6 +254,8 @@ static mp__pool_job *steal_any(mp__pool_worker *w)
         size_t start = (size_t)(next_rand(w) % n);
         for (size_t k = 0; k < n; k++) {
             size_t i = start + k < n ? start + k : start + k - n;
+            if (i == spawned)
+                i = pool->nthreads;
             if (i == w->index)
                 continue;
             mp__pool_job *job;
@@ -277,7 +311,7 @@ static mp__pool_job *find_work(mp__pool_worker *w)
     mp__pool_job *job = mp__pool_deque_pop_owner(&w->deque);
     if (job == NULL)
         job = steal_any(w);
-    if (job == NULL)
+    if (job == NULL && w->index < w->pool->nthreads) /* not the caller slot: see the top */
         job = take_injected(w);
     return job;
 }
@@ -330,8 +364,8 @@ static int ensure_started(mp_pool *pool)
     /* As many attempts as the pool has slots: a failure does not use its slot up, so they
      * all try the same one, but a pool of N threads should not fail a call where N spawns
      * would have found one that works. */
-    int err = 0;
-    for (unsigned tries = 0; tries < pool->nworkers; tries++) {
+    int err = -ENOSPC;
+    for (unsigned tries = 0; tries < pool->nthreads; tries++) {
         if (atomic_load_explicit(&pool->started, memory_order_relaxed) != 0)
             return 0;
         err = spawn_one(pool);
@@ -341,6 +375,23 @@ static int ensure_started(mp_pool *pool)
     return atomic_load_explicit(&pool->started, memory_order_relaxed) != 0 ? 0 : err;
 }
 
+/* The calling thread holds caller_mu: it works in the caller slot until fn returns. */
+static void call_in_slot(mp_pool *pool, mp_pool_fn fn, void *arg)
+{
+    mp__pool_worker *slot = &pool->workers[pool->nthreads];
+    mp__pool_worker *outer = mp__pool_current; /* a worker of another pool, or NULL */
+    mp__pool_current = slot;
+    fn(arg);
+    /* What stolen jobs pushed here and nobody took (see the top). */
+    mp__pool_job *job;
+    while ((job = mp__pool_deque_pop_owner(&slot->deque)) != NULL)
+        mp__pool_execute(job);
+    mp__pool_current = outer;
+    /* Relaxed: a statistic. */
+    atomic_fetch_add_explicit(&pool->caller_calls, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&pool->caller_mu);
+}
+
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg)
 {
     mp__pool_worker *w = mp__pool_current;
@@ -348,9 +399,23 @@ int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg)
         fn(arg);
         return 0;
     }
-    int err = ensure_started(pool);
-    if (err != 0)
-        return err;
+    int err;
+    if (pool->caller_slot) {
+        if (pthread_mutex_trylock(&pool->caller_mu) == 0) {
+            call_in_slot(pool, fn, arg);
+            return 0;
+        }
+        /* Taken: the threads take the call, if there can be one; else wait for the slot. */
+        if (ensure_started(pool) != 0) {
+            pthread_mutex_lock(&pool->caller_mu);
+            call_in_slot(pool, fn, arg);
+            return 0;
+        }
+    } else {
+        err = ensure_started(pool);
+        if (err != 0)
+            return err;
+    }
     struct call_job c;
     err = mp__pool_lock_latch_init(&c.done);
     if (err != 0)
@@ -384,6 +449,7 @@ void mp_pool_free(mp_pool *pool)
             pthread_join(pool->workers[i].thread, NULL);
     }
     pthread_mutex_destroy(&pool->spawn_mu);
+    pthread_mutex_destroy(&pool->caller_mu);
     mp__pool_sleep_destroy(&pool->sleep);
     for (unsigned i = 0; i < pool->nworkers; i++)
         mp__pool_deque_destroy(&pool->workers[i].deque);
@@ -402,6 +468,7 @@ int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out)
     /* Relaxed: statistics, each a plain snapshot. */
     out->workers_started = atomic_load_explicit(&pool->started, memory_order_relaxed);
     out->injected = atomic_load_explicit(&pool->inject.pushed, memory_order_relaxed);
+    out->caller_calls = atomic_load_explicit(&pool->caller_calls, memory_order_relaxed);
     out->workers_sleeping = mp__sleep_sleeping(mp__pool_sleep_load(&pool->sleep));
     for (unsigned i = 0; i < pool->nworkers; i++) {
         out->stolen += atomic_load_explicit(&pool->workers[i].stolen, memory_order_relaxed);

@@ -272,6 +272,14 @@ static inline uint64_t mp__pool_sleep_new_internal_jobs(mp__pool_sleep *s, uint3
     return mp__pool_sleep_new_jobs(s, njobs, queue_was_empty);
 }
 uint64_t mp__pool_sleep_new_injected_jobs(mp__pool_sleep *s, uint32_t njobs, bool queue_was_empty);
+
+/* Whether some worker is idle: searching for work, or asleep. A hint for splitting work on
+ * demand (parallel.c): acting on a stale answer costs one needless split, or one split late. */
+static inline bool mp__pool_sleep_someone_idle(mp__pool_sleep *s)
+{
+    /* Relaxed: a hint, see above; nothing is read through it. */
+    return mp__sleep_inactive(atomic_load_explicit(&s->counters, memory_order_relaxed)) > 0;
+}
 bool mp__pool_sleep_wake_specific(mp__pool_sleep *s, uint32_t worker);
 uint64_t mp__pool_sleep_load(mp__pool_sleep *s);
 
@@ -307,10 +315,16 @@ struct mp_pool {
     alignas(MP__CACHE_LINE) _Atomic unsigned spawned; /* atomic: slots handed to a spawn,
                                                             written under spawn_mu */
     _Atomic unsigned started; /* atomic: threads running, written under spawn_mu */
-    unsigned nworkers;        /* immutable */
+    unsigned nworkers;        /* immutable: slots, the caller's included */
+    unsigned nthreads;        /* immutable: slots 0 .. nthreads - 1 get a thread each */
+    bool caller_slot;         /* immutable: slot nthreads (the last) is mp_pool_call's caller's */
     size_t stack_size;        /* immutable: 0 = the system default */
     unsigned fail_spawn_nth;  /* immutable: testhook.c */
     mp__pool_worker *workers; /* immutable pointer: nworkers slots */
+    /* Held by the outside thread that works in the caller slot, for the length of its call.
+     * Lock and unlock order one holder's use of the slot's deque and rng before the next's. */
+    pthread_mutex_t caller_mu;
+    _Atomic uint64_t caller_calls; /* atomic: stats, calls that ran in the caller slot */
     pthread_mutex_t spawn_mu;
     bool stopping;           /* guarded by spawn_mu */
     unsigned spawn_attempts; /* guarded by spawn_mu */
@@ -333,7 +347,7 @@ static inline void mp__pool_execute(mp__pool_job *job)
 static inline void mp__pool_notify_jobs(mp_pool *pool, uint64_t counters, uint32_t njobs)
 {
     /* Relaxed: a hint that every slot has been tried; the spawn path decides under spawn_mu. */
-    if (mp__unlikely(atomic_load_explicit(&pool->spawned, memory_order_relaxed) < pool->nworkers))
+    if (mp__unlikely(atomic_load_explicit(&pool->spawned, memory_order_relaxed) < pool->nthreads))
         mp__pool_spawn_for_jobs(pool, counters, njobs);
 }
 

@@ -50,6 +50,9 @@
  * the worker sees the job and does not block; if #2 is first, the injector sees the sleeper
  * and wakes it. The JEC covers this too, except when 2^31 announcements wrap the 32-bit JEC
  * back to the snapshot between (A) and (B); the fences make that case safe as well.
+ *
+ * The caller slot's thread (pool.c) never takes injected jobs, so it does not look at the
+ * injection stack before sleeping: it sleeps until its latch is set or a poster wakes it.
  */
 #include <errno.h>
 #include <sched.h>
@@ -243,7 +246,7 @@ static void go_to_sleep(mp__pool_sleep *s, mp__pool_idle *idle, mp__pool_core_la
     /* #2 seq_cst: orders the registration above before the read of the injection stack;
      * pairs with fence #1 in mp__pool_sleep_new_injected_jobs() (sleep.c). */
     mp__pool_fence_seq_cst();
-    if (mp__pool_has_injected(pool)) {
+    if (idle->worker < pool->nthreads && mp__pool_has_injected(pool)) {
         /* Nobody will wake us for this job: unregister ourselves. seq_cst as in the waker. */
         atomic_fetch_sub_explicit(&s->counters, MP__SLEEP_ONE_SLEEPING, memory_order_seq_cst);
     } else {

@@ -205,7 +205,15 @@ static void chain(void *v)
 
 Test(join, ten_thousand_deep_on_grown_stack, .timeout = 120)
 {
-    mp_pool *p = make_pool(2, (size_t)64 << 20, 4);
+    /* On the threads: the caller slot would run the chain on this thread's own stack. */
+    mp_pool_config cfg;
+    mp_pool *p = NULL;
+    mp_pool_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.stack_size = (size_t)64 << 20;
+    cfg.deque_capacity = 4;
+    cfg.calls_on_workers = true;
+    cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     _Atomic long leaves;
     atomic_init(&leaves, 0);
     for (int rep = 0; rep < 3; rep++) {

@@ -1,11 +1,15 @@
 /* Tests for runtime/src/pool/parallel.c: parallel_for covers every index exactly once, a
- * parallel sum and a non-commutative reduce match the sequential answers. */
+ * parallel sum and a non-commutative reduce match the sequential answers, and without a grain
+ * a loop splits as demand asks: little when nobody is idle, more when a worker is. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "magpie.h"
+#include "pool/pool_internal.h"
 
 static mp_pool *make_pool(size_t threads)
 {
@@ -160,26 +164,152 @@ static void combine_span(void *left, const void *right, void *arg)
     l->hi = r->hi;
 }
 
+struct span_call {
+    size_t grain;
+    struct span out;
+};
+
 static void run_span(void *v)
 {
-    struct span *out = v;
+    struct span_call *c = v;
     struct span id = {1, 0, 1};
-    cr_assert_eq(
-        mp_pool_parallel_reduce(10, 100010, 3, sizeof(id), &id, fold_span, combine_span, NULL, out),
-        0);
+    cr_assert_eq(mp_pool_parallel_reduce(10, 100010, c->grain, sizeof(id), &id, fold_span,
+                                         combine_span, NULL, &c->out),
+                 0);
 }
 
 Test(parallel, reduce_combines_in_index_order, .timeout = 60)
 {
+    /* fold_span overwrites its accumulator: grain 0 runs a piece in chunks, and each chunk
+     * must start from the identity and be combined in order. */
     mp_pool *p = make_pool(4);
-    for (int rep = 0; rep < 5; rep++) {
-        struct span out = {0, 0, 0};
-        cr_assert_eq(mp_pool_call(p, run_span, &out), 0);
-        cr_assert_eq(out.ok, 1);
-        cr_assert_eq(out.lo, 10);
-        cr_assert_eq(out.hi, 100010);
+    for (int rep = 0; rep < 10; rep++) {
+        struct span_call c = {rep % 2 == 0 ? 3 : 0, {0, 0, 0}};
+        cr_assert_eq(mp_pool_call(p, run_span, &c), 0);
+        cr_assert_eq(c.out.ok, 1, "grain %zu", c.grain);
+        cr_assert_eq(c.out.lo, 10);
+        cr_assert_eq(c.out.hi, 100010);
     }
     mp_pool_free(p);
+}
+
+/* Without a grain, on a pool nobody else works in: log2(workers) halvings, then 16 chunks per
+ * piece and no more splits. A pool of 1 splits once: 2 pieces, 32 body calls. */
+
+struct calls {
+    _Atomic unsigned n;
+    _Atomic size_t max_piece;
+};
+
+static void count_call(size_t lo, size_t hi, void *v)
+{
+    struct calls *c = v;
+    /* Relaxed: counters read after the call returns. */
+    atomic_fetch_add_explicit(&c->n, 1, memory_order_relaxed);
+    if (hi - lo > atomic_load_explicit(&c->max_piece, memory_order_relaxed))
+        atomic_store_explicit(&c->max_piece, hi - lo, memory_order_relaxed);
+}
+
+static void run_count(void *v)
+{
+    cr_assert_eq(mp_pool_parallel_for(0, 64000, 0, count_call, v), 0);
+}
+
+Test(parallel, a_loop_nobody_steals_from_splits_little, .timeout = 30)
+{
+    mp_pool *p = make_pool(1);
+    struct calls c;
+    atomic_init(&c.n, 0);
+    atomic_init(&c.max_piece, 0);
+    cr_assert_eq(mp_pool_call(p, run_count, &c), 0);
+    cr_assert_eq(atomic_load_explicit(&c.n, memory_order_relaxed), 32);
+    cr_assert_eq(atomic_load_explicit(&c.max_piece, memory_order_relaxed), 64000 / 32);
+    mp_pool_free(p);
+}
+
+/* A piece that may not split any more still gives an idle worker part of itself. The caller's
+ * first piece [0, N/4) waits in its first chunk until the thread has finished everything else
+ * and gone to sleep, with nothing left to steal; then it waits, in its next chunk, for the
+ * thread to run an index below N/4. Only a split of the running piece can give it one. */
+
+enum { N_LAZY = 1 << 16 };
+
+struct lazy {
+    mp_pool *pool;
+    int caller; /* the caller slot's index */
+    _Atomic bool thread_got_a_part;
+    _Atomic bool timed_out;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool wait_for(struct lazy *l, bool (*cond)(struct lazy *))
+{
+    if (atomic_load_explicit(&l->timed_out, memory_order_relaxed))
+        return false; /* failed already: let the loop finish */
+    double deadline = now_s() + 10;
+    while (now_s() < deadline) {
+        if (cond(l))
+            return true;
+        sched_yield();
+    }
+    /* Relaxed: read after the call. */
+    atomic_store_explicit(&l->timed_out, true, memory_order_relaxed);
+    return false;
+}
+
+/* Asleep, not merely idle: an idle thread may be between taking our last job and counting
+ * itself busy, and would then not be idle when our piece looks. Asleep, it stays idle until
+ * our split wakes it. */
+static bool thread_asleep_and_nothing_to_steal(struct lazy *l)
+{
+    return mp__sleep_sleeping(mp__pool_sleep_load(&l->pool->sleep)) > 0 &&
+           mp__pool_deque_is_empty(&mp__pool_current->deque);
+}
+
+static bool thread_got_a_part(struct lazy *l)
+{
+    return atomic_load_explicit(&l->thread_got_a_part, memory_order_relaxed);
+}
+
+static void lazy_body(size_t lo, size_t hi, void *v)
+{
+    struct lazy *l = v;
+    if (lo >= N_LAZY / 4)
+        return; /* the rest of the loop: nothing to do */
+    if (mp_pool_worker_index() != l->caller) {
+        atomic_store_explicit(&l->thread_got_a_part, true, memory_order_relaxed);
+        return;
+    }
+    (void)hi;
+    if (lo == 0)
+        wait_for(l, thread_asleep_and_nothing_to_steal);
+    else
+        wait_for(l, thread_got_a_part);
+}
+
+static void run_lazy(void *v)
+{
+    struct lazy *l = v;
+    l->caller = mp_pool_worker_index();
+    cr_assert_eq(mp_pool_parallel_for(0, N_LAZY, 0, lazy_body, l), 0);
+}
+
+Test(parallel, an_idle_worker_gets_part_of_a_running_piece, .timeout = 60)
+{
+    struct lazy l = {.pool = make_pool(2)};
+    atomic_init(&l.thread_got_a_part, false);
+    atomic_init(&l.timed_out, false);
+    cr_assert_eq(mp_pool_call(l.pool, run_lazy, &l), 0);
+    cr_assert_not(atomic_load_explicit(&l.timed_out, memory_order_relaxed),
+                  "the idle thread never got part of the caller's running piece");
+    cr_assert(atomic_load_explicit(&l.thread_got_a_part, memory_order_relaxed));
+    mp_pool_free(l.pool);
 }
 
 Test(parallel, reduce_rejects_bad_arguments_and_handles_empty)

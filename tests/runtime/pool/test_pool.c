@@ -1,5 +1,6 @@
-/* Tests for runtime/src/pool/pool.c: life cycle, lazy thread start, external calls from many
- * threads, survival of a failed thread spawn, and an idle pool that uses no CPU. */
+/* Tests for runtime/src/pool/pool.c: life cycle, lazy thread start, the caller slot, external
+ * calls from many threads, survival of a failed thread spawn, and an idle pool that uses no
+ * CPU. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -13,15 +14,21 @@
 
 #include "pool/pool_internal.h"
 
-static mp_pool *make_pool(size_t threads, unsigned fail_at)
+static mp_pool *make_pool_on(size_t threads, unsigned fail_at, bool calls_on_workers)
 {
     mp_pool_config cfg;
     mp_pool *p = NULL;
     mp_pool_config_init(&cfg);
     cfg.workers = threads;
+    cfg.calls_on_workers = calls_on_workers;
     mp__test_fail_spawn_nth(fail_at);
     cr_assert_eq(mp_pool_new(&p, &cfg), 0);
     return p;
+}
+
+static mp_pool *make_pool(size_t threads, unsigned fail_at)
+{
+    return make_pool_on(threads, fail_at, false);
 }
 
 struct fib {
@@ -84,18 +91,123 @@ static void nested_call(void *v)
     cr_assert_eq(idx, mp_pool_worker_index());
 }
 
-Test(pool, call_runs_on_a_worker, .timeout = 30)
+Test(pool, call_runs_on_its_caller_in_the_last_slot, .timeout = 30)
 {
     mp_pool *p = make_pool(2, 0);
     int idx = -2;
     cr_assert_eq(mp_pool_call(p, where, &idx), 0);
-    cr_assert(idx >= 0 && idx < 2);
+    cr_assert_eq(idx, 1, "ran in slot %d, not the caller slot", idx);
+    cr_assert_eq(mp_pool_worker_index(), -1, "the slot must be left after the call");
     cr_assert_eq(mp_pool_call(p, nested_call, &p), 0);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_geq(st.workers_started, 1);
-    cr_assert_eq(st.injected, 2);
+    cr_assert_eq(st.workers_started, 0, "nothing was forked: no thread is needed");
+    cr_assert_eq(st.caller_calls, 2);
+    cr_assert_eq(st.injected, 0);
     mp_pool_free(p);
+}
+
+Test(pool, calls_on_workers_runs_calls_on_the_threads, .timeout = 30)
+{
+    mp_pool *p = make_pool_on(2, 0, true);
+    int idx = -2;
+    cr_assert_eq(mp_pool_call(p, where, &idx), 0);
+    cr_assert(idx >= 0 && idx < 2, "ran in slot %d", idx);
+    cr_assert_eq(mp_pool_call(p, nested_call, &p), 0);
+    struct fib f = {18, 0};
+    cr_assert_eq(mp_pool_call(p, fib, &f), 0);
+    cr_assert_eq(f.r, fib_seq(18));
+    mp_pool_stats st;
+    mp_pool_stats_get(p, &st);
+    cr_assert_geq(st.workers_started, 1);
+    cr_assert_eq(st.injected, 3);
+    cr_assert_eq(st.caller_calls, 0);
+    mp_pool_free(p);
+}
+
+/* The caller slot's joins go to the threads: a leaf that spins until another leaf has run on
+ * another slot returns only if the pool's threads steal from the caller. */
+struct spread {
+    _Atomic int other_slot; /* a slot other than the caller's that ran a leaf, or -1 */
+    int caller_slot;
+};
+
+static void spread_leaf(void *v)
+{
+    struct spread *s = v;
+    int me = mp_pool_worker_index();
+    if (me != s->caller_slot) {
+        /* Relaxed: a flag; the join orders everything else. */
+        atomic_store_explicit(&s->other_slot, me, memory_order_relaxed);
+        return;
+    }
+    while (atomic_load_explicit(&s->other_slot, memory_order_relaxed) < 0)
+        sched_yield();
+}
+
+static void spread_root(void *v)
+{
+    struct spread *s = v;
+    s->caller_slot = mp_pool_worker_index();
+    mp_pool_join(spread_leaf, s, spread_leaf, s);
+}
+
+Test(pool, threads_steal_from_the_caller_slot, .timeout = 30)
+{
+    mp_pool *p = make_pool(3, 0);
+    struct spread s = {.caller_slot = -1};
+    atomic_init(&s.other_slot, -1);
+    cr_assert_eq(mp_pool_call(p, spread_root, &s), 0);
+    cr_assert_eq(s.caller_slot, 2);
+    int other = atomic_load_explicit(&s.other_slot, memory_order_relaxed);
+    cr_assert(other == 0 || other == 1, "leaf ran in slot %d", other);
+    mp_pool_stats st;
+    mp_pool_stats_get(p, &st);
+    cr_assert_geq(st.workers_started, 1);
+    cr_assert_leq(st.workers_started, 2, "a pool of 3 starts at most 2 threads");
+    cr_assert_geq(st.stolen, 1);
+    mp_pool_free(p);
+}
+
+/* A job left on the caller slot's deque when fn returns (in real use: a scope spawn that a
+ * stolen job pushed there while the caller waited on something else) must run before the call
+ * returns the slot, for nobody else pops that deque. A pool of 1 has no thread that could
+ * steal it: only the caller's drain runs it. */
+struct left {
+    mp__pool_job job;
+    _Atomic bool ran;
+};
+
+static void left_execute(mp__pool_job *job)
+{
+    struct left *l = mp_container_of(job, struct left, job);
+    /* Relaxed: read after mp_pool_call or mp_pool_free returns, which order it. */
+    atomic_store_explicit(&l->ran, true, memory_order_relaxed);
+}
+
+static void push_and_return(void *v)
+{
+    struct left *l = v;
+    l->job.execute = left_execute;
+    cr_assert_eq(mp__pool_worker_push(mp__pool_current, &l->job), 0);
+}
+
+Test(pool, caller_runs_what_is_left_on_its_deque_before_leaving, .timeout = 30)
+{
+    mp_pool *p = make_pool(1, 0);
+    struct left l;
+    atomic_init(&l.ran, false);
+    cr_assert_eq(mp_pool_call(p, push_and_return, &l), 0);
+    cr_assert(atomic_load_explicit(&l.ran, memory_order_relaxed),
+              "the job left on the caller slot's deque never ran");
+    mp_pool_free(p);
+
+    /* With a thread, either may run it; it must have run once the pool is gone. */
+    p = make_pool(2, 0);
+    atomic_init(&l.ran, false);
+    cr_assert_eq(mp_pool_call(p, push_and_return, &l), 0);
+    mp_pool_free(p);
+    cr_assert(atomic_load_explicit(&l.ran, memory_order_relaxed));
 }
 
 /* 32 external threads call at once, each several times. */
@@ -121,9 +233,9 @@ static void *caller_main(void *v)
     return NULL;
 }
 
-static void many_callers(size_t threads)
+static mp_pool_stats many_callers(size_t threads, bool calls_on_workers)
 {
-    mp_pool *p = make_pool(threads, 0);
+    mp_pool *p = make_pool_on(threads, 0, calls_on_workers);
     pthread_t th[CALLERS];
     struct caller c[CALLERS];
     pthread_barrier_t start;
@@ -139,18 +251,26 @@ static void many_callers(size_t threads)
     pthread_barrier_destroy(&start);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
-    cr_assert_eq(st.injected, CALLERS * CALLS_EACH);
+    cr_assert_eq(st.injected + st.caller_calls, CALLERS * CALLS_EACH);
     mp_pool_free(p);
+    return st;
 }
 
 Test(pool, thirty_two_external_callers_at_once, .timeout = 60)
 {
-    many_callers(4);
+    many_callers(4, false);
+    mp_pool_stats st = many_callers(4, true);
+    cr_assert_eq(st.caller_calls, 0);
 }
 
 Test(pool, thirty_two_callers_one_worker, .timeout = 60)
 {
-    many_callers(1);
+    /* No thread slot: the callers take turns in the caller slot. */
+    mp_pool_stats st = many_callers(1, false);
+    cr_assert_eq(st.caller_calls, CALLERS * CALLS_EACH);
+    cr_assert_eq(st.workers_started, 0);
+    st = many_callers(1, true);
+    cr_assert_eq(st.injected, CALLERS * CALLS_EACH);
 }
 
 /* Failed spawns: the hook fails the Nth pthread_create. */
@@ -165,33 +285,71 @@ Test(pool, first_spawn_fails_next_slot_takes_over, .timeout = 30)
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
     cr_assert_eq(st.last_spawn_error, -EAGAIN);
-    cr_assert_geq(st.workers_started, 1); /* the failed slot is retried, so up to 3 */
+    cr_assert_geq(st.workers_started, 1); /* the failed slot is retried, so up to 2 */
     mp_pool_free(p);
+}
+
+/* The caller forks b, which starts thread 0 (spawn 1); while b keeps thread 0 busy, the
+ * caller forks again with nobody idle, so the second spawn happens then, deterministically,
+ * and fails. */
+struct busy {
+    _Atomic bool b_running, a_done;
+    struct fib c, d;
+};
+
+static void busy_b(void *v)
+{
+    struct busy *x = v;
+    /* Relaxed: flags between the two halves; the join orders the rest. */
+    atomic_store_explicit(&x->b_running, true, memory_order_relaxed);
+    while (!atomic_load_explicit(&x->a_done, memory_order_relaxed))
+        sched_yield();
+}
+
+static void busy_a(void *v)
+{
+    struct busy *x = v;
+    while (!atomic_load_explicit(&x->b_running, memory_order_relaxed))
+        sched_yield();
+    mp_pool_join(fib, &x->c, fib, &x->d); /* pushes d while thread 0 is in b: spawn 2 */
+    atomic_store_explicit(&x->a_done, true, memory_order_relaxed);
+}
+
+static void busy_root(void *v)
+{
+    mp_pool_join(busy_a, v, busy_b, v);
 }
 
 Test(pool, second_spawn_fails_pool_runs_on_and_retries_the_slot, .timeout = 30)
 {
-    /* The only started worker is busy when it posts its first join, so the second spawn
-     * happens then, deterministically, and fails. The pool runs on; the slot stays unstarted
-     * and a later spawn (the third attempt) may start it. */
-    mp_pool *p = make_pool(2, 2);
+    mp_pool *p = make_pool(3, 2);
+    struct busy x = {.c = {15, 0}, .d = {16, 0}};
+    atomic_init(&x.b_running, false);
+    atomic_init(&x.a_done, false);
+    cr_assert_eq(mp_pool_call(p, busy_root, &x), 0);
+    cr_assert_eq(x.c.r, fib_seq(15));
+    cr_assert_eq(x.d.r, fib_seq(16));
+    mp_pool_stats st;
+    mp_pool_stats_get(p, &st);
+    cr_assert_eq(st.spawn_failures, 1);
+    cr_assert_eq(st.last_spawn_error, -EAGAIN);
+    /* The pool runs on; the failed slot stays unstarted, and a later spawn may start it. */
     for (int i = 0; i < 5; i++) {
         struct fib f = {20, 0};
         cr_assert_eq(mp_pool_call(p, fib, &f), 0);
         cr_assert_eq(f.r, fib_seq(20));
     }
-    mp_pool_stats st;
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
-    cr_assert_eq(st.last_spawn_error, -EAGAIN);
     cr_assert_geq(st.workers_started, 1);
     cr_assert_leq(st.workers_started, 2);
     mp_pool_free(p);
 }
 
-Test(pool, no_thread_at_all_fails_the_call_and_the_next_call_retries, .timeout = 30)
+Test(pool, calls_on_workers_with_no_thread_at_all_fails_the_call_and_the_next_retries,
+     .timeout = 30)
 {
-    mp_pool *p = make_pool(1, 1);
+    mp_pool *p = make_pool_on(1, 1, true);
     struct fib f = {10, -1};
     cr_assert_eq(mp_pool_call(p, fib, &f), -EAGAIN);
     cr_assert_eq(f.r, -1, "fn must not have run");
@@ -207,6 +365,76 @@ Test(pool, no_thread_at_all_fails_the_call_and_the_next_call_retries, .timeout =
     cr_assert_eq(st.workers_started, 1);
     cr_assert_eq(st.spawn_failures, 1);
     mp_pool_free(p);
+}
+
+Test(pool, without_a_thread_the_call_runs_on_its_caller, .timeout = 30)
+{
+    mp_pool *p = make_pool(2, 1);
+    struct fib f = {1, -1};
+    cr_assert_eq(mp_pool_call(p, fib, &f), 0); /* no fork: no spawn */
+    cr_assert_eq(f.r, 1);
+    f = (struct fib){10, -1};
+    cr_assert_eq(mp_pool_call(p, fib, &f), 0); /* the first spawn fails; fib runs on */
+    cr_assert_eq(f.r, fib_seq(10));
+    mp_pool_stats st;
+    mp_pool_stats_get(p, &st);
+    cr_assert_eq(st.spawn_failures, 1);
+    cr_assert_eq(st.caller_calls, 2);
+    mp_pool_free(p);
+}
+
+/* A second caller finds the caller slot taken and no thread able to start: it waits for the
+ * slot. The holder leaves once the second caller's spawn has failed, i.e. once the second
+ * caller is on its way to wait. */
+struct holder {
+    mp_pool *pool;
+    _Atomic bool inside;
+    int second_slot;
+};
+
+static void hold_until_spawn_failed(void *v)
+{
+    struct holder *h = v;
+    /* Relaxed: a flag for the test body. */
+    atomic_store_explicit(&h->inside, true, memory_order_relaxed);
+    mp_pool_stats st;
+    do {
+        sched_yield();
+        mp_pool_stats_get(h->pool, &st);
+    } while (st.spawn_failures == 0);
+}
+
+static void second_where(void *v)
+{
+    struct holder *h = v;
+    h->second_slot = mp_pool_worker_index();
+}
+
+static void *second_caller(void *v)
+{
+    struct holder *h = v;
+    while (!atomic_load_explicit(&h->inside, memory_order_relaxed))
+        sched_yield();
+    return (void *)(intptr_t)mp_pool_call(h->pool, second_where, h);
+}
+
+Test(pool, second_caller_waits_for_the_slot_when_no_thread_can_start, .timeout = 30)
+{
+    struct holder h = {.pool = make_pool(2, 1), .second_slot = -2};
+    atomic_init(&h.inside, false);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, second_caller, &h), 0);
+    cr_assert_eq(mp_pool_call(h.pool, hold_until_spawn_failed, &h), 0);
+    void *rc;
+    pthread_join(t, &rc);
+    cr_assert_eq((intptr_t)rc, 0);
+    cr_assert_eq(h.second_slot, 1, "the second call ran in slot %d", h.second_slot);
+    mp_pool_stats st;
+    mp_pool_stats_get(h.pool, &st);
+    cr_assert_eq(st.caller_calls, 2);
+    cr_assert_eq(st.injected, 0);
+    cr_assert_eq(st.workers_started, 0);
+    mp_pool_free(h.pool);
 }
 
 /* Idle: after the sleep rounds, workers block and use no CPU at all. */

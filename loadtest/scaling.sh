@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# scaling.sh: the scheduler and the fork-join pool at more workers than this project's 2-vCPU
+# machines have, beside Tokio, Rayon, OpenMP and oneTBB in the same run.
+#
+#   loadtest/scaling.sh pack     # here: build every program into build/scaling/, with the
+#                                # shared libraries they load, for a machine with no toolchain
+#   loadtest/scaling.sh run      # there: run what pack built (LD_LIBRARY_PATH=build/scaling/lib)
+#   WORKERS="2 4 8 16" ROUNDS=3 loadtest/scaling.sh run
+#
+# `run` needs nothing but the packed folder and a shell: the bigger machines lent to this work
+# reach no package registry. Per worker count it runs, interleaved and one process at a time:
+#   - the runtime benchmark (runtime/bench.c and its Tokio twin, every workload, ROUNDS
+#     alternations with the order swapped each time, INNER timed rounds each);
+#   - the fork-join workloads (FJ_WORKLOADS) on magpie's pool, Rayon and oneTBB, and on OpenMP
+#     tasks for OMP_WORKLOADS only (OpenMP's untied tasks take minutes on fib35 and tree20).
+# Output: one table per part, worker counts across, and the raw lines in $OUT (or
+# build/scaling/results) for a second look.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pack=build/scaling
+mode=${1:-}
+
+case $mode in
+pack)
+    # The same builds as runtime/compare.sh and forkjoin/compare.sh, so the figures match.
+    make --no-print-directory build/release/libmagpie.a >&2
+    mkdir -p "$pack/lib"
+    cc -O2 -std=c11 -D_GNU_SOURCE -pthread -Iruntime/include loadtest/runtime/bench.c \
+        build/release/libmagpie.a -luv -o "$pack/magpie-bench"
+    (cd loadtest/runtime/tokio &&
+        CARGO_HOME="$PWD/../../../build/bench/cargo-home" \
+            CARGO_TARGET_DIR="$PWD/../../../build/bench/tokio-target" \
+            RUSTC=/usr/bin/rustc /usr/bin/cargo build --release --offline --quiet)
+    cp build/bench/tokio-target/release/tokio-bench "$pack/"
+    fj=loadtest/forkjoin
+    gcc -std=c11 -D_GNU_SOURCE -O2 -g -pthread -Iruntime/include -Iruntime/src -I"$fj" \
+        runtime/src/pool/*.c runtime/src/testhook.c "$fj/bench_magpie.c" -o "$pack/bench_magpie"
+    gcc -std=c11 -D_GNU_SOURCE -O2 -g -fopenmp -I"$fj" "$fj/bench_omp.c" -o "$pack/bench_omp"
+    g++ -std=c++17 -O2 -g -I"$fj" "$fj/bench_tbb.cpp" -ltbb -o "$pack/bench_tbb"
+    (cd "$fj/rayon" && RUSTC=/usr/bin/rustc CARGO_TARGET_DIR="$PWD/../../../build/forkjoin/rayon-target" \
+        /usr/bin/cargo build --release --offline -q)
+    cp build/forkjoin/rayon-target/release/forkjoin-rayon "$pack/bench_rayon"
+    # The libraries a bare glibc system may lack; glibc, libstdc++ and libgcc_s are assumed.
+    for b in "$pack"/magpie-bench "$pack"/bench_omp "$pack"/bench_tbb; do
+        ldd "$b" | awk '/libuv|libtbb|libgomp/ { print $3 }'
+    done | sort -u | xargs -I{} cp -L {} "$pack/lib/"
+    du -sh "$pack"
+    exit 0
+    ;;
+run) ;;
+*)
+    echo "usage: $0 pack|run" >&2
+    exit 2
+    ;;
+esac
+
+export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+WORKERS=${WORKERS:-"2 4 8 16"}
+ROUNDS=${ROUNDS:-3}
+INNER=${INNER:-10}
+REPS=${REPS:-5}
+RT_WORKLOADS=${RT_WORKLOADS:-"spawn_many_local spawn_many_remote_idle yield_many ping_pong chained_spawn spawn_join_worker spawn_join_outside"}
+FJ_WORKLOADS=${FJ_WORKLOADS:-"fib40c tree20 sum sort"}
+OMP_WORKLOADS=${OMP_WORKLOADS:-"fib40c sum sort"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-60}
+res=${OUT:-$pack/results}
+mkdir -p "$res"
+rt=$res/runtime.txt
+fjr=$res/forkjoin.txt
+: >"$rt"
+: >"$fjr"
+export MAGPIE_BENCH_TIMEOUT=20
+
+echo "Machine: $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')), Linux $(uname -r)"
+echo "Load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+t0=$(date +%s)
+
+# one LABEL W CMD...: appends "LABEL W <program's line>" or "LABEL W <workload> FAIL rc".
+one() {
+    local label=$1 w=$2 file=$3 wl=$4 line rc
+    shift 4
+    set +e
+    line=$(timeout -k 5 "$RUN_TIMEOUT" "$@" 2>/dev/null)
+    rc=$?
+    set -e
+    if [ $rc -eq 0 ] && [ -n "$line" ]; then
+        echo "$label $w $line" >>"$file"
+    else
+        echo "$label $w $wl FAIL $rc" >>"$file"
+    fi
+}
+
+for w in $WORKERS; do
+    for a in $(seq 1 "$ROUNDS"); do
+        for wl in $RT_WORKLOADS; do
+            for p in $([ $((a % 2)) -eq 1 ] && echo "magpie tokio" || echo "tokio magpie"); do
+                one "$p" "$w" "$rt" "$wl" "$pack/$p-bench" --workers "$w" --rounds "$INNER" \
+                    --warmup 2 --only "$wl"
+            done
+        done
+        impls="magpie rayon tbb openmp"
+        for wl in $FJ_WORKLOADS; do
+            for p in $impls; do
+                case $p in openmp) case " $OMP_WORKLOADS " in *" $wl "*) ;; *) continue ;; esac ;; esac
+                bin=$pack/bench_$p
+                [ "$p" = openmp ] && bin=$pack/bench_omp
+                one "$p" "$w" "$fjr" "$wl" env OMP_NUM_THREADS="$w" "$bin" "$wl" "$w" "$REPS"
+            done
+            impls="${impls#* } ${impls%% *}" # rotate the order each workload
+        done
+    done
+    echo "workers=$w done at +$(($(date +%s) - t0)) s" >&2
+done
+echo "Runs took $(($(date +%s) - t0)) s; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Runtime lines: "prog W workload ns_per_op ns_total"; fork-join lines:
+# "impl W impl workload threads=N median_ms=X". Both print the median over rounds.
+median_awk='
+function median(s,   n, v, i, j, t) {
+    n = split(s, v, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return n == 0 ? -1 : (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2)
+}'
+echo
+echo "Runtime, ns per operation (median of $ROUNDS runs, each the median of $INNER rounds); ratio = magpie/tokio"
+awk -v workers="$WORKERS" -v wls="$RT_WORKLOADS" "$median_awk"'
+    $4 != "FAIL" { v[$1, $2, $3] = v[$1, $2, $3] " " $4 }
+    END {
+        nw = split(workers, W, " "); nl = split(wls, L, " ")
+        printf "| workload |"; for (i = 1; i <= nw; i++) printf " %s: magpie | tokio | ratio |", W[i]; print ""
+        printf "|---|"; for (i = 1; i <= nw; i++) printf "---:|---:|---:|"; print ""
+        for (k = 1; k <= nl; k++) {
+            printf "| %s |", L[k]
+            for (i = 1; i <= nw; i++) {
+                m = median(v["magpie", W[i], L[k]]); t = median(v["tokio", W[i], L[k]])
+                printf " %.1f | %.1f | %s |", m, t, ((m > 0 && t > 0) ? sprintf("%.2f", m / t) : "-")
+            }
+            print ""
+        }
+    }' "$rt"
+echo
+echo "Fork-join, ms (median of $ROUNDS runs, each the median of $REPS reps); magpie/peer ratios"
+awk -v workers="$WORKERS" -v wls="$FJ_WORKLOADS" "$median_awk"'
+    { split($6, m, "="); if (m[2] != "NaN" && $5 != "FAIL") v[$1, $2, $4] = v[$1, $2, $4] " " m[2] }
+    END {
+        nw = split(workers, W, " "); nl = split(wls, L, " ")
+        print "| workload | workers | magpie | rayon | tbb | openmp | /rayon | /tbb | /openmp |"
+        print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        for (k = 1; k <= nl; k++) for (i = 1; i <= nw; i++) {
+            mg = median(v["magpie", W[i], L[k]]); ry = median(v["rayon", W[i], L[k]])
+            tb = median(v["tbb", W[i], L[k]]); om = median(v["openmp", W[i], L[k]])
+            # Parenthesised: a bare ">" among printf arguments is a redirection.
+            printf "| %s | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s |\n", L[k], W[i], mg, ry, tb,
+                (om > 0 ? sprintf("%.2f", om) : "-"), (ry > 0 ? sprintf("%.2f", mg / ry) : "-"),
+                (tb > 0 ? sprintf("%.2f", mg / tb) : "-"), (om > 0 ? sprintf("%.2f", mg / om) : "-")
+        }
+    }' "$fjr"
+grep -h FAIL "$rt" "$fjr" | sed 's/^/failed: /' || true
