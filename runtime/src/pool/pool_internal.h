@@ -220,6 +220,14 @@ static inline uint32_t mp__sleep_jec(uint64_t c)
 
 #define MP__SLEEP_ROUNDS_UNTIL_SLEEPY   32
 #define MP__SLEEP_ROUNDS_UNTIL_SLEEPING (MP__SLEEP_ROUNDS_UNTIL_SLEEPY + 2)
+/* The idle rounds last at least this long before a worker announces itself sleepy. 32 yields
+ * on an otherwise idle CPU take 10-20 us, and a sleeping worker on a VM takes 40-110 us to
+ * run again once woken (a halted vCPU must be rescheduled by the host), so a program that
+ * calls the pool in a loop with serial work between the calls would pay that per call. The
+ * peers keep their workers awake as long: oneTBB's spin 120-160 us of CPU per idle spell
+ * (measured beside ours), libgomp's 300,000 spins by default. Measured, and its cost, in
+ * loadtest/README.md ("The caller slot"). */
+#define MP__SLEEP_IDLE_MIN_NS 300000u
 
 /* Why a mutex and condvar per worker rather than the core's futex park word (park.c): a
  * sleeper re-checks its latch and the JEC and sets is_blocked under mu, and a waker clears
@@ -244,7 +252,8 @@ typedef struct mp__pool_sleep {
 typedef struct mp__pool_idle {
     uint32_t worker;
     uint32_t rounds;
-    uint32_t jec; /* JEC snapshot taken when announcing sleepy */
+    uint32_t jec;      /* JEC snapshot taken when announcing sleepy */
+    uint64_t since_ns; /* CLOCK_MONOTONIC when the idle rounds began */
 } mp__pool_idle;
 
 int mp__pool_sleep_init(mp__pool_sleep *s, size_t nworkers);

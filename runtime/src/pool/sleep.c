@@ -2,8 +2,9 @@
  * Idle workers and how posters wake them: Rayon's sleep protocol with the Jobs Event Counter.
  *
  * A worker that finds no work becomes inactive (start_looking) and goes through idle rounds,
- * searching between them: 32 rounds that only yield, then it announces itself sleepy (makes the
- * JEC even) and snapshots the JEC, one more round, then it tries to sleep: latch UNSET ->
+ * searching between them: 32 rounds that only yield (and as many more as fill
+ * MP__SLEEP_IDLE_MIN_NS), then it announces itself sleepy (makes the JEC even) and snapshots
+ * the JEC, one more round, then it tries to sleep: latch UNSET ->
  * SLEEPY -> SLEEPING (latch.c), and registers as sleeping with a CAS on the counter word that
  * succeeds only if the JEC still equals its snapshot. Whoever posts jobs makes an even JEC odd
  * and reads the sleeping and inactive counts in the same atomic step, then wakes only as many
@@ -58,6 +59,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pool/pool_internal.h"
 
@@ -141,6 +143,13 @@ static void wake_any(mp__pool_sleep *s, uint32_t n)
     }
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Worker: entering the idle rounds. */
 void mp__pool_sleep_start_looking(mp__pool_sleep *s, mp__pool_idle *idle, uint32_t worker)
 {
@@ -150,6 +159,7 @@ void mp__pool_sleep_start_looking(mp__pool_sleep *s, mp__pool_idle *idle, uint32
     idle->worker = worker;
     idle->rounds = 0;
     idle->jec = 0;
+    idle->since_ns = now_ns();
 }
 
 /* Worker: leaving the idle rounds (it found work, or its latch was set). */
@@ -267,7 +277,10 @@ void mp__pool_sleep_no_work_found(mp__pool_sleep *s, mp__pool_idle *idle,
 {
     if (idle->rounds < MP__SLEEP_ROUNDS_UNTIL_SLEEPY) {
         sched_yield();
-        idle->rounds++;
+        /* The last yield round repeats until the idle spell is long enough. */
+        if (idle->rounds + 1 < MP__SLEEP_ROUNDS_UNTIL_SLEEPY ||
+            now_ns() - idle->since_ns >= MP__SLEEP_IDLE_MIN_NS)
+            idle->rounds++;
     } else if (idle->rounds == MP__SLEEP_ROUNDS_UNTIL_SLEEPY) {
         idle->jec = mp__sleep_jec(bump_jec(s, false)); /* (A): announce sleepy */
         idle->rounds++;

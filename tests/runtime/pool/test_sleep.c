@@ -63,6 +63,43 @@ Test(sleep, inactive_count_and_jec_parity, .timeout = 30)
     mp_pool_free(p);
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The last yield round repeats until MP__SLEEP_IDLE_MIN_NS have passed since the idle spell
+ * began, then the worker announces itself sleepy. Asserted only where the rounds themselves
+ * took less than that window (a preempted test thread may not). */
+Test(sleep, idle_rounds_last_the_minimum_window, .timeout = 30)
+{
+    mp_pool *p = make_pool(2);
+    mp__pool_idle idle;
+    mp__pool_core_latch latch;
+    atomic_init(&latch.state, MP__LATCH_UNSET);
+    mp__pool_sleep_new_internal_jobs(&p->sleep, 1, true); /* an odd JEC, to see the announce */
+    mp__pool_sleep_start_looking(&p->sleep, &idle, 0);
+    while (idle.rounds < MP__SLEEP_ROUNDS_UNTIL_SLEEPY - 1)
+        mp__pool_sleep_no_work_found(&p->sleep, &idle, &latch, p);
+    /* More rounds, stopping short of the announce (a slow run may reach it). */
+    for (int i = 0; i < 8 && idle.rounds == MP__SLEEP_ROUNDS_UNTIL_SLEEPY - 1; i++)
+        mp__pool_sleep_no_work_found(&p->sleep, &idle, &latch, p);
+    if (mono_ns() - idle.since_ns < MP__SLEEP_IDLE_MIN_NS)
+        cr_assert_eq(idle.rounds, MP__SLEEP_ROUNDS_UNTIL_SLEEPY - 1, "announced too early");
+    /* Once the window has passed, the next round announces. */
+    idle.since_ns = mono_ns() - MP__SLEEP_IDLE_MIN_NS;
+    uint32_t jec = mp__sleep_jec(mp__pool_sleep_load(&p->sleep));
+    while (idle.rounds <= MP__SLEEP_ROUNDS_UNTIL_SLEEPY)
+        mp__pool_sleep_no_work_found(&p->sleep, &idle, &latch, p);
+    cr_assert_eq(idle.rounds, MP__SLEEP_ROUNDS_UNTIL_SLEEPY + 1);
+    cr_assert_eq(jec & 1, 1);
+    cr_assert_eq(mp__sleep_jec(mp__pool_sleep_load(&p->sleep)), jec + 1, "announced");
+    mp__pool_sleep_work_found(&p->sleep);
+    mp_pool_free(p);
+}
+
 Test(sleep, job_posted_after_announce_prevents_sleep, .timeout = 30)
 {
     mp_pool *p = make_pool(2);
