@@ -29,6 +29,7 @@ struct loop {
     const void *identity;
     size_t acc_size;
     size_t grain;
+    size_t min_piece; /* grain 0: pieces and chunks are never smaller than this */
     void *arg;
 };
 
@@ -41,7 +42,12 @@ struct piece {
     size_t chunk;    /* adaptive, once it runs: indices per chunk; 0 before */
 };
 
-enum { CHUNKS_PER_PIECE = 16 };
+/* A piece runs in 16 chunks; without a grain, no piece or chunk is smaller than 1/64 of
+ * the loop's share of one worker. That floor keeps the checks between chunks (a load of the
+ * sleep counter word, which every idle worker writes) and the joins of pieces stolen again
+ * and again to about 64 per worker per loop: on 16 workers, a sum over 10^7 int64 without
+ * it split stolen pieces down to 600-index chunks and took 0.66 ms against 0.36 with it. */
+enum { CHUNKS_PER_PIECE = 16, PIECES_PER_WORKER = 64 };
 
 static unsigned workers_here(void)
 {
@@ -57,6 +63,8 @@ static bool split_again(struct piece *p)
         return false;
     if (p->loop->grain != 0)
         return n > p->loop->grain;
+    if (n < 2 * p->loop->min_piece)
+        return false;
     if (mp_pool_worker_index() != p->split_by) {
         /* Stolen: a worker ran out of work, so split finely enough to feed the others. */
         unsigned w = workers_here();
@@ -80,8 +88,11 @@ static size_t next_step(struct piece *p)
     size_t n = p->hi - p->lo;
     if (p->loop->grain != 0)
         return n;
-    if (p->chunk == 0)
+    if (p->chunk == 0) {
         p->chunk = (n + CHUNKS_PER_PIECE - 1) / CHUNKS_PER_PIECE;
+        if (p->chunk < p->loop->min_piece)
+            p->chunk = p->loop->min_piece;
+    }
     return p->chunk < n ? p->chunk : n;
 }
 
@@ -106,6 +117,14 @@ static void for_piece(void *v)
     mp_pool_join(for_piece, &left, for_piece, &right);
 }
 
+static size_t min_piece(size_t n, size_t grain)
+{
+    if (grain != 0)
+        return grain;
+    size_t m = n / ((size_t)PIECES_PER_WORKER * workers_here());
+    return m != 0 ? m : 1;
+}
+
 /* The whole range: as if split off by this worker, with log2(workers) halvings allowed
  * (Rayon starts at the thread count and halves the count per split, the same depth). */
 static struct piece whole(const struct loop *loop, size_t begin, size_t end, void *acc)
@@ -119,7 +138,8 @@ int mp_pool_parallel_for(size_t begin, size_t end, size_t grain, mp_pool_range_f
         return -EINVAL;
     if (begin == end)
         return 0;
-    struct loop loop = {.body = body, .grain = grain, .arg = arg};
+    struct loop loop = {
+        .body = body, .grain = grain, .min_piece = min_piece(end - begin, grain), .arg = arg};
     struct piece all = whole(&loop, begin, end, NULL);
     for_piece(&all);
     return 0;
@@ -177,6 +197,7 @@ int mp_pool_parallel_reduce(size_t begin, size_t end, size_t grain, size_t acc_s
                         .identity = identity,
                         .acc_size = acc_size,
                         .grain = grain,
+                        .min_piece = min_piece(end - begin, grain),
                         .arg = arg};
     /* The result slot may be unaligned or smaller than our scratch: reduce into an aligned
      * local and copy out. */
