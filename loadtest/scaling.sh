@@ -6,6 +6,13 @@
 #                                # shared libraries they load, for a machine with no toolchain
 #   loadtest/scaling.sh run      # there: run what pack built (LD_LIBRARY_PATH=build/scaling/lib)
 #   WORKERS="2 4 8 16" ROUNDS=3 loadtest/scaling.sh run
+#   loadtest/scaling.sh variants # there: every build/scaling/bench_magpie* beside TBB and Rayon
+#
+# `variants` compares pool builds: pack another commit in a worktree (git worktree add
+# /tmp/old COMMIT; cd /tmp/old; loadtest/scaling.sh pack) and copy its bench_magpie here as
+# build/scaling/bench_magpie_NAME. Per worker count and round it runs each variant, oneTBB and
+# Rayon on VARIANT_WORKLOADS (default "sum sort"), in an order rotated every round, and prints
+# the median of ROUNDS (default 7) runs of 7 repetitions.
 #
 # `run` needs nothing but the packed folder and a shell: the bigger machines lent to this work
 # reach no package registry. Per worker count it runs, interleaved and one process at a time:
@@ -48,14 +55,50 @@ pack)
     du -sh "$pack"
     exit 0
     ;;
-run) ;;
+run | variants) ;;
 *)
-    echo "usage: $0 pack|run" >&2
+    echo "usage: $0 pack|run|variants" >&2
     exit 2
     ;;
 esac
 
 export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if [ "$mode" = variants ]; then
+    res=${OUT:-$pack/results}
+    mkdir -p "$res"
+    raw=$res/variants.txt
+    : >"$raw"
+    names=""
+    for b in "$pack"/bench_magpie*; do names="$names ${b#"$pack"/bench_}"; done
+    names="$names tbb rayon"
+    echo "Machine: $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')), Linux $(uname -r)"
+    for w in ${WORKERS:-2 4 8 16}; do
+        for r in $(seq 1 "${ROUNDS:-7}"); do
+            # rotate the order by the round
+            order=$(echo $names | tr ' ' '\n' | awk -v r="$r" '{ a[NR] = $0 } END { for (i = 0; i < NR; i++) print a[(i + r) % NR + 1] }')
+            for wl in ${VARIANT_WORKLOADS:-sum sort}; do
+                for v in $order; do
+                    line=$(timeout -k 5 "${RUN_TIMEOUT:-60}" "$pack/bench_$v" "$wl" "$w" 7 2>/dev/null) || line="x $wl threads=$w median_ms=NaN"
+                    echo "$v $w $wl ${line##*=}" >>"$raw"
+                done
+            done
+        done
+    done
+    echo "| workload | workers |$(for v in $names; do printf ' %s |' "$v"; done)"
+    echo "|---|---:|$(for v in $names; do printf -- '---:|'; done)"
+    for wl in ${VARIANT_WORKLOADS:-sum sort}; do
+        for w in ${WORKERS:-2 4 8 16}; do
+            printf '| %s | %s |' "$wl" "$w"
+            for v in $names; do
+                awk -v v="$v" -v w="$w" -v wl="$wl" '$1 == v && $2 == w && $3 == wl && $4 != "NaN" { print $4 }' "$raw" |
+                    sort -n | awk '{ a[NR] = $1 } END { if (NR) printf " %.3f |", a[int((NR + 1) / 2)]; else printf " - |" }'
+            done
+            echo
+        done
+    done
+    exit 0
+fi
 WORKERS=${WORKERS:-"2 4 8 16"}
 ROUNDS=${ROUNDS:-3}
 INNER=${INNER:-10}

@@ -224,7 +224,7 @@ static inline uint32_t mp__sleep_jec(uint64_t c)
  * on an otherwise idle CPU take 10-20 us, and a sleeping worker on a VM takes 40-110 us to
  * run again once woken (a halted vCPU must be rescheduled by the host), so a program that
  * calls the pool in a loop with serial work between the calls would pay that per call. The
- * peers keep their workers awake as long: oneTBB's spin 120-160 us of CPU per idle spell
+ * peers keep their workers awake as long: oneTBB's spin 120-140 us of CPU per idle spell
  * (measured beside ours), libgomp's 300,000 spins by default. Measured, and its cost, in
  * loadtest/README.md ("The caller slot"). */
 #define MP__SLEEP_IDLE_MIN_NS 300000u
