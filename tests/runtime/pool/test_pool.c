@@ -53,6 +53,14 @@ static long fib_seq(int n)
     return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2);
 }
 
+/* Calls fib(n) through the pool and checks the call and its result. */
+static void call_fib(mp_pool *p, int n)
+{
+    struct fib f = {n, -1};
+    cr_assert_eq(mp_pool_call(p, fib, &f), 0);
+    cr_assert_eq(f.r, fib_seq(n), "fib(%d)", n);
+}
+
 Test(pool, new_starts_no_thread_and_free_is_clean)
 {
     mp_pool *p = make_pool(4, 0);
@@ -114,9 +122,7 @@ Test(pool, calls_on_workers_runs_calls_on_the_threads, .timeout = 30)
     cr_assert_eq(mp_pool_call(p, where, &idx), 0);
     cr_assert(idx >= 0 && idx < 2, "ran in slot %d", idx);
     cr_assert_eq(mp_pool_call(p, nested_call, &p), 0);
-    struct fib f = {18, 0};
-    cr_assert_eq(mp_pool_call(p, fib, &f), 0);
-    cr_assert_eq(f.r, fib_seq(18));
+    call_fib(p, 18);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
     cr_assert_geq(st.workers_started, 1);
@@ -278,9 +284,7 @@ Test(pool, thirty_two_callers_one_worker, .timeout = 60)
 Test(pool, first_spawn_fails_next_slot_takes_over, .timeout = 30)
 {
     mp_pool *p = make_pool(3, 1);
-    struct fib f = {20, 0};
-    cr_assert_eq(mp_pool_call(p, fib, &f), 0);
-    cr_assert_eq(f.r, fib_seq(20));
+    call_fib(p, 20);
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
@@ -334,11 +338,8 @@ Test(pool, second_spawn_fails_pool_runs_on_and_retries_the_slot, .timeout = 30)
     cr_assert_eq(st.spawn_failures, 1);
     cr_assert_eq(st.last_spawn_error, -EAGAIN);
     /* The pool runs on; the failed slot stays unstarted, and a later spawn may start it. */
-    for (int i = 0; i < 5; i++) {
-        struct fib f = {20, 0};
-        cr_assert_eq(mp_pool_call(p, fib, &f), 0);
-        cr_assert_eq(f.r, fib_seq(20));
-    }
+    for (int i = 0; i < 5; i++)
+        call_fib(p, 20);
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
     cr_assert_geq(st.workers_started, 1);
@@ -370,12 +371,8 @@ Test(pool, calls_on_workers_with_no_thread_at_all_fails_the_call_and_the_next_re
 Test(pool, without_a_thread_the_call_runs_on_its_caller, .timeout = 30)
 {
     mp_pool *p = make_pool(2, 1);
-    struct fib f = {1, -1};
-    cr_assert_eq(mp_pool_call(p, fib, &f), 0); /* no fork: no spawn */
-    cr_assert_eq(f.r, 1);
-    f = (struct fib){10, -1};
-    cr_assert_eq(mp_pool_call(p, fib, &f), 0); /* the first spawn fails; fib runs on */
-    cr_assert_eq(f.r, fib_seq(10));
+    call_fib(p, 1);  /* no fork: no spawn */
+    call_fib(p, 10); /* the first spawn fails; fib runs on */
     mp_pool_stats st;
     mp_pool_stats_get(p, &st);
     cr_assert_eq(st.spawn_failures, 1);
