@@ -411,7 +411,9 @@ void mp_pool_free(mp_pool *pool);
  * fn(arg) inline; from a worker of another pool, like any outside thread.
  * Returns 0. With calls_on_workers, fn always runs on a thread, and the call returns the
  * negative errno of the failed spawn (usually -EAGAIN) when the pool could not start a single
- * one; then fn did not run.
+ * one; then fn did not run. Two pools of one slot each, called crosswise from each other's fn
+ * on two threads, wait for each other's caller slot for ever, as two mutexes taken in opposite
+ * orders would: give such pools a thread, or do not nest their calls.
  */
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
 
