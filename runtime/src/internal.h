@@ -142,6 +142,10 @@ unsigned mp__test_fail_spawn_nth_value(void);
  * 0 (the default) = no delay. */
 void mp__test_timer_fire_delay_us(unsigned us);
 unsigned mp__test_timer_fire_delay_us_value(void);
+/* Every pool created after this call sleeps us microseconds between starting a thread and
+ * counting it as started (pool.c, spawn_one), as a preempted spawner would; 0 = no delay. */
+void mp__test_pool_spawn_publish_delay_us(unsigned us);
+unsigned mp__test_pool_spawn_publish_delay_us_value(void);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {

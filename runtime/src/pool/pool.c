@@ -111,6 +111,7 @@ int mp_pool_new(mp_pool **out, const mp_pool_config *cfg)
     atomic_init(&pool->caller_calls, 0);
     pool->stack_size = stack;
     pool->fail_spawn_nth = mp__test_fail_spawn_nth_value();
+    pool->spawn_publish_delay_us = mp__test_pool_spawn_publish_delay_us_value();
     atomic_init(&pool->spawned, 0);
     atomic_init(&pool->started, 0);
     mp__pool_inject_init(&pool->inject);
@@ -203,6 +204,8 @@ static int spawn_one(mp_pool *pool)
         pool->spawn_failures++;
         pool->last_spawn_error = -err;
     } else {
+        if (mp__unlikely(pool->spawn_publish_delay_us != 0))
+            usleep(pool->spawn_publish_delay_us); /* testhook.c: a preempted spawner */
         /* Relaxed: the hot path reads it only to skip the spawn check; every decision is
          * made again under spawn_mu. */
         atomic_store_explicit(&pool->spawned, i + 1, memory_order_relaxed);
@@ -245,6 +248,11 @@ static mp__pool_job *steal_any(mp__pool_worker *w)
     /* Relaxed: thread slots past this have no thread and empty deques; a stale value only
      * skips a worker that has just started and has nothing yet. */
     size_t spawned = atomic_load_explicit(&pool->spawned, memory_order_relaxed);
+    /* A thread that has just started may run before its spawner counts it (spawned is
+     * stored after pthread_create returns): count it here, or it would not see the caller
+     * slot, where the job that got it started waits, and could sleep past it. */
+    if (w->index < pool->nthreads && spawned <= w->index)
+        spawned = w->index + 1;
     /* Victims: the started thread slots, then the caller slot (index nthreads) if any. */
     size_t n = spawned + (pool->caller_slot ? 1 : 0);
     if (n <= 1)

@@ -329,7 +329,8 @@ struct mp_pool {
     bool caller_slot;         /* immutable: slot nthreads (the last) is mp_pool_call's caller's */
     size_t stack_size;        /* immutable: 0 = the system default */
     unsigned fail_spawn_nth;  /* immutable: testhook.c */
-    mp__pool_worker *workers; /* immutable pointer: nworkers slots */
+    unsigned spawn_publish_delay_us; /* immutable: testhook.c */
+    mp__pool_worker *workers;        /* immutable pointer: nworkers slots */
     /* Held by the outside thread that works in the caller slot, for the length of its call.
      * Lock and unlock order one holder's use of the slot's deque and rng before the next's. */
     pthread_mutex_t caller_mu;

@@ -158,9 +158,11 @@ static void spread_root(void *v)
     mp_pool_join(spread_leaf, s, spread_leaf, s);
 }
 
-Test(pool, threads_steal_from_the_caller_slot, .timeout = 30)
+static void steal_from_the_caller_slot(unsigned publish_delay_us)
 {
+    mp__test_pool_spawn_publish_delay_us(publish_delay_us);
     mp_pool *p = make_pool(3, 0);
+    mp__test_pool_spawn_publish_delay_us(0);
     struct spread s = {.caller_slot = -1};
     atomic_init(&s.other_slot, -1);
     cr_assert_eq(mp_pool_call(p, spread_root, &s), 0);
@@ -173,6 +175,20 @@ Test(pool, threads_steal_from_the_caller_slot, .timeout = 30)
     cr_assert_leq(st.workers_started, 2, "a pool of 3 starts at most 2 threads");
     cr_assert_geq(st.stolen, 1);
     mp_pool_free(p);
+}
+
+Test(pool, threads_steal_from_the_caller_slot, .timeout = 30)
+{
+    steal_from_the_caller_slot(0);
+}
+
+/* The thread started for the caller's first fork runs before its spawner counts it (50 ms,
+ * far past the idle window, as a spawner preempted there would). It must still find the fork
+ * on the caller slot, or it sleeps and the caller's leaf, waiting for another slot, never
+ * returns. */
+Test(pool, a_thread_counted_late_still_steals_from_the_caller_slot, .timeout = 30)
+{
+    steal_from_the_caller_slot(50000);
 }
 
 /* A job left on the caller slot's deque when fn returns (in real use: a scope spawn that a
