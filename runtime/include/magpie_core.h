@@ -145,6 +145,26 @@ bool mp_task_is_complete(const mp_task *task);
  * back: arg must not own anything that only fn would free (join it to know, -ECANCELED). */
 int mp_spawn_fn(mp_runtime *rt, void (*fn)(void *arg), void *arg, mp_task **out);
 
+/* Blocking work: run fn(arg) on a thread of the runtime's blocking pool, apart from the
+ * workers, where it may block (disk I/O, getaddrinfo, a library that sleeps) without holding up
+ * any task. Threads start on demand up to mp_config.blocking_threads and leave after
+ * blocking_keep_alive_ms idle; jobs wait in FIFO order for a thread when all are busy. With
+ * out non-NULL the job is joinable, *out its handle, as with mp_spawn_fn: a task awaits it
+ * with mp_join_poll(), a plain thread (or a worker, helping meanwhile) with mp_join(); the
+ * storage is the runtime's. mp_task_cancel() on a job that has not started means fn never runs
+ * (the joiner sees -ECANCELED); one that runs is let finish. Shutdown: see
+ * mp_runtime_shutdown(). Inside fn, mp_runtime_current() is NULL: the thread is no worker,
+ * and may block on anything, mp_loop_call_wait() and mp_join() included.
+ * Returns 0, -EINVAL (fn NULL), -ENOMEM, -ESHUTDOWN once the runtime is shutting down, or the
+ * error of a thread start (-EAGAIN) when no pool thread exists to run it. Any thread. */
+int mp_spawn_blocking(mp_runtime *rt, void (*fn)(void *arg), void *arg, mp_task **out);
+/* The same without allocation: task is a freshly initialised task whose poll runs once, on a
+ * blocking thread, and must return MP_READY (its context's waker is of no use there). Its
+ * vtable's cancel runs instead if it is cancelled before it starts, and release as for any
+ * task. joinable as mp_spawn_joinable(). Errors as mp_spawn_blocking(), and -EINVAL for a
+ * task that is not fresh. */
+int mp_spawn_blocking_task(mp_runtime *rt, mp_task *task, bool joinable);
+
 /* Inside poll: */
 const mp_waker *mp_context_waker(mp_context *cx);
 mp_task *mp_context_task(mp_context *cx);
@@ -169,7 +189,11 @@ typedef struct mp_config {
      * rest. 0 = without limit: one task waiting for something that never comes (a timer far
      * away, a waker held by a thread that will not wake it) keeps shutdown waiting for ever. */
     unsigned drain_timeout_ms;
-    size_t stack_size; /* worker stack bytes; 0 = the system default */
+    size_t stack_size; /* worker (and blocking thread) stack bytes; 0 = the system default */
+    /* The blocking pool (mp_spawn_blocking): at most this many threads, started on demand;
+     * 0 = 512. A thread idle for blocking_keep_alive_ms leaves; 0 = 10000 (Tokio's figures). */
+    unsigned blocking_threads;
+    unsigned blocking_keep_alive_ms;
 } mp_config;
 
 void mp_config_init(mp_config *cfg);
@@ -178,8 +202,13 @@ void mp_config_init(mp_config *cfg);
 int mp_runtime_new(mp_runtime **out, const mp_config *cfg);
 /* Stop: refuse new spawns, cancel or drain per cfg.shutdown_mode, join the workers. When it
  * returns no task of rt is being polled or cancelled anywhere, plain threads' inline polls
- * included, and every task has completed or been cancelled. Returns 0; -EDEADLK when called
- * from inside a poll of one of rt's tasks (on a worker, or inline in a plain thread's
+ * included, and every task has completed or been cancelled. Blocking jobs: MP_SHUTDOWN_DRAIN
+ * waits for queued and running ones as for tasks (up to drain_timeout_ms); then, in either
+ * mode, jobs still queued are cancelled (fn never runs, the joiner sees -ECANCELED) and running
+ * ones, which cannot be interrupted, are waited for up to drain_timeout_ms (0: without limit).
+ * Returns 0; -ETIMEDOUT when blocking jobs still run after that wait (the runtime is shut down
+ * all the same; they finish on their own, and mp_runtime_free() waits for them); -EDEADLK when
+ * called from inside a poll of one of rt's tasks (on a worker, or inline in a plain thread's
  * mp_join); -EALREADY when another call shut it down (returned once that one has finished). */
 int mp_runtime_shutdown(mp_runtime *rt);
 /* Shut down if needed and free. Every waker of every task of rt must be gone by now: clones
@@ -232,6 +261,10 @@ typedef struct mp_stats {
     uint64_t injected;        /* tasks pushed to the global queue */
     uint64_t live_tasks;      /* spawned and not yet complete (a snapshot) */
     uint64_t wake_latency_ns; /* recent time from unparking a worker to its running (EWMA) */
+    /* The blocking pool, a snapshot: threads alive, of them idle; jobs waiting for a thread
+     * and running now; jobs queued, threads started and thread starts that failed, ever. */
+    unsigned blocking_threads, blocking_idle, blocking_queued, blocking_running;
+    uint64_t blocking_jobs, blocking_threads_started, blocking_spawn_failures;
 } mp_stats;
 
 int mp_runtime_stats(mp_runtime *rt, mp_stats *out);

@@ -216,6 +216,8 @@ int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
 /* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
  * w is the calling worker, or NULL when run inline by a thread that is not a worker. */
 void mp__task_run(mp_task *t, struct mp__worker *w);
+/* A blocking job, on a thread of the blocking pool (blocking.c). */
+void mp__task_run_blocking(mp_task *t);
 /* Shutdown: cancel t inline if nobody runs it, else mark it cancelled for its runner. */
 void mp__task_shutdown(mp_task *t);
 /* Drop the reference a run queue held (the task was cancelled while queued). */
@@ -450,6 +452,38 @@ void mp__tcp_close_all(mp__reactor *r);
 /* tcp.c, on the loop's thread: epoll reported events (EPOLL* bits) for the stream c. */
 void mp__tcp_ready(mp_tcp *c, uint32_t events, uint64_t now_ns);
 
+/* blocking.c: the blocking pool. Counters read lock-free are written under mu only. */
+typedef struct mp__blocking {
+    pthread_mutex_t mu;
+    pthread_cond_t work;  /* idle threads wait here (CLOCK_MONOTONIC) */
+    pthread_cond_t done;  /* shutdown and destroy wait here */
+    mp_task *head, *tail; /* guarded by mu: queued jobs, FIFO through ->next */
+    _Atomic unsigned threads, idle, queued, running; /* written under mu, read by anyone */
+    unsigned notified;        /* guarded by mu: idle threads signalled, not yet awake */
+    bool closed;              /* guarded by mu */
+    bool fail_next_start;     /* guarded by mu: test hook */
+    uint64_t jobs;            /* guarded by mu: jobs queued, ever */
+    uint64_t threads_started; /* guarded by mu */
+    uint64_t spawn_failures;  /* guarded by mu */
+    unsigned max_threads;     /* immutable after start */
+    unsigned keep_alive_ms;   /* immutable after start */
+    size_t stack_size;        /* immutable after start */
+} mp__blocking;
+
+int mp__blocking_init(mp__blocking *b, const mp_config *cfg);
+/* 0, -ESHUTDOWN, or the error of the thread start that failed with no thread left to run t
+ * (t is not queued then). */
+int mp__blocking_push(mp__blocking *b, mp_task *t);
+bool mp__blocking_busy(mp__blocking *b);
+/* Refuse new jobs, cancel the queued ones, wait for running ones up to timeout_ms (0: without
+ * limit). -ETIMEDOUT: some still run. */
+int mp__blocking_shutdown(mp__blocking *b, unsigned timeout_ms);
+/* Wait for every thread to leave, then free the pool's resources. */
+void mp__blocking_destroy(mp__blocking *b);
+void mp__blocking_stats(mp__blocking *b, mp_stats *out);
+/* The next thread start fails as with EAGAIN (tests). */
+void mp__blocking_test_fail_next_start(mp__blocking *b);
+
 /* worker.c */
 /* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up
  * took wake_ns by an estimate last sampled wake_age_ns ago? And the wake-latency EWMA after
@@ -520,6 +554,7 @@ struct mp_runtime {
     mp__inject inject;
     mp__idle idle;
     mp__owned owned;
+    mp__blocking blocking;
     mp__worker *workers; /* immutable after start (the array; each slot has its owner) */
     unsigned nworkers;   /* immutable after start */
     mp_config cfg;       /* immutable after start */

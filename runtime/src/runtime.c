@@ -103,8 +103,10 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
         goto out_destroy_inject;
     if ((rc = mp__owned_init(&rt->owned, c.workers)) != 0)
         goto out_destroy_idle;
-    if ((rc = -pthread_mutex_init(&rt->first_start_mu, NULL)) != 0)
+    if ((rc = mp__blocking_init(&rt->blocking, &c)) != 0)
         goto out_destroy_owned;
+    if ((rc = -pthread_mutex_init(&rt->first_start_mu, NULL)) != 0)
+        goto out_destroy_blocking;
     atomic_init(&rt->stop, false);
     atomic_init(&rt->draining, false);
     atomic_init(&rt->closed, false);
@@ -122,6 +124,8 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     *out = rt;
     return 0;
 
+out_destroy_blocking:
+    mp__blocking_destroy(&rt->blocking);
 out_destroy_owned:
     mp__owned_destroy(&rt->owned);
 out_destroy_idle:
@@ -291,7 +295,7 @@ static bool quiescent(mp_runtime *rt)
      * stale read only costs one more millisecond of polling. */
     uint64_t idle = atomic_load_explicit(&rt->idle.state, memory_order_relaxed);
     return (idle >> 32) == 0 && mp__inject_len(&rt->inject) == 0 &&
-           mp__owned_count(&rt->owned) == 0;
+           mp__owned_count(&rt->owned) == 0 && !mp__blocking_busy(&rt->blocking);
 }
 
 int mp_runtime_shutdown(mp_runtime *rt)
@@ -345,6 +349,10 @@ int mp_runtime_shutdown(mp_runtime *rt)
         mp__worker_drain_on_shutdown(&rt->workers[i]);
     for (mp_task *t; (t = mp__inject_pop(&rt->inject));)
         mp__task_shutdown_queued(t);
+    /* Blocking jobs: the queued ones are cancelled, running ones waited for (they cannot be
+     * interrupted) up to the drain timeout; past it they are left to finish, and
+     * mp_runtime_free() waits for them. */
+    int rc = mp__blocking_shutdown(&rt->blocking, rt->cfg.drain_timeout_ms);
     /* (D): wait for joiners still polling a task inline; every task they could be waiting
      * on has completed or been cancelled above. */
     while (atomic_load_explicit(&rt->inline_runs, memory_order_seq_cst) != 0)
@@ -352,7 +360,7 @@ int mp_runtime_shutdown(mp_runtime *rt)
     mp__reactor_close(&rt->reactor);
     /* Release: pairs with the acquire load of a concurrent caller above. */
     atomic_store_explicit(&rt->shutdown_state, 2, memory_order_release);
-    return 0;
+    return rc;
 }
 
 void mp_runtime_free(mp_runtime *rt)
@@ -364,6 +372,7 @@ void mp_runtime_free(mp_runtime *rt)
     if (atomic_load_explicit(&rt->shutdown_state, memory_order_acquire) != 2)
         mp_runtime_shutdown(rt);
     pthread_mutex_destroy(&rt->first_start_mu);
+    mp__blocking_destroy(&rt->blocking);
     mp__owned_destroy(&rt->owned);
     mp__idle_destroy(&rt->idle);
     mp__inject_destroy(&rt->inject);
@@ -431,5 +440,6 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
      * clamped at zero. */
     out->live_tasks =
         out->total.spawned > out->total.completed ? out->total.spawned - out->total.completed : 0;
+    mp__blocking_stats(&rt->blocking, out);
     return 0;
 }

@@ -257,6 +257,31 @@ void mp__task_run(mp_task *t, mp__worker *w)
     }
 }
 
+/* A blocking job (blocking.c), taken from the blocking pool's queue by one of its threads: one
+ * poll, on this thread, to completion. Not an inline run: mp_runtime_current() stays NULL, so
+ * the job may block on the loop (mp_loop_call_wait) or join like any plain thread. */
+void mp__task_run_blocking(mp_task *t)
+{
+    switch (mp__task_transition_to_running(t)) {
+    case MP__TO_RUNNING_FAILED:
+        mp__task_ref_dec(t, 1);
+        return;
+    case MP__TO_RUNNING_CANCELLED:
+        cancel_and_complete(t); /* cancelled while queued: fn never runs */
+        return;
+    case MP__TO_RUNNING_OK:
+        break;
+    }
+    mp_context cx = {
+        .waker = {.vt = &mp__task_waker_vt, .data = t},
+        .task = t,
+        .yielded = false,
+    };
+    if (t->vt->poll(t, &cx) != MP_READY)
+        MP__UNREACHABLE("blocking job %p returned MP_PENDING", (void *)t);
+    complete(t, 0);
+}
+
 void mp__task_shutdown(mp_task *t)
 {
     if (mp__task_transition_to_shutdown(t))
