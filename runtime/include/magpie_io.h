@@ -6,6 +6,9 @@
 #ifndef MAGPIE_IO_H
 #define MAGPIE_IO_H
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <uv.h>
 
 #include "magpie_core.h"
@@ -67,33 +70,53 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
 
+/* Readiness of one socket, as the runtime's edge-triggered epoll set reports it: embedded in
+ * every socket object below (mp_tcp, mp_tcp_listener, mp_udp). Its fields are private. */
+typedef struct mp_io mp_io;
+struct mp_io {
+    /* private: the runtime's (io.c) */
+    _Atomic uint64_t bits;     /* readiness bits and event tick */
+    _Atomic uint64_t ready_ns; /* when the loop last saw it readable */
+    _Atomic uint32_t lock;     /* guards reader and writer between the loop and the tasks */
+    _Atomic bool interrupted;  /* an interrupt not yet reported to the reader */
+    _Atomic uint32_t state;    /* closed (zero), open, closing */
+    int fd;                    /* immutable while open */
+    mp_waker reader, writer;
+    mp_runtime *rt;
+    void (*close_fn)(mp_io *io); /* the object's own close, on the loop's thread */
+    bool close_started;          /* loop side: close_fn has run */
+    mp_loop_cmd cmd_close;
+    mp_io *prev, *next; /* the reactor's list of open sockets, under its lock */
+};
+
 /* A TCP stream served to one task. The task reads and writes the socket itself (read() into
  * the stream's buffer, send() from the caller's bytes), on whichever worker runs it; the loop
  * only reports edge-triggered readiness and wakes the task when a read or write would block.
  * The buffer is refilled only once the task has consumed all of it (backpressure: while the
  * task is behind, the peer is held back by TCP). It is taken just before a read and given
- * back once consumed when the stream waits for data, so an idle stream holds no buffer. */
+ * back once consumed when the stream waits for data, so an idle stream holds no buffer.
+ *
+ * Who may poll it: one task reads (mp_tcp_read_poll, mp_tcp_consume) and one task writes
+ * (mp_tcp_write_poll) at a time, usually the same one; the stream keeps the waker of the last
+ * reader and the last writer. A stream may be handed to another task (a pooled connection
+ * serving one request's task after another's, on any worker): the old owner stops polling,
+ * calls mp_tcp_disown() to give back the wakers it left, and passes the stream on through
+ * anything that orders memory (a channel, a mutex, a spawn); the new owner polls from then on.
+ * A write that returned MP_PENDING must be finished by the same owner before the hand-off. */
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     /* private: the stream's, read through the functions below */
-    uv_tcp_t handle; /* owns the socket; libuv only closes it */
-    mp_runtime *rt;
-    _Atomic uint64_t io;       /* readiness bits and event tick (tcp.c) */
-    _Atomic uint64_t ready_ns; /* when the loop last saw it readable (tcp.c) */
-    uint64_t read_ns;          /* the task's: mp_tcp_read_time() */
-    uint64_t read_tick;        /* the task's: io's event tick at its last read */
-    _Atomic bool interrupted;  /* mp_tcp_interrupt() called, not yet reported to the task */
-    _Atomic uint32_t lock;     /* guards reader and writer between the loop and the task */
-    mp_waker reader, writer;
-    int fd;                 /* immutable after accept */
-    _Atomic uint32_t state; /* tcp.c: closed (zero), open, closing */
-    char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
+    mp_io io;
+    uv_tcp_t handle;    /* owns the socket once the close begins (or from a libuv accept) */
+    bool uv_owned;      /* handle was initialised by mp_tcp_accept() */
+    bool connecting;    /* the task's: mp_tcp_connect() started, not yet reported */
+    uint64_t read_ns;   /* the task's: mp_tcp_read_time() */
+    uint64_t read_tick; /* the task's: io's event tick at its last read */
+    char *buf;          /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
     int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
-    mp_loop_cmd cmd_close;
     void (*on_closed)(mp_tcp *c);
-    mp_tcp *prev, *next; /* the reactor's list of open streams (loop side) */
 };
 
 /* On the loop's thread (a connection callback): accept a connection from server into c,
@@ -140,6 +163,194 @@ size_t mp_tcp_write_progress(const mp_tcp *c);
  * run for this call), or -ESHUTDOWN once the runtime has shut down (its shutdown closed the
  * socket already; on_closed will not run). */
 int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
+
+/* Give back the wakers the calling task left in the stream (a read or write that returned
+ * MP_PENDING), before handing the stream to another task; see mp_tcp above. The stream stays
+ * open; the next poll, by whichever task, registers its own. The owner's call. */
+void mp_tcp_disown(mp_tcp *c);
+
+/* Connecting. mp_tcp_connect() opens a non-blocking socket for addr's family and starts the
+ * connection; mp_tcp_connect_poll() then reports its end. The stream is open from the moment
+ * mp_tcp_connect() returns 0 (mp_tcp_fileno() works, options may be set), whatever the poll
+ * reports: close it with mp_tcp_close() in every case, success or not, and from the task's
+ * cancel callback if it is cancelled meanwhile (mp_timer_cancel() the timer too): that is
+ * what leaks no socket and no waker. bufsize as for mp_tcp_accept(). Returns 0, -EINVAL (addr
+ * NULL or of a family other than AF_INET/AF_INET6, or addrlen too short), -ESHUTDOWN, or the
+ * socket's or connect()'s immediate error as a negative errno (-EMFILE, -ENETUNREACH, ...);
+ * on an error the stream is left closed (nothing to close). Any thread. */
+int mp_tcp_connect(mp_runtime *rt, mp_tcp *c, const struct sockaddr *addr, size_t bufsize);
+/* From the task that owns c: MP_READY with *err = 0 once connected, or a negative errno
+ * (-ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, ...); MP_PENDING until then. With timer non-NULL
+ * (the task's own, mp_timer_init'ed), the attempt fails with -ETIMEDOUT at deadline_ms
+ * (mp_now_ms's clock) as the timer wheel sees it; the timer is left armed only while this
+ * returns MP_PENDING. A poll after the end reports it again (0 once connected). */
+mp_poll mp_tcp_connect_poll(mp_tcp *c, mp_context *cx, mp_timer *timer, uint64_t deadline_ms,
+                            int *err);
+
+/* Socket options a client or a server sets, on any open stream (the owner's call): Nagle's
+ * algorithm off (TCP_NODELAY), keep-alive probes after idle_s seconds of silence (0: off; the
+ * kernel's interval and count otherwise), and the kernel's buffer sizes (SO_SNDBUF /
+ * SO_RCVBUF, bytes; the kernel doubles and clamps them). 0, -EBADF when not open, or the
+ * error of setsockopt. */
+int mp_tcp_set_nodelay(mp_tcp *c, bool on);
+int mp_tcp_set_keepalive(mp_tcp *c, unsigned idle_s);
+int mp_tcp_set_buffers(mp_tcp *c, int sndbuf, int rcvbuf);
+/* The local and the peer address (getsockname / getpeername). 0, -EBADF, or -errno. */
+int mp_tcp_local_addr(const mp_tcp *c, struct sockaddr_storage *out);
+int mp_tcp_peer_addr(const mp_tcp *c, struct sockaddr_storage *out);
+
+/* A listening TCP socket owned by a task, which accepts with mp_tcp_accept_poll(): a program
+ * serves TCP without a libuv call of its own. */
+typedef struct mp_tcp_listener mp_tcp_listener;
+struct mp_tcp_listener {
+    /* private */
+    mp_io io;
+    uv_tcp_t handle; /* owns the socket once the close begins */
+    void (*on_closed)(mp_tcp_listener *l);
+};
+
+enum {
+    MP_TCP_REUSEPORT = 1 << 0, /* SO_REUSEPORT: several sockets on one port, the kernel spreads
+                                  connections among them */
+    MP_TCP_IPV6ONLY = 1 << 1,  /* an AF_INET6 address takes IPv6 connections only */
+};
+
+/* Bind to addr (AF_INET or AF_INET6; port 0 picks one, see mp_tcp_listener_addr) with
+ * SO_REUSEADDR and the flags above, and listen with backlog (0: SOMAXCONN). 0, -EINVAL, or
+ * the negative errno of socket/bind/listen (-EADDRINUSE, -EACCES, -EMFILE...); on an error l
+ * is left closed. Any thread. */
+int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *addr, int backlog,
+                  unsigned flags);
+/* Adopt a socket already bound and listening (systemd's LISTEN_FDS): l owns fd from then on,
+ * and it is made non-blocking and close-on-exec. 0, -ENOTSOCK or -EINVAL (not a listening
+ * stream socket), -ESHUTDOWN. On an error fd is still the caller's. */
+int mp_tcp_listen_fd(mp_runtime *rt, mp_tcp_listener *l, int fd);
+int mp_tcp_listener_addr(const mp_tcp_listener *l, struct sockaddr_storage *out);
+int mp_tcp_listener_fileno(const mp_tcp_listener *l);
+/* Accept one connection into c (its storage, not open), with a read buffer of bufsize bytes
+ * (0: 16 KiB): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY with a
+ * negative errno and c closed: -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out of descriptors or
+ * memory: the pending connection stays queued in the kernel; wait, e.g. on a timer, before
+ * polling again, or this is a busy loop), -EBADF once the listener is closed (also to a task
+ * waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();
+ * MP_PENDING until a connection comes. One task accepts at a time. */
+mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err);
+/* Any thread: the acceptor's current or next poll returns -EINTR, once. */
+void mp_tcp_listener_interrupt(mp_tcp_listener *l);
+/* Stop listening; a task waiting in mp_tcp_accept_poll() is woken and sees -EBADF. on_closed(l)
+ * runs on the loop's thread once the socket is closed (after mp_runtime_shutdown at the
+ * latest); l may be freed then if no task will poll it again. 0, -EBADF (not open), or
+ * -ESHUTDOWN (the runtime's shutdown closed it already; on_closed will not run). Any thread. */
+int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l));
+
+/* UDP sockets for tasks, with the readiness design of the streams: the task sends and receives
+ * itself, and waits for the loop's edge only when the kernel would block. One task receives
+ * and one sends at a time. */
+typedef struct mp_udp mp_udp;
+struct mp_udp {
+    /* private */
+    mp_io io;
+    uv_udp_t handle; /* owns the socket once the close begins */
+    void (*on_closed)(mp_udp *u);
+};
+
+/* A UDP socket bound to addr (port 0: any; the address family decides the socket's), with
+ * MP_TCP_REUSEPORT / MP_TCP_IPV6ONLY as flags. 0, -EINVAL, or -errno; on an error u is left
+ * closed. Any thread. */
+int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned flags);
+/* Set the default peer (connect(2)): sends without an address go there, and only its
+ * datagrams are received. 0 or -errno. */
+int mp_udp_connect(mp_udp *u, const struct sockaddr *addr);
+int mp_udp_local_addr(const mp_udp *u, struct sockaddr_storage *out);
+int mp_udp_fileno(const mp_udp *u);
+/* Send one datagram of len bytes to `to` (NULL: the connected peer): MP_READY with *err = 0
+ * (sent whole) or a negative errno (-EMSGSIZE, -ECONNREFUSED from an earlier ICMP error on a
+ * connected socket, -EDESTADDRREQ, -EBADF once closed); MP_PENDING while the socket's buffer
+ * is full. */
+mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len,
+                         const struct sockaddr *to, int *err);
+/* Receive one datagram into buf[0..cap): MP_READY with *len its size (truncated to cap, and
+ * *truncated set, when larger), its sender in *from (may be NULL), *err = 0; or MP_READY with
+ * a negative errno (-EBADF once closed, also to a task waiting here when another thread closes
+ * it, -ECONNREFUSED on a connected socket, -EINTR after mp_udp_interrupt()); MP_PENDING until
+ * one comes. */
+mp_poll mp_udp_recv_poll(mp_udp *u, mp_context *cx, void *buf, size_t cap, size_t *len,
+                         bool *truncated, struct sockaddr_storage *from, int *err);
+/* Batches (recvmmsg / sendmmsg): one system call for up to n datagrams. */
+typedef struct mp_udp_msg {
+    void *buf;
+    size_t len;                   /* send: bytes to send; receive: capacity in, size out */
+    struct sockaddr_storage addr; /* send: the peer (ignored when connected); receive: sender */
+    bool truncated;               /* receive */
+} mp_udp_msg;
+/* MP_READY with *done >= 1 datagrams received (msgs[0..*done)) and *err = 0, or *done = 0 and
+ * an error as mp_udp_recv_poll(); MP_PENDING while none is waiting. */
+mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsigned n,
+                               unsigned *done, int *err);
+/* Sends msgs[0..n) in order: MP_READY with *done = n and *err = 0, or *done < n and the error
+ * that stopped msgs[*done]; MP_PENDING while the buffer is full (*done so far; call again
+ * with msgs + *done). */
+mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs, unsigned n,
+                               unsigned *done, int *err);
+void mp_udp_interrupt(mp_udp *u);
+/* As mp_tcp_listener_close(): a task waiting to send or receive sees -EBADF. */
+int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u));
+
+/* Name resolution on the blocking pool (getaddrinfo(3)), so it never blocks a worker. */
+typedef struct mp_resolve {
+    /* private */
+    void *job;
+} mp_resolve;
+
+/* Start resolving host and service (either may be NULL, as for getaddrinfo) with hints (NULL:
+ * any family, SOCK_STREAM, AI_ADDRCONFIG). r starts zeroed ({0}). 0, -EINVAL, -ENOMEM,
+ * -ESHUTDOWN, -EALREADY (r is in use). Any thread. */
+int mp_resolve_start(mp_runtime *rt, mp_resolve *r, const char *host, const char *service,
+                     const struct addrinfo *hints);
+/* From the task that started it: MP_READY with *res the whole list in getaddrinfo's order
+ * (RFC 6724's: try each in turn, falling back on failure; free it with freeaddrinfo()) and
+ * *err = 0; or *res NULL and *err: -ENOENT (no such name, or no address of the family), -EAGAIN
+ * (temporary failure: the name server did not answer), -ENOMEM, -EINVAL (bad hints or
+ * service), -EIO (a permanent name server failure), -ETIMEDOUT (deadline_ms passed, with
+ * timer non-NULL, as mp_tcp_connect_poll), -ECANCELED (the runtime shut down first), or
+ * another negative errno. r is free for another start after MP_READY. MP_PENDING until then. */
+mp_poll mp_resolve_poll(mp_resolve *r, mp_context *cx, mp_timer *timer, uint64_t deadline_ms,
+                        struct addrinfo **res, int *err);
+/* Give up (a cancel callback, or any time before MP_READY): the lookup, which cannot be
+ * interrupted, finishes on its own and frees what it found. r is free again. No-op when idle. */
+void mp_resolve_cancel(mp_resolve *r);
+/* Plain threads: resolve and wait (getaddrinfo's errors mapped as above). */
+int mp_resolve_blocking(const char *host, const char *service, const struct addrinfo *hints,
+                        struct addrinfo **res);
+
+/* Files from a task, without stalling its worker: a read is first tried with
+ * preadv2(RWF_NOWAIT), which succeeds only from the page cache and costs no hand-off; a read
+ * that would wait for the disk, and every open and stat, go to the blocking pool. The op
+ * (zeroed, {0}) holds an operation in flight between polls; one operation per op at a time. A
+ * task that gives up (its cancel callback) calls mp_file_op_cancel(): an operation running on
+ * the pool cannot be stopped, so it works in storage of its own and frees it when done, and
+ * nothing of the caller's (buf, path) is touched after the cancel. */
+typedef struct mp_file_op {
+    /* private */
+    void *job;
+} mp_file_op;
+
+/* Read up to len bytes at offset off into buf: MP_READY with *n bytes (0 at end of file; may
+ * be short) and *err = 0, or a negative errno (-EBADF, -EISDIR, -EIO, -EINVAL for len over
+ * 1 GiB, -ECANCELED if the runtime shut down first); MP_PENDING while the pool reads. buf must
+ * stay put while MP_PENDING. */
+mp_poll mp_file_read_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int fd, void *buf,
+                          size_t len, uint64_t off, size_t *n, int *err);
+/* openat(dirfd, path, flags | O_CLOEXEC, mode), and with resolve non-zero openat2(2) with those
+ * RESOLVE_* flags (RESOLVE_BENEATH keeps path inside dirfd; -ENOSYS before Linux 5.6): MP_READY
+ * with *fd and *err = 0, or a negative errno; path is copied at the first poll. */
+mp_poll mp_file_open_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int dirfd,
+                          const char *path, int flags, unsigned mode, uint64_t resolve, int *fd,
+                          int *err);
+/* fstatat(dirfd, path, st, flags); path "" with AT_EMPTY_PATH stats dirfd itself. */
+mp_poll mp_file_stat_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int dirfd,
+                          const char *path, int flags, struct stat *st, int *err);
+void mp_file_op_cancel(mp_file_op *op);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include "magpie.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -411,8 +412,10 @@ size_t mp__wheel_count(const mp__timer_wheel *w);
 typedef struct mp__reactor {
     uv_loop_t loop;   /* guarded by the driver role */
     uv_async_t async; /* guarded by the driver role; uv_async_send from any thread */
-    mp_tcp *tcps;     /* guarded by the driver role: open streams, for shutdown */
-    int epfd; /* epoll set of the streams (edge-triggered, tcp.c) and the loop's fd; immutable */
+    int epfd; /* epoll set of the sockets (edge-triggered, io.c) and the loop's fd; immutable */
+    _Atomic uint32_t io_lock; /* spin lock of ios and io_closed */
+    mp_io *ios;               /* guarded by io_lock: open sockets, for shutdown */
+    bool io_closed;           /* guarded by io_lock: shutdown closed them; no more opens */
     /* atomic: 0 free, 1 held */
     alignas(MP__CACHE_LINE) _Atomic uint32_t role;
     /* atomic: commands for the loop, a Treiber stack (newest first) */
@@ -442,15 +445,52 @@ void mp__reactor_close(mp__reactor *r);
  * stopped: drop the wakers of timers still armed. */
 void mp__timers_close(mp__reactor *r);
 
-/* tcp.c: default-size read buffers each thread keeps for itself (see tcp.c). */
-#define MP__TCP_LOCAL_BUFS 4
+/* io.c: readiness of the sockets served to tasks. Bits of mp_io.bits: */
+#define MP__IO_READ   ((uint64_t)1 << 0)
+#define MP__IO_WRITE  ((uint64_t)1 << 1)
+#define MP__IO_CLOSED ((uint64_t)1 << 2) /* sticky: reads never block again */
+#define MP__IO_TICK   ((uint64_t)1 << 3) /* added by every event */
 
-/* tcp.c, loop side */
-void mp__tcp_link(mp__reactor *r, mp_tcp *c);
-void mp__tcp_unlink(mp__reactor *r, mp_tcp *c);
-void mp__tcp_close_all(mp__reactor *r);
-/* tcp.c, on the loop's thread: epoll reported events (EPOLL* bits) for the stream c. */
-void mp__tcp_ready(mp_tcp *c, uint32_t events, uint64_t now_ns);
+void mp__io_init(mp_io *io, mp_runtime *rt, int fd, uint64_t bits, void (*close_fn)(mp_io *));
+/* Add io->fd to the runtime's epoll set for events (EPOLLET is added) and to the open list;
+ * the socket is OPEN after it. 0, -ESHUTDOWN, or epoll_ctl's error. Any thread. */
+int mp__io_register(mp_io *io, uint32_t events);
+bool mp__io_is_open(const mp_io *io);
+/* On the loop's thread: epoll reported events (EPOLL* bits) for io. */
+void mp__io_ready(mp_io *io, uint32_t events, uint64_t now_ns);
+/* The bits, with acquire (pairs with mp__io_ready()). */
+uint64_t mp__io_load(mp_io *io);
+/* The kernel said `bit` would block after the caller loaded `seen`: clear it unless an event
+ * came in since. */
+void mp__io_clear(mp_io *io, uint64_t seen, uint64_t bit);
+/* Register the task's waker as reader (bit MP__IO_READ) or writer unless the bit is set, the
+ * socket is no longer open, or (reader) an interrupt is pending: MP_PENDING when registered,
+ * MP_READY when the caller should look again. */
+mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit);
+void mp__io_interrupt(mp_io *io);
+bool mp__io_take_interrupt(mp_io *io);
+/* Drop the wakers left in io. */
+void mp__io_disown(mp_io *io);
+/* Close: mark it closing and wake its waiters (false: not open), then have the loop take it
+ * out of the set and call its close_fn (mp_loop_call's result). */
+bool mp__io_begin_close(mp_io *io);
+int mp__io_finish_close(mp_io *io);
+/* From the object's close callback, on the loop's thread: off the open list, wakers dropped. */
+void mp__io_closed(mp_io *io);
+void mp__io_close_all(mp__reactor *r);
+
+/* readbuf.c: the streams' read buffers (see the file). Default-size buffers each thread keeps
+ * for itself: */
+#define MP__TCP_LOCAL_BUFS  4
+#define MP__TCP_DEFAULT_BUF 16384
+char *mp__readbuf_take(size_t cap);
+void mp__readbuf_give(char *b, size_t cap);
+
+/* tcp.c: a stream over fd, a connected socket of the caller's (listener.c's accept); on an
+ * error fd is still the caller's and c is closed. */
+int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
+/* getsockname (peer false) or getpeername of an open socket. */
+int mp__sock_name(const mp_io *io, struct sockaddr_storage *out, bool peer);
 
 /* blocking.c: the blocking pool. Counters read lock-free are written under mu only. */
 typedef struct mp__blocking {

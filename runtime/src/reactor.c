@@ -59,13 +59,13 @@ static void async_cb(uv_async_t *a)
     run_commands(a->data);
 }
 
-/* The driver waits in the streams' edge-triggered epoll set (tcp.c), which also holds libuv's
+/* The driver waits in the sockets' edge-triggered epoll set (io.c), which also holds libuv's
  * own epoll fd (level-triggered; readable while the loop has an event: a connection to accept,
  * the async handle's eventfd, any other handle). So a turn with only stream events is one
  * epoll_wait, as a plain libuv server's turn is: the loop itself runs (uv_run(UV_RUN_NOWAIT),
  * one more epoll_wait of its own) only when its fd is readable or its next timer is due.
  * Each event is handled before the next epoll_wait, all on this thread, which is what lets
- * close_cmd() in tcp.c free a stream once it left the set.
+ * close_cmd() in io.c free a socket once it left the set.
  *
  * The wait's timeout is what libuv would block for (uv_backend_timeout: 0 when it has
  * callbacks pending, else until its next timer), computed before anything runs; nothing is
@@ -74,7 +74,7 @@ static void async_cb(uv_async_t *a)
  * a due timer makes the wait return at once, the loop runs it, and the turn ends. */
 enum { EPOLL_BATCH = 128 }; /* events taken per turn; the rest keep epfd readable */
 
-/* ev.data.ptr of libuv's fd in the set; every other event is a stream's. */
+/* ev.data.ptr of libuv's fd in the set; every other event is a socket's (an mp_io). */
 #define LOOP_EVENT ((void *)&mp__reactor_run)
 
 void mp__reactor_run(mp__reactor *r, bool block)
@@ -90,7 +90,7 @@ void mp__reactor_run(mp__reactor *r, bool block)
             if (ev[i].data.ptr == LOOP_EVENT)
                 loop_ready = true;
             else
-                mp__tcp_ready(ev[i].data.ptr, ev[i].events, now);
+                mp__io_ready(ev[i].data.ptr, ev[i].events, now);
         }
     }
     /* A timer due by now: the wait timed out, or events came in past the loop's deadline
@@ -128,7 +128,9 @@ int mp__reactor_init(mp__reactor *r)
     /* Referenced: it keeps the loop alive, so that a driver with nothing else to wait for
      * blocks (uv_backend_timeout() is 0 for a loop with no live handle). */
     r->async.data = r;
-    r->tcps = NULL;
+    r->ios = NULL;
+    atomic_init(&r->io_lock, 0);
+    r->io_closed = false;
     rc = uv_timer_init(&r->loop, &r->timer);
     if (rc == 0) {
         r->timer.data = r;
@@ -290,7 +292,7 @@ void mp__reactor_close(mp__reactor *r)
     atomic_store_explicit(&r->closed, true, memory_order_relaxed);
     run_commands(r);
     mp__timers_close(r);
-    mp__tcp_close_all(r);
+    mp__io_close_all(r);
     uv_walk(&r->loop, close_walk_cb, NULL);
     while (uv_run(&r->loop, UV_RUN_DEFAULT) != 0)
         run_commands(r);

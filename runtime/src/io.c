@@ -1,0 +1,268 @@
+/* io.c: readiness of the sockets served to tasks (mp_io, embedded in mp_tcp, mp_tcp_listener
+ * and mp_udp), the protocol they share.
+ *
+ * The task does its own I/O: it reads, sends, accepts and receives on whichever worker runs
+ * it, like nginx and Tokio, and the loop's thread only learns about readiness. libuv cannot be
+ * asked for that (its reads and uv_poll are level-triggered, so each epoll_wait would poll
+ * again every socket it reported the time before): each runtime has an edge-triggered epoll
+ * set of its own (reactor.c), where its driver waits, with libuv's own fd in the set. An event
+ * there sets readiness bits in the socket's `bits` word and wakes the waiting task; the task
+ * clears a bit when the kernel says it would block (EAGAIN, or a short read or send: the
+ * socket buffer was drained or filled) and waits for the next edge.
+ *
+ * The lost wake-up this must prevent:
+ *
+ *   task                                       loop thread
+ *   read() -> EAGAIN
+ *                                              data arrives: edge, event -> set READ
+ *   clear READ                                 (the task is not waiting: nobody is woken)
+ *   wait for the next edge                     -> no edge comes: the data sits unread
+ *
+ * Fixed with a tick: every event adds MP__IO_TICK to `bits` along with its bits, and the task
+ * clears a bit with a CAS from the value it loaded before its read, which fails if an event
+ * came in between; then it reads again. Waiting is the other half: the task stores its waker
+ * and re-checks the bit under the socket's lock, and the loop takes the waker under the same
+ * lock after setting the bit, so either the task sees the bit or the loop sees the waker.
+ *
+ * Peer close and errors (EPOLLRDHUP, EPOLLHUP, EPOLLERR) set CLOSED, which is never cleared:
+ * a short read can be followed by an EOF that raises no further edge.
+ *
+ * Closing: the socket leaves the epoll set and its fd is closed on the loop's thread, where
+ * events are handled (every event of a batch is handled before the next epoll_wait, all on
+ * that thread), so once the socket is out of the set no event can name it; the object's
+ * memory is given back through libuv's close callback, a loop turn later. A close from any
+ * thread first marks the socket closing and wakes whatever task waits on it, whose poll then
+ * reports -EBADF. The reactor keeps every open socket on a list (under its io_lock: sockets
+ * are opened from any thread) so that shutdown can close what is left.
+ */
+#include "internal.h"
+
+#include <sys/epoll.h>
+
+enum { CLOSED = 0, OPEN = 1, CLOSING = 2 };
+
+static void lock(mp_io *io)
+{
+    mp__spin_lock(&io->lock);
+}
+
+static void unlock(mp_io *io)
+{
+    mp__spin_unlock(&io->lock);
+}
+
+void mp__io_init(mp_io *io, mp_runtime *rt, int fd, uint64_t bits, void (*close_fn)(mp_io *))
+{
+    atomic_init(&io->bits, bits);
+    atomic_init(&io->ready_ns, 0);
+    atomic_init(&io->lock, 0);
+    atomic_init(&io->interrupted, false);
+    atomic_init(&io->state, CLOSED);
+    io->fd = fd;
+    io->reader = io->writer = (mp_waker){0};
+    io->rt = rt;
+    io->close_fn = close_fn;
+    io->close_started = false;
+    io->prev = io->next = NULL;
+}
+
+int mp__io_register(mp_io *io, uint32_t events)
+{
+    mp__reactor *r = &io->rt->reactor;
+    /* Relaxed: a hint; shutdown closes whatever is on the list once it holds io_lock, and
+     * the re-check under the lock below is exact. */
+    if (atomic_load_explicit(&r->closed, memory_order_relaxed))
+        return -ESHUTDOWN;
+    struct epoll_event ev = {.events = events | EPOLLET, .data.ptr = io};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, io->fd, &ev) != 0)
+        return -errno;
+    mp__spin_lock(&r->io_lock);
+    if (r->io_closed) {
+        mp__spin_unlock(&r->io_lock);
+        epoll_ctl(r->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+        return -ESHUTDOWN;
+    }
+    MP__LIST_PUSH_FRONT(r->ios, io, prev, next);
+    /* Relaxed: published to the task that polls it by whatever hands it the object. */
+    atomic_store_explicit(&io->state, OPEN, memory_order_relaxed);
+    mp__spin_unlock(&r->io_lock);
+    return 0;
+}
+
+void mp__io_unlink(mp_io *io)
+{
+    mp__reactor *r = &io->rt->reactor;
+    mp__spin_lock(&r->io_lock);
+    MP__LIST_UNLINK(r->ios, io, prev, next);
+    io->prev = io->next = NULL;
+    mp__spin_unlock(&r->io_lock);
+}
+
+bool mp__io_is_open(const mp_io *io)
+{
+    /* Relaxed: the owner's own close is the only transition out of OPEN it can race with
+     * unless another thread closes, which the poll then sees at its next look. */
+    return atomic_load_explicit(&io->state, memory_order_relaxed) == OPEN;
+}
+
+/* On the loop's thread, from the runtime's epoll set (reactor.c). */
+void mp__io_ready(mp_io *io, uint32_t events, uint64_t now_ns)
+{
+    uint64_t bits = 0;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        bits |= MP__IO_READ;
+        /* Relaxed: published by the release CAS below, with the bits. */
+        atomic_store_explicit(&io->ready_ns, now_ns, memory_order_relaxed);
+    }
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        bits |= MP__IO_CLOSED;
+    if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        bits |= MP__IO_WRITE;
+    /* Release: pairs with the acquire load in mp__io_load() and in mp__io_wait(): the task sees
+     * the new tick and bits (its clear CAS fails) and retries. */
+    uint64_t old = atomic_load_explicit(&io->bits, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&io->bits, &old, (old + MP__IO_TICK) | bits,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
+    mp_waker r = {0}, w = {0};
+    lock(io);
+    if (bits & MP__IO_READ) {
+        r = io->reader;
+        io->reader = (mp_waker){0};
+    }
+    if (bits & MP__IO_WRITE) {
+        w = io->writer;
+        io->writer = (mp_waker){0};
+    }
+    unlock(io);
+    mp_waker_wake(&r);
+    mp_waker_wake(&w);
+}
+
+uint64_t mp__io_load(mp_io *io)
+{
+    /* Acquire: pairs with the release CAS in mp__io_ready(). */
+    return atomic_load_explicit(&io->bits, memory_order_acquire);
+}
+
+void mp__io_clear(mp_io *io, uint64_t seen, uint64_t bit)
+{
+    if (bit == MP__IO_READ && (seen & MP__IO_CLOSED))
+        return;
+    /* Relaxed: on failure the task reloads with acquire anyway (mp__io_load()). */
+    atomic_compare_exchange_strong_explicit(&io->bits, &seen, seen & ~bit, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
+mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit)
+{
+    mp_waker *slot = bit == MP__IO_READ ? &io->reader : &io->writer;
+    mp_waker old = {0};
+    lock(io);
+    /* Acquire: pairs with the release CAS in mp__io_ready(); the lock orders this re-check
+     * against the loop's taking of the waker (see the top of this file). A close or an
+     * interrupt is looked at under the same lock as the one that sets it takes the waker. */
+    if ((atomic_load_explicit(&io->bits, memory_order_acquire) & bit) ||
+        atomic_load_explicit(&io->state, memory_order_relaxed) != OPEN ||
+        (bit == MP__IO_READ && atomic_load_explicit(&io->interrupted, memory_order_relaxed))) {
+        unlock(io);
+        return MP_READY;
+    }
+    if (!mp_waker_will_wake(slot, mp_context_waker(cx))) {
+        old = *slot;
+        *slot = mp_waker_clone(mp_context_waker(cx));
+    }
+    unlock(io);
+    mp_waker_drop(&old);
+    return MP_PENDING;
+}
+
+/* Take both wakers under the lock and wake them: the caller has just set what their polls
+ * will see (interrupted, or the state). */
+static void wake_all(mp_io *io)
+{
+    lock(io);
+    mp_waker r = io->reader, w = io->writer;
+    io->reader = io->writer = (mp_waker){0};
+    unlock(io);
+    mp_waker_wake(&r);
+    mp_waker_wake(&w);
+}
+
+void mp__io_interrupt(mp_io *io)
+{
+    /* Release: pairs with the acquire exchange in mp__io_take_interrupt(). Set before taking
+     * the waker under the lock, as mp__io_ready() does with its bits: either the task's
+     * mp__io_wait() sees the flag, or it registered its waker first and we wake it. */
+    atomic_store_explicit(&io->interrupted, true, memory_order_release);
+    lock(io);
+    mp_waker w = io->reader;
+    io->reader = (mp_waker){0};
+    unlock(io);
+    mp_waker_wake(&w);
+}
+
+bool mp__io_take_interrupt(mp_io *io)
+{
+    /* Acquire: pairs with the release store in mp__io_interrupt(). */
+    return atomic_load_explicit(&io->interrupted, memory_order_relaxed) &&
+           atomic_exchange_explicit(&io->interrupted, false, memory_order_acquire);
+}
+
+void mp__io_disown(mp_io *io)
+{
+    lock(io);
+    mp_waker r = io->reader, w = io->writer;
+    io->reader = io->writer = (mp_waker){0};
+    unlock(io);
+    mp_waker_drop(&r);
+    mp_waker_drop(&w);
+}
+
+static void close_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    mp_io *io = arg;
+    if (io->close_started)
+        return; /* shutdown's close_all got here first */
+    io->close_started = true;
+    epoll_ctl(io->rt->reactor.epfd, EPOLL_CTL_DEL, io->fd, NULL);
+    io->close_fn(io);
+}
+
+bool mp__io_begin_close(mp_io *io)
+{
+    uint32_t open = OPEN;
+    /* Relaxed: the exchange only makes a second close fail; the close itself is ordered by
+     * mp_loop_call's command queue, and the wake below by the socket's lock. */
+    if (!atomic_compare_exchange_strong_explicit(&io->state, &open, CLOSING, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return false;
+    wake_all(io);
+    return true;
+}
+
+int mp__io_finish_close(mp_io *io)
+{
+    return mp_loop_call(io->rt, &io->cmd_close, close_cmd, io);
+}
+
+void mp__io_closed(mp_io *io)
+{
+    mp__io_unlink(io);
+    mp__io_disown(io);
+}
+
+/* Shutdown, with the role held and every worker stopped: close every socket still open.
+ * Their close callbacks run in the loop turns that follow (mp__reactor_close()). */
+void mp__io_close_all(mp__reactor *r)
+{
+    mp__spin_lock(&r->io_lock);
+    r->io_closed = true;
+    mp_io *list = r->ios;
+    mp__spin_unlock(&r->io_lock);
+    /* Nobody links now (io_closed), and entries leave the list only in the close callbacks,
+     * which run after this walk, in uv_run. */
+    for (mp_io *io = list; io; io = io->next)
+        close_cmd(&r->loop, io);
+}

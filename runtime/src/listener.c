@@ -1,0 +1,162 @@
+/* listener.c: a listening TCP socket owned by a task (mp_tcp_listener in magpie_io.h).
+ *
+ * The accepting task calls accept4() itself, on its worker, and waits for the read edge of the
+ * listening socket (io.c's protocol) only when the kernel's queue is empty: a burst of
+ * connections is taken one poll at a time with no trip through the loop. An accepted socket
+ * becomes a bare stream (tcp.c), registered in the same epoll set.
+ *
+ * Out of descriptors (EMFILE, ENFILE) or memory: the connection stays in the kernel's queue and
+ * the read edge stays raised, so accepting again at once fails again at once. The poll reports
+ * the error and leaves the pause to the caller (a timer), as nginx pauses its accepts for a
+ * while rather than spin.
+ */
+#include "internal.h"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+static void close_cb(uv_handle_t *h)
+{
+    mp_tcp_listener *l = h->data;
+    mp__io_closed(&l->io);
+    if (l->on_closed)
+        l->on_closed(l);
+}
+
+static void listener_close(mp_io *io)
+{
+    mp_tcp_listener *l = mp_container_of(io, mp_tcp_listener, io);
+    if (uv_tcp_init(&io->rt->reactor.loop, &l->handle) != 0 || uv_tcp_open(&l->handle, io->fd) != 0)
+        MP__UNREACHABLE("libuv refused to adopt listening socket %d for its close", io->fd);
+    l->handle.data = l;
+    uv_close((uv_handle_t *)&l->handle, close_cb);
+}
+
+static int adopt(mp_runtime *rt, mp_tcp_listener *l, int fd)
+{
+    memset(l, 0, sizeof *l);
+    /* Optimistic: connections may be queued already (an adopted socket). */
+    mp__io_init(&l->io, rt, fd, MP__IO_READ, listener_close);
+    int rc = mp__io_register(&l->io, EPOLLIN);
+    if (rc != 0)
+        l->io.fd = -1;
+    return rc;
+}
+
+int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *addr, int backlog,
+                  unsigned flags)
+{
+    memset(l, 0, sizeof *l);
+    l->io.fd = -1;
+    if (!rt || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+        backlog < 0 || (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
+        return -EINVAL;
+    socklen_t len =
+        addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1, rc = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        ((flags & MP_TCP_REUSEPORT) &&
+         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) ||
+        (addr->sa_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){(flags & MP_TCP_IPV6ONLY) != 0},
+                    sizeof(int)) != 0) ||
+        bind(fd, addr, len) != 0 || listen(fd, backlog ? backlog : SOMAXCONN) != 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = adopt(rt, l, fd);
+    if (rc != 0) {
+        close(fd);
+        l->io.fd = -1;
+    }
+    return rc;
+}
+
+int mp_tcp_listen_fd(mp_runtime *rt, mp_tcp_listener *l, int fd)
+{
+    memset(l, 0, sizeof *l);
+    l->io.fd = -1;
+    if (!rt || fd < 0)
+        return -EINVAL;
+    int type = 0, acc = 0;
+    socklen_t sl = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl) != 0)
+        return -errno;
+    sl = sizeof acc;
+    if (type != SOCK_STREAM || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl) != 0 || !acc)
+        return -EINVAL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+        return -errno;
+    return adopt(rt, l, fd);
+}
+
+int mp_tcp_listener_addr(const mp_tcp_listener *l, struct sockaddr_storage *out)
+{
+    return mp__sock_name(&l->io, out, false);
+}
+
+int mp_tcp_listener_fileno(const mp_tcp_listener *l)
+{
+    return mp__io_is_open(&l->io) ? l->io.fd : -EBADF;
+}
+
+mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err)
+{
+    for (;;) {
+        if (!mp__io_is_open(&l->io)) {
+            *err = -EBADF;
+            return MP_READY;
+        }
+        if (mp__io_take_interrupt(&l->io)) {
+            *err = -EINTR;
+            return MP_READY;
+        }
+        uint64_t seen = mp__io_load(&l->io);
+        if (!(seen & MP__IO_READ)) {
+            if (mp__io_wait(&l->io, cx, MP__IO_READ) == MP_PENDING)
+                return MP_PENDING;
+            continue;
+        }
+        int fd = accept4(l->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            *err = mp__tcp_adopt(l->io.rt, c, fd, bufsize);
+            if (*err != 0)
+                close(fd);
+            return MP_READY;
+        }
+        switch (errno) {
+        case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+        case EWOULDBLOCK:
+#endif
+            mp__io_clear(&l->io, seen, MP__IO_READ);
+            continue;
+        case EINTR:
+        case ECONNABORTED: /* the peer gave up while queued: take the next */
+        case EPROTO:
+            continue;
+        default:
+            *err = -errno;
+            memset(c, 0, sizeof *c);
+            c->io.fd = -1;
+            return MP_READY;
+        }
+    }
+}
+
+void mp_tcp_listener_interrupt(mp_tcp_listener *l)
+{
+    mp__io_interrupt(&l->io);
+}
+
+int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l))
+{
+    if (!mp__io_begin_close(&l->io))
+        return -EBADF;
+    l->on_closed = on_closed;
+    return mp__io_finish_close(&l->io);
+}

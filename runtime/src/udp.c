@@ -1,0 +1,289 @@
+/* udp.c: UDP sockets for tasks (mp_udp in magpie_io.h), with the readiness protocol of io.c:
+ * the task sends and receives on its own worker and waits for the loop's edge only when the
+ * kernel would block.
+ *
+ * A datagram socket reports no peer close: EPOLLERR (a queued ICMP error on a connected
+ * socket) raises both edges, and the next recv or send returns that error once; the socket
+ * stays usable. Batches go through recvmmsg/sendmmsg: one system call for many datagrams,
+ * which is where a UDP server's time goes (the per-call cost, not the copy).
+ */
+#include "internal.h"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+enum { MAX_BATCH = 64 };
+
+static void close_cb(uv_handle_t *h)
+{
+    mp_udp *u = h->data;
+    mp__io_closed(&u->io);
+    if (u->on_closed)
+        u->on_closed(u);
+}
+
+static void udp_close(mp_io *io)
+{
+    mp_udp *u = mp_container_of(io, mp_udp, io);
+    if (uv_udp_init(&io->rt->reactor.loop, &u->handle) != 0 || uv_udp_open(&u->handle, io->fd) != 0)
+        MP__UNREACHABLE("libuv refused to adopt UDP socket %d for its close", io->fd);
+    u->handle.data = u;
+    uv_close((uv_handle_t *)&u->handle, close_cb);
+}
+
+static socklen_t addr_len(const struct sockaddr *a)
+{
+    return a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned flags)
+{
+    memset(u, 0, sizeof *u);
+    u->io.fd = -1;
+    if (!rt || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+        (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
+        return -EINVAL;
+    int fd = socket(addr->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1, rc = 0;
+    if (((flags & MP_TCP_REUSEPORT) &&
+         (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+          setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)) ||
+        (addr->sa_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){(flags & MP_TCP_IPV6ONLY) != 0},
+                    sizeof(int)) != 0) ||
+        bind(fd, addr, addr_len(addr)) != 0)
+        rc = -errno;
+    if (rc == 0) {
+        /* Optimistic: room to send; nothing to receive before the first edge. */
+        mp__io_init(&u->io, rt, fd, MP__IO_WRITE, udp_close);
+        rc = mp__io_register(&u->io, EPOLLIN | EPOLLOUT);
+    }
+    if (rc != 0) {
+        close(fd);
+        u->io.fd = -1;
+    }
+    return rc;
+}
+
+int mp_udp_connect(mp_udp *u, const struct sockaddr *addr)
+{
+    if (!mp__io_is_open(&u->io))
+        return -EBADF;
+    if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+        return -EINVAL;
+    return connect(u->io.fd, addr, addr_len(addr)) == 0 ? 0 : -errno;
+}
+
+int mp_udp_local_addr(const mp_udp *u, struct sockaddr_storage *out)
+{
+    return mp__sock_name(&u->io, out, false);
+}
+
+int mp_udp_fileno(const mp_udp *u)
+{
+    return mp__io_is_open(&u->io) ? u->io.fd : -EBADF;
+}
+
+static bool would_block(int e)
+{
+    return e == EAGAIN || e == EWOULDBLOCK;
+}
+
+mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len,
+                         const struct sockaddr *to, int *err)
+{
+    for (;;) {
+        if (!mp__io_is_open(&u->io)) {
+            *err = -EBADF;
+            return MP_READY;
+        }
+        uint64_t seen = mp__io_load(&u->io);
+        if (!(seen & MP__IO_WRITE)) {
+            if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
+                return MP_PENDING;
+            continue;
+        }
+        ssize_t n =
+            sendto(u->io.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, to, to ? addr_len(to) : 0);
+        if (n >= 0) {
+            *err = 0;
+            return MP_READY;
+        }
+        if (errno == EINTR)
+            continue;
+        if (would_block(errno)) {
+            mp__io_clear(&u->io, seen, MP__IO_WRITE);
+            continue;
+        }
+        *err = -errno;
+        return MP_READY;
+    }
+}
+
+/* Wait for the read edge (or an interrupt, or the close): MP_READY with *err set when the
+ * caller must stop, MP_READY with *err 0 to try again, MP_PENDING to wait. */
+static mp_poll before_recv(mp_udp *u, mp_context *cx, uint64_t *seen, int *err)
+{
+    *err = 0;
+    for (;;) {
+        if (!mp__io_is_open(&u->io)) {
+            *err = -EBADF;
+            return MP_READY;
+        }
+        if (mp__io_take_interrupt(&u->io)) {
+            *err = -EINTR;
+            return MP_READY;
+        }
+        *seen = mp__io_load(&u->io);
+        if (*seen & MP__IO_READ)
+            return MP_READY;
+        if (mp__io_wait(&u->io, cx, MP__IO_READ) == MP_PENDING)
+            return MP_PENDING;
+    }
+}
+
+mp_poll mp_udp_recv_poll(mp_udp *u, mp_context *cx, void *buf, size_t cap, size_t *len,
+                         bool *truncated, struct sockaddr_storage *from, int *err)
+{
+    *len = 0;
+    if (truncated)
+        *truncated = false;
+    for (;;) {
+        uint64_t seen;
+        if (before_recv(u, cx, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
+            return MP_READY;
+        struct iovec iov = {.iov_base = buf, .iov_len = cap};
+        struct msghdr mh = {
+            .msg_name = from,
+            .msg_namelen = from ? sizeof *from : 0,
+            .msg_iov = &iov,
+            .msg_iovlen = 1,
+        };
+        ssize_t n = recvmsg(u->io.fd, &mh, MSG_DONTWAIT);
+        if (n >= 0) {
+            *len = (size_t)n;
+            if (truncated)
+                *truncated = (mh.msg_flags & MSG_TRUNC) != 0;
+            return MP_READY;
+        }
+        if (errno == EINTR)
+            continue;
+        if (would_block(errno)) {
+            mp__io_clear(&u->io, seen, MP__IO_READ);
+            continue;
+        }
+        *err = -errno;
+        return MP_READY;
+    }
+}
+
+mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsigned n,
+                               unsigned *done, int *err)
+{
+    *done = 0;
+    if (n > MAX_BATCH)
+        n = MAX_BATCH;
+    struct mmsghdr mm[MAX_BATCH];
+    struct iovec iov[MAX_BATCH];
+    for (;;) {
+        uint64_t seen;
+        if (before_recv(u, cx, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
+            return MP_READY;
+        for (unsigned i = 0; i < n; i++) {
+            iov[i] = (struct iovec){.iov_base = msgs[i].buf, .iov_len = msgs[i].len};
+            mm[i] = (struct mmsghdr){.msg_hdr = {
+                                         .msg_name = &msgs[i].addr,
+                                         .msg_namelen = sizeof msgs[i].addr,
+                                         .msg_iov = &iov[i],
+                                         .msg_iovlen = 1,
+                                     }};
+        }
+        int got = recvmmsg(u->io.fd, mm, n, MSG_DONTWAIT, NULL);
+        if (got > 0) {
+            for (int i = 0; i < got; i++) {
+                msgs[i].len = mm[i].msg_len;
+                msgs[i].truncated = (mm[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+            }
+            if ((unsigned)got < n)
+                mp__io_clear(&u->io, seen, MP__IO_READ); /* drained */
+            *done = (unsigned)got;
+            return MP_READY;
+        }
+        if (got == 0 || errno == EINTR)
+            continue;
+        if (would_block(errno)) {
+            mp__io_clear(&u->io, seen, MP__IO_READ);
+            continue;
+        }
+        *err = -errno;
+        return MP_READY;
+    }
+}
+
+mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs, unsigned n,
+                               unsigned *done, int *err)
+{
+    *done = 0;
+    *err = 0;
+    struct mmsghdr mm[MAX_BATCH];
+    struct iovec iov[MAX_BATCH];
+    while (*done < n) {
+        if (!mp__io_is_open(&u->io)) {
+            *err = -EBADF;
+            return MP_READY;
+        }
+        uint64_t seen = mp__io_load(&u->io);
+        if (!(seen & MP__IO_WRITE)) {
+            if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
+                return MP_PENDING;
+            continue;
+        }
+        unsigned k = n - *done < MAX_BATCH ? n - *done : MAX_BATCH;
+        for (unsigned i = 0; i < k; i++) {
+            const mp_udp_msg *m = &msgs[*done + i];
+            iov[i] = (struct iovec){.iov_base = m->buf, .iov_len = m->len};
+            bool named = m->addr.ss_family == AF_INET || m->addr.ss_family == AF_INET6;
+            mm[i] = (struct mmsghdr){
+                .msg_hdr = {
+                    .msg_name = named ? (void *)&m->addr : NULL,
+                    .msg_namelen = named ? addr_len((const struct sockaddr *)&m->addr) : 0,
+                    .msg_iov = &iov[i],
+                    .msg_iovlen = 1,
+                }};
+        }
+        int sent = sendmmsg(u->io.fd, mm, k, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent > 0) {
+            *done += (unsigned)sent;
+            continue;
+        }
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0 && would_block(errno)) {
+            mp__io_clear(&u->io, seen, MP__IO_WRITE);
+            continue;
+        }
+        *err = sent < 0 ? -errno : -EIO;
+        return MP_READY;
+    }
+    return MP_READY;
+}
+
+void mp_udp_interrupt(mp_udp *u)
+{
+    mp__io_interrupt(&u->io);
+}
+
+int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u))
+{
+    if (!mp__io_begin_close(&u->io))
+        return -EBADF;
+    u->on_closed = on_closed;
+    return mp__io_finish_close(&u->io);
+}
