@@ -361,3 +361,57 @@ int mp_spawn_blocking(mp_runtime *rt, void (*fn)(void *arg), void *arg, mp_task 
         *out = &j->task;
     return 0;
 }
+
+/* mp__bjob: a blocking job whose owner reads results after it completed (file.c, resolve.c).
+ * The join handle alone cannot carry them: mp_join_poll() gives the handle up as it returns,
+ * and the task's release may free it at once. So the job counts two owners, its task (until
+ * the release) and the caller (until mp__bjob_put), and is destroyed by the last. An owner who
+ * gives up (mp__bjob_abandon) cancels it (a job not started never runs) and lets go; a running
+ * one finishes in its own storage and destroys itself. */
+static void bjob_release(mp_task *t)
+{
+    mp__bjob_put(mp_container_of(t, mp__bjob, task));
+}
+
+static mp_poll bjob_poll_task(mp_task *t, mp_context *cx)
+{
+    (void)cx;
+    mp__bjob *j = mp_container_of(t, mp__bjob, task);
+    j->run(j);
+    return MP_READY;
+}
+
+static const mp_task_vtable bjob_vt = {
+    .poll = bjob_poll_task,
+    .release = bjob_release,
+};
+
+int mp__bjob_spawn(mp_runtime *rt, mp__bjob *j)
+{
+    mp_task_init(&j->task, &bjob_vt);
+    atomic_init(&j->refs, 2);
+    int rc = spawn_blocking(rt, &j->task, true);
+    if (rc != 0)
+        atomic_store_explicit(&j->refs, 1, memory_order_relaxed); /* the caller's alone */
+    return rc;
+}
+
+mp_poll mp__bjob_poll(mp__bjob *j, mp_context *cx, int *result)
+{
+    return mp_join_poll(&j->task, cx, result);
+}
+
+void mp__bjob_put(mp__bjob *j)
+{
+    /* acq_rel: the last owner sees everything the other wrote (the job's results, or the
+     * caller's reads of them) before it destroys; pairs with itself in the other owner. */
+    if (atomic_fetch_sub_explicit(&j->refs, 1, memory_order_acq_rel) == 1)
+        j->destroy(j);
+}
+
+void mp__bjob_abandon(mp__bjob *j)
+{
+    mp_task_cancel(&j->task);
+    mp_detach(&j->task);
+    mp__bjob_put(j);
+}

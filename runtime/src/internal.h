@@ -489,6 +489,8 @@ void mp__readbuf_give(char *b, size_t cap);
 /* tcp.c: a stream over fd, a connected socket of the caller's (listener.c's accept); on an
  * error fd is still the caller's and c is closed. */
 int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
+/* resolve.c: getaddrinfo's error (with the errno it left, for EAI_SYSTEM) as a negative errno. */
+int mp__resolve_error(int eai, int saved_errno);
 /* getsockname (peer false) or getpeername of an open socket. */
 int mp__sock_name(const mp_io *io, struct sockaddr_storage *out, bool peer);
 
@@ -521,6 +523,20 @@ int mp__blocking_shutdown(mp__blocking *b, unsigned timeout_ms);
 /* Wait for every thread to leave, then free the pool's resources. */
 void mp__blocking_destroy(mp__blocking *b);
 void mp__blocking_stats(mp__blocking *b, mp_stats *out);
+/* A blocking job whose caller reads results after it completed; see blocking.c. */
+typedef struct mp__bjob {
+    mp_task task;
+    _Atomic int refs;                    /* atomic: the task (until released) and the caller */
+    void (*run)(struct mp__bjob *j);     /* on the blocking thread */
+    void (*destroy)(struct mp__bjob *j); /* frees j and what it holds */
+} mp__bjob;
+/* run and destroy set: spawn it joinable. On an error the caller still owns j. */
+int mp__bjob_spawn(mp_runtime *rt, mp__bjob *j);
+/* mp_join_poll() of its task; after MP_READY the caller's reference still keeps j. */
+mp_poll mp__bjob_poll(mp__bjob *j, mp_context *cx, int *result);
+void mp__bjob_put(mp__bjob *j);
+/* Cancel (a job not started never runs), give up the join handle and the reference. */
+void mp__bjob_abandon(mp__bjob *j);
 /* The next thread start fails as with EAGAIN (tests). */
 void mp__blocking_test_fail_next_start(mp__blocking *b);
 

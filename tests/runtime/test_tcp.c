@@ -6,10 +6,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "task_echo.h"
 #include "test_net.h"
 #include "test_util.h"
 
@@ -525,4 +527,426 @@ Test(tcp, an_idle_stream_holds_no_read_buffer, .timeout = 30)
     mp_tcp_buffer_stats(&in_use, NULL);
     cr_assert_eq(in_use, 0, "closed streams gave their buffers back");
     server_stop(s);
+}
+
+/* Connecting from tasks (mp_tcp_connect), against the task echo server of task_echo.h. */
+
+typedef struct tclient {
+    mp_task task;
+    mp_tcp tcp;
+    struct sockaddr_in to;
+    mp_timer timer;
+    uint64_t timeout_ms; /* 0: no timer */
+    uint64_t deadline_ms;
+    int step; /* 0 connect, 1 write, 2 read, 3 done */
+    int connect_err, err;
+    char msg[32], got[32];
+    size_t got_len;
+    bool opened;
+    _Atomic bool closed, released, cancelled;
+} tclient;
+
+static void tclient_closed(mp_tcp *t)
+{
+    atomic_store(&mp_container_of(t, tclient, tcp)->closed, true);
+}
+
+static mp_poll tclient_poll(mp_task *t, mp_context *cx)
+{
+    tclient *c = mp_container_of(t, tclient, task);
+    int err;
+    switch (c->step) {
+    case 0:
+        if (!c->opened) {
+            c->err = mp_tcp_connect(mp_runtime_current(), &c->tcp, (struct sockaddr *)&c->to, 0);
+            if (c->err != 0)
+                return MP_READY; /* nothing to close */
+            c->opened = true;
+            mp_timer_init(&c->timer, mp_runtime_current());
+            c->deadline_ms = mp_now_ms() + c->timeout_ms;
+        }
+        if (mp_tcp_connect_poll(&c->tcp, cx, c->timeout_ms ? &c->timer : NULL, c->deadline_ms,
+                                &c->connect_err) == MP_PENDING)
+            return MP_PENDING;
+        if (c->connect_err != 0)
+            break;
+        c->step = 1;
+        /* fall through */
+    case 1:
+        if (mp_tcp_write_poll(&c->tcp, cx, c->msg, strlen(c->msg), &err) == MP_PENDING)
+            return MP_PENDING;
+        if ((c->err = err) != 0)
+            break;
+        c->step = 2;
+        /* fall through */
+    case 2:
+        while (c->got_len < strlen(c->msg)) {
+            const char *data;
+            size_t len;
+            if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (len == 0) {
+                c->err = err ? err : -EPIPE;
+                break;
+            }
+            size_t take = len < sizeof c->got - c->got_len ? len : sizeof c->got - c->got_len;
+            memcpy(c->got + c->got_len, data, take);
+            c->got_len += take;
+            mp_tcp_consume(&c->tcp, len);
+        }
+        c->step = 3;
+        break;
+    }
+    mp_tcp_close(&c->tcp, tclient_closed);
+    return MP_READY;
+}
+
+static void tclient_cancel(mp_task *t)
+{
+    tclient *c = mp_container_of(t, tclient, task);
+    atomic_store(&c->cancelled, true);
+    if (c->opened) {
+        mp_timer_cancel(&c->timer);
+        mp_tcp_close(&c->tcp, tclient_closed);
+    }
+}
+
+static void tclient_release(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, tclient, task)->released, true);
+}
+
+static const mp_task_vtable tclient_vt = {tclient_poll, tclient_cancel, tclient_release};
+
+static void tclient_init(tclient *c, struct sockaddr_in to, const char *msg)
+{
+    memset(c, 0, sizeof *c);
+    mp_task_init(&c->task, &tclient_vt);
+    c->to = to;
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+}
+
+static void wait_closed(tclient *c)
+{
+    while (c->opened && !atomic_load(&c->closed))
+        usleep(1000);
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            n++;
+    return n;
+}
+
+Test(tcp, tasks_connect_write_read_and_close, .timeout = 60)
+{
+    mp_runtime *rt = test_runtime(2);
+    echo_server *s = echo_server_start(rt, false);
+    enum { N = 64 };
+    tclient *c = calloc(N, sizeof *c);
+    for (int i = 0; i < N; i++) {
+        char msg[32];
+        snprintf(msg, sizeof msg, "hello %d", i);
+        tclient_init(&c[i], echo_server_addr(s), msg);
+        c[i].timeout_ms = 30000;
+        cr_assert_eq(mp_spawn_joinable(rt, &c[i].task), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(mp_join(&c[i].task), 0);
+        cr_assert_eq(c[i].connect_err, 0, "tclient %d: %d", i, c[i].connect_err);
+        cr_assert_eq(c[i].err, 0, "tclient %d: %d", i, c[i].err);
+        cr_assert_eq(c[i].got_len, strlen(c[i].msg));
+        cr_assert_eq(memcmp(c[i].got, c[i].msg, c[i].got_len), 0);
+        wait_closed(&c[i]);
+    }
+    echo_server_stop(s);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    free(c);
+    free(s);
+}
+
+Test(tcp, connect_to_a_closed_port_is_refused, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    close(fd); /* bound once, nobody listens now */
+    tclient c;
+    tclient_init(&c, a, "x");
+    cr_assert_eq(mp_spawn_joinable(rt, &c.task), 0);
+    cr_assert_eq(mp_join(&c.task), 0);
+    cr_assert_eq(c.connect_err, -ECONNREFUSED);
+    wait_closed(&c);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
+/* A listener whose accept queue is full and never drained: further SYNs are dropped, so a
+ * connection to it stays in progress (the kernel retries its SYN after a second). Loopback
+ * only. */
+typedef struct black_hole {
+    int lfd;
+    int fill[8];
+    struct sockaddr_in addr;
+} black_hole;
+
+static void black_hole_open(black_hole *b)
+{
+    b->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    b->addr =
+        (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof b->addr;
+    cr_assert_eq(bind(b->lfd, (struct sockaddr *)&b->addr, sizeof b->addr), 0);
+    cr_assert_eq(listen(b->lfd, 0), 0);
+    getsockname(b->lfd, (struct sockaddr *)&b->addr, &al);
+    for (int i = 0; i < 8; i++) {
+        b->fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(b->fill[i], (struct sockaddr *)&b->addr, sizeof b->addr);
+    }
+    usleep(20000); /* the queue fills with the first handshakes */
+}
+
+static void black_hole_close(black_hole *b)
+{
+    for (int i = 0; i < 8; i++)
+        close(b->fill[i]);
+    close(b->lfd);
+}
+
+Test(tcp, connect_times_out_on_the_timer_wheel, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    black_hole b;
+    black_hole_open(&b);
+    tclient c;
+    tclient_init(&c, b.addr, "x");
+    c.timeout_ms = 50;
+    cr_assert_eq(mp_spawn_joinable(rt, &c.task), 0);
+    cr_assert_eq(mp_join(&c.task), 0);
+    cr_assert_eq(c.connect_err, -ETIMEDOUT);
+    wait_closed(&c);
+    black_hole_close(&b);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
+Test(tcp, a_task_cancelled_mid_connect_leaks_no_socket_and_no_waker, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    black_hole b;
+    black_hole_open(&b);
+    /* libuv opens one descriptor per loop at its first stream handle (its EMFILE reserve):
+     * have it open before counting. */
+    tclient warm;
+    tclient_init(&warm, b.addr, "x");
+    warm.timeout_ms = 1;
+    cr_assert_eq(mp_spawn_joinable(rt, &warm.task), 0);
+    cr_assert_eq(mp_join(&warm.task), 0);
+    wait_closed(&warm);
+    int before = open_fds();
+    tclient c;
+    tclient_init(&c, b.addr, "x");
+    c.timeout_ms = 60000;
+    cr_assert_eq(mp_spawn_joinable(rt, &c.task), 0);
+    while (!c.opened)
+        usleep(1000);
+    usleep(10000);
+    mp_task_cancel(&c.task);
+    cr_assert_eq(mp_join(&c.task), -ECANCELED);
+    cr_assert(atomic_load(&c.cancelled));
+    wait_closed(&c);
+    int after = open_fds();
+    cr_assert_eq(after, before, "the connecting socket was closed: %d fds before, %d after", before,
+                 after);
+    while (!atomic_load(&c.released))
+        usleep(1000); /* every waker the task left was given back */
+    black_hole_close(&b);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
+Test(tcp, connect_errors_and_options, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_tcp t;
+    struct sockaddr bad = {.sa_family = AF_UNIX};
+    cr_assert_eq(mp_tcp_connect(rt, &t, &bad, 0), -EINVAL);
+    cr_assert_eq(mp_tcp_connect(rt, &t, NULL, 0), -EINVAL);
+    cr_assert_eq(mp_tcp_fileno(&t), -EBADF);
+    cr_assert_eq(mp_tcp_set_nodelay(&t, true), -EBADF);
+    cr_assert_eq(mp_tcp_set_keepalive(&t, 30), -EBADF);
+    cr_assert_eq(mp_tcp_set_buffers(&t, 4096, 4096), -EBADF);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_peer_addr(&t, &ss), -EBADF);
+    cr_assert_eq(mp_tcp_close(&t, NULL), -EBADF);
+
+    echo_server *s = echo_server_start(rt, false);
+    struct sockaddr_in a = echo_server_addr(s);
+    _Atomic bool closed = false;
+    cr_assert_eq(mp_tcp_connect(rt, &t, (struct sockaddr *)&a, 0), 0);
+    int fd = mp_tcp_fileno(&t);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(mp_tcp_set_nodelay(&t, true), 0);
+    cr_assert_eq(mp_tcp_set_keepalive(&t, 30), 0);
+    cr_assert_eq(mp_tcp_set_buffers(&t, 65536, 65536), 0);
+    int v = 0;
+    socklen_t vl = sizeof v;
+    getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl);
+    cr_assert_eq(v, 1);
+    getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &vl);
+    cr_assert_eq(v, 1);
+    getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &vl);
+    cr_assert_eq(v, 30);
+    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &vl);
+    cr_assert_geq(v, 65536);
+    cr_assert_eq(mp_tcp_set_keepalive(&t, 0), 0);
+    getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &vl);
+    cr_assert_eq(v, 0);
+    cr_assert_eq(mp_tcp_local_addr(&t, &ss), 0);
+    cr_assert_eq(ss.ss_family, AF_INET);
+    /* Closed from a plain thread before anyone polled it: fine, and once only. */
+    cr_assert_eq(mp_tcp_close(&t, NULL), 0);
+    cr_assert_eq(mp_tcp_close(&t, NULL), -EBADF);
+    (void)closed;
+    usleep(20000);
+    echo_server_stop(s);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    free(s);
+}
+
+Test(tcp, connect_out_of_descriptors_is_an_error, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_tcp t;
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int top = dup(0);
+    close(top);
+    low = (struct rlimit){.rlim_cur = (rlim_t)top, .rlim_max = old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc = mp_tcp_connect(rt, &t, (struct sockaddr *)&a, 0);
+    setrlimit(RLIMIT_NOFILE, &old);
+    cr_assert_eq(rc, -EMFILE);
+    cr_assert_eq(mp_tcp_fileno(&t), -EBADF);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
+/* Hand-off: one task connects and does a round trip, gives its wakers back, and passes the
+ * stream through a channel to a task spawned for it, which does the next round trip on
+ * whatever worker it runs. */
+typedef struct relay {
+    mp_task task;
+    mp_chan *ch;
+    mp_tcp *tcp;
+    int step;
+    int err;
+    char got[8];
+    size_t got_len;
+    bool wrote;
+} relay;
+
+static mp_poll relay_round(relay *r, mp_context *cx, const char *msg)
+{
+    int err;
+    if (!r->wrote) {
+        if (mp_tcp_write_poll(r->tcp, cx, msg, strlen(msg), &err) == MP_PENDING)
+            return MP_PENDING;
+        r->wrote = true;
+        if ((r->err = err))
+            return MP_READY;
+    }
+    while (r->got_len < strlen(msg)) {
+        const char *d;
+        size_t len;
+        if (mp_tcp_read_poll(r->tcp, cx, &d, &len, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (len == 0) {
+            r->err = err ? err : -EPIPE;
+            return MP_READY;
+        }
+        memcpy(r->got + r->got_len, d, len);
+        r->got_len += len;
+        mp_tcp_consume(r->tcp, len);
+    }
+    return MP_READY;
+}
+
+static mp_poll taker_poll(mp_task *t, mp_context *cx)
+{
+    relay *r = mp_container_of(t, relay, task);
+    if (r->tcp == NULL) {
+        void *v;
+        int err;
+        if (mp_chan_recv_poll(r->ch, cx, &v, &err) == MP_PENDING)
+            return MP_PENDING;
+        cr_assert_eq(err, 0);
+        r->tcp = v;
+    }
+    return relay_round(r, cx, "two");
+}
+
+static const mp_task_vtable taker_vt = {.poll = taker_poll};
+
+static mp_poll giver_poll(mp_task *t, mp_context *cx)
+{
+    relay *r = mp_container_of(t, relay, task);
+    if (r->step == 0) {
+        if (mp_tcp_connect_poll(r->tcp, cx, NULL, 0, &r->err) == MP_PENDING)
+            return MP_PENDING;
+        if (r->err)
+            return MP_READY;
+        r->step = 1;
+    }
+    if (relay_round(r, cx, "one") == MP_PENDING)
+        return MP_PENDING;
+    mp_tcp_disown(r->tcp);
+    cr_assert_eq(mp_chan_try_send(r->ch, r->tcp), 0);
+    return MP_READY;
+}
+
+static const mp_task_vtable giver_vt = {.poll = giver_poll};
+
+static void relay_closed(mp_tcp *t)
+{
+    (void)t;
+}
+
+Test(tcp, a_stream_handed_from_task_to_task_serves_both, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    echo_server *s = echo_server_start(rt, false);
+    struct sockaddr_in a = echo_server_addr(s);
+    mp_chan ch;
+    cr_assert_eq(mp_chan_init(&ch, 1), 0);
+    mp_tcp *tcp = calloc(1, sizeof *tcp);
+    cr_assert_eq(mp_tcp_connect(rt, tcp, (struct sockaddr *)&a, 0), 0);
+    relay giver = {.ch = &ch, .tcp = tcp}, taker = {.ch = &ch};
+    mp_task_init(&taker.task, &taker_vt);
+    mp_task_init(&giver.task, &giver_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &taker.task), 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &giver.task), 0);
+    cr_assert_eq(mp_join(&giver.task), 0);
+    cr_assert_eq(mp_join(&taker.task), 0);
+    cr_assert_eq(giver.err, 0);
+    cr_assert_eq(taker.err, 0);
+    cr_assert_eq(memcmp(giver.got, "one", 3), 0);
+    cr_assert_eq(memcmp(taker.got, "two", 3), 0);
+    cr_assert_eq(mp_tcp_close(tcp, relay_closed), 0);
+    echo_server_stop(s);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    mp_chan_destroy(&ch);
+    free(tcp);
+    free(s);
 }
