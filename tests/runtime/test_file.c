@@ -1,0 +1,264 @@
+/* Tests of runtime/src/file.c: file reads, opens and stats from tasks. */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "test_util.h"
+
+static char dir[64];
+
+static void make_tree(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mp-file-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char p[128];
+    snprintf(p, sizeof p, "%s/data", dir);
+    FILE *f = fopen(p, "w");
+    for (int i = 0; i < 100000; i++)
+        fprintf(f, "%08d\n", i);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/sub", dir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    mkfifo(p, 0644);
+}
+
+static void remove_tree(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    system(cmd);
+}
+
+/* One operation, from a task. */
+enum { READ, OPEN, STAT };
+typedef struct op_task {
+    mp_task task;
+    mp_file_op op;
+    int kind;
+    int fd, dirfd, flags;
+    uint64_t resolve;
+    const char *path;
+    char *buf;
+    size_t len, n;
+    uint64_t off;
+    struct stat st;
+    int out_fd, err;
+} op_task;
+
+static mp_poll op_poll(mp_task *t, mp_context *cx)
+{
+    op_task *o = mp_container_of(t, op_task, task);
+    mp_runtime *rt = mp_runtime_current();
+    switch (o->kind) {
+    case READ:
+        return mp_file_read_poll(rt, &o->op, cx, o->fd, o->buf, o->len, o->off, &o->n, &o->err);
+    case OPEN:
+        return mp_file_open_poll(rt, &o->op, cx, o->dirfd, o->path, o->flags, 0, o->resolve,
+                                 &o->out_fd, &o->err);
+    default:
+        return mp_file_stat_poll(rt, &o->op, cx, o->dirfd, o->path, o->flags, &o->st, &o->err);
+    }
+}
+
+static void op_cancel(mp_task *t)
+{
+    mp_file_op_cancel(&mp_container_of(t, op_task, task)->op);
+}
+
+static const mp_task_vtable op_vt = {.poll = op_poll, .cancel = op_cancel};
+
+static void run(mp_runtime *rt, op_task *o)
+{
+    mp_task_init(&o->task, &op_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &o->task), 0);
+    cr_assert_eq(mp_join(&o->task), 0);
+}
+
+Test(file, reads_whole_files_at_offsets_cached_or_not, .timeout = 60)
+{
+    make_tree();
+    mp_runtime *rt = test_runtime(2);
+    op_task o = {.kind = OPEN, .dirfd = AT_FDCWD, .flags = O_RDONLY};
+    char p[128];
+    snprintf(p, sizeof p, "%s/data", dir);
+    o.path = p;
+    run(rt, &o);
+    cr_assert_eq(o.err, 0);
+    int fd = o.out_fd;
+    cr_assert_geq(fd, 0);
+    cr_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    /* Drop the file's pages (written back first), so the pool path runs too. */
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    char *buf = malloc(900000);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t total = 0;
+        while (total < 900000) {
+            op_task r = {.kind = READ, .fd = fd, .buf = buf + total, .len = 65536, .off = total};
+            if (r.len > 900000 - total)
+                r.len = 900000 - total;
+            run(rt, &r);
+            cr_assert_eq(r.err, 0);
+            if (r.n == 0)
+                break;
+            total += r.n;
+        }
+        cr_assert_eq(total, 900000);
+        for (int i = 0; i < 100000; i += 997) {
+            char want[10];
+            snprintf(want, sizeof want, "%08d\n", i);
+            cr_assert_eq(memcmp(buf + i * 9, want, 9), 0, "line %d", i);
+        }
+    }
+    op_task eof = {.kind = READ, .fd = fd, .buf = buf, .len = 10, .off = 900000};
+    run(rt, &eof);
+    cr_assert_eq(eof.err, 0);
+    cr_assert_eq(eof.n, 0);
+    close(fd);
+    op_task badf = {.kind = READ, .fd = fd, .buf = buf, .len = 10};
+    run(rt, &badf);
+    cr_assert_eq(badf.err, -EBADF);
+    op_task huge = {.kind = READ, .fd = 0, .buf = buf, .len = (size_t)2 << 30};
+    run(rt, &huge);
+    cr_assert_eq(huge.err, -EINVAL);
+    free(buf);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    remove_tree();
+}
+
+Test(file, a_file_without_nowait_reads_go_through_the_pool, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    /* procfs files do not take RWF_NOWAIT (EOPNOTSUPP): the read goes to a pool thread. */
+    int fd = open("/proc/version", O_RDONLY);
+    cr_assert_geq(fd, 0);
+    char want[512], got[512];
+    ssize_t wn = pread(fd, want, sizeof want, 0);
+    cr_assert_gt(wn, 0);
+    mp_stats before, after;
+    mp_runtime_stats(rt, &before);
+    op_task r = {.kind = READ, .fd = fd, .buf = got, .len = sizeof got};
+    run(rt, &r);
+    cr_assert_eq(r.err, 0);
+    cr_assert_eq(r.n, (size_t)wn);
+    cr_assert_eq(memcmp(got, want, r.n), 0);
+    mp_runtime_stats(rt, &after);
+    cr_assert_eq(after.blocking_jobs, before.blocking_jobs + 1);
+    close(fd);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
+Test(file, open_and_stat_errors_and_resolve_beneath, .timeout = 60)
+{
+    make_tree();
+    mp_runtime *rt = test_runtime(1);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    op_task o = {.kind = OPEN, .dirfd = dfd, .path = "missing", .flags = O_RDONLY};
+    run(rt, &o);
+    cr_assert_eq(o.err, -ENOENT);
+    cr_assert_eq(o.out_fd, -1);
+    /* Non-blocking open: the cached fast path when the kernel has it. */
+    op_task nb = {.kind = OPEN, .dirfd = dfd, .path = "data", .flags = O_RDONLY | O_NONBLOCK};
+    run(rt, &nb);
+    cr_assert_eq(nb.err, 0);
+    close(nb.out_fd);
+    /* A FIFO opened with O_NONBLOCK does not wait for a writer. */
+    op_task fifo = {.kind = OPEN, .dirfd = dfd, .path = "fifo", .flags = O_RDONLY | O_NONBLOCK};
+    run(rt, &fifo);
+    cr_assert_eq(fifo.err, 0);
+    struct stat fst;
+    fstat(fifo.out_fd, &fst);
+    cr_assert(S_ISFIFO(fst.st_mode));
+    close(fifo.out_fd);
+    /* RESOLVE_BENEATH: no way out of the directory. */
+    op_task esc = {.kind = OPEN,
+                   .dirfd = dfd,
+                   .path = "../../etc/passwd",
+                   .flags = O_RDONLY,
+                   .resolve = RESOLVE_BENEATH};
+    run(rt, &esc);
+    cr_assert(esc.err == -EXDEV || esc.err == -ENOSYS, "err %d", esc.err);
+    op_task esc_nb = esc;
+    esc_nb.op = (mp_file_op){0};
+    esc_nb.flags |= O_NONBLOCK;
+    run(rt, &esc_nb);
+    cr_assert(esc_nb.err == -EXDEV || esc_nb.err == -ENOSYS, "err %d", esc_nb.err);
+    op_task inside = {.kind = OPEN,
+                      .dirfd = dfd,
+                      .path = "sub/../data",
+                      .flags = O_RDONLY,
+                      .resolve = RESOLVE_BENEATH};
+    run(rt, &inside);
+    cr_assert(inside.err == 0 || inside.err == -ENOSYS, "err %d", inside.err);
+    if (inside.err == 0)
+        close(inside.out_fd);
+    op_task st = {.kind = STAT, .dirfd = dfd, .path = "data"};
+    run(rt, &st);
+    cr_assert_eq(st.err, 0);
+    cr_assert_eq(st.st.st_size, 900000);
+    op_task sd = {.kind = STAT, .dirfd = dfd, .path = ""};
+    sd.flags = AT_EMPTY_PATH;
+    run(rt, &sd);
+    cr_assert_eq(sd.err, 0);
+    cr_assert(S_ISDIR(sd.st.st_mode));
+    op_task sm = {.kind = STAT, .dirfd = dfd, .path = "missing"};
+    run(rt, &sm);
+    cr_assert_eq(sm.err, -ENOENT);
+    op_task np = {.kind = STAT, .dirfd = dfd, .path = NULL};
+    run(rt, &np);
+    cr_assert_eq(np.err, -EINVAL);
+    close(dfd);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    remove_tree();
+}
+
+static _Atomic bool hold_release;
+static void hold(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&hold_release))
+        usleep(1000);
+}
+
+Test(file, a_cancelled_read_touches_nothing_of_the_caller, .timeout = 60)
+{
+    make_tree();
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.blocking_threads = 1;
+    mp_runtime *rt = test_runtime_with(&cfg);
+    atomic_store(&hold_release, false);
+    mp_task *h;
+    cr_assert_eq(mp_spawn_blocking(rt, hold, NULL, &h), 0);
+    char p[128];
+    snprintf(p, sizeof p, "%s/data", dir);
+    /* An open queued behind the held thread, then cancelled: its descriptor, if it opens, is
+     * closed by the job itself. */
+    op_task *o = calloc(1, sizeof *o);
+    o->kind = OPEN;
+    o->dirfd = AT_FDCWD;
+    o->path = p;
+    o->flags = O_RDONLY;
+    mp_task_init(&o->task, &op_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &o->task), 0);
+    while (o->op.job == NULL)
+        usleep(1000);
+    mp_task_cancel(&o->task);
+    cr_assert_eq(mp_join(&o->task), -ECANCELED);
+    cr_assert_null(o->op.job);
+    free(o); /* nothing of the task is touched from now on */
+    atomic_store(&hold_release, true);
+    cr_assert_eq(mp_join(h), 0);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    remove_tree();
+}
