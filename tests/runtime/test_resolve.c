@@ -14,7 +14,7 @@ typedef struct lookup {
     mp_timer timer;
     const char *host, *service;
     uint64_t timeout_ms, deadline;
-    bool started;
+    _Atomic bool started; /* read by the test's thread */
     struct addrinfo *res;
     int err;
 } lookup;
@@ -71,7 +71,7 @@ Test(resolve, localhost_gives_every_loopback_address, .timeout = 30)
     cr_assert_geq(n, 1);
     freeaddrinfo(l.res);
     /* The same handle serves again after MP_READY. */
-    l.started = false;
+    atomic_store(&l.started, false);
     l.host = "127.0.0.1";
     l.service = "http";
     cr_assert_eq(run_lookup(rt, &l), 0);

@@ -542,7 +542,7 @@ typedef struct tclient {
     int connect_err, err;
     char msg[32], got[32];
     size_t got_len;
-    bool opened;
+    _Atomic bool opened; /* read by the test's thread */
     _Atomic bool closed, released, cancelled;
 } tclient;
 

@@ -61,8 +61,10 @@ static mp_poll server_poll(mp_task *t, mp_context *cx)
             if (s->err)
                 return MP_READY;
             for (unsigned i = 0; i < s->n_in; i++) {
-                int n = snprintf(s->outbuf[i], sizeof s->outbuf[i], "re:%.*s", (int)s->in[i].len,
-                                 s->inbuf[i]);
+                char *o = s->outbuf[i];
+                memcpy(o, "re:", 3);
+                memcpy(o + 3, s->inbuf[i], s->in[i].len);
+                int n = 3 + (int)s->in[i].len;
                 s->out[i] =
                     (mp_udp_msg){.buf = s->outbuf[i], .len = (size_t)n, .addr = s->in[i].addr};
             }
