@@ -9,6 +9,7 @@
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
+#   make examples                   the tutorial's example programs (runtime/examples/)
 #   make ... V=1                    print each full command, not one short line per step
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
@@ -114,6 +115,10 @@ Q4_TESTS := queue stress task worker api_stress
 Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 
 DEMO := $(B)/magpie-demo
+# The tutorial's programs (runtime/README.md), public headers only; tests/runtime/test_examples.c
+# runs each against loopback.
+EXAMPLES := echo_server http_get udp_query dir_checksum
+EX_BINS  := $(EXAMPLES:%=$(B)/examples/%)
 
 # magpied: every daemon/*.c but main.c goes into a library the daemon tests link too.
 # llhttp is compiled from the C sources Debian ships in node-llhttp (tests/systemd/first-run.sh
@@ -158,7 +163,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -279,8 +284,19 @@ $(DEMO): runtime/examples/demo.c $(LIB)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
+examples: $(EX_BINS)
+$(B)/examples/%: runtime/examples/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
+
+$(B)/tests/runtime/test_examples: tests/runtime/test_examples.c $(LIB) $(EX_BINS)
+	@mkdir -p $(@D)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests -DEXAMPLES_DIR='"$(B)/examples"' $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
+
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
-build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB)
+build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB) $(EX_BINS)
 
 check: build-tests header-check
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)

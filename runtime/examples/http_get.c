@@ -1,0 +1,213 @@
+/* Fetch URLs over HTTP/1.1, several at once: name resolution on the blocking pool, connect
+ * with a timeout (trying each address in turn), then the request and the whole response.
+ *
+ *   http_get [-c CONNS] URL...    at most CONNS connections in flight (default 4); prints
+ *                                 "STATUS BYTES URL" per URL; exit 0 when every status is 2xx
+ *
+ * URLs are http://HOST[:PORT][/PATH]. Each of CONNS fetcher tasks takes the next URL until
+ * none is left, so no more than CONNS connections are ever open.
+ */
+#include <magpie.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { TIMEOUT_MS = 5000 };
+
+static char **urls;
+static int nurls;
+static _Atomic int next_url, failures;
+
+typedef struct fetcher {
+    mp_task task;
+    mp_runtime *rt;
+    int step, url;
+    char host[256], port[8], req[1024];
+    size_t req_len;
+    mp_resolve resolve;
+    struct addrinfo *addrs, *ai;
+    mp_tcp *tcp; /* the connection in use, or NULL; freed by its close callback */
+    mp_timer timer;
+    uint64_t deadline;
+    char head[16]; /* the status line's start */
+    size_t head_len, bytes;
+} fetcher;
+
+enum { TAKE, RESOLVE, CONNECT, SEND, RECV };
+
+/* A stream's storage is freed by its close callback, a loop turn after the close. */
+static void tcp_closed(mp_tcp *t)
+{
+    free(t);
+}
+
+static void close_stream(fetcher *f)
+{
+    if (f->tcp && mp_tcp_close(f->tcp, tcp_closed) != 0)
+        free(f->tcp); /* -ESHUTDOWN: shutdown closed it already, nobody calls back */
+    f->tcp = NULL;
+}
+
+static bool parse_url(fetcher *f, const char *url)
+{
+    const char *p = strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;
+    if (!p)
+        return false;
+    size_t hl = strcspn(p, ":/");
+    if (hl == 0 || hl >= sizeof f->host)
+        return false;
+    memcpy(f->host, p, hl);
+    f->host[hl] = 0;
+    p += hl;
+    snprintf(f->port, sizeof f->port, "80");
+    if (*p == ':') {
+        size_t pl = strcspn(++p, "/");
+        if (pl == 0 || pl >= sizeof f->port)
+            return false;
+        memcpy(f->port, p, pl);
+        f->port[pl] = 0;
+        p += pl;
+    }
+    int n =
+        snprintf(f->req, sizeof f->req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                 *p ? p : "/", f->host);
+    f->req_len = (size_t)n;
+    return n > 0 && (size_t)n < sizeof f->req;
+}
+
+static void report(fetcher *f, const char *what)
+{
+    int status = 0;
+    if (!what && sscanf(f->head, "HTTP/1.%*d %d", &status) != 1)
+        what = "malformed response";
+    if (what || status < 200 || status > 299)
+        atomic_fetch_add(&failures, 1);
+    if (what)
+        printf("ERR %s %s\n", what, urls[f->url]);
+    else
+        printf("%d %zu %s\n", status, f->bytes, urls[f->url]);
+}
+
+static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
+{
+    fetcher *f = mp_container_of(t, fetcher, task);
+    int err;
+    for (;;) {
+        switch (f->step) {
+        case TAKE:
+            close_stream(f);
+            if ((f->url = atomic_fetch_add(&next_url, 1)) >= nurls)
+                return MP_READY;
+            if (!parse_url(f, urls[f->url])) {
+                report(f, "not an http:// URL");
+                continue;
+            }
+            if ((err = mp_resolve_start(f->rt, &f->resolve, f->host, f->port, NULL)) != 0) {
+                report(f, strerror(-err));
+                continue;
+            }
+            f->deadline = mp_now_ms() + TIMEOUT_MS;
+            f->step = RESOLVE;
+            /* fall through */
+        case RESOLVE:
+            if (mp_resolve_poll(&f->resolve, cx, &f->timer, f->deadline, &f->addrs, &err) ==
+                MP_PENDING)
+                return MP_PENDING;
+            f->step = TAKE;
+            if (err != 0) {
+                report(f, strerror(-err));
+                continue;
+            }
+            f->ai = f->addrs;
+            f->step = CONNECT;
+            /* fall through */
+        case CONNECT: /* each address in getaddrinfo's order until one answers */
+            if (!f->tcp) {
+                if (!f->ai) {
+                    freeaddrinfo(f->addrs);
+                    f->step = TAKE;
+                    report(f, "could not connect");
+                    continue;
+                }
+                if (!(f->tcp = malloc(sizeof *f->tcp)))
+                    return MP_READY;
+                if (mp_tcp_connect(f->rt, f->tcp, f->ai->ai_addr, 0) != 0) {
+                    free(f->tcp);
+                    f->tcp = NULL;
+                }
+                f->ai = f->ai->ai_next;
+                f->deadline = mp_now_ms() + TIMEOUT_MS;
+                continue;
+            }
+            if (mp_tcp_connect_poll(f->tcp, cx, &f->timer, f->deadline, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err != 0) {
+                close_stream(f);
+                continue;
+            }
+            freeaddrinfo(f->addrs);
+            f->head_len = f->bytes = 0;
+            f->step = SEND;
+            /* fall through */
+        case SEND:
+            if (mp_tcp_write_poll(f->tcp, cx, f->req, f->req_len, &err) == MP_PENDING)
+                return MP_PENDING;
+            f->step = err ? TAKE : RECV;
+            if (err) {
+                report(f, strerror(-err));
+                continue;
+            }
+            /* fall through */
+        case RECV: {
+            const char *data;
+            size_t len;
+            if (mp_tcp_read_poll(f->tcp, cx, &data, &len, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (len == 0) { /* the server closed: the response is whole */
+                f->head[f->head_len < sizeof f->head ? f->head_len : sizeof f->head - 1] = 0;
+                report(f, err == UV_EOF ? NULL : strerror(-err));
+                f->step = TAKE;
+                continue;
+            }
+            size_t take = sizeof f->head - 1 - f->head_len;
+            memcpy(f->head + f->head_len, data, len < take ? len : take);
+            f->head_len += len < take ? len : take;
+            f->bytes += len;
+            mp_tcp_consume(f->tcp, len);
+            continue;
+        }
+        }
+    }
+}
+
+static const mp_task_vtable fetcher_vt = {.poll = fetcher_poll};
+
+int main(int argc, char **argv)
+{
+    int conns = 4, opt;
+    while ((opt = getopt(argc, argv, "c:")) != -1) {
+        if (opt != 'c' || (conns = atoi(optarg)) < 1) {
+            fprintf(stderr, "usage: http_get [-c CONNS] URL...\n");
+            return 2;
+        }
+    }
+    urls = argv + optind;
+    nurls = argc - optind;
+    mp_runtime *rt;
+    if (mp_runtime_new(&rt, NULL) != 0)
+        return 1;
+    fetcher *f = calloc((size_t)conns, sizeof *f);
+    for (int i = 0; i < conns; i++) {
+        f[i].rt = rt;
+        mp_timer_init(&f[i].timer, rt);
+        mp_task_init(&f[i].task, &fetcher_vt);
+        mp_spawn_joinable(rt, &f[i].task);
+    }
+    for (int i = 0; i < conns; i++)
+        mp_join(&f[i].task);
+    mp_runtime_free(rt); /* runs the last close callbacks */
+    free(f);
+    return atomic_load(&failures) == 0 ? 0 : 1;
+}
