@@ -111,7 +111,7 @@ SHLIB    := $(B)/$(SHLIB_NAME)
 RT_TESTS := $(sort $(wildcard tests/runtime/test_*.c tests/runtime/*/test_*.c))
 RT_TEST_BINS := $(patsubst tests/runtime/%.c,$(B)/tests/runtime/%,$(RT_TESTS))
 # Suites that also run against the 4-slot ring.
-Q4_TESTS := queue stress task worker api_stress
+Q4_TESTS := queue stress task worker api_stress api_stress_io
 Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 
 DEMO := $(B)/magpie-demo
@@ -336,7 +336,8 @@ test-repeat:
 # minutes, a new seed each run: `make stress SANITIZE=thread STRESS_MINUTES=30`.
 STRESS_MINUTES ?= 10
 STRESS_WORKERS ?= 1,2,4,16
-STRESS_BINS := $(B)/tests/runtime/test_api_stress $(B)/tests/runtime/test_api_stress-q4
+STRESS_BINS := $(B)/tests/runtime/test_api_stress $(B)/tests/runtime/test_api_stress-q4 \
+	$(B)/tests/runtime/test_api_stress_io $(B)/tests/runtime/test_api_stress_io-q4
 stress:
 	@$(SUBMAKE) test-deps
 	@$(SUBMAKE) $(STRESS_BINS)
