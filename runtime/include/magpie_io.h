@@ -196,8 +196,8 @@ int mp_tcp_set_nodelay(mp_tcp *c, bool on);
 int mp_tcp_set_keepalive(mp_tcp *c, unsigned idle_s);
 int mp_tcp_set_buffers(mp_tcp *c, int sndbuf, int rcvbuf);
 /* The local and the peer address (getsockname / getpeername). 0, -EBADF, or -errno. */
-int mp_tcp_local_addr(const mp_tcp *c, struct sockaddr_storage *out);
-int mp_tcp_peer_addr(const mp_tcp *c, struct sockaddr_storage *out);
+int mp_tcp_local_addr(mp_tcp *c, struct sockaddr_storage *out);
+int mp_tcp_peer_addr(mp_tcp *c, struct sockaddr_storage *out);
 
 /* A listening TCP socket owned by a task, which accepts with mp_tcp_accept_poll(): a program
  * serves TCP without a libuv call of its own. */
@@ -225,7 +225,7 @@ int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *add
  * and it is made non-blocking and close-on-exec. 0, -ENOTSOCK or -EINVAL (not a listening
  * stream socket), -ESHUTDOWN. On an error fd is still the caller's. */
 int mp_tcp_listen_fd(mp_runtime *rt, mp_tcp_listener *l, int fd);
-int mp_tcp_listener_addr(const mp_tcp_listener *l, struct sockaddr_storage *out);
+int mp_tcp_listener_addr(mp_tcp_listener *l, struct sockaddr_storage *out);
 int mp_tcp_listener_fileno(const mp_tcp_listener *l);
 /* Accept one connection into c (its storage, not open), with a read buffer of bufsize bytes
  * (0: 16 KiB): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY with a
@@ -261,7 +261,7 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
 /* Set the default peer (connect(2)): sends without an address go there, and only its
  * datagrams are received. 0 or -errno. */
 int mp_udp_connect(mp_udp *u, const struct sockaddr *addr);
-int mp_udp_local_addr(const mp_udp *u, struct sockaddr_storage *out);
+int mp_udp_local_addr(mp_udp *u, struct sockaddr_storage *out);
 int mp_udp_fileno(const mp_udp *u);
 /* Send one datagram of len bytes to `to` (NULL: the connected peer): MP_READY with *err = 0
  * (sent whole) or a negative errno (-EMSGSIZE, -ECONNREFUSED from an earlier ICMP error on a

@@ -471,10 +471,16 @@ void mp__io_interrupt(mp_io *io);
 bool mp__io_take_interrupt(mp_io *io);
 /* Drop the wakers left in io. */
 void mp__io_disown(mp_io *io);
-/* Close: mark it closing and wake its waiters (false: not open), then have the loop take it
- * out of the set and call its close_fn (mp_loop_call's result). */
-bool mp__io_begin_close(mp_io *io);
-int mp__io_finish_close(mp_io *io);
+/* A system call on a socket that another thread may close (listener.c, udp.c): enter first
+ * (false: closed, report -EBADF), leave after; the close waits for the last to leave. */
+bool mp__io_enter(mp_io *io);
+void mp__io_leave(mp_io *io);
+/* Close: set_cb(io, cb) records the object's callback (once the close is this caller's), the
+ * socket is marked closing and its waiters woken, and once no system call is in progress the
+ * loop takes it out of the set and calls its close_fn. -EBADF: not open (or closed already);
+ * -ESHUTDOWN: the shutdown closed it; 0. Any thread. */
+typedef void (*mp__fn)(void); /* any function pointer, cast back before the call */
+int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb);
 /* From the object's close callback, on the loop's thread: off the open list, wakers dropped. */
 void mp__io_closed(mp_io *io);
 void mp__io_close_all(mp__reactor *r);
@@ -492,7 +498,7 @@ int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
 /* resolve.c: getaddrinfo's error (with the errno it left, for EAI_SYSTEM) as a negative errno. */
 int mp__resolve_error(int eai, int saved_errno);
 /* getsockname (peer false) or getpeername of an open socket. */
-int mp__sock_name(const mp_io *io, struct sockaddr_storage *out, bool peer);
+int mp__sock_name(mp_io *io, struct sockaddr_storage *out, bool peer);
 
 /* blocking.c: the blocking pool. Counters read lock-free are written under mu only. */
 typedef struct mp__blocking {

@@ -34,12 +34,32 @@
  * thread first marks the socket closing and wakes whatever task waits on it, whose poll then
  * reports -EBADF. The reactor keeps every open socket on a list (under its io_lock: sockets
  * are opened from any thread) so that shutdown can close what is left.
+ *
+ * A listener or a UDP socket may be closed by a thread other than the task that polls it, and
+ * then the fd number must not be closed under the task's system call:
+ *
+ *   task                                       another thread, then the loop
+ *   state is OPEN
+ *                                              close: CLOSING; the loop close()s fd 19
+ *                                              a new socket elsewhere gets fd 19
+ *   recvmsg(19)                                -> reads another socket's data
+ *
+ * Fixed with a count of the system calls in progress, in the state word itself: a task enters
+ * (a CAS that adds a user unless CLOSING is set) before its call and leaves after it; the close
+ * sets CLOSING and finishes only when it sees no user, or else the last user to leave finishes
+ * it. Both sides change the one word with read-modify-writes, so whichever comes second sees
+ * the other: the close never runs while a call is in progress, and no call starts after it.
+ * A stream (mp_tcp) is closed by its owner only, and skips the count on its hot path.
  */
 #include "internal.h"
 
 #include <sys/epoll.h>
 
-enum { CLOSED = 0, OPEN = 1, CLOSING = 2 };
+/* mp_io.state: zero (a zeroed or failed socket) is closed. OPEN once registered; then a closer
+ * sets CLOSE_REQ (it won: it may write close_cb), then CLOSING (polls stop), and whoever sees
+ * CLOSING with no user first sets CLAIMED and finishes the close. USER counts system calls in
+ * progress (mp__io_enter). */
+enum { OPEN = 1, CLOSE_REQ = 2, CLOSING = 4, CLAIMED = 8, USER = 16 };
 
 static void lock(mp_io *io)
 {
@@ -57,7 +77,7 @@ void mp__io_init(mp_io *io, mp_runtime *rt, int fd, uint64_t bits, void (*close_
     atomic_init(&io->ready_ns, 0);
     atomic_init(&io->lock, 0);
     atomic_init(&io->interrupted, false);
-    atomic_init(&io->state, CLOSED);
+    atomic_init(&io->state, 0);
     io->fd = fd;
     io->reader = io->writer = (mp_waker){0};
     io->rt = rt;
@@ -98,11 +118,58 @@ void mp__io_unlink(mp_io *io)
     mp__spin_unlock(&r->io_lock);
 }
 
+static bool open_state(uint32_t s)
+{
+    return (s & (OPEN | CLOSING)) == OPEN;
+}
+
 bool mp__io_is_open(const mp_io *io)
 {
-    /* Relaxed: the owner's own close is the only transition out of OPEN it can race with
-     * unless another thread closes, which the poll then sees at its next look. */
-    return atomic_load_explicit(&io->state, memory_order_relaxed) == OPEN;
+    /* Relaxed: a hint for the owner's own calls; a close by another thread is seen by
+     * mp__io_enter() exactly, and by mp__io_wait() under the socket's lock. */
+    return open_state(atomic_load_explicit(&io->state, memory_order_relaxed));
+}
+
+bool mp__io_enter(mp_io *io)
+{
+    uint32_t s = atomic_load_explicit(&io->state, memory_order_relaxed);
+    do {
+        if (!open_state(s))
+            return false;
+        /* Acquire: keeps the caller's system call after the count is taken; pairs with the
+         * release fetch_or in mp__io_begin_close() (a close that began is seen, or counts us). */
+    } while (!atomic_compare_exchange_weak_explicit(&io->state, &s, s + USER, memory_order_acquire,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+static void close_cmd(uv_loop_t *loop, void *arg);
+
+/* CLOSING is set and no user is left: claim the close (once) and finish it. true: this call
+ * finished it, and *rc is mp_loop_call's result. */
+static bool finish_if_idle(mp_io *io, uint32_t s, int *rc)
+{
+    while ((s & CLOSING) && s < USER && !(s & CLAIMED)) {
+        /* Acquire: pairs with the release fetch_or in mp__io_begin_close(): the closer's
+         * callback is visible to whoever finishes. */
+        if (atomic_compare_exchange_weak_explicit(&io->state, &s, s | CLAIMED, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+            /* -ESHUTDOWN: the shutdown closed every socket already (mp__io_close_all()). */
+            *rc = mp_loop_call(io->rt, &io->cmd_close, close_cmd, io);
+            return true;
+        }
+    }
+    return false;
+}
+
+void mp__io_leave(mp_io *io)
+{
+    /* acq_rel: the release orders our system call before a close that sees no user (pairs
+     * with the acquire CAS in finish_if_idle()); the acquire lets us finish a close whose
+     * CLOSING we see. */
+    uint32_t s = atomic_fetch_sub_explicit(&io->state, USER, memory_order_acq_rel) - USER;
+    int rc;
+    finish_if_idle(io, s, &rc);
 }
 
 /* On the loop's thread, from the runtime's epoll set (reactor.c). */
@@ -163,7 +230,7 @@ mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit)
      * against the loop's taking of the waker (see the top of this file). A close or an
      * interrupt is looked at under the same lock as the one that sets it takes the waker. */
     if ((atomic_load_explicit(&io->bits, memory_order_acquire) & bit) ||
-        atomic_load_explicit(&io->state, memory_order_relaxed) != OPEN ||
+        !open_state(atomic_load_explicit(&io->state, memory_order_relaxed)) ||
         (bit == MP__IO_READ && atomic_load_explicit(&io->interrupted, memory_order_relaxed))) {
         unlock(io);
         return MP_READY;
@@ -230,21 +297,23 @@ static void close_cmd(uv_loop_t *loop, void *arg)
     io->close_fn(io);
 }
 
-bool mp__io_begin_close(mp_io *io)
+int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)
 {
-    uint32_t open = OPEN;
-    /* Relaxed: the exchange only makes a second close fail; the close itself is ordered by
-     * mp_loop_call's command queue, and the wake below by the socket's lock. */
-    if (!atomic_compare_exchange_strong_explicit(&io->state, &open, CLOSING, memory_order_relaxed,
-                                                 memory_order_relaxed))
-        return false;
+    uint32_t s = atomic_load_explicit(&io->state, memory_order_relaxed);
+    do {
+        if (!(s & OPEN) || (s & CLOSE_REQ))
+            return -EBADF;
+        /* Relaxed: only decides which closer wins; what it writes is published below. */
+    } while (!atomic_compare_exchange_weak_explicit(&io->state, &s, s | CLOSE_REQ,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    set_cb(io, cb);
+    /* Release: publishes the callback to whoever finishes the close (pairs with the acquire
+     * CAS in finish_if_idle()). */
+    s = atomic_fetch_or_explicit(&io->state, CLOSING, memory_order_release) | CLOSING;
     wake_all(io);
-    return true;
-}
-
-int mp__io_finish_close(mp_io *io)
-{
-    return mp_loop_call(io->rt, &io->cmd_close, close_cmd, io);
+    int rc = 0; /* a user still in a system call finishes it when it leaves */
+    finish_if_idle(io, s, &rc);
+    return rc;
 }
 
 void mp__io_closed(mp_io *io)

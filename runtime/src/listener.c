@@ -94,7 +94,7 @@ int mp_tcp_listen_fd(mp_runtime *rt, mp_tcp_listener *l, int fd)
     return adopt(rt, l, fd);
 }
 
-int mp_tcp_listener_addr(const mp_tcp_listener *l, struct sockaddr_storage *out)
+int mp_tcp_listener_addr(mp_tcp_listener *l, struct sockaddr_storage *out)
 {
     return mp__sock_name(&l->io, out, false);
 }
@@ -121,7 +121,12 @@ mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t
                 return MP_PENDING;
             continue;
         }
+        if (!mp__io_enter(&l->io))
+            continue; /* closed meanwhile: reported above */
         int fd = accept4(l->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int e = errno;
+        mp__io_leave(&l->io);
+        errno = e;
         if (fd >= 0) {
             *err = mp__tcp_adopt(l->io.rt, c, fd, bufsize);
             if (*err != 0)
@@ -153,10 +158,12 @@ void mp_tcp_listener_interrupt(mp_tcp_listener *l)
     mp__io_interrupt(&l->io);
 }
 
+static void set_closed_cb(mp_io *io, mp__fn cb)
+{
+    mp_container_of(io, mp_tcp_listener, io)->on_closed = (void (*)(mp_tcp_listener *))cb;
+}
+
 int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l))
 {
-    if (!mp__io_begin_close(&l->io))
-        return -EBADF;
-    l->on_closed = on_closed;
-    return mp__io_finish_close(&l->io);
+    return mp__io_close(&l->io, set_closed_cb, (mp__fn)on_closed);
 }

@@ -202,22 +202,24 @@ int mp_tcp_set_buffers(mp_tcp *c, int sndbuf, int rcvbuf)
     return rc;
 }
 
-int mp__sock_name(const mp_io *io, struct sockaddr_storage *out, bool peer)
+int mp__sock_name(mp_io *io, struct sockaddr_storage *out, bool peer)
 {
-    if (!mp__io_is_open(io))
+    if (!mp__io_enter(io))
         return -EBADF;
     socklen_t len = sizeof *out;
     int rc = peer ? getpeername(io->fd, (struct sockaddr *)out, &len)
                   : getsockname(io->fd, (struct sockaddr *)out, &len);
-    return rc == 0 ? 0 : -errno;
+    rc = rc == 0 ? 0 : -errno;
+    mp__io_leave(io);
+    return rc;
 }
 
-int mp_tcp_local_addr(const mp_tcp *c, struct sockaddr_storage *out)
+int mp_tcp_local_addr(mp_tcp *c, struct sockaddr_storage *out)
 {
     return mp__sock_name(&c->io, out, false);
 }
 
-int mp_tcp_peer_addr(const mp_tcp *c, struct sockaddr_storage *out)
+int mp_tcp_peer_addr(mp_tcp *c, struct sockaddr_storage *out)
 {
     return mp__sock_name(&c->io, out, true);
 }
@@ -380,13 +382,16 @@ mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t le
     return MP_READY;
 }
 
-int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
+static void set_closed_cb(mp_io *io, mp__fn cb)
 {
-    if (!mp__io_begin_close(&c->io))
-        return -EBADF;
+    mp_tcp *c = mp_container_of(io, mp_tcp, io);
     /* The task is done reading: its buffer goes back now, not after the loop's close. */
     mp__readbuf_give(c->buf, c->cap);
     c->buf = NULL;
-    c->on_closed = on_closed;
-    return mp__io_finish_close(&c->io);
+    c->on_closed = (void (*)(mp_tcp *))cb;
+}
+
+int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
+{
+    return mp__io_close(&c->io, set_closed_cb, (mp__fn)on_closed);
 }

@@ -32,6 +32,14 @@ static void udp_close(mp_io *io)
     uv_close((uv_handle_t *)&u->handle, close_cb);
 }
 
+/* After a system call between mp__io_enter() and here: errno is the call's. */
+static void leave(mp_udp *u)
+{
+    int e = errno;
+    mp__io_leave(&u->io);
+    errno = e;
+}
+
 static socklen_t addr_len(const struct sockaddr *a)
 {
     return a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
@@ -70,14 +78,16 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
 
 int mp_udp_connect(mp_udp *u, const struct sockaddr *addr)
 {
-    if (!mp__io_is_open(&u->io))
+    if (!mp__io_enter(&u->io))
         return -EBADF;
-    if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
-        return -EINVAL;
-    return connect(u->io.fd, addr, addr_len(addr)) == 0 ? 0 : -errno;
+    int rc = -EINVAL;
+    if (addr && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6))
+        rc = connect(u->io.fd, addr, addr_len(addr)) == 0 ? 0 : -errno;
+    mp__io_leave(&u->io);
+    return rc;
 }
 
-int mp_udp_local_addr(const mp_udp *u, struct sockaddr_storage *out)
+int mp_udp_local_addr(mp_udp *u, struct sockaddr_storage *out)
 {
     return mp__sock_name(&u->io, out, false);
 }
@@ -106,8 +116,11 @@ mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len
                 return MP_PENDING;
             continue;
         }
+        if (!mp__io_enter(&u->io))
+            continue; /* closed meanwhile: reported above */
         ssize_t n =
             sendto(u->io.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, to, to ? addr_len(to) : 0);
+        leave(u);
         if (n >= 0) {
             *err = 0;
             return MP_READY;
@@ -164,7 +177,10 @@ mp_poll mp_udp_recv_poll(mp_udp *u, mp_context *cx, void *buf, size_t cap, size_
             .msg_iov = &iov,
             .msg_iovlen = 1,
         };
+        if (!mp__io_enter(&u->io))
+            continue;
         ssize_t n = recvmsg(u->io.fd, &mh, MSG_DONTWAIT);
+        leave(u);
         if (n >= 0) {
             *len = (size_t)n;
             if (truncated)
@@ -205,7 +221,10 @@ mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsi
                                          .msg_iovlen = 1,
                                      }};
         }
+        if (!mp__io_enter(&u->io))
+            continue;
         int got = recvmmsg(u->io.fd, mm, n, MSG_DONTWAIT, NULL);
+        leave(u);
         if (got > 0) {
             for (int i = 0; i < got; i++) {
                 msgs[i].len = mm[i].msg_len;
@@ -258,7 +277,10 @@ mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs
                     .msg_iovlen = 1,
                 }};
         }
+        if (!mp__io_enter(&u->io))
+            continue;
         int sent = sendmmsg(u->io.fd, mm, k, MSG_NOSIGNAL | MSG_DONTWAIT);
+        leave(u);
         if (sent > 0) {
             *done += (unsigned)sent;
             continue;
@@ -280,10 +302,12 @@ void mp_udp_interrupt(mp_udp *u)
     mp__io_interrupt(&u->io);
 }
 
+static void set_closed_cb(mp_io *io, mp__fn cb)
+{
+    mp_container_of(io, mp_udp, io)->on_closed = (void (*)(mp_udp *))cb;
+}
+
 int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u))
 {
-    if (!mp__io_begin_close(&u->io))
-        return -EBADF;
-    u->on_closed = on_closed;
-    return mp__io_finish_close(&u->io);
+    return mp__io_close(&u->io, set_closed_cb, (mp__fn)on_closed);
 }

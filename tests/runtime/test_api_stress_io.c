@@ -766,3 +766,125 @@ Test(api_stress_io, mixed_large_worker_counts, .timeout = 600)
 {
     io_mixed("8,16");
 }
+
+/* Descriptor exhaustion. An acceptor that backs off on a timer when accept fails for want of
+ * descriptors, echo connections, and clients started while the limit is down: each client
+ * either fails at once in mp_tcp_connect (-EMFILE) or, connected in the kernel but not yet
+ * accepted, is served once the limit is back. The acceptor's polls are counted: a busy loop
+ * would make hundreds of thousands in the time the limit is down. */
+typedef struct fd_acceptor {
+    mp_task task;
+    mp_tcp_listener l;
+    mp_timer pause;
+    uint64_t resume;
+    bool pausing;
+    _Atomic long polls, emfile, accepted;
+    io_run *r;
+} fd_acceptor;
+
+static mp_poll fd_acceptor_poll(mp_task *tk, mp_context *cx)
+{
+    fd_acceptor *a = mp_container_of(tk, fd_acceptor, task);
+    atomic_fetch_add(&a->polls, 1);
+    for (;;) {
+        if (a->pausing && mp_timer_poll(&a->pause, a->resume, cx) == MP_PENDING)
+            return MP_PENDING;
+        a->pausing = false;
+        mp_tcp *c = malloc(sizeof *c);
+        int err;
+        if (mp_tcp_accept_poll(&a->l, cx, c, 0, &err) == MP_PENDING) {
+            free(c);
+            return MP_PENDING;
+        }
+        if (err == -EMFILE || err == -ENFILE) {
+            free(c);
+            atomic_fetch_add(&a->emfile, 1);
+            a->pausing = true;
+            a->resume = mp_now_ms() + 5;
+            continue;
+        }
+        if (err) {
+            free(c);
+            mp_timer_cancel(&a->pause);
+            return MP_READY; /* -EBADF: closed */
+        }
+        atomic_fetch_add(&a->accepted, 1);
+        atomic_fetch_add(&a->r->opens, 1);
+        echo *conn = calloc(1, sizeof *conn);
+        conn->c = c;
+        conn->r = a->r;
+        mp_task_init(&conn->task, &conn_vt);
+        if (mp_spawn(mp_runtime_current(), &conn->task) != 0) {
+            echo_cancel(&conn->task);
+            free(conn);
+        }
+    }
+}
+
+static const mp_task_vtable fd_acceptor_vt = {.poll = fd_acceptor_poll};
+
+static void fd_listener_closed(mp_tcp_listener *l)
+{
+    (void)l;
+    atomic_fetch_add(&closing_run->closes, 1);
+}
+
+Test(api_stress_io, descriptor_exhaustion_is_an_error_never_a_busy_loop, .timeout = 120)
+{
+    static io_run r;
+    memset(&r, 0, sizeof r);
+    r.seed = test_seed();
+    r.tasks = calloc(MAX_IO, sizeof *r.tasks);
+    closing_run = &r;
+    r.rt = test_runtime(2);
+    fd_acceptor a = {.r = &r};
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(r.rt, &a.l, (struct sockaddr *)&lo, 128, 0), 0);
+    atomic_fetch_add(&r.opens, 1);
+    struct sockaddr_storage ss;
+    mp_tcp_listener_addr(&a.l, &ss);
+    r.echo = *(struct sockaddr_in *)&ss;
+    mp_timer_init(&a.pause, r.rt);
+    mp_task_init(&a.task, &fd_acceptor_vt);
+    cr_assert_eq(mp_spawn_joinable(r.rt, &a.task), 0);
+
+    /* The limit: what is open now plus a few, for the clients' first sockets. */
+    struct rlimit old;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int top = dup(0);
+    close(top);
+    struct rlimit low = {.rlim_cur = (rlim_t)top + 6, .rlim_max = old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    enum { CLIENTS = 40 };
+    for (int i = 0; i < CLIENTS; i++) {
+        iotask *t = io_new(&r, ((uint64_t)i << 8 | 1) * 2654435761u);
+        t->kind = K_CONNECT;
+        t->joinable = true;
+        cr_assert_eq(mp_spawn_joinable(r.rt, &t->task), 0);
+        atomic_fetch_add(&r.spawned, 1);
+    }
+    usleep(200000);
+    long polls_low = atomic_load(&a.polls);
+    setrlimit(RLIMIT_NOFILE, &old);
+    for (size_t i = 0; i < CLIENTS; i++)
+        cr_assert_eq(mp_join(&r.tasks[i].task), 0);
+    cr_assert_eq(mp_tcp_listener_close(&a.l, fd_listener_closed), 0);
+    cr_assert_eq(mp_join(&a.task), 0);
+    cr_assert_eq(mp_runtime_shutdown(r.rt), 0);
+    mp_runtime_free(r.rt);
+    long ok = atomic_load(&r.trips_ok), opened = 0;
+    for (size_t i = 0; i < CLIENTS; i++)
+        opened += r.tasks[i].step > 0;
+    /* Every client that got a socket was served; the others were told at once. */
+    cr_assert_eq(ok, opened, "%ld of %ld connected clients served", ok, opened);
+    cr_assert_eq(atomic_load(&r.opens), atomic_load(&r.closes));
+    cr_assert_lt(polls_low, 20000, "the acceptor spun: %ld polls while descriptors were out",
+                 polls_low);
+    if (getenv("MP_STRESS_VERBOSE"))
+        fprintf(stderr,
+                "fd exhaustion: %ld clients connected of %d, accept -EMFILE %ld times, %ld "
+                "acceptor polls while the limit was down\n",
+                opened, CLIENTS, atomic_load(&a.emfile), polls_low);
+    cr_assert_not(atomic_load(&r.failed), "%s", r.why);
+    free(r.tasks);
+}

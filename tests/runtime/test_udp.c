@@ -16,7 +16,7 @@ static struct sockaddr_in loopback(int port)
     return a;
 }
 
-static int port_of(const mp_udp *u)
+static int port_of(mp_udp *u)
 {
     struct sockaddr_storage ss;
     cr_assert_eq(mp_udp_local_addr(u, &ss), 0);
