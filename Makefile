@@ -315,7 +315,7 @@ $(LOAD): $(LOAD_OBJS) $(LIB)
 $(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_NOLTO) -Iloadtest/load -Itests -DTEST_BUILD_DIR='"$(B)"' $< $(TEST_EXTRA) \
+	$(Q)$(CC) $(CFLAGS_NOLTO) -Iloadtest/load -Iruntime/include -Itests -DTEST_BUILD_DIR='"$(B)"' $< $(TEST_EXTRA) \
 	  $(LOAD_LIB_OBJS) -o $@ $(LDFLAGS_ALL) -lcriterion
 # The smoke run needs the programs it starts.
 $(B)/tests/loadtest/test_magpie_load: $(LOAD) $(PROGRAMS)
