@@ -372,9 +372,10 @@ static void conn_cancel(mp_task *t)
 static void conn_release(mp_task *t)
 {
     (void)t;
-    /* acq_rel: the last task to end has seen every other task's end (each decrement
-     * releases its task's work; pairs with the other decrements here, a release sequence)
-     * before it tells main, which then reads the statistics in ld_stats_collect(). */
+    /* acq_rel: each decrement releases its task's work and the last one acquires all the
+     * others' (pairs with the same decrement in every other conn_release(), a release
+     * sequence), so the last task tells main only once every task is done. main reads the
+     * statistics later still, after mp_runtime_free() has joined the workers. */
     if (atomic_fetch_sub_explicit(&running, 1, memory_order_acq_rel) == 1)
         all_done(all_done_arg);
 }
@@ -406,12 +407,14 @@ int ld_conns_start(mp_runtime *rt, void (*done_fn)(void *arg), void *arg)
         mp_timer_init(&c->timer, rt);
         mp_task_init(&c->task, &conn_vt);
     }
-    /* relaxed: the spawns below publish it to the tasks. */
+    /* relaxed: no task runs yet; the spawns below publish the value to them. */
     atomic_store_explicit(&running, n, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++) {
         int rc = mp_spawn(rt, &conns[i].task);
         if (rc != 0) {
-            /* relaxed: as the store above; the ones spawned still count themselves down. */
+            /* acq_rel: takes the share of the tasks never spawned, as conn_release() takes
+             * one task's (pairs with the decrements there); those spawned still count
+             * themselves down, and whichever decrement is last tells main. */
             if (atomic_fetch_sub_explicit(&running, n - i, memory_order_acq_rel) == n - i)
                 all_done(all_done_arg);
             return rc;
