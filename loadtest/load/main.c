@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <semaphore.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +48,14 @@ static const char usage[] =
     "      --csv FILE          write one CSV header line and one row ('-': stdout)\n"
     "  -q, --quiet             no human summary\n";
 
-static void die(const char *fmt, const char *a, const char *b)
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "magpie-load: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
     exit(2);
 }
 
@@ -141,8 +145,10 @@ static size_t load_list(const char *path, const char *host, ld_req **out)
             continue;
         if (eof || ll == 0) {
             if (in_block) {
-                if (!(reqs = realloc(reqs, (n + 1) * sizeof *reqs)))
+                ld_req *grown = realloc(reqs, (n + 1) * sizeof *reqs);
+                if (!grown)
                     abort();
+                reqs = grown;
                 render(&reqs[n++], &r, host);
                 spec_free(&r);
                 in_block = false;
@@ -189,8 +195,9 @@ static size_t load_list(const char *path, const char *host, ld_req **out)
         }
     }
     fclose(f);
+    spec_free(&r);
     if (n == 0)
-        die("%s: %s", path, "no requests");
+        die("%s: no requests", path);
     *out = reqs;
     return n;
 }
@@ -496,7 +503,7 @@ int main(int argc, char **argv)
             break;
         case 'H':
             if (url_req.nheaders == MAX_HEADERS || !strchr(optarg, ':'))
-                die("-H wants 'Name: value' (at most 32): %s", optarg, "");
+                die("-H wants 'Name: value' (at most 32): %s", optarg);
             url_req.headers[url_req.nheaders++] = xstrdup(optarg);
             break;
         case 'm':
@@ -536,21 +543,21 @@ int main(int argc, char **argv)
 
     /* http://HOST[:PORT][/PATH]; HOST may be [v6]. */
     if (strncmp(url, "http://", 7) != 0)
-        die("%s: only http:// URLs%s", url, "");
+        die("%s: only http:// URLs", url);
     const char *p = url + 7;
     char host[256], port[16] = "80";
     size_t hl;
     if (*p == '[') {
         hl = strcspn(p + 1, "]");
         if (p[1 + hl] != ']' || hl == 0 || hl >= sizeof host)
-            die("%s: bad host%s", url, "");
+            die("%s: bad host", url);
         memcpy(host, p + 1, hl);
         host[hl] = 0;
         p += hl + 2;
     } else {
         hl = strcspn(p, ":/");
         if (hl == 0 || hl >= sizeof host)
-            die("%s: bad host%s", url, "");
+            die("%s: bad host", url);
         memcpy(host, p, hl);
         host[hl] = 0;
         p += hl;
@@ -558,7 +565,7 @@ int main(int argc, char **argv)
     if (*p == ':') {
         size_t pl = strcspn(++p, "/");
         if (pl == 0 || pl >= sizeof port)
-            die("%s: bad port%s", url, "");
+            die("%s: bad port", url);
         memcpy(port, p, pl);
         port[pl] = 0;
         p += pl;
@@ -613,7 +620,7 @@ int main(int argc, char **argv)
     cfg.workers = workers;
     mp_runtime *rt;
     if ((rc = mp_runtime_new(&rt, &cfg)) != 0)
-        die("cannot start the runtime: %s%s", strerror(-rc), "");
+        die("cannot start the runtime: %s", strerror(-rc));
     if (sem_init(&done_sem, 0, 0) != 0)
         abort();
     struct rusage ru0, ru1;
