@@ -14,6 +14,8 @@
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
+#   make load                       magpie-load, the HTTP load generator (loadtest/load/)
+#   make bench-http                 HTTP servers under magpie-load, every scenario (BENCH_QUICK=1)
 #   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
 #
 # Installing packages is a step of its own: run, test, test-repeat and lint run it as one make
@@ -172,7 +174,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: load examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: load bench-http examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -369,6 +371,11 @@ stress:
 
 bench:
 	loadtest/runtime/compare.sh
+
+# magpied, nginx, Tokio + hyper and Go under magpie-load, every scenario (BENCH_QUICK=1: one
+# closed-loop and one open-loop run per server, 3 s each); loadtest/load/README.md.
+bench-http: all
+	loadtest/load/bench-http.sh
 
 # A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
 # (no DESTDIR) keeps an existing /etc/magpied/magpied.conf, refreshes the linker cache, and
