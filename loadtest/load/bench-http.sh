@@ -14,7 +14,10 @@
 #   echo64k     POST /echo with a 64 KiB body, 64 connections (not nginx)
 #   close       a new connection per request (Connection: close): the accept path's cost
 #   openP       open loop, 64 connections, at P% of the same server's c64 rate measured in
-#               this round (P in 10 25 50 75 90 100): p99 and p99.9 at a fixed offered load
+#               this round (P in 10 25 50 75 90 100): p99 and p99.9 at a fixed offered load;
+#               with SWEEP_BASE=nginx (a server in SERVERS), at P% of nginx's c64 rate of the
+#               round instead, for every server: the same offered loads for all (nginx then
+#               runs first in every round, and SCENARIOS must hold c64)
 # Memory per idle connection is loadtest/http/idle-memory.sh's.
 #
 # One server runs at a time, started fresh for each round on a free loopback port, warmed up
@@ -37,6 +40,7 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 SCENARIOS=${SCENARIOS:-c64 c256 c1024 pipe16 echo1k echo64k close open10 open25 open50 open75 open90 open100}
 SERVERS=${SERVERS:-magpied nginx hyper go}
+SWEEP_BASE=${SWEEP_BASE:-}
 WORKERS=${WORKERS:-}
 LOAD_THREADS=${LOAD_THREADS:-1}
 READY_TIMEOUT=${READY_TIMEOUT:-15}
@@ -118,6 +122,10 @@ done
 ACTIVE=()
 for s in $SERVERS; do [[ -n ${SKIP[$s]:-} ]] || ACTIVE+=("$s"); done
 ((${#ACTIVE[@]})) || die "no server to run"
+if [[ -n $SWEEP_BASE ]]; then
+    [[ " ${ACTIVE[*]} " == *" $SWEEP_BASE "* ]] || die "SWEEP_BASE=$SWEEP_BASE is not among the servers that run (${ACTIVE[*]})"
+    [[ " $SCENARIOS " == *" c64 "* ]] || die "SWEEP_BASE needs c64 in SCENARIOS"
+fi
 
 free_port() {
     local lo hi p
@@ -184,7 +192,7 @@ scenario_args() { # SERVER SCENARIO -> magpie-load arguments; empty: not applica
     echo1k | echo64k) [[ $s == nginx ]] || echo "-c 64 -r $RUN/$sc.txt" ;;
     close) echo "-c 64 -H Connection:close" ;;
     open[0-9]*)
-        local max=${MAXRATE[$s]:-}
+        local max=${MAXRATE[${SWEEP_BASE:-$s}]:-}
         [[ -n $max ]] || return 0
         awk -v m="$max" -v p="${sc#open}" 'BEGIN { r = int(m * p / 100); if (r < 1) r = 1; print "-c 64 -R " r }'
         ;;
@@ -205,8 +213,15 @@ jsub() { grep "\"$2\"" "$1" | sed -n "s/.*\"$3\": \\([0-9.]*\\).*/\\1/p" | head 
 log "servers: ${ACTIVE[*]}; scenarios: $SCENARIOS; $ROUNDS round(s) of ${DURATION}s runs; output $OUT"
 for r in $(seq "$ROUNDS"); do
     n=${#ACTIVE[@]}
-    for i in $(seq 0 $((n - 1))); do
-        s=${ACTIVE[$(((i + r - 1) % n))]}
+    order=()
+    for i in $(seq 0 $((n - 1))); do order+=("${ACTIVE[$(((i + r - 1) % n))]}"); done
+    if [[ -n $SWEEP_BASE ]]; then # the base first, so that its rate is known to the others
+        rest=()
+        for s in "${order[@]}"; do [[ $s == "$SWEEP_BASE" ]] || rest+=("$s"); done
+        order=("$SWEEP_BASE" "${rest[@]}")
+    fi
+    MAXRATE=()
+    for s in "${order[@]}"; do
         if ! start_server "$s"; then
             log "[$done_runs/$total] $s failed to start in round $r; its runs are skipped"
             done_runs=$((done_runs + ${#SCS[@]}))
@@ -255,7 +270,7 @@ awk -F, 'NR > 1 { k = $1 "," $2; n[k]++; keys[k] = 1
     }' "$CSV" | { read -r h1; read -r h2; echo "$h1"; echo "$h2"; sort -t'|' -k2,2 -k3,3; } >"$OUT/results.md"
 {
     echo
-    echo "Command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }SERVERS=\"${ACTIVE[*]}\" SCENARIOS=\"$SCENARIOS\" ROUNDS=$ROUNDS DURATION=$DURATION loadtest/load/bench-http.sh"
+    echo "Command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }${SWEEP_BASE:+SWEEP_BASE=$SWEEP_BASE }SERVERS=\"${ACTIVE[*]}\" SCENARIOS=\"$SCENARIOS\" ROUNDS=$ROUNDS DURATION=$DURATION loadtest/load/bench-http.sh"
     echo "Machine: $(nproc) CPUs, $(uname -sr), $(date -u '+%Y-%m-%d %H:%M UTC'); medians over rounds."
     for s in "${!SKIP[@]}"; do echo "Skipped $s: ${SKIP[$s]}"; done
 } >>"$OUT/results.md"
