@@ -1,9 +1,11 @@
 /* magpie-load against the built magpied on an ephemeral loopback port: a closed-loop run, a
  * pipelined one, an open-loop one and a request list complete with requests and no errors, and
  * their JSON carries the fields programs read. Also: an unreachable target and a remote one are
- * refused at once. Nothing here asserts speed. */
+ * refused at once, and servers that misbehave (silent, unframable, 503, closing mid-body,
+ * closing after each response) give the errors of their kind. Nothing here asserts speed. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 
 #include "daemon/magpied_harness.h"
 
@@ -204,4 +206,113 @@ Test(magpie_load, remote_target_needs_to_be_named, .timeout = 30)
     cr_assert_eq(rc, 2, "rc %d: %s", rc, err);
     cr_assert_not_null(strstr(err, "not a loopback address"), "%s", err);
     cr_assert_not_null(strstr(err, "--allow-remote 192.0.2.1"), "%s", err);
+}
+
+/* ---- servers that misbehave, in a thread of the test: each connection in turn gets `reply`
+ * for every read of a request, and is closed after the first if close_after is set. */
+
+typedef struct bad_server {
+    int fd, port;
+    const char *reply;
+    bool close_after;
+} bad_server;
+
+static void *bad_serve(void *arg)
+{
+    bad_server *b = arg;
+    for (;;) {
+        int c = accept(b->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char buf[4096];
+        while (read(c, buf, sizeof buf) > 0) {
+            if (write(c, b->reply, strlen(b->reply)) < 0 || b->close_after)
+                break;
+        }
+        close(c);
+    }
+}
+
+/* A listening socket on a free loopback port; with serve, a thread answering as above (it
+ * lives until the test's process ends); without, nobody accepts: connects complete in the
+ * kernel's backlog and requests are never answered. */
+static bad_server *bad_start(const char *reply, bool close_after, bool serve)
+{
+    static bad_server b;
+    b = (bad_server){.reply = reply, .close_after = close_after};
+    b.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(b.fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(b.fd, 64), 0);
+    cr_assert_eq(getsockname(b.fd, (struct sockaddr *)&a, &len), 0);
+    b.port = ntohs(a.sin_port);
+    if (serve) {
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, bad_serve, &b), 0);
+        pthread_detach(t);
+    }
+    return &b;
+}
+
+Test(magpie_load, a_silent_server_gives_timeouts_not_a_hang, .timeout = 30)
+{
+    bad_server *b = bad_start(NULL, false, false);
+    char u[64], err[4096];
+    url(u, sizeof u, b->port, "/");
+    const char *args[] = {"-c", "2", "-d", "2", "--timeout", "300", u, NULL};
+    int rc = run_load(args, 15, err, sizeof err);
+    cr_assert_eq(rc, 1, "rc %d (no response completed): %s", rc, err);
+    cr_assert_geq(field("\"errors\"", "timeout"), 2, "%s", json);
+    cr_assert_eq(field(NULL, "requests"), 0);
+}
+
+Test(magpie_load, an_unframable_response_is_a_framing_error, .timeout = 30)
+{
+    bad_server *b = bad_start("HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", false, true);
+    char u[64], err[4096];
+    url(u, sizeof u, b->port, "/");
+    const char *args[] = {"-c", "1", "-d", "1", u, NULL};
+    run_load(args, 15, err, sizeof err);
+    cr_assert_gt(field("\"errors\"", "framing"), 0, "%s", json);
+}
+
+Test(magpie_load, error_statuses_are_counted, .timeout = 30)
+{
+    bad_server *b = bad_start("HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy", false, true);
+    char u[64], err[4096];
+    url(u, sizeof u, b->port, "/");
+    const char *args[] = {"-c", "1", "-d", "1", u, NULL};
+    int rc = run_load(args, 15, err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_gt(field("\"status\"", "5xx"), 0, "%s", json);
+    cr_assert_eq(field("\"status\"", "5xx"), field("\"errors\"", "status"));
+    cr_assert_eq(field("\"status\"", "2xx"), 0);
+}
+
+Test(magpie_load, a_close_mid_response_is_a_read_error, .timeout = 30)
+{
+    /* Content-Length promises more than comes, then the server closes. */
+    bad_server *b = bad_start("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", true, true);
+    char u[64], err[4096];
+    url(u, sizeof u, b->port, "/");
+    const char *args[] = {"-c", "1", "-d", "1", u, NULL};
+    run_load(args, 15, err, sizeof err);
+    cr_assert_gt(field("\"errors\"", "read"), 0, "%s", json);
+    cr_assert_eq(field(NULL, "requests"), 0);
+}
+
+Test(magpie_load, connection_close_responses_reconnect_cleanly, .timeout = 30)
+{
+    bad_server *b = bad_start("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+                              true, true);
+    char u[64], err[4096];
+    url(u, sizeof u, b->port, "/");
+    const char *args[] = {"-c", "1", "-d", "1", u, NULL};
+    int rc = run_load(args, 15, err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    check_json();
+    /* A connection per response, and perhaps one more whose answer the end cut off. */
+    double connects = field(NULL, "connects"), requests = field(NULL, "requests");
+    cr_assert(connects == requests || connects == requests + 1, "%s", json);
 }
