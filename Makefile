@@ -350,7 +350,7 @@ header-check: $(HDR)/core_only.o $(HDR)/pool_only
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
 THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|test_runtime|mp_pool_new|pthread_create|magpied_harness\.h' \
-	$(RT_TESTS) $(D_TESTS) 2>/dev/null)
+	$(RT_TESTS) $(D_TESTS) $(LT_TESTS) 2>/dev/null)
 THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
 	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))
 N ?= 20
