@@ -592,18 +592,28 @@ int main(int argc, char **argv)
     int rc = mp_resolve_blocking(host, port, &hints, &ai);
     if (rc != 0)
         die("cannot resolve %s: %s", host, strerror(-rc));
-    memcpy(&ld_g.addr, ai->ai_addr, ai->ai_addrlen);
-    freeaddrinfo(ai);
+    /* Each address in getaddrinfo's order (localhost may be ::1 and 127.0.0.1): every one must
+     * be allowed, and the first that takes a connection is the target. */
     char numeric[INET6_ADDRSTRLEN];
-    addr_str(&ld_g.addr, numeric, sizeof numeric);
-    if (!is_loopback(&ld_g.addr) && !(allow && strcmp(allow, numeric) == 0))
-        die("%s is not a loopback address: name it with --allow-remote %s to load it", numeric,
-            numeric);
-    if ((rc = probe(&ld_g.addr, (int)ctimeout_ms)) != 0) {
-        fprintf(stderr, "magpie-load: cannot connect to %s port %s: %s\n", numeric, port,
-                strerror(-rc));
-        return 1;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        struct sockaddr_storage ss = {0};
+        memcpy(&ss, a->ai_addr, a->ai_addrlen);
+        addr_str(&ss, numeric, sizeof numeric);
+        if (!is_loopback(&ss) && !(allow && strcmp(allow, numeric) == 0))
+            die("%s is not a loopback address: name it with --allow-remote %s to load it", numeric,
+                numeric);
     }
+    rc = -EHOSTUNREACH;
+    for (struct addrinfo *a = ai; a && rc != 0; a = a->ai_next) {
+        memcpy(&ld_g.addr, a->ai_addr, a->ai_addrlen);
+        addr_str(&ld_g.addr, numeric, sizeof numeric);
+        if ((rc = probe(&ld_g.addr, (int)ctimeout_ms)) != 0)
+            fprintf(stderr, "magpie-load: cannot connect to %s port %s: %s\n", numeric, port,
+                    strerror(-rc));
+    }
+    freeaddrinfo(ai);
+    if (rc != 0)
+        return 1;
 
     ld_g.conns = conns;
     ld_g.workers = workers;
