@@ -227,7 +227,9 @@ for r in $(seq "$ROUNDS"); do
             done_runs=$((done_runs + ${#SCS[@]}))
             continue
         fi
-        ((WARMUP > 0)) && timeout 60 "$LOAD" -q -c 64 -d "$WARMUP" "$URL" >/dev/null 2>&1 || true
+        if ((WARMUP > 0)); then
+            timeout 60 "$LOAD" -q -c 64 -d "$WARMUP" "$URL" >/dev/null 2>&1 || true
+        fi
         for sc in "${SCS[@]}"; do
             done_runs=$((done_runs + 1))
             left=$(((total - done_runs + 1) * per_run / 60))
@@ -313,8 +315,11 @@ if command -v gnuplot >/dev/null; then
     if ((ncol > 1)); then
         echo "plot for [i=2:$ncol] '$OUT/cpu-table.dat' using i:xtic(1) title columnheader(i)" >>"$OUT/plots.gp"
     fi
-    gnuplot "$OUT/plots.gp" 2>"$OUT/gnuplot.log" && log "plots: $OUT/latency.png $OUT/cpu.png" ||
+    if gnuplot "$OUT/plots.gp" 2>"$OUT/gnuplot.log"; then
+        log "plots: $OUT/latency.png $OUT/cpu.png"
+    else
         log "gnuplot failed (see $OUT/gnuplot.log)"
+    fi
 else
     log "no plots: gnuplot is not installed (apt-get install gnuplot-nox)"
 fi

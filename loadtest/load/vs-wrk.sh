@@ -62,13 +62,16 @@ URL=http://127.0.0.1:$PORT/
 CLK=$(getconf CLK_TCK)
 srv_cpu() { awk '{print $14 + $15}' "/proc/$SRV_PID/stat"; }
 
-# run NAME FILE CMD...: runs CMD in a subshell whose `times` gives the client's CPU.
+# run FILE CMD...: runs CMD in a subshell of its own, whose `times` gives the client's CPU.
 run() {
-    local name=$1 file=$2
-    shift 2
-    local s0 s1 t
+    local file=$1
+    shift
+    local s0 s1
     s0=$(srv_cpu)
-    t=$( { ( timeout $((DURATION + 30)) "$@" >"$file" 2>&1; times >"$file.times" ); } 2>&1 )
+    (
+        timeout $((DURATION + 30)) "$@" >"$file" 2>&1 || echo "exit $?" >>"$file"
+        times >"$file.times"
+    )
     s1=$(srv_cpu)
     # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs".
     awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
@@ -95,7 +98,7 @@ for r in $(seq "$ROUNDS"); do
             [[ -n $PIPE ]] && args+=(-s "$ROOT/loadtest/http/pipeline.lua")
             args+=("$URL")
             [[ -n $PIPE ]] && args+=(-- "$PIPE")
-            run wrk "$f" "${CLI[@]}" "${args[@]}"
+            run "$f" "${CLI[@]}" "${args[@]}"
             rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
             reqs=$(awk '/requests in/ {print $1}' "$f")
             p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$f")")
@@ -103,7 +106,7 @@ for r in $(seq "$ROUNDS"); do
         else
             args=("$LOAD" -t1 -c"$CONNS" -d"$DURATION" --json "$f.json")
             [[ -n $PIPE ]] && args+=(-p "$PIPE")
-            run load "$f" "${CLI[@]}" "${args[@]}" "$URL"
+            run "$f" "${CLI[@]}" "${args[@]}" "$URL"
             rps=$(sed -n 's/.*"requests_per_s": \([0-9.]*\).*/\1/p' "$f.json")
             reqs=$(sed -n 's/.*"requests": \([0-9]*\).*/\1/p' "$f.json")
             p50=$(sed -n 's/.*"latency_us".*"p50": \([0-9.]*\).*/\1/p' "$f.json")
