@@ -14,6 +14,8 @@
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
+#   make load                       magpie-load, the HTTP load generator (loadtest/load/)
+#   make bench-http                 HTTP servers under magpie-load, every scenario (BENCH_QUICK=1)
 #   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
 #
 # Installing packages is a step of its own: run, test, test-repeat and lint run it as one make
@@ -120,6 +122,15 @@ DEMO := $(B)/magpie-demo
 EXAMPLES := echo_server http_get udp_query dir_checksum
 EX_BINS  := $(EXAMPLES:%=$(B)/examples/%)
 
+# magpie-load (loadtest/load/): the load generator, public headers only. Its histogram and
+# response framer have unit suites of their own; test_magpie_load runs it against magpied.
+LOAD      := $(B)/magpie-load
+LOAD_SRCS := $(sort $(wildcard loadtest/load/*.c))
+LOAD_OBJS := $(LOAD_SRCS:%.c=$(B)/obj/%.o)
+LOAD_LIB_OBJS := $(B)/obj/loadtest/load/hist.o $(B)/obj/loadtest/load/resp.o
+LT_TESTS  := $(sort $(wildcard tests/loadtest/test_*.c))
+LT_TEST_BINS := $(patsubst tests/loadtest/%.c,$(B)/tests/loadtest/%,$(LT_TESTS))
+
 # magpied: every daemon/*.c but main.c goes into a library the daemon tests link too.
 # llhttp is compiled from the C sources Debian ships in node-llhttp (tests/systemd/first-run.sh
 # points both folders elsewhere to replay a fresh machine).
@@ -163,7 +174,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: load bench-http examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # magpied joins the default build once daemon/main.c exists; the release build is also
 # reachable as build/magpied.
 ifneq ($(wildcard daemon/main.c),)
@@ -172,7 +183,7 @@ ifneq ($(wildcard daemon/main.c),)
     PROGRAMS += build/magpied
   endif
 endif
-all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS)
+all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS) $(LOAD)
 
 deps:
 	@$(DEPS) $(DEB_PKGS)
@@ -295,8 +306,24 @@ $(B)/tests/runtime/test_examples: tests/runtime/test_examples.c $(LIB) $(EX_BINS
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests -DEXAMPLES_DIR='"$(B)/examples"' $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
-TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS)
-build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB) $(EX_BINS)
+load: $(LOAD)
+$(B)/obj/loadtest/load/%.o: loadtest/load/%.c
+	@mkdir -p $(@D)
+	$(call quiet,CC,$<)
+	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include -Iloadtest/load -c $< -o $@
+$(LOAD): $(LOAD_OBJS) $(LIB)
+	$(call quiet,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) -luv
+$(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS)
+	@mkdir -p $(@D)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_NOLTO) -Iloadtest/load -Iruntime/include -Itests -DTEST_BUILD_DIR='"$(B)"' $< $(TEST_EXTRA) \
+	  $(LOAD_LIB_OBJS) -o $@ $(LDFLAGS_ALL) -lcriterion
+# The smoke run needs the programs it starts.
+$(B)/tests/loadtest/test_magpie_load: $(LOAD) $(PROGRAMS)
+
+TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(LT_TEST_BINS)
+build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB) $(EX_BINS) $(LOAD)
 
 check: build-tests header-check
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
@@ -323,7 +350,7 @@ header-check: $(HDR)/core_only.o $(HDR)/pool_only
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
 THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|test_runtime|mp_pool_new|pthread_create|magpied_harness\.h' \
-	$(RT_TESTS) $(D_TESTS) 2>/dev/null)
+	$(RT_TESTS) $(D_TESTS) $(LT_TESTS) 2>/dev/null)
 THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
 	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))
 N ?= 20
@@ -345,6 +372,11 @@ stress:
 
 bench:
 	loadtest/runtime/compare.sh
+
+# magpied, nginx, Tokio + hyper and Go under magpie-load, every scenario (BENCH_QUICK=1: one
+# closed-loop and one open-loop run per server, 3 s each); loadtest/load/README.md.
+bench-http: all
+	loadtest/load/bench-http.sh
 
 # A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
 # (no DESTDIR) keeps an existing /etc/magpied/magpied.conf, refreshes the linker cache, and

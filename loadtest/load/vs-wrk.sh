@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# loadtest/load/vs-wrk.sh: magpie-load against wrk, both loading the same magpied.
+#
+#   loadtest/load/vs-wrk.sh                     3 rounds x 10 s, c64, one client thread
+#   ROUNDS=1 DURATION=3 loadtest/load/vs-wrk.sh     a smoke run
+#   PIN=1 loadtest/load/vs-wrk.sh               magpied on CPU 1 with one worker, the client on CPU 0
+#
+# magpied (build/release/magpied, config/magpied.conf) starts once on a free loopback port.
+# Each round runs `wrk -t1 -cC -dD` and `magpie-load -t1 -cC -dD` (and, with PIPE set,
+# both again with PIPE requests per write: wrk through loadtest/http/pipeline.lua), the
+# order swapped every round. Per run: req/s, the client's CPU seconds (user+sys of the
+# client process, from bash's `times` in a subshell that runs only the client: the same
+# measure for both), the server's CPU from /proc/PID/stat, and p50/p99 as each client reports
+# them. Prints a table of medians and the ratios magpie-load/wrk: req/s (>= 0.95 wanted) and
+# requests per client CPU-second (>= 1.3 wanted). Raw outputs in build/loadtest/vs-wrk-STAMP/.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-64}
+PIPE=${PIPE:-}
+WARMUP=${WARMUP:-2}
+PIN=${PIN:-0}
+MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
+LOAD=${LOAD:-$ROOT/build/release/magpie-load}
+OUT=${OUTDIR:-$ROOT/build/loadtest}/vs-wrk-$(date +%Y%m%d-%H%M%S)
+LOCK=${LOCK:-/tmp/lt/bench.lock}
+mkdir -p "$OUT" "$(dirname "$LOCK")"
+for t in wrk timeout flock; do command -v $t >/dev/null || { echo "needs $t" >&2; exit 2; }; done
+[[ -x $MAGPIED && -x $LOAD ]] || { echo "build first: make all load" >&2; exit 2; }
+
+exec 9>"$LOCK"
+flock -w 3600 9 || { echo "timed out waiting for $LOCK" >&2; exit 2; }
+
+if [[ $PIN == 1 ]]; then
+    SRV=(taskset -c 1)
+    CLI=(taskset -c 0)
+    WORKERS=1
+else
+    SRV=()
+    CLI=()
+    WORKERS=${WORKERS:-0}
+fi
+SRV_PID=
+cleanup() {
+    if [[ -n $SRV_PID ]]; then
+        kill "$SRV_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$SRV_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT INT TERM
+
+"${SRV[@]}" "$MAGPIED" -c "$ROOT/config/magpied.conf" --set http.listen=127.0.0.1:0 \
+    --set echo.listen= --set runtime.workers="$WORKERS" >"$OUT/magpied.out" 2>"$OUT/magpied.err" &
+SRV_PID=$!
+for _ in $(seq 100); do grep -q listening "$OUT/magpied.out" 2>/dev/null && break; sleep 0.1; done
+PORT=$(sed -n 's/.*http=127.0.0.1:\([0-9]*\).*/\1/p' "$OUT/magpied.out")
+[[ -n $PORT ]] || { echo "magpied did not start" >&2; cat "$OUT/magpied.err" >&2; exit 1; }
+URL=http://127.0.0.1:$PORT/
+CLK=$(getconf CLK_TCK)
+srv_cpu() { awk '{print $14 + $15}' "/proc/$SRV_PID/stat"; }
+
+# run FILE CMD...: runs CMD in a subshell of its own, whose `times` gives the client's CPU.
+run() {
+    local file=$1
+    shift
+    local s0 s1
+    s0=$(srv_cpu)
+    (
+        timeout $((DURATION + 30)) "$@" >"$file" 2>&1 || echo "exit $?" >>"$file"
+        times >"$file.times"
+    )
+    s1=$(srv_cpu)
+    # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs".
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
+        "$file.times" >"$file.cpu"
+    echo $(( s1 - s0 )) >"$file.srvticks"
+}
+
+to_us() { # wrk's "123.45us" / "1.23ms" / "1.00s" to microseconds
+    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000;
+                           else if (v ~ /s$/) print n * 1e6; else print n }'
+}
+
+echo "magpied pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}; raw: $OUT"
+[[ $WARMUP -gt 0 ]] && timeout 60 "${CLI[@]}" wrk -t1 -c"$CONNS" -d"$WARMUP" "$URL" >/dev/null
+CSV=$OUT/runs.csv
+echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us" >"$CSV"
+for r in $(seq "$ROUNDS"); do
+    order=(wrk load)
+    (( r % 2 == 0 )) && order=(load wrk)
+    for c in "${order[@]}"; do
+        f=$OUT/$c-$r.txt
+        if [[ $c == wrk ]]; then
+            args=(wrk -t1 -c"$CONNS" -d"$DURATION" --latency)
+            [[ -n $PIPE ]] && args+=(-s "$ROOT/loadtest/http/pipeline.lua")
+            args+=("$URL")
+            [[ -n $PIPE ]] && args+=(-- "$PIPE")
+            run "$f" "${CLI[@]}" "${args[@]}"
+            rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
+            reqs=$(awk '/requests in/ {print $1}' "$f")
+            p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$f")")
+            p99=$(to_us "$(awk '$1 == "99%" {print $2}' "$f")")
+        else
+            args=("$LOAD" -t1 -c"$CONNS" -d"$DURATION" --json "$f.json")
+            [[ -n $PIPE ]] && args+=(-p "$PIPE")
+            run "$f" "${CLI[@]}" "${args[@]}" "$URL"
+            rps=$(sed -n 's/.*"requests_per_s": \([0-9.]*\).*/\1/p' "$f.json")
+            reqs=$(sed -n 's/.*"requests": \([0-9]*\).*/\1/p' "$f.json")
+            p50=$(sed -n 's/.*"latency_us".*"p50": \([0-9.]*\).*/\1/p' "$f.json")
+            p99=$(sed -n 's/.*"latency_us".*"p99": \([0-9.]*\).*/\1/p' "$f.json")
+        fi
+        cpu=$(cat "$f.cpu")
+        srv=$(awk -v t="$(cat "$f.srvticks")" -v k="$CLK" 'BEGIN { printf "%.2f", t / k }')
+        echo "$r,$c,$rps,$cpu,$srv,$reqs,$p50,$p99" >>"$CSV"
+        printf '  round %d/%d %-5s %10.0f req/s  client CPU %6.2fs (%.2f us/req)  server CPU %6.2fs  p50 %sus p99 %sus\n' \
+            "$r" "$ROUNDS" "$c" "$rps" "$cpu" "$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { print n ? c * 1e6 / n : 0 }')" \
+            "$srv" "$p50" "$p99"
+    done
+done
+
+# Medians per client, then the ratios.
+awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 / $4 : 0) }
+    function med(s,   a, n, i, j, t) { n = split(s, a, " ");
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    END {
+        printf "\n| client | req/s (median) | requests per client CPU-second (median) |\n|---|---:|---:|\n"
+        for (c in rps) printf "| %s | %.0f | %.0f |\n", c == "load" ? "magpie-load" : "wrk", med(rps[c]), med(eff[c])
+        printf "\nmagpie-load / wrk: req/s %.2fx, requests per client CPU-second %.2fx\n",
+            med(rps["load"]) / med(rps["wrk"]), med(eff["load"]) / med(eff["wrk"])
+    }' "$CSV" | tee "$OUT/summary.md"
