@@ -372,9 +372,15 @@ static void emb_release(mp_task *t)
 static const mp_task_vtable emb_vt = {
     .poll = emb_poll, .cancel = emb_cancel, .release = emb_release};
 
-Test(blocking, embedded_jobs_many_from_many_threads, .timeout = 60)
+/* Drain mode: the detached jobs still queued when shutdown begins run too (in cancel mode they
+ * would be cancelled, as drain_runs_queued_jobs_too's twin shows). */
+Test(blocking, embedded_jobs_each_run_once_and_are_released, .timeout = 60)
 {
-    mp_runtime *rt = test_runtime(2);
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.shutdown_mode = MP_SHUTDOWN_DRAIN;
+    mp_runtime *rt = test_runtime_with(&cfg);
     enum { N = 2000 };
     emb *e = calloc(N, sizeof *e);
     for (int i = 0; i < N; i++) {
