@@ -109,6 +109,25 @@ static file_job *new_job(int kind, size_t extra, const char *path)
     return f;
 }
 
+/* An open or a stat for the pool; false with *err set when it could not be started. */
+static bool start_path_job(mp_runtime *rt, mp_file_op *op, int kind, int dirfd, const char *path,
+                           int flags, unsigned mode, uint64_t resolve, int *err)
+{
+    file_job *f = new_job(kind, 0, path);
+    if (!f) {
+        *err = -ENOMEM;
+        return false;
+    }
+    f->fd = dirfd;
+    f->flags = flags;
+    f->mode = mode;
+    f->resolve = resolve;
+    int rc = start(rt, op, f);
+    if (rc != 0)
+        *err = rc;
+    return rc == 0;
+}
+
 /* Collect the pooled operation: MP_READY with f (the caller's reference kept, to put) or with
  * *err set and f NULL (cancelled before it ran); MP_PENDING. */
 static mp_poll collect(mp_file_op *op, mp_context *cx, file_job **out, int *err)
@@ -215,20 +234,8 @@ mp_poll mp_file_open_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int di
                 return MP_READY;
             }
         }
-        file_job *f = new_job(OP_OPEN, 0, path);
-        if (!f) {
-            *err = -ENOMEM;
+        if (!start_path_job(rt, op, OP_OPEN, dirfd, path, flags, mode, resolve, err))
             return MP_READY;
-        }
-        f->fd = dirfd;
-        f->flags = flags;
-        f->mode = mode;
-        f->resolve = resolve;
-        int rc = start(rt, op, f);
-        if (rc != 0) {
-            *err = rc;
-            return MP_READY;
-        }
     }
     file_job *f;
     if (collect(op, cx, &f, err) == MP_PENDING)
@@ -251,18 +258,8 @@ mp_poll mp_file_stat_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int di
             *err = -EINVAL;
             return MP_READY;
         }
-        file_job *f = new_job(OP_STAT, 0, path);
-        if (!f) {
-            *err = -ENOMEM;
+        if (!start_path_job(rt, op, OP_STAT, dirfd, path, flags, 0, 0, err))
             return MP_READY;
-        }
-        f->fd = dirfd;
-        f->flags = flags;
-        int rc = start(rt, op, f);
-        if (rc != 0) {
-            *err = rc;
-            return MP_READY;
-        }
     }
     file_job *f;
     if (collect(op, cx, &f, err) == MP_PENDING)

@@ -495,6 +495,9 @@ void mp__readbuf_give(char *b, size_t cap);
 /* tcp.c: a stream over fd, a connected socket of the caller's (listener.c's accept); on an
  * error fd is still the caller's and c is closed. */
 int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
+/* tcp.c: a non-blocking, close-on-exec socket of type for addr's family (AF_INET or AF_INET6,
+ * else -EINVAL), and addr's length; or a negative errno. */
+int mp__inet_socket(const struct sockaddr *addr, int type, socklen_t *len);
 /* resolve.c: getaddrinfo's error (with the errno it left, for EAI_SYSTEM) as a negative errno. */
 int mp__resolve_error(int eai, int saved_errno);
 /* getsockname (peer false) or getpeername of an open socket. */

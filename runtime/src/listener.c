@@ -49,14 +49,12 @@ int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *add
 {
     memset(l, 0, sizeof *l);
     l->io.fd = -1;
-    if (!rt || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
-        backlog < 0 || (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
+    if (!rt || backlog < 0 || (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
         return -EINVAL;
-    socklen_t len =
-        addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t len;
+    int fd = mp__inet_socket(addr, SOCK_STREAM, &len);
     if (fd < 0)
-        return -errno;
+        return fd;
     int one = 1, rc = 0;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         ((flags & MP_TCP_REUSEPORT) &&

@@ -206,18 +206,27 @@ static void cancel_and_complete(mp_task *t)
     complete(t, -ECANCELED);
 }
 
-void mp__task_run(mp_task *t, mp__worker *w)
+/* A queue entry is to be run: true when its poll may go ahead (RUNNING is ours); otherwise the
+ * entry is dealt with (a stale one dropped, a cancelled task's cancel run). */
+static bool begin_run(mp_task *t)
 {
     switch (mp__task_transition_to_running(t)) {
     case MP__TO_RUNNING_FAILED:
         mp__task_ref_dec(t, 1);
-        return;
+        return false;
     case MP__TO_RUNNING_CANCELLED:
-        cancel_and_complete(t);
-        return;
+        cancel_and_complete(t); /* a blocking job cancelled while queued: fn never runs */
+        return false;
     case MP__TO_RUNNING_OK:
         break;
     }
+    return true;
+}
+
+void mp__task_run(mp_task *t, mp__worker *w)
+{
+    if (!begin_run(t))
+        return;
     mp_context cx = {
         .waker = {.vt = &mp__task_waker_vt, .data = t},
         .task = t,
@@ -262,16 +271,8 @@ void mp__task_run(mp_task *t, mp__worker *w)
  * the job may block on the loop (mp_loop_call_wait) or join like any plain thread. */
 void mp__task_run_blocking(mp_task *t)
 {
-    switch (mp__task_transition_to_running(t)) {
-    case MP__TO_RUNNING_FAILED:
-        mp__task_ref_dec(t, 1);
+    if (!begin_run(t))
         return;
-    case MP__TO_RUNNING_CANCELLED:
-        cancel_and_complete(t); /* cancelled while queued: fn never runs */
-        return;
-    case MP__TO_RUNNING_OK:
-        break;
-    }
     mp_context cx = {
         .waker = {.vt = &mp__task_waker_vt, .data = t},
         .task = t,

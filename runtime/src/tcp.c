@@ -102,17 +102,23 @@ int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize)
     return rc;
 }
 
+int mp__inet_socket(const struct sockaddr *addr, int type, socklen_t *len)
+{
+    if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+        return -EINVAL;
+    *len = addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int fd = socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    return fd >= 0 ? fd : -errno;
+}
+
 int mp_tcp_connect(mp_runtime *rt, mp_tcp *c, const struct sockaddr *addr, size_t bufsize)
 {
     memset(c, 0, sizeof *c);
     c->io.fd = -1;
-    if (!rt || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
-        return -EINVAL;
-    socklen_t len =
-        addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t len;
+    int fd = rt ? mp__inet_socket(addr, SOCK_STREAM, &len) : -EINVAL;
     if (fd < 0)
-        return -errno;
+        return fd;
     int rc = 0;
     while (connect(fd, addr, len) != 0) {
         if (errno == EINTR)

@@ -49,12 +49,12 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
 {
     memset(u, 0, sizeof *u);
     u->io.fd = -1;
-    if (!rt || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
-        (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
+    if (!rt || (flags & ~(unsigned)(MP_TCP_REUSEPORT | MP_TCP_IPV6ONLY)))
         return -EINVAL;
-    int fd = socket(addr->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t len;
+    int fd = mp__inet_socket(addr, SOCK_DGRAM, &len);
     if (fd < 0)
-        return -errno;
+        return fd;
     int one = 1, rc = 0;
     if (((flags & MP_TCP_REUSEPORT) &&
          (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -62,7 +62,7 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
         (addr->sa_family == AF_INET6 &&
          setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){(flags & MP_TCP_IPV6ONLY) != 0},
                     sizeof(int)) != 0) ||
-        bind(fd, addr, addr_len(addr)) != 0)
+        bind(fd, addr, len) != 0)
         rc = -errno;
     if (rc == 0) {
         /* Optimistic: room to send; nothing to receive before the first edge. */
