@@ -50,29 +50,16 @@ static void close_stream(fetcher *f)
     f->tcp = NULL;
 }
 
+/* http://HOST[:PORT][/PATH] into host, port and the request. */
 static bool parse_url(fetcher *f, const char *url)
 {
-    const char *p = strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;
-    if (!p)
-        return false;
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof f->host)
-        return false;
-    memcpy(f->host, p, hl);
-    f->host[hl] = 0;
-    p += hl;
     snprintf(f->port, sizeof f->port, "80");
-    if (*p == ':') {
-        size_t pl = strcspn(++p, "/");
-        if (pl == 0 || pl >= sizeof f->port)
-            return false;
-        memcpy(f->port, p, pl);
-        f->port[pl] = 0;
-        p += pl;
-    }
+    if (sscanf(url, "http://%255[^:/]:%7[0-9]", f->host, f->port) < 1)
+        return false;
+    const char *path = strchr(url + 7, '/');
     int n =
         snprintf(f->req, sizeof f->req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
-                 *p ? p : "/", f->host);
+                 path ? path : "/", f->host);
     f->req_len = (size_t)n;
     return n > 0 && (size_t)n < sizeof f->req;
 }
@@ -196,9 +183,9 @@ int main(int argc, char **argv)
     urls = argv + optind;
     nurls = argc - optind;
     mp_runtime *rt;
-    if (mp_runtime_new(&rt, NULL) != 0)
-        return 1;
     fetcher *f = calloc((size_t)conns, sizeof *f);
+    if (!f || mp_runtime_new(&rt, NULL) != 0)
+        return 1;
     for (int i = 0; i < conns; i++) {
         f[i].rt = rt;
         mp_timer_init(&f[i].timer, rt);
