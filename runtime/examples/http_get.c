@@ -71,10 +71,8 @@ static void report(fetcher *f, const char *what)
         what = "malformed response";
     if (what || status < 200 || status > 299)
         atomic_fetch_add(&failures, 1);
-    if (what)
-        printf("ERR %s %s\n", what, urls[f->url]);
-    else
-        printf("%d %zu %s\n", status, f->bytes, urls[f->url]);
+    what ? printf("ERR %s %s\n", what, urls[f->url])
+         : printf("%d %zu %s\n", status, f->bytes, urls[f->url]);
 }
 
 static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
