@@ -90,13 +90,24 @@ struct mp_task {
     mp_task *owned_prev; /* registry links, guarded by the registry shard's lock */
     mp_task *owned_next;
     mp_runtime *rt;
-    mp_waker join_waker; /* see the JOIN_WAKER protocol in task.c */
+    mp_waker join_waker; /* see the JOIN_WAKER protocol in state.c */
     uint32_t shard;
-    int32_t result; /* 0, or -ECANCELED */
+    int32_t result;   /* 0, or -ECANCELED */
+    const char *name; /* mp_task_set_name(), for the dump and slow-poll reports */
+    /* Written by whoever polls it, read by mp_runtime_dump(): polls so far, whether a slow
+     * poll was reported, when its last poll ended (monotonic ns, about: a worker's tick). */
+    _Atomic uint32_t polls;
+    _Atomic uint32_t slow_reported;
+    _Atomic uint64_t last_poll_ns;
 };
 
 /* Prepare an embedded task. vt must outlive the task. */
 void mp_task_init(mp_task *task, const mp_task_vtable *vt);
+/* An optional name for the task, shown by mp_runtime_dump() and in slow-poll reports. name
+ * must outlive the task (a string literal, say); NULL for none. Before the spawn, or from the
+ * task's own poll. */
+void mp_task_set_name(mp_task *task, const char *name);
+const char *mp_task_name(const mp_task *task);
 
 /* Spawn a detached task: nobody will join it. Returns 0, -EINVAL if the task is not freshly
  * initialised, -ESHUTDOWN once the runtime is shutting down, or, from a thread that is not a
@@ -177,6 +188,19 @@ typedef enum mp_shutdown_mode {
     MP_SHUTDOWN_DRAIN = 1,  /* run tasks to completion, up to drain_timeout_ms, then cancel */
 } mp_shutdown_mode;
 
+/* A poll that ran longer than mp_config.slow_poll_us: the classic bug of a blocking call in a
+ * task, which holds up every task queued behind it on its worker. */
+typedef struct mp_slow_poll {
+    mp_task *task; /* valid for the length of the report only */
+    const char *name;                            /* mp_task_set_name()'s, or NULL */
+    mp_poll (*poll)(mp_task *task, mp_context *cx); /* the task's poll function */
+    const char *symbol; /* its name if the dynamic symbol table has it (dladdr: link the
+                           program with -rdynamic for static functions' neighbours), or NULL */
+    const char *object; /* the file it is in (dladdr), or NULL */
+    uint64_t duration_ns;
+    int worker; /* the worker's index, or -1 for a poll run inline by a plain thread */
+} mp_slow_poll;
+
 typedef struct mp_config {
     unsigned workers;          /* worker threads; 0 = online CPUs */
     unsigned max_workers;      /* cap on the CPU-derived count when workers = 0; 0 = none */
@@ -194,6 +218,13 @@ typedef struct mp_config {
      * 0 = 512. A thread idle for blocking_keep_alive_ms leaves; 0 = 10000 (Tokio's figures). */
     unsigned blocking_threads;
     unsigned blocking_keep_alive_ms;
+    /* Slow polls: a poll longer than slow_poll_us microseconds (0: not watched, no clock read
+     * per poll) is counted in the worker's slow_polls and reported once per task: to
+     * on_slow_poll(report, slow_poll_arg) on the polling thread, right after the poll, or
+     * with on_slow_poll NULL as one line on stderr. */
+    unsigned slow_poll_us;
+    void (*on_slow_poll)(const mp_slow_poll *report, void *arg);
+    void *slow_poll_arg;
 } mp_config;
 
 void mp_config_init(mp_config *cfg);
@@ -245,7 +276,8 @@ unsigned mp_runtime_workers(const mp_runtime *rt);
     X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")   \
     X(yields_deferred, "Yields whose requeue waited for the worker's next flush.")                 \
     X(deferred_flushes, "Flushes of deferred yields to the back of the ring.")                     \
-    X(joins_in_place, "Joins that ran their task from the joiner's LIFO slot and ended with it.")
+    X(joins_in_place, "Joins that ran their task from the joiner's LIFO slot and ended with it.")   \
+    X(slow_polls, "Polls that ran longer than the slow-poll threshold (mp_config.slow_poll_us).")
 
 typedef struct mp_worker_stats {
 #define MP_WORKER_STATS_FIELD(name, help) uint64_t name;
@@ -268,6 +300,15 @@ typedef struct mp_stats {
 } mp_stats;
 
 int mp_runtime_stats(mp_runtime *rt, mp_stats *out);
+/* A text dump of what the runtime is doing, as tokio-console shows it: each worker's state,
+ * queue length and counters, the global queue, the blocking pool, and every live task that has
+ * suspended at least once (tasks still in a queue before their first poll are counted, not
+ * listed) with its name, state bits, polls and time since its last poll. Each line goes to
+ * line(text, arg) without its newline; line NULL writes to stderr. Safe at any time from any
+ * thread that is not inside line itself: the registry is copied under its locks a shard at a
+ * time and written after, so workers are held up for a copy, not for the writing. Returns 0 or
+ * -ENOMEM. */
+int mp_runtime_dump(mp_runtime *rt, void (*line)(const char *text, void *arg), void *arg);
 int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out);
 
 /* Sync primitives for tasks. Waiters are intrusive: the waiting side owns the node, nothing

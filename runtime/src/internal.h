@@ -217,6 +217,9 @@ int mp__task_spawn(mp_runtime *rt, mp_task *t, bool joinable);
 /* Run one turn of t, which was taken from a run queue (the queue's reference comes with it).
  * w is the calling worker, or NULL when run inline by a thread that is not a worker. */
 void mp__task_run(mp_task *t, struct mp__worker *w);
+/* dump.c: a poll of t (on worker w, NULL inline) took ns, past the slow-poll threshold: count
+ * it, and report it if this is the task's first. */
+void mp__slow_poll(mp_task *t, struct mp__worker *w, uint64_t ns);
 /* A blocking job, on a thread of the blocking pool (blocking.c). */
 void mp__task_run_blocking(mp_task *t);
 /* Shutdown: cancel t inline if nobody runs it, else mark it cancelled for its runner. */
@@ -632,6 +635,7 @@ struct mp_runtime {
     _Atomic uint64_t spawned_outside;          /* atomic: tasks spawned by non-worker threads */
     _Atomic uint64_t injected;                 /* atomic */
     _Atomic uint64_t completed_outside;        /* atomic: completed by non-worker threads */
+    _Atomic uint64_t slow_polls_outside;       /* atomic: slow polls run inline by them */
     _Atomic uint64_t wake_ns;         /* atomic: EWMA of futex wake-up latency (worker.c) */
     _Atomic uint64_t wake_sampled_at; /* atomic: mp__now_ns() of its last sample */
     _Atomic unsigned workers_live;    /* atomic: worker threads started (they stop at shutdown) */

@@ -111,6 +111,7 @@ int mp_runtime_new(mp_runtime **out, const mp_config *cfg)
     atomic_init(&rt->draining, false);
     atomic_init(&rt->closed, false);
     atomic_init(&rt->completed_outside, 0);
+    atomic_init(&rt->slow_polls_outside, 0);
     atomic_init(&rt->shutdown_state, 0);
     atomic_init(&rt->spawn_attempts, 0);
     atomic_init(&rt->spawned_outside, 0);
@@ -435,6 +436,7 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
     out->injected = atomic_load_explicit(&rt->injected, memory_order_relaxed);
     out->wake_latency_ns = atomic_load_explicit(&rt->wake_ns, memory_order_relaxed);
     out->total.completed += atomic_load_explicit(&rt->completed_outside, memory_order_relaxed);
+    out->total.slow_polls += atomic_load_explicit(&rt->slow_polls_outside, memory_order_relaxed);
     /* A snapshot: spawns were read before completions, so a task spawned and completed
      * in between counts as complete but not spawned, and the difference may read low; it is
      * clamped at zero. */

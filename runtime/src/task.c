@@ -68,6 +68,20 @@ void mp_task_init(mp_task *task, const mp_task_vtable *vt)
     task->join_waker = (mp_waker){0};
     task->shard = MP__UNREGISTERED;
     task->result = 0;
+    task->name = NULL;
+    atomic_init(&task->polls, 0);
+    atomic_init(&task->slow_reported, 0);
+    atomic_init(&task->last_poll_ns, 0);
+}
+
+void mp_task_set_name(mp_task *task, const char *name)
+{
+    task->name = name;
+}
+
+const char *mp_task_name(const mp_task *task)
+{
+    return task->name;
 }
 
 /* Spawns are refused once shutdown closes the runtime, and from outside its workers already
@@ -237,9 +251,19 @@ void mp__task_run(mp_task *t, mp__worker *w)
     mp_runtime *outer = mp__tls_inline_rt;
     if (!w)
         mp__tls_inline_rt = t->rt;
+    unsigned slow_us = t->rt->cfg.slow_poll_us;
+    uint64_t t0 = slow_us ? mp__now_ns() : 0;
     mp_poll r = t->vt->poll(t, &cx);
     if (!w)
         mp__tls_inline_rt = outer;
+    /* Relaxed: statistics for mp_runtime_dump(), written only by the thread that holds
+     * RUNNING (a plain store after a load, no read-modify-write). */
+    atomic_store_explicit(&t->polls, atomic_load_explicit(&t->polls, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    uint64_t t1 = slow_us ? mp__now_ns() : w ? w->tick_start_ns : 0;
+    atomic_store_explicit(&t->last_poll_ns, t1, memory_order_relaxed);
+    if (slow_us && t1 - t0 > (uint64_t)slow_us * 1000)
+        mp__slow_poll(t, w, t1 - t0);
     if (r == MP_READY) {
         complete(t, 0);
         return;
