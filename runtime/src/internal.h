@@ -42,7 +42,6 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
 
 #define MP__BUDGET           128 /* polls per tick */
 #define MP__LIFO_MAX_STREAK  3   /* LIFO polls in a row before the slot is flushed */
-#define MP__BATCH_CAP        32  /* per-worker global batch buffer */
 #define MP__GLOBAL_BATCH_MIN 4
 #define MP__GLOBAL_BATCH_MAX 64
 #define MP__INTERVAL_MIN     8
@@ -471,8 +470,6 @@ typedef struct mp__worker {
     alignas(MP__CACHE_LINE) mp_task *lifo;
     mp_task *orphans; /* overflowed into the closed global queue: cancelled at shutdown */
     mp_task *deferred, *deferred_tail; /* yielded tasks not queued yet, oldest first */
-    mp_task *batch[MP__BATCH_CAP];
-    uint32_t batch_head, batch_len;
     uint32_t lifo_streak;
     uint32_t tick_polls;   /* polls in the current tick (budget used) */
     uint32_t since_global; /* polls since the last global-queue check */
