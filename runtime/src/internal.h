@@ -145,6 +145,10 @@ unsigned mp__test_timer_fire_delay_us_value(void);
  * counting it as started (pool.c, spawn_one), as a preempted spawner would; 0 = no delay. */
 void mp__test_pool_spawn_publish_delay_us(unsigned us);
 unsigned mp__test_pool_spawn_publish_delay_us_value(void);
+/* A sleep of us microseconds in mp_loop_call() between its check for a closed loop and the
+ * push of its command (reactor.c), for the race with the loop's close. */
+void mp__test_loop_call_delay_us(unsigned us);
+unsigned mp__test_loop_call_delay_us_value(void);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
@@ -415,7 +419,10 @@ typedef struct mp__reactor {
     /* atomic: commands for the loop, a Treiber stack (newest first) */
     alignas(MP__CACHE_LINE) _Atomic(mp_loop_cmd *) cmds;
     _Atomic bool closed; /* atomic: set by shutdown under the role */
-    uv_timer_t timer;    /* guarded by the driver role: fires at the wheel's next expiration */
+    /* atomic: mp_loop_call()s queueing a command, which close waits for (reactor.c) */
+    _Atomic uint32_t callers;
+    unsigned call_delay_us; /* immutable after start: testhook.c */
+    uv_timer_t timer;       /* guarded by the driver role: fires at the wheel's next expiration */
     mp_loop_cmd rearm_cmd;
     _Atomic bool rearm_queued; /* atomic: rearm_cmd is in cmds */
     alignas(MP__CACHE_LINE) _Atomic uint32_t wheel_lock;
