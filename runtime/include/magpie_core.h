@@ -90,7 +90,7 @@ struct mp_task {
     mp_task *owned_prev; /* registry links, guarded by the registry shard's lock */
     mp_task *owned_next;
     mp_runtime *rt;
-    mp_waker join_waker; /* see the JOIN_WAKER protocol in task.c */
+    mp_waker join_waker; /* see the JOIN_WAKER protocol in state.c */
     uint32_t shard;
     int32_t result; /* 0, or -ECANCELED */
 };

@@ -380,9 +380,10 @@ static void sample_wake_latency(mp__worker *w)
 
 /* Sleep in the loop as its driver instead of on the futex: the park word says DRIVING, so an
  * unpark sends the loop's async handle (mp__runtime_unpark). Returns false if the role was
- * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile are put in
- * this worker's LIFO slot and ring without notifying anyone (mp__schedule); once the loop
- * returns, a worker is woken to share them if mp__helper_pays() says so. */
+ * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile go to the
+ * back of this worker's ring, in the order they came, without notifying anyone
+ * (mp__schedule); once the loop returns, a worker is woken to share them if
+ * mp__helper_pays() says so. */
 static bool drive(mp__worker *w)
 {
     mp__reactor *r = &w->rt->reactor;
