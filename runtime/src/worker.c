@@ -235,7 +235,7 @@ static mp_task *fetch_global_batch(mp__worker *w)
     /* A searcher gets others going when it leaves the search with work left (run_task()).
      * Otherwise the tasks just queued in the ring are announced as a spawn's are
      * (mp__schedule()): an idle worker must come for them if the poll of got[0] runs long. */
-    if (n > 1 && !w->searching && !rt->cfg.disable_steal)
+    if (n > 1 && !w->searching && !rt->cfg.disable_steal && rt->nworkers > 1)
         mp__runtime_notify(rt);
     return got[0];
 }
