@@ -30,8 +30,8 @@
  * (store buffering), hence the seq_cst fences at (A)/(B) and (C)/(D): either the caller sees
  * the role free and runs C itself, or the holder sees C and gets someone to drive.
  *
- * At the end of shutdown, mp__reactor_close() takes the role for good, runs what is queued and
- * closes the loop. A call racing with it:
+ * At the end of shutdown, mp__reactor_close() takes the role, runs what is queued, closes the
+ * loop and gives the role back. A call racing with it:
  *
  *   caller                                    close
  *   closed? no
@@ -326,8 +326,9 @@ bool mp_loop_is_current(mp_runtime *rt)
 
 /* Shutdown, after every worker has stopped: refuse new calls and wait for those already
  * queueing (top of file), run what is queued, close the runtime's TCP streams (their owners'
- * close callbacks run) and then any handle left, and close the loop. The role is kept: a
- * call after this takes it and finds closed set. */
+ * close callbacks run) and then any handle left, and close the loop. A call after this takes
+ * the role given back at the end, finds closed set, and runs nothing: no command can be left
+ * queued once the callers counted have been waited for. */
 void mp__reactor_close(mp__reactor *r)
 {
     while (!mp__reactor_try_acquire(r))
