@@ -1,4 +1,4 @@
-/* tcp.c: a TCP stream served to one task (mp_tcp in magpie_io.h).
+/* tcp.c: a TCP stream served to one task (mp_tcp in magpie.h).
  *
  * The task does its own I/O: it read()s into the stream's buffer and send()s on the socket,
  * like nginx and Tokio, so a request costs one read and one send on whichever worker runs
