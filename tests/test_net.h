@@ -4,8 +4,10 @@
 #define MP_TEST_NET_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,11 +24,14 @@ static inline int test_connect(int port)
     return fd;
 }
 
+/* All of p to the connection fd. A peer that has closed the connection fails the test with
+ * the error (EPIPE, ECONNRESET) instead of killing it with SIGPIPE, which Criterion can only
+ * report as a crash with no line, no error and no hint of which write it was. */
 static inline void test_write_all(int fd, const char *p, size_t n)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
-        cr_assert_gt(w, 0);
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        cr_assert_gt(w, 0, "send of %zu bytes: %s", n, w < 0 ? strerror(errno) : "wrote 0");
         p += w;
         n -= (size_t)w;
     }

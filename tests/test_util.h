@@ -13,6 +13,26 @@
 
 #include "magpie_core.h"
 
+/* A failed assertion ends the test's process at once instead of leaving the test's frame.
+ * Criterion's own abort longjmps out of the test function and then runs its teardown and
+ * exit: workers and threads still running tasks that point into the abandoned frame (a flag
+ * they spin on, a task struct on the stack) read whatever the teardown writes there, and the
+ * failure is reported as a crash of the test, if the reporter gets that far; a longjmp from an
+ * assertion on a worker or helper thread is undefined and crashes the same way. Here the
+ * assertion's message has been sent when this runs; criterion_test_die() reports the test as
+ * failed and exits, so the test's frame and everything the threads use stays valid until
+ * the process is gone. A .fini of a suite that includes this header does not run after a
+ * failed assertion. */
+_Noreturn static inline void test_fail_now(void)
+{
+    criterion_test_die("a failed assertion ended the test at once");
+    abort(); /* criterion_test_die() exits */
+}
+#ifdef CR_FAIL_ABORT_
+#undef CR_FAIL_ABORT_
+#define CR_FAIL_ABORT_ test_fail_now
+#endif
+
 /* A runtime made as cfg says; the test fails if it cannot be. */
 static inline mp_runtime *test_runtime_with(const mp_config *cfg)
 {

@@ -31,7 +31,10 @@ typedef struct mp_loop_cmd {
 uv_loop_t *mp_runtime_loop(mp_runtime *rt);
 /* Run fn(loop, arg) on the loop's thread: at once when the caller can take the driver role (or
  * already holds it), else soon on the worker that holds it; cmd is the caller's storage until
- * fn has run. -ESHUTDOWN once the runtime has closed its loop. */
+ * fn has run. A call may race with mp_runtime_shutdown() (not with mp_runtime_free()): it
+ * returns 0 and fn runs before the loop is closed, or it returns -ESHUTDOWN and fn never
+ * runs. From inside the loop's close (fn of a command that close runs, a close callback) it
+ * is -ESHUTDOWN too. */
 int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, void *arg),
                  void *arg);
 /* Run fn(loop, arg) on the loop's thread as mp_loop_call() does, and return once it has run
@@ -39,8 +42,8 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
  * on the loop. Called holding the loop (from a libuv callback, or from fn itself), it runs fn
  * inline. From one of rt's workers, or inside a poll of one of rt's tasks, without holding the
  * loop, it returns -EDEADLK and runs nothing: that thread may be the one the loop is waiting
- * for. -ESHUTDOWN once the runtime has closed its loop; as with mp_loop_call(), a call must
- * not race with that close at the end of mp_runtime_shutdown(). */
+ * for. As with mp_loop_call(), a call racing with mp_runtime_shutdown() returns 0 once fn
+ * has run before the loop was closed, or -ESHUTDOWN with fn never run. */
 int mp_loop_call_wait(mp_runtime *rt, void (*fn)(uv_loop_t *loop, void *arg), void *arg);
 /* Does the calling thread hold this runtime's loop (e.g. in a libuv callback)? */
 bool mp_loop_is_current(mp_runtime *rt);

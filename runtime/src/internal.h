@@ -43,7 +43,6 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
 
 #define MP__BUDGET           128 /* polls per tick */
 #define MP__LIFO_MAX_STREAK  3   /* LIFO polls in a row before the slot is flushed */
-#define MP__BATCH_CAP        32  /* per-worker global batch buffer */
 #define MP__GLOBAL_BATCH_MIN 4
 #define MP__GLOBAL_BATCH_MAX 64
 #define MP__INTERVAL_MIN     8
@@ -147,6 +146,10 @@ unsigned mp__test_timer_fire_delay_us_value(void);
  * counting it as started (pool.c, spawn_one), as a preempted spawner would; 0 = no delay. */
 void mp__test_pool_spawn_publish_delay_us(unsigned us);
 unsigned mp__test_pool_spawn_publish_delay_us_value(void);
+/* A sleep of us microseconds in mp_loop_call() between its check for a closed loop and the
+ * push of its command (reactor.c), for the race with the loop's close. */
+void mp__test_loop_call_delay_us(unsigned us);
+unsigned mp__test_loop_call_delay_us_value(void);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
@@ -424,7 +427,10 @@ typedef struct mp__reactor {
     /* atomic: commands for the loop, a Treiber stack (newest first) */
     alignas(MP__CACHE_LINE) _Atomic(mp_loop_cmd *) cmds;
     _Atomic bool closed; /* atomic: set by shutdown under the role */
-    uv_timer_t timer;    /* guarded by the driver role: fires at the wheel's next expiration */
+    /* atomic: mp_loop_call()s queueing a command, which close waits for (reactor.c) */
+    _Atomic uint32_t callers;
+    unsigned call_delay_us; /* immutable after start: testhook.c */
+    uv_timer_t timer;       /* guarded by the driver role: fires at the wheel's next expiration */
     mp_loop_cmd rearm_cmd;
     _Atomic bool rearm_queued; /* atomic: rearm_cmd is in cmds */
     alignas(MP__CACHE_LINE) _Atomic uint32_t wheel_lock;
@@ -573,8 +579,6 @@ typedef struct mp__worker {
     alignas(MP__CACHE_LINE) mp_task *lifo;
     mp_task *orphans; /* overflowed into the closed global queue: cancelled at shutdown */
     mp_task *deferred, *deferred_tail; /* yielded tasks not queued yet, oldest first */
-    mp_task *batch[MP__BATCH_CAP];
-    uint32_t batch_head, batch_len;
     uint32_t lifo_streak;
     uint32_t tick_polls;   /* polls in the current tick (budget used) */
     uint32_t since_global; /* polls since the last global-queue check */

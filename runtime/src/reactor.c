@@ -29,6 +29,25 @@
  * settling for the async send. Both sides are a store then a load of the other's location
  * (store buffering), hence the seq_cst fences at (A)/(B) and (C)/(D): either the caller sees
  * the role free and runs C itself, or the holder sees C and gets someone to drive.
+ *
+ * At the end of shutdown, mp__reactor_close() takes the role, runs what is queued, closes the
+ * loop and gives the role back. A call racing with it:
+ *
+ *   caller                                    close
+ *   closed? no
+ *                                             takes the role, closed = true, runs commands,
+ *                                             closes every handle and the loop, gives the
+ *                                             role back
+ *   pushes C, uv_async_send on the closed       -> C never runs (its waiter blocks for ever),
+ *   handle; or takes the role and runs C           or runs on a closed loop
+ *
+ * Fixed: a caller that takes the role looks at closed while holding it (close sets it under
+ * the role, so no holder after close can miss it). One that must queue counts itself in
+ * `callers` (E), then looks at closed (F); close sets closed (G), then waits until callers
+ * is 0 (H), holding the role, before it runs the last commands and closes anything. Store
+ * buffering again, so all four are seq_cst: either the caller sees closed and returns
+ * -ESHUTDOWN, touching nothing, or close sees it counted and waits until its command is
+ * pushed (and its async send made, on a handle still open), then runs it.
  */
 #include "internal.h"
 
@@ -153,6 +172,8 @@ int mp__reactor_init(mp__reactor *r)
     atomic_init(&r->role, 0);
     atomic_init(&r->cmds, NULL);
     atomic_init(&r->closed, false);
+    atomic_init(&r->callers, 0);
+    r->call_delay_us = mp__test_loop_call_delay_us_value();
     return 0;
 }
 
@@ -203,18 +224,28 @@ static void push_command(mp__reactor *r, mp_loop_cmd *c)
                                                     memory_order_relaxed));
 }
 
+/* Relaxed: closed is written under the role (mp__reactor_close()), and the caller holds the
+ * role, whose acquire orders it. */
+static bool closed_under_role(mp__reactor *r)
+{
+    return atomic_load_explicit(&r->closed, memory_order_relaxed);
+}
+
 int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, void *arg),
                  void *arg)
 {
     mp__reactor *r = &rt->reactor;
-    /* Relaxed: a hint; calls racing with shutdown are the caller's to avoid (see magpie.h). */
-    if (atomic_load_explicit(&r->closed, memory_order_relaxed))
-        return -ESHUTDOWN;
     if (mp__tls_driver == r) { /* already the loop's thread: e.g. from a libuv callback */
+        if (closed_under_role(r))
+            return -ESHUTDOWN;
         fn(&r->loop, arg);
         return 0;
     }
     if (mp__reactor_try_acquire(r)) {
+        if (closed_under_role(r)) {
+            mp__reactor_release(r);
+            return -ESHUTDOWN;
+        }
         fn(&r->loop, arg);
         mp__reactor_release(r);
         /* Nobody was driving: fn may have started I/O that needs a driver. Get a worker to
@@ -223,6 +254,16 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
         mp__runtime_notify(rt);
         return 0;
     }
+    /* (E): pairs with (G)/(H) in mp__reactor_close(); see the top of this file. */
+    atomic_fetch_add_explicit(&r->callers, 1, memory_order_seq_cst);
+    /* (F): as (E). */
+    if (atomic_load_explicit(&r->closed, memory_order_seq_cst)) {
+        /* Relaxed: we touched nothing that close must see. */
+        atomic_fetch_sub_explicit(&r->callers, 1, memory_order_relaxed);
+        return -ESHUTDOWN;
+    }
+    if (r->call_delay_us)
+        usleep(r->call_delay_us); /* testhook.c: widens the window drawn at the top */
     cmd->fn = fn;
     cmd->arg = arg;
     push_command(r, cmd); /* (C) */
@@ -231,9 +272,12 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
     if (mp__reactor_try_acquire(r)) { /* the holder left meanwhile: run it ourselves */
         mp__reactor_release(r);
         mp__runtime_notify(rt);
-        return 0;
+    } else {
+        mp__reactor_wake(r);
     }
-    mp__reactor_wake(r);
+    /* Release: the push and the async send come before close sees us gone (pairs with the
+     * acquire load at (H) in mp__reactor_close()). */
+    atomic_fetch_sub_explicit(&r->callers, 1, memory_order_release);
     return 0;
 }
 
@@ -282,14 +326,22 @@ bool mp_loop_is_current(mp_runtime *rt)
     return mp__tls_driver == &rt->reactor;
 }
 
-/* Shutdown, after every worker has stopped: run what is queued, close the runtime's TCP
- * streams (their owners' close callbacks run) and then any handle left, and close the
- * loop. */
+/* Shutdown, after every worker has stopped: refuse new calls and wait for those already
+ * queueing (top of file), run what is queued, close the runtime's TCP streams (their owners'
+ * close callbacks run) and then any handle left, and close the loop. A call after this takes
+ * the role given back at the end, finds closed set, and runs nothing: no command can be left
+ * queued once the callers counted have been waited for. */
 void mp__reactor_close(mp__reactor *r)
 {
     while (!mp__reactor_try_acquire(r))
         sched_yield(); /* an outside mp_loop_call may hold it for a moment */
-    atomic_store_explicit(&r->closed, true, memory_order_relaxed);
+    /* (G): pairs with (E)/(F) in mp_loop_call(). */
+    atomic_store_explicit(&r->closed, true, memory_order_seq_cst);
+    /* (H): as (G); acquire also pairs with the release decrement in mp_loop_call(), after
+     * which its command is in cmds. A caller counted here only pushes and sends; it waits
+     * for nothing of ours. */
+    while (atomic_load_explicit(&r->callers, memory_order_seq_cst) != 0)
+        sched_yield();
     run_commands(r);
     mp__timers_close(r);
     mp__io_close_all(r);

@@ -43,3 +43,16 @@ unsigned mp__test_pool_spawn_publish_delay_us_value(void)
 {
     return atomic_load_explicit(&pool_spawn_publish_delay_us, memory_order_relaxed);
 }
+
+/* Relaxed: as fail_spawn_nth. */
+static _Atomic unsigned loop_call_delay_us;
+
+void mp__test_loop_call_delay_us(unsigned us)
+{
+    atomic_store_explicit(&loop_call_delay_us, us, memory_order_relaxed);
+}
+
+unsigned mp__test_loop_call_delay_us_value(void)
+{
+    return atomic_load_explicit(&loop_call_delay_us, memory_order_relaxed);
+}

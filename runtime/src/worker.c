@@ -1,15 +1,20 @@
 /* worker.c: the worker loop. Where the next task comes from, in order:
  *
- *   1. the global batch buffer (tasks already taken from the global queue, no lock)
- *   2. every global_interval polls, the global queue first, so that it is never starved by
+ *   1. every global_interval polls, the global queue first, so that it is never starved by
  *      local work (Volt and blitz-io check it only after the local queue is empty, which lets two
  *      tasks that wake each other keep a worker forever; Tokio checks it first, as here)
- *   3. the LIFO slot: the task spawned or woken last by this worker, at most 3 in a row,
+ *   2. the LIFO slot: the task spawned or woken last by this worker, at most 3 in a row,
  *      then the slot is flushed to the back of the ring
- *   4. the ring, front first
- *   5. steal half of a random victim's ring (as a searcher; at most half the workers search)
- *   6. the global queue once more
- *   7. park
+ *   3. the ring, front first
+ *   4. steal half of a random victim's ring (as a searcher; at most half the workers search)
+ *   5. the global queue once more
+ *   6. park
+ *
+ * A fetch from the global queue takes a share of it at once (fetch_global_batch()): one task
+ * is polled, the others go to the back of the ring, not to a buffer of the worker's own,
+ * so that a thief can take them while that poll runs long (Tokio's next_remote_task_batch
+ * does the same). A private buffer stranded up to 32 tasks behind one long poll while other
+ * workers had nothing to do.
  *
  * A tick is up to 128 polls. At its end the EWMA of the time per poll is updated and sets how
  * many polls may pass between global-queue checks.
@@ -50,7 +55,6 @@ void mp__worker_init(mp__worker *w, mp_runtime *rt, unsigned index)
     w->lifo = NULL;
     w->orphans = NULL;
     w->deferred = w->deferred_tail = NULL;
-    w->batch_head = w->batch_len = 0;
     w->lifo_streak = 0;
     w->tick_polls = 0;
     w->since_global = 0;
@@ -103,7 +107,7 @@ static bool push_ring(mp__worker *w, mp_task *t)
 
 static bool has_local_tasks(mp__worker *w)
 {
-    return w->lifo || w->deferred || w->batch_head < w->batch_len || !mp__queue_is_empty(&w->queue);
+    return w->lifo || w->deferred || !mp__queue_is_empty(&w->queue);
 }
 
 /* The deferred yielded tasks go to the back of the ring, oldest first. One notification for
@@ -202,8 +206,10 @@ bool mp__schedule_batch(mp_runtime *rt, mp_task **tasks, size_t n)
     return true;
 }
 
-/* Take a fair share of the global queue: min(len / workers, 64), at least 4. One is returned,
- * up to 32 go to the batch buffer, the rest to the ring. */
+/* Take a fair share of the global queue: min(len / workers, 64), at least 4, but no more
+ * than fill the ring to half (Tokio's bound), so that the fetch never overflows the ring back
+ * into the global queue and leaves thieves room to copy into. One task is returned; the others
+ * go to the back of the ring, where other workers can steal them while it is polled. */
 static mp_task *fetch_global_batch(mp__worker *w)
 {
     mp_runtime *rt = w->rt;
@@ -215,27 +221,27 @@ static mp_task *fetch_global_batch(mp__worker *w)
         want = MP__GLOBAL_BATCH_MIN;
     if (want > MP__GLOBAL_BATCH_MAX)
         want = MP__GLOBAL_BATCH_MAX;
+    uint32_t queued = mp__queue_len(&w->queue), half = MP_QUEUE_CAPACITY / 2;
+    size_t room = queued < half ? half - queued : 0;
+    if (want > room + 1)
+        want = room + 1;
     mp_task *got[MP__GLOBAL_BATCH_MAX];
     size_t n = mp__inject_pop_batch(&rt->inject, got, want);
     if (n == 0)
         return NULL;
     mp__counter_add(&w->stats.global_batches, 1);
-    size_t i = 1;
-    w->batch_head = 0;
-    w->batch_len = 0;
-    for (; i < n && w->batch_len < MP__BATCH_CAP; i++)
-        w->batch[w->batch_len++] = got[i];
-    for (; i < n; i++)
+    for (size_t i = 1; i < n; i++)
         push_ring(w, got[i]);
+    /* A searcher gets others going when it leaves the search with work left (run_task()).
+     * Otherwise the tasks just queued in the ring are announced as a spawn's are
+     * (mp__schedule()): an idle worker must come for them if the poll of got[0] runs long. */
+    if (n > 1 && !w->searching && !rt->cfg.disable_steal && rt->nworkers > 1)
+        mp__runtime_notify(rt);
     return got[0];
 }
 
 static mp_task *next_task(mp__worker *w)
 {
-    if (w->batch_head < w->batch_len) {
-        w->lifo_streak = 0;
-        return w->batch[w->batch_head++];
-    }
     if (w->since_global >= w->global_interval) {
         w->since_global = 0;
         mp_task *t = fetch_global_batch(w);
@@ -374,9 +380,10 @@ static void sample_wake_latency(mp__worker *w)
 
 /* Sleep in the loop as its driver instead of on the futex: the park word says DRIVING, so an
  * unpark sends the loop's async handle (mp__runtime_unpark). Returns false if the role was
- * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile are put in
- * this worker's LIFO slot and ring without notifying anyone (mp__schedule); once the loop
- * returns, a worker is woken to share them if mp__helper_pays() says so. */
+ * taken, and the caller sleeps on its futex. Wakes raised by callbacks meanwhile go to the
+ * back of this worker's ring, in the order they came, without notifying anyone
+ * (mp__schedule); once the loop returns, a worker is woken to share them if
+ * mp__helper_pays() says so. */
 static bool drive(mp__worker *w)
 {
     mp__reactor *r = &w->rt->reactor;
@@ -600,8 +607,6 @@ void mp__worker_drain_on_shutdown(mp__worker *w)
         mp__task_shutdown_queued(t);
     }
     w->deferred_tail = NULL;
-    while (w->batch_head < w->batch_len)
-        mp__task_shutdown_queued(w->batch[w->batch_head++]);
     for (mp_task *t; (t = mp__queue_pop_owner(&w->queue));)
         mp__task_shutdown_queued(t);
     while (w->orphans) {

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "test_util.h"
 
 static mp__inject inj;
 

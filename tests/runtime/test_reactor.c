@@ -1,6 +1,7 @@
 /* Tests of runtime/src/reactor.c: the driver role and commands for the loop. */
 #include <criterion/criterion.h>
 
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -283,6 +284,100 @@ Test(reactor, loop_call_wait_during_shutdown, .timeout = 30)
     cr_assert_eq(mp_loop_call_wait(rt, wait_call_fn, &late), -ESHUTDOWN);
     cr_assert_eq(late.seen, 0);
     mp_runtime_free(rt);
+}
+
+/* Calls racing with the loop's close at the end of shutdown: each returns 0 and its fn has
+ * run before mp_runtime_shutdown() returns, or returns -ESHUTDOWN and its fn never runs. The
+ * test hook sleeps in every queued call between its look at the loop's state and its push,
+ * so that the close goes by in that window (without the fix: a command pushed after the
+ * close's last run, its async send on a closed handle, or fn run on the closed loop). */
+typedef struct racing_call {
+    mp_loop_cmd cmd;
+    _Atomic int ran;
+} racing_call;
+
+static _Atomic bool shutdown_returned;
+static _Atomic int ran_after_shutdown;
+
+static void racing_fn(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    racing_call *c = arg;
+    if (atomic_load(&shutdown_returned))
+        atomic_fetch_add(&ran_after_shutdown, 1);
+    atomic_fetch_add(&c->ran, 1);
+}
+
+enum { RACING_CALLS = 1 << 14 };
+
+typedef struct racing_caller {
+    mp_runtime *rt;
+    racing_call *calls; /* RACING_CALLS of them */
+    int accepted;       /* calls that returned 0, the first ones */
+    int refused;        /* index of the call that returned -ESHUTDOWN, or -1 */
+    int other;          /* calls that returned anything else */
+    bool wait;          /* mp_loop_call_wait() instead */
+} racing_caller;
+
+static void *call_until_refused(void *arg)
+{
+    racing_caller *k = arg;
+    k->refused = -1;
+    for (int i = 0; i < RACING_CALLS; i++) {
+        racing_call *c = &k->calls[i];
+        int rc = k->wait ? mp_loop_call_wait(k->rt, racing_fn, c)
+                         : mp_loop_call(k->rt, &c->cmd, racing_fn, c);
+        if (rc == -ESHUTDOWN) {
+            k->refused = i;
+            break;
+        }
+        if (rc != 0)
+            k->other++;
+        else
+            k->accepted++;
+    }
+    return NULL;
+}
+
+Test(reactor, loop_calls_racing_with_shutdown_run_before_the_close_or_are_refused, .timeout = 120)
+{
+    enum { CALLERS_R = 3, ROUNDS = 20 };
+    racing_call *calls = calloc((size_t)CALLERS_R * RACING_CALLS, sizeof *calls);
+    cr_assert_not_null(calls);
+    for (int round = 0; round < ROUNDS; round++) {
+        memset(calls, 0, (size_t)CALLERS_R * RACING_CALLS * sizeof *calls);
+        atomic_store(&shutdown_returned, false);
+        mp__test_loop_call_delay_us(round % 2 ? 1000 : 0);
+        mp_runtime *rt = test_runtime(2);
+        mp__test_loop_call_delay_us(0);
+        racing_caller k[CALLERS_R];
+        pthread_t th[CALLERS_R];
+        for (int i = 0; i < CALLERS_R; i++) {
+            k[i] = (racing_caller){
+                .rt = rt, .calls = calls + (size_t)i * RACING_CALLS, .wait = i == 0};
+            cr_assert_eq(pthread_create(&th[i], NULL, call_until_refused, &k[i]), 0);
+        }
+        usleep(5000 + 1000 * (unsigned)round);
+        cr_assert_eq(mp_runtime_shutdown(rt), 0);
+        atomic_store(&shutdown_returned, true);
+        for (int i = 0; i < CALLERS_R; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < CALLERS_R; i++) {
+            cr_assert_eq(k[i].other, 0, "round %d caller %d", round, i);
+            for (int j = 0; j < k[i].accepted; j++)
+                cr_assert_eq(atomic_load(&k[i].calls[j].ran), 1,
+                             "round %d caller %d: accepted call %d ran %d times", round, i, j,
+                             atomic_load(&k[i].calls[j].ran));
+            if (k[i].refused >= 0)
+                cr_assert_eq(atomic_load(&k[i].calls[k[i].refused].ran), 0,
+                             "round %d caller %d: a refused call ran", round, i);
+        }
+        cr_assert_eq(atomic_load(&ran_after_shutdown), 0,
+                     "round %d: %d calls ran after mp_runtime_shutdown() returned", round,
+                     atomic_load(&ran_after_shutdown));
+        mp_runtime_free(rt);
+    }
+    free(calls);
 }
 
 static void on_timer(uv_timer_t *t)

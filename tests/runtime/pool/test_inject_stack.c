@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 Test(inject_stack, push_then_take_all_newest_first)
 {

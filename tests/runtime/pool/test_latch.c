@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 static uint32_t state(mp__pool_core_latch *l)
 {

@@ -10,6 +10,7 @@
 
 #include "magpie.h"
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads)
 {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 static mp_pool *make_pool_on(size_t threads, unsigned fail_at, bool calls_on_workers)
 {

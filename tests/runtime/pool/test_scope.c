@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "magpie.h"
+#include "test_util.h"
 
 static mp_pool *make_pool(size_t threads, size_t capacity)
 {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "magpie.h"
+#include "test_util.h"
 
 static mp_pool *pool;
 
