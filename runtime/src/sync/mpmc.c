@@ -14,8 +14,15 @@
  *
  * so whoever leaves the head of a list (by taking its turn or by giving up) wakes the next
  * node of that list when the condition still holds for it: room for the next sender, a value
- * for the next receiver. Close wakes every node by reference; each unlinks itself when it
- * sees the close. Wakers cloned under the lock are woken after it.
+ * (or the close) for the next receiver. The close itself has the same shape:
+ *
+ *   close: wake R1, R2 (by ref)       R1 (head): takes the last value
+ *                                     R2 polls: value left, not its turn: waits again
+ *   -> R2 waits for ever on a closed, drained channel
+ *
+ * which the same rule fixes: R1 leaving the head of a closed channel wakes R2. Close wakes every
+ * node by reference; each unlinks itself when it sees the close. Wakers cloned under the lock are
+ * woken after it.
  */
 #include "internal.h"
 #include "sync/waitq.h"
@@ -42,7 +49,8 @@ void mp_mpmc_destroy(mp_mpmc *q)
 }
 
 /* Under the lock: clones of the head sender's waker if it fits, and of the head receiver's if
- * a value waits. */
+ * a value waits or the channel is closed (once closed, each receiver that takes the last
+ * value, or learns there is none, wakes the next, which must see the end for itself). */
 static mp_waker next_sender_locked(mp_mpmc *q)
 {
     if (q->tx_head && q->len < q->cap && !q->closed)
@@ -52,7 +60,7 @@ static mp_waker next_sender_locked(mp_mpmc *q)
 
 static mp_waker next_receiver_locked(mp_mpmc *q)
 {
-    if (q->rx_head && q->len > 0)
+    if (q->rx_head && (q->len > 0 || q->closed))
         return mp_waker_clone(&q->rx_head->waker);
     return (mp_waker){0};
 }
