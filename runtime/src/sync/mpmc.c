@@ -48,21 +48,22 @@ void mp_mpmc_destroy(mp_mpmc *q)
     q->slots = NULL;
 }
 
-/* Under the lock: clones of the head sender's waker if it fits, and of the head receiver's if
- * a value waits or the channel is closed (once closed, each receiver that takes the last
- * value, or learns there is none, wakes the next, which must see the end for itself). */
-static mp_waker next_sender_locked(mp_mpmc *q)
+/* Under the lock: wake the head sender if it fits, and the head receiver if a value waits or
+ * the channel is closed (once closed, each receiver that takes the last value, or learns
+ * there is none, wakes the next, which must see the end for itself). By reference and under
+ * the lock: the node stays queued, so its owner may poll, finish and return at any moment
+ * after the lock is let go, and a blocked thread's waker points into its stack frame. A clone
+ * woken after the unlock could land in a frame that is gone. */
+static void wake_next_sender_locked(mp_mpmc *q)
 {
     if (q->tx_head && q->len < q->cap && !q->closed)
-        return mp_waker_clone(&q->tx_head->waker);
-    return (mp_waker){0};
+        mp_waker_wake_by_ref(&q->tx_head->waker);
 }
 
-static mp_waker next_receiver_locked(mp_mpmc *q)
+static void wake_next_receiver_locked(mp_mpmc *q)
 {
     if (q->rx_head && (q->len > 0 || q->closed))
-        return mp_waker_clone(&q->rx_head->waker);
-    return (mp_waker){0};
+        mp_waker_wake_by_ref(&q->rx_head->waker);
 }
 
 /* May a node of this side go ahead now? */
@@ -74,7 +75,7 @@ static bool my_turn(mp_waiter *w, mp_waiter *head)
 /* One attempt at sending. w NULL: try_send (never queues). */
 static mp_poll send_attempt(mp_mpmc *q, mp_waiter *w, void *value, const mp_waker *waker, int *err)
 {
-    mp_waker rx = {0}, tx = {0}, old = {0};
+    mp_waker old = {0};
     mp_poll r = MP_READY;
     mp__spin_lock(&q->lock);
     bool queued = w && w->state == MP__W_WAITING;
@@ -89,9 +90,9 @@ static mp_poll send_attempt(mp_mpmc *q, mp_waiter *w, void *value, const mp_wake
             q->slots[(q->head + q->len) % q->cap] = value;
             q->len++;
             *err = 0;
-            rx = next_receiver_locked(q);
+            wake_next_receiver_locked(q);
         }
-        tx = next_sender_locked(q);
+        wake_next_sender_locked(q);
     } else if (!w) {
         *err = -EAGAIN;
     } else {
@@ -103,8 +104,6 @@ static mp_poll send_attempt(mp_mpmc *q, mp_waiter *w, void *value, const mp_wake
     }
     mp__spin_unlock(&q->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&rx);
-    mp_waker_wake(&tx);
     return r;
 }
 
@@ -134,24 +133,23 @@ int mp_mpmc_send_blocking(mp_mpmc *q, void *value)
 
 void mp_mpmc_cancel_send(mp_mpmc *q, mp_waiter *w)
 {
-    mp_waker next = {0}, old = {0};
+    mp_waker old = {0};
     mp__spin_lock(&q->lock);
     if (w->state == MP__W_WAITING) {
         bool was_head = q->tx_head == w;
         mp__waitq_unlink(&q->tx_head, &q->tx_tail, w);
         if (was_head)
-            next = next_sender_locked(q);
+            wake_next_sender_locked(q);
     }
     mp__waiter_finish(w, &old);
     mp__spin_unlock(&q->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&next);
 }
 
 /* One attempt at receiving. w NULL: try_recv. */
 static mp_poll recv_attempt(mp_mpmc *q, mp_waiter *w, const mp_waker *waker, void **value, int *err)
 {
-    mp_waker rx = {0}, tx = {0}, old = {0};
+    mp_waker old = {0};
     mp_poll r = MP_READY;
     mp__spin_lock(&q->lock);
     bool queued = w && w->state == MP__W_WAITING;
@@ -168,9 +166,9 @@ static mp_poll recv_attempt(mp_mpmc *q, mp_waiter *w, const mp_waker *waker, voi
             q->head = (q->head + 1) % q->cap;
             q->len--;
             *err = 0;
-            tx = next_sender_locked(q);
+            wake_next_sender_locked(q);
         }
-        rx = next_receiver_locked(q);
+        wake_next_receiver_locked(q);
     } else if (!w) {
         *err = -EAGAIN;
     } else {
@@ -182,8 +180,6 @@ static mp_poll recv_attempt(mp_mpmc *q, mp_waiter *w, const mp_waker *waker, voi
     }
     mp__spin_unlock(&q->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&rx);
-    mp_waker_wake(&tx);
     return r;
 }
 
@@ -213,18 +209,17 @@ int mp_mpmc_recv_blocking(mp_mpmc *q, void **value)
 
 void mp_mpmc_cancel_recv(mp_mpmc *q, mp_waiter *w)
 {
-    mp_waker next = {0}, old = {0};
+    mp_waker old = {0};
     mp__spin_lock(&q->lock);
     if (w->state == MP__W_WAITING) {
         bool was_head = q->rx_head == w;
         mp__waitq_unlink(&q->rx_head, &q->rx_tail, w);
         if (was_head)
-            next = next_receiver_locked(q);
+            wake_next_receiver_locked(q);
     }
     mp__waiter_finish(w, &old);
     mp__spin_unlock(&q->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&next);
 }
 
 void mp_mpmc_close(mp_mpmc *q)
