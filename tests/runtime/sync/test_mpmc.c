@@ -292,3 +292,79 @@ Test(mpmc, close_with_a_value_left_wakes_the_receiver_behind)
     cr_assert_null(q.rx_head);
     mp_mpmc_destroy(&q);
 }
+
+/* A wake for a queued node must reach it while it is still queued: a blocked thread's waker
+ * points into its stack frame, so a clone woken after the lock could land once the node's
+ * owner has taken its turn and returned. The probe stalls its wake while the test thread
+ * polls the node to completion; the wake must not find the node already gone. */
+typedef struct probe {
+    _Atomic int woken, retired, late;
+} probe;
+
+static void probe_wake(const void *data)
+{
+    probe *p = (probe *)data;
+    atomic_store(&p->woken, 1);
+    for (int i = 0; i < 200 && !atomic_load(&p->retired); i++)
+        usleep(1000);
+    if (atomic_load(&p->retired))
+        atomic_store(&p->late, 1);
+}
+
+static const void *probe_clone(const void *data)
+{
+    return data;
+}
+
+static void probe_drop(const void *data)
+{
+    (void)data;
+}
+
+static const mp_waker_vtable probe_vt = {
+    .wake = probe_wake, .wake_by_ref = probe_wake, .clone = probe_clone, .drop = probe_drop};
+
+static void *send_one(void *arg)
+{
+    cr_assert_eq(mp_mpmc_try_send(arg, (void *)1), 0);
+    return NULL;
+}
+
+static void *recv_one(void *arg)
+{
+    void *v;
+    cr_assert_eq(mp_mpmc_try_recv(arg, &v), 0);
+    return NULL;
+}
+
+Test(mpmc, wake_reaches_a_node_still_queued, .timeout = 30)
+{
+    for (int side = 0; side < 2; side++) {
+        mp_mpmc q;
+        cr_assert_eq(mp_mpmc_init(&q, 1), 0);
+        probe p = {0};
+        mp_context cx = {.waker = {.vt = &probe_vt, .data = &p}};
+        mp_waiter w;
+        mp_waiter_init(&w);
+        void *v;
+        int err;
+        if (side == 0) {
+            cr_assert_eq(mp_mpmc_recv_poll(&q, &w, &cx, &v, &err), MP_PENDING);
+        } else {
+            cr_assert_eq(mp_mpmc_try_send(&q, (void *)1), 0);
+            cr_assert_eq(mp_mpmc_send_poll(&q, &w, (void *)2, &cx, &err), MP_PENDING);
+        }
+        pthread_t th;
+        pthread_create(&th, NULL, side == 0 ? send_one : recv_one, &q);
+        while (!atomic_load(&p.woken))
+            sched_yield();
+        mp_poll r = side == 0 ? mp_mpmc_recv_poll(&q, &w, &cx, &v, &err)
+                              : mp_mpmc_send_poll(&q, &w, (void *)2, &cx, &err);
+        cr_assert_eq(r, MP_READY);
+        cr_assert_eq(err, 0);
+        atomic_store(&p.retired, 1); /* the owner's frame would be gone now */
+        pthread_join(th, NULL);
+        cr_assert_eq(atomic_load(&p.late), 0, "side %d: woken after it had left", side);
+        mp_mpmc_destroy(&q);
+    }
+}
