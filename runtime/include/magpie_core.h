@@ -72,8 +72,11 @@ typedef struct mp_task_vtable {
      * left in a primitive keeps a reference, and the task is not released until it is given
      * back. So a task that can wait must give them back here: mp_timer_cancel() its timers,
      * mp_chan_cancel_send() / mp_chan_cancel_recv(), mp_notify_cancel(),
-     * mp_oneshot_close_rx(), mp_detach() the tasks it was joining, and drop the clones it
-     * stored itself. */
+     * mp_oneshot_close_rx(), the cancel_wait of each mp_waiter it left queued (semaphore,
+     * mutex, rwlock, MPMC, barrier, watch, broadcast, cancellation token; these also give
+     * back a lock or permits granted to it), unlock what it holds, mp_task_group_cancel_wait()
+     * or mp_task_group_destroy() for its groups, mp_detach() the tasks it was joining, and
+     * drop the clones it stored itself. */
     void (*cancel)(mp_task *task);
     /* Optional. The last reference is gone: the runtime and every waker are done with the
      * header, so the embedding struct may be freed or reused. Runs exactly once, after the
