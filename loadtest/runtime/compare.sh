@@ -38,7 +38,7 @@ WARMUP=${WARMUP:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 MAGPIE_FLAGS=${MAGPIE_FLAGS:-}
 TOKIO_FLAGS=${TOKIO_FLAGS:-}
-ALL="spawn_many_local spawn_many_remote_idle yield_many ping_pong chained_spawn spawn_join_worker spawn_join_outside"
+ALL="spawn_many_local spawn_many_remote_idle yield_many ping_pong chained_spawn spawn_join_worker spawn_join_outside mutex_contention semaphore mpmc broadcast_fanout"
 ONLY=${ONLY:-$ALL}
 
 out=build/bench
