@@ -252,8 +252,7 @@ static const mp_waker_vtable probe_vt = {
 static void *recv_one(void *arg)
 {
     void *v;
-    cr_assert_eq(mp_chan_try_recv(arg, &v), 0);
-    return NULL;
+    return (void *)(intptr_t)mp_chan_try_recv(arg, &v); /* asserted on the test's thread */
 }
 
 Test(chan, wake_reaches_a_sender_still_queued, .timeout = 30)
@@ -273,7 +272,9 @@ Test(chan, wake_reaches_a_sender_still_queued, .timeout = 30)
     cr_assert_eq(mp_chan_send_poll(&c, &w, (void *)2, &cx, &err), MP_READY);
     cr_assert_eq(err, 0);
     atomic_store(&p.retired, 1); /* the sender's frame would be gone now */
-    pthread_join(th, NULL);
+    void *rc;
+    pthread_join(th, &rc);
+    cr_assert_eq((intptr_t)rc, 0);
     cr_assert_eq(atomic_load(&p.late), 0, "woken after it had sent and left");
     mp_chan_destroy(&c);
 }
