@@ -603,7 +603,9 @@ void mp_cancel_token_wait_blocking(mp_cancel_token *t); /* plain threads only */
 
 /* Task group (Tokio's JoinSet): joinable tasks spawned into a group, joined in the order they
  * finish. A member embeds mp_group_task (whose task field its poll receives) in place of a
- * bare mp_task. One task or thread at a time joins a group. Destroying the group cancels the
+ * bare mp_task. The group has one owner at a time, a task or a thread: spawn, join,
+ * cancel_all and destroy are not called concurrently with each other (members finishing on
+ * other threads meanwhile is what the group is for). Destroying the group cancels the
  * members still running and gives up their join handles: their cancel and release callbacks
  * still run, on the runtime, as for detached tasks; the group's memory is not touched after
  * mp_task_group_destroy() returns. */
