@@ -87,6 +87,8 @@ Test(timeout, ready_in_time_or_timed_out, .timeout = 30)
     cr_assert_eq(b.acq, 0);
     cr_assert_eq(mp_semaphore_available(&s), 0, "b holds the permit");
     mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&a.released), 1, "the timer or the semaphore kept a's waker");
+    cr_assert_eq(atomic_load(&b.released), 1, "the timer or the semaphore kept b's waker");
 }
 
 Test(timeout, cancelled_while_both_armed, .timeout = 30)
