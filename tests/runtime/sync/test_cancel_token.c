@@ -137,3 +137,54 @@ Test(cancel_token, tasks_and_threads_on_a_tree_cancelled_meanwhile, .timeout = 6
     }
     mp_runtime_free(rt);
 }
+
+/* A task waiting on a token is cancelled: its cancel callback takes the node off the token,
+ * the task is released, and the token can be destroyed. */
+typedef struct cancellable {
+    mp_task task;
+    mp_cancel_token *t;
+    mp_waiter w;
+    _Atomic int waiting, released;
+} cancellable;
+
+static mp_poll cancellable_poll(mp_task *task, mp_context *cx)
+{
+    cancellable *c = mp_container_of(task, cancellable, task);
+    mp_poll p = mp_cancel_token_poll(c->t, &c->w, cx);
+    atomic_store(&c->waiting, p == MP_PENDING);
+    return p;
+}
+
+static void cancellable_cancel(mp_task *task)
+{
+    cancellable *c = mp_container_of(task, cancellable, task);
+    mp_cancel_token_cancel_wait(c->t, &c->w);
+}
+
+static void cancellable_release(mp_task *task)
+{
+    atomic_store(&mp_container_of(task, cancellable, task)->released, 1);
+}
+
+static const mp_task_vtable cancellable_vt = {
+    .poll = cancellable_poll, .cancel = cancellable_cancel, .release = cancellable_release};
+
+Test(cancel_token, waiting_task_cancelled, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_cancel_token t;
+    mp_cancel_token_init(&t);
+    cancellable c = {.t = &t};
+    mp_waiter_init(&c.w);
+    mp_task_init(&c.task, &cancellable_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &c.task), 0);
+    while (!atomic_load(&c.waiting))
+        sched_yield();
+    mp_task_cancel(&c.task);
+    cr_assert_eq(mp_join(&c.task), -ECANCELED);
+    while (!atomic_load(&c.released))
+        sched_yield();
+    cr_assert_null(t.head);
+    cr_assert_eq(mp_cancel_token_destroy(&t), 0);
+    mp_runtime_free(rt);
+}

@@ -247,3 +247,61 @@ Test(group, destroyed_with_members_running, .timeout = 60)
     mp_runtime_free(rt);
     free(m);
 }
+
+/* The task joining a group is cancelled while it waits: its cancel callback gives the group's
+ * joiner waker back, so the owner is released; the group is then destroyed by the test. */
+typedef struct waiting_owner {
+    mp_task task;
+    mp_task_group *g;
+    _Atomic int waiting, released;
+} waiting_owner;
+
+static mp_poll waiting_owner_poll(mp_task *t, mp_context *cx)
+{
+    waiting_owner *o = mp_container_of(t, waiting_owner, task);
+    mp_group_task *out;
+    int result;
+    mp_poll p = mp_task_group_join_next_poll(o->g, cx, &out, &result);
+    atomic_store(&o->waiting, p == MP_PENDING);
+    return p;
+}
+
+static void waiting_owner_cancel(mp_task *t)
+{
+    mp_task_group_cancel_wait(mp_container_of(t, waiting_owner, task)->g);
+}
+
+static void waiting_owner_release(mp_task *t)
+{
+    atomic_store(&mp_container_of(t, waiting_owner, task)->released, 1);
+}
+
+static const mp_task_vtable waiting_owner_vt = {
+    .poll = waiting_owner_poll, .cancel = waiting_owner_cancel, .release = waiting_owner_release};
+
+Test(group, joiner_cancelled_while_waiting, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_notify n;
+    mp_notify_init(&n);
+    _Atomic int released = 0, cancelled = 0;
+    member m;
+    member_init(&m, 0, WAIT, &n, &released, &cancelled);
+    mp_task_group g;
+    mp_task_group_init(&g, rt);
+    cr_assert_eq(mp_task_group_spawn(&g, &m.gt), 0);
+    waiting_owner o = {.g = &g};
+    mp_task_init(&o.task, &waiting_owner_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &o.task), 0);
+    wait_for(&o.waiting, 1);
+    mp_task_cancel(&o.task);
+    cr_assert_eq(mp_join(&o.task), -ECANCELED);
+    wait_for(&o.released, 1); /* the group did not keep its waker */
+    mp__spin_lock(&g.lock);
+    cr_assert(mp_waker_is_empty(&g.joiner));
+    mp__spin_unlock(&g.lock);
+    mp_task_group_destroy(&g);
+    wait_for(&released, 1);
+    cr_assert_eq(atomic_load(&cancelled), 1);
+    mp_runtime_free(rt);
+}
