@@ -20,6 +20,10 @@
  * lives in the task's own memory, which the runtime keeps until the task is released, after
  * its join waker was woken.
  *
+ * The joiner's waker is moved out of the group under the lock (not cloned) and woken after
+ * it: each registration has one taker, and a blocked joining thread does not look again
+ * until that wake has come, so the wake never lands in a frame that has returned.
+ *
  * Spawn, join, cancel_all and destroy are the owner's: one thread or task at a time.
  */
 #include "internal.h"

@@ -4,7 +4,7 @@
  *
  * Each side is served in order: a node that is not queued may only go ahead past an empty
  * list of its side, and a queued one only from the head. A change that lets the head go
- * ahead wakes it (a clone of its waker) and leaves it queued; it unlinks itself when it polls.
+ * ahead wakes it and leaves it queued; it unlinks itself when it polls.
  * The race that matters is a woken head that gives up instead:
  *
  *   sender                          receiver R1 (head)        receiver R2 (behind R1)
@@ -21,8 +21,17 @@
  *   -> R2 waits for ever on a closed, drained channel
  *
  * which the same rule fixes: R1 leaving the head of a closed channel wakes R2. Close wakes every
- * node by reference; each unlinks itself when it sees the close. Wakers cloned under the lock are
- * woken after it.
+ * node by reference; each unlinks itself when it sees the close.
+ *
+ * Every such wake is by reference, under the lock, because the node stays queued:
+ *
+ *   receiver A                        receiver B                 sender thread S (head)
+ *   take, clone S's waker, unlock
+ *                                     take, clone S's waker
+ *                                                                woken: send, return
+ *   wake the clone                    -> S's frame (its waker's word) is gone
+ *
+ * Under the lock S cannot be between "woken" and "return": it must take the lock to unlink.
  */
 #include "internal.h"
 #include "sync/waitq.h"
