@@ -416,6 +416,9 @@ bool mp_mutex_try_lock(mp_mutex *m);
 mp_poll mp_mutex_lock_poll(mp_mutex *m, mp_waiter *w, mp_context *cx);
 void mp_mutex_cancel_wait(mp_mutex *m, mp_waiter *w);
 void mp_mutex_lock_blocking(mp_mutex *m); /* plain threads only */
+/* Only by (or for) the holder: an unlock of a mutex that is not locked is not detected and
+ * would let two holders in, as a semaphore released once too often hands out one permit too
+ * many. */
 void mp_mutex_unlock(mp_mutex *m);
 
 /* Readers-writer lock, fair in FIFO phases (as Tokio's RwLock): requests are granted in the
