@@ -800,6 +800,242 @@ static uint64_t spawn_join_outside_round(void)
     return now_ns() - t0;
 }
 
+/* ---- sync primitives: mutex_contention, semaphore, mpmc, broadcast_fanout ----
+ * Tasks spawned from the main thread (Tokio: rt.spawn from outside), each signalling done_chan
+ * when finished; the main thread waits for every signal.
+ *   mutex_contention: 16 tasks x 1000 { lock; counter += 1; unlock } on one mp_mutex
+ *     (tokio::sync::Mutex).
+ *   semaphore: 16 tasks x 1000 { acquire 1; release 1 } on 4 permits (tokio::sync::Semaphore).
+ *   mpmc: 4 producers x 5000 values into a channel of 64, 4 consumers (mp_mpmc; Tokio has no
+ *     MPMC channel: its twin shares one mpsc Receiver behind a tokio Mutex, the usual idiom).
+ *     The last producer closes the channel; an op is one value through it.
+ *   broadcast_fanout: one sender task, 1000 u64 into a ring of 1024, 8 receivers that read to
+ *     the close (mp_broadcast; tokio::sync::broadcast); an op is one value delivered to one
+ *     receiver. */
+
+enum {
+    SYNC_TASKS = 16,
+    SYNC_ITERS = 1000,
+    SEM_PERMITS = 4,
+    MPMC_PRODUCERS = 4,
+    MPMC_CONSUMERS = 4,
+    MPMC_PER = 5000,
+    MPMC_CAP = 64,
+    BCAST_RECEIVERS = 8,
+    BCAST_N = 1000,
+    BCAST_CAP = 1024,
+};
+
+typedef struct syncer {
+    slot s;
+    int left;
+    bool producer;
+    mp_waiter w;
+    mp_broadcast_rx brx;
+} syncer;
+
+static mp_mutex g_mutex;
+static uint64_t g_counter; /* guarded by g_mutex */
+static mp_semaphore g_sem;
+static mp_mpmc g_mpmc;
+static _Atomic int g_producers_left;
+static mp_broadcast g_bcast;
+static _Atomic uint64_t g_delivered;
+
+static void done_progress(char *buf, size_t len)
+{
+    snprintf(buf, len, "%zu tasks finished, %" PRIu64 " values delivered", atomic_load(&g_received),
+             atomic_load(&g_delivered));
+}
+
+static mp_poll mutex_task_poll(mp_task *t, mp_context *cx)
+{
+    syncer *y = mp_container_of(t, syncer, s.task);
+    while (y->left > 0) {
+        if (mp_mutex_lock_poll(&g_mutex, &y->w, cx) == MP_PENDING)
+            return MP_PENDING;
+        g_counter++;
+        mp_mutex_unlock(&g_mutex);
+        y->left--;
+    }
+    done_send(&g_done);
+    return MP_READY;
+}
+
+static const mp_task_vtable mutex_task_vt = {mutex_task_poll, NULL, slot_release};
+
+static mp_poll sem_task_poll(mp_task *t, mp_context *cx)
+{
+    syncer *y = mp_container_of(t, syncer, s.task);
+    while (y->left > 0) {
+        int err;
+        if (mp_semaphore_acquire_poll(&g_sem, &y->w, 1, cx, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (err != 0)
+            fail("mp_semaphore_acquire_poll: %d", err);
+        mp_semaphore_release(&g_sem, 1);
+        y->left--;
+    }
+    done_send(&g_done);
+    return MP_READY;
+}
+
+static const mp_task_vtable sem_task_vt = {sem_task_poll, NULL, slot_release};
+
+static mp_poll mpmc_task_poll(mp_task *t, mp_context *cx)
+{
+    syncer *y = mp_container_of(t, syncer, s.task);
+    int err;
+    if (y->producer) {
+        while (y->left > 0) {
+            if (mp_mpmc_send_poll(&g_mpmc, &y->w, (void *)(uintptr_t)y->left, cx, &err) ==
+                MP_PENDING)
+                return MP_PENDING;
+            if (err != 0)
+                fail("mp_mpmc_send_poll: %d", err);
+            y->left--;
+        }
+        if (atomic_fetch_sub_explicit(&g_producers_left, 1, memory_order_relaxed) == 1)
+            mp_mpmc_close(&g_mpmc);
+    } else {
+        for (;;) {
+            void *v;
+            if (mp_mpmc_recv_poll(&g_mpmc, &y->w, cx, &v, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err == -EPIPE)
+                break;
+            atomic_fetch_add_explicit(&g_delivered, 1, memory_order_relaxed);
+        }
+    }
+    done_send(&g_done);
+    return MP_READY;
+}
+
+static const mp_task_vtable mpmc_task_vt = {mpmc_task_poll, NULL, slot_release};
+
+static mp_poll bcast_task_poll(mp_task *t, mp_context *cx)
+{
+    syncer *y = mp_container_of(t, syncer, s.task);
+    if (y->producer) {
+        for (uint64_t v = 0; v < BCAST_N; v++)
+            if (mp_broadcast_send(&g_bcast, &v) != 0)
+                fail("mp_broadcast_send");
+        mp_broadcast_close(&g_bcast);
+    } else {
+        for (;;) {
+            uint64_t v, missed;
+            int err;
+            if (mp_broadcast_recv_poll(&g_bcast, &y->brx, cx, &v, &missed, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err == -EPIPE)
+                break;
+            if (err != 0)
+                fail("mp_broadcast_recv_poll: %d (the ring is larger than a round)", err);
+            atomic_fetch_add_explicit(&g_delivered, 1, memory_order_relaxed);
+        }
+    }
+    done_send(&g_done);
+    return MP_READY;
+}
+
+static const mp_task_vtable bcast_task_vt = {bcast_task_poll, NULL, slot_release};
+
+static syncer *syncer_get(const mp_task_vtable *vt, int left, bool producer)
+{
+    syncer *y = slot_get(&g_pool, vt);
+    y->left = left;
+    y->producer = producer;
+    mp_waiter_init(&y->w);
+    return y;
+}
+
+static uint64_t wait_done(uint64_t t0, int n)
+{
+    set_phase("waiting for every task's signal");
+    for (int i = 0; i < n; i++) {
+        done_recv(&g_done);
+        atomic_store_explicit(&g_received, (size_t)i + 1, memory_order_relaxed);
+    }
+    return now_ns() - t0;
+}
+
+static uint64_t mutex_contention_round(void)
+{
+    pool_reclaim(&g_pool);
+    atomic_store(&g_received, 0);
+    mp_mutex_init(&g_mutex);
+    g_counter = 0;
+    set_phase("spawning the lockers from the main thread");
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < SYNC_TASKS; i++)
+        spawn_or_fail(&syncer_get(&mutex_task_vt, SYNC_ITERS, false)->s.task, false);
+    uint64_t ns = wait_done(t0, SYNC_TASKS);
+    if (g_counter != (uint64_t)SYNC_TASKS * SYNC_ITERS)
+        fail("mutex_contention: counter %" PRIu64, g_counter);
+    return ns;
+}
+
+static uint64_t semaphore_round(void)
+{
+    pool_reclaim(&g_pool);
+    atomic_store(&g_received, 0);
+    if (mp_semaphore_init(&g_sem, SEM_PERMITS) != 0)
+        fail("mp_semaphore_init");
+    set_phase("spawning the acquirers from the main thread");
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < SYNC_TASKS; i++)
+        spawn_or_fail(&syncer_get(&sem_task_vt, SYNC_ITERS, false)->s.task, false);
+    uint64_t ns = wait_done(t0, SYNC_TASKS);
+    if (mp_semaphore_available(&g_sem) != SEM_PERMITS)
+        fail("semaphore: %" PRIu64 " permits at the end", mp_semaphore_available(&g_sem));
+    return ns;
+}
+
+static uint64_t mpmc_round(void)
+{
+    pool_reclaim(&g_pool);
+    atomic_store(&g_received, 0);
+    atomic_store(&g_delivered, 0);
+    if (mp_mpmc_init(&g_mpmc, MPMC_CAP) != 0)
+        fail("mp_mpmc_init");
+    atomic_store(&g_producers_left, MPMC_PRODUCERS);
+    set_phase("spawning consumers and producers from the main thread");
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < MPMC_CONSUMERS; i++)
+        spawn_or_fail(&syncer_get(&mpmc_task_vt, 0, false)->s.task, false);
+    for (int i = 0; i < MPMC_PRODUCERS; i++)
+        spawn_or_fail(&syncer_get(&mpmc_task_vt, MPMC_PER, true)->s.task, false);
+    uint64_t ns = wait_done(t0, MPMC_CONSUMERS + MPMC_PRODUCERS);
+    if (atomic_load(&g_delivered) != (uint64_t)MPMC_PRODUCERS * MPMC_PER)
+        fail("mpmc: %" PRIu64 " values received", atomic_load(&g_delivered));
+    pool_reclaim(&g_pool); /* no task touches the channel any more */
+    mp_mpmc_destroy(&g_mpmc);
+    return ns;
+}
+
+static uint64_t broadcast_fanout_round(void)
+{
+    pool_reclaim(&g_pool);
+    atomic_store(&g_received, 0);
+    atomic_store(&g_delivered, 0);
+    if (mp_broadcast_init(&g_bcast, BCAST_CAP, sizeof(uint64_t)) != 0)
+        fail("mp_broadcast_init");
+    set_phase("spawning the receivers and the sender from the main thread");
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < BCAST_RECEIVERS; i++) {
+        syncer *y = syncer_get(&bcast_task_vt, 0, false);
+        mp_broadcast_subscribe(&g_bcast, &y->brx);
+        spawn_or_fail(&y->s.task, false);
+    }
+    spawn_or_fail(&syncer_get(&bcast_task_vt, 0, true)->s.task, false);
+    uint64_t ns = wait_done(t0, BCAST_RECEIVERS + 1);
+    if (atomic_load(&g_delivered) != (uint64_t)BCAST_RECEIVERS * BCAST_N)
+        fail("broadcast_fanout: %" PRIu64 " deliveries", atomic_load(&g_delivered));
+    pool_reclaim(&g_pool);
+    mp_broadcast_destroy(&g_bcast);
+    return ns;
+}
+
 /* ---- driver ---- */
 
 typedef struct workload {
@@ -830,6 +1066,14 @@ static const workload workloads[] = {
      joined_progress},
     {"spawn_join_outside", spawn_join_outside_round, NUM_JOIN, sizeof(slot), NUM_JOIN, false, 0, 0,
      joined_progress},
+    {"mutex_contention", mutex_contention_round, (size_t)SYNC_TASKS *SYNC_ITERS, sizeof(syncer),
+     SYNC_TASKS, false, 0, 0, done_progress},
+    {"semaphore", semaphore_round, (size_t)SYNC_TASKS *SYNC_ITERS, sizeof(syncer), SYNC_TASKS,
+     false, 0, 0, done_progress},
+    {"mpmc", mpmc_round, (size_t)MPMC_PRODUCERS *MPMC_PER, sizeof(syncer),
+     MPMC_PRODUCERS + MPMC_CONSUMERS, false, 0, 0, done_progress},
+    {"broadcast_fanout", broadcast_fanout_round, (size_t)BCAST_RECEIVERS *BCAST_N, sizeof(syncer),
+     BCAST_RECEIVERS + 1, false, 0, 0, done_progress},
 };
 
 static void usage(void)

@@ -21,6 +21,7 @@
 #   RUN_TIMEOUT=60   seconds one run may take before it is killed and reported as a hang
 #   MAGPIE_BENCH_TIMEOUT=20  magpie-bench's own watchdog: seconds per round, then a diagnosis
 #   NO_BUILD=1       use the binaries already in build/bench/
+#   SUITE=sync       the sync primitives' rows (mutex, semaphore, MPMC, broadcast); target 0.8
 #   SUITE=io         the I/O twins instead (loadtest/runtime/io_bench.c, tokio/src/io.rs):
 #                    TCP connect round trips, UDP ping-pong, spawn_blocking round trips, a
 #                    cached 4 KiB file read; target: every ratio <= 0.8
@@ -48,6 +49,11 @@ if [ "$SUITE" = io ]; then
     ALL="tcp_connect_rtt udp_ping_pong spawn_blocking_rtt file_read_4k"
     magpie=$out/magpie-io-bench
     tokio=$out/tokio-io-bench
+    TARGET=0.8
+elif [ "$SUITE" = sync ]; then
+    ALL="mutex_contention semaphore mpmc broadcast_fanout"
+    magpie=$out/magpie-bench
+    tokio=$out/tokio-bench
     TARGET=0.8
 else
     ALL="spawn_many_local spawn_many_remote_idle yield_many ping_pong chained_spawn spawn_join_worker spawn_join_outside"

@@ -72,8 +72,11 @@ typedef struct mp_task_vtable {
      * left in a primitive keeps a reference, and the task is not released until it is given
      * back. So a task that can wait must give them back here: mp_timer_cancel() its timers,
      * mp_chan_cancel_send() / mp_chan_cancel_recv(), mp_notify_cancel(),
-     * mp_oneshot_close_rx(), mp_detach() the tasks it was joining, and drop the clones it
-     * stored itself. */
+     * mp_oneshot_close_rx(), the cancel_wait of each mp_waiter it left queued (semaphore,
+     * mutex, rwlock, MPMC, barrier, watch, broadcast, cancellation token; these also give
+     * back a lock or permits granted to it), unlock what it holds, mp_task_group_cancel_wait()
+     * or mp_task_group_destroy() for its groups, mp_detach() the tasks it was joining, and
+     * drop the clones it stored itself. */
     void (*cancel)(mp_task *task);
     /* Optional. The last reference is gone: the runtime and every waker are done with the
      * header, so the embedding struct may be freed or reused. Runs exactly once, after the
@@ -405,6 +408,339 @@ void mp_notify_waiter_init(mp_notify_waiter *w);
 mp_poll mp_notify_poll(mp_notify *n, mp_notify_waiter *w, mp_context *cx);
 void mp_notify_cancel(mp_notify *n, mp_notify_waiter *w);
 void mp_notify_wait_blocking(mp_notify *n);
+
+/* A wait node for the primitives below (mutex, semaphore, rwlock, MPMC channel, barrier,
+ * watch, broadcast, cancellation token). The waiting side owns it: embed one per wait in the
+ * task (or put it on a thread's stack), initialise it with mp_waiter_init(), and keep it in
+ * place while a poll that took it returns MP_PENDING. A node waits on one primitive at a
+ * time. A task that gives up a wait (its cancel callback, a timeout, a select that another
+ * arm won) calls the primitive's cancel_wait for the node: that drops the waker the node
+ * holds and gives back anything the primitive had already handed to it. After a wait
+ * returned MP_READY, or after its cancel_wait, the node is idle again and may be reused. */
+typedef struct mp_waiter {
+    /* private: the primitive's while queued, guarded by its lock */
+    struct mp_waiter *prev, *next;
+    mp_waker waker;
+    uint32_t state;
+    uint32_t n; /* permits asked for (semaphore, mutex, rwlock) */
+} mp_waiter;
+
+static inline void mp_waiter_init(mp_waiter *w)
+{
+    w->prev = w->next = NULL;
+    w->waker = (mp_waker){0};
+    w->state = 0;
+    w->n = 0;
+}
+
+/* Semaphore: a count of permits, taken n at a time, in strict FIFO order: a waiter is
+ * granted its permits only once every waiter queued before it has been, so a large request at
+ * the head is not starved by small ones behind it (they wait behind it too), and try_acquire
+ * fails while anyone waits. Permits are granted to a waiting node by mp_semaphore_release()
+ * itself; a node cancelled after it was granted (mp_semaphore_cancel_wait) gives them back,
+ * so no permit is lost when a task gives up at the wrong moment. Closing fails every waiter
+ * and every later acquire with -EPIPE; a waiter already granted keeps its permits; release
+ * still works after close. */
+#define MP_SEMAPHORE_MAX_PERMITS ((uint32_t)1 << 30)
+
+typedef struct mp_semaphore {
+    /* private */
+    _Atomic uint32_t lock;
+    bool closed;            /* guarded by lock */
+    uint64_t avail;         /* guarded by lock */
+    mp_waiter *head, *tail; /* guarded by lock */
+} mp_semaphore;
+
+/* 0, or -EINVAL when permits > MP_SEMAPHORE_MAX_PERMITS. */
+int mp_semaphore_init(mp_semaphore *s, uint32_t permits);
+/* Take n permits now: 0, -EAGAIN (too few free, or others wait first), -EPIPE (closed),
+ * -EINVAL (n is 0 or above MP_SEMAPHORE_MAX_PERMITS). */
+int mp_semaphore_try_acquire(mp_semaphore *s, uint32_t n);
+/* From a task. MP_READY with *err = 0 (the n permits are the caller's), -EPIPE (closed) or
+ * -EINVAL; MP_PENDING: *w is queued and the task will be woken. Poll again with the same w
+ * and n until MP_READY, or call mp_semaphore_cancel_wait(s, w). */
+mp_poll mp_semaphore_acquire_poll(mp_semaphore *s, mp_waiter *w, uint32_t n, mp_context *cx,
+                                  int *err);
+/* The waiter gives up (any thread; a task's cancel callback). Permits already granted to w
+ * go back to the semaphore. No-op for an idle node. */
+void mp_semaphore_cancel_wait(mp_semaphore *s, mp_waiter *w);
+/* Plain threads only: 0, -EPIPE or -EINVAL. */
+int mp_semaphore_acquire_blocking(mp_semaphore *s, uint32_t n);
+/* Give n permits back (or add new ones), granting them to waiters in order. */
+void mp_semaphore_release(mp_semaphore *s, uint32_t n);
+/* Fail every waiter and every later acquire with -EPIPE. */
+void mp_semaphore_close(mp_semaphore *s);
+/* Free permits now (a snapshot). */
+uint64_t mp_semaphore_available(mp_semaphore *s);
+
+/* Mutex for tasks: a semaphore of one permit, so FIFO-fair and cancellation-safe the same
+ * way: waiters get the lock in the order they queued, and a waiter that is cancelled after
+ * the lock was handed to it passes it on. The lock belongs to no thread: a task may hold it
+ * across polls (and workers), and any thread may unlock it. Lock and unlock are an acquire
+ * and a release: what the holder wrote is seen by the next holder. */
+typedef struct mp_mutex {
+    /* private */
+    mp_semaphore sem;
+} mp_mutex;
+
+void mp_mutex_init(mp_mutex *m);
+bool mp_mutex_try_lock(mp_mutex *m);
+/* MP_READY: locked. MP_PENDING: w queued, the task will be woken; poll again with the same
+ * w, or call mp_mutex_cancel_wait(m, w) (which unlocks if the lock had been handed to w). */
+mp_poll mp_mutex_lock_poll(mp_mutex *m, mp_waiter *w, mp_context *cx);
+void mp_mutex_cancel_wait(mp_mutex *m, mp_waiter *w);
+void mp_mutex_lock_blocking(mp_mutex *m); /* plain threads only */
+/* Only by (or for) the holder: an unlock of a mutex that is not locked is not detected and
+ * would let two holders in, as a semaphore released once too often hands out one permit too
+ * many. */
+void mp_mutex_unlock(mp_mutex *m);
+
+/* Readers-writer lock, fair in FIFO phases (as Tokio's RwLock): requests are granted in the
+ * order they queue, so a waiting writer holds back the readers that come after it (a stream
+ * of readers cannot starve a writer) and the readers queued after a writer all get in together
+ * once it unlocks. A semaphore of MP_RWLOCK_MAX_READERS permits: a reader takes one, a writer
+ * all. */
+#define MP_RWLOCK_MAX_READERS MP_SEMAPHORE_MAX_PERMITS
+
+typedef struct mp_rwlock {
+    /* private */
+    mp_semaphore sem;
+} mp_rwlock;
+
+void mp_rwlock_init(mp_rwlock *l);
+bool mp_rwlock_try_read(mp_rwlock *l);
+bool mp_rwlock_try_write(mp_rwlock *l);
+/* As mp_mutex_lock_poll(); give up with mp_rwlock_cancel_wait(), which releases what had been
+ * granted to w. */
+mp_poll mp_rwlock_read_poll(mp_rwlock *l, mp_waiter *w, mp_context *cx);
+mp_poll mp_rwlock_write_poll(mp_rwlock *l, mp_waiter *w, mp_context *cx);
+void mp_rwlock_cancel_wait(mp_rwlock *l, mp_waiter *w);
+void mp_rwlock_read_blocking(mp_rwlock *l); /* plain threads only */
+void mp_rwlock_write_blocking(mp_rwlock *l);
+void mp_rwlock_read_unlock(mp_rwlock *l);
+void mp_rwlock_write_unlock(mp_rwlock *l);
+
+/* Bounded multi-producer multi-consumer channel of pointers (NULL included), with
+ * mp_chan's close and cancel contract. Senders and receivers are each served in FIFO order:
+ * try_send fails while senders wait, try_recv while receivers wait. Every value sent with 0
+ * is received exactly once, or is still queued when the channel is destroyed. */
+typedef struct mp_mpmc {
+    /* private */
+    _Atomic uint32_t lock;
+    uint32_t cap, head, len; /* guarded by lock */
+    bool closed;             /* guarded by lock */
+    void **slots;
+    mp_waiter *tx_head, *tx_tail; /* senders waiting for room, guarded by lock */
+    mp_waiter *rx_head, *rx_tail; /* receivers waiting for a value, guarded by lock */
+} mp_mpmc;
+
+/* Allocates the slot array once: 0, -EINVAL for capacity 0, -ENOMEM. */
+int mp_mpmc_init(mp_mpmc *q, uint32_t capacity);
+/* No waiter may be queued any more. Values still queued are dropped (they are pointers). */
+void mp_mpmc_destroy(mp_mpmc *q);
+/* 0, -EAGAIN when full (or senders wait), -EPIPE when closed. */
+int mp_mpmc_try_send(mp_mpmc *q, void *value);
+/* MP_READY with *err = 0 (sent) or -EPIPE (closed, not sent). MP_PENDING: w queued; poll again
+ * with the same w and value, or call mp_mpmc_cancel_send(q, w). */
+mp_poll mp_mpmc_send_poll(mp_mpmc *q, mp_waiter *w, void *value, mp_context *cx, int *err);
+void mp_mpmc_cancel_send(mp_mpmc *q, mp_waiter *w);
+int mp_mpmc_send_blocking(mp_mpmc *q, void *value); /* plain threads only */
+/* 0, -EAGAIN when empty (or receivers wait), -EPIPE when empty and closed. */
+int mp_mpmc_try_recv(mp_mpmc *q, void **value);
+/* MP_READY with *err = 0 and *value, or -EPIPE (closed and drained). MP_PENDING: w queued;
+ * poll again with the same w, or call mp_mpmc_cancel_recv(q, w), which passes its turn on. */
+mp_poll mp_mpmc_recv_poll(mp_mpmc *q, mp_waiter *w, mp_context *cx, void **value, int *err);
+void mp_mpmc_cancel_recv(mp_mpmc *q, mp_waiter *w);
+int mp_mpmc_recv_blocking(mp_mpmc *q, void **value); /* plain threads only */
+/* Refuse further sends; wake everyone. Queued values can still be received. */
+void mp_mpmc_close(mp_mpmc *q);
+
+/* Barrier: n parties wait until all n have arrived, then all go on and the barrier is ready
+ * for the next round. Exactly one party of each round is told it is the leader. A party that
+ * gives up before its round completes (mp_barrier_cancel_wait) no longer counts as arrived. */
+typedef struct mp_barrier {
+    /* private */
+    _Atomic uint32_t lock;
+    uint32_t n, arrived;    /* guarded by lock */
+    mp_waiter *head, *tail; /* guarded by lock */
+} mp_barrier;
+
+/* 0, or -EINVAL for n = 0. */
+int mp_barrier_init(mp_barrier *b, uint32_t n);
+/* MP_READY once the round is complete; *leader true for exactly one party of the round.
+ * MP_PENDING: w queued; poll again with the same w, or mp_barrier_cancel_wait(b, w). */
+mp_poll mp_barrier_wait_poll(mp_barrier *b, mp_waiter *w, mp_context *cx, bool *leader);
+void mp_barrier_cancel_wait(mp_barrier *b, mp_waiter *w);
+bool mp_barrier_wait_blocking(mp_barrier *b); /* plain threads only; true for the leader */
+
+/* watch: one value of a fixed size (copied in and out), a version counted up by every send,
+ * and any number of receivers each told when the version moved past the one they last saw.
+ * A receiver sees the latest value, not every one: sends between two looks are merged. */
+typedef struct mp_watch {
+    /* private */
+    _Atomic uint32_t lock;
+    bool closed;      /* guarded by lock */
+    uint64_t version; /* guarded by lock */
+    size_t size;
+    void *value;            /* guarded by lock */
+    mp_waiter *head, *tail; /* guarded by lock */
+} mp_watch;
+
+typedef struct mp_watch_rx {
+    /* private: the receiver's own */
+    uint64_t seen;
+    mp_waiter w;
+} mp_watch_rx;
+
+/* Allocates size bytes once and copies *initial into them (version 0). 0, -EINVAL for size 0,
+ * -ENOMEM. */
+int mp_watch_init(mp_watch *w, size_t size, const void *initial);
+void mp_watch_destroy(mp_watch *w); /* no receiver may wait any more */
+/* Store a new value, count the version up and wake every waiting receiver. 0, -EPIPE when
+ * closed. */
+int mp_watch_send(mp_watch *w, const void *value);
+void mp_watch_close(mp_watch *w); /* wakes every receiver; the last value can still be read */
+/* A new receiver that has seen the current version. */
+void mp_watch_subscribe(mp_watch *w, mp_watch_rx *rx);
+/* Copy the current value into *out (size bytes), mark it seen, return its version. */
+uint64_t mp_watch_borrow(mp_watch *w, mp_watch_rx *rx, void *out);
+/* MP_READY with *err = 0 when the version differs from the one rx saw last (borrow to read
+ * it), or -EPIPE when closed with nothing new. MP_PENDING: the task will be woken; poll again,
+ * or mp_watch_cancel_wait(w, rx). */
+mp_poll mp_watch_changed_poll(mp_watch *w, mp_watch_rx *rx, mp_context *cx, int *err);
+void mp_watch_cancel_wait(mp_watch *w, mp_watch_rx *rx);
+int mp_watch_changed_blocking(mp_watch *w, mp_watch_rx *rx); /* plain threads only */
+
+/* broadcast: a bounded ring of fixed-size values (copied); every receiver sees every value
+ * sent after it subscribed, in order. Sending never waits: a full ring overwrites its oldest
+ * value, and a receiver that had not read it yet learns it lagged (-EOVERFLOW with the number
+ * it missed, as Tokio's Lagged) and goes on from the oldest value still in the ring. */
+typedef struct mp_broadcast {
+    /* private */
+    _Atomic uint32_t lock;
+    bool closed; /* guarded by lock */
+    uint32_t cap;
+    size_t size;
+    unsigned char *ring;     /* cap values of size bytes, guarded by lock */
+    uint64_t tail;           /* values ever sent, guarded by lock */
+    mp_waiter *head, *wtail; /* receivers waiting, guarded by lock */
+} mp_broadcast;
+
+typedef struct mp_broadcast_rx {
+    /* private: the receiver's own */
+    uint64_t pos; /* the next value's sequence number */
+    mp_waiter w;
+} mp_broadcast_rx;
+
+/* 0, -EINVAL (capacity or size 0), -ENOMEM. */
+int mp_broadcast_init(mp_broadcast *b, uint32_t capacity, size_t size);
+void mp_broadcast_destroy(mp_broadcast *b); /* no receiver may wait any more */
+/* 0, or -EPIPE when closed. Wakes every waiting receiver. */
+int mp_broadcast_send(mp_broadcast *b, const void *value);
+void mp_broadcast_close(mp_broadcast *b); /* receivers drain what is left, then -EPIPE */
+/* A new receiver: it will see the values sent from now on. */
+void mp_broadcast_subscribe(mp_broadcast *b, mp_broadcast_rx *rx);
+/* 0 and *out (size bytes); -EAGAIN when nothing new; -EPIPE when closed and read to the end;
+ * -EOVERFLOW with *missed = how many values were overwritten before rx read them (rx now
+ * stands at the oldest value kept: the next call returns it). */
+int mp_broadcast_try_recv(mp_broadcast *b, mp_broadcast_rx *rx, void *out, uint64_t *missed);
+/* MP_READY with *err as mp_broadcast_try_recv() returns it, never -EAGAIN. MP_PENDING: the
+ * task will be woken; poll again, or mp_broadcast_cancel_wait(b, rx). */
+mp_poll mp_broadcast_recv_poll(mp_broadcast *b, mp_broadcast_rx *rx, mp_context *cx, void *out,
+                               uint64_t *missed, int *err);
+void mp_broadcast_cancel_wait(mp_broadcast *b, mp_broadcast_rx *rx);
+int mp_broadcast_recv_blocking(mp_broadcast *b, mp_broadcast_rx *rx, void *out,
+                               uint64_t *missed); /* plain threads only */
+
+/* Cancellation token: a flag set once (mp_cancel_token_cancel), that tasks poll for and
+ * threads wait on. A child token is cancelled with its parent (and its parent's parent);
+ * cancelling a child leaves the parent alone. */
+typedef struct mp_cancel_token {
+    /* private */
+    _Atomic uint32_t lock;
+    _Atomic bool cancelled;                         /* set under lock, never unset */
+    struct mp_cancel_token *parent;                 /* immutable after init */
+    struct mp_cancel_token *children, *prev, *next; /* parent's lock guards prev/next */
+    mp_waiter *head, *tail;                         /* guarded by lock */
+} mp_cancel_token;
+
+void mp_cancel_token_init(mp_cancel_token *t);
+/* A child of parent; starts cancelled if parent is. parent must outlive it. */
+void mp_cancel_token_init_child(mp_cancel_token *child, mp_cancel_token *parent);
+/* Unlink from the parent. 0, or -EBUSY (nothing done) while it has children or waiters. */
+int mp_cancel_token_destroy(mp_cancel_token *t);
+/* Cancel t and every descendant, waking their waiters. Idempotent. */
+void mp_cancel_token_cancel(mp_cancel_token *t);
+bool mp_cancel_token_is_cancelled(const mp_cancel_token *t);
+/* MP_READY once cancelled. MP_PENDING: w queued; poll again, or
+ * mp_cancel_token_cancel_wait(t, w). */
+mp_poll mp_cancel_token_poll(mp_cancel_token *t, mp_waiter *w, mp_context *cx);
+void mp_cancel_token_cancel_wait(mp_cancel_token *t, mp_waiter *w);
+void mp_cancel_token_wait_blocking(mp_cancel_token *t); /* plain threads only */
+
+/* Task group (Tokio's JoinSet): joinable tasks spawned into a group, joined in the order they
+ * finish. A member embeds mp_group_task (whose task field its poll receives) in place of a
+ * bare mp_task. The group has one owner at a time, a task or a thread: spawn, join,
+ * cancel_all and destroy are not called concurrently with each other (members finishing on
+ * other threads meanwhile is what the group is for). Destroying the group cancels the
+ * members still running and gives up their join handles: their cancel and release callbacks
+ * still run, on the runtime, as for detached tasks; the group's memory is not touched after
+ * mp_task_group_destroy() returns. */
+typedef struct mp_task_group mp_task_group;
+
+typedef struct mp_group_task {
+    mp_task task; /* mp_task_init() it before mp_task_group_spawn() */
+    /* private */
+    struct mp_group_task *prev, *next; /* guarded by the group's lock */
+    _Atomic uint32_t lock;             /* guards group against the group going away */
+    mp_task_group *group;
+    uint32_t state; /* guarded by the group's lock */
+} mp_group_task;
+
+struct mp_task_group {
+    /* private */
+    _Atomic uint32_t lock;
+    mp_runtime *rt;
+    mp_group_task *run_head, *run_tail;   /* members still running, guarded by lock */
+    mp_group_task *done_head, *done_tail; /* members finished, not joined, guarded by lock */
+    size_t len;                           /* both lists, guarded by lock */
+    mp_waker joiner;                      /* guarded by lock */
+};
+
+void mp_task_group_init(mp_task_group *g, mp_runtime *rt);
+/* Spawn t into the group. 0, or mp_spawn_joinable()'s error (t is still the caller's). */
+int mp_task_group_spawn(mp_task_group *g, mp_group_task *t);
+/* Members not joined yet (running or finished). */
+size_t mp_task_group_len(mp_task_group *g);
+/* MP_READY with *out = a finished member, joined (its output may be read; its release
+ * callback may run from now on), *result 0 or -ECANCELED; or *out = NULL when the group is
+ * empty. MP_PENDING: the task will be woken when a member finishes; poll again, or call
+ * mp_task_group_cancel_wait(g) if the joiner gives up. */
+mp_poll mp_task_group_join_next_poll(mp_task_group *g, mp_context *cx, mp_group_task **out,
+                                     int *result);
+void mp_task_group_cancel_wait(mp_task_group *g);
+/* Plain threads only: 0 with *out and *result, or -ENOENT when the group is empty. */
+int mp_task_group_join_next(mp_task_group *g, mp_group_task **out, int *result);
+/* Plain threads only: join every member; returns how many ended cancelled. */
+size_t mp_task_group_join_all(mp_task_group *g);
+/* Cancel every member still running (they will be joined with -ECANCELED, or 0 if they
+ * completed first). */
+void mp_task_group_cancel_all(mp_task_group *g);
+/* Cancel what is left, give up every join handle, drop the joiner's waker. Any thread, no
+ * wait; the group may be freed when it returns. */
+void mp_task_group_destroy(mp_task_group *g);
+
+/* select over pollable waits: each arm is a function that polls one wait (a lambda would be
+ * nice; C has a function and an argument). mp_select_poll() polls the arms in order and
+ * returns MP_READY with *which = the first that is ready; the task is then waiting on the
+ * others still, and must cancel their waits (each primitive's cancel_wait) or poll them later.
+ * Biased: earlier arms win ties. MP_PENDING: none ready; every arm has registered the task. */
+typedef struct mp_select_arm {
+    mp_poll (*poll)(void *arg, mp_context *cx);
+    void *arg;
+} mp_select_arm;
+
+mp_poll mp_select_poll(const mp_select_arm *arms, size_t n, mp_context *cx, size_t *which);
 
 /* Fork-join pool, for CPU-bound parallel work beside the async runtime (Rayon beside Tokio).
  * A pool owns a fixed number of worker slots; threads start lazily when work arrives. Work

@@ -73,6 +73,16 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
 
+/* A deadline around any poll: poll(arg, cx) first, then the timer t. MP_READY with *err = 0
+ * when the inner poll is ready (the timer is disarmed), or -ETIMEDOUT when deadline_ms passed
+ * first: the inner wait is then still registered, and the caller must cancel it (its
+ * primitive's cancel_wait) before giving it up. MP_PENDING: both will wake the task. t is the
+ * caller's, initialised with mp_timer_init(); mp_timer_cancel() it in the task's cancel
+ * callback as for any timer. */
+mp_poll mp_timeout_poll(mp_timer *t, uint64_t deadline_ms,
+                        mp_poll (*poll)(void *arg, mp_context *cx), void *arg, mp_context *cx,
+                        int *err);
+
 /* Readiness of one socket, as the runtime's edge-triggered epoll set reports it: embedded in
  * every socket object below (mp_tcp, mp_tcp_listener, mp_udp). Its fields are private. */
 typedef struct mp_io mp_io;

@@ -824,3 +824,424 @@ Test(api_stress, idle_then_sleep_cycles, .timeout = 600)
     atomic_store(&progress, UINT64_MAX);
     pthread_join(wd, NULL);
 }
+
+/* ---- Sync primitives and task groups, from tasks and plain threads ----------------------
+ *
+ * One run per worker count (MP_STRESS_WORKERS, default "1,2,4,8"): tasks in a task group and
+ * plain threads share a semaphore (permits held across polls), a mutex (a read-yield-write
+ * counter), an MPMC channel (producers and consumers on both sides) and a broadcast channel
+ * (one sending thread, receiver tasks and a receiver thread); some tasks wait on children of
+ * a cancellation token. Tasks of every kind are cancelled at random moments, waiting, granted
+ * or holding. A second group is destroyed with its members still running. Exact counts at the
+ * end: every permit back, the counter equal to the increments that completed, every MPMC
+ * value received exactly once, every broadcast value seen or counted as missed by each
+ * receiver, every task released exactly once. */
+
+enum { S_SEM, S_MUTEX, S_PRODUCE, S_CONSUME, S_BCAST, S_TOKEN, S_KINDS };
+
+#define S_CAP      4    /* semaphore permits */
+#define S_PER_PROD 3000 /* values per MPMC producer */
+#define S_BCAST_N  20000
+
+typedef struct sync_run sync_run;
+
+typedef struct stask {
+    mp_group_task gt;
+    sync_run *r;
+    int kind, id, left;
+    uint64_t rng;
+    mp_waiter w;
+    bool holding;
+    uint32_t n;
+    long read;
+    mp_broadcast_rx brx;
+    uint64_t bgot, bmissed, bnext;
+    mp_cancel_token child;
+    _Atomic int in_poll, cancels, released;
+} stask;
+
+struct sync_run {
+    mp_runtime *rt;
+    mp_semaphore sem;
+    mp_mutex mu;
+    long counter, increments; /* guarded by mu */
+    mp_mpmc q;
+    _Atomic uint8_t *seen;
+    _Atomic uint64_t received;
+    mp_broadcast bc;
+    mp_cancel_token root;
+    _Atomic long held;
+    _Atomic int bad;
+    _Atomic size_t released;
+    char why[160];
+};
+
+static void sync_fail(sync_run *r, const char *why)
+{
+    if (atomic_exchange(&r->bad, 1) == 0)
+        snprintf(r->why, sizeof r->why, "%s", why);
+}
+
+static void mpmc_take(sync_run *r, void *v)
+{
+    if (atomic_fetch_add(&r->seen[(uintptr_t)v], 1) != 0)
+        sync_fail(r, "an MPMC value was received twice");
+    atomic_fetch_add(&r->received, 1);
+}
+
+static void bcast_count(sync_run *r, uint64_t *got, uint64_t *missed, uint64_t *next, int err,
+                        uint64_t v, uint64_t lost)
+{
+    if (err == -EOVERFLOW) {
+        *missed += lost;
+        *next += lost;
+        return;
+    }
+    if (v != *next)
+        sync_fail(r, "a broadcast value out of order");
+    *next = v + 1;
+    (*got)++;
+}
+
+static mp_poll stask_step(stask *s, mp_context *cx)
+{
+    sync_run *r = s->r;
+    int err;
+    switch (s->kind) {
+    case S_SEM:
+        for (;;) {
+            if (s->holding) {
+                atomic_fetch_sub(&r->held, s->n);
+                s->holding = false;
+                mp_semaphore_release(&r->sem, s->n);
+                if (--s->left == 0)
+                    return MP_READY;
+                s->n = 1 + (uint32_t)(test_rand(&s->rng) % 3);
+            }
+            if (mp_semaphore_acquire_poll(&r->sem, &s->w, s->n, cx, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err != 0)
+                sync_fail(r, "semaphore acquire failed");
+            if (atomic_fetch_add(&r->held, s->n) + s->n > S_CAP)
+                sync_fail(r, "more permits held than exist");
+            s->holding = true;
+            return mp_yield(cx);
+        }
+    case S_MUTEX:
+        if (s->holding) {
+            r->counter = s->read + 1;
+            r->increments++;
+            s->holding = false;
+            mp_mutex_unlock(&r->mu);
+            if (--s->left == 0)
+                return MP_READY;
+        }
+        if (mp_mutex_lock_poll(&r->mu, &s->w, cx) == MP_PENDING)
+            return MP_PENDING;
+        s->read = r->counter;
+        s->holding = true;
+        return mp_yield(cx);
+    case S_PRODUCE:
+        while (s->left > 0) {
+            void *v = (void *)(uintptr_t)(s->id * S_PER_PROD + (S_PER_PROD - s->left));
+            if (mp_mpmc_send_poll(&r->q, &s->w, v, cx, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err != 0)
+                sync_fail(r, "MPMC send failed before the close");
+            if (--s->left % 16 == 0)
+                return mp_yield(cx);
+        }
+        return MP_READY;
+    case S_CONSUME:
+        for (;;) {
+            void *v;
+            if (mp_mpmc_recv_poll(&r->q, &s->w, cx, &v, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err == -EPIPE)
+                return MP_READY;
+            mpmc_take(r, v);
+            if (test_rand(&s->rng) % 8 == 0)
+                return mp_yield(cx);
+        }
+    case S_BCAST:
+        for (;;) {
+            uint64_t v = 0, lost = 0;
+            if (mp_broadcast_recv_poll(&r->bc, &s->brx, cx, &v, &lost, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err == -EPIPE)
+                return MP_READY;
+            bcast_count(r, &s->bgot, &s->bmissed, &s->bnext, err, v, lost);
+            if (test_rand(&s->rng) % 4 == 0)
+                return mp_yield(cx);
+        }
+    default: /* S_TOKEN */
+        return mp_cancel_token_poll(&s->child, &s->w, cx);
+    }
+}
+
+static mp_poll stask_poll(mp_task *t, mp_context *cx)
+{
+    stask *s = mp_container_of(t, stask, gt.task);
+    if (atomic_exchange(&s->in_poll, 1) != 0)
+        sync_fail(s->r, "a task polled concurrently");
+    mp_poll p = stask_step(s, cx);
+    atomic_store(&s->in_poll, 0);
+    return p;
+}
+
+/* Give back what the task holds or waits for, as a Rust future's drop would. */
+static void stask_cancel(mp_task *t)
+{
+    stask *s = mp_container_of(t, stask, gt.task);
+    sync_run *r = s->r;
+    if (atomic_fetch_add(&s->cancels, 1) != 0)
+        sync_fail(r, "cancelled twice");
+    switch (s->kind) {
+    case S_SEM:
+        mp_semaphore_cancel_wait(&r->sem, &s->w);
+        if (s->holding) {
+            atomic_fetch_sub(&r->held, s->n);
+            mp_semaphore_release(&r->sem, s->n);
+        }
+        break;
+    case S_MUTEX:
+        mp_mutex_cancel_wait(&r->mu, &s->w);
+        if (s->holding) /* the half-done increment is abandoned */
+            mp_mutex_unlock(&r->mu);
+        break;
+    case S_PRODUCE:
+        mp_mpmc_cancel_send(&r->q, &s->w);
+        break;
+    case S_CONSUME:
+        mp_mpmc_cancel_recv(&r->q, &s->w);
+        break;
+    case S_BCAST:
+        mp_broadcast_cancel_wait(&r->bc, &s->brx);
+        break;
+    default:
+        mp_cancel_token_cancel_wait(&s->child, &s->w);
+    }
+}
+
+static void stask_release(mp_task *t)
+{
+    stask *s = mp_container_of(t, stask, gt.task);
+    if (atomic_fetch_add(&s->released, 1) != 0)
+        sync_fail(s->r, "released twice");
+    atomic_fetch_add(&s->r->released, 1);
+}
+
+static const mp_task_vtable stask_vt = {
+    .poll = stask_poll, .cancel = stask_cancel, .release = stask_release};
+
+static void stask_init(stask *s, sync_run *r, int kind, int id, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    s->r = r;
+    s->kind = kind;
+    s->id = id;
+    s->rng = seed | 1;
+    s->n = 1 + (uint32_t)(test_rand(&s->rng) % 3);
+    s->left = kind == S_PRODUCE ? S_PER_PROD : 100;
+    mp_waiter_init(&s->w);
+    if (kind == S_BCAST)
+        mp_broadcast_subscribe(&r->bc, &s->brx);
+    if (kind == S_TOKEN)
+        mp_cancel_token_init_child(&s->child, &r->root);
+    mp_task_init(&s->gt.task, &stask_vt);
+}
+
+typedef struct sync_thread {
+    sync_run *r;
+    int id;
+    uint64_t got, missed, next;
+} sync_thread;
+
+static void *sync_sem_thread(void *arg)
+{
+    sync_run *r = ((sync_thread *)arg)->r;
+    for (uint32_t i = 0; i < 300; i++) {
+        uint32_t n = 1 + i % 3;
+        if (mp_semaphore_acquire_blocking(&r->sem, n) != 0)
+            sync_fail(r, "blocking acquire failed");
+        if (atomic_fetch_add(&r->held, n) + n > S_CAP)
+            sync_fail(r, "more permits held than exist");
+        atomic_fetch_sub(&r->held, n);
+        mp_semaphore_release(&r->sem, n);
+        mp_mutex_lock_blocking(&r->mu);
+        r->counter++;
+        r->increments++;
+        mp_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+static void *sync_producer_thread(void *arg)
+{
+    sync_thread *t = arg;
+    for (uintptr_t i = 0; i < S_PER_PROD; i++)
+        if (mp_mpmc_send_blocking(&t->r->q, (void *)(t->id * S_PER_PROD + i)) != 0)
+            sync_fail(t->r, "MPMC blocking send failed before the close");
+    return NULL;
+}
+
+static void *sync_consumer_thread(void *arg)
+{
+    sync_thread *t = arg;
+    void *v;
+    while (mp_mpmc_recv_blocking(&t->r->q, &v) == 0)
+        mpmc_take(t->r, v);
+    return NULL;
+}
+
+static void *sync_bcast_sender(void *arg)
+{
+    sync_run *r = arg;
+    for (uint64_t v = 0; v < S_BCAST_N; v++) {
+        if (mp_broadcast_send(&r->bc, &v) != 0)
+            sync_fail(r, "broadcast send failed before the close");
+        if (v % 256 == 0)
+            sched_yield();
+    }
+    mp_broadcast_close(&r->bc);
+    return NULL;
+}
+
+typedef struct sync_bthread {
+    sync_thread t;
+    mp_broadcast_rx rx;
+} sync_bthread;
+
+static void *sync_bcast_receiver(void *arg)
+{
+    sync_bthread *b = arg;
+    for (;;) {
+        uint64_t v = 0, lost = 0;
+        int err = mp_broadcast_recv_blocking(&b->t.r->bc, &b->rx, &v, &lost);
+        if (err == -EPIPE)
+            return NULL;
+        bcast_count(b->t.r, &b->t.got, &b->t.missed, &b->t.next, err, v, lost);
+    }
+}
+
+#define S_TASKS  96 /* in the main group: 16 of each kind */
+#define S_DOOMED 24
+
+static void sync_run_one(unsigned workers, uint64_t seed)
+{
+    uint64_t rng = seed;
+    sync_run *r = calloc(1, sizeof *r);
+    r->rt = test_runtime(workers);
+    cr_assert_eq(mp_semaphore_init(&r->sem, S_CAP), 0);
+    mp_mutex_init(&r->mu);
+    enum { PRODUCERS = S_TASKS / S_KINDS + 2 }; /* the tasks' ids, then two threads' */
+    cr_assert_eq(mp_mpmc_init(&r->q, 8), 0);
+    r->seen = calloc(PRODUCERS * S_PER_PROD, 1);
+    cr_assert_eq(mp_broadcast_init(&r->bc, 8, sizeof(uint64_t)), 0);
+    mp_cancel_token_init(&r->root);
+
+    stask *ts = calloc(S_TASKS + S_DOOMED, sizeof *ts);
+    mp_task_group g, doomed;
+    mp_task_group_init(&g, r->rt);
+    mp_task_group_init(&doomed, r->rt);
+    int producers = 0;
+    for (int i = 0; i < S_TASKS; i++) {
+        int kind = i % S_KINDS;
+        stask_init(&ts[i], r, kind, kind == S_PRODUCE ? producers++ : i, test_rand(&rng));
+    }
+    sync_bthread bt = {.t = {.r = r}};
+    mp_broadcast_subscribe(&r->bc, &bt.rx); /* before any send: it must account for all */
+    for (int i = 0; i < S_TASKS; i++)
+        cr_assert_eq(mp_task_group_spawn(&g, &ts[i].gt), 0);
+    /* The doomed group: waiters that nothing will wake, and busy yielders. */
+    for (int i = 0; i < S_DOOMED; i++) {
+        stask *s = &ts[S_TASKS + i];
+        stask_init(s, r, i % 2 ? S_TOKEN : S_SEM, S_TASKS + i, test_rand(&rng));
+        if (s->kind == S_SEM)
+            s->left = 1000000; /* keeps acquiring until the group goes */
+        cr_assert_eq(mp_task_group_spawn(&doomed, &s->gt), 0);
+    }
+
+    pthread_t sem_th, prod_th[2], cons_th, bsend_th, brecv_th;
+    sync_thread st = {.r = r}, pt[2], ct = {.r = r};
+    pthread_create(&sem_th, NULL, sync_sem_thread, &st);
+    for (int i = 0; i < 2; i++) {
+        pt[i] = (sync_thread){.r = r, .id = producers + i};
+        pthread_create(&prod_th[i], NULL, sync_producer_thread, &pt[i]);
+    }
+    pthread_create(&cons_th, NULL, sync_consumer_thread, &ct);
+    pthread_create(&brecv_th, NULL, sync_bcast_receiver, &bt);
+    pthread_create(&bsend_th, NULL, sync_bcast_sender, r);
+
+    /* Cancel some tasks of every kind but the producers (whose values are counted as sent)
+     * and the broadcast receivers (which must account for every value). */
+    for (int i = 0; i < S_TASKS; i++) {
+        int kind = ts[i].kind;
+        if (kind == S_PRODUCE || kind == S_BCAST || test_rand(&rng) % 4 != 0)
+            continue;
+        for (uint64_t spin = test_rand(&rng) % 2000; spin; spin--)
+            sched_yield();
+        mp_task_cancel(&ts[i].gt.task);
+    }
+    mp_task_group_destroy(&doomed); /* with its members running */
+
+    /* Producers done: close the channel so that consumers drain and end. */
+    for (int i = 0; i < 2; i++)
+        pthread_join(prod_th[i], NULL);
+    pthread_join(sem_th, NULL);
+    pthread_join(bsend_th, NULL);
+    pthread_join(brecv_th, NULL);
+    /* The producer tasks may still be sending: wait until every value is through, then
+     * close so that the consumers end. */
+    while (atomic_load(&r->received) < (uint64_t)PRODUCERS * S_PER_PROD && !atomic_load(&r->bad))
+        sched_yield();
+    mp_mpmc_close(&r->q);
+    mp_cancel_token_cancel(&r->root);
+    size_t cancelled = mp_task_group_join_all(&g);
+    pthread_join(cons_th, NULL);
+
+    /* The doomed group's members were cancelled or finished, and all are released. */
+    mp_runtime_free(r->rt);
+    cr_assert_eq(atomic_load(&r->bad), 0, "%s (workers %u, MP_TEST_SEED=%" PRIu64 ")", r->why,
+                 workers, seed);
+    cr_assert_eq(atomic_load(&r->released), (size_t)(S_TASKS + S_DOOMED), "released %zu",
+                 atomic_load(&r->released));
+    cr_assert_eq(atomic_load(&r->held), 0);
+    cr_assert_eq(mp_semaphore_available(&r->sem), S_CAP, "a permit was lost or made up");
+    cr_assert(mp_mutex_try_lock(&r->mu), "the mutex was left locked");
+    cr_assert_eq(r->counter, r->increments, "an update under the mutex was lost");
+    cr_assert_eq(atomic_load(&r->received), (uint64_t)PRODUCERS * S_PER_PROD);
+    for (size_t v = 0; v < (size_t)PRODUCERS * S_PER_PROD; v++)
+        cr_assert_eq(atomic_load(&r->seen[v]), 1, "MPMC value %zu received %d times", v,
+                     atomic_load(&r->seen[v]));
+    cr_assert_eq(bt.t.got + bt.t.missed, S_BCAST_N, "broadcast thread: %" PRIu64 " + %" PRIu64,
+                 bt.t.got, bt.t.missed);
+    for (int i = 0; i < S_TASKS; i++)
+        if (ts[i].kind == S_BCAST)
+            cr_assert_eq(ts[i].bgot + ts[i].bmissed, S_BCAST_N,
+                         "broadcast task %d: %" PRIu64 " + %" PRIu64, i, ts[i].bgot, ts[i].bmissed);
+    for (int i = 0; i < S_TASKS + S_DOOMED; i++) {
+        if (ts[i].kind == S_TOKEN)
+            cr_assert_eq(mp_cancel_token_destroy(&ts[i].child), 0);
+    }
+    cr_assert_eq(mp_cancel_token_destroy(&r->root), 0);
+    mp_task_group_destroy(&g);
+    fprintf(stderr, "api_stress sync: %u workers, %zu of %d cancelled\n", workers, cancelled,
+            S_TASKS);
+    mp_broadcast_destroy(&r->bc);
+    mp_mpmc_destroy(&r->q);
+    free((void *)r->seen);
+    free(ts);
+    free(r);
+}
+
+Test(api_stress, sync_primitives_and_groups, .timeout = 600)
+{
+    unsigned ws[64];
+    size_t nw = parse_workers("1,2,4,8", ws, 64);
+    long rounds = test_env_long("MP_STRESS_ROUNDS", 1);
+    uint64_t seed = test_seed();
+    for (long round = 0; round < rounds; round++)
+        for (size_t i = 0; i < nw; i++)
+            sync_run_one(ws[i], seed + (uint64_t)round * 1000 + ws[i]);
+}

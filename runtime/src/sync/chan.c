@@ -3,7 +3,8 @@
  * waiting for room. Senders are served in order: a sender that is not queued may only send
  * past an empty wait list, and a queued one only from its head. Whoever frees room or leaves
  * the head of the list wakes the next sender, so no capacity wake is lost when a waiting
- * sender gives up. Wakers are taken out under the lock and woken after it.
+ * sender gives up. The receiver's waker is taken out under the lock and woken after it; a
+ * queued sender's is woken by reference under it (wake_next_sender_locked() says why).
  */
 #include "internal.h"
 
@@ -37,12 +38,21 @@ static void unlink_waiter(mp_chan *c, mp_chan_waiter *w)
     w->queued = false;
 }
 
-/* Under the lock: a clone of the head sender's waker if there is room for it. */
-static mp_waker next_sender_locked(mp_chan *c)
+/* Under the lock: wake the head sender if there is room for it. By reference and under the
+ * lock, because the sender stays queued: once the lock is let go it may poll, send and
+ * return, and a blocked thread's waker points into its stack frame:
+ *
+ *   receiver                          sender thread (head)
+ *   recv, clone the head's waker
+ *   unlock
+ *                                     (woken by an earlier wake) send, unlink, return
+ *   wake the clone                    -> writes into a frame that is gone
+ *
+ * Under the lock the sender cannot leave: it takes the lock to unlink itself. */
+static void wake_next_sender_locked(mp_chan *c)
 {
     if (c->tx_head && c->len < c->cap)
-        return mp_waker_clone(&c->tx_head->waker);
-    return (mp_waker){0};
+        mp_waker_wake_by_ref(&c->tx_head->waker);
 }
 
 static void push_locked(mp_chan *c, void *value)
@@ -74,7 +84,7 @@ int mp_chan_try_send(mp_chan *c, void *value)
 static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp_waker *waker,
                             int *err)
 {
-    mp_waker rx = {0}, next = {0}, old = {0};
+    mp_waker rx = {0}, old = {0};
     mp_poll r = MP_READY;
     mp__spin_lock(&c->lock);
     if (c->closed) {
@@ -91,7 +101,7 @@ static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp
         push_locked(c, value);
         rx = c->rx_waker;
         c->rx_waker = (mp_waker){0};
-        next = next_sender_locked(c);
+        wake_next_sender_locked(c);
         *err = 0;
     } else {
         if (!w->queued) {
@@ -107,7 +117,6 @@ static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp
     mp__spin_unlock(&c->lock);
     mp_waker_drop(&old);
     mp_waker_wake(&rx);
-    mp_waker_wake(&next);
     return r;
 }
 
@@ -118,19 +127,18 @@ mp_poll mp_chan_send_poll(mp_chan *c, mp_chan_waiter *w, void *value, mp_context
 
 void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w)
 {
-    mp_waker next = {0}, old = {0};
+    mp_waker old = {0};
     mp__spin_lock(&c->lock);
     if (w->queued) {
         bool was_head = c->tx_head == w;
         unlink_waiter(c, w);
         if (was_head)
-            next = next_sender_locked(c);
+            wake_next_sender_locked(c);
     }
     old = w->waker;
     w->waker = (mp_waker){0};
     mp__spin_unlock(&c->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&next);
 }
 
 int mp_chan_send_blocking(mp_chan *c, void *value)
@@ -144,33 +152,31 @@ int mp_chan_send_blocking(mp_chan *c, void *value)
     return err;
 }
 
-/* Under the lock. 0, -EAGAIN, -EPIPE; on 0 *next is the sender to wake. */
-static int recv_locked(mp_chan *c, void **value, mp_waker *next)
+/* Under the lock. 0, -EAGAIN, -EPIPE; on 0 the head sender is woken. */
+static int recv_locked(mp_chan *c, void **value)
 {
     if (c->len == 0)
         return c->closed ? -EPIPE : -EAGAIN;
     *value = c->slots[c->head];
     c->head = (c->head + 1) % c->cap;
     c->len--;
-    *next = next_sender_locked(c);
+    wake_next_sender_locked(c);
     return 0;
 }
 
 int mp_chan_try_recv(mp_chan *c, void **value)
 {
-    mp_waker next = {0};
     mp__spin_lock(&c->lock);
-    int rc = recv_locked(c, value, &next);
+    int rc = recv_locked(c, value);
     mp__spin_unlock(&c->lock);
-    mp_waker_wake(&next);
     return rc;
 }
 
 static mp_poll recv_attempt(mp_chan *c, const mp_waker *waker, void **value, int *err)
 {
-    mp_waker next = {0}, old = {0};
+    mp_waker old = {0};
     mp__spin_lock(&c->lock);
-    int rc = recv_locked(c, value, &next);
+    int rc = recv_locked(c, value);
     if (rc == -EAGAIN && !mp_waker_will_wake(&c->rx_waker, waker)) {
         old = c->rx_waker;
         c->rx_waker = mp_waker_clone(waker);
@@ -180,7 +186,6 @@ static mp_poll recv_attempt(mp_chan *c, const mp_waker *waker, void **value, int
     }
     mp__spin_unlock(&c->lock);
     mp_waker_drop(&old);
-    mp_waker_wake(&next);
     if (rc == -EAGAIN)
         return MP_PENDING;
     *err = rc;

@@ -217,3 +217,64 @@ Test(chan, cancelled_receiver_gives_its_waker_back, .timeout = 30)
     mp_chan_destroy(&c);
     mp_runtime_free(rt);
 }
+
+/* A wake for a queued sender must reach it while it is still queued. A blocked thread's waker
+ * points into its stack frame: a clone taken under the lock and woken after it could land once
+ * the sender has sent and returned. The probe waker below stalls its wake while the test
+ * thread polls the sender to completion; the wake must not find the sender already gone. */
+typedef struct probe {
+    _Atomic int woken, retired, late;
+} probe;
+
+static void probe_wake(const void *data)
+{
+    probe *p = (probe *)data;
+    atomic_store(&p->woken, 1);
+    for (int i = 0; i < 200 && !atomic_load(&p->retired); i++)
+        usleep(1000);
+    if (atomic_load(&p->retired))
+        atomic_store(&p->late, 1);
+}
+
+static const void *probe_clone(const void *data)
+{
+    return data;
+}
+
+static void probe_drop(const void *data)
+{
+    (void)data;
+}
+
+static const mp_waker_vtable probe_vt = {
+    .wake = probe_wake, .wake_by_ref = probe_wake, .clone = probe_clone, .drop = probe_drop};
+
+static void *recv_one(void *arg)
+{
+    void *v;
+    return (void *)(intptr_t)mp_chan_try_recv(arg, &v); /* asserted on the test's thread */
+}
+
+Test(chan, wake_reaches_a_sender_still_queued, .timeout = 30)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 1), 0);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)1), 0);
+    probe p = {0};
+    mp_context cx = {.waker = {.vt = &probe_vt, .data = &p}};
+    mp_chan_waiter w = {0};
+    int err;
+    cr_assert_eq(mp_chan_send_poll(&c, &w, (void *)2, &cx, &err), MP_PENDING);
+    pthread_t th;
+    pthread_create(&th, NULL, recv_one, &c); /* makes room: wakes w */
+    while (!atomic_load(&p.woken))
+        sched_yield();
+    cr_assert_eq(mp_chan_send_poll(&c, &w, (void *)2, &cx, &err), MP_READY);
+    cr_assert_eq(err, 0);
+    atomic_store(&p.retired, 1); /* the sender's frame would be gone now */
+    void *rc;
+    pthread_join(th, &rc);
+    cr_assert_eq((intptr_t)rc, 0);
+    cr_assert_eq(atomic_load(&p.late), 0, "woken after it had sent and left");
+    mp_chan_destroy(&c);
+}

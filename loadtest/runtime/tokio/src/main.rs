@@ -4,7 +4,8 @@
 //! spawn_many_remote_idle, yield_many, ping_pong, chained_spawn), copied body for body, with
 //! criterion replaced by a plain loop: `warmup` untimed iterations, then `rounds` timed ones,
 //! and the median printed. Two serial spawn+join workloads are added (on a worker, and from
-//! outside the runtime).
+//! outside the runtime), and four of tokio::sync (mutex_contention, semaphore, mpmc,
+//! broadcast_fanout), twins of bench.c's, whose comment describes them.
 //!
 //! Usage: tokio-bench --workers N --rounds R [--warmup K] [--only NAME] [--no-drivers]
 //! Output, one line per workload: `<name> <median_ns_per_op> <median_ns_total>`.
@@ -15,7 +16,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::{self, Runtime};
+use tokio::sync::mpsc as tmpsc;
 use tokio::sync::oneshot;
+use tokio::sync::{broadcast, Mutex as TokioMutex, Semaphore};
 
 const NUM_SPAWN: usize = 10_000;
 const NUM_YIELD: usize = 1_000;
@@ -23,6 +26,16 @@ const YIELD_TASKS: usize = 200;
 const NUM_PINGS: usize = 1_000;
 const CHAIN: usize = 1_000;
 const NUM_JOIN: usize = 10_000;
+const SYNC_TASKS: usize = 16;
+const SYNC_ITERS: usize = 1_000;
+const SEM_PERMITS: usize = 4;
+const MPMC_PRODUCERS: usize = 4;
+const MPMC_CONSUMERS: usize = 4;
+const MPMC_PER: usize = 5_000;
+const MPMC_CAP: usize = 64;
+const BCAST_RECEIVERS: usize = 8;
+const BCAST_N: u64 = 1_000;
+const BCAST_CAP: usize = 1_024;
 
 struct Opts {
     workers: usize,
@@ -218,6 +231,145 @@ fn spawn_join_outside(o: &Opts, rt: &Runtime) -> Vec<u64> {
     })
 }
 
+/// 16 tasks spawned from outside, each locking one tokio Mutex 1000 times; the main thread
+/// waits for every task's signal.
+fn mutex_contention(o: &Opts, rt: &Runtime) -> Vec<u64> {
+    let (tx, rx) = mpsc::sync_channel(1000);
+    measure(o, || {
+        let m = Arc::new(TokioMutex::new(0u64));
+        let d = timed(|| {
+            for _ in 0..SYNC_TASKS {
+                let m = m.clone();
+                let tx = tx.clone();
+                rt.spawn(async move {
+                    for _ in 0..SYNC_ITERS {
+                        *m.lock().await += 1;
+                    }
+                    tx.send(()).unwrap();
+                });
+            }
+            for _ in 0..SYNC_TASKS {
+                rx.recv().unwrap();
+            }
+        });
+        assert_eq!(*m.try_lock().unwrap(), (SYNC_TASKS * SYNC_ITERS) as u64);
+        d
+    })
+}
+
+/// 16 tasks x 1000 acquire + release of one permit out of 4.
+fn semaphore(o: &Opts, rt: &Runtime) -> Vec<u64> {
+    let (tx, rx) = mpsc::sync_channel(1000);
+    measure(o, || {
+        let s = Arc::new(Semaphore::new(SEM_PERMITS));
+        let d = timed(|| {
+            for _ in 0..SYNC_TASKS {
+                let s = s.clone();
+                let tx = tx.clone();
+                rt.spawn(async move {
+                    for _ in 0..SYNC_ITERS {
+                        let _permit = s.acquire().await.unwrap();
+                    }
+                    tx.send(()).unwrap();
+                });
+            }
+            for _ in 0..SYNC_TASKS {
+                rx.recv().unwrap();
+            }
+        });
+        assert_eq!(s.available_permits(), SEM_PERMITS);
+        d
+    })
+}
+
+/// Tokio has no MPMC channel: 4 consumers share one mpsc Receiver behind a tokio Mutex (the
+/// usual idiom), 4 producers send 5000 values each into a channel of 64.
+fn mpmc(o: &Opts, rt: &Runtime) -> Vec<u64> {
+    let (done_tx, done_rx) = mpsc::sync_channel(1000);
+    let delivered = Arc::new(AtomicUsize::new(0));
+    measure(o, || {
+        delivered.store(0, Relaxed);
+        let d = timed(|| {
+            let (tx, rx) = tmpsc::channel::<usize>(MPMC_CAP);
+            let rx = Arc::new(TokioMutex::new(rx));
+            for _ in 0..MPMC_CONSUMERS {
+                let rx = rx.clone();
+                let done = done_tx.clone();
+                let delivered = delivered.clone();
+                rt.spawn(async move {
+                    loop {
+                        let v = rx.lock().await.recv().await;
+                        if v.is_none() {
+                            break;
+                        }
+                        delivered.fetch_add(1, Relaxed);
+                    }
+                    done.send(()).unwrap();
+                });
+            }
+            for _ in 0..MPMC_PRODUCERS {
+                let tx = tx.clone();
+                let done = done_tx.clone();
+                rt.spawn(async move {
+                    for i in 0..MPMC_PER {
+                        tx.send(i).await.unwrap();
+                    }
+                    drop(tx);
+                    done.send(()).unwrap();
+                });
+            }
+            drop(tx);
+            for _ in 0..MPMC_CONSUMERS + MPMC_PRODUCERS {
+                done_rx.recv().unwrap();
+            }
+        });
+        assert_eq!(delivered.load(Relaxed), MPMC_PRODUCERS * MPMC_PER);
+        d
+    })
+}
+
+/// One sender task, 1000 u64 into a broadcast channel of 1024, 8 receivers reading to the close.
+fn broadcast_fanout(o: &Opts, rt: &Runtime) -> Vec<u64> {
+    let (done_tx, done_rx) = mpsc::sync_channel(1000);
+    let delivered = Arc::new(AtomicUsize::new(0));
+    measure(o, || {
+        delivered.store(0, Relaxed);
+        let d = timed(|| {
+            let (tx, _) = broadcast::channel::<u64>(BCAST_CAP);
+            for _ in 0..BCAST_RECEIVERS {
+                let mut rx = tx.subscribe();
+                let done = done_tx.clone();
+                let delivered = delivered.clone();
+                rt.spawn(async move {
+                    loop {
+                        match rx.recv().await {
+                            Ok(_) => {
+                                delivered.fetch_add(1, Relaxed);
+                            }
+                            Err(broadcast::error::RecvError::Closed) => break,
+                            Err(broadcast::error::RecvError::Lagged(n)) => panic!("lagged {}", n),
+                        }
+                    }
+                    done.send(()).unwrap();
+                });
+            }
+            let done = done_tx.clone();
+            rt.spawn(async move {
+                for v in 0..BCAST_N {
+                    tx.send(v).unwrap();
+                }
+                drop(tx);
+                done.send(()).unwrap();
+            });
+            for _ in 0..BCAST_RECEIVERS + 1 {
+                done_rx.recv().unwrap();
+            }
+        });
+        assert_eq!(delivered.load(Relaxed), BCAST_RECEIVERS * BCAST_N as usize);
+        d
+    })
+}
+
 type Workload = fn(&Opts, &Runtime) -> Vec<u64>;
 
 const WORKLOADS: &[(&str, Workload, usize)] = &[
@@ -228,6 +380,18 @@ const WORKLOADS: &[(&str, Workload, usize)] = &[
     ("chained_spawn", chained_spawn, CHAIN),
     ("spawn_join_worker", spawn_join_worker, NUM_JOIN),
     ("spawn_join_outside", spawn_join_outside, NUM_JOIN),
+    (
+        "mutex_contention",
+        mutex_contention,
+        SYNC_TASKS * SYNC_ITERS,
+    ),
+    ("semaphore", semaphore, SYNC_TASKS * SYNC_ITERS),
+    ("mpmc", mpmc, MPMC_PRODUCERS * MPMC_PER),
+    (
+        "broadcast_fanout",
+        broadcast_fanout,
+        BCAST_RECEIVERS * BCAST_N as usize,
+    ),
 ];
 
 fn rt(o: &Opts) -> Runtime {
