@@ -128,6 +128,7 @@ void md_config_init(md_config *c)
     c->shutdown_timeout_ms = 10000;
     c->echo_idle_timeout_ms = 60000;
     c->echo_max_connections = 1000;
+    md_routes_builtin(&c->routes);
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }
 
@@ -165,8 +166,17 @@ static const struct key *find_key(const char *section, const char *name)
     return NULL;
 }
 
+/* "[route /p]" and "[route = /p]": one section per route, as many as there are routes. */
+static bool is_route_section(const char *section)
+{
+    return strncmp(section, "route", 5) == 0 &&
+           (section[5] == ' ' || section[5] == '\t' || section[5] == '=');
+}
+
 static bool known_section(const char *section)
 {
+    if (is_route_section(section))
+        return true;
     for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
         if (strcmp(sections[i], section) == 0)
             return true;
@@ -381,7 +391,9 @@ struct parse_ctx {
     unsigned err_line; /* line of the first error recorded; 0 = none */
     int err_code;
     md_error *err;
-    uint32_t seen; /* keys set by this file, by index into keys[] */
+    bool seen[NKEYS]; /* keys set by this file, by index into keys[] */
+    md_route *route;  /* the [route] section being read; NULL in any other section */
+    bool routes;      /* a [route] section came: the file's routes replace the built-in ones */
 };
 
 static void ctx_error(struct parse_ctx *ctx, const char *fmt, ...)
@@ -399,6 +411,43 @@ static void ctx_error(struct parse_ctx *ctx, const char *fmt, ...)
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     set_error(ctx->err, (struct origin){ctx->name, ctx->line}, "%s", buf);
+}
+
+/* The same, for a line other than the current one. */
+static void ctx_error_at(struct parse_ctx *ctx, unsigned line, const char *msg)
+{
+    if (ctx->err_line != 0)
+        return;
+    ctx->err_line = line;
+    set_error(ctx->err, (struct origin){ctx->name, line}, "%s", msg);
+}
+
+/* The end of a [route] section: what its handler requires, named at its header's line. */
+static void route_end(struct parse_ctx *ctx)
+{
+    md_route *r = ctx->route;
+    ctx->route = NULL;
+    char msg[256], full[MD_ERROR_MAX];
+    if (r == NULL || md_route_check(r, msg, sizeof msg) == 0)
+        return;
+    snprintf(full, sizeof full, "[route %s%s] %s", r->exact ? "= " : "", r->path, msg);
+    ctx_error_at(ctx, r->line, full);
+}
+
+/* A [route] header: the previous route is complete, a new one starts. */
+static void route_begin(struct parse_ctx *ctx, const char *section)
+{
+    md_route_table *t = &ctx->c->routes;
+    if (!ctx->routes) {
+        ctx->routes = true;
+        t->n = 0; /* the file's routes replace the built-in ones */
+    }
+    char msg[MD_ERROR_MAX - 64];
+    if (md_routes_add(t, section + 5, ctx->line, msg, sizeof msg) != 0) {
+        ctx_error(ctx, "[%s]: %s", section, msg);
+        return;
+    }
+    ctx->route = &t->r[t->n - 1];
 }
 
 static char *read_line(char *str, int num, void *stream)
@@ -446,13 +495,16 @@ static char *read_line(char *str, int num, void *stream)
     if (str[0] == '[') {
         size_t end = strcspn(str + 1, "]\r\n");
         if (str[1 + end] == ']') {
-            char section[64] = "";
+            char section[256] = "";
             if (end < sizeof(section)) {
                 memcpy(section, str + 1, end);
                 section[end] = '\0';
             }
+            route_end(ctx);
             if (!known_section(section))
                 ctx_error(ctx, "unknown section [%.*s]", (int)end, str + 1);
+            else if (is_route_section(section))
+                route_begin(ctx, section);
         }
     }
     return str;
@@ -471,13 +523,26 @@ static int on_key(void *user, const char *section, const char *name, const char 
         ctx_error(ctx, "unknown section [%s]", section);
         return 0;
     }
+    if (is_route_section(section)) {
+        /* From the route read_line() started (inih cuts long section names). */
+        md_route *r = ctx->route;
+        if (r == NULL)
+            return 0; /* its header was refused, and said so */
+        char msg[MD_ERROR_MAX - 64];
+        int rc = md_route_key(r, name, value, msg, sizeof msg);
+        if (rc == -ENOENT)
+            ctx_error(ctx, "[route %s%s] %s: unknown key", r->exact ? "= " : "", r->path, name);
+        else if (rc != 0)
+            ctx_error(ctx, "[route %s%s] %s: %s", r->exact ? "= " : "", r->path, name, msg);
+        return rc == 0;
+    }
     const struct key *k = find_key(section, name);
     if (k == NULL) {
         ctx_error(ctx, "[%s] %s: unknown key", section, name);
         return 0;
     }
     size_t idx = (size_t)(k - keys);
-    if (ctx->seen & (UINT32_C(1) << idx)) {
+    if (ctx->seen[idx]) {
         ctx_error(ctx, "[%s] %s: set twice (first on line %u)", section, name,
                   (unsigned)ctx->c->key_line[idx]);
         return 0;
@@ -491,7 +556,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
         }
         return 0;
     }
-    ctx->seen |= UINT32_C(1) << idx;
+    ctx->seen[idx] = true;
     ctx->c->key_line[idx] = ctx->line;
     return 1;
 }
@@ -501,6 +566,8 @@ int md_config_parse_file(md_config *c, FILE *f, const char *name, md_error *err)
     struct parse_ctx ctx = {.c = c, .f = f, .name = name, .err = err};
 
     int rc = ini_parse_stream(read_line, &ctx, on_key, &ctx);
+    route_end(&ctx);
+    md_routes_prepare(&c->routes);
     if (ferror(f)) {
         int e = errno != 0 ? errno : EIO;
         set_error(err, (struct origin){name, ctx.line}, "read error: %s", strerror(e));
@@ -577,6 +644,10 @@ int md_config_set(md_config *c, const char *assignment, md_error *err)
     memcpy(name, dot + 1, nlen);
     name[nlen] = '\0';
 
+    if (is_route_section(section)) {
+        set_error(err, o, "[%s]: routes are set in the file only", section);
+        return -EINVAL;
+    }
     if (!known_section(section)) {
         set_error(err, o, "unknown section [%s]", section);
         return -EINVAL;

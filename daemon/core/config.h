@@ -17,12 +17,13 @@
 #include <stdio.h>
 
 #include "http/http.h"
+#include "http/routes.h"
 
 enum {
     MD_ERROR_MAX = 512,
     MD_CONFIG_PATH_MAX = 4096,
     MD_CONFIG_HOST_MAX = 46, /* INET6_ADDRSTRLEN */
-    MD_CONFIG_MAX_KEYS = 32,
+    MD_CONFIG_MAX_KEYS = 64, /* keys of the fixed sections (config.c checks it) */
     /* Bytes a configuration may have: the shipped file is a few KiB, and a cap makes a
      * stream that never ends (a device, a pipe) an error instead of a hang. */
     MD_CONFIG_FILE_MAX = 1048576,
@@ -82,6 +83,9 @@ typedef struct md_config {
     uint32_t echo_idle_timeout_ms;           /* [echo] idle_timeout_ms; 0 = none */
     uint32_t echo_max_connections;           /* [echo] max_connections */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
+    /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
+     * has none. A value like the rest: a reload swaps it with the limits, as one unit. */
+    md_route_table routes;
 
     /* Where each key's value came from, for messages: the file name, and per key the line
      * (0: the default, MD_CONFIG_LINE_SET: a --set override). */

@@ -4,8 +4,11 @@
  * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
  * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
  * appended to the caller's md_outbuf as each request completes, so everything parsed from one
- * read is answered by one write; POST /echo with a Content-Length over MD_HTTP_ECHO_GATHER
- * streams instead (its head goes out when the request head completes, the body as it arrives).
+ * read is answered by one write. What a response is, the route's handler decides
+ * (http/handler.h): the core finds the route on the normalised path (routes.h), answers 404,
+ * 405 and OPTIONS itself, and calls the handler at the request head (what to do with the body:
+ * discard, gather, or stream it into a response the handler has started) and when the request
+ * is complete (answer now, or pend and finish from the connection's task).
  *
  * llhttp does most of the checking. The Makefile builds Debian's llhttp 8.1 with
  * LLHTTP_STRICT_MODE (CRLF after chunk data, LF after every CR, no tab, form feed or byte over
@@ -32,6 +35,7 @@
 #include <string.h>
 
 #include "core/metrics.h"
+#include "http/handler.h"
 #include "http/response.h"
 #include "http/routes.h"
 
@@ -39,9 +43,10 @@ enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
 
 enum pause_reason {
     PAUSE_NONE,
-    PAUSE_HEAD,  /* on_headers_complete wants the exact head size */
-    PAUSE_FLUSH, /* out is past the high-water mark */
-    PAUSE_STOP,  /* the response just produced closes the connection */
+    PAUSE_HEAD,    /* on_headers_complete wants the exact head size */
+    PAUSE_FLUSH,   /* out is past the high-water mark */
+    PAUSE_STOP,    /* the response just produced closes the connection */
+    PAUSE_PENDING, /* the handler answers later (md_http_conn_resume) */
 };
 
 /* Header names we look at; the rest only count toward the limits. */
@@ -207,15 +212,38 @@ static bool is_head_request(const md_http_conn *c)
     return c->req->method_done && c->parser.method == HTTP_HEAD;
 }
 
+/* The routes when the server names none: the built-in four, built once. */
+static md_route_table builtin_routes;
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+
+static void builtin_init(void)
+{
+    md_routes_builtin(&builtin_routes);
+}
+
+static const md_route_table *routes_of(const md_http_conn *c)
+{
+    if (c->srv->routes != NULL)
+        return c->srv->routes;
+    pthread_once(&builtin_once, builtin_init);
+    return &builtin_routes;
+}
+
+static bool closes(const md_http_conn *c)
+{
+    return !c->req->keep_alive || c->draining;
+}
+
 /* A complete response with a body from memory. 0 or -ENOMEM. */
-static int respond(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
-                   const char *ctype, const char *body, size_t len)
+static int respond_fields(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
+                          const char *fields, const char *ctype, const char *body, size_t len)
 {
     bool head = is_head_request(c);
-    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + (head ? 0 : len));
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
     if (w == NULL)
         return -ENOMEM;
-    w = md_http_put_head(w, st, close, http10(c), allow, ctype, len);
+    w = md_http_put_head_fields(w, st, close, http10(c), allow, fields, flen, ctype, len);
     if (!head && len != 0) {
         memcpy(w, body, len);
         w += len;
@@ -225,26 +253,55 @@ static int respond(md_http_conn *c, const md_http_status *st, bool close, const 
     return 0;
 }
 
+static int respond(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
+                   const char *ctype, const char *body, size_t len)
+{
+    return respond_fields(c, st, close, allow, NULL, ctype, body, len);
+}
+
 static int respond_error(md_http_conn *c, unsigned code, bool close, const char *allow)
 {
     const md_http_status *st = md_http_status_of(code);
     return respond(c, st, close, allow, "text/plain", st->body, st->body_len);
 }
 
-/* GET /metrics: the body is produced first, then its head is slid in front of it. */
-static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
+int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                    const char *body, size_t len)
+{
+    return respond_fields(c, md_http_status_of(status), closes(c), NULL, fields, ctype, body, len);
+}
+
+int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body, size_t len)
+{
+    if (!closes(c) && !http10(c) && c->parser.method == HTTP_GET) {
+        size_t n;
+        const char *whole =
+            md_http_canned(r->index, routes_of(c)->id, r->content_type, body, len, &n);
+        if (whole != NULL) {
+            /* Lent, not copied, when it is all that is owed (outbuf.h). */
+            if (md_outbuf_lend(c->out, whole, n) != 0)
+                return -ENOMEM;
+            count_response(c, 200, len);
+            return 0;
+        }
+    }
+    return respond(c, md_http_status_of(200), closes(c), NULL, r->content_type, body, len);
+}
+
+/* The body is produced first, then its head is slid in front of it. */
+int md_http_respond_produced(md_http_conn *c, const char *ctype,
+                             int (*produce)(void *arg, md_outbuf *out), void *arg)
 {
     md_outbuf *out = c->out;
-    const md_http_server *srv = c->srv;
+    bool close = closes(c);
     size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
-    if (srv->metrics_text(srv->metrics_arg, out) != 0) {
+    if (produce(arg, out) != 0) {
         out->len = out->head + mark;
         return respond_error(c, 500, close, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
     char head[MD_HTTP_HEAD_MAX];
-    char *end =
-        md_http_put_head(head, md_http_status_of(200), close, http10(c), NULL, r->content_type, n);
+    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(c), NULL, ctype, n);
     size_t hlen = (size_t)(end - head);
     if (md_outbuf_reserve(out, hlen) == NULL) {
         out->len = out->head + mark;
@@ -259,45 +316,79 @@ static int respond_metrics(md_http_conn *c, bool close, const md_route *r)
     return 0;
 }
 
-/* The response for a complete request that was not streamed. 0 or -ENOMEM. */
-static int respond_route(md_http_conn *c)
+int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                         uint64_t length)
 {
-    const md_route *r = c->req->route;
-    bool close = !c->req->keep_alive || c->draining;
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen);
+    if (w == NULL)
+        return -ENOMEM;
+    const md_http_status *st = md_http_status_of(status);
+    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes(c), http10(c), NULL, fields,
+                                                     flen, ctype, length));
+    count_response(c, st->code, is_head_request(c) ? 0 : length);
+    return 0;
+}
+
+md_outbuf *md_http_conn_out(md_http_conn *c)
+{
+    return c->out;
+}
+
+void md_http_conn_pend(md_http_conn *c, md_http_pending *p)
+{
+    c->req->pending = p;
+}
+
+unsigned md_http_req_method(const md_http_conn *c)
+{
+    return c->parser.method;
+}
+
+bool md_http_req_is_head(const md_http_conn *c)
+{
+    return is_head_request(c);
+}
+
+const char *md_http_req_path(const md_http_conn *c, size_t *len)
+{
+    *len = c->req->npath;
+    return c->req->path;
+}
+
+const char *md_http_req_body(const md_http_conn *c, size_t *len)
+{
+    *len = c->req->body_len;
+    return c->body;
+}
+
+const md_http_server *md_http_conn_server(const md_http_conn *c)
+{
+    return c->srv;
+}
+
+/* The response for a complete request that was not streamed: what the core answers itself,
+ * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
+static int answer(md_http_conn *c)
+{
+    const md_http_req *rq = c->req;
+    const md_route *r = rq->route;
+    bool close = closes(c);
     unsigned method = c->parser.method;
 
-    if (c->req->asterisk)
-        return respond(c, md_http_status_of(200), close, MD_ROUTES_ALLOW_ANY, "text/plain", NULL,
-                       0);
-    if (r == NULL || (r->kind == MD_ROUTE_METRICS && c->srv->metrics_text == NULL))
+    if (rq->asterisk)
+        return respond(c, md_http_status_of(200), close, routes_of(c)->allow_any, "text/plain",
+                       NULL, 0);
+    if (rq->path_bad) /* the framing is intact: the connection may go on */
+        return respond_error(c, 400, close, NULL);
+    /* A metrics route on a server without metrics is no route at all. */
+    if (r == NULL || (r->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL))
         return respond_error(c, 404, close, NULL);
     if (method == HTTP_OPTIONS)
         return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
     if (!md_route_allows(r, method))
         return respond_error(c, 405, close, r->allow);
-    switch (r->kind) {
-    case MD_ROUTE_STATIC:
-        if (!close && !http10(c) && method == HTTP_GET) {
-            size_t len;
-            const char *whole =
-                md_http_canned(r->index, r->content_type, r->body, r->body_len, &len);
-            if (whole != NULL) {
-                /* Lent, not copied, when it is all that is owed (outbuf.h). */
-                if (md_outbuf_lend(c->out, whole, len) != 0)
-                    return -ENOMEM;
-                count_response(c, 200, r->body_len);
-                return 0;
-            }
-        }
-        return respond(c, md_http_status_of(200), close, NULL, r->content_type, r->body,
-                       r->body_len);
-    case MD_ROUTE_ECHO:
-        return respond(c, md_http_status_of(200), close, NULL, r->content_type, c->body,
-                       c->req->body_len);
-    case MD_ROUTE_METRICS:
-        return respond_metrics(c, close, r);
-    }
-    abort(); /* every md_route_kind is handled above */
+    return r->handler->on_req(c, r);
 }
 
 /* A callback's verdict: stop parsing and answer with code, then close. */
@@ -413,29 +504,27 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
         return reject(c, 414);
     /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
-     * leaves out; a target is made of its characters only (RFC 9112 3.2). One pass also
-     * finds this span's first '?' and '#' (a '?' after the '#' is the fragment's). */
-    size_t query = len, hash = len;
+     * leaves out; a target is made of its characters only (RFC 9112 3.2), and never has a
+     * fragment: '#' is 400. One pass also finds this span's first '?'. */
+    size_t query = len;
     for (size_t i = 0; i < len; i++) {
         unsigned k = class_of(at[i]);
         if (!(k & URI_TARGET))
             return reject(c, 400);
-        if ((k & URI_MARK) && hash == len) {
+        if (k & URI_MARK) {
             if (at[i] == '#')
-                hash = i;
-            else if (query == len)
+                return reject(c, 400);
+            if (query == len)
                 query = i;
         }
     }
-    if (r->target_done || r->target_full)
+    if (r->target_full)
         return 0;
-    if (query < hash && !r->path_done) {
+    if (query < len && !r->path_done) {
         r->path_done = true;
         r->path_len = r->target_len + (uint32_t)query;
     }
-    size_t take = hash;
-    if (hash < len)
-        r->target_done = true;
+    size_t take = len;
     if (take > MD_HTTP_TARGET_MAX - r->target_len) {
         take = MD_HTTP_TARGET_MAX - r->target_len;
         r->target_full = true;
@@ -680,8 +769,9 @@ static int on_header_value_complete(llhttp_t *p)
     return 0;
 }
 
-/* The route for the target: origin-form "/path", or absolute-form "http://host/path". */
-static const md_route *find_route(const md_http_req *r)
+/* The route for the target: origin-form "/path", or absolute-form "http://host/path". Sets
+ * r->path (normalised: routes.h) or r->path_bad. */
+static const md_route *find_route(const md_http_conn *c, md_http_req *r)
 {
     const char *t = r->target;
     size_t n = r->path_done ? r->path_len : r->target_len;
@@ -696,12 +786,26 @@ static const md_route *find_route(const md_http_req *r)
         else
             return NULL; /* "*", or CONNECT's authority-form */
         const char *slash = memchr(t + skip, '/', n - skip);
-        if (slash == NULL)
-            return md_route_find("/", 1); /* an empty path is "/" (RFC 9112 3.2.2) */
-        n -= (size_t)(slash - t);
-        t = slash;
+        if (slash == NULL) {
+            t = "/"; /* an empty path is "/" (RFC 9112 3.2.2) */
+            n = 1;
+        } else {
+            n -= (size_t)(slash - t);
+            t = slash;
+        }
     }
-    return md_route_find(t, n);
+    if (!md_path_is_normal(t, n)) {
+        size_t len;
+        if (md_path_normalise(t, n, r->path_buf, &len) != 0) {
+            r->path_bad = true;
+            return NULL;
+        }
+        t = r->path_buf;
+        n = len;
+    }
+    r->path = t;
+    r->npath = (uint32_t)n;
+    return md_routes_find(routes_of(c), t, n);
 }
 
 /* The head is complete and within its limits: decide what to do with the request. Returns 0,
@@ -743,7 +847,7 @@ static int head_done(md_http_conn *c)
     if (r->expect == EXPECT_OTHER && p->http_minor != 0)
         return reject(c, 417);
 
-    const md_route *route = find_route(r);
+    const md_route *route = find_route(c, r);
     r->route = route;
     r->keep_alive =
         llhttp_should_keep_alive(p) && !c->draining && !p->upgrade &&
@@ -757,19 +861,16 @@ static int head_done(md_http_conn *c)
         return HPE_USER;
     }
 
-    bool echo = route != NULL && route->kind == MD_ROUTE_ECHO && md_route_allows(route, p->method);
-    if (echo && (chunked || length <= MD_HTTP_ECHO_GATHER)) {
-        r->collect = true;
-    } else if (echo) {
-        char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX);
-        if (w == NULL) {
+    /* The handler says what becomes of the body (handler.h). */
+    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method) &&
+        !(route->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL)) {
+        int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
+        if (mode < 0) {
             c->oom = true;
             return HPE_USER;
         }
-        md_outbuf_commit(c->out, md_http_put_head(w, md_http_status_of(200), !r->keep_alive,
-                                                  http10(c), NULL, route->content_type, length));
-        r->streaming = true;
-        count_response(c, 200, length);
+        r->collect = mode == MD_BODY_GATHER;
+        r->streaming = mode == MD_BODY_STREAM;
     }
     return 0;
 }
@@ -800,7 +901,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     if (rc != 0)
         return rc;
     if (r->streaming) {
-        if (md_outbuf_append(c->out, at, len) != 0) {
+        if (r->route->handler->on_body(c, r->route, at, len) != 0) {
             c->oom = true;
             return HPE_USER;
         }
@@ -836,13 +937,10 @@ static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
     return count_body(conn_of(p), len);
 }
 
-static int on_message_complete(llhttp_t *p)
+/* The request is over and its response complete (or, streamed, under way): on to the next.
+ * 0, or HPE_PAUSED with c->pause set. */
+static int request_done(md_http_conn *c)
 {
-    md_http_conn *c = conn_of(p);
-    if (!c->req->streaming && respond_route(c) != 0) {
-        c->oom = true;
-        return HPE_USER;
-    }
     c->requests++;
     c->phase = PHASE_IDLE;
     c->since_ns = c->now_ns;
@@ -864,6 +962,24 @@ static int on_message_complete(llhttp_t *p)
         return HPE_PAUSED;
     }
     return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    if (!c->req->streaming) {
+        int rc = answer(c);
+        if (rc < 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        if (rc == MD_HANDLER_PENDING) {
+            /* Parsing stops here: request_done() runs when the handler finishes. */
+            c->pause = PAUSE_PENDING;
+            return HPE_PAUSED;
+        }
+    }
+    return request_done(c);
 }
 
 static const llhttp_settings_t settings = {
@@ -980,6 +1096,11 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
             goto out;
         }
         llhttp_resume(&c->parser);
+        if (why == PAUSE_PENDING) {
+            *used = (size_t)(at - data);
+            want = MD_HTTP_WANT_HANDLER;
+            goto out;
+        }
         if (why == PAUSE_FLUSH) {
             *used = (size_t)(at - data);
             want = MD_HTTP_WANT_WRITE;
@@ -1012,6 +1133,39 @@ out:
     return want;
 }
 
+int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, uint64_t now_ns, md_outbuf *out)
+{
+    md_http_pending *p = c->req != NULL ? c->req->pending : NULL;
+    if (p == NULL)
+        return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    int want;
+    int rc = p->poll(p, c, cx, out);
+    if (rc == MD_PENDING_WAIT) {
+        want = MD_HTTP_WANT_WAIT;
+    } else if (rc == MD_PENDING_MORE) {
+        want = MD_HTTP_WANT_HANDLER;
+    } else if (rc == -ENOMEM) {
+        c->req->pending = NULL;
+        c->closing = true;
+        want = -ENOMEM;
+    } else if (rc < 0) {
+        /* Ended short: what was sent stands, nothing more is presented as its content. */
+        c->req->pending = NULL;
+        c->closing = true;
+        want = MD_HTTP_WANT_CLOSE;
+    } else {
+        c->req->pending = NULL;
+        c->pause = PAUSE_NONE;
+        want = request_done(c) == HPE_PAUSED && c->pause == PAUSE_STOP ? MD_HTTP_WANT_CLOSE
+                                                                       : MD_HTTP_WANT_READ;
+        c->pause = PAUSE_NONE;
+    }
+    leave(c, 0, out_before);
+    return want;
+}
+
 int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
     (void)now_ns; /* the entry points' shape: nothing is answered at EOF */
@@ -1038,7 +1192,8 @@ uint64_t md_http_conn_deadline(const md_http_conn *c)
 {
     const md_http_limits *l = &c->srv->limits;
     uint64_t ms;
-    if (c->closing)
+    /* A pending handler keeps its own time. */
+    if (c->closing || (c->req != NULL && c->req->pending != NULL))
         return UINT64_MAX;
     switch (c->phase) {
     case PHASE_IDLE:
@@ -1104,6 +1259,11 @@ bool md_http_conn_idle(md_http_conn *c)
 
 void md_http_conn_close(md_http_conn *c)
 {
+    if (c->req != NULL && c->req->pending != NULL) {
+        md_http_pending *p = c->req->pending;
+        c->req->pending = NULL;
+        p->cancel(p);
+    }
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;

@@ -11,6 +11,8 @@
  *       from this thread's cache, which the thread's next entry point may rewrite
  *     MD_HTTP_WANT_WRITE: feed buf + used again once out has drained below the mark
  *     MD_HTTP_WANT_CLOSE: flush out, then close
+ *     MD_HTTP_WANT_HANDLER: a handler answers later (http/handler.h): flush out, then call
+ *       md_http_conn_resume() until it says otherwise; then feed buf + used again
  *     arm a timer for md_http_conn_deadline(c); when it fires call md_http_conn_timeout()
  *   on graceful stop: md_http_conn_drain(c)
  *   md_http_conn_close(c)                     always, last
@@ -36,6 +38,10 @@
 
 struct md_metrics;
 struct md_http_conn;
+struct md_http_pending;
+struct md_route;
+struct md_route_table;
+struct mp_context;
 
 typedef struct md_http_limits {
     uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
@@ -82,6 +88,8 @@ typedef struct md_http_exchange {
 typedef struct md_http_server {
     md_http_limits limits;
     struct md_metrics *metrics; /* NULL: no accounting */
+    /* The routes (routes.h); NULL: the built-in four. Immutable while in use. */
+    const struct md_route_table *routes;
     /* Appends the GET /metrics body; NULL: /metrics is 404. md_metrics_text fits. */
     int (*metrics_text)(void *arg, md_outbuf *out);
     void *metrics_arg;
@@ -101,17 +109,20 @@ typedef struct md_http_server {
 } md_http_server;
 
 typedef enum md_http_want {
-    MD_HTTP_WANT_READ,  /* all input used: write out (if pending), read more */
-    MD_HTTP_WANT_WRITE, /* out reached MD_HTTP_OUT_HIGH_WATER: write, then feed the rest */
-    MD_HTTP_WANT_CLOSE, /* write out, then close; feed nothing more */
+    MD_HTTP_WANT_READ,    /* all input used: write out (if pending), read more */
+    MD_HTTP_WANT_WRITE,   /* out reached MD_HTTP_OUT_HIGH_WATER: write, then feed the rest */
+    MD_HTTP_WANT_CLOSE,   /* write out, then close; feed nothing more */
+    MD_HTTP_WANT_HANDLER, /* a handler is pending: write out, then md_http_conn_resume() */
+    MD_HTTP_WANT_WAIT,    /* md_http_conn_resume(): the handler holds a waker; poll later */
 } md_http_want;
 
 /* Pending output past which parsing stops until the peer reads (pipelined floods). */
 #define MD_HTTP_OUT_HIGH_WATER (256u * 1024u)
 /* Bytes of a request target kept, for routing (the path before any '?': a longer path is
- * 404) and for the access log (which shows a longer target cut, with "..."). */
+ * 404) and for the access log (which shows a longer target cut, with "..."). A '#' (a
+ * fragment, which a request target never has: RFC 9112 3.2) is 400. */
 #define MD_HTTP_TARGET_MAX 1024
-/* POST /echo bodies with a Content-Length up to this are gathered and answered once complete,
+/* Echo bodies with a Content-Length up to this are gathered and answered once complete,
  * so that a body that never completes gets no 200; longer ones stream (their head goes out
  * with the request head, and an incomplete one ends short of its Content-Length). */
 #define MD_HTTP_ECHO_GATHER (64u * 1024u)
@@ -124,8 +135,9 @@ typedef enum md_http_want {
 typedef struct md_http_req {
     uint16_t status;    /* the error a callback decided on */
     bool keep_alive;    /* its response keeps the connection */
-    bool streaming;     /* POST /echo over MD_HTTP_ECHO_GATHER: response head already out */
-    bool collect;       /* other POST /echo: the body is gathered in conn.body */
+    bool streaming;     /* MD_BODY_STREAM: the handler's response head is already out */
+    bool collect;       /* MD_BODY_GATHER: the body is gathered in conn.body */
+    bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool asterisk;      /* the target is "*" */
     bool head_counting; /* counting its head bytes (from the method's first byte) */
     bool method_done;
@@ -133,7 +145,6 @@ typedef struct md_http_req {
     bool value_cut;    /* ... and its last span ended exactly at the end of a feed */
     bool target_full;  /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
     bool path_done;    /* saw '?': path_len is the path's length */
-    bool target_done;  /* saw '#': the rest of the target is not kept */
     bool gap_open;     /* between a field's colon and its value's first span */
     bool gap_newline;  /* ... and a line ended in there: an obs-fold */
     uint8_t name_len;  /* bytes of the current name, saturating at 255 */
@@ -158,14 +169,18 @@ typedef struct md_http_req {
     size_t body_len;       /* bytes gathered in conn.body */
     const char *head_from; /* where this feed's share of the head starts */
     const char *value_end;
-    const char *field_end; /* end of the last field-name span (this feed) */
-    const char *gap_from;  /* where this feed's share of the gap starts */
-    const void *route;     /* const md_route *, or NULL */
-    uint64_t start_ns;     /* first byte */
-    uint64_t body_ns;      /* when the head completed (min_body_rate's base) */
+    const char *field_end;        /* end of the last field-name span (this feed) */
+    const char *gap_from;         /* where this feed's share of the gap starts */
+    const struct md_route *route; /* NULL: 404 */
+    const char *path;             /* the normalised path: into target[] or path_buf[] */
+    uint32_t npath;
+    struct md_http_pending *pending; /* a handler's response still to come (handler.h) */
+    uint64_t start_ns;               /* first byte */
+    uint64_t body_ns;                /* when the head completed (min_body_rate's base) */
     char target[MD_HTTP_TARGET_MAX];
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
+    char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
 } md_http_req;
 
 /* One connection. Owned by its task, so touched by one thread at a time (possibly a different
@@ -186,7 +201,7 @@ typedef struct md_http_conn {
     bool oom;          /* out could not grow */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
-    char *body;        /* chunked POST /echo body, until its response */
+    char *body;        /* a gathered body (MD_BODY_GATHER), until its response */
     size_t body_cap;
 
     uint64_t done_ns; /* srv->mono_clock() at this entry point's first response; 0: not read */
@@ -208,6 +223,12 @@ void md_http_conn_set_server(md_http_conn *c, md_http_server *srv);
  * (len unless MD_HTTP_WANT_WRITE). */
 int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
                       md_outbuf *out);
+
+/* The I/O layer, after MD_HTTP_WANT_HANDLER or MD_HTTP_WANT_WAIT (and a flush of out): polls
+ * the pending handler from the connection's task (cx). MD_HTTP_WANT_HANDLER: it queued output,
+ * flush and call again; MD_HTTP_WANT_WAIT: it holds a waker, call again when the task is
+ * polled; MD_HTTP_WANT_READ: done, feed the input left over; MD_HTTP_WANT_CLOSE; or -ENOMEM. */
+int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, uint64_t now_ns, md_outbuf *out);
 
 /* The peer shut down its side. Always MD_HTTP_WANT_CLOSE: complete requests were answered by
  * feed, and a partial one cannot be. */

@@ -17,16 +17,24 @@
 
 static const md_http_status statuses[] = {
     STATUS(200, "OK"),
+    STATUS(301, "Moved Permanently"),
+    STATUS(302, "Found"),
+    STATUS(303, "See Other"),
+    STATUS(307, "Temporary Redirect"),
+    STATUS(308, "Permanent Redirect"),
     STATUS(400, "Bad Request"),
+    STATUS(403, "Forbidden"),
     STATUS(404, "Not Found"),
     STATUS(405, "Method Not Allowed"),
     STATUS(408, "Request Timeout"),
     STATUS(413, "Content Too Large"),
     STATUS(414, "URI Too Long"),
+    STATUS(410, "Gone"),
     STATUS(417, "Expectation Failed"),
     STATUS(431, "Request Header Fields Too Large"),
     STATUS(500, "Internal Server Error"),
     STATUS(501, "Not Implemented"),
+    STATUS(503, "Service Unavailable"),
     STATUS(505, "HTTP Version Not Supported"),
 };
 
@@ -88,8 +96,9 @@ static char *put_u64(char *w, uint64_t v)
     return w;
 }
 
-char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,
-                       const char *allow, const char *ctype, uint64_t length)
+char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, bool http10,
+                              const char *allow, const char *fields, size_t fields_len,
+                              const char *ctype, uint64_t length)
 {
     w = put_bytes(w, st->line, st->line_len);
     w = put_bytes(w, date_block.text, date_block.len);
@@ -102,6 +111,8 @@ char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http1
         w = put_bytes(w, allow, strlen(allow));
         w = PUT(w, "\r\n");
     }
+    if (fields_len != 0)
+        w = put_bytes(w, fields, fields_len);
     w = PUT(w, "Content-Type: ");
     w = put_bytes(w, ctype, strlen(ctype));
     w = PUT(w, "\r\nContent-Length: ");
@@ -109,17 +120,24 @@ char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http1
     return PUT(w, "\r\n\r\n");
 }
 
+char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,
+                       const char *allow, const char *ctype, uint64_t length)
+{
+    return md_http_put_head_fields(w, st, close, http10, allow, NULL, 0, ctype, length);
+}
+
 /* Whole responses, per thread; valid while sec matches the Date block's. */
 static _Thread_local struct {
     time_t sec;
+    uint64_t tag; /* whose response it is (a route table's id) */
     size_t len;
     char text[MD_HTTP_HEAD_MAX];
 } canned[MD_HTTP_CANNED_SLOTS];
 
 /* The slot's response for this second, built once per second per thread: out of the way of
  * the hit below, whose frame would otherwise carry this one's head buffer. */
-static __attribute__((noinline)) const char *canned_build(unsigned slot, const char *ctype,
-                                                          const char *body, size_t body_len)
+static __attribute__((noinline)) const char *
+canned_build(unsigned slot, uint64_t tag, const char *ctype, const char *body, size_t body_len)
 {
     char head[MD_HTTP_HEAD_MAX];
     char *w = md_http_put_head(head, md_http_status_of(200), false, false, NULL, ctype, body_len);
@@ -130,16 +148,17 @@ static __attribute__((noinline)) const char *canned_build(unsigned slot, const c
     memcpy(canned[slot].text + hlen, body, body_len);
     canned[slot].len = hlen + body_len;
     canned[slot].sec = date_block.sec;
+    canned[slot].tag = tag;
     return canned[slot].text;
 }
 
-const char *md_http_canned(unsigned slot, const char *ctype, const char *body, size_t body_len,
-                           size_t *len)
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
+                           size_t body_len, size_t *len)
 {
     if (slot >= MD_HTTP_CANNED_SLOTS || body_len > MD_HTTP_HEAD_MAX / 2)
         return NULL;
-    if ((canned[slot].sec != date_block.sec || canned[slot].len == 0) &&
-        canned_build(slot, ctype, body, body_len) == NULL)
+    if ((canned[slot].sec != date_block.sec || canned[slot].tag != tag || canned[slot].len == 0) &&
+        canned_build(slot, tag, ctype, body, body_len) == NULL)
         return NULL;
     *len = canned[slot].len;
     return canned[slot].text;

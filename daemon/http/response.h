@@ -34,13 +34,21 @@ void md_http_date_refresh(time_t (*clock)(void));
 char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,
                        const char *allow, const char *ctype, uint64_t length);
 
+/* The same, with more header lines (each ending in CRLF; fields_len bytes) after Allow: room
+ * for MD_HTTP_HEAD_MAX + fields_len bytes at w. */
+char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, bool http10,
+                              const char *allow, const char *fields, size_t fields_len,
+                              const char *ctype, uint64_t length);
+
 /* Slots for md_http_canned(): one per static body a caller serves often. */
 #define MD_HTTP_CANNED_SLOTS 8
 
 /* The whole keep-alive HTTP/1.1 200 response with this body, from a per-thread cache that is
- * rebuilt when the Date second changes: the hot GET is one memcpy. The slot identifies the
- * (ctype, body) pair and must always be used with the same one. *len gets the length. */
-const char *md_http_canned(unsigned slot, const char *ctype, const char *body, size_t body_len,
-                           size_t *len);
+ * rebuilt when the Date second changes: the hot GET is one memcpy. (slot, tag) identifies the
+ * (ctype, body) pair and must always be used with the same one: a route's index and its
+ * table's id, so that a reload's new table never gets the old one's bytes. *len gets the
+ * length; NULL when the slot or body is out of range. */
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
+                           size_t body_len, size_t *len);
 
 #endif

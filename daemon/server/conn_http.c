@@ -6,7 +6,13 @@
  * deadline on its timer (header, body and keep-alive timeouts, the minimum body rate). At each
  * request's first byte the core calls the settings' request_begin hook, where the connection
  * moves to the newest generation of settings (generation.h): a reload applies from the next
- * request on.
+ * request on, limits and routes together.
+ *
+ * A handler that answers later (http/handler.h) stops the parsing: the task flushes what is
+ * queued, then polls the handler through md_http_conn_resume() until it is done, and only
+ * then reads or parses the next request. The handler's output is flushed between its polls,
+ * so a peer that reads slowly holds the handler back (and the send limits apply as to any
+ * write).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -59,6 +65,8 @@ md_http_gen *md_conn_http_gen_new(md_server *s, const md_config *cfg)
     if (g == NULL)
         return NULL;
     g->http.limits = cfg->limits;
+    g->routes = cfg->routes;
+    g->http.routes = &g->routes;
     g->http.metrics = &s->metrics;
     g->http.metrics_text = md_metrics_text;
     g->http.metrics_arg = &s->metrics;
@@ -104,6 +112,15 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         }
         if (c->want == MD_HTTP_WANT_CLOSE)
             return md_conn_finish(c, c->why);
+        if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
+            int want = md_http_conn_resume(&c->http, cx, uv_hrtime(), &c->out);
+            if (want < 0)
+                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+            c->want = want;
+            if (want == MD_HTTP_WANT_WAIT)
+                return MP_PENDING; /* the handler holds a waker */
+            continue;              /* flush, then more of it, or the next request */
+        }
         const char *data;
         size_t len;
         int err;

@@ -18,9 +18,11 @@
 #include <stdint.h>
 
 #include "http/http.h"
+#include "http/routes.h"
 
 typedef struct md_http_gen {
     md_http_server http;                 /* immutable once published */
+    md_route_table routes;               /* http.routes; immutable once published */
     _Atomic(struct md_http_gen *) newer; /* atomic: set once, by md_http_gens_publish() */
     _Atomic uint32_t conns;              /* atomic: connections at this generation */
     struct md_http_gen *older;           /* loop side */

@@ -79,7 +79,7 @@ Test(response, canned_follows_the_second, .timeout = 5)
     size_t len;
     fake_now = 784111777;
     md_http_date_refresh(fake_clock);
-    const char *r = md_http_canned(0, "text/plain", "Hello, World!", 13, &len);
+    const char *r = md_http_canned(0, 1, "text/plain", "Hello, World!", 13, &len);
     cr_assert_not_null(r);
     const char want[] =
         "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: magpied\r\n"
@@ -88,7 +88,7 @@ Test(response, canned_follows_the_second, .timeout = 5)
     cr_assert_eq(memcmp(r, want, len), 0);
     fake_now++;
     md_http_date_refresh(fake_clock);
-    r = md_http_canned(0, "text/plain", "Hello, World!", 13, &len);
+    r = md_http_canned(0, 1, "text/plain", "Hello, World!", 13, &len);
     cr_assert_not_null(memmem(r, len, "08:49:38 GMT", 12), "stale Date after the second changed");
-    cr_assert_null(md_http_canned(MD_HTTP_CANNED_SLOTS, "text/plain", "x", 1, &len));
+    cr_assert_null(md_http_canned(MD_HTTP_CANNED_SLOTS, 1, "text/plain", "x", 1, &len));
 }
