@@ -368,6 +368,8 @@ lint-check:
 	tests/lint/test-check-refs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(D_INC) daemon
 
 clean:
 	rm -rf build

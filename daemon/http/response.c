@@ -111,7 +111,7 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
         w = put_bytes(w, allow, strlen(allow));
         w = PUT(w, "\r\n");
     }
-    if (fields_len != 0)
+    if (fields != NULL)
         w = put_bytes(w, fields, fields_len);
     w = PUT(w, "Content-Type: ");
     w = put_bytes(w, ctype, strlen(ctype));

@@ -17,8 +17,8 @@
 
 static void conn_unref(md_conn *c)
 {
-    /* AcqRel: the last one to let go frees; it sees everything the other did to c. Pairs
-     * with itself (the other reference's decrement). */
+    /* AcqRel: the last one to let go frees; it sees everything the other did to c.
+     * Pairs with itself (the other reference's decrement). */
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
         free(c);
 }
