@@ -90,11 +90,10 @@ int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
         char name[64], why[128];
         nth_name(names, i, name, sizeof(name));
         int kind = -1;
-        if (strcmp(name, "http") == 0)
-            kind = MD_LISTENER_HTTP;
-        else if (strcmp(name, "echo") == 0)
-            kind = MD_LISTENER_ECHO;
-        else if (name[0] == '\0' || strcmp(name, "unknown") == 0)
+        for (int k = 0; k < MD_LISTENERS; k++)
+            if (strcmp(name, md_listener_name((md_listener)k)) == 0)
+                kind = k;
+        if (kind < 0 && (name[0] == '\0' || strcmp(name, "unknown") == 0))
             kind = positional < MD_LISTENERS ? (int)positional++ : -1;
         if (rc == 0 && kind < 0) {
             snprintf(err->msg, sizeof(err->msg),
@@ -104,7 +103,7 @@ int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
             rc = -EINVAL;
         } else if (rc == 0 && fds[kind] >= 0) {
             snprintf(err->msg, sizeof(err->msg), "LISTEN_FDNAMES: two sockets for %s",
-                     kind == MD_LISTENER_HTTP ? "http" : "echo");
+                     md_listener_name((md_listener)kind));
             rc = -EINVAL;
         } else if (rc == 0 && check_listener(fd, why, sizeof(why)) != 0) {
             snprintf(err->msg, sizeof(err->msg), "LISTEN_FDS: socket %ld (%s): %s", i + 1,

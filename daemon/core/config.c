@@ -43,15 +43,16 @@ struct key {
     uint64_t min, max;
 };
 
-#define LIMIT(field) offsetof(md_config, limits.field)
+#define LIMIT(field)          offsetof(md_config, limits.field)
+#define LISTENER(kind, field) offsetof(md_config, listeners[kind].field)
 
 static const struct key keys[] = {
-    {"http", "listen", KEY_LISTEN, offsetof(md_config, http_listen), 0, 0},
-    {"http", "reuseport", KEY_BOOL, offsetof(md_config, http_reuseport), 0, 0},
-    {"echo", "listen", KEY_LISTEN_OFF, offsetof(md_config, echo_listen), 0, 0},
-    {"echo", "reuseport", KEY_BOOL, offsetof(md_config, echo_reuseport), 0, 0},
-    {"echo", "idle_timeout_ms", KEY_U32, offsetof(md_config, echo_idle_timeout_ms), 0, 3600000},
-    {"echo", "max_connections", KEY_U32, offsetof(md_config, echo_max_connections), 1, 1000000},
+    {"http", "listen", KEY_LISTEN, LISTENER(MD_LISTENER_HTTP, listen), 0, 0},
+    {"http", "reuseport", KEY_BOOL, LISTENER(MD_LISTENER_HTTP, reuseport), 0, 0},
+    {"echo", "listen", KEY_LISTEN_OFF, LISTENER(MD_LISTENER_ECHO, listen), 0, 0},
+    {"echo", "reuseport", KEY_BOOL, LISTENER(MD_LISTENER_ECHO, reuseport), 0, 0},
+    {"echo", "idle_timeout_ms", KEY_U32, LISTENER(MD_LISTENER_ECHO, idle_timeout_ms), 0, 3600000},
+    {"echo", "max_connections", KEY_U32, LISTENER(MD_LISTENER_ECHO, max_connections), 1, 1000000},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
@@ -62,7 +63,7 @@ static const struct key keys[] = {
     {"limits", "keepalive_timeout_ms", KEY_U32, LIMIT(keepalive_timeout_ms), 0, 3600000},
     {"limits", "max_requests_per_connection", KEY_U32, LIMIT(max_requests_per_connection), 0,
      UINT32_MAX},
-    {"limits", "max_connections", KEY_U32, offsetof(md_config, max_connections), 1, 1000000},
+    {"limits", "max_connections", KEY_U32, LISTENER(MD_LISTENER_HTTP, max_connections), 1, 1000000},
     {"limits", "min_body_rate", KEY_U32, LIMIT(min_body_rate), 0, 1073741824},
     {"limits", "min_rate_grace_ms", KEY_U32, LIMIT(min_rate_grace_ms), 0, 3600000},
     {"limits", "send_timeout_ms", KEY_U32, LIMIT(send_timeout_ms), 0, 3600000},
@@ -93,6 +94,15 @@ static const char *const format_names[] = {
     [MD_ACCESS_FORMAT_JSON] = "json",
 };
 
+const char *md_listener_name(md_listener kind)
+{
+    static const char *const names[MD_LISTENERS] = {
+        [MD_LISTENER_HTTP] = "http",
+        [MD_LISTENER_ECHO] = "echo",
+    };
+    return (unsigned)kind < MD_LISTENERS ? names[kind] : "?";
+}
+
 const char *md_access_format_name(md_access_format format)
 {
     if ((unsigned)format >= sizeof(format_names) / sizeof(format_names[0]))
@@ -118,16 +128,16 @@ static void listen_set(md_listen *l, int family, const char *host, uint16_t port
 void md_config_init(md_config *c)
 {
     memset(c, 0, sizeof(*c));
-    listen_set(&c->http_listen, AF_INET, "127.0.0.1", 8080);
-    listen_set(&c->echo_listen, AF_INET, "127.0.0.1", 8007);
+    listen_set(&c->listeners[MD_LISTENER_HTTP].listen, AF_INET, "127.0.0.1", 8080);
+    listen_set(&c->listeners[MD_LISTENER_ECHO].listen, AF_INET, "127.0.0.1", 8007);
     c->workers = 0;
     md_http_limits_default(&c->limits);
-    c->max_connections = 10000;
+    c->listeners[MD_LISTENER_HTTP].max_connections = 10000;
     c->log_level = MD_LOG_INFO;
     c->access_log = MD_ACCESS_LOG_OFF;
     c->shutdown_timeout_ms = 10000;
-    c->echo_idle_timeout_ms = 60000;
-    c->echo_max_connections = 1000;
+    c->listeners[MD_LISTENER_ECHO].idle_timeout_ms = 60000;
+    c->listeners[MD_LISTENER_ECHO].max_connections = 1000;
     md_routes_builtin(&c->routes);
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }
@@ -682,7 +692,8 @@ int md_config_check(const md_config *c, md_error *err)
                   c->limits.max_request_line, c->limits.max_header_bytes);
         return -EINVAL;
     }
-    const md_listen *h = &c->http_listen, *e = &c->echo_listen;
+    const md_listen *h = &c->listeners[MD_LISTENER_HTTP].listen,
+                    *e = &c->listeners[MD_LISTENER_ECHO].listen;
     if (!h->enabled) {
         set_error(err, key_origin(c, "http", "listen"), "[http] listen: must be set");
         return -EINVAL;

@@ -67,21 +67,28 @@ typedef struct md_listen {
     char host[MD_CONFIG_HOST_MAX]; /* "127.0.0.1", "::1" (no brackets) */
 } md_listen;
 
+/* What each listener has of its own: one entry per listener, so that a new listener kind is
+ * one more index, one more section of keys (config.c) and one more entry in the server's
+ * table of kinds (server/conn.c). */
+typedef struct md_listener_config {
+    md_listen listen;         /* [http] / [echo] listen */
+    bool reuseport;           /* [http] / [echo] reuseport */
+    uint32_t max_connections; /* [limits] max_connections (HTTP), [echo] max_connections */
+    uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
+} md_listener_config;
+
+/* "http", "echo": the section and the systemd socket name of each listener. */
+const char *md_listener_name(md_listener kind);
+
 typedef struct md_config {
-    md_listen http_listen;    /* [http] listen */
-    md_listen echo_listen;    /* [echo] listen */
-    uint32_t workers;         /* [runtime] workers; 0 = one per CPU */
-    md_http_limits limits;    /* [limits] ..., everything but max_connections */
-    uint32_t max_connections; /* [limits] max_connections: HTTP connections */
-    md_log_level log_level;   /* [log] level */
-    md_access_log access_log; /* [log] access_log */
+    md_listener_config listeners[MD_LISTENERS]; /* indexed by md_listener */
+    uint32_t workers;                           /* [runtime] workers; 0 = one per CPU */
+    md_http_limits limits;                      /* [limits] ..., everything but max_connections */
+    md_log_level log_level;                     /* [log] level */
+    md_access_log access_log;                   /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
     md_access_format access_format;          /* [log] access_format */
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
-    bool http_reuseport;                     /* [http] reuseport */
-    bool echo_reuseport;                     /* [echo] reuseport */
-    uint32_t echo_idle_timeout_ms;           /* [echo] idle_timeout_ms; 0 = none */
-    uint32_t echo_max_connections;           /* [echo] max_connections */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
     /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
      * has none. A value like the rest: a reload swaps it with the limits, as one unit. */

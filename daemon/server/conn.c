@@ -23,13 +23,43 @@ static void conn_unref(md_conn *c)
         free(c);
 }
 
+/* HTTP's part of a connection's life: the core, and its generation of settings. */
+static void http_opened(md_server *s, md_conn *c)
+{
+    md_http_conn_init(&c->http, &md_http_gens_enter(&s->gens)->http, uv_hrtime());
+}
+
+static void http_finish(md_conn *c)
+{
+    md_http_gen *g = md_http_gen_of(c->http.srv);
+    md_http_conn_close(&c->http);
+    md_http_gen_leave(g);
+}
+
+static void http_closed(md_server *s)
+{
+    md_http_gens_sweep(&s->gens); /* after md_http_gen_leave() in http_finish() */
+}
+
+/* What each listener kind does with its connections, indexed by md_listener: a new kind is
+ * one more entry here (and its settings one more entry of md_config.listeners). */
+static const struct conn_kind {
+    mp_poll (*poll)(md_conn *c, mp_context *cx);
+    void (*opened)(md_server *s, md_conn *c); /* loop side, at accept; NULL: nothing */
+    void (*finish)(md_conn *c);               /* the task, before the close; NULL: nothing */
+    void (*closed)(md_server *s);             /* loop side, once closed; NULL: nothing */
+} kinds[MD_LISTENERS] = {
+    [MD_LISTENER_HTTP] = {md_conn_http_poll, http_opened, http_finish, http_closed},
+    [MD_LISTENER_ECHO] = {md_conn_echo_poll, NULL, NULL, NULL},
+};
+
 /* On the loop's thread, once libuv is done with the stream. */
 static void conn_closed(mp_tcp *t)
 {
     md_conn *c = mp_container_of(t, md_conn, tcp);
     md_server *s = c->srv;
-    if (c->kind == MD_LISTENER_HTTP)
-        md_http_gens_sweep(&s->gens); /* after md_http_gen_leave() in md_conn_finish() */
+    if (kinds[c->kind].closed != NULL)
+        kinds[c->kind].closed(s);
     md_metrics_conn_closed(&s->metrics, c->kind, c->why);
     md_listener_conn_removed(s, c);
     conn_unref(c);
@@ -42,11 +72,8 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why)
     c->closing = true;
     c->why = why;
     mp_timer_cancel(&c->timer);
-    if (c->kind == MD_LISTENER_HTTP) {
-        md_http_gen *g = md_http_gen_of(c->http.srv);
-        md_http_conn_close(&c->http);
-        md_http_gen_leave(g);
-    }
+    if (kinds[c->kind].finish != NULL)
+        kinds[c->kind].finish(c);
     md_outbuf_free(&c->out);
     mp_tcp_close(&c->tcp, conn_closed);
     return MP_READY;
@@ -115,7 +142,7 @@ md_close_reason md_conn_write_error(const md_conn *c, int err)
 static mp_poll conn_poll(mp_task *t, mp_context *cx)
 {
     md_conn *c = mp_container_of(t, md_conn, task);
-    return c->kind == MD_LISTENER_HTTP ? md_conn_http_poll(c, cx) : md_conn_echo_poll(c, cx);
+    return kinds[c->kind].poll(c, cx);
 }
 
 static void conn_cancel(mp_task *t)
@@ -156,10 +183,10 @@ int md_conn_accept(md_listener_state *l)
         setsockopt(mp_tcp_fileno(&c->tcp), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
     md_metrics_conn_opened(&s->metrics, c->kind);
-    if (c->kind == MD_LISTENER_HTTP)
-        md_http_conn_init(&c->http, &md_http_gens_enter(&s->gens)->http, uv_hrtime());
+    if (kinds[c->kind].opened != NULL)
+        kinds[c->kind].opened(s, c);
     /* Read here, on the loop's thread, where a reload writes s->cfg. */
-    c->idle_ms = c->kind == MD_LISTENER_ECHO ? s->cfg.echo_idle_timeout_ms : 0;
+    c->idle_ms = s->cfg.listeners[c->kind].idle_timeout_ms;
     c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
     c->min_send_rate = s->cfg.limits.min_send_rate;
     c->grace_ms = s->cfg.limits.min_rate_grace_ms;

@@ -101,7 +101,6 @@ void md_listener_conn_removed(md_server *s, md_conn *c);
 const md_listen *md_listen_of(const md_config *cfg, md_listener kind);
 bool md_reuseport_of(const md_config *cfg, md_listener kind);
 bool md_listen_same(const md_listen *a, const md_listen *b);
-const char *md_listener_name(md_listener kind);
 /* "host:port" or "[host]:port" of a socket address; the host alone with port_too false. */
 void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len);
 

@@ -31,7 +31,7 @@
 
 static uint32_t max_conns(const md_server *s, md_listener kind)
 {
-    return kind == MD_LISTENER_HTTP ? s->cfg.max_connections : s->cfg.echo_max_connections;
+    return s->cfg.listeners[kind].max_connections;
 }
 
 /* Accept the next connection of l, or pause l at the mark. */
@@ -138,11 +138,6 @@ void md_listener_close(md_listener_state *l)
         uv_close((uv_handle_t *)&l->handle, listener_freed);
 }
 
-const char *md_listener_name(md_listener kind)
-{
-    return kind == MD_LISTENER_HTTP ? "http" : "echo";
-}
-
 /* A listening socket for at, with SO_REUSEPORT when asked (it must be set before bind, which
  * is why magpied makes the socket itself rather than through uv_tcp_bind). */
 static int listen_socket(const md_listen *at, bool reuseport)
@@ -221,12 +216,12 @@ int md_listener_bind(md_server *s, md_listener kind, const md_listen *at, bool r
 
 const md_listen *md_listen_of(const md_config *cfg, md_listener kind)
 {
-    return kind == MD_LISTENER_HTTP ? &cfg->http_listen : &cfg->echo_listen;
+    return &cfg->listeners[kind].listen;
 }
 
 bool md_reuseport_of(const md_config *cfg, md_listener kind)
 {
-    return kind == MD_LISTENER_HTTP ? cfg->http_reuseport : cfg->echo_reuseport;
+    return cfg->listeners[kind].reuseport;
 }
 
 bool md_listen_same(const md_listen *a, const md_listen *b)

@@ -44,11 +44,11 @@ Test(config, defaults, .timeout = 5)
 {
     md_config c;
     md_config_init(&c);
-    cr_assert(c.http_listen.enabled);
-    cr_assert_str_eq(c.http_listen.host, "127.0.0.1");
-    cr_assert_eq(c.http_listen.port, 8080);
-    cr_assert(c.echo_listen.enabled);
-    cr_assert_eq(c.echo_listen.port, 8007);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "127.0.0.1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 8080);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen.port, 8007);
     cr_assert_eq(c.workers, 0);
     cr_assert_eq(c.limits.max_request_line, 8192);
     cr_assert_eq(c.limits.max_header_bytes, 65536);
@@ -58,12 +58,12 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.limits.body_timeout_ms, 10000);
     cr_assert_eq(c.limits.keepalive_timeout_ms, 75000);
     cr_assert_eq(c.limits.max_requests_per_connection, 0);
-    cr_assert_eq(c.max_connections, 10000);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 10000);
     cr_assert_eq(c.log_level, MD_LOG_INFO);
     cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
     cr_assert_eq(c.shutdown_timeout_ms, 10000);
-    cr_assert_eq(c.echo_idle_timeout_ms, 60000);
-    cr_assert_eq(c.echo_max_connections, 1000);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 60000);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].max_connections, 1000);
     cr_assert_eq(c.limits.send_timeout_ms, 30000);
     cr_assert_eq(c.limits.send_buffer, 65536);
     cr_assert_eq(c.limits.min_send_rate, 240);
@@ -149,12 +149,12 @@ Test(config, every_key, .timeout = 5)
                        "[server]\n"
                        "shutdown_timeout_ms = 0\n";
     cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
-    cr_assert(c.http_listen.enabled);
-    cr_assert_eq(c.http_listen.family, AF_INET6);
-    cr_assert_str_eq(c.http_listen.host, "::1");
-    cr_assert_eq(c.http_listen.port, 0);
-    cr_assert_not(c.echo_listen.enabled);
-    cr_assert_eq(c.echo_idle_timeout_ms, 0);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.family, AF_INET6);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "::1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
     cr_assert_eq(c.limits.max_request_line, 1024);
     cr_assert_eq(c.limits.max_header_bytes, 2048);
@@ -164,7 +164,7 @@ Test(config, every_key, .timeout = 5)
     cr_assert_eq(c.limits.body_timeout_ms, 3600000);
     cr_assert_eq(c.limits.keepalive_timeout_ms, 0);
     cr_assert_eq(c.limits.max_requests_per_connection, 4294967295u);
-    cr_assert_eq(c.max_connections, 1);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 1);
     cr_assert_eq(c.log_level, MD_LOG_DEBUG);
     cr_assert_eq(c.access_log, MD_ACCESS_LOG_FILE);
     cr_assert_str_eq(c.access_log_path, "/var/log/magpied/access.log");
@@ -265,15 +265,15 @@ Test(config, log_files_format_and_reuseport, .timeout = 5)
                        "[log]\nerror_log = /var/log/magpied/error.log\naccess_format = json\n",
                        &err),
                  0, "%s", err.msg);
-    cr_assert(c.http_reuseport);
-    cr_assert(c.echo_reuseport);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].reuseport);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].reuseport);
     cr_assert_str_eq(c.error_log_path, "/var/log/magpied/error.log");
     cr_assert_eq(c.access_format, MD_ACCESS_FORMAT_JSON);
     cr_assert_str_eq(md_access_format_name(MD_ACCESS_FORMAT_JSON), "json");
     cr_assert_eq(md_config_set(&c, "log.error_log=stderr", &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.error_log_path, "");
     cr_assert_eq(md_config_set(&c, "http.reuseport=off", &err), 0, "%s", err.msg);
-    cr_assert_not(c.http_reuseport);
+    cr_assert_not(c.listeners[MD_LISTENER_HTTP].reuseport);
 }
 
 Test(config, unknown_section_and_key, .timeout = 5)
@@ -345,10 +345,10 @@ Test(config, set_overrides, .timeout = 5)
     cr_assert_eq(md_config_set(&c, "limits.max_headers=20", &err), 0, "%s", err.msg);
     cr_assert_eq(c.limits.max_headers, 20);
     cr_assert_eq(md_config_set(&c, "echo.listen=", &err), 0, "%s", err.msg);
-    cr_assert_not(c.echo_listen.enabled);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
     cr_assert_eq(md_config_set(&c, "http.listen=0.0.0.0:80", &err), 0, "%s", err.msg);
-    cr_assert_str_eq(c.http_listen.host, "0.0.0.0");
-    cr_assert_eq(c.http_listen.port, 80);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "0.0.0.0");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 80);
     cr_assert_eq(md_config_set(&c, "log.access_log=./a=b.log", &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.access_log_path, "./a=b.log");
     /* A later --set of the same key wins; that is not a duplicate. */
@@ -431,7 +431,7 @@ Test(config, load_file_errors_name_the_path, .timeout = 5)
     fputs("[http]\nlisten = 127.0.0.1:0\n", f);
     fclose(f);
     cr_assert_eq(md_config_load(&c, path, &err), 0, "%s", err.msg);
-    cr_assert_eq(c.http_listen.port, 0);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
     cr_assert_str_eq(c.source, path);
     unlink(path);
 }
@@ -525,13 +525,16 @@ Test(config, booleans, .timeout = 5)
                 md_error err = {{0}};
                 snprintf(text, sizeof(text), "[%s]\n%s = %s\n", keys[k][0], keys[k][1], words[i]);
                 cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
-                bool got = want_http ? c.http_reuseport : c.echo_reuseport;
+                bool got = want_http ? c.listeners[MD_LISTENER_HTTP].reuseport
+                                     : c.listeners[MD_LISTENER_ECHO].reuseport;
                 cr_assert_eq(got, v != 0, "%s", text);
                 md_config_init(&c);
-                c.http_reuseport = c.echo_reuseport = v == 0;
+                c.listeners[MD_LISTENER_HTTP].reuseport = c.listeners[MD_LISTENER_ECHO].reuseport =
+                    v == 0;
                 snprintf(set, sizeof(set), "%s.%s=%s", keys[k][0], keys[k][1], words[i]);
                 cr_assert_eq(md_config_set(&c, set, &err), 0, "%s", err.msg);
-                got = want_http ? c.http_reuseport : c.echo_reuseport;
+                got = want_http ? c.listeners[MD_LISTENER_HTTP].reuseport
+                                : c.listeners[MD_LISTENER_ECHO].reuseport;
                 cr_assert_eq(got, v != 0, "%s", set);
             }
         }
@@ -562,10 +565,10 @@ Test(config, echo_idle_timeout_range, .timeout = 5)
     md_config c;
     md_error err = {{0}};
     cr_assert_eq(parse(&c, "[echo]\nidle_timeout_ms = 3600000\n", &err), 0, "%s", err.msg);
-    cr_assert_eq(c.echo_idle_timeout_ms, 3600000);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 3600000);
     expect_error("[echo]\nidle_timeout_ms = 3600001\n",
                  "test.conf:2: [echo] idle_timeout_ms: expected an integer in 0..3600000, got "
                  "\"3600001\"");
     cr_assert_eq(md_config_set(&c, "echo.idle_timeout_ms=250", &err), 0, "%s", err.msg);
-    cr_assert_eq(c.echo_idle_timeout_ms, 250);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 250);
 }
