@@ -64,13 +64,26 @@ enum {
     MD_PENDING_MORE = 2, /* output queued: poll again once it is written */
 };
 
+/* What the I/O layer lends a pending handler for one poll: the socket, for a body sent
+ * without a copy (sendfile(2): the handler flushes out first by returning MD_PENDING_MORE, and
+ * writes to fd only while out is empty), and the connection's bounded write, which waits for
+ * the peer within the send limits. */
+typedef struct md_http_io {
+    int fd; /* the connection's socket; -1 when there is none (a test) */
+    /* Writes data[0..len): MP_READY with *err 0 or a negative errno (a send limit passed:
+     * -ETIMEDOUT), or MP_PENDING while the peer does not read; call again with the same
+     * arguments. */
+    mp_poll (*write)(struct md_http_io *io, mp_context *cx, const char *data, size_t len, int *err);
+} md_http_io;
+
 /* A response that finishes later. Lives where the handler put it (usually its own struct,
  * allocated in on_req); the core only holds the pointer. */
 typedef struct md_http_pending {
     /* From the connection's task: append to out. 0 when the response is complete,
      * MD_PENDING_WAIT, MD_PENDING_MORE, or a negative errno (the response ends there and the
      * connection closes). After 0 or an error it is not called again, nor cancel. */
-    int (*poll)(struct md_http_pending *p, md_http_conn *c, mp_context *cx, md_outbuf *out);
+    int (*poll)(struct md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+                md_outbuf *out);
     /* The connection closes while the response is pending: release what it holds. */
     void (*cancel)(struct md_http_pending *p);
 } md_http_pending;
@@ -85,6 +98,9 @@ bool md_http_req_is_head(const md_http_conn *c);    /* HEAD: answer with the hea
 const char *md_http_req_path(const md_http_conn *c, size_t *len);
 /* The body gathered by MD_BODY_GATHER (NULL when empty). */
 const char *md_http_req_body(const md_http_conn *c, size_t *len);
+/* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
+ * longer than MD_HTTP_COND_KEEP. */
+const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len);
 const md_http_server *md_http_conn_server(const md_http_conn *c);
 
 /* A whole response with a body from memory (none for HEAD). fields: more header lines, each

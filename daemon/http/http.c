@@ -50,7 +50,21 @@ enum pause_reason {
 };
 
 /* Header names we look at; the rest only count toward the limits. */
-enum header { HDR_OTHER, HDR_HOST, HDR_EXPECT, HDR_TE, HDR_REFERER, HDR_USER_AGENT };
+enum header {
+    HDR_OTHER,
+    HDR_HOST,
+    HDR_EXPECT,
+    HDR_TE,
+    HDR_REFERER,
+    HDR_USER_AGENT,
+    /* Kept for handlers, in md_http_field's order. */
+    HDR_IF_NONE_MATCH,
+    HDR_IF_MODIFIED_SINCE,
+    HDR_RANGE,
+    HDR_IF_RANGE,
+    HDR_ACCEPT_ENCODING,
+};
+#define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
 static const struct {
     const char *name; /* lower case */
     uint8_t len;
@@ -63,6 +77,12 @@ static const struct {
     /* Kept for the access log only. */
     [HDR_REFERER] = {"referer", 7, NULL, 0},
     [HDR_USER_AGENT] = {"user-agent", 10, NULL, 0},
+    /* Kept for handlers (md_http_req_field). */
+    [HDR_IF_NONE_MATCH] = {"if-none-match", 13, NULL, 0},
+    [HDR_IF_MODIFIED_SINCE] = {"if-modified-since", 17, NULL, 0},
+    [HDR_RANGE] = {"range", 5, NULL, 0},
+    [HDR_IF_RANGE] = {"if-range", 8, NULL, 0},
+    [HDR_ACCEPT_ENCODING] = {"accept-encoding", 15, NULL, 0},
 };
 
 enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
@@ -362,6 +382,15 @@ const char *md_http_req_body(const md_http_conn *c, size_t *len)
     return c->body;
 }
 
+const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len)
+{
+    const md_http_req *r = c->req;
+    if (r->field_len[f] == 0 || (r->field_cut >> f) & 1)
+        return NULL;
+    *len = r->field_len[f];
+    return r->field[f];
+}
+
 const md_http_server *md_http_conn_server(const md_http_conn *c)
 {
     return c->srv;
@@ -590,6 +619,19 @@ static bool is_known_name(const char *name, const char *lower, size_t n)
     return (x | fold) == y;
 }
 
+/* The value of a field kept for handlers; past MD_HTTP_COND_KEEP bytes it is cut, and a cut
+ * field reads as absent. */
+static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
+{
+    size_t have = r->field_len[f];
+    if (len > MD_HTTP_COND_KEEP - have) {
+        r->field_cut |= (uint8_t)(1u << f);
+        return;
+    }
+    memcpy(r->field[f] + have, at, len);
+    r->field_len[f] = (uint8_t)(have + len);
+}
+
 /* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
  * one compare at most. Referer and User-Agent only when they are kept (logging). */
 static uint8_t known_header(const md_http_req *r, bool logging)
@@ -598,6 +640,18 @@ static uint8_t known_header(const md_http_req *r, bool logging)
     switch (r->name_len) {
     case 4:
         h = HDR_HOST;
+        break;
+    case 5:
+        h = HDR_RANGE;
+        break;
+    case 8:
+        h = HDR_IF_RANGE;
+        break;
+    case 13:
+        h = HDR_IF_NONE_MATCH;
+        break;
+    case 15:
+        h = HDR_ACCEPT_ENCODING;
         break;
     case 6:
         h = HDR_EXPECT;
@@ -609,7 +663,9 @@ static uint8_t known_header(const md_http_req *r, bool logging)
         h = HDR_USER_AGENT;
         break;
     case 17:
-        h = HDR_TE;
+        if (is_known_name(r->name, known[HDR_TE].name, 17))
+            return HDR_TE;
+        h = HDR_IF_MODIFIED_SINCE;
         break;
     default:
         return HDR_OTHER;
@@ -638,6 +694,9 @@ static int on_header_field_complete(llhttp_t *p)
         r->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
         return 0;
     }
+    /* A second field of a kept name: its value joins the first's as a list element. */
+    if (IS_FIELD(r->header) && r->field_len[r->header - HDR_IF_NONE_MATCH] != 0)
+        keep_list(r, r->header - HDR_IF_NONE_MATCH, ", ", 2);
     if (++r->fields > c->srv->limits.max_headers)
         return reject(c, 431);
     return 0;
@@ -743,6 +802,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
         keep_field(r->referer, &r->referer_len, at, len);
     else if (r->header == HDR_USER_AGENT)
         keep_field(r->user_agent, &r->user_agent_len, at, len);
+    else if (IS_FIELD(r->header))
+        keep_list(r, r->header - HDR_IF_NONE_MATCH, at, len);
     return 0;
 }
 
@@ -1133,7 +1194,8 @@ out:
     return want;
 }
 
-int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, uint64_t now_ns, md_outbuf *out)
+int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, uint64_t now_ns,
+                        md_outbuf *out)
 {
     md_http_pending *p = c->req != NULL ? c->req->pending : NULL;
     if (p == NULL)
@@ -1141,7 +1203,7 @@ int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, uint64_t now_ns,
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
     int want;
-    int rc = p->poll(p, c, cx, out);
+    int rc = p->poll(p, c, cx, io, out);
     if (rc == MD_PENDING_WAIT) {
         want = MD_HTTP_WANT_WAIT;
     } else if (rc == MD_PENDING_MORE) {

@@ -42,6 +42,7 @@ struct md_http_pending;
 struct md_route;
 struct md_route_table;
 struct mp_context;
+struct md_http_io;
 
 typedef struct md_http_limits {
     uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
@@ -128,6 +129,19 @@ typedef enum md_http_want {
 #define MD_HTTP_ECHO_GATHER (64u * 1024u)
 /* Bytes of Referer and User-Agent kept for the access log. */
 #define MD_HTTP_FIELD_KEEP 256
+/* Request fields kept for handlers (validators, ranges, codings): the first
+ * MD_HTTP_COND_KEEP bytes of their values, several fields of one name joined with ", "; a
+ * longer value counts as absent (md_http_req_field), which a handler answers as if the field
+ * had not come (a full 200: never wrong). */
+typedef enum md_http_field {
+    MD_FIELD_IF_NONE_MATCH,
+    MD_FIELD_IF_MODIFIED_SINCE,
+    MD_FIELD_RANGE,
+    MD_FIELD_IF_RANGE,
+    MD_FIELD_ACCEPT_ENCODING,
+    MD_HTTP_FIELDS,
+} md_http_field;
+#define MD_HTTP_COND_KEEP 128
 /* Responses are counted by status class, 1xx .. 5xx. */
 #define MD_HTTP_STATUS_CLASSES 5
 
@@ -163,11 +177,13 @@ typedef struct md_http_req {
     uint32_t path_len;    /* bytes of target[] before the '?', once path_done */
     uint16_t referer_len; /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
-    uint64_t url_len;      /* bytes of the whole target */
-    uint64_t head_bytes;   /* head bytes in earlier feeds */
-    uint64_t body_bytes;   /* body, chunk extensions and trailers so far */
-    size_t body_len;       /* bytes gathered in conn.body */
-    const char *head_from; /* where this feed's share of the head starts */
+    uint8_t field_len[MD_HTTP_FIELDS]; /* bytes kept in field[] */
+    uint8_t field_cut;                 /* bit per md_http_field: longer than kept */
+    uint64_t url_len;                  /* bytes of the whole target */
+    uint64_t head_bytes;               /* head bytes in earlier feeds */
+    uint64_t body_bytes;               /* body, chunk extensions and trailers so far */
+    size_t body_len;                   /* bytes gathered in conn.body */
+    const char *head_from;             /* where this feed's share of the head starts */
     const char *value_end;
     const char *field_end;        /* end of the last field-name span (this feed) */
     const char *gap_from;         /* where this feed's share of the gap starts */
@@ -181,6 +197,7 @@ typedef struct md_http_req {
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
+    char field[MD_HTTP_FIELDS][MD_HTTP_COND_KEEP];
 } md_http_req;
 
 /* One connection. Owned by its task, so touched by one thread at a time (possibly a different
@@ -225,10 +242,12 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
                       md_outbuf *out);
 
 /* The I/O layer, after MD_HTTP_WANT_HANDLER or MD_HTTP_WANT_WAIT (and a flush of out): polls
- * the pending handler from the connection's task (cx). MD_HTTP_WANT_HANDLER: it queued output,
- * flush and call again; MD_HTTP_WANT_WAIT: it holds a waker, call again when the task is
- * polled; MD_HTTP_WANT_READ: done, feed the input left over; MD_HTTP_WANT_CLOSE; or -ENOMEM. */
-int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, uint64_t now_ns, md_outbuf *out);
+ * the pending handler from the connection's task (cx), lending it io (handler.h).
+ * MD_HTTP_WANT_HANDLER: it queued output, flush and call again; MD_HTTP_WANT_WAIT: it holds a
+ * waker, call again when the task is polled; MD_HTTP_WANT_READ: done, feed the input left over;
+ * MD_HTTP_WANT_CLOSE; or -ENOMEM. */
+int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, struct md_http_io *io,
+                        uint64_t now_ns, md_outbuf *out);
 
 /* The peer shut down its side. Always MD_HTTP_WANT_CLOSE: complete requests were answered by
  * feed, and a partial one cannot be. */

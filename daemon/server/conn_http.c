@@ -20,6 +20,7 @@
 
 #include "server/conn.h"
 #include "core/log.h"
+#include "http/handler.h"
 
 /* The client's address, looked up at the connection's first access-log line, so that
  * connections accepted while the access log was off have one too, and no connection pays for
@@ -77,6 +78,18 @@ md_http_gen *md_conn_http_gen_new(md_server *s, const md_config *cfg)
     return g;
 }
 
+/* The io a pending handler gets: the socket, and md_conn_write's bounded write. */
+struct conn_io {
+    md_http_io io;
+    md_conn *c;
+};
+
+static mp_poll conn_io_write(md_http_io *io, mp_context *cx, const char *data, size_t len, int *err)
+{
+    md_conn *c = ((struct conn_io *)(void *)io)->c;
+    return md_conn_write(c, cx, data, len, err);
+}
+
 static md_close_reason expired_reason(md_http_expired e)
 {
     switch (e) {
@@ -113,7 +126,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (c->want == MD_HTTP_WANT_CLOSE)
             return md_conn_finish(c, c->why);
         if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
-            int want = md_http_conn_resume(&c->http, cx, uv_hrtime(), &c->out);
+            struct conn_io io = {{mp_tcp_fileno(&c->tcp), conn_io_write}, c};
+            int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
             c->want = want;

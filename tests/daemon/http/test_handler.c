@@ -23,9 +23,11 @@ struct slow {
 
 static struct slow slow;
 
-static int slow_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_outbuf *out)
+static int slow_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+                     md_outbuf *out)
 {
     (void)cx; /* nothing to wait for in a sans-I/O test */
+    (void)io;
     struct slow *s = (struct slow *)p;
     s->polls++;
     if (s->waits > 0) {
@@ -104,13 +106,13 @@ Test(handler, pending_response_is_polled_in_pieces_and_pipelining_waits)
     expect_out(&s, "");
 
     slow.waits = 1;
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_WAIT);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_WAIT);
     expect_out(&s, "");
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
     expect_out(&s, slow_resp);
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
     expect_out(&s, "abc");
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_READ);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_READ);
     expect_out(&s, "def");
     cr_assert_eq(slow.polls, 4);
 
@@ -134,9 +136,9 @@ Test(handler, failure_half_way_ends_the_response_with_a_close)
     const char *in = "GET /slow HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n";
     size_t used;
     cr_assert_eq(md_http_conn_feed(&s.c, T0, in, strlen(in), &used, &s.out), MD_HTTP_WANT_HANDLER);
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
     expect_out(&s, slow_resp);
-    cr_assert_eq(md_http_conn_resume(&s.c, NULL, T0, &s.out), MD_HTTP_WANT_CLOSE);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_CLOSE);
     expect_out(&s, ""); /* short of its Content-Length: the close tells the client */
     cr_assert_eq(md_http_conn_feed(&s.c, T0, in + used, strlen(in) - used, &used, &s.out),
                  MD_HTTP_WANT_CLOSE, "nothing more is parsed");
@@ -163,7 +165,7 @@ Test(handler, pending_response_that_closes)
     cr_assert_eq(feed(&s, "GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
                  MD_HTTP_WANT_HANDLER);
     int want;
-    while ((want = md_http_conn_resume(&s.c, NULL, T0, &s.out)) == MD_HTTP_WANT_HANDLER)
+    while ((want = md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out)) == MD_HTTP_WANT_HANDLER)
         ;
     cr_assert_eq(want, MD_HTTP_WANT_CLOSE);
     char got[512];
