@@ -56,7 +56,7 @@ typedef struct md_handler {
 
 /* The handlers, one file each in http/handlers/. */
 extern const md_handler md_handler_text, md_handler_echo, md_handler_metrics, md_handler_health,
-    md_handler_redirect;
+    md_handler_redirect, md_handler_static;
 
 /* What md_http_pending.poll returns when it has not finished. */
 enum {

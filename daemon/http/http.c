@@ -346,7 +346,7 @@ int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, c
     const md_http_status *st = md_http_status_of(status);
     md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes(c), http10(c), NULL, fields,
                                                      flen, ctype, length));
-    count_response(c, st->code, is_head_request(c) ? 0 : length);
+    count_response(c, st->code, is_head_request(c) || st->code == 304 ? 0 : length);
     return 0;
 }
 

@@ -17,10 +17,12 @@
 
 static const md_http_status statuses[] = {
     STATUS(200, "OK"),
+    STATUS(206, "Partial Content"),
     STATUS(301, "Moved Permanently"),
     STATUS(302, "Found"),
     STATUS(303, "See Other"),
     STATUS(307, "Temporary Redirect"),
+    STATUS(304, "Not Modified"),
     STATUS(308, "Permanent Redirect"),
     STATUS(400, "Bad Request"),
     STATUS(403, "Forbidden"),
@@ -29,6 +31,7 @@ static const md_http_status statuses[] = {
     STATUS(408, "Request Timeout"),
     STATUS(413, "Content Too Large"),
     STATUS(414, "URI Too Long"),
+    STATUS(416, "Range Not Satisfiable"),
     STATUS(410, "Gone"),
     STATUS(417, "Expectation Failed"),
     STATUS(431, "Request Header Fields Too Large"),

@@ -9,10 +9,13 @@
 #include "http/routes.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "http/handler.h"
 #include "http/response.h"
@@ -25,13 +28,13 @@
 static const char *const kind_names[MD_HANDLER_KINDS] = {
     [MD_HANDLER_TEXT] = "text",         [MD_HANDLER_ECHO] = "echo",
     [MD_HANDLER_METRICS] = "metrics",   [MD_HANDLER_HEALTH] = "health",
-    [MD_HANDLER_REDIRECT] = "redirect",
+    [MD_HANDLER_REDIRECT] = "redirect", [MD_HANDLER_STATIC] = "static",
 };
 
 static const md_handler *const handlers[MD_HANDLER_KINDS] = {
     [MD_HANDLER_TEXT] = &md_handler_text,         [MD_HANDLER_ECHO] = &md_handler_echo,
     [MD_HANDLER_METRICS] = &md_handler_metrics,   [MD_HANDLER_HEALTH] = &md_handler_health,
-    [MD_HANDLER_REDIRECT] = &md_handler_redirect,
+    [MD_HANDLER_REDIRECT] = &md_handler_redirect, [MD_HANDLER_STATIC] = &md_handler_static,
 };
 
 static void say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -146,6 +149,8 @@ static const char *default_ctype(md_handler_kind k)
         return "application/octet-stream";
     case MD_HANDLER_METRICS:
         return "text/plain; version=0.0.4; charset=utf-8";
+    case MD_HANDLER_STATIC:
+        return "application/octet-stream"; /* for a name /etc/mime.types does not know */
     default:
         return "text/plain";
     }
@@ -173,12 +178,15 @@ static void set_handler(md_route *r, md_handler_kind k)
     r->body[0] = '\0';
     if (k == MD_HANDLER_HEALTH)
         set_text(r->body, sizeof r->body, &r->body_len, "ok");
+    set_text(r->index_file, sizeof r->index_file, NULL, k == MD_HANDLER_STATIC ? "index.html" : "");
+    r->precompressed = false;
 }
 
 static void builtin(md_route_table *t, const char *path, md_handler_kind k)
 {
     md_route *r = &t->r[t->n++];
     memset(r, 0, sizeof *r);
+    r->root_fd = -1;
     set_text(r->path, sizeof r->path, &r->path_len, path);
     r->exact = true;
     set_handler(r, k);
@@ -242,6 +250,7 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     }
     md_route *r = &t->r[t->n++];
     memset(r, 0, sizeof *r);
+    r->root_fd = -1;
     memcpy(r->path, spec, len);
     r->path[len] = '\0';
     r->path_len = (uint16_t)len;
@@ -308,7 +317,59 @@ static bool redirect_status(unsigned s)
 static bool text_status(unsigned s)
 {
     /* A status the table has, that carries a body. */
-    return s >= 200 && s <= 599 && s != 204 && s != 304 && md_http_status_of(s)->code == s;
+    return s >= 200 && s <= 599 && s != 204 && s != 206 && s != 304 && s != 416 &&
+           md_http_status_of(s)->code == s;
+}
+
+/* The static handler's options. */
+static int static_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
+{
+    if (strcmp(key, "root") == 0) {
+        struct stat st;
+        if (value[0] != '/' || strlen(value) >= MD_ROUTE_TEXT_MAX) {
+            say(msg, msg_len, "expected an absolute directory path, at most %d bytes",
+                MD_ROUTE_TEXT_MAX - 1);
+            return -EINVAL;
+        }
+        if (stat(value, &st) != 0) {
+            say(msg, msg_len, "%s: %s", value, strerror(errno));
+            return -EINVAL;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            say(msg, msg_len, "%s: not a directory", value);
+            return -EINVAL;
+        }
+        set_text(r->body, sizeof r->body, &r->body_len, value);
+        return 0;
+    }
+    if (strcmp(key, "index") == 0) {
+        size_t n = strlen(value);
+        if (n == 0 || n >= MD_ROUTE_INDEX_MAX || strchr(value, '/') != NULL || value[0] == '.' ||
+            !field_safe(value, false)) {
+            say(msg, msg_len,
+                "expected a file name (no '/', not starting with '.'), at most %d bytes",
+                MD_ROUTE_INDEX_MAX - 1);
+            return -EINVAL;
+        }
+        set_text(r->index_file, sizeof r->index_file, NULL, value);
+        return 0;
+    }
+    if (strcmp(key, "precompressed") == 0) {
+        if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
+            r->precompressed = value[1] == 'n';
+            return 0;
+        }
+        say(msg, msg_len, "expected on or off, got \"%s\"", value);
+        return -EINVAL;
+    }
+    /* default_type */
+    if (value[0] == '\0' || strlen(value) >= MD_ROUTE_CTYPE_MAX || !field_safe(value, true)) {
+        say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
+            MD_ROUTE_CTYPE_MAX - 1);
+        return -EINVAL;
+    }
+    set_text(r->content_type, sizeof r->content_type, NULL, value);
+    return 0;
 }
 
 int md_route_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
@@ -324,18 +385,15 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
                 return 0;
             }
         }
-        if (strcmp(value, "static") == 0)
-            say(msg, msg_len,
-                "static is not built yet: expected text, echo, metrics, health or "
-                "redirect");
-        else
-            say(msg, msg_len, "expected text, echo, metrics, health or redirect, got \"%s\"",
-                value);
+        say(msg, msg_len, "expected text, echo, metrics, health, redirect or static, got \"%s\"",
+            value);
         return -EINVAL;
     }
     bool known = strcmp(key, "methods") == 0 || strcmp(key, "status") == 0 ||
                  strcmp(key, "body") == 0 || strcmp(key, "content_type") == 0 ||
-                 strcmp(key, "location") == 0;
+                 strcmp(key, "location") == 0 || strcmp(key, "root") == 0 ||
+                 strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
+                 strcmp(key, "precompressed") == 0;
     if (!known)
         return -ENOENT;
     if (!r->has_handler) {
@@ -393,6 +451,14 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
         set_text(r->content_type, sizeof r->content_type, NULL, value);
         return 0;
     }
+    if (strcmp(key, "root") == 0 || strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
+        strcmp(key, "precompressed") == 0) {
+        if (k != MD_HANDLER_STATIC) {
+            say(msg, msg_len, "only for handler = static");
+            return -EINVAL;
+        }
+        return static_key(r, key, value, msg, msg_len);
+    }
     /* location */
     if (k != MD_HANDLER_REDIRECT) {
         say(msg, msg_len, "only for handler = redirect");
@@ -417,7 +483,40 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         say(msg, msg_len, "location: required for handler = redirect");
         return -EINVAL;
     }
+    if (r->kind == MD_HANDLER_STATIC && r->body_len == 0) {
+        say(msg, msg_len, "root: required for handler = static");
+        return -EINVAL;
+    }
     return 0;
+}
+
+int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        t->r[i].root_fd = -1;
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route *r = &t->r[i];
+        if (r->kind != MD_HANDLER_STATIC)
+            continue;
+        r->root_fd = open(r->body, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (r->root_fd < 0) {
+            int e = errno;
+            say(msg, msg_len, "[route %s%s] root %s: %s", r->exact ? "= " : "", r->path, r->body,
+                strerror(e));
+            md_routes_close(t);
+            return -e;
+        }
+    }
+    return 0;
+}
+
+void md_routes_close(md_route_table *t)
+{
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->r[i].root_fd >= 0)
+            close(t->r[i].root_fd);
+        t->r[i].root_fd = -1;
+    }
 }
 
 /* "GET, HEAD, OPTIONS": the methods in llhttp's order, then OPTIONS. */

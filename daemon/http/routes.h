@@ -25,6 +25,7 @@ enum {
     MD_ROUTE_TEXT_MAX = 200,  /* bytes of a text body or a redirect's location, with its NUL */
     MD_ROUTE_CTYPE_MAX = 128, /* bytes of a content type, with its NUL */
     MD_ROUTE_ALLOW_MAX = 160, /* bytes of an Allow value, with its NUL */
+    MD_ROUTE_INDEX_MAX = 64,  /* bytes of a static route's index file name, with its NUL */
 };
 
 /* The handlers a route can name (http/handlers/, one file each). */
@@ -34,22 +35,27 @@ typedef enum md_handler_kind {
     MD_HANDLER_METRICS,  /* md_http_server.metrics_text */
     MD_HANDLER_HEALTH,   /* 200 "ok" */
     MD_HANDLER_REDIRECT, /* a status and a Location */
+    MD_HANDLER_STATIC,   /* files under a root directory */
     MD_HANDLER_KINDS,
 } md_handler_kind;
 
 typedef struct md_route {
     char path[MD_ROUTE_PATH_MAX];
     uint16_t path_len;
-    bool exact;       /* "[route = /p]": this path only */
-    bool has_handler; /* the section named one (checked by md_route_check) */
-    bool has_methods; /* methods were given; otherwise the handler's default */
-    uint8_t kind;     /* md_handler_kind */
-    uint8_t index;    /* position in the table (the canned-response slot of a text route) */
-    uint16_t status;  /* text and redirect */
-    uint64_t methods; /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
+    bool exact;         /* "[route = /p]": this path only */
+    bool has_handler;   /* the section named one (checked by md_route_check) */
+    bool has_methods;   /* methods were given; otherwise the handler's default */
+    bool precompressed; /* static: serve FILE.gz to clients that accept gzip */
+    uint8_t kind;       /* md_handler_kind */
+    uint8_t index;      /* position in the table (the canned-response slot of a text route) */
+    uint16_t status;    /* text and redirect */
+    uint64_t methods;   /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];        /* Allow for 405 and OPTIONS; md_routes_prepare */
-    char content_type[MD_ROUTE_CTYPE_MAX]; /* text, echo, metrics, health */
-    char body[MD_ROUTE_TEXT_MAX];          /* text: the body; redirect: the location */
+    char content_type[MD_ROUTE_CTYPE_MAX]; /* text, echo, metrics, health; static's default */
+    /* text: the body; redirect: the location; static: the root directory */
+    char body[MD_ROUTE_TEXT_MAX];
+    char index_file[MD_ROUTE_INDEX_MAX]; /* static: the file a directory's path serves */
+    int root_fd; /* static: the root, opened by md_routes_open(); -1 in a configuration */
     uint16_t body_len;
     uint32_t line;                    /* of its [route] header in the configuration; 0: built in */
     const struct md_handler *handler; /* md_routes_prepare(); a test may put its own */
@@ -78,6 +84,12 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
 /* After a route's last key: what its handler requires (a handler; a location for redirect).
  * 0 or -EINVAL with msg. */
 int md_route_check(const md_route *r, char *msg, size_t msg_len);
+
+/* Opens the root directory of every static route (O_PATH), for a table that serves: 0, or a
+ * negative errno with msg naming the route. md_routes_close() closes them (also after an
+ * error); a table copied from a configuration holds none. */
+int md_routes_open(md_route_table *t, char *msg, size_t msg_len);
+void md_routes_close(md_route_table *t);
 
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */
 void md_routes_prepare(md_route_table *t);

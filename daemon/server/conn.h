@@ -121,9 +121,10 @@ md_close_reason md_conn_write_error(const md_conn *c, int err);
 /* conn_http.c and conn_echo.c: the tasks' polls. */
 mp_poll md_conn_http_poll(md_conn *c, mp_context *cx);
 mp_poll md_conn_echo_poll(md_conn *c, mp_context *cx);
-/* A generation of HTTP settings for cfg, with the server's hooks; not yet published. NULL
- * when out of memory. */
-md_http_gen *md_conn_http_gen_new(md_server *s, const md_config *cfg);
+/* A generation of HTTP settings for cfg, with the server's hooks and its routes' roots open;
+ * not yet published. 0, or a negative errno with err saying why (out of memory, a root that
+ * cannot be opened). */
+int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, md_error *err);
 
 /* server_metrics.c: md_metrics_extra_fn for the server (arg). */
 int md_server_metrics_text(void *arg, md_outbuf *out);

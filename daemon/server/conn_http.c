@@ -15,6 +15,7 @@
  * write).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -60,14 +61,21 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-md_http_gen *md_conn_http_gen_new(md_server *s, const md_config *cfg)
+int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, md_error *err)
 {
     md_http_gen *g = calloc(1, sizeof *g);
-    if (g == NULL)
-        return NULL;
+    if (g == NULL) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -ENOMEM;
+    }
     g->http.limits = cfg->limits;
     g->routes = cfg->routes;
     g->http.routes = &g->routes;
+    int rc = md_routes_open(&g->routes, err->msg, sizeof err->msg);
+    if (rc != 0) {
+        free(g);
+        return rc;
+    }
     g->http.metrics = &s->metrics;
     g->http.metrics_text = md_metrics_text;
     g->http.metrics_arg = &s->metrics;
@@ -75,7 +83,8 @@ md_http_gen *md_conn_http_gen_new(md_server *s, const md_config *cfg)
     if (cfg->access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;
     g->http.request_begin = md_http_gen_request_begin;
-    return g;
+    *out = g;
+    return 0;
 }
 
 /* The io a pending handler gets: the socket, and md_conn_write's bounded write. */

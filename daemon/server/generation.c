@@ -54,6 +54,12 @@ md_http_gen *md_http_gens_enter(md_http_gens *l)
     return l->newest;
 }
 
+void md_http_gen_free(md_http_gen *g)
+{
+    md_routes_close(&g->routes);
+    free(g);
+}
+
 void md_http_gens_sweep(md_http_gens *l)
 {
     md_http_gen *g = l->oldest;
@@ -61,7 +67,7 @@ void md_http_gens_sweep(md_http_gens *l)
     while (g != l->newest && atomic_load_explicit(&g->conns, memory_order_acquire) == 0) {
         /* Relaxed: `newer` was published by this thread. */
         md_http_gen *newer = atomic_load_explicit(&g->newer, memory_order_relaxed);
-        free(g);
+        md_http_gen_free(g);
         g = newer;
         /* Relaxed: a gauge for /metrics. */
         atomic_fetch_sub_explicit(&l->count, 1, memory_order_relaxed);
@@ -80,7 +86,7 @@ void md_http_gens_free(md_http_gens *l)
 {
     for (md_http_gen *g = l->newest, *older; g != NULL; g = older) {
         older = g->older;
-        free(g);
+        md_http_gen_free(g);
     }
     l->newest = l->oldest = NULL;
 }

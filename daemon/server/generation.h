@@ -40,6 +40,8 @@ void md_http_gens_init(md_http_gens *l, md_http_gen *first);
 void md_http_gens_publish(md_http_gens *l, md_http_gen *g);
 /* Loop side: a new connection starts at the newest generation, counted there. */
 md_http_gen *md_http_gens_enter(md_http_gens *l);
+/* Frees one generation (closing the roots its routes opened); not published, or swept. */
+void md_http_gen_free(md_http_gen *g);
 /* Loop side: free the oldest generations that no connection is at. */
 void md_http_gens_sweep(md_http_gens *l);
 /* Any thread. */

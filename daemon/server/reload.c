@@ -30,11 +30,8 @@ static void reload_cmd(uv_loop_t *loop, void *arg)
     md_listener_state *fresh[MD_LISTENERS] = {NULL};
     bool replace[MD_LISTENERS] = {false};
     int rc = 0;
-    md_http_gen *g = md_conn_http_gen_new(s, cfg);
-    if (g == NULL) {
-        snprintf(r->err->msg, sizeof r->err->msg, "out of memory");
-        rc = -ENOMEM;
-    }
+    md_http_gen *g = NULL;
+    rc = md_conn_http_gen_new(s, cfg, &g, r->err);
     for (int k = 0; k < MD_LISTENERS && rc == 0; k++) {
         md_listener kind = (md_listener)k;
         md_listener_state *l = s->listeners[k];
@@ -57,7 +54,8 @@ static void reload_cmd(uv_loop_t *loop, void *arg)
     if (rc != 0) {
         for (int k = 0; k < MD_LISTENERS; k++)
             md_listener_close(fresh[k]);
-        free(g);
+        if (g != NULL)
+            md_http_gen_free(g);
         r->rc = rc;
         return;
     }

@@ -38,10 +38,11 @@ int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
     md_metrics_init(&s->metrics);
     md_metrics_set_extra(&s->metrics, md_server_metrics_text, s);
     atomic_init(&s->last_reload_ok, true);
-    md_http_gen *first = md_conn_http_gen_new(s, cfg);
-    if (first == NULL) {
+    md_http_gen *first = NULL;
+    int grc = md_conn_http_gen_new(s, cfg, &first, err);
+    if (grc != 0) {
         free(s);
-        return -ENOMEM;
+        return grc;
     }
     md_http_gens_init(&s->gens, first);
     start_call c = {.srv = s, .inherited = inherited, .err = err};

@@ -138,7 +138,7 @@ Test(routes, bad_sections_and_options_say_why, .timeout = 5)
     refused(" /%41", NULL, NULL, "normalised");
     refused(" /a b", NULL, NULL, "visible ASCII");
     refused(" /a?b", NULL, NULL, "visible ASCII");
-    refused(" /a", "handler", "static", "not built yet");
+    refused(" /a", "handler", "files", "expected text, echo, metrics, health, redirect or static");
     refused(" /a", "handler", "files", "expected text, echo");
     refused(" /a", "status", "200", "expected 301");
     refused(" /a", "location", "/x\r\nSet-Cookie: a", "visible ASCII");
@@ -161,6 +161,29 @@ Test(routes, bad_sections_and_options_say_why, .timeout = 5)
     cr_assert_eq(md_route_key(&t.r[1], "handler", "redirect", msg, sizeof msg), 0);
     cr_assert_eq(md_route_check(&t.r[1], msg, sizeof msg), -EINVAL);
     cr_assert_not_null(strstr(msg, "location: required"), "%s", msg);
+
+    /* static: an absolute directory that exists, a plain index name, its root required. */
+    cr_assert_eq(md_routes_add(&t, " /s", 11, msg, sizeof msg), 0);
+    md_route *st = &t.r[2];
+    cr_assert_eq(md_route_key(st, "handler", "static", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_check(st, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "root: required"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "srv/www", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "absolute"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "/nonexistent-magpied-root", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "No such file"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "/etc/hostname", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "not a directory"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "index", "../x", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "index", ".hidden", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "precompressed", "maybe", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "body", "x", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "root", "/tmp", msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(md_route_check(st, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_str_eq(st->index_file, "index.html");
+    cr_assert_str_eq(st->content_type, "application/octet-stream");
+    cr_assert_eq(md_route_key(&t.r[1], "root", "/tmp", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "only for handler = static"), "%s", msg);
 }
 
 Test(routes, table_is_bounded, .timeout = 5)
