@@ -298,9 +298,13 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
                                 : -1;
         if (n > 0) {
             s->off += (uint64_t)n;
-            if (s->off != s->end)
-                return MD_PENDING_MORE; /* let the task yield between large pieces */
-            return 0;
+            if (s->off == s->end)
+                return 0;
+            /* Between large pieces other tasks of this worker run: requeued at the back. */
+            if (cx == NULL)
+                return MD_PENDING_MORE;
+            (void)mp_yield(cx);
+            return MD_PENDING_WAIT;
         }
         if (n == 0)
             return -EIO; /* the file ended early: it shrank */
