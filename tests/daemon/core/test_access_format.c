@@ -1,4 +1,4 @@
-/* Tests of daemon/access_format.c: the combined and JSON access-log lines. (The sample lines,
+/* Tests of daemon/core/access_format.c: the combined and JSON access-log lines. (The sample lines,
  * escaping of every byte and the field caps are also checked through the logger in
  * test_log.c.) */
 #include <criterion/criterion.h>

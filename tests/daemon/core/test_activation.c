@@ -1,4 +1,4 @@
-/* Tests for daemon/activation.c (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES), and magpied started
+/* Tests for daemon/core/activation.c (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES), and magpied started
  * by systemd-socket-activate the way systemd starts it from magpied.socket.
  *
  * The parsing tests run md_activation_fds() in a forked child: the descriptors it reads start

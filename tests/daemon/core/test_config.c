@@ -1,4 +1,4 @@
-/* Tests for daemon/config.c: defaults, the shipped file, every key's range, the file:line:key
+/* Tests for daemon/core/config.c: defaults, the shipped file, every key's range, the file:line:key
  * error messages, --set overrides, and the cross-key checks.
  */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* Tests of daemon/log.c and the parts it drives (errlog.c, access_log.c): error-log levels,
+/* Tests of daemon/core/log.c and the parts it drives (errlog.c, access_log.c): error-log levels,
  * prefixes and file format; access-log formats and escaping; reopen after rename; many writers; a
  * stuck target (drops, never blocks); switching at runtime; the writer thread's existence and
  * idleness. Each test is its own process (Criterion forks), so each starts with a fresh logger.

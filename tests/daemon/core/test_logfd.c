@@ -1,4 +1,4 @@
-/* Tests of daemon/logfd.c: writing to a regular file or to a target that may stop taking
+/* Tests of daemon/core/logfd.c: writing to a regular file or to a target that may stop taking
  * data, never waiting for it without bound. */
 #include <criterion/criterion.h>
 

@@ -1,4 +1,4 @@
-/* Tests for daemon/metrics.c: sharded counters summed across threads, the latency buckets,
+/* Tests for daemon/core/metrics.c: sharded counters summed across threads, the latency buckets,
  * and exposition text that a Prometheus text-format parser would accept.
  */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* Tests of daemon/notify.c: the systemd notify datagrams. */
+/* Tests of daemon/core/notify.c: the systemd notify datagrams. */
 #include <criterion/criterion.h>
 
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* Tests for daemon/outbuf.c: appends, partial writes, compaction and growth, lent bytes. */
+/* Tests for daemon/core/outbuf.c: appends, partial writes, compaction and growth, lent bytes. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>

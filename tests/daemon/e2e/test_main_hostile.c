@@ -1,7 +1,7 @@
-/* Integration tests of magpied against hostile clients (daemon/conn.c, listener.c): peers that do
- * not read, read a byte at a time, trickle a body, or hold one listener's every slot. Each test has
- * the shape of the attack, on raw loopback sockets, and asserts that the daemon closes the offender
- * (within a generous watchdog, never how fast) and serves others meanwhile. */
+/* Integration tests of magpied against hostile clients (daemon/server/conn.c, listener.c): peers
+ * that do not read, read a byte at a time, trickle a body, or hold one listener's every slot. Each
+ * test has the shape of the attack, on raw loopback sockets, and asserts that the daemon closes the
+ * offender (within a generous watchdog, never how fast) and serves others meanwhile. */
 #include <criterion/criterion.h>
 
 #include <errno.h>

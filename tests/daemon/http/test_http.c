@@ -1,4 +1,4 @@
-/* Tests for daemon/http.c: responses, keep-alive, pipelining, bodies, 100-continue, HTTP/1.0,
+/* Tests for daemon/http/http.c: responses, keep-alive, pipelining, bodies, 100-continue, HTTP/1.0,
  * every limit, the request-smuggling shapes, timers, drain, and the same byte streams split at
  * every offset producing byte-identical output.
  */

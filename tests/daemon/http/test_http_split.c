@@ -1,4 +1,4 @@
-/* Stream invariants of daemon/http.c: the same bytes, however the reads split them, give
+/* Stream invariants of daemon/http/http.c: the same bytes, however the reads split them, give
  * byte-identical output and the same final want (split at every offset, byte by byte, and at
  * random multi-way splits of mutated input); output past the high-water mark pauses parsing
  * and resumes where it stopped.

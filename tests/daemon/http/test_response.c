@@ -1,4 +1,4 @@
-/* Tests for daemon/response.c: the status table, IMF-fixdate, heads, the canned cache. */
+/* Tests for daemon/http/response.c: the status table, IMF-fixdate, heads, the canned cache. */
 #include <criterion/criterion.h>
 #include <locale.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Tests of daemon/generation.c: HTTP settings generations, the move at a request boundary,
+/* Tests of daemon/server/generation.c: HTTP settings generations, the move at a request boundary,
  * and the sweep that frees the ones no connection can reach. */
 #include <pthread.h>
 #include <sched.h>
