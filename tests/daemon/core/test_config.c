@@ -572,3 +572,49 @@ Test(config, echo_idle_timeout_range, .timeout = 5)
     cr_assert_eq(md_config_set(&c, "echo.idle_timeout_ms=250", &err), 0, "%s", err.msg);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 250);
 }
+
+/* [route] sections: repeated, each its own route; a file's routes replace the built-in four. */
+Test(config, route_sections, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    const char *text = "[route = /]\nhandler = text\nbody = hi\n"
+                       "[limits]\nmax_headers = 50\n"
+                       "[route /a-path-longer-than-fifty-characters-which-inih-would-cut/x]\n"
+                       "handler = redirect\nlocation = /y\n";
+    cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.routes.n, 2);
+    cr_assert_str_eq(c.routes.r[0].body, "hi");
+    cr_assert_eq(c.routes.r[0].line, 1);
+    cr_assert_str_eq(c.routes.r[1].path,
+                     "/a-path-longer-than-fifty-characters-which-inih-would-cut/x");
+    cr_assert_str_eq(c.routes.r[1].body, "/y");
+    cr_assert_eq(c.limits.max_headers, 50);
+    cr_assert_null(md_routes_find(&c.routes, "/echo", 5), "the built-in routes are gone");
+    /* Without any [route], the built-in four. */
+    cr_assert_eq(parse(&c, "[limits]\nmax_headers = 50\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.routes.n, 4);
+    cr_assert_not_null(md_routes_find(&c.routes, "/healthz", 8));
+}
+
+Test(config, route_errors_name_file_line_and_key, .timeout = 5)
+{
+    expect_error("[route /a]\nhandler = text\nbogus = 1\n",
+                 "test.conf:3: [route /a] bogus: unknown key");
+    expect_error("[route /a]\nbody = x\n",
+                 "test.conf:2: [route /a] body: set handler first: the options that follow "
+                 "belong to it");
+    expect_error("[route = /r]\nhandler = redirect\n[log]\nlevel = info\n",
+                 "test.conf:1: [route = /r] location: required for handler = redirect");
+    expect_error("[route /a]\nhandler = text\n[route /a]\nhandler = echo\n",
+                 "test.conf:3: [route /a]: the same route as line 1");
+    expect_error("[route a]\nhandler = text\n",
+                 "test.conf:1: [route a]: expected [route /path] or [route = /path]");
+    expect_error("[route /a]\nhandler = text\nhandler = echo\n",
+                 "test.conf:3: [route /a] handler: set twice");
+    md_config c;
+    md_error err = {{0}};
+    md_config_init(&c);
+    cr_assert_eq(md_config_set(&c, "route /a.handler=text", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [route /a]: routes are set in the file only");
+}
