@@ -16,9 +16,9 @@
  * One byte range ("bytes=a-b", "a-", "-n") gives 206 with Content-Range, or 416 when it starts
  * past the end; several ranges, or a bad Range, get the whole file (RFC 9110 14.2 lets a server
  * ignore Range); If-Range (an ETag compared strongly, or the exact Last-Modified date) must
- * match for the range to apply. With precompressed = on, FILE.gz is served (Content-Encoding:
- * gzip) to a client whose Accept-Encoding allows gzip, and every response says
- * Vary: Accept-Encoding.
+ * match for the range to apply. With precompressed = on, FILE.br or else FILE.gz is served
+ * (Content-Encoding: br or gzip) to a client whose Accept-Encoding allows that coding, and
+ * every response says Vary: Accept-Encoding.
  *
  * The body: a file of up to SMALL bytes is read into the output after its head (one send for
  * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket once the
@@ -141,9 +141,11 @@ static int open_error(md_http_conn *c, int err)
     }
 }
 
-/* a[0..n) contains the token (any case) as a list element with a q-value other than 0. */
-static bool accepts_gzip(const char *a, size_t n)
+/* a[0..n) names the coding (any case), or "*", as a list element with a q-value other than
+ * 0. */
+static bool accepts(const char *a, size_t n, const char *coding)
 {
+    size_t clen = strlen(coding);
     size_t i = 0;
     while (i < n) {
         while (i < n && (a[i] == ' ' || a[i] == '\t' || a[i] == ','))
@@ -152,8 +154,8 @@ static bool accepts_gzip(const char *a, size_t n)
         while (i < n && a[i] != ',' && a[i] != ';' && a[i] != ' ' && a[i] != '\t')
             i++;
         size_t tlen = i - start;
-        bool gzip =
-            (tlen == 4 && strncasecmp(a + start, "gzip", 4) == 0) || (tlen == 1 && a[start] == '*');
+        bool gzip = (tlen == clen && strncasecmp(a + start, coding, clen) == 0) ||
+                    (tlen == 1 && a[start] == '*');
         bool zero = false;
         while (i < n && a[i] != ',') {
             if (a[i] == 'q' || a[i] == 'Q') {
@@ -391,20 +393,25 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     if (r->precompressed) {
         size_t alen;
         const char *ae = md_http_req_field(c, MD_FIELD_ACCEPT_ENCODING, &alen);
-        if (ae != NULL && accepts_gzip(ae, alen) && rlen + 3 < sizeof rel) {
-            memcpy(rel + rlen, ".gz", 4);
-            struct stat gst;
-            int gfd = open_file(r->root_fd, rel, &gst);
-            if (gfd >= 0 && S_ISREG(gst.st_mode)) {
-                close(fd);
-                fd = gfd;
-                st = gst;
-                fl +=
-                    (size_t)snprintf(fields + fl, sizeof fields - fl, "Content-Encoding: gzip\r\n");
-            } else if (gfd >= 0) {
-                close(gfd);
-            }
+        /* FILE.br, then FILE.gz, for a client that takes that coding. */
+        static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
+        for (size_t i = 0; ae != NULL && i < 2 && rlen + 4 < sizeof rel; i++) {
+            if (!accepts(ae, alen, codings[i][0]))
+                continue;
+            memcpy(rel + rlen, codings[i][1], 4);
+            struct stat vst;
+            int vfd = open_file(r->root_fd, rel, &vst);
             rel[rlen] = '\0';
+            if (vfd >= 0 && S_ISREG(vst.st_mode)) {
+                close(fd);
+                fd = vfd;
+                st = vst;
+                fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Content-Encoding: %s\r\n",
+                                       codings[i][0]);
+                break;
+            }
+            if (vfd >= 0)
+                close(vfd);
         }
         fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Vary: Accept-Encoding\r\n");
     }

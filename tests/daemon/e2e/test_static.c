@@ -42,6 +42,7 @@ static void setup(void)
        "ln -s ../outside/secret.txt www/escape && ln -s /etc/passwd www/passwd && "
        "ln -s index.html www/inside.html && mkfifo www/fifo && "
        "printf 'body { color: red }\\n' > www/style.css && gzip -k www/style.css && "
+       "printf 'js' > www/app.js && printf 'BR' > www/app.js.br && "
        "head -c 3000000 /dev/urandom > www/big.bin && printf '0123456789' > www/ten.txt",
        dir);
     char conf[128];
@@ -273,6 +274,14 @@ Test(static_e2e, precompressed_variant)
     char cmd[256];
     snprintf(cmd, sizeof cmd, "curl -s --compressed http://127.0.0.1:%d/style.css", d.http);
     cr_expect_str_eq(run(cmd), "body { color: red }\n");
+    /* .br first where it exists and is accepted; the .gz otherwise; the file itself last. */
+    expect(get_with("/app.js", "Accept-Encoding: gzip, br\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: br\r\n");
+    r = get_with("/app.js", "Accept-Encoding: gzip\r\n");
+    expect(r, "HTTP/1.1 200", "\r\n\r\njs");
+    cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
+    expect(get_with("/style.css", "Accept-Encoding: br;q=0, gzip\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: gzip\r\n");
 }
 
 /* 3 MB by sendfile, once at full speed and once to a reader that takes 1 MB/s (the socket
