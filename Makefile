@@ -131,20 +131,23 @@ LOAD_LIB_OBJS := $(B)/obj/loadtest/load/hist.o $(B)/obj/loadtest/load/resp.o
 LT_TESTS  := $(sort $(wildcard tests/loadtest/test_*.c))
 LT_TEST_BINS := $(patsubst tests/loadtest/%.c,$(B)/tests/loadtest/%,$(LT_TESTS))
 
-# magpied: every daemon/*.c but main.c goes into a library the daemon tests link too.
+# magpied: every .c under daemon/ but main.c goes into a library the daemon tests link too.
+# The folders are the layers (daemon/README.md); includes name them ("http/http.h") from -Idaemon.
 # llhttp is compiled from the C sources Debian ships in node-llhttp (tests/systemd/first-run.sh
 # points both folders elsewhere to replay a fresh machine).
 LLHTTP_DIR  ?= /usr/share/llhttp
 LLHTTP_INC_DIR ?= /usr/share/include/llhttp
 LLHTTP_INC  := -I$(LLHTTP_INC_DIR)
 LLHTTP_OBJS := $(B)/obj/llhttp/api.o $(B)/obj/llhttp/http.o $(B)/obj/llhttp/llhttp.o
-D_SRCS   := $(sort $(filter-out daemon/main.c,$(wildcard daemon/*.c)))
+D_DIRS   := daemon daemon/core daemon/server daemon/http daemon/http/handlers
+D_SRCS   := $(sort $(filter-out daemon/main.c,$(foreach d,$(D_DIRS),$(wildcard $(d)/*.c))))
 D_OBJS   := $(D_SRCS:%.c=$(B)/obj/%.o)
 D_LIB    := $(B)/libmagpied.a
 D_INC    := $(RT_INC) -Idaemon $(LLHTTP_INC)
 D_LIBS   := -luv -linih
 MAGPIED  := $(B)/magpied
-D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c))
+# tests/daemon mirrors daemon/'s folders; tests/daemon/e2e/ holds the end-to-end suites.
+D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c tests/daemon/*/test_*.c tests/daemon/*/*/test_*.c))
 D_TEST_BINS := $(patsubst tests/daemon/%.c,$(B)/tests/daemon/%,$(D_TESTS))
 # Packaging checks (units, man pages, make install, the HAProxy example): they run tools.
 SD_TESTS := $(sort $(wildcard tests/systemd/test_*.c))
@@ -175,13 +178,10 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
 endif
 
 .PHONY: load bench-http examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
-# magpied joins the default build once daemon/main.c exists; the release build is also
-# reachable as build/magpied.
-ifneq ($(wildcard daemon/main.c),)
-  PROGRAMS := $(MAGPIED)
-  ifeq ($(VARIANT),release)
-    PROGRAMS += build/magpied
-  endif
+# The release build is also reachable as build/magpied.
+PROGRAMS := $(MAGPIED)
+ifeq ($(VARIANT),release)
+  PROGRAMS += build/magpied
 endif
 all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS) $(LOAD)
 
@@ -199,7 +199,7 @@ SUBMAKE := $(MAKE) --no-print-directory
 run:
 	@$(SUBMAKE) deps
 	@$(SUBMAKE) all
-	$(if $(PROGRAMS),$(MAGPIED) -c config/magpied.conf $(RUN_ARGS),$(DEMO))
+	$(MAGPIED) -c config/magpied.conf $(RUN_ARGS)
 
 test:
 	@$(SUBMAKE) test-deps
@@ -391,7 +391,6 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	  runtime/include/magpie_io.h $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
 	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
-ifneq ($(PROGRAMS),)
 	install -D -m 755 $(MAGPIED) $(DESTDIR)$(SBINDIR)/magpied
 	@if [ -z "$(DESTDIR)" ] && [ -e /etc/magpied/magpied.conf ]; then \
 	  echo "keeping /etc/magpied/magpied.conf (the shipped default is config/magpied.conf)"; \
@@ -407,7 +406,6 @@ ifneq ($(PROGRAMS),)
 	install -D -m 644 daemon/magpied.8 $(DESTDIR)$(MANDIR)/man8/magpied.8
 	install -D -m 644 config/magpied.conf.5 $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
 	install -D -m 644 config/haproxy.cfg.example $(DESTDIR)$(DOCDIR)/haproxy.cfg.example
-endif
 	$(if $(DESTDIR),,-ldconfig)
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
@@ -419,6 +417,8 @@ lint-check:
 	tests/lint/test-check-refs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(D_INC) daemon
 
 clean:
 	rm -rf build

@@ -23,13 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "activation.h"
-#include "config.h"
-#include "log.h"
-#include "notify.h"
+#include "core/activation.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/notify.h"
 #include "magpie.h"
-#include "server.h"
-#include "version.h"
+#include "server/server.h"
+#include "core/version.h"
 
 /* --set options taken; more are an error. */
 #define MAX_SETS 64

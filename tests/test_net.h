@@ -1,5 +1,5 @@
 /* Loopback client helpers shared by the suites that talk to real sockets (test_tcp.c,
- * tests/daemon/test_main.c). They assert, so include after <criterion/criterion.h>. */
+ * tests/daemon/e2e/test_main.c). They assert, so include after <criterion/criterion.h>. */
 #ifndef MP_TEST_NET_H
 #define MP_TEST_NET_H
 

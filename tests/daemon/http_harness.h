@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
-#include "metrics.h"
+#include "http/http.h"
+#include "core/metrics.h"
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>

@@ -53,15 +53,17 @@ static inline void kill_leftover(void)
     }
 }
 
-/* build/<variant>/tests/daemon/test_main -> build/<variant>/magpied */
+/* build/<variant>/tests/daemon/<folder>/test_x -> build/<variant>/magpied, whatever the folder */
 static inline void magpied_path(char *buf, size_t len)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     cr_assert_gt(n, 0);
     self[n] = 0;
-    *strrchr(self, '/') = 0;
-    snprintf(buf, len, "%s/../../magpied", self);
+    char *at = strstr(self, "/tests/daemon/");
+    cr_assert_not_null(at, "%s is not under tests/daemon/", self);
+    *at = 0;
+    snprintf(buf, len, "%s/magpied", self);
 }
 
 /* Start magpied: on config/magpied.conf with ephemeral ports and two workers when conf is NULL,

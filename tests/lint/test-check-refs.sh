@@ -16,3 +16,12 @@ grep -qF "$fixture:17: vanished_function()" <<<"$out" || fail "missed vanished_f
 grep -qF "$fixture:18: gone_helper()" <<<"$out" || fail "missed gone_helper() at line 18"
 [ "$(grep -c . <<<"$out")" -eq 2 ] || fail "reported more than the two dangling names"
 echo "check-refs: a dangling reference fails with FILE:LINE (fixture passed)"
+
+# A "pairs with" split over two lines fails too, naming the line it starts on.
+split=$here/fixtures/split.c
+out=$("$here/check-refs.sh" "$split")
+rc=$?
+[ "$rc" -eq 1 ] || fail "exit $rc on a split \"pairs with\", not 1"
+grep -qF "$split:7: \"pairs with\" split over two lines" <<<"$out" || fail "missed the split at line 7"
+[ "$(grep -c . <<<"$out")" -eq 1 ] || fail "reported more than the one split"
+echo "check-refs: a \"pairs with\" split over two lines fails with FILE:LINE (fixture passed)"

@@ -1,0 +1,127 @@
+/* LISTEN_FDS parsing (see activation.h). */
+#include "core/activation.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { FIRST_FD = 3 }; /* SD_LISTEN_FDS_START */
+
+static int parse_count(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 0)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static void unset_env(void)
+{
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+}
+
+/* The n-th (0-based) colon-separated name in names, copied into buf; "" when absent. */
+static void nth_name(const char *names, long n, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (names == NULL)
+        return;
+    for (long i = 0; i < n; i++) {
+        names = strchr(names, ':');
+        if (names == NULL)
+            return;
+        names++;
+    }
+    size_t k = strcspn(names, ":");
+    if (k >= len)
+        k = len - 1;
+    memcpy(buf, names, k);
+    buf[k] = '\0';
+}
+
+static int check_listener(int fd, char *why, size_t len)
+{
+    int type = 0, listening = 0, domain = 0;
+    socklen_t sl = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl) != 0) {
+        snprintf(why, len, "not a socket (%s)", strerror(errno));
+        return -EINVAL;
+    }
+    sl = sizeof(domain);
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &sl);
+    sl = sizeof(listening);
+    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl);
+    if (type != SOCK_STREAM || (domain != AF_INET && domain != AF_INET6) || !listening) {
+        snprintf(why, len, "not a listening TCP socket (ListenStream= with an IP address)");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
+{
+    for (int i = 0; i < MD_LISTENERS; i++)
+        fds[i] = -1;
+    const char *pid_s = getenv("LISTEN_PID"), *fds_s = getenv("LISTEN_FDS");
+    const char *names = getenv("LISTEN_FDNAMES");
+    long pid, n;
+    if (pid_s == NULL || fds_s == NULL)
+        return 0;
+    if (parse_count(pid_s, &pid) != 0 || pid != (long)getpid())
+        return 0; /* meant for another process (a parent that did not clean up) */
+    if (parse_count(fds_s, &n) != 0 || n > 64) {
+        snprintf(err->msg, sizeof(err->msg), "LISTEN_FDS: expected a count, got \"%s\"", fds_s);
+        unset_env();
+        return -EINVAL;
+    }
+    int rc = 0;
+    long positional = 0;
+    for (long i = 0; i < n; i++) {
+        int fd = FIRST_FD + (int)i;
+        char name[64], why[128];
+        nth_name(names, i, name, sizeof(name));
+        int kind = -1;
+        for (int k = 0; k < MD_LISTENERS; k++)
+            if (strcmp(name, md_listener_name((md_listener)k)) == 0)
+                kind = k;
+        if (kind < 0 && (name[0] == '\0' || strcmp(name, "unknown") == 0))
+            kind = positional < MD_LISTENERS ? (int)positional++ : -1;
+        if (rc == 0 && kind < 0) {
+            snprintf(err->msg, sizeof(err->msg),
+                     "LISTEN_FDNAMES: socket %ld is named \"%s\"; expected http or echo (at most "
+                     "one of each)",
+                     i + 1, name);
+            rc = -EINVAL;
+        } else if (rc == 0 && fds[kind] >= 0) {
+            snprintf(err->msg, sizeof(err->msg), "LISTEN_FDNAMES: two sockets for %s",
+                     md_listener_name((md_listener)kind));
+            rc = -EINVAL;
+        } else if (rc == 0 && check_listener(fd, why, sizeof(why)) != 0) {
+            snprintf(err->msg, sizeof(err->msg), "LISTEN_FDS: socket %ld (%s): %s", i + 1,
+                     name[0] ? name : "unnamed", why);
+            rc = -EINVAL;
+        } else if (rc == 0) {
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+            fds[kind] = fd;
+            continue;
+        }
+        close(fd);
+    }
+    if (rc != 0)
+        for (int k = 0; k < MD_LISTENERS; k++)
+            if (fds[k] >= 0) {
+                close(fds[k]);
+                fds[k] = -1;
+            }
+    unset_env();
+    return rc;
+}

@@ -1,0 +1,176 @@
+/* log.c: the logs' configuration (see log.h): which targets, formats and level are in use,
+ * changed by the control calls (open, apply, reopen, flush, close), which are serialized by
+ * ctl.mu. The parts they drive:
+ *
+ *   errlog.c         the error log, written by the calling thread
+ *   access_log.c     the access log's shared buffer and its writer thread
+ *   access_format.c  access-log lines (combined, JSON)
+ *   logfd.c          writing to a descriptor that may stall
+ *
+ * Control calls never touch the writer's descriptor: they post a request that the writer
+ * carries out at its next swap (md_accesslog_request), so the switch falls between two lines.
+ *
+ * Lock order: ctl.mu, then acc.mu (access_log.c) or elog.mu (errlog.c); never acc.mu and
+ * elog.mu together.
+ */
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log_internal.h"
+#include "core/logfd.h"
+
+/* The control calls' view: what is configured now. */
+static struct {
+    pthread_mutex_t mu; /* serializes the control calls; guards the rest */
+    bool open;
+    char err_path[MD_CONFIG_PATH_MAX]; /* "" = stderr */
+    uint64_t acc_word;                 /* 0: off */
+    bool acc_to_file;
+    char acc_path[MD_CONFIG_PATH_MAX];
+    bool running; /* the writer thread exists */
+} ctl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t access_word(const md_config *cfg)
+{
+    if (cfg->access_log == MD_ACCESS_LOG_OFF)
+        return 0;
+    return MD_ACCESS_WORD_ON |
+           (cfg->access_log == MD_ACCESS_LOG_STDERR ? MD_ACCESS_WORD_PREFIXED : 0) |
+           (cfg->access_format == MD_ACCESS_FORMAT_JSON ? MD_ACCESS_WORD_JSON : 0);
+}
+
+/* Everything that can fail (opening files, starting the writer) happens before anything
+ * changes, so a failure leaves the old settings. ctl.mu held. */
+static int apply_locked(const md_config *cfg, md_error *err)
+{
+    int efd = -1; /* -1: the error log stays where it is */
+    if (strcmp(cfg->error_log_path, ctl.err_path) != 0) {
+        efd = cfg->error_log_path[0] ? md_logfd_open(cfg->error_log_path, err) : STDERR_FILENO;
+        if (efd < 0)
+            return efd;
+    }
+
+    uint64_t word = access_word(cfg);
+    bool to_file = cfg->access_log == MD_ACCESS_LOG_FILE;
+    int afd = -1; /* -1: the access log keeps its target */
+    if (word != 0 && to_file &&
+        !(ctl.running && ctl.acc_to_file && strcmp(cfg->access_log_path, ctl.acc_path) == 0)) {
+        afd = md_logfd_open(cfg->access_log_path, err);
+        if (afd < 0) {
+            md_logfd_close(efd);
+            return afd;
+        }
+    } else if (word != 0 && !to_file && !(ctl.running && !ctl.acc_to_file)) {
+        afd = STDERR_FILENO;
+    }
+
+    if (word != 0 && !ctl.running) {
+        int rc = md_accesslog_start(afd, word);
+        if (rc == 0)
+            ctl.running = true;
+        if (rc != 0) {
+            if (err)
+                snprintf(err->msg, sizeof(err->msg), "access log writer: %s", strerror(-rc));
+            md_logfd_close(afd);
+            md_logfd_close(efd);
+            return rc;
+        }
+    } else if (word == 0 && ctl.running) {
+        md_accesslog_stop();
+        ctl.running = false;
+    } else if (word != 0 && (afd >= 0 || word != ctl.acc_word)) {
+        md_accesslog_request(afd, word);
+    }
+    ctl.acc_word = word;
+    ctl.acc_to_file = word != 0 && to_file;
+    snprintf(ctl.acc_path, sizeof(ctl.acc_path), "%s", ctl.acc_to_file ? cfg->access_log_path : "");
+
+    if (efd >= 0) {
+        md_errlog_switch(efd);
+        snprintf(ctl.err_path, sizeof(ctl.err_path), "%s", cfg->error_log_path);
+    }
+    md_errlog_set_level(cfg->log_level);
+    return 0;
+}
+
+int md_log_open(const md_config *cfg, md_error *err)
+{
+    pthread_mutex_lock(&ctl.mu);
+    int rc = -EALREADY;
+    if (ctl.open) {
+        if (err)
+            snprintf(err->msg, sizeof(err->msg), "log: already open");
+    } else {
+        rc = apply_locked(cfg, err);
+        ctl.open = rc == 0;
+    }
+    pthread_mutex_unlock(&ctl.mu);
+    return rc;
+}
+
+int md_log_apply(const md_config *cfg, md_error *err)
+{
+    pthread_mutex_lock(&ctl.mu);
+    int rc = apply_locked(cfg, err);
+    if (rc == 0)
+        ctl.open = true;
+    pthread_mutex_unlock(&ctl.mu);
+    return rc;
+}
+
+int md_log_reopen(void)
+{
+    int first = 0;
+    pthread_mutex_lock(&ctl.mu);
+    if (ctl.err_path[0]) {
+        int fd = md_logfd_open(ctl.err_path, NULL);
+        if (fd >= 0)
+            md_errlog_switch(fd);
+        else
+            md_log(MD_LOG_ERROR, "cannot reopen the error log %s: %s", ctl.err_path,
+                   strerror(-(first = fd)));
+    }
+    if (ctl.running && ctl.acc_to_file) {
+        int fd = md_logfd_open(ctl.acc_path, NULL);
+        if (fd >= 0) {
+            md_accesslog_request(fd, ctl.acc_word);
+        } else {
+            md_log(MD_LOG_ERROR, "cannot reopen the access log %s: %s", ctl.acc_path,
+                   strerror(-fd));
+            if (first == 0)
+                first = fd;
+        }
+    }
+    pthread_mutex_unlock(&ctl.mu);
+    return first;
+}
+
+void md_log_flush(void)
+{
+    pthread_mutex_lock(&ctl.mu);
+    if (ctl.running) {
+        md_accesslog_request(-1, ctl.acc_word);
+    }
+    pthread_mutex_unlock(&ctl.mu);
+}
+
+void md_log_close(void)
+{
+    pthread_mutex_lock(&ctl.mu);
+    if (ctl.running)
+        md_accesslog_stop();
+    ctl.running = false;
+    ctl.acc_word = 0;
+    ctl.acc_to_file = false;
+    ctl.acc_path[0] = '\0';
+    if (ctl.err_path[0]) {
+        md_errlog_switch(STDERR_FILENO);
+        ctl.err_path[0] = '\0';
+    }
+    ctl.open = false;
+    pthread_mutex_unlock(&ctl.mu);
+}

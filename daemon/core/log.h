@@ -1,0 +1,84 @@
+/* magpied's two logs: the error log (md_log) and the access log (md_log_access).
+ *
+ * One process-wide logger. The error log is written by the calling thread, one write(2) per
+ * line, to stderr (with a syslog "<N>" priority prefix, so journald keeps the level) or to a
+ * file (with a UTC timestamp). The access log is formatted by the worker threads into a shared
+ * in-memory buffer and written by one writer thread, so a worker never waits on the disk: when
+ * the buffer is full the line is dropped and counted (md_log_access_dropped). access_log.c
+ * has the protocol between the workers, the writer and the control calls; log.c lists the
+ * other parts.
+ *
+ * Control calls (md_log_open, md_log_apply, md_log_reopen, md_log_flush, md_log_close) are
+ * serialized against each other and may come from any thread, typically the main thread on a
+ * signal. md_log, md_log_enabled, md_log_access_on and md_log_access may be called from any
+ * thread at any time, also before md_log_open and after md_log_close.
+ */
+#ifndef MD_LOG_H
+#define MD_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "core/config.h"
+
+enum {
+    MD_LOG_MESSAGE_MAX = 2048,      /* error-log messages are cut there, ending in "..." */
+    MD_LOG_ACCESS_LINE_MAX = 8192,  /* an access line never exceeds this (fields are cut) */
+    MD_LOG_ACCESS_BUFFER = 2 << 20, /* bytes per access buffer; there are two */
+    MD_LOG_FLUSH_MS = 100,          /* the writer batches lines this long before writing */
+    MD_LOG_STALL_MS =
+        1000, /* a pipe or socket target that takes nothing this long: lines dropped */
+};
+
+/* One HTTP response, for the access log: what the HTTP core reports (http.h) with the peer and
+ * the time filled in by the I/O layer. Strings need not be NUL-terminated; a NULL or empty
+ * peer, method, referer or user agent is logged as "-" ("" in JSON). */
+typedef md_http_exchange md_access_entry;
+
+/* At start: level, error log ([log] error_log: empty = stderr), access log ([log] access_log,
+ * [log] access_format); starts the access-log writer thread only when the access log is on.
+ * 0 or a negative errno with err->msg naming the path and the reason; -EALREADY when open. */
+int md_log_open(const md_config *cfg, md_error *err);
+
+/* On reload with a valid new config: switches level, error-log path, access-log target and
+ * format, starting or stopping the writer as needed. All or nothing: on failure (a file that
+ * cannot be opened) the old settings stay and the error is returned. Lines accepted before the
+ * call go to the old target in the old format, lines after it to the new one. */
+int md_log_apply(const md_config *cfg, md_error *err);
+
+/* After logrotate renamed the files (SIGUSR1): reopens both files by path. Lines accepted
+ * before the call go to the old file, later ones to the new file; none lost or doubled. stderr
+ * is left alone. A file that cannot be reopened stays on its old descriptor; the failure is
+ * logged and the first error returned. */
+int md_log_reopen(void);
+
+/* Returns once every access line accepted before the call has been handed to write(2). */
+void md_log_flush(void);
+
+/* At exit: writes every pending line, joins the writer, closes the files. Afterwards md_log
+ * writes to stderr again (at the level last configured) and the access log is off. */
+void md_log_close(void);
+
+/* The error log; below the configured level it does nothing (one relaxed load). A trailing
+ * newline in the message is dropped; the line gets its own. */
+void md_log(md_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool md_log_enabled(md_log_level level);
+
+/* Cheap (one relaxed load): callers skip building an entry when it is false. */
+bool md_log_access_on(void);
+
+/* Appends one access line; from the worker threads, per response. Never blocks on the disk:
+ * waits at most for another worker's memcpy into the shared buffer. */
+void md_log_access(const md_access_entry *e);
+
+/* Access lines lost: the buffer was full (the writer fell behind) or a write failed. */
+uint64_t md_log_access_dropped(void);
+
+/* Formats e as one access line into buf (at least MD_LOG_ACCESS_LINE_MAX bytes), with the
+ * "<6>" priority prefix when prefixed; returns its length, newline included, no NUL. */
+size_t md_log_access_format(char *buf, md_access_format format, bool prefixed,
+                            const md_access_entry *e);
+
+#endif

@@ -1,0 +1,138 @@
+/* md_outbuf storage: growth by doubling, compaction of written bytes before growing, and
+ * release. See outbuf.h for the write protocol the I/O layer follows.
+ *
+ * A connection frees its buffer whenever it goes idle between requests, so a keep-alive
+ * connection would malloc and free one per request. Buffers of the first size go back to a
+ * small cache of the thread's instead: thread-local, so no locking, and bounded, so idle
+ * connections still hold nothing. A thread that exits frees its cache (the key's destructor);
+ * the main thread's stays reachable.
+ */
+#include "core/outbuf.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 4 };
+
+static _Thread_local struct block_cache {
+    char *free[OUTBUF_CACHE];
+    unsigned n;
+    bool keyed; /* the exit destructor is registered for this thread */
+} cache;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void cache_drain(void *arg)
+{
+    struct block_cache *bc = arg;
+    while (bc->n != 0)
+        free(bc->free[--bc->n]);
+}
+
+static void cache_key_create(void)
+{
+    if (pthread_key_create(&cache_key, cache_drain) != 0)
+        abort(); /* PTHREAD_KEYS_MAX: the daemon makes two keys */
+}
+
+void md_outbuf_init(md_outbuf *b)
+{
+    b->data = NULL;
+    b->lent = NULL;
+    b->head = 0;
+    b->len = 0;
+    b->cap = 0;
+}
+
+void md_outbuf_free(md_outbuf *b)
+{
+    if (b->cap == OUTBUF_MIN && cache.n < OUTBUF_CACHE) {
+        if (!cache.keyed) {
+            pthread_once(&cache_once, cache_key_create);
+            pthread_setspecific(cache_key, &cache);
+            cache.keyed = true;
+        }
+        cache.free[cache.n++] = b->data;
+    } else {
+        free(b->data);
+    }
+    md_outbuf_init(b);
+}
+
+/* The lent bytes still owed move into owned storage with room for n more after them. */
+static int take_lent(md_outbuf *b, size_t n)
+{
+    const char *src = b->lent + b->head;
+    size_t owed = b->len - b->head;
+    b->lent = NULL;
+    b->head = b->len = 0; /* the storage, if any, holds nothing owed while lending */
+    if (n > SIZE_MAX / 2 - owed || (b->cap < owed + n && md_outbuf_grow(b, owed + n) != 0)) {
+        b->lent = src;
+        b->len = owed;
+        return -ENOMEM;
+    }
+    memcpy(b->data, src, owed);
+    b->len = owed;
+    return 0;
+}
+
+int md_outbuf_grow(md_outbuf *b, size_t n)
+{
+    if (b->lent != NULL)
+        return take_lent(b, n);
+    /* Written bytes at the front are dead: slide the owed ones down before allocating. */
+    if (b->head != 0) {
+        memmove(b->data, b->data + b->head, b->len - b->head);
+        b->len -= b->head;
+        b->head = 0;
+        if (b->cap - b->len >= n)
+            return 0;
+    }
+    if (n > SIZE_MAX / 2 - b->len)
+        return -ENOMEM;
+    size_t need = b->len + n;
+    if (b->data == NULL && need <= OUTBUF_MIN && cache.n != 0) {
+        b->data = cache.free[--cache.n];
+        b->cap = OUTBUF_MIN;
+        return 0;
+    }
+    size_t cap = b->cap < OUTBUF_MIN ? OUTBUF_MIN : b->cap;
+    while (cap < need)
+        cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (p == NULL)
+        return -ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+void md_outbuf_consume(md_outbuf *b, size_t n)
+{
+    if (n > b->len - b->head)
+        n = b->len - b->head;
+    b->head += n;
+    if (b->head == b->len) {
+        b->head = 0;
+        b->len = 0;
+        b->lent = NULL;
+    }
+}
+
+int md_outbuf_lend(md_outbuf *b, const char *p, size_t n)
+{
+    if (b->len != b->head || n == 0)
+        return md_outbuf_append(b, p, n);
+    b->lent = p;
+    b->head = 0;
+    b->len = n;
+    return 0;
+}
+
+int md_outbuf_own(md_outbuf *b)
+{
+    return b->lent != NULL ? take_lent(b, 0) : 0;
+}

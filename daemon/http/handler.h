@@ -1,0 +1,124 @@
+/* The handler interface: what a route's handler gets, and the ways it may answer.
+ *
+ * Modelled on h2o's h2o_handler_t.on_req. The core (http.c) parses the request, finds its
+ * route (routes.h), and answers what needs no handler itself: 404, OPTIONS (from the route's
+ * Allow), 405 with Allow, OPTIONS *. Everything else goes to the route's handler:
+ *
+ *   on_head(c, r)  optional, when the request head is complete: says what to do with the body
+ *                  (MD_BODY_DISCARD by default; MD_BODY_GATHER collects it for on_req;
+ *                  MD_BODY_STREAM after the handler wrote a response head itself, each span
+ *                  of the body then goes to on_body as it arrives, and on_req is not called)
+ *   on_req(c, r)   when the request is complete: answers now with md_http_respond*()
+ *                  (returns MD_HANDLER_DONE), or md_http_conn_pend()s and returns
+ *                  MD_HANDLER_PENDING to finish later. Negative: -ENOMEM, the connection
+ *                  closes without flushing.
+ *
+ * Pending: the core stops parsing (pipelined requests behind wait, answered in order) and the
+ * feed returns MD_HTTP_WANT_HANDLER. The I/O layer flushes what is queued, then calls
+ * md_http_conn_resume(), which polls the handler's md_http_pending from the connection's task:
+ * the handler appends to out (a head, then its body in pieces) and says whether it waits for
+ * a waker it holds (a task it joins: a file read on the blocking pool, an upstream), has
+ * queued output to flush before it is polled again (back-pressure: the next poll comes only
+ * once the peer has taken the last piece), or is done. A handler that fails half way through
+ * a body returns a negative errno: the response ends short and the connection closes, so that
+ * nothing past the failure is presented as content.
+ *
+ * Everything here runs on the connection's task: one thread at a time, no locking.
+ */
+#ifndef MD_HANDLER_H
+#define MD_HANDLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http/http.h"
+#include "http/response.h"
+#include "http/routes.h"
+#include "magpie.h"
+
+typedef enum md_body_mode {
+    MD_BODY_DISCARD, /* counted against the limits and dropped */
+    MD_BODY_GATHER,  /* collected (up to max_body_bytes) for on_req: md_http_req_body() */
+    MD_BODY_STREAM,  /* the handler has written its response head; spans go to on_body */
+} md_body_mode;
+
+enum { MD_HANDLER_DONE = 0, MD_HANDLER_PENDING = 1 };
+
+typedef struct md_handler {
+    const char *name; /* as [route] handler = names it */
+    /* NULL: MD_BODY_DISCARD. length: the Content-Length (0 for chunked); negative: -ENOMEM. */
+    int (*on_head)(md_http_conn *c, const md_route *r, uint64_t length, bool chunked);
+    /* MD_BODY_STREAM only: a span of the body. 0 or -ENOMEM. */
+    int (*on_body)(md_http_conn *c, const md_route *r, const char *at, size_t len);
+    int (*on_req)(md_http_conn *c, const md_route *r);
+} md_handler;
+
+/* The handlers, one file each in http/handlers/. */
+extern const md_handler md_handler_text, md_handler_echo, md_handler_metrics, md_handler_health,
+    md_handler_redirect, md_handler_static;
+
+/* What md_http_pending.poll returns when it has not finished. */
+enum {
+    MD_PENDING_WAIT = 1, /* a waker is held (a join, a timer): poll again when woken */
+    MD_PENDING_MORE = 2, /* output queued: poll again once it is written */
+};
+
+/* What the I/O layer lends a pending handler for one poll: the socket, for a body sent
+ * without a copy (sendfile(2): the handler flushes out first by returning MD_PENDING_MORE, and
+ * writes to fd only while out is empty), and the connection's bounded write, which waits for
+ * the peer within the send limits. */
+typedef struct md_http_io {
+    int fd; /* the connection's socket; -1 when there is none (a test) */
+    /* Writes data[0..len): MP_READY with *err 0 or a negative errno (a send limit passed:
+     * -ETIMEDOUT), or MP_PENDING while the peer does not read; call again with the same
+     * arguments. */
+    mp_poll (*write)(struct md_http_io *io, mp_context *cx, const char *data, size_t len, int *err);
+} md_http_io;
+
+/* A response that finishes later. Lives where the handler put it (usually its own struct,
+ * allocated in on_req); the core only holds the pointer. */
+typedef struct md_http_pending {
+    /* From the connection's task: append to out. 0 when the response is complete,
+     * MD_PENDING_WAIT, MD_PENDING_MORE, or a negative errno (the response ends there and the
+     * connection closes). After 0 or an error it is not called again, nor cancel. */
+    int (*poll)(struct md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+                md_outbuf *out);
+    /* The connection closes while the response is pending: release what it holds. */
+    void (*cancel)(struct md_http_pending *p);
+} md_http_pending;
+
+/* From on_req: the response will come from p, and on_req returns MD_HANDLER_PENDING. */
+void md_http_conn_pend(md_http_conn *c, md_http_pending *p);
+
+/* The request, as a handler sees it (during on_head, on_body, on_req and a pending poll). */
+unsigned md_http_req_method(const md_http_conn *c); /* llhttp's number */
+bool md_http_req_is_head(const md_http_conn *c);    /* HEAD: answer with the head alone */
+/* The decoded, normalised path the route was found by (routes.h). */
+const char *md_http_req_path(const md_http_conn *c, size_t *len);
+/* The body gathered by MD_BODY_GATHER (NULL when empty). */
+const char *md_http_req_body(const md_http_conn *c, size_t *len);
+/* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
+ * longer than MD_HTTP_COND_KEEP. */
+const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len);
+const md_http_server *md_http_conn_server(const md_http_conn *c);
+
+/* A whole response with a body from memory (none for HEAD). fields: more header lines, each
+ * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */
+int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                    const char *body, size_t len);
+/* A 200 with a body that never changes for this route: from the thread's canned cache, lent
+ * when nothing else is owed (response.h). 0 or -ENOMEM. */
+int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body, size_t len);
+/* A 200 whose body produce() appends to out (the length is known once it is there). 0,
+ * -ENOMEM, or 500 answered when produce fails. */
+int md_http_respond_produced(md_http_conn *c, const char *ctype,
+                             int (*produce)(void *arg, md_outbuf *out), void *arg);
+/* Only a head, for a body that follows (length bytes of it, unless HEAD): from on_head with
+ * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
+int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                         uint64_t length);
+/* Where a streamed body goes: the connection's output (valid during the call only). */
+md_outbuf *md_http_conn_out(md_http_conn *c);
+
+#endif

@@ -1,0 +1,1335 @@
+/* The HTTP/1.1 connection state machine over llhttp, without I/O (the driving protocol is in
+ * http.h).
+ *
+ * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
+ * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
+ * appended to the caller's md_outbuf as each request completes, so everything parsed from one
+ * read is answered by one write. What a response is, the route's handler decides
+ * (http/handler.h): the core finds the route on the normalised path (routes.h), answers 404,
+ * 405 and OPTIONS itself, and calls the handler at the request head (what to do with the body:
+ * discard, gather, or stream it into a response the handler has started) and when the request
+ * is complete (answer now, or pend and finish from the connection's task).
+ *
+ * llhttp does most of the checking. The Makefile builds Debian's llhttp 8.1 with
+ * LLHTTP_STRICT_MODE (CRLF after chunk data, LF after every CR, no tab, form feed or byte over
+ * 0x7f in a target); of the lenient flags only LENIENT_VERSION is on, so that we decide about
+ * versions (daemon/README.md says why for each). What llhttp accepts and we refuse with 400:
+ * whitespace in or after a field name, an empty field name, obs-fold continuation lines, NUL
+ * in a value, Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp refuses
+ * the latter only after on_headers_complete), a missing or repeated Host in HTTP/1.1, a Host
+ * that is not uri-host [":" port], target bytes outside RFC 3986, "*" but for OPTIONS. Both
+ * Content-Length with Transfer-Encoding and a repeated Content-Length (even an equal one) are
+ * llhttp errors already. Major versions other than 1 get 505, CONNECT 501.
+ *
+ * Limits are counted as bytes arrive, never by buffering: the head is counted on the wire from
+ * the method's first byte to the end of the empty line. When the bytes from the head's start
+ * to the end of the current feed already fit, the exact count does not matter; otherwise
+ * on_headers_complete pauses the parser, and llhttp_get_error_pos() gives the exact end.
+ */
+#include "http/http.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "http/handler.h"
+#include "http/response.h"
+#include "http/routes.h"
+
+enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
+
+enum pause_reason {
+    PAUSE_NONE,
+    PAUSE_HEAD,    /* on_headers_complete wants the exact head size */
+    PAUSE_FLUSH,   /* out is past the high-water mark */
+    PAUSE_STOP,    /* the response just produced closes the connection */
+    PAUSE_PENDING, /* the handler answers later (md_http_conn_resume) */
+};
+
+/* Header names we look at; the rest only count toward the limits. */
+enum header {
+    HDR_OTHER,
+    HDR_HOST,
+    HDR_EXPECT,
+    HDR_TE,
+    HDR_REFERER,
+    HDR_USER_AGENT,
+    /* Kept for handlers, in md_http_field's order. */
+    HDR_IF_NONE_MATCH,
+    HDR_IF_MODIFIED_SINCE,
+    HDR_RANGE,
+    HDR_IF_RANGE,
+    HDR_ACCEPT_ENCODING,
+};
+#define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
+static const struct {
+    const char *name; /* lower case */
+    uint8_t len;
+    const char *token; /* the one value we accept, or NULL */
+    uint8_t token_len;
+} known[] = {
+    [HDR_HOST] = {"host", 4, NULL, 0},
+    [HDR_EXPECT] = {"expect", 6, "100-continue", 12},
+    [HDR_TE] = {"transfer-encoding", 17, "chunked", 7},
+    /* Kept for the access log only. */
+    [HDR_REFERER] = {"referer", 7, NULL, 0},
+    [HDR_USER_AGENT] = {"user-agent", 10, NULL, 0},
+    /* Kept for handlers (md_http_req_field). */
+    [HDR_IF_NONE_MATCH] = {"if-none-match", 13, NULL, 0},
+    [HDR_IF_MODIFIED_SINCE] = {"if-modified-since", 17, NULL, 0},
+    [HDR_RANGE] = {"range", 5, NULL, 0},
+    [HDR_IF_RANGE] = {"if-range", 8, NULL, 0},
+    [HDR_ACCEPT_ENCODING] = {"accept-encoding", 15, NULL, 0},
+};
+
+enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+/* host_pos: a Host value is host characters, then only trailing whitespace. */
+enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
+#define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
+
+void md_http_limits_default(md_http_limits *l)
+{
+    l->max_request_line = 8192;
+    l->max_header_bytes = 65536;
+    l->max_headers = 100;
+    l->max_body_bytes = 1048576;
+    l->header_timeout_ms = 10000;
+    l->body_timeout_ms = 10000;
+    l->keepalive_timeout_ms = 75000;
+    l->max_requests_per_connection = 0;
+    l->min_body_rate = 240;
+    l->min_rate_grace_ms = 5000;
+    l->send_timeout_ms = 30000;
+    l->min_send_rate = 240;
+    l->send_buffer = 65536;
+}
+
+/* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
+ * the locale. For the rare paths; known_header() has a faster one. */
+static bool same_lower(const char *s, const char *lower, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned ch = (unsigned char)s[i];
+        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)lower[i])
+            return false;
+    }
+    return true;
+}
+
+/* Request state lives only while a request is in progress (an idle connection keeps none),
+ * so a keep-alive connection gives it back after every response and takes it again with the
+ * next request's first byte. A few go back to a cache of the thread's rather than to malloc,
+ * whose large-chunk path cost ~450 instructions per request. Thread-local: no locking; a
+ * state taken on one worker and given back on another just moves between caches. A thread
+ * that exits frees its cache (the key's destructor); the main thread's stays reachable. */
+enum { REQ_CACHE = 4 };
+static _Thread_local struct req_cache {
+    md_http_req *free[REQ_CACHE];
+    unsigned n;
+    bool keyed; /* the exit destructor is registered for this thread */
+} req_cache;
+static pthread_key_t req_cache_key;
+static pthread_once_t req_cache_once = PTHREAD_ONCE_INIT;
+
+static void req_cache_drain(void *arg)
+{
+    struct req_cache *rc = arg;
+    while (rc->n != 0)
+        free(rc->free[--rc->n]);
+}
+
+static void req_cache_key_create(void)
+{
+    if (pthread_key_create(&req_cache_key, req_cache_drain) != 0)
+        abort(); /* PTHREAD_KEYS_MAX: nothing else in the process makes keys */
+}
+
+static md_http_req *req_take(void)
+{
+    if (req_cache.n != 0)
+        return req_cache.free[--req_cache.n];
+    return malloc(sizeof(md_http_req));
+}
+
+static void req_give(md_http_req *r)
+{
+    if (r == NULL)
+        return;
+    if (req_cache.n == REQ_CACHE) {
+        free(r);
+        return;
+    }
+    if (!req_cache.keyed) {
+        pthread_once(&req_cache_once, req_cache_key_create);
+        pthread_setspecific(req_cache_key, &req_cache);
+        req_cache.keyed = true;
+    }
+    req_cache.free[req_cache.n++] = r;
+}
+
+static md_http_conn *conn_of(llhttp_t *p)
+{
+    return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
+}
+
+static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
+{
+    const md_http_req *r = c->req;
+    const llhttp_t *p = &c->parser;
+    md_http_exchange x = {
+        .target = r->target,
+        .target_len = r->target_len,
+        .target_cut = r->target_full,
+        .http_major = p->http_major,
+        .http_minor = p->http_minor,
+        .status = (uint16_t)code,
+        .body_bytes = body_bytes,
+        .referer = r->referer,
+        .referer_len = r->referer_len,
+        .user_agent = r->user_agent,
+        .user_agent_len = r->user_agent_len,
+        .duration_ns = ns,
+    };
+    if (r->method_done) {
+        x.method = llhttp_method_name((llhttp_method_t)p->method);
+        x.method_len = strlen(x.method);
+    }
+    c->srv->access_log(c->srv->access_log_arg, c, &x);
+}
+
+/* Every response passes here once, with the bytes of its body (0 for HEAD). Its duration: from
+ * the entry point that brought the request's first byte (req.start_ns) to now, read once per
+ * entry point as its first response is queued (a pipelined batch shares that reading). */
+static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
+{
+    const md_http_server *srv = c->srv;
+    if (c->done_ns == 0)
+        c->done_ns = srv->mono_clock != NULL ? srv->mono_clock() : c->now_ns;
+    uint64_t ns = c->done_ns > c->req->start_ns ? c->done_ns - c->req->start_ns : 0;
+    if (srv->access_log != NULL)
+        log_exchange(c, code, body_bytes, ns);
+    if (srv->metrics == NULL)
+        return;
+    /* Plain adds on the thread's own shard (metrics.h): nothing to batch per connection. */
+    md_metrics_shard *s = md_metrics_local(srv->metrics);
+    unsigned cls = code / 100 - 1;
+    md_metrics_add(&s->responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1],
+                   1);
+    md_metrics_add(&s->latency[md_metrics_bucket(ns)], 1);
+    md_metrics_add(&s->latency_sum_ns, ns);
+}
+
+static bool http10(const md_http_conn *c)
+{
+    return c->parser.http_minor == 0;
+}
+
+static bool is_head_request(const md_http_conn *c)
+{
+    return c->req->method_done && c->parser.method == HTTP_HEAD;
+}
+
+/* The routes when the server names none: the built-in four, built once. */
+static md_route_table builtin_routes;
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+
+static void builtin_init(void)
+{
+    md_routes_builtin(&builtin_routes);
+}
+
+static const md_route_table *routes_of(const md_http_conn *c)
+{
+    if (c->srv->routes != NULL)
+        return c->srv->routes;
+    pthread_once(&builtin_once, builtin_init);
+    return &builtin_routes;
+}
+
+static bool closes(const md_http_conn *c)
+{
+    return !c->req->keep_alive || c->draining;
+}
+
+/* A complete response with a body from memory. 0 or -ENOMEM. */
+static int respond_fields(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
+                          const char *fields, const char *ctype, const char *body, size_t len)
+{
+    bool head = is_head_request(c);
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
+    if (w == NULL)
+        return -ENOMEM;
+    w = md_http_put_head_fields(w, st, close, http10(c), allow, fields, flen, ctype, len);
+    if (!head && len != 0) {
+        memcpy(w, body, len);
+        w += len;
+    }
+    md_outbuf_commit(c->out, w);
+    count_response(c, st->code, head ? 0 : len);
+    return 0;
+}
+
+static int respond(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
+                   const char *ctype, const char *body, size_t len)
+{
+    return respond_fields(c, st, close, allow, NULL, ctype, body, len);
+}
+
+static int respond_error(md_http_conn *c, unsigned code, bool close, const char *allow)
+{
+    const md_http_status *st = md_http_status_of(code);
+    return respond(c, st, close, allow, "text/plain", st->body, st->body_len);
+}
+
+int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                    const char *body, size_t len)
+{
+    return respond_fields(c, md_http_status_of(status), closes(c), NULL, fields, ctype, body, len);
+}
+
+int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body, size_t len)
+{
+    if (!closes(c) && !http10(c) && c->parser.method == HTTP_GET) {
+        size_t n;
+        const char *whole =
+            md_http_canned(r->index, routes_of(c)->id, r->content_type, body, len, &n);
+        if (whole != NULL) {
+            /* Lent, not copied, when it is all that is owed (outbuf.h). */
+            if (md_outbuf_lend(c->out, whole, n) != 0)
+                return -ENOMEM;
+            count_response(c, 200, len);
+            return 0;
+        }
+    }
+    return respond(c, md_http_status_of(200), closes(c), NULL, r->content_type, body, len);
+}
+
+/* The body is produced first, then its head is slid in front of it. */
+int md_http_respond_produced(md_http_conn *c, const char *ctype,
+                             int (*produce)(void *arg, md_outbuf *out), void *arg)
+{
+    md_outbuf *out = c->out;
+    bool close = closes(c);
+    size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
+    if (produce(arg, out) != 0) {
+        out->len = out->head + mark;
+        return respond_error(c, 500, close, NULL);
+    }
+    size_t n = md_outbuf_pending(out) - mark;
+    char head[MD_HTTP_HEAD_MAX];
+    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(c), NULL, ctype, n);
+    size_t hlen = (size_t)(end - head);
+    if (md_outbuf_reserve(out, hlen) == NULL) {
+        out->len = out->head + mark;
+        return -ENOMEM;
+    }
+    char *at = out->data + out->head + mark;
+    memmove(at + hlen, at, n);
+    memcpy(at, head, hlen);
+    bool is_head = is_head_request(c);
+    out->len = out->head + mark + hlen + (is_head ? 0 : n);
+    count_response(c, 200, is_head ? 0 : n);
+    return 0;
+}
+
+int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
+                         uint64_t length)
+{
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen);
+    if (w == NULL)
+        return -ENOMEM;
+    const md_http_status *st = md_http_status_of(status);
+    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes(c), http10(c), NULL, fields,
+                                                     flen, ctype, length));
+    count_response(c, st->code, is_head_request(c) || st->code == 304 ? 0 : length);
+    return 0;
+}
+
+md_outbuf *md_http_conn_out(md_http_conn *c)
+{
+    return c->out;
+}
+
+void md_http_conn_pend(md_http_conn *c, md_http_pending *p)
+{
+    c->req->pending = p;
+}
+
+unsigned md_http_req_method(const md_http_conn *c)
+{
+    return c->parser.method;
+}
+
+bool md_http_req_is_head(const md_http_conn *c)
+{
+    return is_head_request(c);
+}
+
+const char *md_http_req_path(const md_http_conn *c, size_t *len)
+{
+    *len = c->req->npath;
+    return c->req->path;
+}
+
+const char *md_http_req_body(const md_http_conn *c, size_t *len)
+{
+    *len = c->req->body_len;
+    return c->body;
+}
+
+const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len)
+{
+    const md_http_req *r = c->req;
+    if (r->field_len[f] == 0 || (r->field_cut >> f) & 1)
+        return NULL;
+    *len = r->field_len[f];
+    return r->field[f];
+}
+
+const md_http_server *md_http_conn_server(const md_http_conn *c)
+{
+    return c->srv;
+}
+
+/* The response for a complete request that was not streamed: what the core answers itself,
+ * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
+static int answer(md_http_conn *c)
+{
+    const md_http_req *rq = c->req;
+    const md_route *r = rq->route;
+    bool close = closes(c);
+    unsigned method = c->parser.method;
+
+    if (rq->asterisk)
+        return respond(c, md_http_status_of(200), close, routes_of(c)->allow_any, "text/plain",
+                       NULL, 0);
+    if (rq->path_bad) /* the framing is intact: the connection may go on */
+        return respond_error(c, 400, close, NULL);
+    /* A metrics route on a server without metrics is no route at all. */
+    if (r == NULL || (r->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL))
+        return respond_error(c, 404, close, NULL);
+    if (method == HTTP_OPTIONS)
+        return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
+    if (!md_route_allows(r, method))
+        return respond_error(c, 405, close, r->allow);
+    return r->handler->on_req(c, r);
+}
+
+/* A callback's verdict: stop parsing and answer with code, then close. */
+static int reject(md_http_conn *c, unsigned code)
+{
+    c->req->status = (uint16_t)code;
+    return HPE_USER;
+}
+
+/* After a parse error or a rejection: the error response, then close. */
+static int fail(md_http_conn *c)
+{
+    c->closing = true;
+    if (c->oom)
+        return -ENOMEM;
+    if (c->req->streaming)
+        return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
+    unsigned code = c->req->status != 0 ? c->req->status : 400;
+    if (respond_error(c, code, true, NULL) != 0)
+        return -ENOMEM;
+    return MD_HTTP_WANT_CLOSE;
+}
+
+/* Byte classes, one load per byte for every target, field-name and Host byte (where scanning
+ * the sets cost a memchr() call per punctuation byte).
+ *
+ * URI_TARGET: RFC 3986's characters (unreserved, pct-encoded's '%', gen-delims, sub-delims).
+ * URI_HOST: those of uri-host [":" port] in a Host value: no '/', '?', '#', '@' (userinfo),
+ * and no ',' either, which there can only be a list of hosts.
+ * URI_MARK: '?' and '#', which end a target's path and its kept part.
+ * NAME_WS: space and tab, which llhttp lets into a field name ("Host : x"). */
+enum { URI_TARGET = 1, URI_HOST = 2, URI_MARK = 4, NAME_WS = 8 };
+#define BOTH(c)        [c] = URI_TARGET | URI_HOST
+#define TARGET_ONLY(c) [c] = URI_TARGET
+/* One entry per line would take 90 lines. */
+/* clang-format off */
+static const uint8_t byte_class[256] = {
+    /* unreserved and sub-delims, ':' and the brackets of IP-literals; '%' of pct-encoded */
+    BOTH('-'), BOTH('.'), BOTH('_'), BOTH('~'), BOTH('%'), BOTH('!'),
+    BOTH('$'), BOTH('&'), BOTH('\''), BOTH('('), BOTH(')'), BOTH('*'),
+    BOTH('+'), BOTH(';'), BOTH('='), BOTH(':'), BOTH('['), BOTH(']'),
+    /* the gen-delims and ',' a Host value may not carry */
+    TARGET_ONLY(','), TARGET_ONLY('/'), TARGET_ONLY('@'),
+    ['?'] = URI_TARGET | URI_MARK, ['#'] = URI_TARGET | URI_MARK,
+    [' '] = NAME_WS, ['\t'] = NAME_WS,
+    BOTH('0'), BOTH('1'), BOTH('2'), BOTH('3'), BOTH('4'),
+    BOTH('5'), BOTH('6'), BOTH('7'), BOTH('8'), BOTH('9'),
+    BOTH('A'), BOTH('B'), BOTH('C'), BOTH('D'), BOTH('E'),
+    BOTH('F'), BOTH('G'), BOTH('H'), BOTH('I'), BOTH('J'),
+    BOTH('K'), BOTH('L'), BOTH('M'), BOTH('N'), BOTH('O'),
+    BOTH('P'), BOTH('Q'), BOTH('R'), BOTH('S'), BOTH('T'),
+    BOTH('U'), BOTH('V'), BOTH('W'), BOTH('X'), BOTH('Y'),
+    BOTH('Z'), BOTH('a'), BOTH('b'), BOTH('c'), BOTH('d'),
+    BOTH('e'), BOTH('f'), BOTH('g'), BOTH('h'), BOTH('i'),
+    BOTH('j'), BOTH('k'), BOTH('l'), BOTH('m'), BOTH('n'),
+    BOTH('o'), BOTH('p'), BOTH('q'), BOTH('r'), BOTH('s'),
+    BOTH('t'), BOTH('u'), BOTH('v'), BOTH('w'), BOTH('x'),
+    BOTH('y'), BOTH('z'),
+};
+/* clang-format on */
+#undef BOTH
+#undef TARGET_ONLY
+
+static unsigned class_of(char ch)
+{
+    return byte_class[(unsigned char)ch];
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    /* The request boundary: the I/O layer may switch the settings (a reload's limits apply
+     * from here on). Everything below reads c->srv afresh. */
+    if (c->srv->request_begin != NULL)
+        c->srv->request_begin(c);
+    if (!c->req_zeroed)
+        memset(c->req, 0, offsetof(md_http_req, target));
+    c->req_zeroed = false;
+    c->req->start_ns = c->now_ns;
+    /* The first request's head is timed from init (accept), later ones from their first
+     * byte. */
+    if (c->requests != 0)
+        c->since_ns = c->now_ns;
+    c->phase = PHASE_HEAD;
+    return 0;
+}
+
+static int on_method(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    if (!c->req->head_counting) {
+        c->req->head_counting = true;
+        c->req->head_from = at;
+    }
+    c->req->method_len = (uint8_t)(c->req->method_len + len > 255 ? 255 : c->req->method_len + len);
+    return 0;
+}
+
+/* From here on parser.method is the request's. Not inferred from on_url, whose empty span
+ * at the end of a feed would make the answer depend on where reads split. */
+static int on_method_complete(llhttp_t *p)
+{
+    conn_of(p)->req->method_done = true;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    r->url_len += len;
+    /* method SP target SP HTTP/1.1 */
+    if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
+        return reject(c, 414);
+    /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
+     * leaves out; a target is made of its characters only (RFC 9112 3.2), and never has a
+     * fragment: '#' is 400. One pass also finds this span's first '?'. */
+    size_t query = len;
+    for (size_t i = 0; i < len; i++) {
+        unsigned k = class_of(at[i]);
+        if (!(k & URI_TARGET))
+            return reject(c, 400);
+        if (k & URI_MARK) {
+            if (at[i] == '#')
+                return reject(c, 400);
+            if (query == len)
+                query = i;
+        }
+    }
+    if (r->target_full)
+        return 0;
+    if (query < len && !r->path_done) {
+        r->path_done = true;
+        r->path_len = r->target_len + (uint32_t)query;
+    }
+    size_t take = len;
+    if (take > MD_HTTP_TARGET_MAX - r->target_len) {
+        take = MD_HTTP_TARGET_MAX - r->target_len;
+        r->target_full = true;
+    }
+    memcpy(r->target + r->target_len, at, take);
+    r->target_len += (uint32_t)take;
+    return 0;
+}
+
+/* Chunk extensions and trailers count toward the body limit: they are as unbounded. */
+static int count_body(md_http_conn *c, size_t len)
+{
+    c->req->body_bytes += len;
+    if (c->req->body_bytes > c->srv->limits.max_body_bytes)
+        return reject(c, 413);
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    r->field_end = at + len;
+    /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
+     * field name is a token (RFC 9112 5.1). */
+    unsigned ws = 0;
+    for (size_t i = 0; i < len; i++)
+        ws |= class_of(at[i]);
+    if (ws & NAME_WS)
+        return reject(c, 400);
+    if (r->name_len < sizeof(r->name)) {
+        size_t n = sizeof(r->name) - r->name_len;
+        memcpy(r->name + r->name_len, at, len < n ? len : n);
+    }
+    r->name_len = (uint8_t)(r->name_len + len > 255 ? 255 : r->name_len + len);
+    return c->phase == PHASE_BODY ? count_body(c, len) : 0;
+}
+
+/* name[0..n) equals the known field name lower (4 <= n <= sizeof r->name), in any case: in
+ * overlapping 8- or 4-byte words, each OR 0x20. For a name of letters and '-' that folds case
+ * exactly: x | 0x20 is a given lower-case letter only for that letter in either case, and is
+ * '-' only for '-' or CR, which no field name holds (llhttp passes token bytes, space and tab
+ * only). */
+static bool is_known_name(const char *name, const char *lower, size_t n)
+{
+    if (n < 8) {
+        uint32_t a, b, c, d;
+        memcpy(&a, name, 4);
+        memcpy(&b, lower, 4);
+        memcpy(&c, name + n - 4, 4);
+        memcpy(&d, lower + n - 4, 4);
+        return ((a | 0x20202020u) == b) & ((c | 0x20202020u) == d);
+    }
+    uint64_t x, y, fold = UINT64_C(0x2020202020202020);
+    for (size_t i = 0; i + 8 < n; i += 8) {
+        memcpy(&x, name + i, 8);
+        memcpy(&y, lower + i, 8);
+        if ((x | fold) != y)
+            return false;
+    }
+    memcpy(&x, name + n - 8, 8);
+    memcpy(&y, lower + n - 8, 8);
+    return (x | fold) == y;
+}
+
+/* The value of a field kept for handlers; past MD_HTTP_COND_KEEP bytes it is cut, and a cut
+ * field reads as absent. */
+static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
+{
+    size_t have = r->field_len[f];
+    if (len > MD_HTTP_COND_KEEP - have) {
+        r->field_cut |= (uint8_t)(1u << f);
+        return;
+    }
+    memcpy(r->field[f] + have, at, len);
+    r->field_len[f] = (uint8_t)(have + len);
+}
+
+/* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
+ * one compare at most. Referer and User-Agent only when they are kept (logging). */
+static uint8_t known_header(const md_http_req *r, bool logging)
+{
+    unsigned h;
+    switch (r->name_len) {
+    case 4:
+        h = HDR_HOST;
+        break;
+    case 5:
+        h = HDR_RANGE;
+        break;
+    case 8:
+        h = HDR_IF_RANGE;
+        break;
+    case 13:
+        h = HDR_IF_NONE_MATCH;
+        break;
+    case 15:
+        h = HDR_ACCEPT_ENCODING;
+        break;
+    case 6:
+        h = HDR_EXPECT;
+        break;
+    case 7:
+        h = HDR_REFERER;
+        break;
+    case 10:
+        h = HDR_USER_AGENT;
+        break;
+    case 17:
+        if (is_known_name(r->name, known[HDR_TE].name, 17))
+            return HDR_TE;
+        h = HDR_IF_MODIFIED_SINCE;
+        break;
+    default:
+        return HDR_OTHER;
+    }
+    if (!logging && (h == HDR_REFERER || h == HDR_USER_AGENT))
+        return HDR_OTHER;
+    return is_known_name(r->name, known[h].name, known[h].len) ? (uint8_t)h : HDR_OTHER;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    if (r->name_len == 0)
+        return reject(c, 400); /* ": x", which llhttp takes for a field with an empty name */
+    r->gap_open = true;
+    r->gap_newline = false;
+    r->gap_from = r->field_end;
+    r->header = known_header(r, c->srv->access_log != NULL);
+    /* Only the first Referer or User-Agent is kept. */
+    if ((r->header == HDR_REFERER && r->referer_len != 0) ||
+        (r->header == HDR_USER_AGENT && r->user_agent_len != 0))
+        r->header = HDR_OTHER;
+    r->name_len = 0;
+    if (c->phase == PHASE_BODY) {
+        r->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
+        return 0;
+    }
+    /* A second field of a kept name: its value joins the first's as a list element. */
+    if (IS_FIELD(r->header) && r->field_len[r->header - HDR_IF_NONE_MATCH] != 0)
+        keep_list(r, r->header - HDR_IF_NONE_MATCH, ", ", 2);
+    if (++r->fields > c->srv->limits.max_headers)
+        return reject(c, 431);
+    return 0;
+}
+
+/* Does the value, span by span, read token (any case) with nothing but whitespace after? */
+static void match_token(md_http_req *r, const char *token, size_t token_len, const char *at,
+                        size_t len)
+{
+    for (size_t i = 0; i < len && r->token_pos != TOKEN_BAD; i++) {
+        unsigned ch = (unsigned char)at[i];
+        ch = ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch;
+        if (r->token_pos < token_len)
+            r->token_pos =
+                ch == (unsigned char)token[r->token_pos] ? (uint8_t)(r->token_pos + 1) : TOKEN_BAD;
+        else if (ch != ' ' && ch != '\t')
+            r->token_pos = TOKEN_BAD;
+    }
+}
+
+/* The gap after a colon is a byte or two: a loop beats a call to memchr(). */
+static bool has_newline(const char *from, const char *to)
+{
+    for (; from < to; from++)
+        if (*from == '\n')
+            return true;
+    return false;
+}
+
+/* A Host value, span by span: uri-host [":" port] and trailing whitespace (llhttp has taken
+ * the leading whitespace). Not parsed further: it only has to be one plausible authority.
+ * false: a NUL, refused at once like in any other value. */
+static bool check_host(md_http_req *r, const char *at, size_t len)
+{
+    /* In locals: stores through r might alias at[] (char), and would be reloaded per byte. */
+    unsigned pos = r->host_pos;
+    size_t i = 0;
+    if (pos != HOST_TRAIL) {
+        /* The whole value, nearly always: host bytes only, four at a time. */
+        while (i + 4 <= len && (class_of(at[i]) & class_of(at[i + 1]) & class_of(at[i + 2]) &
+                                class_of(at[i + 3]) & URI_HOST))
+            i += 4;
+        while (i < len && (class_of(at[i]) & URI_HOST))
+            i++;
+        if (i != 0)
+            pos = HOST_NAME;
+    }
+    for (; i < len; i++) {
+        unsigned ch = (unsigned char)at[i];
+        if (ch == '\0')
+            return false;
+        if (ch == ' ' || ch == '\t') {
+            pos = pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
+        } else if (pos == HOST_TRAIL || !(class_of(at[i]) & URI_HOST)) {
+            r->host_bad = true;
+            if (memchr(at + i, '\0', len - i) != NULL)
+                return false;
+            break;
+        } else {
+            pos = HOST_NAME;
+        }
+    }
+    r->host_pos = (uint8_t)pos;
+    return true;
+}
+
+/* The first MD_HTTP_FIELD_KEEP bytes of a value (of the first field of its name). */
+static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
+{
+    size_t room = MD_HTTP_FIELD_KEEP - *kept;
+    size_t n = len < room ? len : room;
+    memcpy(buf + *kept, at, n);
+    *kept = (uint16_t)(*kept + n);
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    /* obs-fold, which llhttp accepts. It splits one value into several spans only at the end
+     * of a feed, so any other second span is a continuation line. An empty value continued
+     * on the next line arrives as one span whose gap after the colon holds the line break
+     * (a value that stays empty arrives as an empty span, after the line break). */
+    if (r->value_open) {
+        if (!r->value_cut || at != c->feed_start)
+            return reject(c, 400);
+    } else if (r->gap_open && len != 0 && (r->gap_newline || has_newline(r->gap_from, at))) {
+        return reject(c, 400);
+    }
+    r->gap_open = false;
+    r->value_open = true;
+    r->value_cut = false;
+    r->value_end = at + len;
+    if (r->header == HDR_HOST) /* never set for a trailer */
+        return check_host(r, at, len) ? 0 : reject(c, 400);
+    if (len != 0 && memchr(at, '\0', len) != NULL)
+        return reject(c, 400);
+    if (c->phase == PHASE_BODY)
+        return count_body(c, len);
+    if (r->header == HDR_EXPECT || r->header == HDR_TE)
+        match_token(r, known[r->header].token, known[r->header].token_len, at, len);
+    else if (r->header == HDR_REFERER)
+        keep_field(r->referer, &r->referer_len, at, len);
+    else if (r->header == HDR_USER_AGENT)
+        keep_field(r->user_agent, &r->user_agent_len, at, len);
+    else if (IS_FIELD(r->header))
+        keep_list(r, r->header - HDR_IF_NONE_MATCH, at, len);
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    md_http_req *r = conn_of(p)->req;
+    r->value_open = false;
+    if (r->header == HDR_HOST) {
+        if (r->host_pos == HOST_EMPTY)
+            r->host_bad = true; /* names no host: our targets always have an authority */
+        r->host_pos = HOST_EMPTY;
+        if (r->hosts < 255)
+            r->hosts++;
+    } else if (r->header == HDR_EXPECT) {
+        bool ok = r->token_pos == known[HDR_EXPECT].token_len;
+        r->expect = ok && r->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
+    } else if (r->header == HDR_TE && r->token_pos == 0) {
+        r->te_empty = true; /* nothing to frame the body with; not some other coding */
+    } else if (r->header == HDR_TE && r->token_pos != known[HDR_TE].token_len) {
+        r->te_other = true;
+    }
+    r->token_pos = 0;
+    r->header = HDR_OTHER;
+    return 0;
+}
+
+/* The route for the target: origin-form "/path", or absolute-form "http://host/path". Sets
+ * r->path (normalised: routes.h) or r->path_bad. */
+static const md_route *find_route(const md_http_conn *c, md_http_req *r)
+{
+    const char *t = r->target;
+    size_t n = r->path_done ? r->path_len : r->target_len;
+    if (n > r->target_len || (r->target_full && !r->path_done))
+        return NULL; /* a path longer than we keep names no route */
+    if (n == 0 || t[0] != '/') {
+        size_t skip;
+        if (n >= 7 && same_lower(t, "http://", 7))
+            skip = 7;
+        else if (n >= 8 && same_lower(t, "https://", 8))
+            skip = 8;
+        else
+            return NULL; /* "*", or CONNECT's authority-form */
+        const char *slash = memchr(t + skip, '/', n - skip);
+        if (slash == NULL) {
+            t = "/"; /* an empty path is "/" (RFC 9112 3.2.2) */
+            n = 1;
+        } else {
+            n -= (size_t)(slash - t);
+            t = slash;
+        }
+    }
+    if (!md_path_is_normal(t, n)) {
+        size_t len;
+        if (md_path_normalise(t, n, r->path_buf, &len) != 0) {
+            r->path_bad = true;
+            return NULL;
+        }
+        t = r->path_buf;
+        n = len;
+    }
+    r->path = t;
+    r->npath = (uint32_t)n;
+    return md_routes_find(routes_of(c), t, n);
+}
+
+/* The head is complete and within its limits: decide what to do with the request. Returns 0,
+ * or HPE_USER having called reject(). */
+static int head_done(md_http_conn *c)
+{
+    llhttp_t *p = &c->parser;
+    md_http_req *r = c->req;
+    const md_http_limits *l = &c->srv->limits;
+
+    /* Any DIGIT.DIGIT gets here (LENIENT_VERSION, see md_http_conn_init()); a later 1.x is
+     * served as 1.1 (RFC 9110 2.5). */
+    if (p->http_major != 1)
+        return reject(c, 505);
+    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0) || r->host_bad)
+        return reject(c, 400);
+    /* Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp would say so
+     * only after this callback, when a streamed echo head would be out already). */
+    if (r->te_empty ||
+        ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED))))
+        return reject(c, 400);
+    /* Not a proxy: there is nothing to tunnel to (RFC 9110 9.3.6). */
+    if (p->method == HTTP_CONNECT)
+        return reject(c, 501);
+    /* The asterisk form is OPTIONS' only (RFC 9112 3.2.4); any other target that is not
+     * origin-form ("/...") has passed llhttp as absolute-form ("scheme://..."). */
+    if (r->target_len != 0 && r->target[0] == '*') {
+        if (r->url_len != 1 || p->method != HTTP_OPTIONS)
+            return reject(c, 400);
+        r->asterisk = true;
+    }
+    /* Framed by chunked, but also coded some way we do not decode (RFC 9112 6.1). */
+    if (r->te_other)
+        return reject(c, 501);
+    bool chunked = (p->flags & F_CHUNKED) != 0;
+    uint64_t length = (p->flags & F_CONTENT_LENGTH) ? p->content_length : 0;
+    if (length > l->max_body_bytes)
+        return reject(c, 413);
+    if (r->expect == EXPECT_OTHER && p->http_minor != 0)
+        return reject(c, 417);
+
+    const md_route *route = find_route(c, r);
+    r->route = route;
+    r->keep_alive =
+        llhttp_should_keep_alive(p) && !c->draining && !p->upgrade &&
+        l->keepalive_timeout_ms != 0 &&
+        (l->max_requests_per_connection == 0 || c->requests + 1 < l->max_requests_per_connection);
+
+    /* HTTP/1.0 clients do not know 100-continue (RFC 9110 10.1.1). */
+    if (r->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
+        md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+        c->oom = true;
+        return HPE_USER;
+    }
+
+    /* The handler says what becomes of the body (handler.h). */
+    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method) &&
+        !(route->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL)) {
+        int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
+        if (mode < 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        r->collect = mode == MD_BODY_GATHER;
+        r->streaming = mode == MD_BODY_STREAM;
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    c->phase = PHASE_BODY;
+    c->since_ns = c->now_ns;
+    r->body_ns = c->now_ns;
+    if (r->head_counting) {
+        r->head_counting = false;
+        uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
+        if (upper > c->srv->limits.max_header_bytes) {
+            c->pause = PAUSE_HEAD;
+            return HPE_PAUSED;
+        }
+    }
+    return head_done(c);
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
+    int rc = count_body(c, len);
+    if (rc != 0)
+        return rc;
+    if (r->streaming) {
+        if (r->route->handler->on_body(c, r->route, at, len) != 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+    } else if (r->collect) {
+        if (r->body_len + len > c->body_cap) {
+            size_t cap = c->body_cap != 0 ? c->body_cap : 4096;
+            while (cap < r->body_len + len)
+                cap *= 2;
+            char *nb = realloc(c->body, cap);
+            if (nb == NULL)
+                return reject(c, 500);
+            c->body = nb;
+            c->body_cap = cap;
+        }
+        memcpy(c->body + r->body_len, at, len);
+        r->body_len += len;
+    }
+    return 0;
+}
+
+/* A chunk that cannot fit is refused from its size line, before its data. */
+static int on_chunk_header(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    if (p->content_length > c->srv->limits.max_body_bytes - c->req->body_bytes)
+        return reject(c, 413);
+    return 0;
+}
+
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
+{
+    (void)at; /* llhttp's data callback; only the length counts */
+    return count_body(conn_of(p), len);
+}
+
+/* The request is over and its response complete (or, streamed, under way): on to the next.
+ * 0, or HPE_PAUSED with c->pause set. */
+static int request_done(md_http_conn *c)
+{
+    c->requests++;
+    c->phase = PHASE_IDLE;
+    c->since_ns = c->now_ns;
+    /* Garbage before the next request fails before on_message_begin clears these. */
+    c->req->streaming = false;
+    c->req->method_done = false;
+    if (c->body != NULL) {
+        free(c->body);
+        c->body = NULL;
+        c->body_cap = 0;
+    }
+    if (!c->req->keep_alive || c->draining) {
+        c->closing = true;
+        c->pause = PAUSE_STOP;
+        return HPE_PAUSED;
+    }
+    if (md_outbuf_pending(c->out) >= MD_HTTP_OUT_HIGH_WATER) {
+        c->pause = PAUSE_FLUSH;
+        return HPE_PAUSED;
+    }
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    if (!c->req->streaming) {
+        int rc = answer(c);
+        if (rc < 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        if (rc == MD_HANDLER_PENDING) {
+            /* Parsing stops here: request_done() runs when the handler finishes. */
+            c->pause = PAUSE_PENDING;
+            return HPE_PAUSED;
+        }
+    }
+    return request_done(c);
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_method = on_method,
+    .on_method_complete = on_method_complete,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
+    .on_chunk_extension_name = on_chunk_extension,
+    .on_chunk_extension_value = on_chunk_extension,
+    .on_message_complete = on_message_complete,
+};
+
+void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
+{
+    memset(c, 0, sizeof *c); /* no request state yet: feed allocates it */
+    llhttp_init(&c->parser, HTTP_REQUEST, &settings);
+    /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
+     * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
+     * major version other than 1 (RFC 9110 15.6.6), a later 1.x served as 1.1. llhttp 8.1 has
+     * no setter for it (llhttp_reset() keeps the field). */
+    c->parser.lenient_flags |= LENIENT_VERSION;
+    c->srv = srv;
+    c->phase = PHASE_IDLE;
+    c->since_ns = now_ns;
+    c->now_ns = now_ns;
+}
+
+void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
+{
+    c->srv = srv;
+}
+
+/* Every entry point starts here... */
+static void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    c->now_ns = now_ns;
+    c->done_ns = 0;
+    c->out = out;
+    md_http_date_refresh(c->srv->clock);
+}
+
+/* ...and ends here: the bytes in and out go to the thread's metrics shard. */
+static void leave(md_http_conn *c, size_t in, size_t out_before)
+{
+    md_metrics *m = c->srv->metrics;
+    size_t out_now = md_outbuf_pending(c->out);
+    c->out = NULL;
+    if (m == NULL)
+        return;
+    md_metrics_shard *s = md_metrics_local(m);
+    if (in != 0)
+        md_metrics_add(&s->bytes_in[MD_LISTENER_HTTP], in);
+    if (out_now > out_before)
+        md_metrics_add(&s->bytes_out[MD_LISTENER_HTTP], out_now - out_before);
+}
+
+int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
+                      md_outbuf *out)
+{
+    *used = len;
+    if (c->closing)
+        return MD_HTTP_WANT_CLOSE;
+    if (len == 0)
+        return MD_HTTP_WANT_READ;
+    if (c->req == NULL) {
+        /* Bytes after an idle spell: a request begins. Only its fixed part is zeroed. */
+        c->req = req_take();
+        if (c->req == NULL)
+            return -ENOMEM;
+        memset(c->req, 0, offsetof(md_http_req, target));
+        c->req_zeroed = true; /* on_message_begin need not do it again */
+    }
+    md_http_req *r = c->req;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    c->feed_start = data;
+    c->feed_end = data + len;
+    if (r->head_counting)
+        r->head_from = data;
+    /* Pointers into the last feed are stale; the bytes they marked were scanned already. */
+    r->field_end = data;
+    r->gap_from = data;
+    if (c->phase == PHASE_BODY && len != 0)
+        c->since_ns = now_ns;
+
+    int want = MD_HTTP_WANT_READ;
+    const char *pos = data;
+    for (;;) {
+        llhttp_errno_t e = llhttp_execute(&c->parser, pos, (size_t)(c->feed_end - pos));
+        if (e == HPE_OK)
+            break;
+        if (e == HPE_PAUSED_UPGRADE) {
+            /* Not reached: upgrade requests never keep the connection, so PAUSE_STOP wins. */
+            c->closing = true;
+            want = MD_HTTP_WANT_CLOSE;
+            goto out;
+        }
+        if (e != HPE_PAUSED) {
+            want = fail(c);
+            goto out;
+        }
+        const char *at = llhttp_get_error_pos(&c->parser);
+        enum pause_reason why = c->pause;
+        c->pause = PAUSE_NONE;
+        if (why == PAUSE_STOP) {
+            want = MD_HTTP_WANT_CLOSE;
+            goto out;
+        }
+        llhttp_resume(&c->parser);
+        if (why == PAUSE_PENDING) {
+            *used = (size_t)(at - data);
+            want = MD_HTTP_WANT_HANDLER;
+            goto out;
+        }
+        if (why == PAUSE_FLUSH) {
+            *used = (size_t)(at - data);
+            want = MD_HTTP_WANT_WRITE;
+            goto out;
+        }
+        /* PAUSE_HEAD: the exact head size is known now. */
+        if (r->head_bytes + (uint64_t)(at - r->head_from) > c->srv->limits.max_header_bytes)
+            reject(c, 431);
+        else
+            head_done(c);
+        if (r->status != 0 || c->oom) {
+            want = fail(c);
+            goto out;
+        }
+        pos = at;
+    }
+    if (r->head_counting) {
+        r->head_bytes += (uint64_t)(c->feed_end - r->head_from);
+        if (r->head_bytes > c->srv->limits.max_header_bytes) {
+            reject(c, 431);
+            want = fail(c);
+            goto out;
+        }
+    }
+    r->value_cut = r->value_open && r->value_end == c->feed_end;
+    if (r->gap_open && has_newline(r->gap_from, c->feed_end))
+        r->gap_newline = true;
+out:
+    leave(c, *used, out_before);
+    return want;
+}
+
+int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, uint64_t now_ns,
+                        md_outbuf *out)
+{
+    md_http_pending *p = c->req != NULL ? c->req->pending : NULL;
+    if (p == NULL)
+        return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    int want;
+    int rc = p->poll(p, c, cx, io, out);
+    if (rc == MD_PENDING_WAIT) {
+        want = MD_HTTP_WANT_WAIT;
+    } else if (rc == MD_PENDING_MORE) {
+        want = MD_HTTP_WANT_HANDLER;
+    } else if (rc == -ENOMEM) {
+        c->req->pending = NULL;
+        c->closing = true;
+        want = -ENOMEM;
+    } else if (rc < 0) {
+        /* Ended short: what was sent stands, nothing more is presented as its content. */
+        c->req->pending = NULL;
+        c->closing = true;
+        want = MD_HTTP_WANT_CLOSE;
+    } else {
+        c->req->pending = NULL;
+        c->pause = PAUSE_NONE;
+        want = request_done(c) == HPE_PAUSED && c->pause == PAUSE_STOP ? MD_HTTP_WANT_CLOSE
+                                                                       : MD_HTTP_WANT_READ;
+        c->pause = PAUSE_NONE;
+    }
+    leave(c, 0, out_before);
+    return want;
+}
+
+int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    (void)now_ns; /* the entry points' shape: nothing is answered at EOF */
+    (void)out;
+    c->closing = true;
+    return MD_HTTP_WANT_CLOSE;
+}
+
+/* When a body that has brought body_bytes so far falls below min_body_rate: after the grace,
+ * once the time since its head exceeds body_bytes / rate; UINT64_MAX when off. */
+static uint64_t body_rate_deadline(const md_http_conn *c)
+{
+    const md_http_limits *l = &c->srv->limits;
+    if (c->phase != PHASE_BODY || l->min_body_rate == 0)
+        return UINT64_MAX;
+    uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
+    uint64_t earned = c->req->body_bytes >= UINT64_MAX / UINT64_C(1000000000)
+                          ? UINT64_MAX / 2
+                          : c->req->body_bytes * UINT64_C(1000000000) / l->min_body_rate;
+    return c->req->body_ns + (earned > grace ? earned : grace) + 1;
+}
+
+uint64_t md_http_conn_deadline(const md_http_conn *c)
+{
+    const md_http_limits *l = &c->srv->limits;
+    uint64_t ms;
+    /* A pending handler keeps its own time. */
+    if (c->closing || (c->req != NULL && c->req->pending != NULL))
+        return UINT64_MAX;
+    switch (c->phase) {
+    case PHASE_IDLE:
+        ms = c->requests == 0 ? l->header_timeout_ms : l->keepalive_timeout_ms;
+        break;
+    case PHASE_HEAD:
+        ms = l->header_timeout_ms;
+        break;
+    default:
+        ms = l->body_timeout_ms;
+        break;
+    }
+    uint64_t pause = c->since_ns + ms * UINT64_C(1000000), rate = body_rate_deadline(c);
+    return rate < pause ? rate : pause;
+}
+
+md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns)
+{
+    if (c->closing || now_ns < md_http_conn_deadline(c))
+        return MD_HTTP_EXPIRED_NONE;
+    switch (c->phase) {
+    case PHASE_IDLE:
+        return c->requests == 0 ? MD_HTTP_EXPIRED_HEADER : MD_HTTP_EXPIRED_KEEPALIVE;
+    case PHASE_HEAD:
+        return MD_HTTP_EXPIRED_HEADER;
+    default:
+        return now_ns >= body_rate_deadline(c) ? MD_HTTP_EXPIRED_BODY_RATE : MD_HTTP_EXPIRED_BODY;
+    }
+}
+
+int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+{
+    if (c->closing)
+        return MD_HTTP_WANT_CLOSE;
+    if (now_ns < md_http_conn_deadline(c))
+        return MD_HTTP_WANT_READ;
+    c->closing = true;
+    if (c->phase == PHASE_IDLE || c->req->streaming)
+        return MD_HTTP_WANT_CLOSE;
+    enter(c, now_ns, out);
+    size_t out_before = md_outbuf_pending(out);
+    int want = respond_error(c, 408, true, NULL) == 0 ? MD_HTTP_WANT_CLOSE : -ENOMEM;
+    leave(c, 0, out_before);
+    return want;
+}
+
+int md_http_conn_drain(md_http_conn *c)
+{
+    c->draining = true;
+    if (c->phase == PHASE_IDLE)
+        c->closing = true;
+    return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
+}
+
+bool md_http_conn_idle(md_http_conn *c)
+{
+    if (c->phase != PHASE_IDLE)
+        return false;
+    req_give(c->req);
+    c->req = NULL;
+    return true;
+}
+
+void md_http_conn_close(md_http_conn *c)
+{
+    if (c->req != NULL && c->req->pending != NULL) {
+        md_http_pending *p = c->req->pending;
+        c->req->pending = NULL;
+        p->cancel(p);
+    }
+    free(c->body);
+    c->body = NULL;
+    c->body_cap = 0;
+    req_give(c->req);
+    c->req = NULL;
+    c->closing = true;
+}

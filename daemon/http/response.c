@@ -1,0 +1,168 @@
+/* Response heads for the connection core (http.c): the status table, the Date block cached
+ * per thread and per second (RFC 9110 IMF-fixdate), and the head writer.
+ *
+ * The Date block is thread-local: every connection a worker serves shares one, and no thread
+ * ever writes another's, so it needs no synchronisation.
+ */
+#include "http/response.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define STATUS(code, text)                                                                         \
+    {                                                                                              \
+        code, sizeof("HTTP/1.1 " #code " " text "\r\n") - 1, sizeof(text "\n") - 1,                \
+            "HTTP/1.1 " #code " " text "\r\n", text "\n"                                           \
+    }
+
+static const md_http_status statuses[] = {
+    STATUS(200, "OK"),
+    STATUS(206, "Partial Content"),
+    STATUS(301, "Moved Permanently"),
+    STATUS(302, "Found"),
+    STATUS(303, "See Other"),
+    STATUS(307, "Temporary Redirect"),
+    STATUS(304, "Not Modified"),
+    STATUS(308, "Permanent Redirect"),
+    STATUS(400, "Bad Request"),
+    STATUS(403, "Forbidden"),
+    STATUS(404, "Not Found"),
+    STATUS(405, "Method Not Allowed"),
+    STATUS(408, "Request Timeout"),
+    STATUS(413, "Content Too Large"),
+    STATUS(414, "URI Too Long"),
+    STATUS(416, "Range Not Satisfiable"),
+    STATUS(410, "Gone"),
+    STATUS(417, "Expectation Failed"),
+    STATUS(431, "Request Header Fields Too Large"),
+    STATUS(500, "Internal Server Error"),
+    STATUS(501, "Not Implemented"),
+    STATUS(503, "Service Unavailable"),
+    STATUS(505, "HTTP Version Not Supported"),
+};
+
+#define NSTATUSES (sizeof(statuses) / sizeof(statuses[0]))
+
+const md_http_status *md_http_status_of(unsigned code)
+{
+    for (size_t i = 0; i < NSTATUSES; i++)
+        if (statuses[i].code == code)
+            return &statuses[i];
+    return md_http_status_of(500);
+}
+
+/* "Date: <IMF-fixdate>\r\nServer: magpied\r\n" */
+static _Thread_local struct {
+    time_t sec;
+    size_t len;
+    char text[96];
+} date_block = {.sec = (time_t)-1};
+
+void md_http_date_refresh(time_t (*clock)(void))
+{
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t now = clock != NULL ? clock() : time(NULL);
+    if (now == date_block.sec)
+        return;
+    struct tm tm;
+    if (gmtime_r(&now, &tm) == NULL)
+        memset(&tm, 0, sizeof(tm));
+    /* By hand, not strftime(): %a and %b follow the locale. */
+    int n = snprintf(date_block.text, sizeof(date_block.text),
+                     "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\nServer: magpied\r\n",
+                     days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+    date_block.len = n > 0 && (size_t)n < sizeof(date_block.text) ? (size_t)n : 0;
+    date_block.sec = now;
+}
+
+#define PUT(w, lit) (memcpy((w), (lit), sizeof(lit) - 1), (w) + sizeof(lit) - 1)
+
+static char *put_bytes(char *w, const void *p, size_t n)
+{
+    memcpy(w, p, n);
+    return w + n;
+}
+
+static char *put_u64(char *w, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n != 0)
+        *w++ = tmp[--n];
+    return w;
+}
+
+char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, bool http10,
+                              const char *allow, const char *fields, size_t fields_len,
+                              const char *ctype, uint64_t length)
+{
+    w = put_bytes(w, st->line, st->line_len);
+    w = put_bytes(w, date_block.text, date_block.len);
+    if (close)
+        w = PUT(w, "Connection: close\r\n");
+    else if (http10)
+        w = PUT(w, "Connection: keep-alive\r\n");
+    if (allow != NULL) {
+        w = PUT(w, "Allow: ");
+        w = put_bytes(w, allow, strlen(allow));
+        w = PUT(w, "\r\n");
+    }
+    if (fields != NULL)
+        w = put_bytes(w, fields, fields_len);
+    w = PUT(w, "Content-Type: ");
+    w = put_bytes(w, ctype, strlen(ctype));
+    w = PUT(w, "\r\nContent-Length: ");
+    w = put_u64(w, length);
+    return PUT(w, "\r\n\r\n");
+}
+
+char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,
+                       const char *allow, const char *ctype, uint64_t length)
+{
+    return md_http_put_head_fields(w, st, close, http10, allow, NULL, 0, ctype, length);
+}
+
+/* Whole responses, per thread; valid while sec matches the Date block's. */
+static _Thread_local struct {
+    time_t sec;
+    uint64_t tag; /* whose response it is (a route table's id) */
+    size_t len;
+    char text[MD_HTTP_HEAD_MAX];
+} canned[MD_HTTP_CANNED_SLOTS];
+
+/* The slot's response for this second, built once per second per thread: out of the way of
+ * the hit below, whose frame would otherwise carry this one's head buffer. */
+static __attribute__((noinline)) const char *
+canned_build(unsigned slot, uint64_t tag, const char *ctype, const char *body, size_t body_len)
+{
+    char head[MD_HTTP_HEAD_MAX];
+    char *w = md_http_put_head(head, md_http_status_of(200), false, false, NULL, ctype, body_len);
+    size_t hlen = (size_t)(w - head);
+    if (hlen + body_len > sizeof(canned[slot].text))
+        return NULL;
+    memcpy(canned[slot].text, head, hlen);
+    memcpy(canned[slot].text + hlen, body, body_len);
+    canned[slot].len = hlen + body_len;
+    canned[slot].sec = date_block.sec;
+    canned[slot].tag = tag;
+    return canned[slot].text;
+}
+
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
+                           size_t body_len, size_t *len)
+{
+    if (slot >= MD_HTTP_CANNED_SLOTS || body_len > MD_HTTP_HEAD_MAX / 2)
+        return NULL;
+    if ((canned[slot].sec != date_block.sec || canned[slot].tag != tag || canned[slot].len == 0) &&
+        canned_build(slot, tag, ctype, body, body_len) == NULL)
+        return NULL;
+    *len = canned[slot].len;
+    return canned[slot].text;
+}

@@ -1,0 +1,54 @@
+/* HTTP/1.1 response heads: the status table, the per-second Date block, and the head writer.
+ *
+ * Every response magpied sends is "HTTP/1.1 <status>", Date, Server, then Connection when it
+ * differs from the request version's default, Allow for 405, Content-Type and Content-Length.
+ * Everything constant is a precomputed string; per response only the length is formatted.
+ */
+#ifndef MD_RESPONSE_H
+#define MD_RESPONSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/* The longest head md_http_put_head() writes: the longest status line, the Date block,
+ * Connection, Allow, the longest Content-Type and a 20-digit Content-Length, with room. */
+#define MD_HTTP_HEAD_MAX 384
+
+typedef struct md_http_status {
+    uint16_t code;
+    uint8_t line_len, body_len;
+    const char *line; /* "HTTP/1.1 404 Not Found\r\n" */
+    const char *body; /* "Not Found\n", the body of an error response */
+} md_http_status;
+
+/* The entry for code; 500's for a code the table lacks. */
+const md_http_status *md_http_status_of(unsigned code);
+
+/* Makes the calling thread's Date block current (clock NULL: time()). Cheap when the second
+ * has not changed; call once per batch of responses. */
+void md_http_date_refresh(time_t (*clock)(void));
+
+/* Writes a head at w (MD_HTTP_HEAD_MAX bytes of room) and returns its end. close: say
+ * "Connection: close"; otherwise http10 says "Connection: keep-alive". allow may be NULL. */
+char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,
+                       const char *allow, const char *ctype, uint64_t length);
+
+/* The same, with more header lines (each ending in CRLF; fields_len bytes) after Allow: room
+ * for MD_HTTP_HEAD_MAX + fields_len bytes at w. */
+char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, bool http10,
+                              const char *allow, const char *fields, size_t fields_len,
+                              const char *ctype, uint64_t length);
+
+/* Slots for md_http_canned(): one per static body a caller serves often. */
+#define MD_HTTP_CANNED_SLOTS 8
+
+/* The whole keep-alive HTTP/1.1 200 response with this body, from a per-thread cache that is
+ * rebuilt when the Date second changes: the hot GET is one memcpy. (slot, tag) identifies the
+ * (ctype, body) pair and must always be used with the same one: a route's index and its
+ * table's id, so that a reload's new table never gets the old one's bytes. *len gets the
+ * length; NULL when the slot or body is out of range. */
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
+                           size_t body_len, size_t *len);
+
+#endif

@@ -1,0 +1,203 @@
+/* conn.c: one accepted connection, HTTP or echo: its task, its bounded writes, its close.
+ *
+ * Writes: a peer that does not read would hold its connection for ever, so every write that
+ * blocks is bounded (md_conn_write): no progress for send_timeout_ms, or, after
+ * min_rate_grace_ms, less than min_send_rate bytes per second on average, closes the
+ * connection. SO_SNDBUF (send_buffer) bounds the kernel memory such a peer pins meanwhile,
+ * and nothing more is read from a connection while its output is queued.
+ *
+ * Lifetime: two references, the task's and the stream's. The task's goes when the runtime
+ * releases the task; the stream's when its close callback has run on the loop, which is also
+ * where the connection leaves the server's counts and list.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "server/conn.h"
+
+static void conn_unref(md_conn *c)
+{
+    /* AcqRel: the last one to let go frees; it sees everything the other did to c.
+     * Pairs with itself (the other reference's decrement). */
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+        free(c);
+}
+
+/* HTTP's part of a connection's life: the core, and its generation of settings. */
+static void http_opened(md_server *s, md_conn *c)
+{
+    md_http_conn_init(&c->http, &md_http_gens_enter(&s->gens)->http, uv_hrtime());
+}
+
+static void http_finish(md_conn *c)
+{
+    md_http_gen *g = md_http_gen_of(c->http.srv);
+    md_http_conn_close(&c->http);
+    md_http_gen_leave(g);
+}
+
+static void http_closed(md_server *s)
+{
+    md_http_gens_sweep(&s->gens); /* after md_http_gen_leave() in http_finish() */
+}
+
+/* What each listener kind does with its connections, indexed by md_listener: a new kind is
+ * one more entry here (and its settings one more entry of md_config.listeners). */
+static const struct conn_kind {
+    mp_poll (*poll)(md_conn *c, mp_context *cx);
+    void (*opened)(md_server *s, md_conn *c); /* loop side, at accept; NULL: nothing */
+    void (*finish)(md_conn *c);               /* the task, before the close; NULL: nothing */
+    void (*closed)(md_server *s);             /* loop side, once closed; NULL: nothing */
+} kinds[MD_LISTENERS] = {
+    [MD_LISTENER_HTTP] = {md_conn_http_poll, http_opened, http_finish, http_closed},
+    [MD_LISTENER_ECHO] = {md_conn_echo_poll, NULL, NULL, NULL},
+};
+
+/* On the loop's thread, once libuv is done with the stream. */
+static void conn_closed(mp_tcp *t)
+{
+    md_conn *c = mp_container_of(t, md_conn, tcp);
+    md_server *s = c->srv;
+    if (kinds[c->kind].closed != NULL)
+        kinds[c->kind].closed(s);
+    md_metrics_conn_closed(&s->metrics, c->kind, c->why);
+    md_listener_conn_removed(s, c);
+    conn_unref(c);
+}
+
+mp_poll md_conn_finish(md_conn *c, md_close_reason why)
+{
+    if (c->closing)
+        return MP_READY;
+    c->closing = true;
+    c->why = why;
+    mp_timer_cancel(&c->timer);
+    if (kinds[c->kind].finish != NULL)
+        kinds[c->kind].finish(c);
+    md_outbuf_free(&c->out);
+    mp_tcp_close(&c->tcp, conn_closed);
+    return MP_READY;
+}
+
+mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    for (;;) {
+        if (mp_tcp_write_poll(&c->tcp, cx, data, len, err) == MP_READY) {
+            c->send_blocked = false;
+            return MP_READY;
+        }
+        uint64_t now = mp_now_ms();
+        size_t done = mp_tcp_write_progress(&c->tcp);
+        if (!c->send_blocked) {
+            c->send_blocked = true;
+            c->send_start_ms = c->send_progress_ms = now;
+            c->send_done = done;
+        } else if (done != c->send_done) {
+            c->send_done = done;
+            c->send_progress_ms = now;
+        }
+        uint64_t deadline = UINT64_MAX;
+        md_close_reason why = MD_CLOSE_SEND_TIMEOUT;
+        if (c->send_timeout_ms != 0)
+            deadline = c->send_progress_ms + c->send_timeout_ms;
+        if (c->min_send_rate != 0) {
+            /* Falls below the rate once the time since the write began exceeds what the
+             * bytes taken so far pay for (and the grace). */
+            uint64_t earned = (uint64_t)done * 1000 / c->min_send_rate;
+            uint64_t at = c->send_start_ms + (earned > c->grace_ms ? earned : c->grace_ms) + 1;
+            if (at < deadline) {
+                deadline = at;
+                why = MD_CLOSE_MIN_SEND_RATE;
+            }
+        }
+        if (c->idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
+            uint64_t last =
+                c->send_progress_ms > c->progress_ms ? c->send_progress_ms : c->progress_ms;
+            if (last + c->idle_ms < deadline) {
+                deadline = last + c->idle_ms;
+                why = MD_CLOSE_IDLE_TIMEOUT;
+            }
+        }
+        if (deadline == UINT64_MAX) {
+            mp_timer_cancel(&c->timer);
+            return MP_PENDING;
+        }
+        if (now >= deadline) {
+            c->send_blocked = false;
+            c->why = why;
+            *err = -ETIMEDOUT;
+            return MP_READY;
+        }
+        if (mp_timer_poll(&c->timer, deadline, cx) == MP_PENDING)
+            return MP_PENDING;
+        /* The deadline passed: write again, which tells whether the peer took anything. */
+    }
+}
+
+md_close_reason md_conn_write_error(const md_conn *c, int err)
+{
+    return err == -ETIMEDOUT ? c->why : MD_CLOSE_ERROR;
+}
+
+static mp_poll conn_poll(mp_task *t, mp_context *cx)
+{
+    md_conn *c = mp_container_of(t, md_conn, task);
+    return kinds[c->kind].poll(c, cx);
+}
+
+static void conn_cancel(mp_task *t)
+{
+    md_conn_finish(mp_container_of(t, md_conn, task), MD_CLOSE_SHUTDOWN);
+}
+
+static void conn_release(mp_task *t)
+{
+    conn_unref(mp_container_of(t, md_conn, task));
+}
+
+static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
+
+int md_conn_accept(md_listener_state *l)
+{
+    md_server *s = l->srv;
+    md_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->srv = s;
+    c->kind = l->kind;
+    atomic_init(&c->refs, 2);
+    mp_timer_init(&c->timer, s->rt);
+    md_outbuf_init(&c->out);
+    /* The stream's default read buffer. */
+    int rc = mp_tcp_accept(s->rt, &c->tcp, (uv_stream_t *)&l->handle, 0);
+    if (rc != 0) {
+        md_outbuf_free(&c->out);
+        free(c);
+        return rc;
+    }
+    md_listener_conn_added(s, c);
+    if (s->cfg.limits.send_buffer != 0) {
+        /* Bounds what a peer that does not read pins in the kernel (the kernel doubles it);
+         * without it the send buffer autotunes up to tcp_wmem's maximum. Best effort. */
+        int v = (int)s->cfg.limits.send_buffer;
+        setsockopt(mp_tcp_fileno(&c->tcp), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    }
+    md_metrics_conn_opened(&s->metrics, c->kind);
+    if (kinds[c->kind].opened != NULL)
+        kinds[c->kind].opened(s, c);
+    /* Read here, on the loop's thread, where a reload writes s->cfg. */
+    c->idle_ms = s->cfg.listeners[c->kind].idle_timeout_ms;
+    c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
+    c->min_send_rate = s->cfg.limits.min_send_rate;
+    c->grace_ms = s->cfg.limits.min_rate_grace_ms;
+    c->why = MD_CLOSE_DONE;
+    c->progress_ms = mp_now_ms();
+    c->want = MD_HTTP_WANT_READ;
+    mp_task_init(&c->task, &conn_vt);
+    if (mp_spawn(s->rt, &c->task) != 0) {
+        /* Shutting down: nobody will serve it. */
+        atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
+        md_conn_finish(c, MD_CLOSE_SHUTDOWN);
+    }
+    return 0;
+}

@@ -1,0 +1,132 @@
+/* What the files of the serving side share: the server's state, its listeners and its
+ * connections.
+ *
+ *   server.c          the server's lifetime: start, describe, drain, free
+ *   listener.c        listening sockets (bound, or passed by systemd), accepting under each
+ *                     listener's max_connections, the count of open connections
+ *   conn.c            one connection: accept, bounded writes, close
+ *   conn_http.c       the HTTP connection task, over the sans-I/O core (http.h)
+ *   conn_echo.c       the echo connection task (RFC 862)
+ *   reload.c          the reload transaction
+ *   generation.c      the HTTP settings' generations (generation.h)
+ *   server_metrics.c  /metrics' runtime and process text
+ *
+ * Threads: the listeners, the lists and the counts belong to the loop's thread (libuv
+ * callbacks, and commands run with mp_loop_call_wait). A connection's task runs on any
+ * worker and owns its md_conn but for the fields marked loop side.
+ */
+#ifndef MD_CONN_H
+#define MD_CONN_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "server/generation.h"
+#include "magpie.h"
+#include "core/metrics.h"
+#include "core/outbuf.h"
+#include "server/server.h"
+
+/* A listening socket; heap-allocated because a reload may replace it while libuv still has
+ * to run the old one's close callback. Loop side. */
+typedef struct md_listener_state {
+    uv_tcp_t handle;
+    md_server *srv;
+    md_listener kind;
+    bool paused;    /* a connection is waiting to be accepted */
+    bool activated; /* passed by systemd: kept whatever the config says */
+    md_listen at;   /* what it was bound from (the config's value) */
+    bool reuseport;
+    char addr[80]; /* "[host]:port" */
+} md_listener_state;
+
+struct md_server {
+    mp_runtime *rt; /* immutable after start */
+    md_config cfg;  /* loop side after start */
+    md_metrics metrics;
+    md_http_gens gens; /* the HTTP settings; the list is loop side (generation.h) */
+    md_listener_state *listeners[MD_LISTENERS]; /* loop side; NULL: off */
+    uint64_t start_ns;                          /* immutable after start */
+    /* Relaxed counters for /metrics; written by the thread that handles signals. */
+    _Atomic uint64_t reloads_ok, reloads_failed;
+    _Atomic bool last_reload_ok;
+    _Atomic uint32_t open_conns;    /* written on the loop side, read by md_server_open() */
+    uint32_t open_by[MD_LISTENERS]; /* loop side: open connections per listener */
+    uint32_t open_peak;             /* loop side: most open since the last trim */
+    struct md_conn *conns;          /* loop side: every open connection, for drain */
+    bool draining;                  /* loop side */
+};
+
+/* One accepted connection. Freed when both the task is released and the stream closed. */
+typedef struct md_conn {
+    mp_tcp tcp;
+    mp_task task;
+    struct md_conn *prev, *next; /* the server's list, loop side */
+    md_server *srv;
+    md_listener kind;
+    _Atomic int refs; /* atomic: the task's and the stream's */
+    bool closing;
+    bool send_blocked; /* a write is waiting for the peer to read */
+    int want;
+    md_close_reason why; /* reported when it closes after its output (default: DONE) */
+    uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
+    /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
+    uint32_t send_timeout_ms, min_send_rate, grace_ms;
+    mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
+    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms) */
+    size_t send_done;          /* bytes of the blocked write the kernel has taken */
+    uint64_t send_start_ms;    /* when that write first blocked */
+    uint64_t send_progress_ms; /* when the kernel last took some of it */
+    md_outbuf out;
+    char peer[48]; /* client address for the access log, at its first line (conn_http.c) */
+    md_http_conn http;
+} md_conn;
+
+/* listener.c, loop side. */
+/* At start: each listener from systemd (inherited[kind] >= 0; inherited may be NULL) or bound
+ * from the configuration. All or none: on failure none is left open and err says why. */
+int md_listeners_open(md_server *s, const int inherited[MD_LISTENERS], md_error *err);
+/* A new listener of kind on at, accepting. */
+int md_listener_bind(md_server *s, md_listener kind, const md_listen *at, bool reuseport,
+                     md_listener_state **out, md_error *err);
+/* Closes l (NULL: nothing); libuv frees it later. */
+void md_listener_close(md_listener_state *l);
+/* Accepts on the listeners paused at their mark, while under it. */
+void md_listeners_resume(md_server *s);
+/* A connection was accepted on c->kind's listener / has closed: the counts, the list. */
+void md_listener_conn_added(md_server *s, md_conn *c);
+void md_listener_conn_removed(md_server *s, md_conn *c);
+const md_listen *md_listen_of(const md_config *cfg, md_listener kind);
+bool md_reuseport_of(const md_config *cfg, md_listener kind);
+bool md_listen_same(const md_listen *a, const md_listen *b);
+/* "host:port" or "[host]:port" of a socket address; the host alone with port_too false. */
+void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len);
+
+/* conn.c */
+/* Loop side: accept the next connection of l and spawn its task. 0 or a negative errno (not
+ * accepted: libuv pauses l until the next accept). */
+int md_conn_accept(md_listener_state *l);
+/* From the task (or its cancel): release what the connection holds and close its stream;
+ * MP_READY. why is reported with the close. */
+mp_poll md_conn_finish(md_conn *c, md_close_reason why);
+/* Writes data[0..len) within the send limits. MP_READY with *err = 0, a negative errno, or
+ * -ETIMEDOUT with c->why saying which limit passed; MP_PENDING while the peer is not reading
+ * and no limit has passed (the timer is armed for the nearest). */
+mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err);
+/* Why to close after md_conn_write's error err. */
+md_close_reason md_conn_write_error(const md_conn *c, int err);
+
+/* conn_http.c and conn_echo.c: the tasks' polls. */
+mp_poll md_conn_http_poll(md_conn *c, mp_context *cx);
+mp_poll md_conn_echo_poll(md_conn *c, mp_context *cx);
+/* A generation of HTTP settings for cfg, with the server's hooks and its routes' roots open;
+ * not yet published. 0, or a negative errno with err saying why (out of memory, a root that
+ * cannot be opened). */
+int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, md_error *err);
+
+/* server_metrics.c: md_metrics_extra_fn for the server (arg). */
+int md_server_metrics_text(void *arg, md_outbuf *out);
+
+#endif

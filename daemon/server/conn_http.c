@@ -1,0 +1,198 @@
+/* conn_http.c: the HTTP connection task, which drives the sans-I/O core (http.h) over its
+ * stream.
+ *
+ * The task loops: flush pending output (one write for every response parsed from one read),
+ * read, feed the core, consume what it used. While it waits for the peer it arms the core's
+ * deadline on its timer (header, body and keep-alive timeouts, the minimum body rate). At each
+ * request's first byte the core calls the settings' request_begin hook, where the connection
+ * moves to the newest generation of settings (generation.h): a reload applies from the next
+ * request on, limits and routes together.
+ *
+ * A handler that answers later (http/handler.h) stops the parsing: the task flushes what is
+ * queued, then polls the handler through md_http_conn_resume() until it is done, and only
+ * then reads or parses the next request. The handler's output is flushed between its polls,
+ * so a peer that reads slowly holds the handler back (and the send limits apply as to any
+ * write).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "server/conn.h"
+#include "core/log.h"
+#include "http/handler.h"
+
+/* The client's address, looked up at the connection's first access-log line, so that
+ * connections accepted while the access log was off have one too, and no connection pays for
+ * it while the log is off. getpeername() on the socket is a plain syscall, safe on a worker.
+ * NULL ("-" in the log) if the peer is already gone. */
+static const char *peer_name(md_conn *c)
+{
+    if (c->peer[0] == '\0') {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) == 0)
+            md_sockaddr_text(&ss, false, c->peer, sizeof c->peer);
+    }
+    return c->peer[0] ? c->peer : NULL;
+}
+
+/* On a worker, once per response (md_http_server.access_log), inside the connection task's
+ * poll: the task owns c. */
+static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchange *x)
+{
+    (void)arg; /* the hook's shape; the connection is found from hc */
+    if (!md_log_access_on())
+        return;
+    md_conn *c = mp_container_of(hc, md_conn, http);
+    md_access_entry e = *x;
+    e.peer = peer_name(c);
+    e.time = time(NULL);
+    md_log_access(&e);
+}
+
+/* uv_hrtime()'s clock (CLOCK_MONOTONIC, ns), read once per read that answers something:
+ * straight from the vDSO, without libuv's wrapper around the same call. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, md_error *err)
+{
+    md_http_gen *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -ENOMEM;
+    }
+    g->http.limits = cfg->limits;
+    g->routes = cfg->routes;
+    g->http.routes = &g->routes;
+    int rc = md_routes_open(&g->routes, err->msg, sizeof err->msg);
+    if (rc != 0) {
+        free(g);
+        return rc;
+    }
+    g->http.metrics = &s->metrics;
+    g->http.metrics_text = md_metrics_text;
+    g->http.metrics_arg = &s->metrics;
+    g->http.mono_clock = mono_ns;
+    if (cfg->access_log != MD_ACCESS_LOG_OFF)
+        g->http.access_log = access_entry;
+    g->http.request_begin = md_http_gen_request_begin;
+    *out = g;
+    return 0;
+}
+
+/* The io a pending handler gets: the socket, and md_conn_write's bounded write. */
+struct conn_io {
+    md_http_io io;
+    md_conn *c;
+};
+
+static mp_poll conn_io_write(md_http_io *io, mp_context *cx, const char *data, size_t len, int *err)
+{
+    md_conn *c = ((struct conn_io *)(void *)io)->c;
+    return md_conn_write(c, cx, data, len, err);
+}
+
+static md_close_reason expired_reason(md_http_expired e)
+{
+    switch (e) {
+    case MD_HTTP_EXPIRED_KEEPALIVE:
+        return MD_CLOSE_KEEPALIVE_TIMEOUT;
+    case MD_HTTP_EXPIRED_HEADER:
+        return MD_CLOSE_HEADER_TIMEOUT;
+    case MD_HTTP_EXPIRED_BODY:
+        return MD_CLOSE_BODY_TIMEOUT;
+    case MD_HTTP_EXPIRED_BODY_RATE:
+        return MD_CLOSE_MIN_BODY_RATE;
+    default:
+        return MD_CLOSE_DONE;
+    }
+}
+
+mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
+{
+    for (;;) {
+        size_t pending = md_outbuf_pending(&c->out);
+        if (pending) {
+            int err;
+            if (md_conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) ==
+                MP_PENDING) {
+                /* Lent bytes (outbuf.h) are this thread's, and only until its next feed. */
+                if (md_outbuf_own(&c->out) != 0)
+                    return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+                return MP_PENDING;
+            }
+            if (err != 0)
+                return md_conn_finish(c, md_conn_write_error(c, err));
+            md_outbuf_consume(&c->out, pending);
+        }
+        if (c->want == MD_HTTP_WANT_CLOSE)
+            return md_conn_finish(c, c->why);
+        if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
+            struct conn_io io = {{mp_tcp_fileno(&c->tcp), conn_io_write}, c};
+            int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
+            if (want < 0)
+                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+            c->want = want;
+            if (want == MD_HTTP_WANT_WAIT)
+                return MP_PENDING; /* the handler holds a waker */
+            continue;              /* flush, then more of it, or the next request */
+        }
+        const char *data;
+        size_t len;
+        int err;
+        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            /* Between requests the connection keeps no request state and no output buffer
+             * (the stream has given its read buffer back already): an idle keep-alive
+             * connection is its md_conn alone. */
+            if (md_http_conn_idle(&c->http) && c->out.data != NULL)
+                md_outbuf_free(&c->out);
+            /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
+             * millisecond); when it passes, the core answers 408 or closes an idle one. */
+            uint64_t deadline = md_http_conn_deadline(&c->http);
+            if (deadline == UINT64_MAX) {
+                mp_timer_cancel(&c->timer);
+                return MP_PENDING;
+            }
+            if (mp_timer_poll(&c->timer, (deadline + 999999) / 1000000, cx) == MP_PENDING)
+                return MP_PENDING;
+            uint64_t now = uv_hrtime();
+            md_http_expired expired = md_http_conn_expired(&c->http, now);
+            int want = md_http_conn_timeout(&c->http, now, &c->out);
+            if (want < 0)
+                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+            if (expired != MD_HTTP_EXPIRED_NONE)
+                c->why = expired_reason(expired);
+            c->want = want;
+            continue;
+        }
+        /* When the bytes arrived (the loop's clock at their event): no clock read here. */
+        uint64_t now = len != 0 ? mp_tcp_read_time(&c->tcp) : uv_hrtime();
+        int want;
+        if (len == 0 && err == -EINTR) {
+            /* Graceful stop (md_server_drain): an idle connection closes now; one with a
+             * request in flight finishes it and answers with Connection: close. */
+            want = md_http_conn_drain(&c->http);
+            if (want == MD_HTTP_WANT_CLOSE)
+                c->why = MD_CLOSE_SHUTDOWN;
+        } else if (len == 0) {
+            if (err != UV_EOF)
+                return md_conn_finish(c, MD_CLOSE_ERROR); /* reset: nobody to answer */
+            want = md_http_conn_eof(&c->http, now, &c->out);
+            c->why = MD_CLOSE_PEER;
+        } else {
+            size_t used = 0;
+            want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);
+            mp_tcp_consume(&c->tcp, used);
+        }
+        if (want < 0)
+            return md_conn_finish(c, MD_CLOSE_NO_MEMORY); /* close without flushing */
+        c->want = want;
+    }
+}

@@ -1,0 +1,140 @@
+/* server_metrics.c: the part of /metrics that is not the daemon's own counters (metrics.c):
+ * the runtime's counters per worker, its read buffers and tasks, and the process's build,
+ * uptime, reloads, access-log drops and HTTP settings generations. Written with metrics.c's
+ * writer, after its text (md_metrics_set_extra). Runs on the worker that serves the scrape.
+ */
+#include <errno.h>
+#include <stddef.h>
+
+#include "server/conn.h"
+#include "core/log.h"
+#include "core/version.h"
+
+/* The worker counters, per worker. */
+static int worker_metrics(md_server *s, md_outbuf *out)
+{
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } counters[] = {
+#define C(f, h) {#f, h, offsetof(mp_worker_stats, f)},
+        MP_WORKER_COUNTERS(C)
+#undef C
+    };
+    unsigned workers = mp_runtime_workers(s->rt);
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < sizeof counters / sizeof counters[0]; k++) {
+        rc = md_metrics_put(
+            out, "# HELP magpie_worker_%s_total %s\n# TYPE magpie_worker_%s_total counter\n",
+            counters[k].name, counters[k].help, counters[k].name);
+        for (unsigned w = 0; rc == 0 && w < workers; w++) {
+            mp_worker_stats ws;
+            mp_runtime_worker_stats(s->rt, w, &ws);
+            uint64_t v = *(const uint64_t *)((const char *)&ws + counters[k].offset);
+            rc = md_metrics_put(out, "magpie_worker_%s_total{worker=\"%u\"} %llu\n",
+                                counters[k].name, w, (unsigned long long)v);
+        }
+    }
+    return rc;
+}
+
+/* The runtime as a whole: read buffers, workers, tasks, wake-up latency. */
+static int runtime_metrics(md_server *s, md_outbuf *out)
+{
+    mp_stats st;
+    mp_runtime_stats(s->rt, &st);
+    size_t bufs_used = 0, bufs_pooled = 0;
+    mp_tcp_buffer_stats(&bufs_used, &bufs_pooled);
+    int rc = md_metrics_put_head(out, "magpie_tcp_read_buffers", "gauge",
+                                 "Read buffers: held by connections, or pooled.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpie_tcp_read_buffers{state=\"in_use\"} %zu\n"
+                            "magpie_tcp_read_buffers{state=\"pooled\"} %zu\n",
+                            bufs_used, bufs_pooled);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_runtime_workers", "gauge",
+                                 "Worker threads configured and started.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpie_runtime_workers{state=\"configured\"} %u\n"
+                            "magpie_runtime_workers{state=\"started\"} %u\n",
+                            st.workers, st.workers_started);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_runtime_live_tasks", "gauge",
+                                 "Tasks spawned and not complete.");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpie_runtime_live_tasks %llu\n",
+                            (unsigned long long)st.live_tasks);
+    if (rc == 0)
+        rc = md_metrics_put_head(
+            out, "magpie_runtime_wake_latency_seconds", "gauge",
+            "Recent time from unparking a worker to its running (moving average).");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpie_runtime_wake_latency_seconds %.9f\n",
+                            (double)st.wake_latency_ns / 1e9);
+    return rc;
+}
+
+/* Build, uptime, reloads, the access log's drops, the HTTP settings generations. */
+static int process_metrics(md_server *s, md_outbuf *out)
+{
+    /* Relaxed: independent counters (see md_server_count_reload). */
+    unsigned long long ok = atomic_load_explicit(&s->reloads_ok, memory_order_relaxed);
+    unsigned long long failed = atomic_load_explicit(&s->reloads_failed, memory_order_relaxed);
+    bool last_ok = atomic_load_explicit(&s->last_reload_ok, memory_order_relaxed);
+    int rc = md_metrics_put_head(out, "magpied_build_info", "gauge",
+                                 "Versions magpied was built with; always 1.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpied_build_info{version=\"%s\",magpie=\"%d.%d.%d\",libuv=\"%s\","
+                            "llhttp=\"%d.%d.%d\"} 1\n",
+                            MAGPIED_VERSION, MP_VERSION_MAJOR, MP_VERSION_MINOR, MP_VERSION_PATCH,
+                            uv_version_string(), LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
+                            LLHTTP_VERSION_PATCH);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_uptime_seconds", "gauge",
+                                 "Time since magpied started.");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpied_uptime_seconds %.3f\n",
+                            (double)(uv_hrtime() - s->start_ns) / 1e9);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_reloads_total", "counter",
+                                 "Configuration reloads (SIGHUP), by result.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpied_reloads_total{result=\"success\"} %llu\n"
+                            "magpied_reloads_total{result=\"failure\"} %llu\n",
+                            ok, failed);
+    if (rc == 0)
+        rc = md_metrics_put_head(
+            out, "magpied_config_last_reload_successful", "gauge",
+            "Whether the last reload applied (1) or kept the old configuration (0).");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpied_config_last_reload_successful %d\n", last_ok ? 1 : 0);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_access_log_dropped_total", "counter",
+                                 "Access log lines dropped because the writer fell behind.");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpied_access_log_dropped_total %llu\n",
+                            (unsigned long long)md_log_access_dropped());
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_http_config_generations", "gauge",
+                                 "HTTP settings kept in memory: the current ones and older ones "
+                                 "that open connections started under.");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpied_http_config_generations %u\n",
+                            (unsigned)md_http_gens_count(&s->gens));
+    return rc;
+}
+
+int md_server_metrics_text(void *arg, md_outbuf *out)
+{
+    md_server *s = arg;
+    int rc = worker_metrics(s, out);
+    if (rc == 0)
+        rc = runtime_metrics(s, out);
+    if (rc == 0)
+        rc = process_metrics(s, out);
+    return rc != 0 ? -ENOMEM : 0;
+}

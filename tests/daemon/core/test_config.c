@@ -1,0 +1,620 @@
+/* Tests for daemon/core/config.c: defaults, the shipped file, every key's range, the file:line:key
+ * error messages, --set overrides, and the cross-key checks.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/config.h"
+
+static int parse(md_config *c, const char *text, md_error *err)
+{
+    md_config_init(c);
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    cr_assert_not_null(f);
+    int rc = md_config_parse_file(c, f, "test.conf", err);
+    fclose(f);
+    return rc;
+}
+
+/* text[0..len), which may hold NUL bytes. */
+static int parse_n(md_config *c, const char *text, size_t len, md_error *err)
+{
+    md_config_init(c);
+    FILE *f = fmemopen((void *)text, len, "r");
+    cr_assert_not_null(f);
+    int rc = md_config_parse_file(c, f, "test.conf", err);
+    fclose(f);
+    return rc;
+}
+
+static void expect_error(const char *text, const char *msg)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, text, &err), -EINVAL, "accepted: %s", text);
+    cr_assert_str_eq(err.msg, msg);
+}
+
+Test(config, defaults, .timeout = 5)
+{
+    md_config c;
+    md_config_init(&c);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "127.0.0.1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 8080);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen.port, 8007);
+    cr_assert_eq(c.workers, 0);
+    cr_assert_eq(c.limits.max_request_line, 8192);
+    cr_assert_eq(c.limits.max_header_bytes, 65536);
+    cr_assert_eq(c.limits.max_headers, 100);
+    cr_assert_eq(c.limits.max_body_bytes, 1048576);
+    cr_assert_eq(c.limits.header_timeout_ms, 10000);
+    cr_assert_eq(c.limits.body_timeout_ms, 10000);
+    cr_assert_eq(c.limits.keepalive_timeout_ms, 75000);
+    cr_assert_eq(c.limits.max_requests_per_connection, 0);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 10000);
+    cr_assert_eq(c.log_level, MD_LOG_INFO);
+    cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
+    cr_assert_eq(c.shutdown_timeout_ms, 10000);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 60000);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].max_connections, 1000);
+    cr_assert_eq(c.limits.send_timeout_ms, 30000);
+    cr_assert_eq(c.limits.send_buffer, 65536);
+    cr_assert_eq(c.limits.min_send_rate, 240);
+    cr_assert_eq(c.limits.min_body_rate, 240);
+    cr_assert_eq(c.limits.min_rate_grace_ms, 5000);
+    md_error err;
+    cr_assert_eq(md_config_check(&c, &err), 0);
+}
+
+/* Two route tables answer alike: the same routes, handlers, options, methods, in order. */
+static void expect_same_routes(const md_route_table *a, const md_route_table *b)
+{
+    cr_assert_eq(a->n, b->n);
+    for (uint32_t i = 0; i < a->n; i++) {
+        const md_route *x = &a->r[i], *y = &b->r[i];
+        cr_assert_str_eq(x->path, y->path);
+        cr_assert_eq(x->exact, y->exact, "%s", x->path);
+        cr_assert_eq(x->kind, y->kind, "%s", x->path);
+        cr_assert_eq(x->handler, y->handler, "%s", x->path);
+        cr_assert_eq(x->methods, y->methods, "%s", x->path);
+        cr_assert_eq(x->status, y->status, "%s", x->path);
+        cr_assert_str_eq(x->allow, y->allow);
+        cr_assert_str_eq(x->content_type, y->content_type);
+        cr_assert_str_eq(x->body, y->body);
+        cr_assert_eq(a->order[i], b->order[i]);
+    }
+    cr_assert_str_eq(a->allow_any, b->allow_any);
+}
+
+/* The shipped file sets every key to its default: loading it changes nothing, and its routes
+ * are the built-in ones. */
+Test(config, shipped_file_is_the_defaults, .timeout = 5)
+{
+    md_config c, d;
+    md_error err = {{0}};
+    int rc = md_config_load(&c, "config/magpied.conf", &err);
+    cr_assert_eq(rc, 0, "%s (run the suite from the repository root)", err.msg);
+    cr_assert_eq(md_config_check(&c, &err), 0, "%s", err.msg);
+    md_config_init(&d);
+    memcpy(d.source, c.source, sizeof(d.source));
+    memcpy(d.key_line, c.key_line, sizeof(d.key_line));
+    expect_same_routes(&c.routes, &d.routes);
+    memcpy(&d.routes, &c.routes, sizeof(d.routes)); /* lines and ids differ */
+    cr_assert_eq(memcmp(&c, &d, sizeof(c)), 0);
+    for (size_t i = 0; i < 15; i++)
+        cr_assert_neq(c.key_line[i], 0, "key %zu is not in the shipped file", i);
+}
+
+Test(config, load_missing_file, .timeout = 5)
+{
+    md_config c;
+    md_error err;
+    cr_assert_eq(md_config_load(&c, "/nonexistent/magpied.conf", &err), -ENOENT);
+    cr_assert_str_eq(err.msg, "/nonexistent/magpied.conf: cannot open: No such file or directory");
+}
+
+Test(config, every_key, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    const char *text = "; comment\n"
+                       "# comment\n"
+                       "[http]\n"
+                       "listen = [::1]:0\n"
+                       "[echo]\n"
+                       "listen =\n"
+                       "idle_timeout_ms = 0\n"
+                       "[runtime]\n"
+                       "workers = 4 ; inline comment\n"
+                       "[limits]\n"
+                       "  max_request_line = 1024\n"
+                       "\tmax_header_bytes = 2048\n"
+                       "max_headers = 10\n"
+                       "max_body_bytes = 1073741824\n"
+                       "header_timeout_ms = 1\n"
+                       "body_timeout_ms = 3600000\n"
+                       "keepalive_timeout_ms = 0\n"
+                       "max_requests_per_connection = 4294967295\n"
+                       "max_connections = 1\n"
+                       "[log]\n"
+                       "level = debug\n"
+                       "access_log = /var/log/magpied/access.log\n"
+                       "[server]\n"
+                       "shutdown_timeout_ms = 0\n";
+    cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.family, AF_INET6);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "::1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 0);
+    cr_assert_eq(c.workers, 4);
+    cr_assert_eq(c.limits.max_request_line, 1024);
+    cr_assert_eq(c.limits.max_header_bytes, 2048);
+    cr_assert_eq(c.limits.max_headers, 10);
+    cr_assert_eq(c.limits.max_body_bytes, 1073741824);
+    cr_assert_eq(c.limits.header_timeout_ms, 1);
+    cr_assert_eq(c.limits.body_timeout_ms, 3600000);
+    cr_assert_eq(c.limits.keepalive_timeout_ms, 0);
+    cr_assert_eq(c.limits.max_requests_per_connection, 4294967295u);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 1);
+    cr_assert_eq(c.log_level, MD_LOG_DEBUG);
+    cr_assert_eq(c.access_log, MD_ACCESS_LOG_FILE);
+    cr_assert_str_eq(c.access_log_path, "/var/log/magpied/access.log");
+    cr_assert_eq(c.shutdown_timeout_ms, 0);
+    cr_assert_str_eq(c.source, "test.conf");
+    cr_assert_eq(md_config_check(&c, &err), 0, "%s", err.msg);
+}
+
+Test(config, access_log_and_levels, .timeout = 5)
+{
+    md_config c;
+    md_error err;
+    cr_assert_eq(parse(&c, "[log]\naccess_log = stderr\nlevel = error\n", &err), 0);
+    cr_assert_eq(c.access_log, MD_ACCESS_LOG_STDERR);
+    cr_assert_eq(c.log_level, MD_LOG_ERROR);
+    cr_assert_eq(parse(&c, "[log]\naccess_log = ./access.log\nlevel = warn\n", &err), 0);
+    cr_assert_eq(c.access_log, MD_ACCESS_LOG_FILE);
+    cr_assert_str_eq(c.access_log_path, "./access.log");
+    cr_assert_eq(c.log_level, MD_LOG_WARN);
+    cr_assert_str_eq(md_log_level_name(MD_LOG_WARN), "warn");
+}
+
+Test(config, bad_integer_names_file_line_key, .timeout = 5)
+{
+    expect_error("[limits]\n\n\nmax_body_bytes = 12x\n",
+                 "test.conf:4: [limits] max_body_bytes: expected an integer in 0..1073741824, "
+                 "got \"12x\"");
+    expect_error("[limits]\nmax_body_bytes = 1073741825\n",
+                 "test.conf:2: [limits] max_body_bytes: expected an integer in 0..1073741824, "
+                 "got \"1073741825\"");
+    expect_error("[limits]\nmax_headers = -1\n",
+                 "test.conf:2: [limits] max_headers: expected an integer in 1..10000, got \"-1\"");
+    expect_error("[limits]\nmax_headers = 0\n",
+                 "test.conf:2: [limits] max_headers: expected an integer in 1..10000, got \"0\"");
+    expect_error("[limits]\nmax_headers =\n",
+                 "test.conf:2: [limits] max_headers: expected an integer in 1..10000, got \"\"");
+    expect_error(
+        "[limits]\nmax_headers = 0x10\n",
+        "test.conf:2: [limits] max_headers: expected an integer in 1..10000, got \"0x10\"");
+    expect_error("[runtime]\nworkers = 99999999999999999999999\n",
+                 "test.conf:2: [runtime] workers: expected an integer in 0..1024, got "
+                 "\"99999999999999999999999\"");
+    expect_error("[limits]\nmax_requests_per_connection = 4294967296\n",
+                 "test.conf:2: [limits] max_requests_per_connection: expected an integer in "
+                 "0..4294967295, got \"4294967296\"");
+    expect_error("[server]\nshutdown_timeout_ms = 1 000\n",
+                 "test.conf:2: [server] shutdown_timeout_ms: expected an integer in 0..3600000, "
+                 "got \"1 000\"");
+}
+
+Test(config, bad_listen, .timeout = 5)
+{
+    const char *bad[] = {"localhost:8080", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "::1:80",
+                         "[::1]80",        "[::1]:x",   ":80",        "1.2.3:80",        "[]:80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[128], msg[512];
+        snprintf(text, sizeof(text), "[http]\nlisten = %s\n", bad[i]);
+        snprintf(msg, sizeof(msg),
+                 "test.conf:2: [http] listen: expected host:port with a numeric IPv4 address "
+                 "or a [bracketed] IPv6 address and a port in 0..65535, got \"%s\"",
+                 bad[i]);
+        expect_error(text, msg);
+    }
+    expect_error("[echo]\nlisten = nowhere\n",
+                 "test.conf:2: [echo] listen: expected host:port with a numeric IPv4 address or "
+                 "a [bracketed] IPv6 address and a port in 0..65535 (or empty for off), got "
+                 "\"nowhere\"");
+    expect_error("[http]\nlisten =\n",
+                 "test.conf:2: [http] listen: expected host:port with a numeric IPv4 address or "
+                 "a [bracketed] IPv6 address and a port in 0..65535, got \"\"");
+}
+
+Test(config, bad_enums, .timeout = 5)
+{
+    expect_error("[log]\nlevel = verbose\n",
+                 "test.conf:2: [log] level: expected error, warn, info or debug, got \"verbose\"");
+    expect_error("[log]\nlevel = INFO\n",
+                 "test.conf:2: [log] level: expected error, warn, info or debug, got \"INFO\"");
+    expect_error("[log]\naccess_log = syslog\n",
+                 "test.conf:2: [log] access_log: expected off, stderr, or a path starting with / "
+                 "or ., got \"syslog\"");
+    expect_error("[log]\nerror_log = journal\n",
+                 "test.conf:2: [log] error_log: expected stderr, or a path starting with / or ., "
+                 "got \"journal\"");
+    expect_error("[log]\naccess_format = common\n",
+                 "test.conf:2: [log] access_format: expected combined or json, got \"common\"");
+    expect_error("[http]\nlisten = 127.0.0.1:1\nreuseport = 2\n",
+                 "test.conf:3: [http] reuseport: expected on, yes, true or 1, or off, no, false "
+                 "or 0 (any case), got \"2\"");
+}
+
+Test(config, log_files_format_and_reuseport, .timeout = 5)
+{
+    md_config c;
+    md_error err;
+    cr_assert_eq(parse(&c,
+                       "[http]\nlisten = 127.0.0.1:1\nreuseport = on\n[echo]\nreuseport = yes\n"
+                       "[log]\nerror_log = /var/log/magpied/error.log\naccess_format = json\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].reuseport);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].reuseport);
+    cr_assert_str_eq(c.error_log_path, "/var/log/magpied/error.log");
+    cr_assert_eq(c.access_format, MD_ACCESS_FORMAT_JSON);
+    cr_assert_str_eq(md_access_format_name(MD_ACCESS_FORMAT_JSON), "json");
+    cr_assert_eq(md_config_set(&c, "log.error_log=stderr", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.error_log_path, "");
+    cr_assert_eq(md_config_set(&c, "http.reuseport=off", &err), 0, "%s", err.msg);
+    cr_assert_not(c.listeners[MD_LISTENER_HTTP].reuseport);
+}
+
+Test(config, unknown_section_and_key, .timeout = 5)
+{
+    expect_error("[limits]\nmax_bodyy = 1\n", "test.conf:2: [limits] max_bodyy: unknown key");
+    expect_error("[http]\nlisten = 127.0.0.1:1\n[limts]\nmax_body_bytes = 1\n",
+                 "test.conf:3: unknown section [limts]");
+    /* An empty misspelt section is caught as well. */
+    expect_error("[http]\n[htp]\n", "test.conf:2: unknown section [htp]");
+    expect_error("workers = 1\n", "test.conf:1: workers: key outside any [section]");
+    /* Keys are case-sensitive, like the values. */
+    expect_error("[limits]\nMax_Headers = 1\n", "test.conf:2: [limits] Max_Headers: unknown key");
+}
+
+Test(config, syntax_errors, .timeout = 5)
+{
+    expect_error("[limits]\nmax_headers 10\n",
+                 "test.conf:2: syntax error: expected [section], key = value, or a ; or # "
+                 "comment");
+    expect_error("[limits\n", "test.conf:1: syntax error: expected [section], key = value, or a ; "
+                              "or # comment");
+    /* The first error wins, whichever kind it is. */
+    expect_error("[limits]\nmax_headers 10\nmax_headers = x\n",
+                 "test.conf:2: syntax error: expected [section], key = value, or a ; or # "
+                 "comment");
+    expect_error("[limits]\nmax_headers = x\nmax_headers 10\n",
+                 "test.conf:2: [limits] max_headers: expected an integer in 1..10000, got \"x\"");
+}
+
+Test(config, duplicate_key, .timeout = 5)
+{
+    expect_error("[limits]\nmax_headers = 10\n\nmax_headers = 20\n",
+                 "test.conf:4: [limits] max_headers: set twice (first on line 2)");
+}
+
+/* inih would fold an indented line into the previous value; the reader strips the indent. */
+Test(config, indented_lines_are_keys, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[limits]\nmax_headers = 10\n    max_body_bytes = 5\n", &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(c.limits.max_headers, 10);
+    cr_assert_eq(c.limits.max_body_bytes, 5);
+}
+
+Test(config, long_line, .timeout = 5)
+{
+    char text[600];
+    int n = snprintf(text, sizeof(text), "[log]\naccess_log = /");
+    memset(text + n, 'a', 300);
+    snprintf(text + n + 300, sizeof(text) - (size_t)n - 300, "\nlevel = debug\n");
+    expect_error(text, "test.conf:2: line longer than 198 characters");
+}
+
+Test(config, crlf_lines, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[limits]\r\nmax_headers = 7\r\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.limits.max_headers, 7);
+}
+
+Test(config, set_overrides, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[limits]\nmax_headers = 10\n", &err), 0);
+    cr_assert_eq(md_config_set(&c, "limits.max_headers=20", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.limits.max_headers, 20);
+    cr_assert_eq(md_config_set(&c, "echo.listen=", &err), 0, "%s", err.msg);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_eq(md_config_set(&c, "http.listen=0.0.0.0:80", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "0.0.0.0");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 80);
+    cr_assert_eq(md_config_set(&c, "log.access_log=./a=b.log", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_log_path, "./a=b.log");
+    /* A later --set of the same key wins; that is not a duplicate. */
+    cr_assert_eq(md_config_set(&c, "limits.max_headers=30", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.limits.max_headers, 30);
+}
+
+Test(config, set_errors, .timeout = 5)
+{
+    md_config c;
+    md_error err;
+    md_config_init(&c);
+    cr_assert_eq(md_config_set(&c, "limits.max_body_bytes=12x", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [limits] max_body_bytes: expected an integer in "
+                              "0..1073741824, got \"12x\"");
+    cr_assert_eq(c.limits.max_body_bytes, 1048576, "a rejected value leaves the old one");
+    cr_assert_eq(md_config_set(&c, "limits.nope=1", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [limits] nope: unknown key");
+    cr_assert_eq(md_config_set(&c, "nope.x=1", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: unknown section [nope]");
+    cr_assert_eq(md_config_set(&c, "max_headers=1", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: expected section.key=value, got \"max_headers=1\"");
+    cr_assert_eq(md_config_set(&c, "limits.max_headers", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: expected section.key=value, got \"limits.max_headers\"");
+    cr_assert_eq(md_config_set(&c, ".x=1", &err), -EINVAL);
+    cr_assert_eq(md_config_set(&c, "limits.=1", &err), -EINVAL);
+}
+
+Test(config, check_request_line_within_header_bytes, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[limits]\nmax_header_bytes = 4096\nmax_request_line = 8192\n", &err),
+                 0);
+    cr_assert_eq(md_config_check(&c, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:3: [limits] max_request_line: 8192 exceeds [limits] "
+                              "max_header_bytes (4096), which counts the request line too");
+    cr_assert_eq(md_config_set(&c, "limits.max_request_line=5000", &err), 0);
+    cr_assert_eq(md_config_check(&c, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [limits] max_request_line: 5000 exceeds [limits] "
+                              "max_header_bytes (4096), which counts the request line too");
+    cr_assert_eq(md_config_set(&c, "limits.max_request_line=4096", &err), 0);
+    cr_assert_eq(md_config_check(&c, &err), 0);
+}
+
+Test(config, check_listeners_differ, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[http]\nlisten = [::1]:9000\n[echo]\nlisten = [::1]:9000\n", &err), 0);
+    cr_assert_eq(md_config_check(&c, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:4: [echo] listen: [::1]:9000 is also [http] listen");
+    /* Two ephemeral ports never collide. */
+    cr_assert_eq(md_config_set(&c, "http.listen=[::1]:0", &err), 0);
+    cr_assert_eq(md_config_set(&c, "echo.listen=[::1]:0", &err), 0);
+    cr_assert_eq(md_config_check(&c, &err), 0);
+}
+
+/* A real file: messages carry the path as given. */
+Test(config, load_file_errors_name_the_path, .timeout = 5)
+{
+    char path[] = "/tmp/magpied-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    fputs("[http]\nlisten = 127.0.0.1:0\n\n[limits]\nmax_body_bytes = 12x\n", f);
+    fclose(f);
+    md_config c;
+    md_error err;
+    cr_assert_eq(md_config_load(&c, path, &err), -EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "%s:5: [limits] max_body_bytes: expected an integer in 0..1073741824, got \"12x\"",
+             path);
+    cr_assert_str_eq(err.msg, want);
+
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("[http]\nlisten = 127.0.0.1:0\n", f);
+    fclose(f);
+    cr_assert_eq(md_config_load(&c, path, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
+    cr_assert_str_eq(c.source, path);
+    unlink(path);
+}
+
+/* A NUL byte is an error on its line: fgets() and strlen() would hide the rest of the line
+ * from the check (and from `cat`) and count lines wrong after it. */
+Test(config, nul_bytes_are_errors, .timeout = 5)
+{
+    static const char one[] = "[limits]\nmax_headers = 7\0 junk\nmax_body_bytes = 5\n";
+    static const char hidden[] = "[limits]\n; a comment\0\nmax_headers = 7\n";
+    static const char start[] = "\0[limits]\nmax_headers = 7\n";
+    static const char late[] = "[limits]\n\nmax_headers = 7\n\n\nmax_body_bytes = 5\0\n";
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse_n(&c, one, sizeof(one) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:2: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, hidden, sizeof(hidden) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:2: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, start, sizeof(start) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:1: NUL byte: the file is not text");
+    cr_assert_eq(parse_n(&c, late, sizeof(late) - 1, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:6: NUL byte: the file is not text");
+
+    /* 100,000 NULs are not an empty, valid file. */
+    static char zeros[100000];
+    cr_assert_eq(parse_n(&c, zeros, sizeof(zeros), &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:1: NUL byte: the file is not text");
+}
+
+/* The reader stops at MD_CONFIG_FILE_MAX bytes, so an endless stream ends too. */
+Test(config, stream_larger_than_the_cap, .timeout = 5)
+{
+    size_t len = MD_CONFIG_FILE_MAX + 1;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    memcpy(text, "[limits]\n", 9);
+    for (size_t i = 9; i < len; i += 10)
+        memcpy(text + i, "; comment\n", len - i < 10 ? len - i : 10);
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse_n(&c, text, len, &err), -EINVAL);
+    char want[128];
+    snprintf(want, sizeof(want), "test.conf:%zu: file larger than %d bytes",
+             ((size_t)MD_CONFIG_FILE_MAX - 9) / 10 + 2, MD_CONFIG_FILE_MAX);
+    cr_assert_str_eq(err.msg, want);
+    /* Exactly at the cap is fine. */
+    cr_assert_eq(parse_n(&c, text, len - 1, &err), 0, "%s", err.msg);
+    free(text);
+}
+
+/* Only regular files: a device, a directory or a FIFO would never end or never be text. */
+Test(config, load_regular_files_only, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(md_config_load(&c, "/dev/zero", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/dev/zero: not a regular file");
+    cr_assert_eq(md_config_load(&c, "/dev/null", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/dev/null: not a regular file");
+    cr_assert_eq(md_config_load(&c, "/tmp", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "/tmp: not a regular file");
+
+    char path[] = "/tmp/magpied-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, MD_CONFIG_FILE_MAX + 1), 0);
+    close(fd);
+    cr_assert_eq(md_config_load(&c, path, &err), -EINVAL);
+    char want[256];
+    snprintf(want, sizeof(want), "%s: larger than %d bytes", path, MD_CONFIG_FILE_MAX);
+    cr_assert_str_eq(err.msg, want);
+    unlink(path);
+}
+
+/* One boolean grammar for every boolean key, in the file and in --set: on/off, yes/no,
+ * true/false, 1/0, in any case; the error lists it. */
+Test(config, booleans, .timeout = 5)
+{
+    static const char *const keys[][2] = {{"http", "reuseport"}, {"echo", "reuseport"}};
+    static const char *const yes[] = {"on", "ON", "On", "yes", "YES", "true", "True", "1"};
+    static const char *const no[] = {"off", "OFF", "no", "No", "false", "FALSE", "0"};
+    static const char *const bad[] = {"2", "enable", "y", "onn", "o n", "01", "", "-1", "nein"};
+    for (size_t k = 0; k < 2; k++) {
+        bool want_http = k == 0;
+        for (int v = 0; v < 2; v++) {
+            const char *const *words = v ? yes : no;
+            size_t n = v ? sizeof(yes) / sizeof(yes[0]) : sizeof(no) / sizeof(no[0]);
+            for (size_t i = 0; i < n; i++) {
+                char text[256], set[128];
+                md_config c;
+                md_error err = {{0}};
+                snprintf(text, sizeof(text), "[%s]\n%s = %s\n", keys[k][0], keys[k][1], words[i]);
+                cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+                bool got = want_http ? c.listeners[MD_LISTENER_HTTP].reuseport
+                                     : c.listeners[MD_LISTENER_ECHO].reuseport;
+                cr_assert_eq(got, v != 0, "%s", text);
+                md_config_init(&c);
+                c.listeners[MD_LISTENER_HTTP].reuseport = c.listeners[MD_LISTENER_ECHO].reuseport =
+                    v == 0;
+                snprintf(set, sizeof(set), "%s.%s=%s", keys[k][0], keys[k][1], words[i]);
+                cr_assert_eq(md_config_set(&c, set, &err), 0, "%s", err.msg);
+                got = want_http ? c.listeners[MD_LISTENER_HTTP].reuseport
+                                : c.listeners[MD_LISTENER_ECHO].reuseport;
+                cr_assert_eq(got, v != 0, "%s", set);
+            }
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            char text[256], want[256], set[128];
+            snprintf(text, sizeof(text), "[%s]\n%s = %s\n", keys[k][0], keys[k][1], bad[i]);
+            snprintf(want, sizeof(want),
+                     "test.conf:2: [%s] %s: expected on, yes, true or 1, or off, no, false or 0 "
+                     "(any case), got \"%s\"",
+                     keys[k][0], keys[k][1], bad[i]);
+            expect_error(text, want);
+            md_config c;
+            md_error err = {{0}};
+            md_config_init(&c);
+            snprintf(set, sizeof(set), "%s.%s=%s", keys[k][0], keys[k][1], bad[i]);
+            cr_assert_eq(md_config_set(&c, set, &err), -EINVAL, "accepted: %s", set);
+            snprintf(want, sizeof(want),
+                     "--set: [%s] %s: expected on, yes, true or 1, or off, no, false or 0 "
+                     "(any case), got \"%s\"",
+                     keys[k][0], keys[k][1], bad[i]);
+            cr_assert_str_eq(err.msg, want);
+        }
+    }
+}
+
+Test(config, echo_idle_timeout_range, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c, "[echo]\nidle_timeout_ms = 3600000\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 3600000);
+    expect_error("[echo]\nidle_timeout_ms = 3600001\n",
+                 "test.conf:2: [echo] idle_timeout_ms: expected an integer in 0..3600000, got "
+                 "\"3600001\"");
+    cr_assert_eq(md_config_set(&c, "echo.idle_timeout_ms=250", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 250);
+}
+
+/* [route] sections: repeated, each its own route; a file's routes replace the built-in four. */
+Test(config, route_sections, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    const char *text = "[route = /]\nhandler = text\nbody = hi\n"
+                       "[limits]\nmax_headers = 50\n"
+                       "[route /a-path-longer-than-fifty-characters-which-inih-would-cut/x]\n"
+                       "handler = redirect\nlocation = /y\n";
+    cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.routes.n, 2);
+    cr_assert_str_eq(c.routes.r[0].body, "hi");
+    cr_assert_eq(c.routes.r[0].line, 1);
+    cr_assert_str_eq(c.routes.r[1].path,
+                     "/a-path-longer-than-fifty-characters-which-inih-would-cut/x");
+    cr_assert_str_eq(c.routes.r[1].body, "/y");
+    cr_assert_eq(c.limits.max_headers, 50);
+    cr_assert_null(md_routes_find(&c.routes, "/echo", 5), "the built-in routes are gone");
+    /* Without any [route], the built-in four. */
+    cr_assert_eq(parse(&c, "[limits]\nmax_headers = 50\n", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.routes.n, 4);
+    cr_assert_not_null(md_routes_find(&c.routes, "/healthz", 8));
+}
+
+Test(config, route_errors_name_file_line_and_key, .timeout = 5)
+{
+    expect_error("[route /a]\nhandler = text\nbogus = 1\n",
+                 "test.conf:3: [route /a] bogus: unknown key");
+    expect_error("[route /a]\nbody = x\n",
+                 "test.conf:2: [route /a] body: set handler first: the options that follow "
+                 "belong to it");
+    expect_error("[route = /r]\nhandler = redirect\n[log]\nlevel = info\n",
+                 "test.conf:1: [route = /r] location: required for handler = redirect");
+    expect_error("[route /a]\nhandler = text\n[route /a]\nhandler = echo\n",
+                 "test.conf:3: [route /a]: the same route as line 1");
+    expect_error("[route a]\nhandler = text\n",
+                 "test.conf:1: [route a]: expected [route /path] or [route = /path]");
+    expect_error("[route /a]\nhandler = text\nhandler = echo\n",
+                 "test.conf:3: [route /a] handler: set twice");
+    md_config c;
+    md_error err = {{0}};
+    md_config_init(&c);
+    cr_assert_eq(md_config_set(&c, "route /a.handler=text", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [route /a]: routes are set in the file only");
+}

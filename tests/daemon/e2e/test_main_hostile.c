@@ -1,0 +1,331 @@
+/* Integration tests of magpied against hostile clients (daemon/server/conn.c, listener.c): peers
+ * that do not read, read a byte at a time, trickle a body, or hold one listener's every slot. Each
+ * test has the shape of the attack, on raw loopback sockets, and asserts that the daemon closes the
+ * offender (within a generous watchdog, never how fast) and serves others meanwhile. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/magpied_harness.h"
+
+TestSuite(hostile, .fini = kill_leftover);
+
+/* A connection whose receive buffer is small, so that a peer that does not read fills it. */
+static int connect_small_rcvbuf(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    int v = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Send what the kernel takes of p[0..n) without blocking (the peer may stop reading). */
+static size_t send_some(int fd, const char *p, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = send(fd, p + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    return done;
+}
+
+/* The value of one sample of GET /metrics, -1 when the daemon did not answer or lacks it. */
+static long long metric(int port, const char *sample)
+{
+    int fd = test_connect(port);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    test_write_all(fd, req, strlen(req));
+    static char text[1 << 17];
+    read_some(fd, text, sizeof text, NULL, 0);
+    close(fd);
+    char needle[256];
+    snprintf(needle, sizeof needle, "\n%s ", sample);
+    const char *at = strstr(text, needle);
+    return at ? strtoll(at + strlen(needle), NULL, 10) : -1;
+}
+
+/* Poll a metric until it reaches want (or the watchdog passes). */
+static bool metric_reaches(int port, const char *sample, long long want, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 100) {
+        if (metric(port, sample) >= want)
+            return true;
+        usleep(100000);
+    }
+    return false;
+}
+
+/* Whether the daemon closed fd (EOF or reset) within timeout_ms; reads and drops what comes. */
+static bool closed_by_peer(int fd, int timeout_ms)
+{
+    char buf[65536];
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 50) == 1) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+/* Every HTTP slot held by a client that posts a large body to /echo and never reads the echo:
+ * without a send timeout they are held for ever and GET / is never answered. */
+Test(hostile, http_peers_that_never_read_are_closed_by_the_send_timeout, .timeout = 90)
+{
+    const char *extra[] = {
+        "--set", "limits.max_connections=3", "--set", "limits.send_timeout_ms=500",
+        "--set", "limits.min_send_rate=0",   "--set", "limits.send_buffer=4096",
+        NULL};
+    daemon_proc d = start(extra);
+    enum { N = 3, BODY = 1048576 };
+    char *body = calloc(1, BODY);
+    memset(body, 'x', BODY);
+    char head[128];
+    int hn = snprintf(head, sizeof head,
+                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = connect_small_rcvbuf(d.http);
+        test_write_all(fds[i], head, (size_t)hn);
+        send_some(fds[i], body, BODY);
+    }
+    /* All three slots are held until the send timeout closes them; then this is served. */
+    cr_assert_eq(http_status(d.http, "/"), 200, "GET / not answered while the slots are held");
+    cr_assert(metric_reaches(d.http,
+                             "magpied_connections_closed_total{listener=\"http\",reason=\"send_"
+                             "timeout\"}",
+                             N, 30000));
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(body);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* An echo peer that sends and never reads: the echo stalls, and the send timeout closes it
+ * (the idle timeout is off, so it is not what ends it). */
+Test(hostile, echo_peer_that_never_reads_is_closed_by_the_send_timeout, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.send_timeout_ms=300", "--set", "limits.min_send_rate=0",
+                           "--set", "limits.send_buffer=4096",    "--set", "echo.idle_timeout_ms=0",
+                           NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_small_rcvbuf(d.echo);
+    enum { DATA = 1 << 20 };
+    char *data = calloc(1, DATA);
+    cr_assert_gt(send_some(fd, data, DATA), 0);
+    cr_assert(metric_reaches(
+        d.http, "magpied_connections_closed_total{listener=\"echo\",reason=\"send_timeout\"}", 1,
+        30000));
+    cr_assert_eq(metric(d.http, "magpied_connections_open{listener=\"echo\"}"), 0);
+    close(fd);
+    free(data);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* An echo peer that reads its echo a few bytes at a time: a write that averages under
+ * min_send_rate after the grace closes it, although each byte keeps the send timeout away. */
+Test(hostile, echo_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
+{
+    const char *extra[] = {
+        "--set", "limits.send_timeout_ms=0",     "--set", "limits.min_send_rate=100000",
+        "--set", "limits.min_rate_grace_ms=500", "--set", "limits.send_buffer=4096",
+        "--set", "echo.idle_timeout_ms=0",       NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_small_rcvbuf(d.echo);
+    enum { DATA = 1 << 20 };
+    char *data = calloc(1, DATA);
+    size_t sent = send_some(fd, data, DATA);
+    cr_assert_gt(sent, 0);
+    const char *sample =
+        "magpied_connections_closed_total{listener=\"echo\",reason=\"min_send_rate\"}";
+    bool closed = false;
+    char ch[8];
+    for (int i = 0; i < 300 && !closed; i++) { /* 8 bytes every 100 ms, for up to 30 s */
+        if (read(fd, ch, sizeof ch) <= 0)
+            break;
+        usleep(100000);
+        if (i % 5 == 4)
+            closed = metric(d.http, sample) >= 1;
+    }
+    cr_assert(closed || metric_reaches(d.http, sample, 1, 5000),
+              "a reader at 80 bytes/s kept its echo connection");
+    close(fd);
+    free(data);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* The same for an HTTP response: a GET /metrics... too small; a streamed /echo body read a
+ * byte at a time. */
+Test(hostile, http_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
+{
+    const char *extra[] = {
+        "--set", "limits.send_timeout_ms=0",     "--set", "limits.min_send_rate=100000",
+        "--set", "limits.min_rate_grace_ms=500", "--set", "limits.send_buffer=4096",
+        NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_small_rcvbuf(d.http);
+    enum { BODY = 1 << 20 };
+    char *body = calloc(1, BODY);
+    char head[128];
+    int hn = snprintf(head, sizeof head,
+                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
+    test_write_all(fd, head, (size_t)hn);
+    send_some(fd, body, BODY);
+    const char *sample =
+        "magpied_connections_closed_total{listener=\"http\",reason=\"min_send_rate\"}";
+    bool closed = false;
+    char ch[8];
+    for (int i = 0; i < 300 && !closed; i++) {
+        if (read(fd, ch, sizeof ch) <= 0)
+            break;
+        usleep(100000);
+        if (i % 5 == 4)
+            closed = metric(d.http, sample) >= 1;
+    }
+    cr_assert(closed || metric_reaches(d.http, sample, 1, 5000),
+              "a reader at 80 bytes/s kept its HTTP connection");
+    close(fd);
+    free(body);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* A body that trickles one byte every 200 ms (each pause far under body_timeout_ms) gets 408
+ * once it averages under min_body_rate after the grace. */
+Test(hostile, trickling_body_gets_408_from_min_body_rate, .timeout = 90)
+{
+    const char *extra[] = {"--set", "limits.min_body_rate=240", "--set",
+                           "limits.min_rate_grace_ms=500", NULL};
+    daemon_proc d = start(extra);
+    int fd = test_connect(d.http);
+    const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+    test_write_all(fd, head, strlen(head));
+    char resp[4096];
+    size_t got = 0;
+    for (int i = 0; i < 150 && got == 0; i++) { /* up to 30 s */
+        send(fd, "x", 1, MSG_NOSIGNAL);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 200) == 1) {
+            ssize_t n = read(fd, resp, sizeof resp - 1);
+            got = n > 0 ? (size_t)n : 0;
+            resp[got] = 0;
+            if (n <= 0)
+                break;
+        }
+    }
+    cr_assert_gt(got, 0, "no response to a trickling body");
+    cr_assert(strncmp(resp, "HTTP/1.1 408 ", 13) == 0, "got: %s", resp);
+    cr_assert(closed_by_peer(fd, 10000));
+    close(fd);
+    cr_assert_eq(
+        metric(d.http,
+               "magpied_connections_closed_total{listener=\"http\",reason=\"min_body_rate\"}"),
+        1);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Echo peers holding every echo slot do not lock HTTP out: each listener has its own budget,
+ * and pausing one does not pause the other. */
+Test(hostile, echo_slots_do_not_lock_out_http, .timeout = 60)
+{
+    const char *extra[] = {"--set", "echo.max_connections=2", "--set", "limits.max_connections=2",
+                           "--set", "echo.idle_timeout_ms=0", NULL};
+    daemon_proc d = start(extra);
+    int a = test_connect(d.echo), b = test_connect(d.echo);
+    test_write_all(a, "a", 1);
+    test_write_all(b, "b", 1);
+    char ch;
+    cr_assert_eq(read(a, &ch, 1), 1);
+    cr_assert_eq(read(b, &ch, 1), 1);
+    int c = test_connect(d.echo); /* waits in the backlog: the echo budget is spent */
+    test_write_all(c, "c", 1);
+    struct pollfd pfd = {.fd = c, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 300), 0, "a third echo connection was served over the limit");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(http_status(d.http, "/healthz"), 200);
+    /* And the reverse: HTTP at its limit does not stop echo. */
+    int h1 = test_connect(d.http), h2 = test_connect(d.http);
+    close(a);
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "echo not served once an echo connection closed");
+    cr_assert_eq(read(c, &ch, 1), 1);
+    close(h1);
+    close(h2);
+    close(b);
+    close(c);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* send_buffer bounds the kernel memory a connection that does not read can pin: the server
+ * side of such a connection holds about 2 x send_buffer (the kernel doubles SO_SNDBUF), not
+ * the megabytes tcp_wmem would let it grow to. Read from ss(8)'s skmem of the daemon's
+ * socket. */
+Test(hostile, send_buffer_bounds_what_a_stalled_reader_pins, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.send_buffer=16384", "--set", "limits.send_timeout_ms=0",
+                           "--set", "limits.min_send_rate=0",   NULL};
+    daemon_proc d = start(extra);
+    int fd = connect_small_rcvbuf(d.echo);
+    enum { DATA = 4 << 20 };
+    char *data = calloc(1, DATA);
+    send_some(fd, data, DATA);
+    usleep(500000);
+    char cmd[256];
+    /* tb: the socket's send buffer limit; t: bytes queued for sending. */
+    snprintf(cmd, sizeof cmd,
+             "ss -tmnH state established '( sport = :%d )' | grep -o 'tb[0-9]*' | head -1", d.echo);
+    char *out = run(cmd);
+    cr_assert(strncmp(out, "tb", 2) == 0, "ss said: %s", out);
+    long tb = strtol(out + 2, NULL, 10);
+    cr_assert_leq(tb, 2 * 16384 + 4096, "SO_SNDBUF not applied: tb%ld", tb);
+    close(fd);
+    free(data);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Idle keep-alive connections (a request answered, the next not begun) hold no read buffer:
+ * only the connection scraping /metrics holds one. */
+Test(hostile, idle_keepalive_connections_hold_no_read_buffer, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    enum { N = 32 };
+    int fds[N];
+    const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    char resp[4096];
+    for (int i = 0; i < N; i++) {
+        fds[i] = test_connect(d.http);
+        test_write_all(fds[i], req, strlen(req));
+        cr_assert_gt(read_some(fds[i], resp, sizeof resp, "Hello, World!", 1), 0);
+    }
+    /* A task writes its response before it gives its buffer back: poll for that. */
+    long long held = -1;
+    for (int waited = 0; waited < 100 && held != 1; waited++) {
+        held = metric(d.http, "magpie_tcp_read_buffers{state=\"in_use\"}");
+        if (held != 1)
+            usleep(50000);
+    }
+    cr_assert_eq(held, 1, "%lld read buffers held with %d idle connections open", held, N);
+    cr_assert_leq(metric(d.http, "magpie_tcp_read_buffers{state=\"pooled\"}"), N + 1);
+    /* They still serve their next request. */
+    for (int i = 0; i < N; i++) {
+        test_write_all(fds[i], req, strlen(req));
+        cr_assert_gt(read_some(fds[i], resp, sizeof resp, "Hello, World!", 1), 0);
+        cr_assert(strstr(resp, "200 OK") != NULL);
+        close(fds[i]);
+    }
+    cr_assert_eq(stop(&d), 0);
+}

@@ -1,0 +1,181 @@
+/* End-to-end tests of configured routes against a real magpied: prefix and exact routes, the
+ * handlers' options, 405 with Allow and OPTIONS from the table, the request-path rules on the
+ * wire (raw sockets: curl would normalise the path itself), and a SIGHUP that swaps the table.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/magpied_harness.h"
+#include "test_net.h"
+
+static char dir[64];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/magpied-routes-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (dir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(routes_e2e, .init = make_dir, .fini = remove_dir, .timeout = 60);
+
+static void write_file(const char *path, const char *text)
+{
+    char tmp[200];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(rename(tmp, path), 0);
+}
+
+#define HEAD_CONF "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+
+static const char *const routes_conf =
+    HEAD_CONF "[route /]\nhandler = text\nstatus = 404\nbody = nothing here\n"
+              "[route /docs]\nhandler = text\nbody = docs\ncontent_type = text/html\n"
+              "[route = /docs/exact]\nhandler = text\nbody = exact\n"
+              "[route /old]\nhandler = redirect\nstatus = 301\nlocation = https://example.com/new\n"
+              "[route = /up]\nhandler = echo\nmethods = PUT, POST\n"
+              "[route = /healthz]\nhandler = health\n";
+
+/* One request on a new connection, asking for its close; the whole response. */
+static char *ask(int port, const char *req)
+{
+    static char resp[8192];
+    int fd = test_connect(port);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    return resp;
+}
+
+static char *get(int port, const char *target)
+{
+    char req[512];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target);
+    return ask(port, req);
+}
+
+static void expect(const char *resp, const char *status, const char *part)
+{
+    cr_expect(strncmp(resp, status, strlen(status)) == 0, "want %s, got: %s", status, resp);
+    if (part != NULL)
+        cr_expect(strstr(resp, part) != NULL, "no \"%s\" in: %s", part, resp);
+}
+
+Test(routes_e2e, prefix_exact_and_handlers)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, routes_conf);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/"), "HTTP/1.1 404", "\r\n\r\nnothing here");
+    expect(get(d.http, "/docs"), "HTTP/1.1 200", "Content-Type: text/html\r\n");
+    expect(get(d.http, "/docs/a/b?q=1"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    expect(get(d.http, "/docsx"), "HTTP/1.1 404", "nothing here");
+    expect(get(d.http, "/docs/exact"), "HTTP/1.1 200", "\r\n\r\nexact");
+    expect(get(d.http, "/docs/exact/"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    expect(get(d.http, "/old/page"), "HTTP/1.1 301", "Location: https://example.com/new\r\n");
+    expect(get(d.http, "/healthz"), "HTTP/1.1 200", "\r\n\r\nok");
+    expect(get(d.http, "http://x/docs"), "HTTP/1.1 200", "\r\n\r\ndocs");
+
+    /* Methods: 405 with Allow; OPTIONS from the route and from the whole table. */
+    expect(ask(d.http, "DELETE /docs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+           "HTTP/1.1 405", "Allow: GET, HEAD, OPTIONS\r\n");
+    expect(ask(d.http, "GET /up HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), "HTTP/1.1 405",
+           "Allow: POST, PUT, OPTIONS\r\n");
+    expect(ask(d.http, "OPTIONS /up HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+           "HTTP/1.1 200", "Allow: POST, PUT, OPTIONS\r\n");
+    expect(ask(d.http, "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+           "HTTP/1.1 200", "Allow: GET, HEAD, POST, PUT, OPTIONS\r\n");
+    expect(ask(d.http, "PUT /up HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Content-Length: 5\r\n\r\nhello"),
+           "HTTP/1.1 200", "\r\n\r\nhello");
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* The request-path rules on the wire: decoded, normalised, and the forbidden shapes 400. */
+Test(routes_e2e, path_rules)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, routes_conf);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/x/../docs"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    expect(get(d.http, "/x/%2e%2e/docs"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    expect(get(d.http, "//docs//a"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    expect(get(d.http, "/./docs/./exact"), "HTTP/1.1 200", "\r\n\r\nexact");
+    expect(get(d.http, "/%64ocs"), "HTTP/1.1 200", "\r\n\r\ndocs");
+    const char *bad[] = {"/..",        "/docs/../..", "/%2e%2e/docs", "/docs%2fexact", "/docs%00",
+                         "/docs%5c..", "/docs\\x",    "/docs#frag",   "/docs/%zz",     "/docs/%4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect(get(d.http, bad[i]), "HTTP/1.1 400", NULL);
+    /* The daemon still serves after every one of them. */
+    expect(get(d.http, "/healthz"), "HTTP/1.1 200", "ok");
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Today's `GET /path#frag` shape with the shipped configuration: 400, not 404. */
+Test(routes_e2e, fragment_is_400_with_the_shipped_config)
+{
+    daemon_proc d = start(NULL);
+    expect(get(d.http, "/path#frag"), "HTTP/1.1 400", NULL);
+    expect(get(d.http, "/#"), "HTTP/1.1 400", NULL);
+    expect(get(d.http, "/"), "HTTP/1.1 200", "Hello, World!");
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(routes_e2e, reload_swaps_the_table_and_a_bad_one_keeps_it)
+{
+    char conf[128], err[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    snprintf(err, sizeof err, "%s/error.log", dir);
+    write_file(conf, routes_conf);
+    daemon_proc d = start_with(conf, NULL, err);
+    expect(get(d.http, "/docs"), "HTTP/1.1 200", "docs");
+    write_file(conf, HEAD_CONF "[route = /]\nhandler = text\nbody = v2\n");
+    kill(d.pid, SIGHUP);
+    int code = 0;
+    for (int i = 0; i < 250 && (code = http_status(d.http, "/docs")) != 404; i++)
+        usleep(20000);
+    cr_assert_eq(code, 404, "the old table's /docs still answers");
+    expect(get(d.http, "/"), "HTTP/1.1 200", "\r\n\r\nv2");
+    /* A route without its handler's required option: the reload fails, the table stays. */
+    write_file(conf, HEAD_CONF "[route /r]\nhandler = redirect\n");
+    kill(d.pid, SIGHUP);
+    cr_assert(file_has(err, "location: required for handler = redirect", 5000));
+    expect(get(d.http, "/"), "HTTP/1.1 200", "\r\n\r\nv2");
+    cr_assert_eq(http_status(d.http, "/r"), 404);
+    cr_assert_eq(stop(&d), 0);
+}
+
+Test(routes_e2e, config_check_names_file_line_and_key)
+{
+    char conf[128], cmd[PATH_MAX + 256], exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    snprintf(conf, sizeof conf, "%s/bad.conf", dir);
+    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nstatus = 299\n");
+    snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "bad.conf:9: [route /a] status: expected a status"), "%s", out);
+    cr_assert(strstr(out, "rc=1"), "%s", out);
+    write_file(conf, HEAD_CONF "[route /a]\nbody = x\n");
+    out = run(cmd);
+    cr_assert(strstr(out, "bad.conf:8: [route /a] body: set handler first"), "%s", out);
+    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\n[route /a]\nhandler = echo\n");
+    out = run(cmd);
+    cr_assert(strstr(out, "bad.conf:9: [route /a]: the same route as line 7"), "%s", out);
+}

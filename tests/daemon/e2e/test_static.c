@@ -1,0 +1,331 @@
+/* End-to-end tests of the static handler (daemon/http/handlers/static.c) against a real
+ * magpied serving a temporary tree: content and types, index and no listings, the traversal
+ * shapes on raw sockets (curl would normalise them away), dotfiles, symlinks out of the root,
+ * FIFOs, validators and 304, ranges, precompressed variants, a large file by sendfile to a
+ * slow reader, and a file replaced under the server.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/magpied_harness.h"
+#include "test_net.h"
+
+static char dir[64];
+static daemon_proc d;
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* The tree: www/ is the root; outside/ is beside it, for symlinks that leave the root. */
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/magpied-static-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    sh("cd %s && mkdir -p www/sub www/empty www/.git outside && "
+       "printf 'hello index\\n' > www/index.html && printf 'sub index\\n' > www/sub/index.html && "
+       "printf 'a{}\\n' > www/sub/a.css && printf 'secret\\n' > www/.env && "
+       "printf 'x\\n' > www/.git/config && printf 'outside\\n' > outside/secret.txt && "
+       "ln -s ../outside/secret.txt www/escape && ln -s /etc/passwd www/passwd && "
+       "ln -s index.html www/inside.html && mkfifo www/fifo && "
+       "printf 'body { color: red }\\n' > www/style.css && gzip -k www/style.css && "
+       "printf 'js' > www/app.js && printf 'BR' > www/app.js.br && "
+       "head -c 3000000 /dev/urandom > www/big.bin && printf '0123456789' > www/ten.txt",
+       dir);
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+            "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
+            "[route = /healthz]\nhandler = health\n",
+            dir);
+    fclose(f);
+    d = start_with(conf, NULL, NULL);
+}
+
+static void teardown(void)
+{
+    if (d.pid > 0)
+        stop(&d);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (dir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(static_e2e, .init = setup, .fini = teardown, .timeout = 60);
+
+/* One request with Connection: close on a new connection; the whole response. */
+static char *ask(const char *req)
+{
+    static char resp[16384];
+    int fd = test_connect(d.http);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    return resp;
+}
+
+static char *get_with(const char *target, const char *fields)
+{
+    char req[1024];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n", target,
+             fields);
+    return ask(req);
+}
+
+static char *get(const char *target)
+{
+    return get_with(target, "");
+}
+
+static void expect(const char *resp, const char *status, const char *part)
+{
+    cr_expect(strncmp(resp, status, strlen(status)) == 0, "want %s, got: %.300s", status, resp);
+    if (part != NULL)
+        cr_expect(strstr(resp, part) != NULL, "no \"%s\" in: %.300s", part, resp);
+}
+
+/* A field's value from a response (to the end of its line), in a static buffer. */
+static const char *field(const char *resp, const char *name)
+{
+    static char v[256];
+    char key[64];
+    snprintf(key, sizeof key, "\r\n%s: ", name);
+    const char *at = strstr(resp, key);
+    cr_assert_not_null(at, "no %s in %.300s", name, resp);
+    at += strlen(key);
+    size_t n = strcspn(at, "\r");
+    snprintf(v, sizeof v, "%.*s", (int)n, at);
+    return v;
+}
+
+Test(static_e2e, files_index_types_and_no_listings)
+{
+    expect(get("/"), "HTTP/1.1 200", "\r\n\r\nhello index\n");
+    expect(get("/"), "HTTP/1.1 200", "Content-Type: text/html\r\n");
+    expect(get("/index.html"), "HTTP/1.1 200", "Accept-Ranges: bytes\r\n");
+    expect(get("/sub/"), "HTTP/1.1 200", "\r\n\r\nsub index\n");
+    expect(get("/sub"), "HTTP/1.1 301", "Location: /sub/\r\n");
+    expect(get("/sub/a.css"), "HTTP/1.1 200", "Content-Type: text/css\r\n");
+    expect(get("/ten.txt"), "HTTP/1.1 200", "Content-Type: text/plain\r\n");
+    expect(get("/empty/"), "HTTP/1.1 403", NULL); /* no index, no listing */
+    expect(get("/nope"), "HTTP/1.1 404", NULL);
+    expect(get("/inside.html"), "HTTP/1.1 200", "hello index"); /* a symlink inside is fine */
+    char *r = ask("HEAD /ten.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    expect(r, "HTTP/1.1 200", "Content-Length: 10\r\n");
+    cr_expect(strstr(r, "0123456789") == NULL, "HEAD sent a body: %s", r);
+    expect(get("/healthz"), "HTTP/1.1 200", "ok"); /* the exact route beside the prefix one */
+    expect(ask("POST /ten.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: "
+               "close\r\n\r\n"),
+           "HTTP/1.1 405", "Allow: GET, HEAD, OPTIONS\r\n");
+}
+
+/* Nothing outside the root, in any encoding, and never a hang. */
+Test(static_e2e, traversal_shapes_dotfiles_symlinks_fifos)
+{
+    const char *bad_request[] = {
+        "/../outside/secret.txt",
+        "/%2e%2e/outside/secret.txt",
+        "/%2E%2E/outside/secret.txt",
+        "/sub/../../outside/secret.txt",
+        "/.%2e/outside/secret.txt",
+        "/sub%2f..%2f..%2fetc",
+        "/index.html%00.txt",
+        "/sub%5c..%5cindex.html",
+        "/sub\\..\\index.html",
+        "/%252e%252e/x",
+        "/index.html#x",
+    };
+    for (size_t i = 0; i < sizeof bad_request / sizeof bad_request[0]; i++) {
+        char *r = get(bad_request[i]);
+        cr_expect(strncmp(r, "HTTP/1.1 400", 12) == 0 || strncmp(r, "HTTP/1.1 404", 12) == 0,
+                  "%s: %.200s", bad_request[i], r);
+        cr_expect(strstr(r, "outside") == NULL && strstr(r, "root:") == NULL, "%s leaked: %s",
+                  bad_request[i], r);
+    }
+    expect(get("/sub/../index.html"), "HTTP/1.1 200", "hello index"); /* inside: fine */
+    expect(get("//index.html"), "HTTP/1.1 200", "hello index");
+    expect(get("/./sub/./a.css"), "HTTP/1.1 200", "a{}");
+    expect(get("/escape"), "HTTP/1.1 404", NULL);
+    expect(get("/passwd"), "HTTP/1.1 404", NULL);
+    expect(get("/.env"), "HTTP/1.1 404", NULL);
+    expect(get("/.git/config"), "HTTP/1.1 404", NULL);
+    expect(get("/%2eenv"), "HTTP/1.1 404", NULL);
+    expect(get("/fifo"), "HTTP/1.1 403", NULL);
+    expect(get("/healthz"), "HTTP/1.1 200", "ok");
+}
+
+/* A file the daemon may not read is 403. Root reads any file, so as root a second magpied is
+ * started as nobody (setpriv) on the same tree for this one check. */
+Test(static_e2e, unreadable_file_is_403)
+{
+    sh("printf x > %s/www/locked.txt && chmod 000 %s/www/locked.txt", dir, dir);
+    if (geteuid() != 0) {
+        expect(get("/locked.txt"), "HTTP/1.1 403", NULL);
+        return;
+    }
+    char exe[PATH_MAX + 32], cmd[PATH_MAX + 512];
+    magpied_path(exe, sizeof exe);
+    int port = free_port();
+    sh("chmod a+rx %s %s/www && printf '[http]\\nlisten = 127.0.0.1:%d\\n[echo]\\nlisten =\\n"
+       "[route /]\\nhandler = static\\nroot = %s/www\\n' > %s/nobody.conf",
+       dir, dir, port, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups %s -c %s/nobody.conf "
+             ">%s/nobody.out 2>&1 & echo $!",
+             exe, dir, dir);
+    int pid = atoi(run(cmd));
+    cr_assert_gt(pid, 0);
+    int code = 0;
+    for (int i = 0; i < 200 && code == 0; i++) {
+        usleep(25000);
+        snprintf(cmd, sizeof cmd, "grep -c listening %s/nobody.out", dir);
+        if (atoi(run(cmd)) > 0)
+            code = http_status(port, "/locked.txt");
+    }
+    int ok = http_status(port, "/ten.txt");
+    kill(pid, SIGTERM);
+    cr_expect_eq(code, 403);
+    cr_expect_eq(ok, 200, "the same daemon serves a readable file");
+}
+
+Test(static_e2e, validators_and_304)
+{
+    char *r = get("/ten.txt");
+    expect(r, "HTTP/1.1 200", NULL);
+    char etag[128], lm[64], f[300];
+    snprintf(etag, sizeof etag, "%s", field(r, "ETag"));
+    snprintf(lm, sizeof lm, "%s", field(r, "Last-Modified"));
+    cr_assert_eq(etag[0], '"');
+    snprintf(f, sizeof f, "If-None-Match: %s\r\n", etag);
+    r = get_with("/ten.txt", f);
+    expect(r, "HTTP/1.1 304", NULL);
+    cr_expect(strstr(r, "0123456789") == NULL, "a 304 with a body: %s", r);
+    snprintf(f, sizeof f, "If-None-Match: \"other\", W/%s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL); /* weak comparison */
+    expect(get_with("/ten.txt", "If-None-Match: *\r\n"), "HTTP/1.1 304", NULL);
+    expect(get_with("/ten.txt", "If-None-Match: \"other\"\r\n"), "HTTP/1.1 200", "0123456789");
+    snprintf(f, sizeof f, "If-Modified-Since: %s\r\n", lm);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL);
+    expect(get_with("/ten.txt", "If-Modified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n"),
+           "HTTP/1.1 200", NULL);
+    /* If-None-Match wins over If-Modified-Since. */
+    snprintf(f, sizeof f, "If-None-Match: \"other\"\r\nIf-Modified-Since: %s\r\n", lm);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", NULL);
+
+    /* Replaced by rename: new content, new ETag. */
+    sh("printf 'abcdefghij' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
+    r = get("/ten.txt");
+    expect(r, "HTTP/1.1 200", "\r\n\r\nabcdefghij");
+    cr_expect_str_neq(field(r, "ETag"), etag);
+    snprintf(f, sizeof f, "If-None-Match: %s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", "abcdefghij");
+}
+
+Test(static_e2e, ranges)
+{
+    char *r = get_with("/ten.txt", "Range: bytes=2-4\r\n");
+    expect(r, "HTTP/1.1 206", "Content-Range: bytes 2-4/10\r\n");
+    expect(r, "HTTP/1.1 206", "Content-Length: 3\r\n\r\n234");
+    expect(get_with("/ten.txt", "Range: bytes=7-\r\n"), "HTTP/1.1 206", "\r\n\r\n789");
+    expect(get_with("/ten.txt", "Range: bytes=-2\r\n"), "HTTP/1.1 206", "bytes 8-9/10");
+    expect(get_with("/ten.txt", "Range: bytes=5-100\r\n"), "HTTP/1.1 206", "bytes 5-9/10");
+    expect(get_with("/ten.txt", "Range: bytes=10-\r\n"), "HTTP/1.1 416",
+           "Content-Range: bytes */10\r\n");
+    expect(get_with("/ten.txt", "Range: bytes=0-1,4-5\r\n"), "HTTP/1.1 200", "0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=x\r\n"), "HTTP/1.1 200", "0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=2-4\r\nIf-Range: \"stale\"\r\n"), "HTTP/1.1 200",
+           "0123456789");
+    char etag[128], f[300];
+    snprintf(etag, sizeof etag, "%s", field(get("/ten.txt"), "ETag"));
+    snprintf(f, sizeof f, "Range: bytes=2-4\r\nIf-Range: %s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 206", "\r\n\r\n234");
+    snprintf(f, sizeof f, "Range: bytes=2-4\r\nIf-Range: W/%s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", NULL); /* If-Range compares strongly */
+}
+
+Test(static_e2e, precompressed_variant)
+{
+    char *r = get_with("/style.css", "Accept-Encoding: br, gzip\r\n");
+    expect(r, "HTTP/1.1 200", "Content-Encoding: gzip\r\n");
+    expect(r, "HTTP/1.1 200", "Vary: Accept-Encoding\r\n");
+    expect(r, "HTTP/1.1 200", "Content-Type: text/css\r\n");
+    r = get_with("/style.css", "Accept-Encoding: gzip;q=0\r\n");
+    expect(r, "HTTP/1.1 200", "body { color: red }");
+    cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
+    r = get("/style.css");
+    expect(r, "HTTP/1.1 200", "Vary: Accept-Encoding\r\n");
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s --compressed http://127.0.0.1:%d/style.css", d.http);
+    cr_expect_str_eq(run(cmd), "body { color: red }\n");
+    /* .br first where it exists and is accepted; the .gz otherwise; the file itself last. */
+    expect(get_with("/app.js", "Accept-Encoding: gzip, br\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: br\r\n");
+    r = get_with("/app.js", "Accept-Encoding: gzip\r\n");
+    expect(r, "HTTP/1.1 200", "\r\n\r\njs");
+    cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
+    expect(get_with("/style.css", "Accept-Encoding: br;q=0, gzip\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: gzip\r\n");
+}
+
+/* 3 MB by sendfile, once at full speed and once to a reader that takes 1 MB/s (the socket
+ * fills, so the bounded-write fallback runs), and pipelined behind a request. */
+Test(static_e2e, large_file_whole_to_fast_and_slow_readers)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/big.bin | cmp - %s/www/big.bin && echo same", d.http,
+             dir);
+    cr_expect_str_eq(run(cmd), "same\n");
+    snprintf(cmd, sizeof cmd,
+             "curl -s --limit-rate 1M http://127.0.0.1:%d/big.bin | cmp - %s/www/big.bin && "
+             "echo same",
+             d.http, dir);
+    cr_expect_str_eq(run(cmd), "same\n");
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/big.bin http://127.0.0.1:%d/ten.txt | head -c 3000010 "
+             "| tail -c 10",
+             d.http, d.http);
+    cr_expect_str_eq(run(cmd), "0123456789");
+}
+
+/* A file cut short while it is sent: the response ends short, with a close, never padded
+ * and never a hang; the daemon goes on serving. */
+Test(static_e2e, file_shrinking_mid_send_ends_with_a_close)
+{
+    sh("cp %s/www/big.bin %s/www/shrink.bin", dir, dir);
+    int fd = test_connect(d.http);
+    const char *req = "GET /shrink.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+    test_write_all(fd, req, strlen(req));
+    char head[4096];
+    ssize_t n = read(fd, head, sizeof head); /* the head and a first piece; then stop reading */
+    cr_assert_gt(n, 0);
+    sh("truncate -s 100000 %s/www/shrink.bin", dir);
+    size_t total = 0;
+    static char buf[1 << 16];
+    for (;;) {
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k <= 0)
+            break;
+        total += (size_t)k;
+    }
+    close(fd);
+    cr_expect_lt(total + (size_t)n, 3000000 + 400, "the whole length arrived after a truncate");
+    expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
+}

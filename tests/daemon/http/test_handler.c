@@ -1,0 +1,194 @@
+/* Tests for the handler interface (daemon/http/handler.h, implemented in http.c): a handler
+ * that answers later, polled through md_http_conn_resume() the way the connection task does;
+ * pipelined requests behind it wait and are answered in order; a handler that fails half way
+ * ends the response with a close; a connection closed while a response is pending cancels it;
+ * and the redirect handler's Location. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "http/handler.h"
+#include "http/routes.h"
+#include "daemon/http_harness.h"
+
+/* A pending response in three pieces: head, "abc", "def"; or an error after the head. */
+struct slow {
+    md_http_pending p;
+    int step;
+    int fail_at; /* step at which poll fails with -EIO; 0: never */
+    int waits;   /* MD_PENDING_WAIT answers before the first piece */
+    int cancelled;
+    int polls;
+};
+
+static struct slow slow;
+
+static int slow_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+                     md_outbuf *out)
+{
+    (void)cx; /* nothing to wait for in a sans-I/O test */
+    (void)io;
+    struct slow *s = (struct slow *)p;
+    s->polls++;
+    if (s->waits > 0) {
+        s->waits--;
+        return MD_PENDING_WAIT;
+    }
+    s->step++;
+    if (s->step == s->fail_at)
+        return -EIO;
+    switch (s->step) {
+    case 1:
+        return md_http_respond_head(c, 200, "X-Slow: 1\r\n", "text/plain", 6) != 0
+                   ? -ENOMEM
+                   : MD_PENDING_MORE;
+    case 2:
+        return md_outbuf_append(out, "abc", 3) != 0 ? -ENOMEM : MD_PENDING_MORE;
+    default:
+        return md_outbuf_append(out, "def", 3) != 0 ? -ENOMEM : 0;
+    }
+}
+
+static void slow_cancel(md_http_pending *p)
+{
+    ((struct slow *)p)->cancelled++;
+}
+
+static int slow_on_req(md_http_conn *c, const md_route *r)
+{
+    (void)r; /* one route uses it */
+    slow.p.poll = slow_poll;
+    slow.p.cancel = slow_cancel;
+    md_http_conn_pend(c, &slow.p);
+    return MD_HANDLER_PENDING;
+}
+
+static const md_handler slow_handler = {.name = "slow", .on_req = slow_on_req};
+
+static md_route_table table;
+
+static void routes_setup(void)
+{
+    server_setup();
+    memset(&slow, 0, sizeof slow);
+    memset(&table, 0, sizeof table);
+    char msg[128];
+    cr_assert_eq(md_routes_add(&table, " = /", 1, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "handler", "text", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /slow", 2, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[1], "handler", "text", msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " = /go", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "handler", "redirect", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "status", "308", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "location", "/there", msg, sizeof msg), 0);
+    md_routes_prepare(&table);
+    table.r[1].handler = &slow_handler; /* a test's own handler on the interface */
+    srv.routes = &table;
+}
+
+TestSuite(handler, .init = routes_setup, .timeout = 10);
+
+static const char slow_resp[] = "HTTP/1.1 200 OK\r\n" DATE "X-Slow: 1\r\nContent-Type: "
+                                "text/plain\r\nContent-Length: 6\r\n\r\n";
+
+Test(handler, pending_response_is_polled_in_pieces_and_pipelining_waits)
+{
+    struct session s;
+    session_open(&s);
+    const char *in = "GET /slow/x HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    size_t first = strlen("GET /slow/x HTTP/1.1\r\nHost: a\r\n\r\n"), used = 0;
+    int want = md_http_conn_feed(&s.c, T0, in, strlen(in), &used, &s.out);
+    cr_assert_eq(want, MD_HTTP_WANT_HANDLER);
+    cr_assert_eq(used, first, "parsing stops after the pending request");
+    cr_assert_eq(md_http_conn_deadline(&s.c), UINT64_MAX, "a pending handler keeps its time");
+    cr_assert_not(md_http_conn_idle(&s.c), "a pending request is in flight");
+    expect_out(&s, "");
+
+    slow.waits = 1;
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_WAIT);
+    expect_out(&s, "");
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    expect_out(&s, slow_resp);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    expect_out(&s, "abc");
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_READ);
+    expect_out(&s, "def");
+    cr_assert_eq(slow.polls, 4);
+
+    /* The rest of the input: the request that waited behind it. */
+    want = md_http_conn_feed(&s.c, T0, in + used, strlen(in) - used, &used, &s.out);
+    cr_assert_eq(want, MD_HTTP_WANT_READ);
+    struct sb b = {0};
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    cr_assert(md_http_conn_idle(&s.c));
+    session_close(&s);
+    cr_assert_eq(slow.cancelled, 0);
+    expect_no_leaks();
+}
+
+Test(handler, failure_half_way_ends_the_response_with_a_close)
+{
+    struct session s;
+    session_open(&s);
+    slow.fail_at = 2;
+    const char *in = "GET /slow HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    size_t used;
+    cr_assert_eq(md_http_conn_feed(&s.c, T0, in, strlen(in), &used, &s.out), MD_HTTP_WANT_HANDLER);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_HANDLER);
+    expect_out(&s, slow_resp);
+    cr_assert_eq(md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out), MD_HTTP_WANT_CLOSE);
+    expect_out(&s, ""); /* short of its Content-Length: the close tells the client */
+    cr_assert_eq(md_http_conn_feed(&s.c, T0, in + used, strlen(in) - used, &used, &s.out),
+                 MD_HTTP_WANT_CLOSE, "nothing more is parsed");
+    session_close(&s);
+    cr_assert_eq(slow.cancelled, 0, "a handler that ended is not cancelled");
+    expect_no_leaks();
+}
+
+Test(handler, close_while_pending_cancels)
+{
+    struct session s;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_HANDLER);
+    session_close(&s);
+    cr_assert_eq(slow.cancelled, 1);
+    cr_assert_eq(slow.polls, 0);
+    expect_no_leaks();
+}
+
+Test(handler, pending_response_that_closes)
+{
+    struct session s;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+                 MD_HTTP_WANT_HANDLER);
+    int want;
+    while ((want = md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out)) == MD_HTTP_WANT_HANDLER)
+        ;
+    cr_assert_eq(want, MD_HTTP_WANT_CLOSE);
+    char got[512];
+    size_t n = md_outbuf_pending(&s.out);
+    cr_assert_lt(n, sizeof got);
+    memcpy(got, md_outbuf_pending_data(&s.out), n);
+    got[n] = '\0';
+    cr_assert(strstr(got, "Connection: close\r\n") != NULL, "%s", got);
+    cr_assert(strstr(got, "\r\n\r\nabcdef") != NULL, "%s", got);
+    md_outbuf_consume(&s.out, md_outbuf_pending(&s.out));
+    session_close(&s);
+    expect_no_leaks();
+}
+
+Test(handler, redirect_sends_its_location)
+{
+    struct session s;
+    session_open(&s);
+    feed(&s, "GET /go HTTP/1.1\r\nHost: a\r\n\r\n");
+    const char *want = "HTTP/1.1 308 Permanent Redirect\r\n" DATE "Location: /there\r\n"
+                       "Content-Type: text/plain\r\nContent-Length: 19\r\n\r\n"
+                       "Permanent Redirect\n";
+    expect_out(&s, want);
+    session_close(&s);
+    expect_no_leaks();
+}

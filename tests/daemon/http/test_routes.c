@@ -1,0 +1,255 @@
+/* Tests for daemon/http/routes.c: the built-in table, building a table from sections, the
+ * lookup (exact and longest prefix), methods and Allow, and the path rules. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "http/handler.h"
+#include "http/routes.h"
+#include "llhttp.h"
+
+static md_route_table t;
+
+static const md_route *find(const char *path)
+{
+    return md_routes_find(&t, path, strlen(path));
+}
+
+Test(routes, builtin_lookup_is_exact, .timeout = 5)
+{
+    md_routes_builtin(&t);
+    cr_assert_eq(find("/")->kind, MD_HANDLER_TEXT);
+    cr_assert_str_eq(find("/")->body, "Hello, World!");
+    cr_assert_eq(find("/")->body_len, 13);
+    cr_assert_eq(find("/echo")->kind, MD_HANDLER_ECHO);
+    cr_assert_eq(find("/metrics")->kind, MD_HANDLER_METRICS);
+    cr_assert_eq(find("/healthz")->kind, MD_HANDLER_HEALTH);
+    cr_assert_eq(find("/healthz")->handler, &md_handler_health);
+    const char *misses[] = {"",     "/healthz/", "/Healthz", "/echo2",
+                            "/ech", "/metrics?", "healthz",  "/index.html"};
+    for (size_t i = 0; i < sizeof(misses) / sizeof(misses[0]); i++)
+        cr_assert_null(find(misses[i]), "%s", misses[i]);
+}
+
+Test(routes, builtin_methods_and_allow, .timeout = 5)
+{
+    md_routes_builtin(&t);
+    const char *get_paths[] = {"/", "/metrics", "/healthz"};
+    for (size_t i = 0; i < 3; i++) {
+        const md_route *r = find(get_paths[i]);
+        cr_assert(md_route_allows(r, HTTP_GET));
+        cr_assert(md_route_allows(r, HTTP_HEAD), "HEAD goes wherever GET does");
+        cr_assert_not(md_route_allows(r, HTTP_POST));
+        cr_assert_not(md_route_allows(r, HTTP_DELETE));
+        cr_assert_str_eq(r->allow, "GET, HEAD, OPTIONS");
+    }
+    const md_route *echo = find("/echo");
+    cr_assert(md_route_allows(echo, HTTP_POST));
+    cr_assert_not(md_route_allows(echo, HTTP_GET));
+    cr_assert_str_eq(echo->allow, "POST, OPTIONS");
+    cr_assert_not(md_route_allows(echo, 200), "out-of-range methods are refused");
+    cr_assert_str_eq(t.allow_any, "GET, HEAD, POST, OPTIONS");
+}
+
+static void add(const char *spec, const char *const *kv)
+{
+    char msg[256];
+    cr_assert_eq(md_routes_add(&t, spec, 1, msg, sizeof msg), 0, "%s: %s", spec, msg);
+    md_route *r = &t.r[t.n - 1];
+    for (; kv[0] != NULL; kv += 2)
+        cr_assert_eq(md_route_key(r, kv[0], kv[1], msg, sizeof msg), 0, "%s: %s", kv[0], msg);
+    cr_assert_eq(md_route_check(r, msg, sizeof msg), 0, "%s", msg);
+}
+
+static void table(void)
+{
+    memset(&t, 0, sizeof t);
+    add(" /", (const char *[]){"handler", "text", "body", "root", NULL});
+    add(" /a", (const char *[]){"handler", "text", "body", "a", NULL});
+    add(" /a/b/", (const char *[]){"handler", "text", "body", "ab", NULL});
+    add(" = /a/b/c", (const char *[]){"handler", "text", "body", "exact", NULL});
+    add(" /a/b/c", (const char *[]){"handler", "text", "body", "abc", NULL});
+    add(" /old",
+        (const char *[]){"handler", "redirect", "status", "301", "location", "/new", NULL});
+    add(" = /up", (const char *[]){"handler", "echo", "methods", "PUT, POST", NULL});
+    md_routes_prepare(&t);
+}
+
+Test(routes, longest_prefix_wins_and_exact_first, .timeout = 5)
+{
+    table();
+    const struct {
+        const char *path, *body;
+    } cases[] = {
+        {"/", "root"},     {"/x", "root"},      {"/a", "a"},        {"/a/", "a"},
+        {"/ab", "root"},   {"/a/x", "a"},       {"/a/b", "a"},      {"/a/b/", "ab"},
+        {"/a/b/x", "ab"},  {"/a/b/c", "exact"}, {"/a/b/c/", "abc"}, {"/a/b/c/d", "abc"},
+        {"/a/b/cd", "ab"}, {"/old/x", "/new"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const md_route *r = find(cases[i].path);
+        cr_assert_not_null(r, "%s", cases[i].path);
+        cr_assert_str_eq(r->body, cases[i].body, "%s", cases[i].path);
+    }
+    cr_assert_str_eq(find("/up/x")->body, "root", "an exact route covers nothing below it");
+    cr_assert_str_eq(find("/up")->allow, "POST, PUT, OPTIONS");
+    cr_assert_eq(find("/old")->status, 301);
+    cr_assert_str_eq(t.allow_any, "GET, HEAD, POST, PUT, OPTIONS");
+}
+
+Test(routes, prepared_tables_have_distinct_ids, .timeout = 5)
+{
+    table();
+    uint64_t a = t.id;
+    table();
+    cr_assert_neq(a, t.id, "a reloaded table must not reuse the canned responses of the old");
+    cr_assert_neq(t.id, 0);
+}
+
+static void refused(const char *spec, const char *key, const char *value, const char *why)
+{
+    memset(&t, 0, sizeof t);
+    char msg[256] = "";
+    int rc = md_routes_add(&t, spec, 7, msg, sizeof msg);
+    if (key == NULL) {
+        cr_assert_eq(rc, -EINVAL, "%s was taken", spec);
+    } else {
+        cr_assert_eq(rc, 0, "%s: %s", spec, msg);
+        md_route *r = &t.r[0];
+        if (strcmp(key, "handler") != 0)
+            cr_assert_eq(
+                md_route_key(r, "handler",
+                             key[0] == 'l' || !strcmp(key, "status") ? "redirect" : "metrics", msg,
+                             sizeof msg),
+                0);
+        rc = md_route_key(r, key, value, msg, sizeof msg);
+        cr_assert_neq(rc, 0, "%s = %s was taken", key, value);
+    }
+    cr_assert_not_null(strstr(msg, why), "%s %s: \"%s\" lacks \"%s\"", spec, key ? key : "", msg,
+                       why);
+}
+
+Test(routes, bad_sections_and_options_say_why, .timeout = 5)
+{
+    refused(" x", NULL, NULL, "expected [route /path]");
+    refused(" /a/../b", NULL, NULL, "normalised");
+    refused(" /a//b", NULL, NULL, "normalised");
+    refused(" /%41", NULL, NULL, "normalised");
+    refused(" /a b", NULL, NULL, "visible ASCII");
+    refused(" /a?b", NULL, NULL, "visible ASCII");
+    refused(" /a", "handler", "files", "expected text, echo, metrics, health, redirect or static");
+    refused(" /a", "handler", "files", "expected text, echo");
+    refused(" /a", "status", "200", "expected 301");
+    refused(" /a", "location", "/x\r\nSet-Cookie: a", "visible ASCII");
+    refused(" /a", "location", "/a b", "visible ASCII");
+    refused(" /a", "methods", "get", "unknown method");
+    refused(" /a", "methods", "CONNECT", "CONNECT");
+    refused(" /a", "body", "x", "only for handler = text");
+    refused(" /a", "nope", "x", ""); /* -ENOENT: the caller names the key */
+
+    memset(&t, 0, sizeof t);
+    char msg[256];
+    cr_assert_eq(md_routes_add(&t, " /a", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[0], "body", "x", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "set handler first"), "%s", msg);
+    cr_assert_eq(md_route_check(&t.r[0], msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "handler: required"), "%s", msg);
+    cr_assert_eq(md_routes_add(&t, " /a", 9, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "line 3"), "%s", msg);
+    cr_assert_eq(md_routes_add(&t, "= /a", 9, msg, sizeof msg), 0, "exact and prefix differ");
+    cr_assert_eq(md_route_key(&t.r[1], "handler", "redirect", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_check(&t.r[1], msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "location: required"), "%s", msg);
+
+    /* static: an absolute directory that exists, a plain index name, its root required. */
+    cr_assert_eq(md_routes_add(&t, " /s", 11, msg, sizeof msg), 0);
+    md_route *st = &t.r[2];
+    cr_assert_eq(md_route_key(st, "handler", "static", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_check(st, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "root: required"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "srv/www", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "absolute"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "/nonexistent-magpied-root", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "No such file"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "root", "/etc/hostname", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "not a directory"), "%s", msg);
+    cr_assert_eq(md_route_key(st, "index", "../x", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "index", ".hidden", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "precompressed", "maybe", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "body", "x", msg, sizeof msg), -EINVAL);
+    cr_assert_eq(md_route_key(st, "root", "/tmp", msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(md_route_check(st, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_str_eq(st->index_file, "index.html");
+    cr_assert_str_eq(st->content_type, "application/octet-stream");
+    cr_assert_eq(md_route_key(&t.r[1], "root", "/tmp", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "only for handler = static"), "%s", msg);
+}
+
+Test(routes, table_is_bounded, .timeout = 5)
+{
+    memset(&t, 0, sizeof t);
+    char spec[32], msg[256];
+    for (int i = 0; i < MD_ROUTES_MAX; i++) {
+        snprintf(spec, sizeof spec, " /r%d", i);
+        cr_assert_eq(md_routes_add(&t, spec, 1, msg, sizeof msg), 0);
+    }
+    cr_assert_eq(md_routes_add(&t, " /one-more", 1, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "more than"), "%s", msg);
+}
+
+static const char *norm(const char *in)
+{
+    static char out[256];
+    size_t n;
+    if (md_path_normalise(in, strlen(in), out, &n) != 0)
+        return NULL;
+    out[n] = '\0';
+    return out;
+}
+
+Test(routes, path_normalisation, .timeout = 5)
+{
+    const struct {
+        const char *in, *out;
+    } ok[] = {
+        {"/", "/"},
+        {"/a/b", "/a/b"},
+        {"//a///b//", "/a/b/"},
+        {"/a/./b/.", "/a/b/"},
+        {"/a/b/../c", "/a/c"},
+        {"/a/b/..", "/a/"},
+        {"/a/..", "/"},
+        {"/a/%2e%2e/b", "/b"},
+        {"/a/%2E./b", "/b"},
+        {"/%61%62", "/ab"},
+        {"/a%20b", "/a b"},
+        {"/%C3%A9", "/\xc3\xa9"},
+        {"/.a/..b/...", "/.a/..b/..."},
+        {"/a/.%2e", "/"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        const char *got = norm(ok[i].in);
+        cr_assert_not_null(got, "%s refused", ok[i].in);
+        cr_assert_str_eq(got, ok[i].out, "%s", ok[i].in);
+    }
+    const char *bad[] = {
+        "",       "a",      "/..",    "/../a",  "/a/../..",         "/%2e%2e", "/%2e%2e/a",
+        "/a%00b", "/a%2fb", "/a%2Fb", "/a%5cb", "/a%5C..%5Cb",      "/a\\b",   "/%",
+        "/%4",    "/%zz",   "/%0a",   "/%7f",   "/a/%2e%2e/%2e%2e",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_null(norm(bad[i]), "%s was taken as %s", bad[i], norm(bad[i]));
+}
+
+Test(routes, normal_paths_need_no_copy, .timeout = 5)
+{
+    const char *normal[] = {"/", "/a", "/a/b/", "/.a", "/a..", "/a/...", "/a.b/c"};
+    for (size_t i = 0; i < sizeof(normal) / sizeof(normal[0]); i++) {
+        cr_assert(md_path_is_normal(normal[i], strlen(normal[i])), "%s", normal[i]);
+        cr_assert_str_eq(norm(normal[i]), normal[i]);
+    }
+    const char *other[] = {"", "a", "//", "/a//b", "/.", "/./a", "/a/..", "/a/../b", "/%41"};
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        cr_assert_not(md_path_is_normal(other[i], strlen(other[i])), "%s", other[i]);
+}
