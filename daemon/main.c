@@ -12,6 +12,7 @@
  *   SIGTERM, SIGINT   graceful stop (a second one: stop now)
  *   SIGHUP            reload the configuration file (same -c and --set)
  *   SIGUSR1           reopen the log files
+ *   SIGUSR2           write a dump of the runtime (workers, queues, tasks) to the error log
  */
 #include <errno.h>
 #include <signal.h>
@@ -76,6 +77,26 @@ static void notify_ready(md_server *srv, const char *what)
     int rc = md_notify(msg);
     if (rc != 0)
         md_log(MD_LOG_WARN, "NOTIFY_SOCKET: %s", strerror(-rc));
+}
+
+/* SIGUSR2's dump, a line at a time, at warning level so that every log level shows it: an
+ * operator asked for it. */
+static void dump_line(const char *text, void *arg)
+{
+    (void)arg;
+    md_log(MD_LOG_WARN, "dump: %s", text);
+}
+
+/* [runtime] slow_poll_us: once per task, on the worker that polled it. */
+static void slow_poll(const mp_slow_poll *r, void *arg)
+{
+    (void)arg;
+    md_log(MD_LOG_WARN,
+           "slow poll: %llu us on worker %d, task %p%s%s, poll function %s%s(%s): a blocking "
+           "call in a task?",
+           (unsigned long long)(r->duration_ns / 1000), r->worker, (void *)r->task,
+           r->name ? " " : "", r->name ? r->name : "", r->symbol ? r->symbol : "",
+           r->symbol ? " " : "", r->object ? r->object : "?");
 }
 
 /* SIGHUP. The new file must be valid as a whole and its listeners bindable, or nothing
@@ -196,11 +217,14 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGHUP);
     sigaddset(&sigs, SIGUSR1);
+    sigaddset(&sigs, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     mp_config rcfg;
     mp_config_init(&rcfg);
     rcfg.workers = cfg.workers;
+    rcfg.slow_poll_us = cfg.slow_poll_us;
+    rcfg.on_slow_poll = slow_poll;
     mp_runtime *rt;
     if ((rc = mp_runtime_new(&rt, &rcfg)) != 0) {
         md_log(MD_LOG_ERROR, "runtime: %s", strerror(-rc));
@@ -248,6 +272,11 @@ int main(int argc, char **argv)
                 md_log(MD_LOG_ERROR, "reopening the logs: %s", strerror(-rc));
             else
                 md_log(MD_LOG_INFO, "logs reopened");
+        } else if (sig == SIGUSR2) {
+            /* The workers go on serving: the dump only copies the task registry under its
+             * locks, a shard at a time. */
+            if ((rc = mp_runtime_dump(rt, dump_line, NULL)) != 0)
+                md_log(MD_LOG_ERROR, "runtime dump: %s", strerror(-rc));
         }
     }
     /* Graceful stop: no new connections; idle ones close, in-flight requests finish with

@@ -54,6 +54,7 @@ static const struct key keys[] = {
     {"echo", "idle_timeout_ms", KEY_U32, LISTENER(MD_LISTENER_ECHO, idle_timeout_ms), 0, 3600000},
     {"echo", "max_connections", KEY_U32, LISTENER(MD_LISTENER_ECHO, max_connections), 1, 1000000},
     {"runtime", "workers", KEY_U32, offsetof(md_config, workers), 0, 1024},
+    {"runtime", "slow_poll_us", KEY_U32, offsetof(md_config, slow_poll_us), 0, 60000000},
     {"limits", "max_request_line", KEY_U32, LIMIT(max_request_line), 64, 1048576},
     {"limits", "max_header_bytes", KEY_U32, LIMIT(max_header_bytes), 256, 1048576},
     {"limits", "max_headers", KEY_U32, LIMIT(max_headers), 1, 10000},

@@ -38,7 +38,7 @@ static int worker_metrics(md_server *s, md_outbuf *out)
     return rc;
 }
 
-/* The runtime as a whole: read buffers, workers, tasks, wake-up latency. */
+/* The runtime as a whole: read buffers, workers, tasks, wake-up latency, the blocking pool. */
 static int runtime_metrics(md_server *s, md_outbuf *out)
 {
     mp_stats st;
@@ -73,6 +73,37 @@ static int runtime_metrics(md_server *s, md_outbuf *out)
     if (rc == 0)
         rc = md_metrics_put(out, "magpie_runtime_wake_latency_seconds %.9f\n",
                             (double)st.wake_latency_ns / 1e9);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_blocking_threads", "gauge",
+                                 "Threads of the blocking pool (file reads), and of them idle.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpie_blocking_threads{state=\"alive\"} %u\n"
+                            "magpie_blocking_threads{state=\"idle\"} %u\n",
+                            st.blocking_threads, st.blocking_idle);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_blocking_jobs", "gauge",
+                                 "Blocking-pool jobs waiting for a thread, and running.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpie_blocking_jobs{state=\"queued\"} %u\n"
+                            "magpie_blocking_jobs{state=\"running\"} %u\n",
+                            st.blocking_queued, st.blocking_running);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_blocking_jobs_total", "counter",
+                                 "Jobs given to the blocking pool.");
+    if (rc == 0)
+        rc = md_metrics_put(out, "magpie_blocking_jobs_total %llu\n",
+                            (unsigned long long)st.blocking_jobs);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpie_blocking_threads_started_total", "counter",
+                                 "Blocking-pool threads started, and starts that failed.");
+    if (rc == 0)
+        rc = md_metrics_put(out,
+                            "magpie_blocking_threads_started_total{result=\"success\"} %llu\n"
+                            "magpie_blocking_threads_started_total{result=\"failure\"} %llu\n",
+                            (unsigned long long)st.blocking_threads_started,
+                            (unsigned long long)st.blocking_spawn_failures);
     return rc;
 }
 

@@ -53,15 +53,16 @@ static inline void kill_leftover(void)
     }
 }
 
-/* build/<variant>/tests/daemon/<folder>/test_x -> build/<variant>/magpied, whatever the folder */
+/* build/<variant>/tests/<folders>/test_x -> build/<variant>/magpied, whatever the folders
+ * (the daemon's suites, and others that run magpied: tests/loadtest/) */
 static inline void magpied_path(char *buf, size_t len)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     cr_assert_gt(n, 0);
     self[n] = 0;
-    char *at = strstr(self, "/tests/daemon/");
-    cr_assert_not_null(at, "%s is not under tests/daemon/", self);
+    char *at = strstr(self, "/tests/");
+    cr_assert_not_null(at, "%s is not under a build's tests/", self);
     *at = 0;
     snprintf(buf, len, "%s/magpied", self);
 }

@@ -27,11 +27,15 @@
  * (and applies the send limits); then sendfile goes on. A file that shrinks under a download ends
  * the response short with a close: nothing past the new end is presented as content.
  *
- * Blocking: open, fstat, pread and sendfile run on the worker. For a file in the page cache
- * they do not block; a cold disk would stall the worker for the read. The seam for the runtime's
- * blocking pool (mp_file_open_poll and mp_file_stat_poll in magpie_io.h, on branch main) is
- * open_file() below and the small-file read in static_poll(): both become polls of an
- * mp_file_op from this pending response.
+ * Blocking: no read of file data waits for the disk on the worker. A small file is read with
+ * preadv2(RWF_NOWAIT), which copies from the page cache and fails where it would wait; what it
+ * could not read is read on the runtime's blocking pool (mp_file_read_poll) by the pending
+ * response. Before each sendfile piece the first and last byte of the piece are probed the
+ * same way: a piece not in the cache is read on the pool into chunk[] and written through the
+ * bounded write instead (sendfile would sleep on the disk). The open and fstat still run on the
+ * worker: they touch directories and the inode, which a served tree keeps in the kernel's
+ * caches, and openat2 cannot be asked to fail rather than wait on them without losing
+ * RESOLVE_BENEATH's guarantees on old kernels.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +46,7 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,10 +63,12 @@ enum {
 
 struct static_send {
     md_http_pending p;
+    mp_file_op op; /* a read on the blocking pool, into chunk[] */
     int fd;
     uint64_t off, end; /* [off, end) of the file still to send */
     size_t chunk_len;  /* a piece in chunk[] being written (after EAGAIN); 0: none */
     bool small;        /* read into out with the head */
+    bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
     char chunk[CHUNK];
 };
 
@@ -263,20 +270,47 @@ static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, u
     return 1;
 }
 
+/* want bytes at s->off into chunk[]: from the page cache at once, or on the blocking pool. */
+static mp_poll read_piece(struct static_send *s, mp_context *cx, size_t want, size_t *n, int *err)
+{
+    if (cx == NULL) { /* polled outside a task (the handler suites): a plain read */
+        ssize_t r = pread(s->fd, s->chunk, want, (off_t)s->off);
+        *n = r > 0 ? (size_t)r : 0;
+        *err = r < 0 ? -errno : 0;
+        return MP_READY;
+    }
+    return mp_file_read_poll(mp_runtime_current(), &s->op, cx, s->fd, s->chunk, want, s->off, n,
+                             err);
+}
+
+/* Are the first and last byte of [off, off + len) in the page cache? sendfile would wait for
+ * the disk where they are not. */
+static bool cached(int fd, uint64_t off, uint64_t len)
+{
+    char b;
+    struct iovec iov = {.iov_base = &b, .iov_len = 1};
+    return preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT) >= 0 &&
+           preadv2(fd, &iov, 1, (off_t)(off + len - 1), RWF_NOWAIT) >= 0;
+}
+
 static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
                        md_outbuf *out)
 {
     (void)c; /* the head went out from on_req */
     struct static_send *s = (struct static_send *)p;
-    if (s->small) {
-        size_t want = (size_t)(s->end - s->off);
-        char *w = md_outbuf_reserve(out, want);
+    if (s->small) { /* the rest of a small file the page cache did not have */
+        size_t n;
+        int err;
+        if (read_piece(s, cx, (size_t)(s->end - s->off), &n, &err) == MP_PENDING)
+            return MD_PENDING_WAIT;
+        if (err != 0)
+            return err;
+        char *w = md_outbuf_reserve(out, n);
         if (w == NULL)
             return -ENOMEM;
-        ssize_t n = pread(s->fd, w, want, (off_t)s->off);
-        if (n > 0)
-            md_outbuf_commit(out, w + n);
-        s->off += n > 0 ? (uint64_t)n : 0;
+        memcpy(w, s->chunk, n);
+        md_outbuf_commit(out, w + n);
+        s->off += n;
         return s->off == s->end ? 0 : -EIO; /* shrank: what was read goes, then the close */
     }
     if (md_outbuf_pending(out) != 0)
@@ -294,10 +328,10 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
         if (s->off == s->end)
             return 0;
         uint64_t left = s->end - s->off;
+        uint64_t piece = left < SENDFILE_MAX ? left : SENDFILE_MAX;
         off_t at = (off_t)s->off;
-        ssize_t n = io->fd >= 0 ? sendfile(io->fd, s->fd, &at,
-                                           left < SENDFILE_MAX ? (size_t)left : SENDFILE_MAX)
-                                : -1;
+        bool hot = !s->reading && io->fd >= 0 && cached(s->fd, s->off, piece);
+        ssize_t n = hot ? sendfile(io->fd, s->fd, &at, (size_t)piece) : -1;
         if (n > 0) {
             s->off += (uint64_t)n;
             if (s->off == s->end)
@@ -310,21 +344,27 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
         }
         if (n == 0)
             return -EIO; /* the file ended early: it shrank */
-        if (io->fd >= 0 && errno != EAGAIN && errno != EINVAL && errno != ENOSYS)
+        if (hot && errno != EAGAIN && errno != EINVAL && errno != ENOSYS)
             return -errno;
-        /* The socket is full (or sendfile cannot serve this file): one piece through the
+        /* The socket is full, the piece is not in the page cache, or sendfile cannot serve
+         * this file: one piece read (on the blocking pool if need be) and written through the
          * bounded write, which waits for the peer. */
-        size_t want = left < CHUNK ? (size_t)left : CHUNK;
-        ssize_t r = pread(s->fd, s->chunk, want, (off_t)s->off);
-        if (r <= 0)
-            return r == 0 ? -EIO : -errno;
-        s->chunk_len = (size_t)r;
+        size_t want = left < CHUNK ? (size_t)left : CHUNK, got;
+        int err;
+        s->reading = true;
+        if (read_piece(s, cx, want, &got, &err) == MP_PENDING)
+            return MD_PENDING_WAIT;
+        s->reading = false;
+        if (err != 0 || got == 0)
+            return err != 0 ? err : -EIO;
+        s->chunk_len = got;
     }
 }
 
 static void static_cancel(md_http_pending *p)
 {
     struct static_send *s = (struct static_send *)p;
+    mp_file_op_cancel(&s->op); /* a pool read finishes in storage of its own */
     close(s->fd);
     free(s);
 }
@@ -484,14 +524,19 @@ static int static_on_req(md_http_conn *c, const md_route *r)
             close(fd);
             return -ENOMEM;
         }
-        ssize_t n = pread(fd, w, (size_t)len, (off_t)from);
+        /* From the page cache only: the rest (a cold file) is read on the blocking pool by
+         * the pending response, or found missing there if the file shrank. */
+        struct iovec iov = {.iov_base = w, .iov_len = (size_t)len};
+        ssize_t n = preadv2(fd, &iov, 1, (off_t)from, RWF_NOWAIT);
+        if (n < 0 && errno == EOPNOTSUPP)
+            n = pread(fd, w, (size_t)len, (off_t)from); /* a file system without RWF_NOWAIT */
         if (n > 0)
             md_outbuf_commit(out, w + n);
         if (n == (ssize_t)len) {
             close(fd);
             return MD_HANDLER_DONE;
         }
-        from += n > 0 ? (uint64_t)n : 0; /* it shrank: the poll ends it short, with a close */
+        from += n > 0 ? (uint64_t)n : 0;
         len -= n > 0 ? (uint64_t)n : 0;
     }
     struct static_send *s = malloc(sizeof *s);
@@ -506,6 +551,8 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     s->end = from + len;
     s->chunk_len = 0;
     s->small = len <= SMALL;
+    s->reading = false;
+    s->op = (mp_file_op){0};
     md_http_conn_pend(c, &s->p);
     return MD_HANDLER_PENDING;
 }

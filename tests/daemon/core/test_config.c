@@ -133,6 +133,7 @@ Test(config, every_key, .timeout = 5)
                        "idle_timeout_ms = 0\n"
                        "[runtime]\n"
                        "workers = 4 ; inline comment\n"
+                       "slow_poll_us = 2500\n"
                        "[limits]\n"
                        "  max_request_line = 1024\n"
                        "\tmax_header_bytes = 2048\n"
@@ -156,6 +157,7 @@ Test(config, every_key, .timeout = 5)
     cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
+    cr_assert_eq(c.slow_poll_us, 2500);
     cr_assert_eq(c.limits.max_request_line, 1024);
     cr_assert_eq(c.limits.max_header_bytes, 2048);
     cr_assert_eq(c.limits.max_headers, 10);
@@ -207,6 +209,9 @@ Test(config, bad_integer_names_file_line_key, .timeout = 5)
     expect_error("[runtime]\nworkers = 99999999999999999999999\n",
                  "test.conf:2: [runtime] workers: expected an integer in 0..1024, got "
                  "\"99999999999999999999999\"");
+    expect_error("[runtime]\nslow_poll_us = 60000001\n",
+                 "test.conf:2: [runtime] slow_poll_us: expected an integer in 0..60000000, got "
+                 "\"60000001\"");
     expect_error("[limits]\nmax_requests_per_connection = 4294967296\n",
                  "test.conf:2: [limits] max_requests_per_connection: expected an integer in "
                  "0..4294967295, got \"4294967296\"");

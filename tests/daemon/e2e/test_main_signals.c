@@ -307,6 +307,33 @@ Test(signals, sigusr1_reopens_both_logs_without_losing_a_line)
     cr_assert_eq(count_in_file(errors, "stopped"), 1);
 }
 
+/* SIGUSR2: a dump of the runtime in the error log while it serves; [runtime] slow_poll_us: a
+ * poll over the threshold is logged once per task (1 us: nearly every task's first poll). */
+Test(signals, sigusr2_dumps_the_runtime_and_slow_polls_are_logged)
+{
+    const char *conf = in_dir("magpied.conf"), *errors = in_dir("error.log");
+    char text[512];
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+             "slow_poll_us = 1\n[log]\nerror_log = %s\n",
+             errors);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    /* A connection left open and idle: its task waits, so the dump lists it. */
+    int idle = test_connect(d.http);
+    cr_assert_eq(http_status(d.http, "/"), 200);
+    kill(d.pid, SIGUSR2);
+    cr_assert(file_has(errors, "dump: magpie runtime ", 5000), "the dump is in the error log");
+    cr_assert(file_has(errors, "dump:   worker 0: ", 5000));
+    cr_assert(file_has(errors, "dump:   blocking pool: ", 5000));
+    cr_assert(file_has(errors, "dump:   tasks that have suspended: ", 5000));
+    cr_assert(file_has(errors, "dump:     task 0x", 5000), "the idle connection's task");
+    cr_assert(file_has(errors, "slow poll: ", 5000), "a slow poll was logged");
+    cr_assert_eq(http_status(d.http, "/"), 200, "still serving after the dump");
+    close(idle);
+    cr_assert_eq(stop(&d), 0);
+}
+
 Test(signals, access_log_json_and_combined_lines)
 {
     const char *conf = in_dir("magpied.conf"), *access = in_dir("access.json");

@@ -52,7 +52,7 @@ static void setup(void)
     fprintf(f,
             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
             "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
-            "[route = /healthz]\nhandler = health\n",
+            "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n",
             dir);
     fclose(f);
     d = start_with(conf, NULL, NULL);
@@ -303,6 +303,41 @@ Test(static_e2e, large_file_whole_to_fast_and_slow_readers)
              "| tail -c 10",
              d.http, d.http);
     cr_expect_str_eq(run(cmd), "0123456789");
+}
+
+/* Its pages written back and dropped from the page cache, so RWF_NOWAIT refuses them. */
+static void drop_from_cache(const char *rel)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/www/%s", dir, rel);
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0, "%s", path);
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/* A cold file, small or large, is read on the runtime's blocking pool, not on a worker; the
+ * bytes are the file's. */
+Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
+{
+    sh("cd %s/www && head -c 9000 /dev/urandom > cold.dat && head -c 2500000 /dev/urandom > "
+       "cold.bin",
+       dir);
+    drop_from_cache("cold.dat");
+    drop_from_cache("cold.bin");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/cold.dat | cmp - %s/www/cold.dat && "
+             "curl -s http://127.0.0.1:%d/cold.bin | cmp - %s/www/cold.bin && echo same",
+             d.http, dir, d.http, dir);
+    cr_expect_str_eq(run(cmd), "same\n");
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/metrics | grep '^magpie_blocking_jobs_total '", d.http);
+    const char *line = run(cmd);
+    unsigned long long jobs = 0;
+    cr_assert_eq(sscanf(line, "magpie_blocking_jobs_total %llu", &jobs), 1, "%s", line);
+    cr_assert_geq(jobs, 2, "reads went to the blocking pool: %s", line);
 }
 
 /* A file cut short while it is sent: the response ends short, with a close, never padded
