@@ -83,10 +83,10 @@ const char *md_listener_name(md_listener kind);
 typedef struct md_config {
     md_listener_config listeners[MD_LISTENERS]; /* indexed by md_listener */
     uint32_t workers;                           /* [runtime] workers; 0 = one per CPU */
-    uint32_t slow_poll_us; /* [runtime] slow_poll_us; 0 = polls are not timed */
-    md_http_limits limits;                      /* [limits] ..., everything but max_connections */
-    md_log_level log_level;                     /* [log] level */
-    md_access_log access_log;                   /* [log] access_log */
+    uint32_t slow_poll_us;    /* [runtime] slow_poll_us; 0 = polls are not timed */
+    md_http_limits limits;    /* [limits] ..., everything but max_connections */
+    md_log_level log_level;   /* [log] level */
+    md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_CONFIG_PATH_MAX];
     md_access_format access_format;          /* [log] access_format */
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */

@@ -194,8 +194,8 @@ typedef enum mp_shutdown_mode {
 /* A poll that ran longer than mp_config.slow_poll_us: the classic bug of a blocking call in a
  * task, which holds up every task queued behind it on its worker. */
 typedef struct mp_slow_poll {
-    mp_task *task; /* valid for the length of the report only */
-    const char *name;                            /* mp_task_set_name()'s, or NULL */
+    mp_task *task;                                  /* valid for the length of the report only */
+    const char *name;                               /* mp_task_set_name()'s, or NULL */
     mp_poll (*poll)(mp_task *task, mp_context *cx); /* the task's poll function */
     const char *symbol; /* its name if the dynamic symbol table has it (dladdr: link the
                            program with -rdynamic for static functions' neighbours), or NULL */
@@ -279,7 +279,7 @@ unsigned mp_runtime_workers(const mp_runtime *rt);
     X(helpers_skipped, "I/O turns whose backlog the driver ran alone (shorter than a wake-up).")   \
     X(yields_deferred, "Yields whose requeue waited for the worker's next flush.")                 \
     X(deferred_flushes, "Flushes of deferred yields to the back of the ring.")                     \
-    X(joins_in_place, "Joins that ran their task from the joiner's LIFO slot and ended with it.")   \
+    X(joins_in_place, "Joins that ran their task from the joiner's LIFO slot and ended with it.")  \
     X(slow_polls, "Polls that ran longer than the slow-poll threshold (mp_config.slow_poll_us).")
 
 typedef struct mp_worker_stats {

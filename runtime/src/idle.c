@@ -203,8 +203,8 @@ void mp__idle_spawn_failed(mp__idle *idle, unsigned idx)
     if (idx - idle->retry_base >= 64) /* the retry set is one word: keep the lowest 64 */
         idle->retry = 0, idle->retry_base = idx & ~63u;
     idle->retry |= (uint64_t)1 << (idx - idle->retry_base);
-    /* seq_cst: the slot leaves the unparked count, as in mp__idle_transition_to_parked(); pairs
-     * with the notifiers' loads in mp__idle_worker_to_notify(). */
+    /* seq_cst: the slot leaves the unparked count, as in mp__idle_transition_to_parked();
+     * pairs with the notifiers' loads in mp__idle_worker_to_notify(). */
     atomic_fetch_sub_explicit(&idle->state, SEARCH_ONE | UNPARK_ONE, memory_order_seq_cst);
     pthread_mutex_unlock(&idle->mu);
 }

@@ -137,7 +137,7 @@ bool mp__io_enter(mp_io *io)
         if (!open_state(s))
             return false;
         /* Acquire: keeps the caller's system call after the count is taken; pairs with the
-         * release fetch_or in mp__io_begin_close() (a close that began is seen, or counts us). */
+         * release fetch_or in mp__io_close() (a close that began is seen, or counts us). */
     } while (!atomic_compare_exchange_weak_explicit(&io->state, &s, s + USER, memory_order_acquire,
                                                     memory_order_relaxed));
     return true;
@@ -150,7 +150,7 @@ static void close_cmd(uv_loop_t *loop, void *arg);
 static bool finish_if_idle(mp_io *io, uint32_t s, int *rc)
 {
     while ((s & CLOSING) && s < USER && !(s & CLAIMED)) {
-        /* Acquire: pairs with the release fetch_or in mp__io_begin_close(): the closer's
+        /* Acquire: pairs with the release fetch_or in mp__io_close(): the closer's
          * callback is visible to whoever finishes. */
         if (atomic_compare_exchange_weak_explicit(&io->state, &s, s | CLAIMED, memory_order_acquire,
                                                   memory_order_relaxed)) {
@@ -164,9 +164,9 @@ static bool finish_if_idle(mp_io *io, uint32_t s, int *rc)
 
 void mp__io_leave(mp_io *io)
 {
-    /* acq_rel: the release orders our system call before a close that sees no user (pairs
-     * with the acquire CAS in finish_if_idle()); the acquire lets us finish a close whose
-     * CLOSING we see. */
+    /* acq_rel: the release orders our system call before a close that sees no user; it
+     * pairs with the acquire CAS in finish_if_idle(). The acquire lets us finish a close
+     * whose CLOSING we see. */
     uint32_t s = atomic_fetch_sub_explicit(&io->state, USER, memory_order_acq_rel) - USER;
     int rc;
     finish_if_idle(io, s, &rc);

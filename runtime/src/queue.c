@@ -89,8 +89,8 @@ static bool push_overflow(mp__queue *q, mp_task *t, uint32_t real, uint32_t tail
         MP__UNREACHABLE("overflow with %u queued", tail - real);
     uint64_t prev = pack(real, real);
     /* Claim the oldest half as if we were a thief that copies nothing. Acquire: if it
-     * succeeds we read slots that earlier thieves' release CASes handed back; release pairs
-     * with the acquire head loads of thieves (they see our claim and skip these slots). */
+     * succeeds we read slots that earlier thieves' release CASes handed back; release
+     * pairs with the acquire head loads of thieves (they see our claim and skip these slots). */
     if (!atomic_compare_exchange_strong_explicit(&q->head, &prev, pack(real + HALF, real + HALF),
                                                  memory_order_acq_rel, memory_order_relaxed))
         return false;

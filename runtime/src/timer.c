@@ -397,8 +397,8 @@ static void queue_rearm(mp_runtime *rt)
 {
     mp__reactor *r = &rt->reactor;
     bool expected = false;
-    /* Acquire: rearm_cmd is ours to rewrite only after the loop's last read of it; pairs
-     * with the release store in rearm_cmd(). A command still queued (the flag set) will read
+    /* Acquire: rearm_cmd is ours to rewrite only after the loop's last read of it;
+     * pairs with the release store in rearm_cmd(). A command still queued (the flag set) will read
      * the wheel after our insert, so nothing more is needed then. */
     if (atomic_compare_exchange_strong_explicit(&r->rearm_queued, &expected, true,
                                                 memory_order_acquire, memory_order_relaxed) &&

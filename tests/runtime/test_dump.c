@@ -59,8 +59,7 @@ Test(dump, a_slow_poll_is_counted_each_time_and_reported_once_per_task, .timeout
     mp_stats st;
     mp_runtime_stats(rt, &st);
     /* The quick task may count too, if this machine preempted it mid-poll: only at least. */
-    cr_assert_geq(st.total.slow_polls, 3, "every slow poll counted: %" PRIu64,
-                  st.total.slow_polls);
+    cr_assert_geq(st.total.slow_polls, 3, "every slow poll counted: %" PRIu64, st.total.slow_polls);
     cr_assert(nreports >= 1 && nreports <= 2, "reported once per task: %d", nreports);
     mp_slow_poll *r = &reports[reports[0].task == &slow.task ? 0 : 1];
     cr_assert(nreports == 1 || reports[0].task != reports[1].task, "a task reported twice");

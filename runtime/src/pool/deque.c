@@ -138,8 +138,8 @@ mp__pool_steal mp__pool_deque_steal(mp__pool_deque *d, mp__pool_job **out)
     /* Relaxed: the value is used only if the CAS below proves slot t was still ours to take,
      * and then it is the value published by the bottom we read. */
     mp__pool_job *job = atomic_load_explicit(&a->slots[t & a->mask], memory_order_relaxed);
-    /* seq_cst: decides the race for slot t against the owner's pop and other thieves; pairs
-     * with the CAS in mp__pool_deque_pop_owner() and the acquire load of top in
+    /* seq_cst: decides the race for slot t against the owner's pop and other thieves;
+     * pairs with the CAS in mp__pool_deque_pop_owner() and the acquire load of top in
      * mp__pool_deque_push_owner() (pool_internal.h). */
     if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
                                                  memory_order_relaxed))

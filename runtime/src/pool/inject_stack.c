@@ -28,8 +28,8 @@ bool mp__pool_inject_push(mp__pool_inject *q, mp__pool_job *job)
     mp__pool_job *head = atomic_load_explicit(&q->head, memory_order_relaxed);
     do {
         job->next = head;
-        /* Release: publishes the job (and its next link) to the worker that takes it; pairs
-         * with the acquire exchange in mp__pool_inject_take_all() (inject_stack.c). */
+        /* Release: publishes the job (and its next link) to the worker that takes it;
+         * pairs with the acquire exchange in mp__pool_inject_take_all() (inject_stack.c). */
     } while (!atomic_compare_exchange_weak_explicit(&q->head, &head, job, memory_order_release,
                                                     memory_order_relaxed));
     /* Relaxed: a statistic. */

@@ -232,8 +232,8 @@ Test(sleep, wakes_only_as_many_as_jobs_exceed_awake_idle, .timeout = 30)
     cr_assert_eq(pthread_create(&th, NULL, sleeper_main, &s), 0);
     wait_sleeping(p, 1);
     atomic_store_explicit(&s.stop, true, memory_order_relaxed);
-    /* Pretend two more workers are idle but awake. seq_cst like every RMW of the word; pairs
-     * with (C) in new_internal_jobs below. */
+    /* Pretend two more workers are idle but awake. seq_cst like every RMW of the word;
+     * pairs with (C) in new_internal_jobs below. */
     atomic_fetch_add_explicit(&p->sleep.counters, 2 * MP__SLEEP_ONE_INACTIVE, memory_order_seq_cst);
     mp__pool_sleep_new_internal_jobs(&p->sleep, 2, true);
     cr_assert_eq(mp__sleep_sleeping(mp__pool_sleep_load(&p->sleep)), 1,
