@@ -36,6 +36,12 @@
 #include <sys/time.h>
 
 enum { DEFAULT_MAX_THREADS = 512 };
+/* A thread that has just finished a job looks for the next one this long, yielding, before it
+ * sleeps on the condition variable: a task that awaits jobs one after another (a file read
+ * after a file read) then finds a thread awake instead of paying a futex wake-up, which costs
+ * tens of microseconds on a VM whose idle vCPU halted (the fork-join pool's idle workers stay
+ * awake for the same reason). A yield, not a pause loop, so a busy machine loses little. */
+#define SPIN_NS               50000u
 #define DEFAULT_KEEP_ALIVE_MS 10000u
 
 int mp__blocking_init(mp__blocking *b, const mp_config *cfg)
@@ -108,6 +114,17 @@ static void *thread_main(void *arg)
             set(&b->running, get(&b->running) - 1);
             if (b->closed && get(&b->running) == 0)
                 pthread_cond_broadcast(&b->done);
+            if (b->head == NULL && !b->closed) {
+                /* Counted in spinning, a pusher leaves the next job to us (see
+                 * mp__blocking_push()); we look at the queue again under the mutex after. */
+                b->spinning++;
+                pthread_mutex_unlock(&b->mu);
+                uint64_t until = mp__now_ns() + SPIN_NS;
+                while (get(&b->queued) == 0 && mp__now_ns() < until)
+                    sched_yield();
+                pthread_mutex_lock(&b->mu);
+                b->spinning--;
+            }
             continue;
         }
         if (b->closed)
@@ -177,7 +194,9 @@ int mp__blocking_push(mp__blocking *b, mp_task *t)
     set(&b->queued, get(&b->queued) + 1);
     b->jobs++;
     int rc = 0;
-    if (get(&b->idle) > b->notified) {
+    if (get(&b->queued) <= b->spinning) {
+        /* A thread that has just finished a job is looking: it takes this one. */
+    } else if (get(&b->idle) > b->notified) {
         b->notified++;
         pthread_cond_signal(&b->work);
     } else if (get(&b->threads) < b->max_threads) {

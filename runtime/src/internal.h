@@ -520,6 +520,7 @@ typedef struct mp__blocking {
     mp_task *head, *tail; /* guarded by mu: queued jobs, FIFO through ->next */
     _Atomic unsigned threads, idle, queued, running; /* written under mu, read by anyone */
     unsigned notified;        /* guarded by mu: idle threads signalled, not yet awake */
+    unsigned spinning;        /* guarded by mu: threads looking for a job before they sleep */
     bool closed;              /* guarded by mu */
     bool fail_next_start;     /* guarded by mu: test hook */
     uint64_t jobs;            /* guarded by mu: jobs queued, ever */
