@@ -247,11 +247,15 @@ int mp_loop_call(mp_runtime *rt, mp_loop_cmd *cmd, void (*fn)(uv_loop_t *loop, v
             return -ESHUTDOWN;
         }
         fn(&r->loop, arg);
-        mp__reactor_release(r);
-        /* Nobody was driving: fn may have started I/O that needs a driver. Get a worker to
-         * drive (a parked one, or the first thread of a lazily started runtime); with every
-         * worker busy, their tick polls serve the loop. */
-        mp__runtime_notify(rt);
+        /* Nobody was driving: fn may have started I/O that needs a driver. A worker of rt
+         * drives itself as soon as it runs out of tasks, and its tick polls serve the loop
+         * until then; commands left behind are another matter (the release says so). Any
+         * other thread gets a worker to drive (a parked one, or the first thread of a lazily
+         * started runtime). */
+        bool left = mp__reactor_release(r);
+        mp__worker *w = mp__tls_worker;
+        if (left || !w || w->rt != rt)
+            mp__runtime_notify(rt);
         return 0;
     }
     /* (E): pairs with (G)/(H) in mp__reactor_close(); see the top of this file. */
