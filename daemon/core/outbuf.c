@@ -3,40 +3,21 @@
  *
  * A connection frees its buffer whenever it goes idle between requests, so a keep-alive
  * connection would malloc and free one per request. Buffers of the first size go back to a
- * small cache of the thread's instead: thread-local, so no locking, and bounded, so idle
- * connections still hold nothing. A thread that exits frees its cache (the key's destructor);
- * the main thread's stays reachable.
+ * small cache of the thread's instead (libmagpie's mp_block_cache): no locking, and bounded,
+ * so idle connections still hold nothing.
  */
 #include "core/outbuf.h"
 
+#include "magpie_core.h"
+
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 4 };
 
-static _Thread_local struct block_cache {
-    char *free[OUTBUF_CACHE];
-    unsigned n;
-    bool keyed; /* the exit destructor is registered for this thread */
-} cache;
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-
-static void cache_drain(void *arg)
-{
-    struct block_cache *bc = arg;
-    while (bc->n != 0)
-        free(bc->free[--bc->n]);
-}
-
-static void cache_key_create(void)
-{
-    if (pthread_key_create(&cache_key, cache_drain) != 0)
-        abort(); /* PTHREAD_KEYS_MAX: the daemon makes two keys */
-}
+static mp_block_cache cache = MP_BLOCK_CACHE_INIT(OUTBUF_MIN, OUTBUF_CACHE);
 
 void md_outbuf_init(md_outbuf *b)
 {
@@ -49,16 +30,10 @@ void md_outbuf_init(md_outbuf *b)
 
 void md_outbuf_free(md_outbuf *b)
 {
-    if (b->cap == OUTBUF_MIN && cache.n < OUTBUF_CACHE) {
-        if (!cache.keyed) {
-            pthread_once(&cache_once, cache_key_create);
-            pthread_setspecific(cache_key, &cache);
-            cache.keyed = true;
-        }
-        cache.free[cache.n++] = b->data;
-    } else {
+    if (b->cap == OUTBUF_MIN)
+        mp_block_cache_give(&cache, b->data);
+    else
         free(b->data);
-    }
     md_outbuf_init(b);
 }
 
@@ -94,8 +69,10 @@ int md_outbuf_grow(md_outbuf *b, size_t n)
     if (n > SIZE_MAX / 2 - b->len)
         return -ENOMEM;
     size_t need = b->len + n;
-    if (b->data == NULL && need <= OUTBUF_MIN && cache.n != 0) {
-        b->data = cache.free[--cache.n];
+    if (b->data == NULL && need <= OUTBUF_MIN) {
+        /* The first size comes from the thread's cache (or malloc, when it has none). */
+        if ((b->data = mp_block_cache_take(&cache)) == NULL)
+            return -ENOMEM;
         b->cap = OUTBUF_MIN;
         return 0;
     }

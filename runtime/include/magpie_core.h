@@ -314,6 +314,32 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out);
 int mp_runtime_dump(mp_runtime *rt, void (*line)(const char *text, void *arg), void *arg);
 int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *out);
 
+/* Per-thread caches of memory blocks of one size, for what tasks take and give back at a high
+ * rate (a request's state, an output buffer): each thread keeps up to keep blocks of each
+ * cache for itself (MP_BLOCK_CACHE_KEEP at most), taken and given with no lock and no atomic
+ * read-modify-write; past that, and for a process that has used up its MP_BLOCK_CACHES caches,
+ * blocks go to free() and come from malloc(). A block taken on one thread may be given on
+ * another. A thread's blocks are freed when it exits. Define a cache statically:
+ *   static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(struct req), 4); */
+#define MP_BLOCK_CACHE_KEEP 8
+#define MP_BLOCK_CACHES     16
+typedef struct mp_block_cache {
+    size_t size;   /* of every block */
+    unsigned keep; /* blocks each thread keeps */
+    /* private: the cache's number, 0 until its first use */
+    _Atomic unsigned id_;
+} mp_block_cache;
+#define MP_BLOCK_CACHE_INIT(size, keep)                                                            \
+    {                                                                                              \
+        (size), (keep), 0                                                                          \
+    }
+/* A block of c->size bytes (uninitialised), or NULL when malloc fails. Any thread. */
+void *mp_block_cache_take(mp_block_cache *c);
+/* Give a block of c back (NULL is ignored). Any thread. */
+void mp_block_cache_give(mp_block_cache *c, void *block);
+/* Free the calling thread's cached blocks of every cache (after a crowd left, say). */
+void mp_block_cache_trim(void);
+
 /* Sync primitives for tasks. Waiters are intrusive: the waiting side owns the node, nothing
  * is allocated per wait. Each has a poll-style call for tasks and a blocking call for plain
  * threads (never call a blocking one from a worker). */
