@@ -170,11 +170,15 @@ uint64_t mp_tcp_read_time(const mp_tcp *c);
 /* Bytes of data already sent by a mp_tcp_write_poll() that returned MP_PENDING (0 once it has
  * returned MP_READY): progress of a write the peer is slow to take. The task's own call. */
 size_t mp_tcp_write_progress(const mp_tcp *c);
-/* Close the stream; on_closed(c) runs on the loop's thread once libuv is done with it (and
- * after mp_runtime_shutdown at the latest), after which c may be freed. Returns 0, or -EBADF
- * when c is not open (never accepted, a failed accept, closed already: on_closed will not
- * run for this call), or -ESHUTDOWN once the runtime has shut down (its shutdown closed the
- * socket already; on_closed will not run). */
+/* Close the stream: the owner's call (the read buffer goes back at once), from its poll, its
+ * cancel callback, or after the hand-off rules above a thread that holds it. A task that
+ * waits on it is woken and sees -EBADF. on_closed(c) runs on the loop's thread once the
+ * socket is closed (and after mp_runtime_shutdown at the latest), possibly before the
+ * closing poll has returned: c may be freed then if no task will poll it again (count the
+ * two, as the examples do). Returns 0, or -EBADF when c is not open (never accepted, a failed
+ * accept or connect, closed already: on_closed will not run for this call), or -ESHUTDOWN
+ * once the runtime has shut down (its shutdown closed the socket already; on_closed will not
+ * run). */
 int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
 
 /* Give back the wakers the calling task left in the stream (a read or write that returned
