@@ -6,6 +6,23 @@
  * socket) raises both edges, and the next recv or send returns that error once; the socket
  * stays usable. Batches go through recvmmsg/sendmmsg: one system call for many datagrams,
  * which is where a UDP server's time goes (the per-call cost, not the copy).
+ *
+ * The write edge is asked for only once a send has said EAGAIN. A UDP socket's write space
+ * comes back as each datagram leaves, so with EPOLLOUT in the set every send raises an edge:
+ * an event that wakes the driver for nothing and bumps the tick, making the sender's next
+ * EAGAIN clear of READ fail and its receive run once more. The socket is registered for
+ * EPOLLIN alone and optimistic about writing; the first send that would block adds EPOLLOUT
+ * (EPOLL_CTL_MOD, once, kept for the socket's life) before it clears WRITE:
+ *
+ *   task                                       kernel / loop
+ *   sendto() -> EAGAIN
+ *                                              space frees: no edge (EPOLLOUT not asked for)
+ *   clear WRITE, wait                          -> nobody wakes the task
+ *
+ * is prevented because a MOD on a socket that is already writable queues the event at once,
+ * and the MOD comes before the clear: the event's tick then fails the clear, or its WRITE bit
+ * is seen by the wait. A second task that finds the flag set while the first is still before
+ * its MOD waits for the same event, which the MOD raises whenever it runs.
  */
 #include "internal.h"
 
@@ -67,7 +84,8 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
     if (rc == 0) {
         /* Optimistic: room to send; nothing to receive before the first edge. */
         mp__io_init(&u->io, rt, fd, MP__IO_WRITE, udp_close);
-        rc = mp__io_register(&u->io, EPOLLIN | EPOLLOUT);
+        atomic_init(&u->write_armed, false);
+        rc = mp__io_register(&u->io, EPOLLIN);
     }
     if (rc != 0) {
         close(fd);
@@ -102,6 +120,22 @@ static bool would_block(int e)
     return e == EAGAIN || e == EWOULDBLOCK;
 }
 
+/* A send said EAGAIN: add EPOLLOUT to the socket's events, once (see the top of this file).
+ * Between mp__io_enter() and mp__io_leave(), before WRITE is cleared. 0 or -errno. */
+static int arm_write(mp_udp *u)
+{
+    /* Relaxed: only the MOD's effect matters, and epoll_ctl orders itself with the events. */
+    if (atomic_load_explicit(&u->write_armed, memory_order_relaxed) ||
+        atomic_exchange_explicit(&u->write_armed, true, memory_order_relaxed))
+        return 0;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = &u->io};
+    if (epoll_ctl(u->io.rt->reactor.epfd, EPOLL_CTL_MOD, u->io.fd, &ev) == 0)
+        return 0;
+    int rc = -errno;
+    atomic_store_explicit(&u->write_armed, false, memory_order_relaxed);
+    return rc;
+}
+
 mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len,
                          const struct sockaddr *to, int *err)
 {
@@ -120,18 +154,19 @@ mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len
             continue; /* closed meanwhile: reported above */
         ssize_t n =
             sendto(u->io.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, to, to ? addr_len(to) : 0);
-        leave(u);
+        int e = n < 0 ? errno : 0, armed = n < 0 && would_block(e) ? arm_write(u) : 0;
+        mp__io_leave(&u->io);
         if (n >= 0) {
             *err = 0;
             return MP_READY;
         }
-        if (errno == EINTR)
+        if (e == EINTR)
             continue;
-        if (would_block(errno)) {
+        if (would_block(e) && armed == 0) {
             mp__io_clear(&u->io, seen, MP__IO_WRITE);
             continue;
         }
-        *err = -errno;
+        *err = armed ? armed : -e;
         return MP_READY;
     }
 }
@@ -280,18 +315,19 @@ mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs
         if (!mp__io_enter(&u->io))
             continue;
         int sent = sendmmsg(u->io.fd, mm, k, MSG_NOSIGNAL | MSG_DONTWAIT);
-        leave(u);
+        int e = sent < 0 ? errno : 0, armed = sent < 0 && would_block(e) ? arm_write(u) : 0;
+        mp__io_leave(&u->io);
         if (sent > 0) {
             *done += (unsigned)sent;
             continue;
         }
-        if (sent < 0 && errno == EINTR)
+        if (e == EINTR)
             continue;
-        if (sent < 0 && would_block(errno)) {
+        if (would_block(e) && armed == 0) {
             mp__io_clear(&u->io, seen, MP__IO_WRITE);
             continue;
         }
-        *err = sent < 0 ? -errno : -EIO;
+        *err = armed ? armed : sent < 0 ? -e : -EIO;
         return MP_READY;
     }
     return MP_READY;

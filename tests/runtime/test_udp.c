@@ -9,6 +9,45 @@
 #include "internal.h"
 #include "test_util.h"
 
+/* A send on a loopback UDP socket never says EAGAIN (the datagram stops counting against the
+ * sender's buffer as soon as it is queued), so the test binary is linked with
+ * -Wl,--wrap=sendto,--wrap=sendmmsg and fails the next `fake_eagain` sends on `fake_fd` with
+ * EAGAIN, the way a full send buffer would, to show that the send path then asks for the write
+ * edge and is woken. */
+ssize_t __real_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,
+                      socklen_t tolen);
+int __real_sendmmsg(int fd, struct mmsghdr *mm, unsigned n, int flags);
+static _Atomic int fake_fd = -1, fake_eagain;
+
+static bool take_fake(int fd)
+{
+    if (fd != atomic_load(&fake_fd))
+        return false;
+    int n = atomic_load(&fake_eagain);
+    while (n > 0 && !atomic_compare_exchange_weak(&fake_eagain, &n, n - 1))
+        ;
+    return n > 0;
+}
+
+ssize_t __wrap_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,
+                      socklen_t tolen)
+{
+    if (take_fake(fd)) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return __real_sendto(fd, buf, len, flags, to, tolen);
+}
+
+int __wrap_sendmmsg(int fd, struct mmsghdr *mm, unsigned n, int flags)
+{
+    if (take_fake(fd)) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return __real_sendmmsg(fd, mm, n, flags);
+}
+
 static struct sockaddr_in loopback(int port)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -184,6 +223,27 @@ Test(udp, batches_with_recvmmsg_and_sendmmsg, .timeout = 30)
     server_finish(&s, 0);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
+}
+
+/* The socket is registered without EPOLLOUT until a send would block; then the send path adds
+ * it, and the MOD of a socket that has room again raises the edge that wakes the sender. */
+Test(udp, a_send_that_would_block_asks_for_the_write_edge_and_is_woken, .timeout = 30)
+{
+    for (int batch = 0; batch < 2; batch++) {
+        mp_runtime *rt = test_runtime(2);
+        server s;
+        server_start(rt, &s, 3, batch);
+        cr_assert(!atomic_load(&s.u.write_armed));
+        atomic_store(&fake_eagain, 1);
+        atomic_store(&fake_fd, mp_udp_fileno(&s.u));
+        plain_rounds(port_of(&s.u), 3);
+        cr_assert_eq(atomic_load(&fake_eagain), 0, "the faked EAGAIN was not met");
+        cr_assert(atomic_load(&s.u.write_armed));
+        atomic_store(&fake_fd, -1);
+        server_finish(&s, 0);
+        cr_assert_eq(mp_runtime_shutdown(rt), 0);
+        mp_runtime_free(rt);
+    }
 }
 
 Test(udp, closing_wakes_a_pending_receive_with_ebadf, .timeout = 30)
