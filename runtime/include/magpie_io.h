@@ -267,8 +267,8 @@ typedef struct mp_udp mp_udp;
 struct mp_udp {
     /* private */
     mp_io io;
-    uv_udp_t handle;           /* owns the socket once the close begins */
-    _Atomic bool write_armed;  /* EPOLLOUT is in the socket's events (udp.c) */
+    uv_udp_t handle;          /* owns the socket once the close begins */
+    _Atomic bool write_armed; /* EPOLLOUT is in the socket's events (udp.c) */
     void (*on_closed)(mp_udp *u);
 };
 
