@@ -4,24 +4,8 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "hand.h"
 #include "test_util.h"
-
-typedef struct hand {
-    mp__thread_waiter tw;
-    mp_context cx;
-    mp_waiter w;
-} hand;
-
-static void hand_init(hand *h)
-{
-    h->cx = (mp_context){.waker = mp__thread_waiter_init(&h->tw)};
-    mp_waiter_init(&h->w);
-}
-
-static bool woken(hand *h)
-{
-    return atomic_exchange(&h->tw.word, 0) != 0;
-}
 
 Test(rwlock, readers_share_writers_exclude)
 {
