@@ -136,38 +136,59 @@ static int arm_write(mp_udp *u)
     return rc;
 }
 
-mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len,
-                         const struct sockaddr *to, int *err)
+/* Wait for room to send (or the close): MP_READY with *err set when the caller must stop,
+ * MP_READY with *err 0 to send, MP_PENDING to wait. */
+static mp_poll before_send(mp_udp *u, mp_context *cx, uint64_t *seen, int *err)
 {
+    *err = 0;
     for (;;) {
         if (!mp__io_is_open(&u->io)) {
             *err = -EBADF;
             return MP_READY;
         }
-        uint64_t seen = mp__io_load(&u->io);
-        if (!(seen & MP__IO_WRITE)) {
-            if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
-                return MP_PENDING;
-            continue;
-        }
+        *seen = mp__io_load(&u->io);
+        if (*seen & MP__IO_WRITE)
+            return MP_READY;
+        if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
+            return MP_PENDING;
+    }
+}
+
+/* Ends a send begun with mp__io_enter(); failed: it returned -1, and errno is its. true: send
+ * again (EINTR, or EAGAIN once the write edge is asked for and WRITE cleared); false: stop,
+ * with *err 0 or the error. */
+static bool send_end(mp_udp *u, uint64_t seen, bool failed, int *err)
+{
+    int e = failed ? errno : 0, armed = failed && would_block(e) ? arm_write(u) : 0;
+    mp__io_leave(&u->io);
+    *err = 0;
+    if (!failed)
+        return false;
+    if (e == EINTR)
+        return true;
+    if (would_block(e) && armed == 0) {
+        mp__io_clear(&u->io, seen, MP__IO_WRITE);
+        return true;
+    }
+    *err = armed ? armed : -e;
+    return false;
+}
+
+mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len,
+                         const struct sockaddr *to, int *err)
+{
+    for (;;) {
+        uint64_t seen;
+        if (before_send(u, cx, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
+            return MP_READY;
         if (!mp__io_enter(&u->io))
             continue; /* closed meanwhile: reported above */
         ssize_t n =
             sendto(u->io.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, to, to ? addr_len(to) : 0);
-        int e = n < 0 ? errno : 0, armed = n < 0 && would_block(e) ? arm_write(u) : 0;
-        mp__io_leave(&u->io);
-        if (n >= 0) {
-            *err = 0;
+        if (!send_end(u, seen, n < 0, err))
             return MP_READY;
-        }
-        if (e == EINTR)
-            continue;
-        if (would_block(e) && armed == 0) {
-            mp__io_clear(&u->io, seen, MP__IO_WRITE);
-            continue;
-        }
-        *err = armed ? armed : -e;
-        return MP_READY;
     }
 }
 
@@ -289,16 +310,11 @@ mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs
     struct mmsghdr mm[MAX_BATCH];
     struct iovec iov[MAX_BATCH];
     while (*done < n) {
-        if (!mp__io_is_open(&u->io)) {
-            *err = -EBADF;
+        uint64_t seen;
+        if (before_send(u, cx, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
             return MP_READY;
-        }
-        uint64_t seen = mp__io_load(&u->io);
-        if (!(seen & MP__IO_WRITE)) {
-            if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
-                return MP_PENDING;
-            continue;
-        }
         unsigned k = n - *done < MAX_BATCH ? n - *done : MAX_BATCH;
         for (unsigned i = 0; i < k; i++) {
             const mp_udp_msg *m = &msgs[*done + i];
@@ -315,20 +331,14 @@ mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs
         if (!mp__io_enter(&u->io))
             continue;
         int sent = sendmmsg(u->io.fd, mm, k, MSG_NOSIGNAL | MSG_DONTWAIT);
-        int e = sent < 0 ? errno : 0, armed = sent < 0 && would_block(e) ? arm_write(u) : 0;
-        mp__io_leave(&u->io);
-        if (sent > 0) {
+        bool again = send_end(u, seen, sent < 0, err);
+        if (sent > 0)
             *done += (unsigned)sent;
-            continue;
+        else if (!again) {
+            if (*err == 0)
+                *err = -EIO; /* sendmmsg sent nothing and said nothing */
+            return MP_READY;
         }
-        if (e == EINTR)
-            continue;
-        if (would_block(e) && armed == 0) {
-            mp__io_clear(&u->io, seen, MP__IO_WRITE);
-            continue;
-        }
-        *err = armed ? armed : sent < 0 ? -e : -EIO;
-        return MP_READY;
     }
     return MP_READY;
 }
