@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "magpie_core.h"
 
@@ -80,6 +81,14 @@ static inline uint64_t test_rand(uint64_t *s)
     x ^= x >> 27;
     *s = x;
     return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* A blocking job that holds a pool thread until its flag is set: with blocking_threads = 1 the
+ * jobs spawned behind it stay queued (mp_spawn_blocking(rt, test_hold, &flag, &h)). */
+static inline void test_hold(void *flag)
+{
+    while (!atomic_load((_Atomic bool *)flag))
+        usleep(1000);
 }
 
 /* A number from the environment, for sizing stress runs. */

@@ -229,12 +229,6 @@ Test(file, open_and_stat_errors_and_resolve_beneath, .timeout = 60)
 }
 
 static _Atomic bool hold_release;
-static void hold(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&hold_release))
-        usleep(1000);
-}
 
 Test(file, a_cancelled_read_touches_nothing_of_the_caller, .timeout = 60)
 {
@@ -246,7 +240,7 @@ Test(file, a_cancelled_read_touches_nothing_of_the_caller, .timeout = 60)
     mp_runtime *rt = test_runtime_with(&cfg);
     atomic_store(&hold_release, false);
     mp_task *h;
-    cr_assert_eq(mp_spawn_blocking(rt, hold, NULL, &h), 0);
+    cr_assert_eq(mp_spawn_blocking(rt, test_hold, &hold_release, &h), 0);
     char p[128];
     snprintf(p, sizeof p, "%s/data", dir);
     /* An open queued behind the held thread, then cancelled: its descriptor, if it opens, is

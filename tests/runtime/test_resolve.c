@@ -112,14 +112,7 @@ Test(resolve, errors_are_negative_errnos, .timeout = 30)
     mp_runtime_free(rt);
 }
 
-/* A blocking job that holds the pool's only thread until released, so lookups queue. */
 static _Atomic bool hold_release;
-static void hold(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&hold_release))
-        usleep(1000);
-}
 
 Test(resolve, timeout_and_cancel_leave_the_lookup_to_free_itself, .timeout = 30)
 {
@@ -130,7 +123,7 @@ Test(resolve, timeout_and_cancel_leave_the_lookup_to_free_itself, .timeout = 30)
     mp_runtime *rt = test_runtime_with(&cfg);
     atomic_store(&hold_release, false);
     mp_task *h;
-    cr_assert_eq(mp_spawn_blocking(rt, hold, NULL, &h), 0);
+    cr_assert_eq(mp_spawn_blocking(rt, test_hold, &hold_release, &h), 0);
     lookup l = {.host = "localhost", .timeout_ms = 30};
     cr_assert_eq(run_lookup(rt, &l), 0);
     cr_assert_eq(l.err, -ETIMEDOUT);
