@@ -148,6 +148,19 @@ void mp_tcp_consume(mp_tcp *c, size_t n);
  * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
  * stay put). */
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
+/* Send up to count bytes of the file in_fd from *offset with sendfile(2), no copy through the
+ * task, and advance *offset: MP_READY with *sent > 0 and *err 0; *sent 0 and *err 0 when the
+ * file has no byte at *offset (it ended, or shrank) or count is 0; or *err a negative errno:
+ * the socket's (EPIPE, ECONNRESET, EBADF once closed), the file's (EIO), ESPIPE, EINVAL or
+ * ENOSYS for a file sendfile cannot read at an offset (a pipe or FIFO, a directory: copy it
+ * instead), -EBUSY while a
+ * mp_tcp_write_poll() that returned MP_PENDING is unfinished. MP_PENDING while the kernel's
+ * buffer is full: call again, with the same arguments, once woken. Returns after one sendfile
+ * call that sent something, so a caller that loops sees its progress (and may yield, or apply
+ * a send limit). sendfile reads the file on the calling worker: give it bytes that are in the
+ * page cache (see mp_file_read_poll), or a worker stalls on the disk. The writer's call. */
+mp_poll mp_tcp_sendfile_poll(mp_tcp *c, mp_context *cx, int in_fd, off_t *offset, size_t count,
+                             size_t *sent, int *err);
 /* Read buffers held by streams now, and default-size ones kept for reuse (at most 4 per
  * thread that served streams, and 64 shared), over the whole process. Either pointer may be
  * NULL. */

@@ -16,6 +16,8 @@
  */
 #include "internal.h"
 
+#include <sys/sendfile.h>
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -385,6 +387,44 @@ mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t le
     }
     c->write_done = 0;
     *err = 0;
+    return MP_READY;
+}
+
+mp_poll mp_tcp_sendfile_poll(mp_tcp *c, mp_context *cx, int in_fd, off_t *offset, size_t count,
+                             size_t *sent, int *err)
+{
+    *sent = 0;
+    *err = 0;
+    if (c->write_done != 0) {
+        *err = -EBUSY; /* a write that returned MP_PENDING is not finished */
+        return MP_READY;
+    }
+    while (count > 0) {
+        if (!mp__io_is_open(&c->io)) {
+            *err = -EBADF;
+            return MP_READY;
+        }
+        uint64_t seen = mp__io_load(&c->io);
+        if (!(seen & MP__IO_WRITE)) {
+            if (mp__io_wait(&c->io, cx, MP__IO_WRITE) == MP_PENDING)
+                return MP_PENDING;
+            continue;
+        }
+        /* A short count is not a full socket here (the file may have ended): the next call
+         * finds out, with EAGAIN, and only then waits. */
+        ssize_t n = sendfile(c->io.fd, in_fd, offset, count);
+        if (n >= 0) {
+            *sent = (size_t)n;
+            return MP_READY;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            *err = -errno;
+            return MP_READY;
+        }
+        mp__io_clear(&c->io, seen, MP__IO_WRITE);
+    }
     return MP_READY;
 }
 

@@ -20,14 +20,16 @@ typedef struct conn {
     mp_tcp tcp;
     mp_task task;
     _Atomic int refs;
-    int mode; /* MODE_ECHO, or MODE_SEND: write `send_left` bytes and ignore input */
+    int mode; /* MODE_ECHO, MODE_SEND: write `send_left` bytes and ignore input, MODE_SENDFILE:
+                 send `send_left` bytes of the server's file with mp_tcp_sendfile_poll */
     size_t send_left;
+    off_t file_off;
     size_t pending; /* bytes of the read view being echoed */
     int write_err;
     bool closing;
 } conn;
 
-enum { MODE_ECHO, MODE_SEND };
+enum { MODE_ECHO, MODE_SEND, MODE_SENDFILE };
 
 typedef struct server {
     mp_runtime *rt;
@@ -37,7 +39,7 @@ typedef struct server {
     int mode;
     size_t send_bytes;
     size_t bufsize;
-    _Atomic int accepted, closed, write_errors, interrupts;
+    _Atomic int accepted, closed, write_errors, interrupts, sendfile_waits, sendfile_errors;
     _Atomic int misuse_refused; /* conn_finish's second close and fileno saw -EBADF */
     /* mp_tcp_read_time() of the last read of any connection: here, not in the connection,
      * which its task frees once the client's close reaches it (an order the client's thread
@@ -47,6 +49,7 @@ typedef struct server {
 } server;
 
 static server *S;
+static int sendfile_fd; /* MODE_SENDFILE: set before the server's runtime starts */
 
 static void conn_unref(conn *c)
 {
@@ -80,6 +83,22 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
         const char *data;
         size_t len;
         int err;
+        if (c->mode == MODE_SENDFILE) {
+            size_t sent;
+            if (c->send_left == 0)
+                return conn_finish(c);
+            if (mp_tcp_sendfile_poll(&c->tcp, cx, sendfile_fd, &c->file_off, c->send_left, &sent,
+                                     &err) == MP_PENDING) {
+                atomic_fetch_add(&S->sendfile_waits, 1);
+                return MP_PENDING;
+            }
+            if (err != 0 || sent == 0) {
+                atomic_fetch_add(&S->sendfile_errors, 1);
+                return conn_finish(c);
+            }
+            c->send_left -= sent;
+            continue;
+        }
         if (c->mode == MODE_SEND) {
             if (c->send_left == 0)
                 return conn_finish(c);
@@ -376,6 +395,123 @@ Test(tcp, a_write_that_would_block_finishes_when_the_peer_reads, .timeout = 60)
     cr_assert_eq(atomic_load(&s->write_errors), 0);
     close(fd);
     server_stop(s);
+}
+
+/* The file goes out with sendfile in pieces as the peer reads; the task waits whenever the
+ * socket is full, and every byte arrives in order. */
+Test(tcp, sendfile_sends_a_file_as_the_peer_reads, .timeout = 60)
+{
+    enum { TOTAL = 16 << 20 };
+    char path[] = "/tmp/mp-sendfile-XXXXXX";
+    int ffd = mkstemp(path);
+    cr_assert_geq(ffd, 0);
+    unlink(path);
+    char *data = malloc(TOTAL), *in = malloc(TOTAL);
+    uint64_t rng = test_seed();
+    for (size_t i = 0; i < TOTAL; i++)
+        data[i] = (char)test_rand(&rng);
+    cr_assert_eq(write(ffd, data, TOTAL), TOTAL);
+    sendfile_fd = ffd;
+    server *s = server_start(2, MODE_SENDFILE, TOTAL, 0);
+    int fd = test_connect(s->port);
+    usleep(50000); /* let the socket fill before reading */
+    read_exact(fd, in, TOTAL);
+    cr_assert_eq(memcmp(in, data, TOTAL), 0, "every byte of the file, in order");
+    cr_assert_eq(read(fd, in, 1), 0, "then EOF");
+    cr_assert_eq(atomic_load(&s->sendfile_errors), 0);
+    cr_assert_gt(atomic_load(&s->sendfile_waits), 0, "the task waited for a full socket");
+    close(fd);
+    server_stop(s);
+    close(ffd);
+    free(in);
+    free(data);
+}
+
+/* What sendfile refuses is an error of the call, not a crash or a wait: a pipe (ESPIPE), a
+ * file with nothing at the offset (0 bytes, no error), a stream never opened (EBADF). */
+typedef struct sf_probe {
+    mp_task task;
+    mp_tcp *tcp;
+    int in_fd;
+    off_t off;
+    size_t sent;
+    int err;
+} sf_probe;
+
+static mp_poll sf_probe_poll(mp_task *t, mp_context *cx)
+{
+    sf_probe *p = mp_container_of(t, sf_probe, task);
+    return mp_tcp_sendfile_poll(p->tcp, cx, p->in_fd, &p->off, 100, &p->sent, &p->err);
+}
+
+static const mp_task_vtable sf_probe_vt = {.poll = sf_probe_poll};
+
+typedef struct acceptor {
+    mp_task task;
+    mp_tcp_listener *l;
+    mp_tcp *into;
+    int err;
+} acceptor;
+
+static mp_poll acceptor_poll(mp_task *t, mp_context *cx)
+{
+    acceptor *a = mp_container_of(t, acceptor, task);
+    return mp_tcp_accept_poll(a->l, cx, a->into, 0, &a->err);
+}
+
+static const mp_task_vtable acceptor_vt = {.poll = acceptor_poll};
+
+Test(tcp, sendfile_errors, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_tcp never;
+    memset(&never, 0, sizeof never);
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    char path[] = "/tmp/mp-sendfile-XXXXXX";
+    int ffd = mkstemp(path);
+    unlink(path);
+    cr_assert_eq(write(ffd, "abc", 3), 3);
+    sf_probe p = {.tcp = &never, .in_fd = ffd};
+    mp_task_init(&p.task, &sf_probe_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    cr_assert_eq(mp_join(&p.task), 0);
+    cr_assert_eq(p.err, -EBADF);
+    cr_assert_eq(p.sent, 0);
+    /* A real stream for the other two: a connection to a listener of ours. */
+    mp_tcp_listener l;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 16, 0), 0);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
+    int cfd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    mp_tcp st;
+    acceptor ac = {.l = &l, .into = &st};
+    mp_task_init(&ac.task, &acceptor_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &ac.task), 0);
+    cr_assert_eq(mp_join(&ac.task), 0);
+    cr_assert_eq(ac.err, 0);
+    struct {
+        int in_fd;
+        off_t off;
+        int err;
+    } cases[] = {{pfd[0], 0, -ESPIPE}, {ffd, 3, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p = (sf_probe){.tcp = &st, .in_fd = cases[i].in_fd, .off = cases[i].off};
+        mp_task_init(&p.task, &sf_probe_vt);
+        cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+        cr_assert_eq(mp_join(&p.task), 0);
+        cr_assert_eq(p.err, cases[i].err, "case %zu: %d", i, p.err);
+        cr_assert_eq(p.sent, 0);
+    }
+    cr_assert_eq(mp_tcp_close(&st, NULL), 0);
+    cr_assert_eq(mp_tcp_listener_close(&l, NULL), 0);
+    close(cfd);
+    close(pfd[0]);
+    close(pfd[1]);
+    close(ffd);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
 }
 
 typedef struct sender {
