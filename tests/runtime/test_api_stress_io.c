@@ -4,11 +4,12 @@
  *
  * Each run serves TCP echo from a listener task and UDP echo from a socket task, and spawns,
  * from two plain threads and from tasks, a mix of: clients that connect, round-trip and close
- * (some cancelled mid-connect by a plain thread, some sent to a listener that never accepts and
- * timed out on the wheel); name lookups with a timeout, some cancelled; UDP clients whose
- * socket a plain thread may close while they wait to receive; blocking jobs awaited from tasks
- * (some cancelled before they start); acceptors on listeners that a plain thread closes while
- * they wait. Then the runtime shuts down, cancelling or draining.
+ * (half of them sending their payload from a file with mp_tcp_sendfile_poll; some cancelled
+ * mid-connect by a plain thread, some sent to a listener that never accepts and timed out on the
+ * wheel); name lookups with a timeout, some cancelled; UDP clients whose socket a plain thread may
+ * close while they wait to receive; blocking jobs awaited from tasks (some cancelled before they
+ * start); acceptors on listeners that a plain thread closes while they wait. Then the runtime shuts
+ * down, cancelling or draining.
  *
  * Every task checks it is never polled concurrently or after it finished, is cancelled at most
  * once, released exactly once. Every run checks exact counts: tasks spawned = finished +
@@ -60,6 +61,8 @@ typedef struct iotask {
     mp_task *job;
     char out[MSG], in[MSG];
     size_t got;
+    bool by_file; /* a TCP client that sends its payload from the run's file (sendfile) */
+    off_t file_off;
     bool joinable; /* spawned by a plain thread, which keeps the handle */
     _Atomic int in_poll, done, cancels, released;
 } iotask;
@@ -79,6 +82,7 @@ struct io_run {
     _Atomic bool no_close; /* shutdown is near: plain threads close nothing more */
     _Atomic int closing;   /* plain threads inside a close */
     struct sockaddr_in echo, hole, udp_echo;
+    int file_fd; /* every task's payload at MSG * its index, for the clients that sendfile */
     char why[160];
 };
 
@@ -238,6 +242,21 @@ static mp_poll io_step(iotask *t, mp_context *cx)
             if (err)
                 return MP_READY;
             t->step = 2;
+        }
+        while (t->step == 2 && t->by_file) {
+            off_t end = (off_t)(t - r->tasks + 1) * MSG;
+            size_t sent;
+            if (t->file_off == end) {
+                t->step = 3;
+                break;
+            }
+            if (mp_tcp_sendfile_poll(t->tcp, cx, r->file_fd, &t->file_off,
+                                     (size_t)(end - t->file_off), &sent, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err)
+                return MP_READY;
+            if (sent == 0)
+                fail(r, "sendfile found the end of the file", t, 0);
         }
         if (t->step == 2) {
             if (mp_tcp_write_poll(t->tcp, cx, t->out, MSG, &err) == MP_PENDING)
@@ -419,6 +438,11 @@ static iotask *io_new(io_run *r, uint64_t rng)
      * same port (UDP ports are reused) is told apart from corruption. */
     snprintf(t->out, 12, "T%09zu", i);
     t->out[10] = ':';
+    if (t->kind == K_CONNECT && r->file_fd > 0 && (rng >> 20) % 2) {
+        /* Written before the spawn that hands the task over, read by its sendfile. */
+        t->by_file = pwrite(r->file_fd, t->out, MSG, (off_t)i * MSG) == MSG;
+        t->file_off = (off_t)i * MSG;
+    }
     mp_task_init(&t->task, &io_vt);
     return t;
 }
@@ -647,6 +671,10 @@ static void io_run_one(unsigned workers, uint64_t seed)
     r.workers = workers;
     r.mode = cfg.shutdown_mode;
     r.tasks = calloc(MAX_IO, sizeof *r.tasks);
+    char path[] = "/tmp/mp-stress-io-XXXXXX";
+    r.file_fd = mkstemp(path);
+    cr_assert_geq(r.file_fd, 0);
+    unlink(path);
     closing_run = &r;
     r.rt = test_runtime_with(&cfg);
     pthread_t wd;
@@ -759,6 +787,7 @@ static void io_run_one(unsigned workers, uint64_t seed)
     free(acc);
     free(ue);
     free(r.tasks);
+    close(r.file_fd);
 }
 
 static void io_mixed(const char *dflt)
@@ -859,6 +888,10 @@ Test(api_stress_io, descriptor_exhaustion_is_an_error_never_a_busy_loop, .timeou
     memset(&r, 0, sizeof r);
     r.seed = test_seed();
     r.tasks = calloc(MAX_IO, sizeof *r.tasks);
+    char path[] = "/tmp/mp-stress-io-XXXXXX";
+    r.file_fd = mkstemp(path);
+    cr_assert_geq(r.file_fd, 0);
+    unlink(path);
     closing_run = &r;
     r.rt = test_runtime(2);
     fd_acceptor a = {.r = &r};
