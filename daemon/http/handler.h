@@ -64,16 +64,23 @@ enum {
     MD_PENDING_MORE = 2, /* output queued: poll again once it is written */
 };
 
-/* What the I/O layer lends a pending handler for one poll: the socket, for a body sent
- * without a copy (sendfile(2): the handler flushes out first by returning MD_PENDING_MORE, and
- * writes to fd only while out is empty), and the connection's bounded write, which waits for
- * the peer within the send limits. */
+/* What the I/O layer lends a pending handler for one poll: the socket, and the connection's
+ * bounded write and sendfile, which wait for the peer within the send limits (a body sent
+ * without a copy: the handler flushes out first by returning MD_PENDING_MORE, and sends the
+ * file only while out is empty). */
 typedef struct md_http_io {
     int fd; /* the connection's socket; -1 when there is none (a test) */
     /* Writes data[0..len): MP_READY with *err 0 or a negative errno (a send limit passed:
      * -ETIMEDOUT), or MP_PENDING while the peer does not read; call again with the same
      * arguments. */
     mp_poll (*write)(struct md_http_io *io, mp_context *cx, const char *data, size_t len, int *err);
+    /* Sends up to count bytes of the file in_fd from *off with sendfile(2), within the same
+     * limits, once out is flushed: MP_READY with *sent > 0 (*off advanced), *sent 0 (no byte
+     * at *off: the file shrank), or *err (-EINVAL, -ESPIPE, -ENOSYS: a file sendfile cannot
+     * read, copy it instead); MP_PENDING while the peer does not read. NULL without a socket.
+     * It reads the file on the worker: only for bytes in the page cache. */
+    mp_poll (*sendfile)(struct md_http_io *io, mp_context *cx, int in_fd, off_t *off, size_t count,
+                        size_t *sent, int *err);
 } md_http_io;
 
 /* A response that finishes later. Lives where the handler put it (usually its own struct,

@@ -79,6 +79,58 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why)
     return MP_READY;
 }
 
+/* A write or sendfile that the peer holds back, `done` bytes of it taken so far: wait within
+ * the send limits. MP_PENDING: wait (the socket or the timer wakes the task); MP_READY with
+ * *err -ETIMEDOUT: a limit passed; MP_READY with *err 0: the deadline came, send again (which
+ * tells whether the peer took anything). */
+static mp_poll send_wait(md_conn *c, mp_context *cx, size_t done, int *err)
+{
+    uint64_t now = mp_now_ms();
+    if (!c->send_blocked) {
+        c->send_blocked = true;
+        c->send_start_ms = c->send_progress_ms = now;
+        c->send_done = done;
+    } else if (done != c->send_done) {
+        c->send_done = done;
+        c->send_progress_ms = now;
+    }
+    uint64_t deadline = UINT64_MAX;
+    md_close_reason why = MD_CLOSE_SEND_TIMEOUT;
+    if (c->send_timeout_ms != 0)
+        deadline = c->send_progress_ms + c->send_timeout_ms;
+    if (c->min_send_rate != 0) {
+        /* Falls below the rate once the time since the write began exceeds what the bytes
+         * taken so far pay for (and the grace). */
+        uint64_t earned = (uint64_t)done * 1000 / c->min_send_rate;
+        uint64_t at = c->send_start_ms + (earned > c->grace_ms ? earned : c->grace_ms) + 1;
+        if (at < deadline) {
+            deadline = at;
+            why = MD_CLOSE_MIN_SEND_RATE;
+        }
+    }
+    if (c->idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
+        uint64_t last = c->send_progress_ms > c->progress_ms ? c->send_progress_ms : c->progress_ms;
+        if (last + c->idle_ms < deadline) {
+            deadline = last + c->idle_ms;
+            why = MD_CLOSE_IDLE_TIMEOUT;
+        }
+    }
+    if (deadline == UINT64_MAX) {
+        mp_timer_cancel(&c->timer);
+        return MP_PENDING;
+    }
+    if (now >= deadline) {
+        c->send_blocked = false;
+        c->why = why;
+        *err = -ETIMEDOUT;
+        return MP_READY;
+    }
+    if (mp_timer_poll(&c->timer, deadline, cx) == MP_PENDING)
+        return MP_PENDING;
+    *err = 0;
+    return MP_READY;
+}
+
 mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
 {
     for (;;) {
@@ -86,51 +138,26 @@ mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, 
             c->send_blocked = false;
             return MP_READY;
         }
-        uint64_t now = mp_now_ms();
-        size_t done = mp_tcp_write_progress(&c->tcp);
-        if (!c->send_blocked) {
-            c->send_blocked = true;
-            c->send_start_ms = c->send_progress_ms = now;
-            c->send_done = done;
-        } else if (done != c->send_done) {
-            c->send_done = done;
-            c->send_progress_ms = now;
-        }
-        uint64_t deadline = UINT64_MAX;
-        md_close_reason why = MD_CLOSE_SEND_TIMEOUT;
-        if (c->send_timeout_ms != 0)
-            deadline = c->send_progress_ms + c->send_timeout_ms;
-        if (c->min_send_rate != 0) {
-            /* Falls below the rate once the time since the write began exceeds what the
-             * bytes taken so far pay for (and the grace). */
-            uint64_t earned = (uint64_t)done * 1000 / c->min_send_rate;
-            uint64_t at = c->send_start_ms + (earned > c->grace_ms ? earned : c->grace_ms) + 1;
-            if (at < deadline) {
-                deadline = at;
-                why = MD_CLOSE_MIN_SEND_RATE;
-            }
-        }
-        if (c->idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
-            uint64_t last =
-                c->send_progress_ms > c->progress_ms ? c->send_progress_ms : c->progress_ms;
-            if (last + c->idle_ms < deadline) {
-                deadline = last + c->idle_ms;
-                why = MD_CLOSE_IDLE_TIMEOUT;
-            }
-        }
-        if (deadline == UINT64_MAX) {
-            mp_timer_cancel(&c->timer);
+        if (send_wait(c, cx, mp_tcp_write_progress(&c->tcp), err) == MP_PENDING)
             return MP_PENDING;
-        }
-        if (now >= deadline) {
+        if (*err != 0)
+            return MP_READY;
+    }
+}
+
+mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t count, size_t *sent,
+                         int *err)
+{
+    for (;;) {
+        if (mp_tcp_sendfile_poll(&c->tcp, cx, fd, off, count, sent, err) == MP_READY) {
             c->send_blocked = false;
-            c->why = why;
-            *err = -ETIMEDOUT;
             return MP_READY;
         }
-        if (mp_timer_poll(&c->timer, deadline, cx) == MP_PENDING)
+        /* Each call that sends something returns: a block here has taken nothing yet. */
+        if (send_wait(c, cx, 0, err) == MP_PENDING)
             return MP_PENDING;
-        /* The deadline passed: write again, which tells whether the peer took anything. */
+        if (*err != 0)
+            return MP_READY;
     }
 }
 

@@ -115,7 +115,12 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why);
  * -ETIMEDOUT with c->why saying which limit passed; MP_PENDING while the peer is not reading
  * and no limit has passed (the timer is armed for the nearest). */
 mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err);
-/* Why to close after md_conn_write's error err. */
+/* Sends up to count bytes of the file fd from *off with sendfile(2) (mp_tcp_sendfile_poll)
+ * within the same send limits: MP_READY with *sent > 0, *sent 0 (nothing left at *off), or
+ * *err as md_conn_write's; MP_PENDING while the peer is not reading. */
+mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t count, size_t *sent,
+                         int *err);
+/* Why to close after md_conn_write's (or md_conn_sendfile's) error err. */
 md_close_reason md_conn_write_error(const md_conn *c, int err);
 
 /* conn_http.c and conn_echo.c: the tasks' polls. */

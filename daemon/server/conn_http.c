@@ -87,7 +87,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     return 0;
 }
 
-/* The io a pending handler gets: the socket, and md_conn_write's bounded write. */
+/* The io a pending handler gets: the socket, md_conn_write and md_conn_sendfile (bounded). */
 struct conn_io {
     md_http_io io;
     md_conn *c;
@@ -97,6 +97,13 @@ static mp_poll conn_io_write(md_http_io *io, mp_context *cx, const char *data, s
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
     return md_conn_write(c, cx, data, len, err);
+}
+
+static mp_poll conn_io_sendfile(md_http_io *io, mp_context *cx, int in_fd, off_t *off, size_t count,
+                                size_t *sent, int *err)
+{
+    md_conn *c = ((struct conn_io *)(void *)io)->c;
+    return md_conn_sendfile(c, cx, in_fd, off, count, sent, err);
 }
 
 static md_close_reason expired_reason(md_http_expired e)
@@ -135,7 +142,10 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (c->want == MD_HTTP_WANT_CLOSE)
             return md_conn_finish(c, c->why);
         if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
-            struct conn_io io = {{mp_tcp_fileno(&c->tcp), conn_io_write}, c};
+            struct conn_io io = {{.fd = mp_tcp_fileno(&c->tcp),
+                                  .write = conn_io_write,
+                                  .sendfile = conn_io_sendfile},
+                                 c};
             int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);

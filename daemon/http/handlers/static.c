@@ -22,10 +22,10 @@
  *
  * The body: a file of up to SMALL bytes is read into the output after its head (one send for
  * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket once the
- * head has been flushed. When the socket's buffer is full, sendfile says EAGAIN: a piece of the
- * file is then read and written through the connection's bounded write, which waits for the peer
- * (and applies the send limits); then sendfile goes on. A file that shrinks under a download ends
- * the response short with a close: nothing past the new end is presented as content.
+ * head has been flushed, through the connection's bounded sendfile: when the socket's buffer is
+ * full the response waits for the peer to read (within the send limits) and sendfile goes on,
+ * so the body never passes through user space. A file that shrinks under a download ends the
+ * response short with a close: nothing past the new end is presented as content.
  *
  * Blocking: no read of file data waits for the disk on the worker. A small file is read with
  * preadv2(RWF_NOWAIT), which copies from the page cache and fails where it would wait; what it
@@ -66,9 +66,10 @@ struct static_send {
     mp_file_op op; /* a read on the blocking pool, into chunk[] */
     int fd;
     uint64_t off, end; /* [off, end) of the file still to send */
-    size_t chunk_len;  /* a piece in chunk[] being written (after EAGAIN); 0: none */
+    size_t chunk_len;  /* a piece in chunk[] being written (not cached); 0: none */
     bool small;        /* read into out with the head */
     bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
+    bool no_sendfile;  /* sendfile refused this file (EINVAL, ENOSYS): copy it */
     char chunk[CHUNK];
 };
 
@@ -329,26 +330,31 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
             return 0;
         uint64_t left = s->end - s->off;
         uint64_t piece = left < SENDFILE_MAX ? left : SENDFILE_MAX;
-        off_t at = (off_t)s->off;
-        bool hot = !s->reading && io->fd >= 0 && cached(s->fd, s->off, piece);
-        ssize_t n = hot ? sendfile(io->fd, s->fd, &at, (size_t)piece) : -1;
-        if (n > 0) {
-            s->off += (uint64_t)n;
-            if (s->off == s->end)
-                return 0;
-            /* Between large pieces other tasks of this worker run: requeued at the back. */
-            if (cx == NULL)
-                return MD_PENDING_MORE;
-            (void)mp_yield(cx);
-            return MD_PENDING_WAIT;
+        if (!s->reading && !s->no_sendfile && io->sendfile != NULL &&
+            cached(s->fd, s->off, piece)) {
+            off_t at = (off_t)s->off;
+            size_t n;
+            int err;
+            if (io->sendfile(io, cx, s->fd, &at, (size_t)piece, &n, &err) == MP_PENDING)
+                return MD_PENDING_WAIT; /* the socket is full: woken when the peer reads */
+            if (err == 0 && n == 0)
+                return -EIO; /* the file ended early: it shrank */
+            if (err == 0) {
+                s->off += n;
+                if (s->off == s->end)
+                    return 0;
+                /* Between large pieces other tasks of this worker run: requeued at the back. */
+                if (cx == NULL)
+                    return MD_PENDING_MORE;
+                (void)mp_yield(cx);
+                return MD_PENDING_WAIT;
+            }
+            if (err != -EINVAL && err != -ENOSYS && err != -ESPIPE)
+                return err;
+            s->no_sendfile = true;
         }
-        if (n == 0)
-            return -EIO; /* the file ended early: it shrank */
-        if (hot && errno != EAGAIN && errno != EINVAL && errno != ENOSYS)
-            return -errno;
-        /* The socket is full, the piece is not in the page cache, or sendfile cannot serve
-         * this file: one piece read (on the blocking pool if need be) and written through the
-         * bounded write, which waits for the peer. */
+        /* The piece is not in the page cache, or sendfile cannot serve this file: one piece
+         * read (on the blocking pool if need be) and written through the bounded write. */
         size_t want = left < CHUNK ? (size_t)left : CHUNK, got;
         int err;
         s->reading = true;

@@ -52,6 +52,7 @@ static void setup(void)
     cr_assert_not_null(f);
     fprintf(f,
             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+            "[limits]\nsend_timeout_ms = 1000\n"
             "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
             "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n",
             dir);
@@ -304,6 +305,32 @@ Test(static_e2e, large_file_whole_to_fast_and_slow_readers)
              "| tail -c 10",
              d.http, d.http);
     cr_expect_str_eq(run(cmd), "0123456789");
+}
+
+/* A client that asks for a large file and never reads: the sendfile waits for it within the
+ * send limits, then the connection closes (here send_timeout_ms = 1000); nothing hangs. */
+Test(static_e2e, a_peer_that_never_reads_a_large_file_is_closed_by_the_send_timeout)
+{
+    sh("head -c 33554432 /dev/zero > %s/www/huge.bin", dir);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 65536; /* so the kernel cannot take the whole file for the client */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.http)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+    test_write_all(fd, req, strlen(req));
+    sleep(3); /* well past the send timeout, reading nothing */
+    size_t total = 0;
+    static char buf[1 << 16];
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (ssize_t k; (k = read(fd, buf, sizeof buf)) > 0;)
+        total += (size_t)k;
+    close(fd);
+    cr_expect_lt(total, (size_t)33554432, "the connection closed before the end: %zu", total);
+    cr_expect_gt(total, 0);
+    expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
 }
 
 /* Its pages written back and dropped from the page cache, so RWF_NOWAIT refuses them; true
