@@ -35,6 +35,7 @@ enum state {
     ST_SEND_HEAD,
     ST_SEND_BODY,
     ST_READ,
+    ST_TUNNEL,
 };
 
 typedef struct proxy {
@@ -66,6 +67,10 @@ typedef struct proxy {
     size_t key_len;
     md_proxy_resp resp;
     bool resp_on;
+    bool upgrade; /* websocket = on and the client asked: a 101 starts a tunnel */
+    /* The tunnel: a view of each side's input, held until the other side has taken it. */
+    const char *down, *up_data;
+    size_t down_len, up_len;
 } proxy;
 
 static void release_conn(proxy *p, bool failed)
@@ -239,6 +244,8 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
                                                : MD_PROXY_BODY_NONE,
         .length = length,
     };
+    p->upgrade = r->websocket && md_http_req_upgrade(c) && md_http_req_version_minor(c) != 0;
+    p->rq.upgrade = p->upgrade;
     md_proxy_req rq = p->rq;
     const md_upstream_conf *uc = p->up->conf;
     const char *key = NULL;
@@ -301,6 +308,51 @@ static int proxy_on_req(md_http_conn *c, const md_route *r)
 static bool expired(proxy *p, mp_context *cx)
 {
     return mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_READY;
+}
+
+/* The tunnel after a 101: bytes both ways as they come, each side's read view held until the
+ * other side's write took it (so each direction is back-pressured by its reader), until either
+ * side closes or errs, or nothing moves for read_timeout_ms. Then both close. */
+static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
+{
+    if (io->read == NULL) {
+        proxy_free(p);
+        return -EPIPE;
+    }
+    mp_tcp *up = &p->uc->tcp;
+    bool moved;
+    do {
+        moved = false;
+        int err = 0;
+        if (p->down_len == 0 && mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) ==
+                                    MP_READY &&
+            p->down_len == 0)
+            goto end;
+        if (p->down_len != 0 && io->write(io, cx, p->down, p->down_len, &err) == MP_READY) {
+            if (err != 0)
+                goto end;
+            mp_tcp_consume(up, p->down_len);
+            p->down_len = 0;
+            moved = true;
+        }
+        if (p->up_len == 0 && io->read(io, cx, &p->up_data, &p->up_len, &err) == MP_READY &&
+            p->up_len == 0)
+            goto end;
+        if (p->up_len != 0 && mp_tcp_write_poll(up, cx, p->up_data, p->up_len, &err) == MP_READY) {
+            if (err != 0)
+                goto end;
+            io->consume(io, p->up_len);
+            p->up_len = 0;
+            moved = true;
+        }
+        if (moved)
+            p->deadline_ms = mp_now_ms() + p->up->conf->read_timeout_ms;
+    } while (moved);
+    if (!expired(p, cx))
+        return MD_PENDING_WAIT;
+end:
+    proxy_free(p); /* the upstream side closes; the core closes the client's */
+    return -EPIPE;
 }
 
 static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
@@ -444,6 +496,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                                    md_http_req_is_head(c), md_http_req_version_minor(c) == 0,
                                    md_http_req_closes(c));
                 p->resp.via = p->route->via;
+                p->resp.tunnel_ok = p->upgrade;
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
                 p->deadline_ms =
@@ -511,6 +564,14 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                                            ? p->resp.length
                                            : 0);
             }
+            if (rc == MD_RESP_UPGRADE && p->upgrade) {
+                /* The 101 goes out first; what follows it, both ways, is the tunnel's. */
+                md_http_count_response(c, 101, 0);
+                md_http_req_close_after(c);
+                p->state = ST_TUNNEL;
+                p->deadline_ms = mp_now_ms() + conf->read_timeout_ms;
+                return MD_PENDING_MORE;
+            }
             if (rc == MD_RESP_DONE) {
                 finish(p, used < len);
                 proxy_free(p);
@@ -541,6 +602,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             proxy_free(p);
             return -EPROTO;
         }
+        case ST_TUNNEL:
+            return tunnel(p, cx, io);
         default:
             proxy_free(p);
             return -EINVAL;
