@@ -368,7 +368,7 @@ const char *md_upstream_reason_name(md_upstream_reason r)
 }
 
 int md_upstream_health_start(md_upstreams *us); /* upstream_health.c */
-void md_upstream_health_stop(md_upstreams *us);
+void md_upstreams_unref(md_upstreams *us);
 
 int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt)
 {
@@ -377,6 +377,7 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
         return -ENOMEM;
     us->conf = *t;
     us->rt = rt;
+    atomic_init(&us->refs, 1);
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
         up->conf = &us->conf.u[i];
@@ -403,6 +404,16 @@ void md_upstreams_free(md_upstreams *us)
     if (us == NULL)
         return;
     md_upstream_health_stop(us);
+    md_upstreams_unref(us);
+}
+
+/* The generation's and the checks' task's holds (upstream_health.c). */
+void md_upstreams_unref(md_upstreams *us)
+{
+    /* Acq_rel: each holder's last use of us comes before the other's free (the release half
+     * of the first unref pairs with the acquire half of the last). */
+    if (atomic_fetch_sub_explicit(&us->refs, 1, memory_order_acq_rel) != 1)
+        return;
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
         for (uint32_t j = 0; j < up->conf->nservers; j++) {

@@ -149,15 +149,19 @@ typedef struct md_upstream {
 typedef struct md_upstreams {
     md_upstream_table conf; /* a copy: peers point into it */
     mp_runtime *rt;
-    struct md_health *health; /* the active checks' task state (upstream_health.c) */
+    struct md_health *health; /* the checks' task (upstream_health.c); NULL once stopped */
+    _Atomic int refs;         /* the generation's hold and the task's (upstream_health.c) */
     md_upstream u[MD_UPSTREAMS_MAX];
 } md_upstreams;
 
 /* The state of every group in t (copied), for a generation. 0, -ENOMEM. Starts the active
  * health checks of the groups that have a health_path (rt NULL: none, for tests). */
 int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt);
-/* Stops the checks and closes the pooled connections: when no request uses it any more. */
+/* The generation's end, when no request uses it any more: stops the checks, and once their
+ * task has let go too, closes the pooled connections and frees the state. */
 void md_upstreams_free(md_upstreams *us);
+/* Stops the checks' task now (before the runtime shuts down: md_server_drain). */
+void md_upstream_health_stop(md_upstreams *us);
 
 /* Picks a server for an attempt, not one of those in tried (bit per peer index), skipping
  * servers down or at max_conns, and counts the attempt as active on it. key (the client's

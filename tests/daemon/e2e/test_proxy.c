@@ -517,3 +517,37 @@ Test(proxy_e2e, upgrade_is_tunnelled_where_allowed)
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }
+
+Test(proxy_e2e, active_health_takes_a_dead_server_out)
+{
+    upstream u;
+    upstream_start(&u);
+    char conf[512];
+    int dead = free_port();
+    snprintf(conf, sizeof conf,
+             "[upstream app]\nserver = 127.0.0.1:%d\nserver = 127.0.0.1:%d\nmax_fails = 0\n"
+             "health_path = /health\nhealth_interval_ms = 100\nhealth_fall = 1\n",
+             dead, u.port);
+    daemon_proc d = start_proxy(conf);
+    char want[128];
+    snprintf(want, sizeof want,
+             "magpied_upstream_server_up{upstream=\"app\",server=\"127.0.0.1:%d\"} 0\n", dead);
+    char *m = NULL;
+    for (int i = 0; i < 100; i++) {
+        m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if (strstr(m, want) != NULL)
+            break;
+        usleep(20000);
+    }
+    cr_assert_not_null(strstr(m, want), "%s", m);
+    cr_assert(file_has(d.err_path, "health check", 2000), "the change is logged");
+    for (int i = 0; i < 4; i++) {
+        char *r = ask(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        cr_assert_eq(status_of(r), 200, "request %d: %s", i, r);
+    }
+    m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(m, "magpied_upstream_retries_total{upstream=\"app\"} 0\n"),
+                       "a server marked down is not tried: %s", m);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
