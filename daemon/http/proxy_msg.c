@@ -226,7 +226,7 @@ version:
                !puts_(out, "Transfer-Encoding: chunked\r\n")) {
         return -ENOMEM;
     }
-    const char *conn = rq->upgrade      ? "Connection: upgrade\r\n\r\n"
+    const char *conn = rq->upgrade     ? "Connection: upgrade\r\n\r\n"
                        : rq->keepalive ? "\r\n"
                                        : "Connection: close\r\n\r\n";
     return puts_(out, conn) ? 0 : -ENOMEM;
@@ -492,8 +492,8 @@ static const llhttp_settings_t resp_settings = {
     .on_message_complete = r_message_complete,
 };
 
-void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
-                        bool client_http10, bool client_closes)
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request, bool client_http10,
+                        bool client_closes)
 {
     memset(r, 0, sizeof *r);
     llhttp_init(&r->parser, HTTP_RESPONSE, &resp_settings);
@@ -503,8 +503,7 @@ void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
     r->client_closes = client_closes;
 }
 
-int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,
-                       md_outbuf *out)
+int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used, md_outbuf *out)
 {
     r->out = out;
     *used = 0;

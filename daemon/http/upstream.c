@@ -236,7 +236,10 @@ struct ukey {
     uint32_t min, max;
 };
 
-#define UK(f, lo, hi) {#f, offsetof(md_upstream_conf, f), lo, hi}
+#define UK(f, lo, hi)                                                                              \
+    {                                                                                              \
+#f, offsetof(md_upstream_conf, f), lo, hi                                                  \
+    }
 static const struct ukey ukeys[] = {
     UK(keepalive, 0, 10000),
     UK(keepalive_timeout_ms, 1, 3600000),
@@ -298,8 +301,9 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
         for (size_t i = 0; ok && i < n; i++)
             ok = value[i] > ' ' && value[i] < 0x7f;
         if (!ok) {
-            say(msg, msg_len, "expected empty or a path starting with '/', visible ASCII, at "
-                              "most %d bytes",
+            say(msg, msg_len,
+                "expected empty or a path starting with '/', visible ASCII, at "
+                "most %d bytes",
                 MD_UPSTREAM_PATH_MAX - 1);
             return -EINVAL;
         }
@@ -485,8 +489,8 @@ static md_upstream_peer *pick_least_locked(md_upstream *up, uint64_t tried, uint
         if ((tried >> i) & 1 || !usable_locked(p, now_ms))
             continue;
         /* active / weight, compared without division */
-        if (best == NULL || (uint64_t)p->active * best->conf->weight <
-                                (uint64_t)best->active * p->conf->weight)
+        if (best == NULL ||
+            (uint64_t)p->active * best->conf->weight < (uint64_t)best->active * p->conf->weight)
             best = p;
     }
     up->rr = (up->rr + 1) % (n != 0 ? n : 1);
@@ -519,8 +523,8 @@ static md_upstream_peer *pick_hash_locked(md_upstream *up, uint64_t tried, const
     return pick_rr_locked(up, tried, now_ms);
 }
 
-md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
-                                   size_t key_len, uint64_t now_ms)
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key, size_t key_len,
+                                   uint64_t now_ms)
 {
     pthread_mutex_lock(&up->mu);
     md_upstream_peer *p;
@@ -719,20 +723,20 @@ int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
                                  "Attempts sent to each upstream server.");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out,
-                                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
-                                "%" PRIu64 "\n",
-                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                                atomic_load_explicit(&us->u[i].peers[j].requests,
-                                                     memory_order_relaxed));
+            rc = md_metrics_put(
+                out,
+                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
+                "%" PRIu64 "\n",
+                us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                atomic_load_explicit(&us->u[i].peers[j].requests, memory_order_relaxed));
     if (rc == 0)
         rc = md_metrics_put_head(out, "magpied_upstream_failures_total", "counter",
                                  "Failed attempts, by upstream server and reason.");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
             for (unsigned r = 0; rc == 0 && r < MD_UP_REASONS; r++) {
-                uint64_t v = atomic_load_explicit(&us->u[i].peers[j].failures[r],
-                                                  memory_order_relaxed);
+                uint64_t v =
+                    atomic_load_explicit(&us->u[i].peers[j].failures[r], memory_order_relaxed);
                 if (v != 0 || r == MD_UP_CONNECT_REFUSED)
                     rc = md_metrics_put(out,
                                         "magpied_upstream_failures_total{upstream=\"%s\",server="
@@ -752,7 +756,8 @@ int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
                                  "1 while a server takes requests (passive and active health).");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out, "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
+            rc = md_metrics_put(out,
+                                "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
                                 us->u[i].conf->name, us->u[i].peers[j].conf->label,
                                 md_upstream_peer_up(&us->u[i].peers[j], now) ? 1 : 0);
     if (rc == 0)

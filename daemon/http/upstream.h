@@ -67,9 +67,9 @@ typedef struct md_upstream_conf {
     md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
     uint8_t balance; /* md_balance */
     char hash_header[MD_UPSTREAM_HEADER_MAX];
-    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms,
-        read_timeout_ms, header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms,
-        health_interval_ms, health_rise, health_fall, max_response_header_bytes, buffer_bytes;
+    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms, read_timeout_ms,
+        header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms, health_interval_ms,
+        health_rise, health_fall, max_response_header_bytes, buffer_bytes;
     char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
     uint32_t seen;                          /* bit per key set (not server), for duplicates */
 } md_upstream_conf;
@@ -115,14 +115,14 @@ typedef struct md_upstream_peer {
     const md_upstream_server_conf *conf;
     struct md_upstream *up;
     /* guarded by up->mu: */
-    int64_t current_weight;         /* smooth weighted round robin */
-    uint32_t active;                /* requests using it now */
-    uint32_t fails;                 /* passive failures since fail_start_ms */
+    int64_t current_weight; /* smooth weighted round robin */
+    uint32_t active;        /* requests using it now */
+    uint32_t fails;         /* passive failures since fail_start_ms */
     uint64_t fail_start_ms;
-    uint64_t down_until_ms;         /* passive health: out until then */
-    bool health_down;               /* active health: marked down */
+    uint64_t down_until_ms;           /* passive health: out until then */
+    bool health_down;                 /* active health: marked down */
     uint32_t health_good, health_bad; /* consecutive active results */
-    struct md_upstream_conn *idle;  /* the pool, most recently used first */
+    struct md_upstream_conn *idle;    /* the pool, most recently used first */
     uint32_t nidle;
     /* relaxed atomics, for /metrics: */
     _Atomic uint64_t requests;
@@ -141,7 +141,7 @@ typedef struct md_upstream {
     const md_upstream_conf *conf;
     mp_runtime *rt;
     pthread_mutex_t mu;
-    uint32_t rr; /* guarded by mu: where least_conn's ties start */
+    uint32_t rr;              /* guarded by mu: where least_conn's ties start */
     _Atomic uint64_t retries; /* relaxed, for /metrics */
     md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
 } md_upstream;
@@ -167,8 +167,8 @@ void md_upstream_health_stop(md_upstreams *us);
  * servers down or at max_conns, and counts the attempt as active on it. key (the client's
  * address or the configured field's value; may be NULL) drives the hash methods. NULL when
  * none can be used. */
-md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
-                                   size_t key_len, uint64_t now_ms);
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key, size_t key_len,
+                                   uint64_t now_ms);
 /* The attempt on p ended: ok, or failed for passive health (counted in max_fails). */
 void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms);
 /* Whether p is up (not out by passive health, not marked down by the active checks). */

@@ -124,9 +124,9 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
             md_upstream *up = &h->us->u[h->group];
             md_upstream_peer *p = &up->peers[h->server];
             h->conn = calloc(1, sizeof *h->conn);
-            if (h->conn == NULL || mp_tcp_connect(h->us->rt, h->conn,
-                                                  (const struct sockaddr *)&p->conf->addr,
-                                                  4096) != 0) {
+            if (h->conn == NULL ||
+                mp_tcp_connect(h->us->rt, h->conn, (const struct sockaddr *)&p->conf->addr, 4096) !=
+                    0) {
                 free(h->conn);
                 h->conn = NULL;
                 checked(h, false, "cannot connect");

@@ -44,12 +44,12 @@ typedef struct proxy {
     md_upstream *up;
     mp_timer timer;
     uint8_t state;
-    bool reused;         /* the connection came from the pool */
-    bool body_released;  /* a span was written and let go of: no retry from here */
-    bool last_chunk;     /* the chunked body's end is in span */
-    bool request_sent;   /* the whole request went out */
-    bool piped;          /* the request has a body */
-    bool chunked;        /* ... sent chunked */
+    bool reused;        /* the connection came from the pool */
+    bool body_released; /* a span was written: the body cannot be sent again, no retry */
+    bool last_chunk;    /* the chunked body's end is in span */
+    bool request_sent;  /* the whole request went out */
+    bool piped;         /* the request has a body */
+    bool chunked;       /* ... sent chunked */
     bool idempotent;
     uint8_t last_reason; /* md_upstream_reason of the last failure */
     unsigned attempts;
@@ -324,9 +324,8 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
     do {
         moved = false;
         int err = 0;
-        if (p->down_len == 0 && mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) ==
-                                    MP_READY &&
-            p->down_len == 0)
+        if (p->down_len == 0 &&
+            mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) == MP_READY && p->down_len == 0)
             goto end;
         if (p->down_len != 0 && io->write(io, cx, p->down, p->down_len, &err) == MP_READY) {
             if (err != 0)
@@ -393,10 +392,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 p->uc = NULL;
                 if (rc == -ENOMEM)
                     return rc;
-                if (!attempt_failed(p, c,
-                                    rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED
-                                                        : MD_UP_CONNECT_ERROR,
-                                    false))
+                if (!attempt_failed(
+                        p, c, rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED : MD_UP_CONNECT_ERROR,
+                        false))
                     return answer_error(p, c, fail_status(p));
                 break;
             }
@@ -406,8 +404,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
         }
         case ST_CONNECT: {
             int err;
-            if (mp_tcp_connect_poll(&p->uc->tcp, cx, &p->timer, p->deadline_ms, &err) ==
-                MP_PENDING)
+            if (mp_tcp_connect_poll(&p->uc->tcp, cx, &p->timer, p->deadline_ms, &err) == MP_PENDING)
                 return MD_PENDING_WAIT;
             if (err != 0) {
                 md_upstream_reason why = err == -ETIMEDOUT      ? MD_UP_CONNECT_TIMEOUT
@@ -430,8 +427,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 /* the write is abandoned with the connection */
             }
             if (err != 0) {
-                if (!attempt_failed(p, c,
-                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
                                     true))
                     return answer_error(p, c, fail_status(p));
                 break;
@@ -469,13 +465,13 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             }
             if (err != 0) {
                 p->last_chunk = false;
-                if (!attempt_failed(p, c,
-                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
                                     true))
                     return answer_error(p, c, fail_status(p));
                 break;
             }
             p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+            p->body_released = true; /* written and let go of: it cannot be sent again */
             if (p->last_chunk) {
                 p->span_len = 0;
                 p->request_sent = true;
@@ -484,10 +480,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 break;
             }
             p->span_len = 0;
-            if (!md_http_req_body_done(c)) {
-                p->body_released = true;
+            if (!md_http_req_body_done(c))
                 return MD_PENDING_READ;
-            }
             break;
         }
         case ST_READ: {
@@ -499,8 +493,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 p->resp.tunnel_ok = p->upgrade;
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
-                p->deadline_ms =
-                    per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
+                p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
             }
             /* Back-pressure: what the client has not taken yet is flushed before reading
              * more from upstream. */
@@ -546,8 +539,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 }
                 md_log(MD_LOG_ERROR, "upstream %s server %s: response cut short", conf->name,
                        p->peer->conf->label);
-                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1,
-                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1, memory_order_relaxed);
                 proxy_free(p);
                 return -EPIPE;
             }
@@ -560,9 +552,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(c);
                 md_http_count_response(c, p->resp.status,
-                                       p->resp.client_framing == MD_CLIENT_LENGTH
-                                           ? p->resp.length
-                                           : 0);
+                                       p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length
+                                                                                  : 0);
             }
             if (rc == MD_RESP_UPGRADE && p->upgrade) {
                 /* The 101 goes out first; what follows it, both ways, is the tunnel's. */
@@ -590,8 +581,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 return -ENOMEM;
             }
             /* GARBAGE, TOO_BIG, UPGRADE (not asked for) */
-            md_upstream_reason why = rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG
-                                                           : MD_UP_BAD_RESPONSE;
+            md_upstream_reason why =
+                rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG : MD_UP_BAD_RESPONSE;
             if (!p->resp.head_sent) {
                 attempt_failed(p, c, why, true);
                 return answer_error(p, c, 502); /* a broken server is not retried */
