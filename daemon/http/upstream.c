@@ -554,7 +554,9 @@ void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms)
     md_upstream *up = p->up;
     pthread_mutex_lock(&up->mu);
     p->active--;
-    if (failed && up->conf->max_fails != 0) {
+    /* A group of one server never takes it out (as nginx): there is no other to send its
+     * requests to, and a restarted server must get them at once. */
+    if (failed && up->conf->max_fails != 0 && up->conf->nservers > 1) {
         if (now_ms - p->fail_start_ms > up->conf->fail_timeout_ms) {
             p->fail_start_ms = now_ms;
             p->fails = 0;

@@ -221,13 +221,23 @@ Test(upstream, hash_is_stable_and_spread, .timeout = 5)
 
 Test(upstream, passive_health_and_max_conns, .timeout = 5)
 {
-    const unsigned w[] = {1};
-    md_upstreams *us = state("round_robin", w, 1);
+    const unsigned one[] = {1};
+    md_upstreams *us = state("round_robin", one, 1);
+    md_upstream_peer *only = md_upstream_pick(&us->u[0], 0, NULL, 0, 1000);
+    md_upstream_done(only, true, 1000);
+    cr_assert(md_upstream_peer_up(only, 1000), "a lone server is never taken out");
+    md_upstreams_free(us);
+
+    const unsigned w[] = {1, 1};
+    us = state("round_robin", w, 2);
     md_upstream *up = &us->u[0];
     md_upstream_peer *p = md_upstream_pick(up, 0, NULL, 0, 1000);
     md_upstream_done(p, true, 1000);
     cr_assert(!md_upstream_peer_up(p, 1000));
-    cr_assert_null(md_upstream_pick(up, 0, NULL, 0, 5000), "down: no wait, no server");
+    md_upstream_peer *q = md_upstream_pick(up, 0, NULL, 0, 5000);
+    cr_assert(q != NULL && q != p, "the other server takes it");
+    md_upstream_done(q, true, 5000);
+    cr_assert_null(md_upstream_pick(up, 0, NULL, 0, 5000), "both down: no wait, no server");
     cr_assert(md_upstream_peer_up(p, 11000));
     /* active health: fall 3, rise 2 */
     for (int i = 0; i < 2; i++)
