@@ -685,7 +685,7 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
     expire_locked(p, now_ms, &dead);
-    if (p->nidle < p->up->conf->keepalive) {
+    if (p->nidle < p->up->conf->keepalive && !p->up->closing) {
         c->next = p->idle;
         p->idle = c;
         p->nidle++;
@@ -695,6 +695,29 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     close_list(dead);
     if (c != NULL)
         md_upstream_conn_close(c);
+}
+
+void md_upstreams_shutdown(md_upstreams *us)
+{
+    md_upstream_health_stop(us);
+    for (uint32_t i = 0; i < us->conf.n; i++) {
+        md_upstream *up = &us->u[i];
+        md_upstream_conn *dead = NULL;
+        pthread_mutex_lock(&up->mu);
+        up->closing = true;
+        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+            md_upstream_peer *p = &up->peers[j];
+            while (p->idle != NULL) {
+                md_upstream_conn *c = p->idle;
+                p->idle = c->next;
+                c->next = dead;
+                dead = c;
+            }
+            p->nidle = 0;
+        }
+        pthread_mutex_unlock(&up->mu);
+        close_list(dead);
+    }
 }
 
 void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms)

@@ -141,7 +141,8 @@ typedef struct md_upstream {
     const md_upstream_conf *conf;
     mp_runtime *rt;
     pthread_mutex_t mu;
-    uint32_t rr;              /* guarded by mu: where least_conn's ties start */
+    uint32_t rr;  /* guarded by mu: where least_conn's ties start */
+    bool closing; /* guarded by mu: md_upstreams_shutdown() ran, nothing is pooled any more */
     _Atomic uint64_t retries; /* relaxed, for /metrics */
     md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
 } md_upstream;
@@ -160,8 +161,12 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
 /* The generation's end, when no request uses it any more: stops the checks, and once their
  * task has let go too, closes the pooled connections and frees the state. */
 void md_upstreams_free(md_upstreams *us);
-/* Stops the checks' task now (before the runtime shuts down: md_server_drain). */
+/* Stops the checks' task now (upstream_health.c). */
 void md_upstream_health_stop(md_upstreams *us);
+/* The server stops (md_server_drain, while the runtime still runs): stops the checks, closes
+ * the pooled connections, and makes every later put close its connection instead, so that
+ * no socket is left for after the runtime is gone. */
+void md_upstreams_shutdown(md_upstreams *us);
 
 /* Picks a server for an attempt, not one of those in tried (bit per peer index), skipping
  * servers down or at max_conns, and counts the attempt as active on it. key (the client's

@@ -94,10 +94,10 @@ static void drain_cmd(uv_loop_t *loop, void *arg)
      * is freed. */
     for (md_conn *c = s->conns; c; c = c->next)
         mp_tcp_interrupt(&c->tcp);
-    /* The upstreams' health tasks stop while the runtime still runs them (upstream.h). */
+    /* The upstreams' tasks and pooled sockets end while the runtime still runs (upstream.h). */
     for (md_http_gen *g = s->gens.newest; g != NULL; g = g->older)
         if (g->upstreams != NULL)
-            md_upstream_health_stop(g->upstreams);
+            md_upstreams_shutdown(g->upstreams);
 }
 
 void md_server_drain(md_server *s)
