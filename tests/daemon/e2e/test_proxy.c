@@ -346,6 +346,8 @@ Test(proxy_e2e, get_and_head_pass_through)
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_not_null(strstr(body_of(r), "GET /a/b?x=1 HTTP/1.1\r\n"), "%s", r);
     cr_assert_not_null(strstr(body_of(r), "\r\nHost: example.test\r\n"), "%s", r);
+    r = ask(d.http, "OPTIONS /o HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "OPTIONS /o HTTP/1.1\r\n"), "proxied: %s", r);
     r = ask(d.http, "HEAD /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_str_eq(body_of(r), "", "HEAD has no body: %s", r);
