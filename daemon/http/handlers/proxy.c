@@ -46,6 +46,7 @@ typedef struct proxy {
     mp_timer timer;
     uint8_t state;
     bool reused;        /* the connection came from the pool */
+    bool no_pool;       /* the next attempt connects afresh (a pooled one just went stale) */
     bool body_released; /* a span was written: the body cannot be sent again, no retry */
     bool last_chunk;    /* the chunked body's end is in span */
     bool request_sent;  /* the whole request went out */
@@ -133,6 +134,23 @@ static bool attempt_failed(proxy *p, md_http_conn *c, md_upstream_reason why, bo
                (!sent_any || p->idempotent);
     p->state = ST_PICK;
     return may;
+}
+
+static void stale_retry(proxy *p)
+{
+    md_log(MD_LOG_INFO,
+           "upstream %s server %s: a pooled connection was closed by the server; "
+           "sending again on a new one",
+           p->up->conf->name, p->peer->conf->label);
+    p->tried &= ~(UINT64_C(1) << (p->peer - p->up->peers));
+    release_conn(p, false);
+    if (p->resp_on) {
+        md_proxy_resp_free(&p->resp);
+        p->resp_on = false;
+    }
+    p->attempts--;
+    p->no_pool = true;
+    p->state = ST_PICK;
 }
 
 /* No response will come from upstream: answer the client ourselves. */
@@ -402,7 +420,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             p->request_sent = false;
             if (build_head(p, peer) != 0)
                 return -ENOMEM;
-            p->uc = md_upstream_pool_take(peer, now);
+            p->uc = p->no_pool ? NULL : md_upstream_pool_take(peer, now);
+            p->no_pool = false;
             p->reused = p->uc != NULL;
             if (p->reused) {
                 p->state = ST_SEND_HEAD;
@@ -447,6 +466,10 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                     return MD_PENDING_WAIT;
                 err = -ETIMEDOUT;
                 /* the write is abandoned with the connection */
+            }
+            if (err != 0 && err != -ETIMEDOUT && p->reused && p->idempotent && !p->body_released) {
+                stale_retry(p); /* the server closed it as it was reused */
+                break;
             }
             if (err != 0) {
                 if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
@@ -558,11 +581,16 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                     return 0;
                 }
                 if (!p->resp.head_sent) {
-                    /* A pooled connection the server closed as we reused it, before a byte
-                     * of response: as safe to retry as a failed connect for an idempotent
-                     * request. */
-                    bool fresh = !p->resp.started;
-                    if (!attempt_failed(p, c, fresh ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
+                    bool silent = !p->resp.started;
+                    if (silent && p->reused && p->idempotent && !p->body_released) {
+                        /* A pooled connection the server closed as we reused it (it had not
+                         * yet when the pool checked): no fault of the server's, so the same
+                         * server gets the request again on a new connection, without taking
+                         * a try or counting against its health. */
+                        stale_retry(p);
+                        break;
+                    }
+                    if (!attempt_failed(p, c, silent ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
                         return answer_error(p, c, 502);
                     break;
                 }

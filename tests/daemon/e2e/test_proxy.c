@@ -120,6 +120,7 @@ static void *serve(void *arg)
     enum { CAP = 1 << 20 };
     char *buf = malloc(CAP), *body = malloc(CAP), *resp = malloc(CAP + 4096);
     size_t have = 0;
+    int served = 0;
     for (;;) {
         size_t hl = read_head(fd, buf, CAP, &have);
         if (hl == 0)
@@ -174,6 +175,9 @@ static void *serve(void *arg)
                     break;
             goto out;
         }
+        if (strstr(head, " /stale") != NULL && served > 0)
+            goto out; /* closes a kept connection as its next request comes */
+        served++;
         if (strstr(head, " /silent") != NULL) {
             char sink[256];
             while (read(fd, sink, sizeof sink) > 0) {
@@ -596,6 +600,24 @@ Test(proxy_e2e, early_response_while_the_body_goes_up)
     cr_assert_not_null(strstr(resp, "Connection: close"), "%s", resp);
     close(fd);
     free(big);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+Test(proxy_e2e, a_pooled_connection_closed_by_the_server_is_retried)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, "max_fails = 1\n"));
+    for (int i = 0; i < 4; i++) {
+        char *r = ask(d.http, "GET /stale HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        cr_assert_eq(status_of(r), 200, "request %d: %s", i, r);
+    }
+    cr_assert_eq(atomic_load(&u.accepts), 4, "a new connection after each stale one");
+    /* POST is not sent twice: it gets 502 */
+    char *r = ask(d.http, "POST /stale HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                          "Connection: close\r\n\r\nx");
+    cr_assert_eq(status_of(r), 502, "%s", r);
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }
