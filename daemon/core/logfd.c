@@ -75,10 +75,11 @@ int md_logfd_write_bounded(int fd, const char *p, size_t n, int wait_ms, size_t 
         }
         if (r < 0)
             continue;
-        size_t chunk = n - off;
-        if (chunk > PIPE_BUF) {
-            const char *eol = memrchr(p + off, '\n', PIPE_BUF);
-            chunk = eol ? (size_t)(eol - (p + off)) + 1 : PIPE_BUF;
+        size_t chunk = n - off < PIPE_BUF ? n - off : PIPE_BUF;
+        if (chunk < n - off) { /* more than one atomic write: end this one at a whole line */
+            const char *eol = memrchr(p + off, '\n', chunk);
+            if (eol)
+                chunk = (size_t)(eol - (p + off)) + 1;
         }
         ssize_t w = write(fd, p + off, chunk);
         if (w >= 0) {
