@@ -672,8 +672,10 @@ md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms)
         if (c == NULL)
             return NULL;
         c->next = NULL;
-        /* Closed by the server while it was idle, or talking out of turn: never reused. */
-        if (md_upstream_fd_idle_ok(mp_tcp_fileno(&c->tcp)))
+        /* Closed by the server while it was idle, or talking out of turn: never reused. Only a
+         * connection the loop saw stir since it went idle is looked at with a system call (the
+         * pool's mutex ordered the stream's hand-over to this task: its owner now). */
+        if (!mp_tcp_maybe_readable(&c->tcp) || md_upstream_fd_idle_ok(mp_tcp_fileno(&c->tcp)))
             return c;
         md_upstream_conn_close(c);
     }

@@ -148,6 +148,13 @@ void mp_tcp_consume(mp_tcp *c, size_t n);
  * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
  * stay put). */
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
+/* Whether a read might find something: unconsumed input, an error or EOF already seen, or the
+ * loop has reported the socket readable (or closed) since a read last found it drained. false:
+ * nothing has arrived as far as the runtime has seen, without a system call; an event on its
+ * way may still come. For a pooled idle connection: false, reuse it (and cope, as every
+ * keep-alive client must, with a close that arrives after); true, look closer (a non-blocking
+ * recv with MSG_PEEK) before reuse. The owner's call. */
+bool mp_tcp_maybe_readable(mp_tcp *c);
 /* Send up to count bytes of the file in_fd from *offset with sendfile(2), no copy through the
  * task, and advance *offset: MP_READY with *sent > 0 and *err 0; *sent 0 and *err 0 when the
  * file has no byte at *offset (it ended, or shrank) or count is 0; or *err a negative errno:

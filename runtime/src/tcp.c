@@ -341,6 +341,13 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
     }
 }
 
+bool mp_tcp_maybe_readable(mp_tcp *c)
+{
+    if (c->tail > c->head || c->err != 0)
+        return true;
+    return (mp__io_load(&c->io) & (MP__IO_READ | MP__IO_CLOSED)) != 0;
+}
+
 void mp_tcp_interrupt(mp_tcp *c)
 {
     mp__io_interrupt(&c->io);

@@ -514,6 +514,90 @@ Test(tcp, sendfile_errors, .timeout = 30)
     mp_runtime_free(rt);
 }
 
+/* Reads and consumes until the stream would block, then gives its wakers back (the stream goes
+ * back to the thread that joins it, as a pooled connection goes back to its pool). */
+typedef struct drainer {
+    mp_task task;
+    mp_tcp *tcp;
+    size_t got;
+    int err;
+} drainer;
+
+static mp_poll drainer_poll(mp_task *t, mp_context *cx)
+{
+    drainer *d = mp_container_of(t, drainer, task);
+    for (;;) {
+        const char *data;
+        size_t len;
+        if (mp_tcp_read_poll(d->tcp, cx, &data, &len, &d->err) == MP_PENDING) {
+            mp_tcp_disown(d->tcp);
+            return MP_READY;
+        }
+        if (len == 0)
+            return MP_READY; /* EOF or an error: d->err */
+        d->got += len;
+        mp_tcp_consume(d->tcp, len);
+    }
+}
+
+static const mp_task_vtable drainer_vt = {.poll = drainer_poll};
+
+static drainer drain(mp_runtime *rt, mp_tcp *c)
+{
+    drainer d = {.tcp = c};
+    mp_task_init(&d.task, &drainer_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &d.task), 0);
+    cr_assert_eq(mp_join(&d.task), 0);
+    return d;
+}
+
+static void wait_maybe_readable(mp_tcp *c)
+{
+    for (int i = 0; i < 5000 && !mp_tcp_maybe_readable(c); i++)
+        usleep(1000);
+    cr_assert(mp_tcp_maybe_readable(c), "the loop never reported the input");
+}
+
+/* A drained idle stream says nothing is there without a system call; bytes, and then the peer's
+ * close, make it say a read might find something. */
+Test(tcp, maybe_readable_follows_what_the_loop_reported, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_tcp_listener l;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 16, 0), 0);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
+    int cfd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    mp_tcp st;
+    acceptor ac = {.l = &l, .into = &st};
+    mp_task_init(&ac.task, &acceptor_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &ac.task), 0);
+    cr_assert_eq(mp_join(&ac.task), 0);
+    cr_assert_eq(ac.err, 0);
+    cr_assert_eq(write(cfd, "abc", 3), 3);
+    wait_maybe_readable(&st);
+    drainer d = drain(rt, &st);
+    cr_assert_eq(d.got, 3);
+    cr_assert_not(mp_tcp_maybe_readable(&st), "drained, and nothing came since");
+    usleep(20000);
+    cr_assert_not(mp_tcp_maybe_readable(&st));
+    cr_assert_eq(write(cfd, "de", 2), 2);
+    wait_maybe_readable(&st);
+    d = drain(rt, &st);
+    cr_assert_eq(d.got, 2);
+    cr_assert_not(mp_tcp_maybe_readable(&st));
+    close(cfd);
+    wait_maybe_readable(&st);
+    d = drain(rt, &st);
+    cr_assert_eq(d.got, 0, "only the EOF");
+    cr_assert(mp_tcp_maybe_readable(&st), "an EOF seen stays");
+    cr_assert_eq(mp_tcp_close(&st, NULL), 0);
+    cr_assert_eq(mp_tcp_listener_close(&l, NULL), 0);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
 typedef struct sender {
     int fd;
     const char *data;
