@@ -338,35 +338,31 @@ int md_file_cache_metrics(md_outbuf *out)
 {
     md_file_cache_stats s;
     md_file_cache_stats_get(&s);
-    static const char *const help[] = {
-        "Static files found open in a worker's open-file cache.",
-        "Static file lookups that opened the file (not cached, or expired).",
-        "Open-file cache entries closed to keep within the entry or descriptor bounds.",
-        "Open-file cache entries dropped after open_file_cache_valid_ms.",
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } m[] = {
+        {"hits_total", "counter", "Static files found open in a worker's open-file cache.", s.hits},
+        {"misses_total", "counter",
+         "Static file lookups that opened the file (not cached, or expired).", s.misses},
+        {"evictions_total", "counter",
+         "Open-file cache entries closed to keep within the entry or descriptor bounds.",
+         s.evictions},
+        {"expired_total", "counter",
+         "Open-file cache entries dropped after open_file_cache_valid_ms.", s.expired},
+        {"entries", "gauge", "Files listed in the workers' open-file caches.", s.entries},
+        {"open_fds", "gauge",
+         "Descriptors opened for the open-file caches and not yet closed (listed, or still "
+         "held by a response).",
+         s.open_fds},
     };
-    static const char *const name[] = {"hits", "misses", "evictions", "expired"};
-    const uint64_t v[] = {s.hits, s.misses, s.evictions, s.expired};
     int rc = 0;
     char full[96];
-    for (size_t i = 0; rc == 0 && i < 4; i++) {
-        snprintf(full, sizeof full, "magpied_static_open_file_cache_%s_total", name[i]);
-        rc = md_metrics_put_head(out, full, "counter", help[i]);
+    for (size_t i = 0; rc == 0 && i < sizeof m / sizeof m[0]; i++) {
+        snprintf(full, sizeof full, "magpied_static_open_file_cache_%s", m[i].name);
+        rc = md_metrics_put_head(out, full, m[i].type, m[i].help);
         if (rc == 0)
-            rc = md_metrics_put(out, "%s %llu\n", full, (unsigned long long)v[i]);
+            rc = md_metrics_put(out, "%s %llu\n", full, (unsigned long long)m[i].v);
     }
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_static_open_file_cache_entries", "gauge",
-                                 "Files listed in the workers' open-file caches.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_static_open_file_cache_entries %llu\n",
-                            (unsigned long long)s.entries);
-    if (rc == 0)
-        rc = md_metrics_put_head(
-            out, "magpied_static_open_file_cache_open_fds", "gauge",
-            "Descriptors opened for the open-file caches and not yet closed (listed, or still "
-            "held by a response).");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_static_open_file_cache_open_fds %llu\n",
-                            (unsigned long long)s.open_fds);
     return rc;
 }
