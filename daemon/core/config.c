@@ -45,6 +45,7 @@ struct key {
 
 #define LIMIT(field)          offsetof(md_config, limits.field)
 #define LISTENER(kind, field) offsetof(md_config, listeners[kind].field)
+#define FILE_CACHE(field)     offsetof(md_config, file_cache.field)
 
 static const struct key keys[] = {
     {"http", "listen", KEY_LISTEN, LISTENER(MD_LISTENER_HTTP, listen), 0, 0},
@@ -76,12 +77,17 @@ static const struct key keys[] = {
     {"log", "error_log", KEY_ERROR_LOG, offsetof(md_config, error_log_path), 0, 0},
     {"server", "shutdown_timeout_ms", KEY_U32, offsetof(md_config, shutdown_timeout_ms), 0,
      3600000},
+    /* [static]: what every static route shares (the open-file cache is per worker). */
+    {"static", "open_file_cache_entries", KEY_U32, FILE_CACHE(entries), 0, 1000000},
+    {"static", "open_file_cache_max_fds", KEY_U32, FILE_CACHE(max_fds), 0, 1000000},
+    {"static", "open_file_cache_valid_ms", KEY_U32, FILE_CACHE(valid_ms), 0, 3600000},
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 _Static_assert(NKEYS <= (size_t)MD_CONFIG_MAX_KEYS, "md_config.key_line is too short");
 
-static const char *const sections[] = {"http", "echo", "runtime", "limits", "log", "server"};
+static const char *const sections[] = {"http", "echo",   "runtime", "limits",
+                                       "log",  "server", "static"};
 
 static const char *const level_names[] = {
     [MD_LOG_ERROR] = "error",
@@ -139,6 +145,8 @@ void md_config_init(md_config *c)
     c->shutdown_timeout_ms = 10000;
     c->listeners[MD_LISTENER_ECHO].idle_timeout_ms = 60000;
     c->listeners[MD_LISTENER_ECHO].max_connections = 1000;
+    c->file_cache = (md_file_cache_limits){MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS,
+                                           MD_FILE_CACHE_VALID_MS};
     md_routes_builtin(&c->routes);
     snprintf(c->source, sizeof(c->source), "(defaults)");
 }

@@ -92,6 +92,7 @@ typedef struct md_config {
     md_access_format access_format;          /* [log] access_format */
     char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
     uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
+    md_file_cache_limits file_cache;         /* [static] open_file_cache_* */
     /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
      * has none. A value like the rest: a reload swaps it with the limits, as one unit. */
     md_route_table routes;

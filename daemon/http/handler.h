@@ -26,7 +26,9 @@
  * queued output to flush before it is polled again (back-pressure: the next poll comes only
  * once the peer has taken the last piece), or is done. A handler that fails half way through
  * a body returns a negative errno: the response ends short and the connection closes, so that
- * nothing past the failure is presented as content.
+ * nothing past the failure is presented as content. A handler that went pending before it
+ * answered anything (an open on the blocking pool) answers from its poll with the same
+ * md_http_respond*() calls as from on_req.
  *
  * Everything here runs on the connection's task: one thread at a time, no locking.
  */

@@ -120,6 +120,11 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
         w = put_bytes(w, fields, fields_len);
     w = PUT(w, "Content-Type: ");
     w = put_bytes(w, ctype, strlen(ctype));
+    /* A 304 has no content, and says no length (RFC 9110 8.6 allows the 200's; nginx and
+     * Apache send none, and clients built on the old http_parser, wrk among them, would
+     * wait for that many body bytes). */
+    if (st->code == 304)
+        return PUT(w, "\r\n\r\n");
     w = PUT(w, "\r\nContent-Length: ");
     w = put_u64(w, length);
     return PUT(w, "\r\n\r\n");

@@ -576,6 +576,8 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
     return 0;
 }
 
+static atomic_uint_fast64_t next_root_id; /* md_route.root_id: roots opened, ever */
+
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
     for (uint32_t i = 0; i < t->n; i++)
@@ -585,6 +587,8 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
         if (r->kind != MD_HANDLER_STATIC)
             continue;
         r->root_fd = open(r->body, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        /* Relaxed: a unique number, publishing nothing. */
+        r->root_id = atomic_fetch_add_explicit(&next_root_id, 1, memory_order_relaxed) + 1;
         if (r->root_fd < 0) {
             int e = errno;
             say(msg, msg_len, "[route %s%s] root %s: %s", r->exact ? "= " : "", r->path, r->body,

@@ -65,6 +65,9 @@ typedef struct md_route {
     char body[MD_ROUTE_TEXT_MAX];
     char index_file[MD_ROUTE_INDEX_MAX]; /* static: the file a directory's path serves */
     int root_fd; /* static: the root, opened by md_routes_open(); -1 in a configuration */
+    /* static: unique per opened root (never reused, unlike root_fd): the open-file cache's
+     * key, so that no entry of an earlier table's root is found through this one */
+    uint64_t root_id;
     uint16_t body_len;
     uint32_t line; /* of its [route] header in the configuration; 0: built in */
     /* proxy: the [upstream] it names (upstream_index once the configuration is checked), the

@@ -85,6 +85,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         return -ENOMEM;
     }
     g->http.limits = cfg->limits;
+    g->http.file_cache = cfg->file_cache;
     g->routes = cfg->routes;
     g->http.routes = &g->routes;
     int rc = md_routes_open(&g->routes, err->msg, sizeof err->msg);

@@ -1,6 +1,7 @@
 /* server_metrics.c: the part of /metrics that is not the daemon's own counters (metrics.c):
- * the runtime's counters per worker, its read buffers and tasks, and the process's build,
- * uptime, reloads, access-log drops and HTTP settings generations. Written with metrics.c's
+ * the runtime's counters per worker, its read buffers and tasks, the process's build,
+ * uptime, reloads, access-log drops and HTTP settings generations, and the static handler's
+ * open-file caches (http/file_cache.c). Written with metrics.c's
  * writer, after its text (md_metrics_set_extra). Runs on the worker that serves the scrape.
  */
 #include <errno.h>
@@ -167,5 +168,7 @@ int md_server_metrics_text(void *arg, md_outbuf *out)
         rc = runtime_metrics(s, out);
     if (rc == 0)
         rc = process_metrics(s, out);
+    if (rc == 0)
+        rc = md_file_cache_metrics(out);
     return rc != 0 ? -ENOMEM : 0;
 }

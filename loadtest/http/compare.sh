@@ -13,6 +13,9 @@
 #   c64     64 keep-alive connections, one request in flight on each
 #   c256    256 keep-alive connections
 #   pipe16  64 connections, 16 pipelined GET / per write (pipeline.lua)
+#   fSIZE-cN  static files (magpied and nginx only): GET /static/SIZE.bin on N keep-alive
+#           connections, SIZE 1k, 64k or 1m (the same files for both, made per run);
+#           f304-cN: the 1k file with its own ETag in If-None-Match (a 304 revalidation)
 #
 # and record req/s, p50, p99 and the server's CPU time per request: utime+stime from
 # /proc/PID/stat (all threads; for nginx the master plus its workers) before and after
@@ -36,6 +39,11 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 SCENARIOS=${SCENARIOS:-c64 c256 pipe16}
+STATIC_SCENARIOS="f1k-c64 f1k-c256 f64k-c64 f64k-c256 f1m-c64 f1m-c256 f304-c64"
+case $SCENARIOS in # shorthands: the static files alone, or everything
+static) SCENARIOS=$STATIC_SCENARIOS ;;
+all) SCENARIOS="c64 c256 pipe16 $STATIC_SCENARIOS" ;;
+esac
 PIPE_CONNS=${PIPE_CONNS:-64}
 SERVERS=${SERVERS:-magpied hyper go nginx}
 PIN=${PIN:-0}
@@ -239,6 +247,11 @@ start_server() {
     magpied)
         local conf=$MAGPIED_CONF
         if [[ ! -f $conf ]]; then conf=$RUN/magpied.conf; : >"$conf"; fi
+        if [[ -n $STATIC_ROOT ]]; then # the shipped routes plus the static files'
+            { cat "$conf"; printf '\n[route /static]\nhandler = static\nroot = %s\n' \
+                "$STATIC_ROOT"; } >"$RUN/magpied-static.conf"
+            conf=$RUN/magpied-static.conf
+        fi
         # shellcheck disable=SC2206 # word-split the extra-argument knobs on purpose
         cmd=("$MAGPIED" -c "$conf" --set "http.listen=127.0.0.1:$PORT" --set "echo.listen="
             $MAGPIED_WORKERS_ARGS $MAGPIED_ARGS)
@@ -338,12 +351,13 @@ to_us() {
 # run_wrk OUTFILE CONNS DEPTH DURATION: runs wrk against the current server, sets
 # W_REQS W_RPS W_P50 W_P99 W_ERRS W_NON2XX W_CPU (seconds of server CPU) and W_BG (CPU
 # seconds that neither the server nor wrk used: other work on this shared machine).
-run_wrk() {
-    local out=$1 conns=$2 depth=$3 dur=$4 t0 t1 b0 b1 c0 c1 rc=0
+run_wrk() { # ... [PATH [IF_NONE_MATCH]]
+    local out=$1 conns=$2 depth=$3 dur=$4 path=${5:-/} inm=${6:-} t0 t1 b0 b1 c0 c1 rc=0
     local -a script=()
     ((depth > 1)) && script=(-s "$HERE/pipeline.lua")
+    [[ -z $inm ]] || script+=(-H "If-None-Match: $inm")
     local -a args=(wrk -t1 "-c$conns" "-d${dur}s" --latency "${script[@]}"
-        "http://127.0.0.1:$PORT/")
+        "http://127.0.0.1:$PORT$path")
     ((depth > 1)) && args+=(-- "$depth")
     echo "+ ${WRK_PREFIX[*]} ${args[*]}" >"$out"
     b0=$(busy_ticks)
@@ -403,8 +417,46 @@ scenario_shape() { # NAME -> "CONNS DEPTH"
     case $1 in
     c[0-9]*) echo "${1#c} 1" ;;
     pipe[0-9]*) echo "$PIPE_CONNS ${1#pipe}" ;;
-    *) die "unknown scenario '$1' (cN or pipeN)" ;;
+    f*-c[0-9]*) echo "${1##*-c} 1" ;;
+    *) die "unknown scenario '$1' (cN, pipeN or fSIZE-cN)" ;;
     esac
+}
+
+# The path a scenario asks for, and whether it revalidates (f304).
+scenario_path() { # NAME -> PATH
+    case $1 in
+    f304-*) echo /static/1k.bin ;;
+    f*) local size=${1%%-*}; echo "/static/${size#f}.bin" ;;
+    *) echo / ;;
+    esac
+}
+
+# Static-file scenarios run on the servers that serve files.
+serves_files() { [[ $1 == magpied || $1 == nginx ]]; }
+
+# The files of the f* scenarios, made once per run: the same bytes for every server.
+STATIC_ROOT=
+make_static_root() {
+    STATIC_ROOT=$RUN/www
+    mkdir -p "$STATIC_ROOT/static"
+    head -c 1024 /dev/urandom >"$STATIC_ROOT/static/1k.bin"
+    head -c 65536 /dev/urandom >"$STATIC_ROOT/static/64k.bin"
+    head -c 1048576 /dev/urandom >"$STATIC_ROOT/static/1m.bin"
+    chmod -R a+rX "$STATIC_ROOT"
+}
+
+# Checks that the server serves each file whole; sets ETAG to the 1k file's ETag.
+check_static() { # NAME
+    local f want got
+    for f in 1k 64k 1m; do
+        want=$(stat -c %s "$STATIC_ROOT/static/$f.bin")
+        got=$(curl -s --max-time 5 -o /dev/null -w '%{http_code} %{size_download}' \
+            "http://127.0.0.1:$PORT/static/$f.bin" || true)
+        [[ $got == "200 $want" ]] || { echo "compare.sh: $1 GET /static/$f.bin: $got (want 200 $want)" >&2; return 1; }
+    done
+    ETAG=$(curl -s --max-time 5 -D - -o /dev/null "http://127.0.0.1:$PORT/static/1k.bin" |
+        tr -d '\r' | awk 'tolower($1) == "etag:" { print $2 }')
+    [[ -n $ETAG ]] || { echo "compare.sh: $1 sent no ETag" >&2; return 1; }
 }
 
 # ---------------------------------------------------------------------------------------
@@ -453,7 +505,11 @@ report() { # CSV SERVER...
     for sc in $SCENARIOS; do
         read -r conns depth < <(scenario_shape "$sc")
         echo
-        if ((depth > 1)); then
+        if [[ $sc == f304-* ]]; then
+            echo "### $sc: wrk -t1 -c$conns, GET $(scenario_path "$sc") with If-None-Match (304), ${DURATION}s, median of $ROUNDS"
+        elif [[ $sc == f* ]]; then
+            echo "### $sc: wrk -t1 -c$conns, GET $(scenario_path "$sc"), ${DURATION}s, median of $ROUNDS"
+        elif ((depth > 1)); then
             echo "### $sc: wrk -t1 -c$conns, $depth pipelined GET / per write, ${DURATION}s, median of $ROUNDS"
         else
             echo "### $sc: wrk -t1 -c$conns, GET /, ${DURATION}s, median of $ROUNDS"
@@ -469,6 +525,7 @@ report() { # CSV SERVER...
             echo "|---|---:|---:|---:|---:|"
         fi
         for s in "$@"; do
+            [[ $sc != f* ]] || serves_files "$s" || continue
             rps=$(col "$csv" "$s" "$sc" req_per_s)
             if [[ -z $rps ]]; then
                 echo "| $s | (no data) | | | |$( ((have_m)) && echo ' | | |')"
@@ -577,6 +634,7 @@ RAW=$OUTDIR/http-$STAMP
 CSV=$OUTDIR/http-$STAMP.csv
 MD=$OUTDIR/http-$STAMP.md
 mkdir -p "$RAW"
+[[ " $SCENARIOS " != *" f"* ]] || make_static_root
 echo "round,server,scenario,connections,pipeline,duration_s,requests,req_per_s,p50_us,p99_us,cpu_s,cpu_us_per_req,socket_errors,non2xx,load1,bg_cpu_s" >"$CSV"
 
 n=${#ACTIVE[@]}
@@ -597,11 +655,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
         if ((WARMUP > 0)); then
             run_wrk "$RAW/r$r-$s-warmup.txt" 64 1 "$WARMUP"
         fi
+        files_ok=0
+        if [[ -n $STATIC_ROOT ]] && serves_files "$s" && check_static "$s"; then files_ok=1; fi
         for sc in $SCENARIOS; do
+            if [[ $sc == f* ]] && ((!files_ok)); then continue; fi
             settle
             read -r conns depth < <(scenario_shape "$sc")
             load1=$(awk '{ print $1 }' /proc/loadavg)
-            run_wrk "$RAW/r$r-$s-$sc.txt" "$conns" "$depth" "$DURATION"
+            run_wrk "$RAW/r$r-$s-$sc.txt" "$conns" "$depth" "$DURATION" "$(scenario_path "$sc")" \
+                "$([[ $sc == f304-* ]] && echo "$ETAG")"
             cpu_us=$(awk -v c="$W_CPU" -v n="$W_REQS" 'BEGIN { printf "%.3f", (n > 0 ? c * 1e6 / n : 0) }')
             echo "$r,$s,$sc,$conns,$depth,$DURATION,$W_REQS,$W_RPS,$W_P50,$W_P99,$W_CPU,$cpu_us,$W_ERRS,$W_NON2XX,$load1,$W_BG" >>"$CSV"
             printf '   %-7s %-7s %8s req/s  p50 %-9s p99 %-9s %6.2f CPU µs/req  bg %s s%s\n' "$s" "$sc" \
@@ -626,6 +688,6 @@ done
     for s in "${!SKIP[@]}"; do echo "Skipped $s: ${SKIP[$s]}."; done
     report "$CSV" "${ACTIVE[@]}"
     echo
-    echo "nginx is compared on GET / only (it cannot echo a POST body with stock modules)."
+    echo "nginx is compared on GET / and the static files only (it cannot echo a POST body with stock modules)."
     echo "Raw: $CSV"
 } | tee "$MD"

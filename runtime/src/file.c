@@ -234,6 +234,10 @@ mp_poll mp_file_open_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int di
                 return MP_READY;
             }
         }
+        if (!cx) { /* the caller cannot wait: it goes to the pool itself, from a task */
+            *err = -EAGAIN;
+            return MP_READY;
+        }
         if (!start_path_job(rt, op, OP_OPEN, dirfd, path, flags, mode, resolve, err))
             return MP_READY;
     }

@@ -264,3 +264,33 @@ Test(file, a_cancelled_read_touches_nothing_of_the_caller, .timeout = 60)
     mp_runtime_free(rt);
     remove_tree();
 }
+
+/* Without a task (cx NULL) an open is tried from the kernel's caches only: a cached path opens
+ * at once, an O_NONBLOCK-less open is -EAGAIN (it would need the pool), and nothing is left in
+ * the op. */
+Test(file, open_without_a_task_never_waits, .timeout = 30)
+{
+    make_tree();
+    char p[128];
+    snprintf(p, sizeof p, "%s/data", dir);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0); /* its dentry is in the cache now */
+    mp_file_op op = {0};
+    int fd = -1, err = 1;
+    cr_assert_eq(mp_file_open_poll(NULL, &op, NULL, AT_FDCWD, p, O_RDONLY | O_NONBLOCK, 0,
+                                   RESOLVE_NO_MAGICLINKS, &fd, &err),
+                 MP_READY);
+    if (err == 0) {
+        cr_assert_geq(fd, 0);
+        close(fd);
+    } else { /* a kernel without RESOLVE_CACHED */
+        cr_assert_eq(err, -EAGAIN);
+    }
+    cr_assert_null(op.job);
+    cr_assert_eq(mp_file_open_poll(NULL, &op, NULL, AT_FDCWD, p, O_RDONLY, 0, 0, &fd, &err),
+                 MP_READY);
+    cr_assert_eq(err, -EAGAIN);
+    cr_assert_eq(fd, -1);
+    cr_assert_null(op.job);
+    remove_tree();
+}

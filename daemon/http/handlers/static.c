@@ -27,23 +27,33 @@
  * so the body never passes through user space. A file that shrinks under a download ends the
  * response short with a close: nothing past the new end is presented as content.
  *
- * Blocking: no read of file data waits for the disk on the worker. A small file is read with
+ * Blocking: no open, stat or read of file data waits for the disk on the worker. A file is
+ * first looked up in the worker's open-file cache (file_cache.h: descriptors and their stat,
+ * kept for [static] open_file_cache_valid_ms); otherwise it is opened with openat2 from the
+ * kernel's caches alone (RESOLVE_CACHED, through mp_file_open_poll), and where that would
+ * wait the response goes pending and the open runs on the runtime's blocking pool. The fstat
+ * that follows reads the open file's inode, already in memory. A small file is read with
  * preadv2(RWF_NOWAIT), which copies from the page cache and fails where it would wait; what it
- * could not read is read on the runtime's blocking pool (mp_file_read_poll) by the pending
- * response. Before each sendfile piece the first and last byte of the piece are probed the
- * same way: a piece not in the cache is read on the pool into chunk[] and written through the
- * bounded write instead (sendfile would sleep on the disk). The open and fstat still run on the
- * worker: they touch directories and the inode, which a served tree keeps in the kernel's
- * caches, and openat2 cannot be asked to fail rather than wait on them without losing
- * RESOLVE_BENEATH's guarantees on old kernels.
+ * could not read is read on the blocking pool (mp_file_read_poll) by the pending response.
+ * Before each sendfile piece the first and last byte of the piece are probed the same way: a
+ * piece not in the cache is read on the pool into chunk[] and written through the bounded
+ * write instead (sendfile would sleep on the disk).
+ *
+ * A response holds a reference to its md_file, not a descriptor of its own: a cached one may
+ * serve many responses at once (every read is at an explicit offset), and the response's task
+ * may finish on another worker than the one whose cache it came from; the last reference
+ * closes the descriptor (file_cache.h).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -55,21 +65,41 @@
 
 enum {
     SMALL = 16384,          /* read into the output with its head */
-    CHUNK = 16384,          /* a piece written through the bounded write after EAGAIN */
+    CHUNK = 16384,          /* a piece not in the page cache, read on the pool and written */
     SENDFILE_MAX = 1 << 20, /* bytes per sendfile call, so one connection yields */
     FIELDS_MAX = 512,       /* the header lines this handler adds */
     REL_MAX = MD_HTTP_TARGET_MAX + MD_ROUTE_INDEX_MAX + 4,
 };
 
+/* Which file answers a request: the file (a directory's index), then the precompressed
+ * variant a client takes. Kept across polls while an open waits on the blocking pool. */
+struct lookup {
+    char rel[REL_MAX]; /* below the root; a variant's suffix is appended while it is opened */
+    size_t rlen;
+    bool dir;      /* the path ends in '/': rel is its index file */
+    bool looked;   /* the cache was asked for this step's file (a miss is counted once) */
+    uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_GZ (precompressed = on), STEP_DONE */
+    int8_t coding; /* codings[] index of the variant found; -1: none */
+    md_file *file; /* the file */
+    md_file *alt;  /* its variant, when one is served */
+};
+
+enum { STEP_FILE, STEP_BR, STEP_GZ, STEP_DONE };
+static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
+
 struct static_send {
     md_http_pending p;
-    mp_file_op op; /* a read on the blocking pool, into chunk[] */
-    int fd;
+    mp_file_op op;     /* an open, or a read into chunk[], on the blocking pool */
+    const md_route *r; /* valid while pending: the connection keeps its generation */
+    md_file *file;     /* the file sent (a reference); NULL while opening */
     uint64_t off, end; /* [off, end) of the file still to send */
     size_t chunk_len;  /* a piece in chunk[] being written (not cached); 0: none */
     bool small;        /* read into out with the head */
     bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
     bool no_sendfile;  /* sendfile refused this file (EINVAL, ENOSYS): copy it */
+    bool opening;      /* lk is being resolved: an open waits on the pool */
+    bool nodelay;      /* TCP_NODELAY is set on the socket */
+    struct lookup lk;
     char chunk[CHUNK];
 };
 
@@ -110,42 +140,6 @@ static int open_beneath(int dirfd, const char *rel, int flags)
             return next;
         at = next;
         p = slash + 1;
-    }
-}
-
-static int open_file(int root, const char *rel, struct stat *st)
-{
-    int fd = open_beneath(root, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, st) != 0) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    return fd;
-}
-
-static int error(md_http_conn *c, unsigned code)
-{
-    const md_http_status *st = md_http_status_of(code);
-    return md_http_respond(c, code, NULL, "text/plain", st->body, st->body_len);
-}
-
-static int open_error(md_http_conn *c, int err)
-{
-    switch (err) {
-    case -EACCES:
-    case -EPERM:
-        return error(c, 403);
-    case -ENOENT:
-    case -ENOTDIR:
-    case -ELOOP:
-    case -EXDEV:
-    case -ENAMETOOLONG:
-        return error(c, 404);
-    default:
-        return error(c, 500);
     }
 }
 
@@ -223,13 +217,6 @@ static time_t parse_date(const char *v, size_t n)
     return timegm(&tm);
 }
 
-static void put_date(char *buf, size_t len, time_t t)
-{
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
-
 /* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
  * ignore the field (bad, or several ranges), -1 for 416 (starts past the end). */
 static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, uint64_t *to)
@@ -271,17 +258,151 @@ static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, u
     return 1;
 }
 
+enum {
+    OPEN_FLAGS = O_RDONLY | O_NONBLOCK | O_NOCTTY,
+    OPEN_WAIT = 1, /* open_one(): the open goes on on the blocking pool */
+};
+#define OPEN_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+
+/* lk->rel (with its suffix) below r's root: from this worker's open-file cache, or opened
+ * and then fstat'd (the inode is in memory once open: no disk). The open is tried from the
+ * kernel's caches first (mp_file_open_poll's RESOLVE_CACHED); one that would wait goes to the
+ * blocking pool, which only a poll with a task (cx) can do: on_req (can_wait false) gets
+ * OPEN_WAIT and goes pending. Polled outside a task (cx NULL: the handler suites) it opens in
+ * place. 0 with *f (a reference), OPEN_WAIT, or a negative errno. */
+static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_t len,
+                    mp_file_op *op, mp_context *cx, bool can_wait, md_file **f)
+{
+    const md_file_cache_limits *lim = &md_http_conn_server(c)->file_cache;
+    if (!lk->looked) {
+        lk->looked = true;
+        if ((*f = md_file_cache_get(lim, r->root_id, lk->rel, len)) != NULL)
+            return 0;
+    }
+    int fd = -1, err;
+    if (can_wait && cx == NULL) {
+        fd = open_beneath(r->root_fd, lk->rel, OPEN_FLAGS);
+        err = fd < 0 ? fd : 0;
+    } else if (mp_file_open_poll(can_wait ? mp_runtime_current() : NULL, op, can_wait ? cx : NULL,
+                                 r->root_fd, lk->rel, OPEN_FLAGS, 0, OPEN_RESOLVE, &fd,
+                                 &err) == MP_PENDING ||
+               (!can_wait && err == -EAGAIN)) {
+        return OPEN_WAIT;
+    }
+    if (err == -ENOSYS) { /* no openat2 (Linux before 5.6): the O_NOFOLLOW walk */
+        fd = open_beneath(r->root_fd, lk->rel, OPEN_FLAGS);
+        err = fd < 0 ? fd : 0;
+    }
+    if (err != 0)
+        return err;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        err = -errno;
+        close(fd);
+        return err;
+    }
+    return md_file_new(lim, r->root_id, lk->rel, len, fd, &st, f);
+}
+
+/* What an open's error answers. */
+static unsigned open_status(int err)
+{
+    switch (err) {
+    case -EACCES:
+    case -EPERM:
+        return 403;
+    case -ENOENT:
+    case -ENOTDIR:
+    case -ELOOP:
+    case -EXDEV:
+    case -ENAMETOOLONG:
+        return 404;
+    default:
+        return 500;
+    }
+}
+
+/* Finds lk's file, then its variant: 0 (lk->file set, lk->alt maybe), OPEN_WAIT, -ENOMEM, or
+ * the status to answer instead (301 for a directory without its '/'). */
+static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_file_op *op,
+                   mp_context *cx, bool can_wait)
+{
+    if (lk->step == STEP_FILE) {
+        int rc = open_one(c, r, lk, lk->rlen, op, cx, can_wait, &lk->file);
+        if (rc == OPEN_WAIT || rc == -ENOMEM)
+            return rc;
+        if (rc < 0)
+            return (int)open_status(lk->dir && rc == -ENOENT ? -EACCES : rc); /* no listing */
+        if (S_ISDIR(lk->file->mode))
+            return lk->dir ? 403 : 301;
+        if (!S_ISREG(lk->file->mode))
+            return 403; /* a FIFO, device or socket: never read */
+        lk->step = r->precompressed ? STEP_BR : STEP_DONE;
+        lk->looked = false;
+    }
+    size_t alen = 0;
+    const char *ae = md_http_req_field(c, MD_FIELD_ACCEPT_ENCODING, &alen);
+    /* FILE.br, then FILE.gz, for a client that takes that coding. */
+    for (; lk->step != STEP_DONE; lk->step++, lk->looked = false) {
+        unsigned i = lk->step - STEP_BR;
+        if (ae == NULL || lk->rlen + 4 > sizeof lk->rel || !accepts(ae, alen, codings[i][0]))
+            continue;
+        memcpy(lk->rel + lk->rlen, codings[i][1], 4);
+        md_file *v;
+        int rc = open_one(c, r, lk, lk->rlen + 3, op, cx, can_wait, &v);
+        lk->rel[lk->rlen] = '\0';
+        if (rc == OPEN_WAIT || rc == -ENOMEM)
+            return rc;
+        if (rc == 0 && S_ISREG(v->mode)) {
+            lk->alt = v;
+            lk->coding = (int8_t)i;
+            lk->step = STEP_DONE;
+            break;
+        }
+        if (rc == 0)
+            md_file_put(v);
+    }
+    return 0;
+}
+
+static int error(md_http_conn *c, unsigned code)
+{
+    const md_http_status *st = md_http_status_of(code);
+    return md_http_respond(c, code, NULL, "text/plain", st->body, st->body_len);
+}
+
+/* resolve()'s answer other than a file: an error, or a directory's redirect. */
+static int respond_status(md_http_conn *c, int code)
+{
+    if (code != 301)
+        return error(c, (unsigned)code);
+    size_t plen;
+    const char *path = md_http_req_path(c, &plen);
+    char fields[MD_HTTP_TARGET_MAX + 32];
+    snprintf(fields, sizeof fields, "Location: %.*s/\r\n", (int)plen, path);
+    return md_http_respond(c, 301, fields, "text/plain", "Moved Permanently\n", 18);
+}
+
+static void lookup_release(struct lookup *lk)
+{
+    if (lk->file != NULL)
+        md_file_put(lk->file);
+    if (lk->alt != NULL)
+        md_file_put(lk->alt);
+    lk->file = lk->alt = NULL;
+}
+
 /* want bytes at s->off into chunk[]: from the page cache at once, or on the blocking pool. */
 static mp_poll read_piece(struct static_send *s, mp_context *cx, size_t want, size_t *n, int *err)
 {
     if (cx == NULL) { /* polled outside a task (the handler suites): a plain read */
-        ssize_t r = pread(s->fd, s->chunk, want, (off_t)s->off);
+        ssize_t r = pread(s->file->fd, s->chunk, want, (off_t)s->off);
         *n = r > 0 ? (size_t)r : 0;
         *err = r < 0 ? -errno : 0;
         return MP_READY;
     }
-    return mp_file_read_poll(mp_runtime_current(), &s->op, cx, s->fd, s->chunk, want, s->off, n,
-                             err);
+    return mp_file_read_poll(mp_runtime_current(), &s->op, cx, s->file->fd, s->chunk, want, s->off,
+                             n, err);
 }
 
 /* Are the first and last byte of [off, off + len) in the page cache? sendfile would wait for
@@ -294,11 +415,25 @@ static bool cached(int fd, uint64_t off, uint64_t len)
            preadv2(fd, &iov, 1, (off_t)(off + len - 1), RWF_NOWAIT) >= 0;
 }
 
+static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct static_send *s);
+
 static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
                        md_outbuf *out)
 {
-    (void)c; /* the head went out from on_req */
     struct static_send *s = (struct static_send *)p;
+    if (s->opening) { /* an open went to the pool: the rest of on_req, from here */
+        int rc = resolve(c, s->r, &s->lk, &s->op, cx, true);
+        if (rc == OPEN_WAIT)
+            return MD_PENDING_WAIT;
+        if (rc != 0) {
+            lookup_release(&s->lk);
+            return rc < 0 ? rc : respond_status(c, rc);
+        }
+        s->opening = false;
+        rc = answer(c, s->r, &s->lk, s);
+        if (rc != MD_HANDLER_PENDING)
+            return rc; /* answered whole (0), or -ENOMEM */
+    }
     if (s->small) { /* the rest of a small file the page cache did not have */
         size_t n;
         int err;
@@ -316,6 +451,14 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
     }
     if (md_outbuf_pending(out) != 0)
         return MD_PENDING_MORE; /* the head first */
+    if (!s->nodelay && io->fd >= 0) {
+        /* Nagle would hold the file's last short segment until the peer's delayed ACK (up to
+         * 40 ms a response): nginx's tcp_nodelay, set once the body goes by sendfile. */
+        int one = 1;
+        (void)setsockopt(io->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        s->nodelay = true;
+    }
+    int fd = s->file->fd;
     for (;;) {
         if (s->chunk_len != 0) {
             int err;
@@ -330,12 +473,11 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
             return 0;
         uint64_t left = s->end - s->off;
         uint64_t piece = left < SENDFILE_MAX ? left : SENDFILE_MAX;
-        if (!s->reading && !s->no_sendfile && io->sendfile != NULL &&
-            cached(s->fd, s->off, piece)) {
+        if (!s->reading && !s->no_sendfile && io->sendfile != NULL && cached(fd, s->off, piece)) {
             off_t at = (off_t)s->off;
             size_t n;
             int err;
-            if (io->sendfile(io, cx, s->fd, &at, (size_t)piece, &n, &err) == MP_PENDING)
+            if (io->sendfile(io, cx, fd, &at, (size_t)piece, &n, &err) == MP_PENDING)
                 return MD_PENDING_WAIT; /* the socket is full: woken when the peer reads */
             if (err == 0 && n == 0)
                 return -EIO; /* the file ended early: it shrank */
@@ -367,17 +509,16 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
     }
 }
 
+/* The response's references go: the file's descriptor is closed here when no cache holds it
+ * (md_file_put), on whichever worker the task runs now. */
 static void static_cancel(md_http_pending *p)
 {
     struct static_send *s = (struct static_send *)p;
-    mp_file_op_cancel(&s->op); /* a pool read finishes in storage of its own */
-    close(s->fd);
+    mp_file_op_cancel(&s->op); /* a pool open or read finishes in storage of its own */
+    lookup_release(&s->lk);
+    if (s->file != NULL)
+        md_file_put(s->file);
     free(s);
-}
-
-static void static_finish(md_http_pending *p)
-{
-    static_cancel(p);
 }
 
 /* poll's wrapper: the state goes once the response is complete or failed. */
@@ -386,7 +527,139 @@ static int static_poll_once(md_http_pending *p, md_http_conn *c, mp_context *cx,
 {
     int rc = static_poll(p, c, cx, io, out);
     if (rc != MD_PENDING_WAIT && rc != MD_PENDING_MORE)
-        static_finish(p);
+        static_cancel(p);
+    return rc;
+}
+
+static struct static_send *send_new(const md_route *r)
+{
+    struct static_send *s = malloc(sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->p.poll = static_poll_once;
+    s->p.cancel = static_cancel;
+    s->op = (mp_file_op){0};
+    s->r = r;
+    s->file = NULL;
+    s->chunk_len = 0;
+    s->small = s->reading = s->opening = s->nodelay = false;
+    s->lk.file = s->lk.alt = NULL;
+    return s;
+}
+
+/* The response for lk's file (its references are taken over: lk holds none after). From
+ * on_req (s NULL) or from the poll that finished lk's opens (s): MD_HANDLER_DONE when it is
+ * all in the output, MD_HANDLER_PENDING when s (made here if need be, and pended) sends the
+ * rest, or -ENOMEM. */
+static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct static_send *s)
+{
+    md_file *f = lk->file;
+    const char *ctype = md_mime_type(lk->rel, lk->rlen);
+    if (ctype == NULL)
+        ctype = r->content_type;
+    char fields[FIELDS_MAX];
+    size_t fl = 0;
+    if (lk->alt != NULL) {
+        md_file_put(f);
+        f = lk->alt;
+        fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Content-Encoding: %s\r\n",
+                               codings[lk->coding][0]);
+    }
+    lk->file = lk->alt = NULL;
+    if (r->precompressed) {
+        memcpy(fields + fl, "Vary: Accept-Encoding\r\n", 24);
+        fl += 23;
+    }
+    uint64_t size = f->size;
+    fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "ETag: %s\r\nLast-Modified: %s\r\n",
+                           f->etag, f->last_modified);
+
+    /* Conditionals (RFC 9110 13.2.2): If-None-Match, else If-Modified-Since. */
+    size_t vlen;
+    const char *inm = md_http_req_field(c, MD_FIELD_IF_NONE_MATCH, &vlen);
+    bool not_modified = false;
+    if (inm != NULL) {
+        not_modified = none_match(inm, vlen, f->etag);
+    } else {
+        const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
+        time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
+        not_modified = since >= 0 && f->mtime <= since;
+    }
+    int rc;
+    if (not_modified) {
+        rc = md_http_respond_head(c, 304, fields, ctype, size);
+        goto out_put;
+    }
+
+    memcpy(fields + fl, "Accept-Ranges: bytes\r\n", 23);
+    fl += 22;
+    fields[fl] = '\0';
+    uint64_t from = 0, to = size != 0 ? size - 1 : 0;
+    unsigned status = 200;
+    const char *range = md_http_req_field(c, MD_FIELD_RANGE, &vlen);
+    if (range != NULL) {
+        size_t irlen;
+        const char *ifr = md_http_req_field(c, MD_FIELD_IF_RANGE, &irlen);
+        bool applies = true;
+        if (ifr != NULL && ifr[0] == '"')
+            applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
+        else if (ifr != NULL)
+            applies = parse_date(ifr, irlen) == f->mtime; /* W/ tags never match */
+        int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
+        if (pr < 0) {
+            char f416[FIELDS_MAX + 64];
+            snprintf(f416, sizeof f416, "%sContent-Range: bytes */%llu\r\n", fields,
+                     (unsigned long long)size);
+            const md_http_status *s416 = md_http_status_of(416);
+            rc = md_http_respond(c, 416, f416, "text/plain", s416->body, s416->body_len);
+            goto out_put;
+        }
+        if (pr > 0) {
+            status = 206;
+            fl += (size_t)snprintf(
+                fields + fl, sizeof fields - fl, "Content-Range: bytes %llu-%llu/%llu\r\n",
+                (unsigned long long)from, (unsigned long long)to, (unsigned long long)size);
+        }
+    }
+    uint64_t len = size != 0 ? to - from + 1 : 0;
+    rc = md_http_respond_head(c, status, fields, ctype, len);
+    if (rc != 0 || len == 0 || md_http_req_is_head(c))
+        goto out_put;
+    if (len <= SMALL) {
+        /* After the head in the same output: one send for both. */
+        md_outbuf *out = md_http_conn_out(c);
+        char *w = md_outbuf_reserve(out, (size_t)len);
+        if (w == NULL) {
+            rc = -ENOMEM;
+            goto out_put;
+        }
+        /* From the page cache only: the rest (a cold file) is read on the blocking pool by
+         * the pending response, or found missing there if the file shrank. */
+        struct iovec iov = {.iov_base = w, .iov_len = (size_t)len};
+        ssize_t n = preadv2(f->fd, &iov, 1, (off_t)from, RWF_NOWAIT);
+        if (n < 0 && errno == EOPNOTSUPP)
+            n = pread(f->fd, w, (size_t)len, (off_t)from); /* a file system without RWF_NOWAIT */
+        if (n > 0)
+            md_outbuf_commit(out, w + n);
+        if (n == (ssize_t)len)
+            goto out_put; /* rc is 0: MD_HANDLER_DONE */
+        from += n > 0 ? (uint64_t)n : 0;
+        len -= n > 0 ? (uint64_t)n : 0;
+    }
+    bool fresh = s == NULL;
+    if (fresh && (s = send_new(r)) == NULL) {
+        rc = -ENOMEM;
+        goto out_put;
+    }
+    s->file = f;
+    s->off = from;
+    s->end = from + len;
+    s->small = len <= SMALL;
+    if (fresh)
+        md_http_conn_pend(c, &s->p);
+    return MD_HANDLER_PENDING;
+out_put:
+    md_file_put(f);
     return rc;
 }
 
@@ -398,169 +671,44 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     for (size_t i = 0; i + 1 < plen; i++)
         if (path[i] == '/' && path[i + 1] == '.')
             return error(c, 404);
-    char rel[REL_MAX];
-    if (plen - 1 + sizeof r->index_file + 4 > sizeof rel)
+    struct lookup lk;
+    if (plen - 1 + sizeof r->index_file + 4 > sizeof lk.rel)
         return error(c, 404);
-    memcpy(rel, path + 1, plen - 1);
-    size_t rlen = plen - 1;
-    bool dir = path[plen - 1] == '/';
-    if (dir) {
+    memcpy(lk.rel, path + 1, plen - 1);
+    lk.rlen = plen - 1;
+    lk.dir = path[plen - 1] == '/';
+    if (lk.dir) {
         size_t ilen = strlen(r->index_file);
-        memcpy(rel + rlen, r->index_file, ilen);
-        rlen += ilen;
+        memcpy(lk.rel + lk.rlen, r->index_file, ilen);
+        lk.rlen += ilen;
     }
-    rel[rlen] = '\0';
-    if (rlen == 0)
+    lk.rel[lk.rlen] = '\0';
+    if (lk.rlen == 0)
         return error(c, 404);
+    lk.looked = false;
+    lk.step = STEP_FILE;
+    lk.coding = -1;
+    lk.file = lk.alt = NULL;
 
-    struct stat st;
-    int fd = open_file(r->root_fd, rel, &st);
-    if (fd < 0)
-        return open_error(c, dir && fd == -ENOENT ? -EACCES : fd); /* no index: no listing */
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        if (dir)
-            return error(c, 403);
-        /* A directory without its '/': where its index is. */
-        char fields[MD_HTTP_TARGET_MAX + 32];
-        snprintf(fields, sizeof fields, "Location: %.*s/\r\n", (int)plen, path);
-        return md_http_respond(c, 301, fields, "text/plain", "Moved Permanently\n", 18);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return error(c, 403); /* a FIFO, device or socket: never read */
-    }
-
-    const char *ctype = md_mime_type(rel, rlen);
-    if (ctype == NULL)
-        ctype = r->content_type;
-    char fields[FIELDS_MAX];
-    size_t fl = 0;
-    if (r->precompressed) {
-        size_t alen;
-        const char *ae = md_http_req_field(c, MD_FIELD_ACCEPT_ENCODING, &alen);
-        /* FILE.br, then FILE.gz, for a client that takes that coding. */
-        static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
-        for (size_t i = 0; ae != NULL && i < 2 && rlen + 4 < sizeof rel; i++) {
-            if (!accepts(ae, alen, codings[i][0]))
-                continue;
-            memcpy(rel + rlen, codings[i][1], 4);
-            struct stat vst;
-            int vfd = open_file(r->root_fd, rel, &vst);
-            rel[rlen] = '\0';
-            if (vfd >= 0 && S_ISREG(vst.st_mode)) {
-                close(fd);
-                fd = vfd;
-                st = vst;
-                fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Content-Encoding: %s\r\n",
-                                       codings[i][0]);
-                break;
-            }
-            if (vfd >= 0)
-                close(vfd);
-        }
-        fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Vary: Accept-Encoding\r\n");
-    }
-
-    uint64_t size = (uint64_t)st.st_size;
-    char etag[80], lm[40];
-    snprintf(etag, sizeof etag, "\"%llx-%llx-%llx\"", (unsigned long long)st.st_ino,
-             (unsigned long long)st.st_mtim.tv_sec * 1000000000ull +
-                 (unsigned long long)st.st_mtim.tv_nsec,
-             (unsigned long long)size);
-    put_date(lm, sizeof lm, st.st_mtim.tv_sec);
-    fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "ETag: %s\r\nLast-Modified: %s\r\n",
-                           etag, lm);
-
-    /* Conditionals (RFC 9110 13.2.2): If-None-Match, else If-Modified-Since. */
-    size_t vlen;
-    const char *inm = md_http_req_field(c, MD_FIELD_IF_NONE_MATCH, &vlen);
-    bool not_modified = false;
-    if (inm != NULL) {
-        not_modified = none_match(inm, vlen, etag);
-    } else {
-        const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
-        time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
-        not_modified = since >= 0 && st.st_mtim.tv_sec <= since;
-    }
-    if (not_modified) {
-        close(fd);
-        return md_http_respond_head(c, 304, fields, ctype, size);
-    }
-
-    fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "Accept-Ranges: bytes\r\n");
-    uint64_t from = 0, to = size != 0 ? size - 1 : 0;
-    unsigned status = 200;
-    const char *range = md_http_req_field(c, MD_FIELD_RANGE, &vlen);
-    if (range != NULL) {
-        size_t irlen;
-        const char *ifr = md_http_req_field(c, MD_FIELD_IF_RANGE, &irlen);
-        bool applies = true;
-        if (ifr != NULL && ifr[0] == '"')
-            applies = irlen == strlen(etag) && memcmp(ifr, etag, irlen) == 0;
-        else if (ifr != NULL)
-            applies = parse_date(ifr, irlen) == st.st_mtim.tv_sec; /* W/ tags never match */
-        int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
-        if (pr < 0) {
-            close(fd);
-            char f416[FIELDS_MAX + 64];
-            snprintf(f416, sizeof f416, "%sContent-Range: bytes */%llu\r\n", fields,
-                     (unsigned long long)size);
-            const md_http_status *s416 = md_http_status_of(416);
-            return md_http_respond(c, 416, f416, "text/plain", s416->body, s416->body_len);
-        }
-        if (pr > 0) {
-            status = 206;
-            fl += (size_t)snprintf(
-                fields + fl, sizeof fields - fl, "Content-Range: bytes %llu-%llu/%llu\r\n",
-                (unsigned long long)from, (unsigned long long)to, (unsigned long long)size);
-        }
-    }
-    uint64_t len = size != 0 ? to - from + 1 : 0;
-    int rc = md_http_respond_head(c, status, fields, ctype, len);
-    if (rc != 0 || len == 0 || md_http_req_is_head(c)) {
-        close(fd);
-        return rc;
-    }
-    if (len <= SMALL) {
-        /* After the head in the same output: one send for both. */
-        md_outbuf *out = md_http_conn_out(c);
-        char *w = md_outbuf_reserve(out, (size_t)len);
-        if (w == NULL) {
-            close(fd);
+    mp_file_op op = {0};
+    int rc = resolve(c, r, &lk, &op, NULL, false);
+    if (rc == OPEN_WAIT) {
+        /* The open would wait for the disk: the pending response does it on the pool. */
+        struct static_send *s = send_new(r);
+        if (s == NULL) {
+            lookup_release(&lk);
             return -ENOMEM;
         }
-        /* From the page cache only: the rest (a cold file) is read on the blocking pool by
-         * the pending response, or found missing there if the file shrank. */
-        struct iovec iov = {.iov_base = w, .iov_len = (size_t)len};
-        ssize_t n = preadv2(fd, &iov, 1, (off_t)from, RWF_NOWAIT);
-        if (n < 0 && errno == EOPNOTSUPP)
-            n = pread(fd, w, (size_t)len, (off_t)from); /* a file system without RWF_NOWAIT */
-        if (n > 0)
-            md_outbuf_commit(out, w + n);
-        if (n == (ssize_t)len) {
-            close(fd);
-            return MD_HANDLER_DONE;
-        }
-        from += n > 0 ? (uint64_t)n : 0;
-        len -= n > 0 ? (uint64_t)n : 0;
+        s->lk = lk;
+        s->opening = true;
+        md_http_conn_pend(c, &s->p);
+        return MD_HANDLER_PENDING;
     }
-    struct static_send *s = malloc(sizeof *s);
-    if (s == NULL) {
-        close(fd);
-        return -ENOMEM;
+    if (rc != 0) {
+        lookup_release(&lk);
+        return rc < 0 ? rc : respond_status(c, rc);
     }
-    s->p.poll = static_poll_once;
-    s->p.cancel = static_cancel;
-    s->fd = fd;
-    s->off = from;
-    s->end = from + len;
-    s->chunk_len = 0;
-    s->small = len <= SMALL;
-    s->reading = false;
-    s->op = (mp_file_op){0};
-    md_http_conn_pend(c, &s->p);
-    return MD_HANDLER_PENDING;
+    return answer(c, r, &lk, NULL);
 }
 
 const md_handler md_handler_static = {.name = "static", .on_req = static_on_req};

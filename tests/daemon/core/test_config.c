@@ -148,8 +148,15 @@ Test(config, every_key, .timeout = 5)
                        "level = debug\n"
                        "access_log = /var/log/magpied/access.log\n"
                        "[server]\n"
-                       "shutdown_timeout_ms = 0\n";
+                       "shutdown_timeout_ms = 0\n"
+                       "[static]\n"
+                       "open_file_cache_entries = 0\n"
+                       "open_file_cache_max_fds = 1000000\n"
+                       "open_file_cache_valid_ms = 3600000\n";
     cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.file_cache.entries, 0);
+    cr_assert_eq(c.file_cache.max_fds, 1000000);
+    cr_assert_eq(c.file_cache.valid_ms, 3600000);
     cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
     cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.family, AF_INET6);
     cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "::1");
@@ -215,6 +222,9 @@ Test(config, bad_integer_names_file_line_key, .timeout = 5)
     expect_error("[limits]\nmax_requests_per_connection = 4294967296\n",
                  "test.conf:2: [limits] max_requests_per_connection: expected an integer in "
                  "0..4294967295, got \"4294967296\"");
+    expect_error("[static]\nopen_file_cache_valid_ms = 3600001\n",
+                 "test.conf:2: [static] open_file_cache_valid_ms: expected an integer in "
+                 "0..3600000, got \"3600001\"");
     expect_error("[server]\nshutdown_timeout_ms = 1 000\n",
                  "test.conf:2: [server] shutdown_timeout_ms: expected an integer in 0..3600000, "
                  "got \"1 000\"");

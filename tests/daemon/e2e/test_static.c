@@ -2,7 +2,8 @@
  * magpied serving a temporary tree: content and types, index and no listings, the traversal
  * shapes on raw sockets (curl would normalise them away), dotfiles, symlinks out of the root,
  * FIFOs, validators and 304, ranges, precompressed variants, a large file by sendfile to a
- * slow reader, and a file replaced under the server.
+ * slow reader, a file replaced under the server, and the open-file cache (its metrics, its
+ * window, a reload that turns it off).
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -19,6 +20,9 @@
 
 static char dir[64];
 static daemon_proc d;
+
+/* The open-file cache's window in these tests: a replaced file is served new after it. */
+enum { VALID_MS = 100 };
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
@@ -54,8 +58,10 @@ static void setup(void)
             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
             "[limits]\nsend_timeout_ms = 1000\n"
             "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
-            "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n",
-            dir);
+            "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n"
+            "[route /proc/self]\nhandler = static\nroot = /\n"
+            "[static]\nopen_file_cache_valid_ms = %d\n",
+            dir, VALID_MS);
     fclose(f);
     d = start_with(conf, NULL, NULL);
 }
@@ -219,6 +225,7 @@ Test(static_e2e, validators_and_304)
     r = get_with("/ten.txt", f);
     expect(r, "HTTP/1.1 304", NULL);
     cr_expect(strstr(r, "0123456789") == NULL, "a 304 with a body: %s", r);
+    cr_expect(strstr(r, "Content-Length") == NULL, "a 304 says no length: %s", r);
     snprintf(f, sizeof f, "If-None-Match: \"other\", W/%s\r\n", etag);
     expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL); /* weak comparison */
     expect(get_with("/ten.txt", "If-None-Match: *\r\n"), "HTTP/1.1 304", NULL);
@@ -231,8 +238,9 @@ Test(static_e2e, validators_and_304)
     snprintf(f, sizeof f, "If-None-Match: \"other\"\r\nIf-Modified-Since: %s\r\n", lm);
     expect(get_with("/ten.txt", f), "HTTP/1.1 200", NULL);
 
-    /* Replaced by rename: new content, new ETag. */
+    /* Replaced by rename: new content, new ETag, once the open-file cache's window passed. */
     sh("printf 'abcdefghij' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
+    usleep((VALID_MS + 50) * 1000);
     r = get("/ten.txt");
     expect(r, "HTTP/1.1 200", "\r\n\r\nabcdefghij");
     cr_expect_str_neq(field(r, "ETag"), etag);
@@ -403,4 +411,135 @@ Test(static_e2e, file_shrinking_mid_send_ends_with_a_close)
     close(fd);
     cr_expect_lt(total + (size_t)n, 3000000 + 400, "the whole length arrived after a truncate");
     expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
+}
+
+/* A counter or gauge from /metrics (the whole line's value). */
+static unsigned long long metric(const char *name)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/metrics | grep '^%s '", d.http, name);
+    const char *line = run(cmd);
+    unsigned long long v = 0;
+    cr_assert_eq(sscanf(line + strlen(name), " %llu", &v), 1, "%s: %s", name, line);
+    return v;
+}
+
+#define OFC "magpied_static_open_file_cache_"
+
+/* Repeated requests are served from a worker's open-file cache: hits move, the file's
+ * descriptor is counted; within the window a file replaced by rename is served whole, old or
+ * new, never mixed; after it, new with a new ETag. */
+Test(static_e2e, open_file_cache_hits_and_replaced_file_after_the_window)
+{
+    unsigned long long hits0 = metric(OFC "hits_total");
+    char etag[128];
+    snprintf(etag, sizeof etag, "%s", field(get("/ten.txt"), "ETag"));
+    /* Two workers: a few keep-alive requests reach both (and each worker's second is a hit). */
+    int fd = test_connect(d.http);
+    char resp[4096];
+    for (int i = 0; i < 8; i++) {
+        const char *req = "GET /ten.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+        test_write_all(fd, req, strlen(req));
+        read_some(fd, resp, sizeof resp, "0123456789", 1);
+    }
+    close(fd);
+    cr_expect_gt(metric(OFC "hits_total"), hits0, "no hit after 9 requests");
+    cr_expect_geq(metric(OFC "misses_total"), 1);
+    cr_expect_geq(metric(OFC "open_fds"), 1);
+    cr_expect_geq(metric(OFC "entries"), 1);
+
+    sh("printf 'ABCDEFGHIJ' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
+    char *r = get("/ten.txt");
+    if (strstr(r, "0123456789") != NULL) /* still the cached one: whole, with its own ETag */
+        cr_expect_str_eq(field(r, "ETag"), etag);
+    else
+        expect(r, "HTTP/1.1 200", "\r\n\r\nABCDEFGHIJ");
+    usleep((VALID_MS + 50) * 1000);
+    r = get("/ten.txt");
+    expect(r, "HTTP/1.1 200", "\r\n\r\nABCDEFGHIJ");
+    cr_expect_str_neq(field(r, "ETag"), etag);
+    cr_expect_geq(metric(OFC "expired_total"), 1);
+}
+
+/* SIGHUP with open_file_cache_entries = 0: the cache is off from the next request on (its
+ * entries are closed), and files are still served. */
+Test(static_e2e, reload_turns_the_open_file_cache_off)
+{
+    expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
+    expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    FILE *f = fopen(conf, "a");
+    cr_assert_not_null(f);
+    fprintf(f, "open_file_cache_entries = 0\n");
+    fclose(f);
+    kill(d.pid, SIGHUP);
+    for (int i = 0; i < 250 && metric("magpied_reloads_total{result=\"success\"}") == 0; i++)
+        usleep(20000);
+    cr_assert_eq(metric("magpied_reloads_total{result=\"success\"}"), 1);
+    /* Each worker drops its entries at its next static request. */
+    for (int i = 0; i < 8; i++)
+        expect(get("/ten.txt"), "HTTP/1.1 200", "0123456789");
+    unsigned long long hits = metric(OFC "hits_total");
+    for (int i = 0; i < 4; i++)
+        expect(get("/ten.txt"), "HTTP/1.1 200", "0123456789");
+    cr_expect_eq(metric(OFC "hits_total"), hits, "a hit with the cache off");
+}
+
+/* A file truncated while its descriptor is cached: within the window its cached size is
+ * announced, and the body ends at the new end with a close (never padded); after the window,
+ * the new size. */
+Test(static_e2e, shrunk_cached_file_ends_short_with_a_close)
+{
+    sh("head -c 100000 /dev/urandom > %s/www/cut.bin", dir);
+    expect(get("/cut.bin"), "HTTP/1.1 200", "Content-Length: 100000\r\n");
+    char path[128];
+    snprintf(path, sizeof path, "%s/www/cut.bin", dir);
+    cr_assert_eq(truncate(path, 20000), 0);
+    int fd = test_connect(d.http);
+    const char *req = "GET /cut.bin HTTP/1.1\r\nHost: x\r\n\r\n"; /* keep-alive asked */
+    test_write_all(fd, req, strlen(req));
+    static char buf[200000];
+    size_t total = 0;
+    for (;;) { /* to the close: the daemon closes a response it ended short */
+        ssize_t k = read(fd, buf + total, sizeof buf - 1 - total);
+        if (k <= 0)
+            break;
+        total += (size_t)k;
+        buf[total] = '\0';
+        if (strstr(buf, "Content-Length: 20000\r\n") != NULL) /* the window had passed */
+            break;
+    }
+    close(fd);
+    buf[total] = '\0';
+    const char *body = strstr(buf, "\r\n\r\n");
+    cr_assert_not_null(body, "%.300s", buf);
+    size_t blen = total - (size_t)(body + 4 - buf);
+    if (strstr(buf, "Content-Length: 100000\r\n") != NULL)
+        cr_expect_leq(blen, 20000, "bytes past the new end");
+    else
+        expect(buf, "HTTP/1.1 200", "Content-Length: 20000\r\n");
+    expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
+}
+
+/* An open the kernel cannot do from its caches alone (openat2's RESOLVE_CACHED refuses
+ * /proc/self, whose link proc resolves per process) goes to the blocking pool while the
+ * response waits, and every answer still comes: a file, a directory's redirect, a 404, and
+ * keep-alive after them. */
+Test(static_e2e, an_open_that_would_wait_runs_on_the_blocking_pool)
+{
+    unsigned long long jobs0 = metric("magpie_blocking_jobs_total");
+    expect(get("/proc/self/status"), "HTTP/1.1 200", "ETag: \"");
+    expect(get("/proc/self/fd"), "HTTP/1.1 301", "Location: /proc/self/fd/\r\n");
+    expect(get("/proc/self/nope"), "HTTP/1.1 404", NULL);
+    expect(get("/proc/self/fd/0"), "HTTP/1.1 404", NULL); /* a magic link: never followed */
+    cr_expect_geq(metric("magpie_blocking_jobs_total"), jobs0 + 4, "opens on the pool");
+    int fd = test_connect(d.http);
+    const char *req = "GET /proc/self/status HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /ten.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    test_write_all(fd, req, strlen(req));
+    char resp[8192];
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    expect(resp, "HTTP/1.1 200", "0123456789"); /* pipelined behind the pending open */
 }

@@ -1,0 +1,368 @@
+/* file_cache.c: the per-thread open-file cache (file_cache.h has the contract and the
+ * reference-count protocol).
+ *
+ * Each thread's cache is a chained hash table over (root, path) and a doubly-linked LRU list,
+ * both touched only by that thread, so a lookup takes no lock. It is made at the thread's
+ * first use and registered (under reg_mu) for /metrics, which reads its counters with relaxed
+ * loads; a pthread key's destructor drops its entries and folds its counters into the retired
+ * totals when the thread exits, so no descriptor outlives a worker's cache.
+ *
+ * Expiry: an entry is used until valid_ms after its open. Each lookup also closes up to two
+ * expired entries at the cold end of the LRU list, so the descriptor of a file deleted or
+ * replaced is not kept open long past valid_ms by a thread that goes on serving.
+ */
+#include "http/file_cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/metrics.h"
+
+typedef struct cache {
+    md_file **buckets; /* owner only */
+    uint32_t nbuckets; /* owner only; a power of two */
+    md_file *head, *tail;
+    /* Written by the owner only (a plain load and store), read by a scrape: relaxed. */
+    atomic_uint_fast64_t hits, misses, evictions, expired, n;
+    struct cache *reg_prev, *reg_next; /* guarded by reg_mu */
+} cache;
+
+static _Thread_local cache *self;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static cache *reg_head;               /* guarded by reg_mu */
+static uint64_t retired[4];           /* guarded by reg_mu: hits, misses, evictions, expired */
+static atomic_uint_fast64_t open_fds; /* atomic: counted descriptors not yet closed */
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void bump(atomic_uint_fast64_t *c, int64_t d)
+{
+    /* Relaxed: the owner is the only writer; a scrape may read either value. */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
+                          memory_order_relaxed);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint32_t hash_of(uint64_t root, const char *key, size_t len)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)root ^ (uint32_t)(root >> 32); /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 16777619u;
+    return h;
+}
+
+void md_file_put(md_file *f)
+{
+    /* acq_rel: releases this thread's use of f, and the last put acquires every other
+     * thread's before it closes and frees; pairs with itself in every other md_file_put()
+     * (the protocol in file_cache.h). */
+    if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    close(f->fd);
+    if (f->counted)
+        /* Relaxed: a bound's count, publishing nothing. */
+        atomic_fetch_sub_explicit(&open_fds, 1, memory_order_relaxed);
+    free(f);
+}
+
+/* Takes f off the owner's lists and drops the cache's reference. */
+static void unlist(cache *c, md_file *f)
+{
+    md_file **p = &c->buckets[f->hash & (c->nbuckets - 1)];
+    while (*p != f)
+        p = &(*p)->hnext;
+    *p = f->hnext;
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else
+        c->head = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
+    else
+        c->tail = f->prev;
+    bump(&c->n, -1);
+    md_file_put(f);
+}
+
+static void drain(cache *c)
+{
+    while (c->tail != NULL)
+        unlist(c, c->tail);
+}
+
+/* The thread's exit: its entries go, its counters join the retired totals. */
+static void cache_exit(void *arg)
+{
+    cache *c = arg;
+    drain(c);
+    pthread_mutex_lock(&reg_mu);
+    retired[0] += atomic_load_explicit(&c->hits, memory_order_relaxed);
+    retired[1] += atomic_load_explicit(&c->misses, memory_order_relaxed);
+    retired[2] += atomic_load_explicit(&c->evictions, memory_order_relaxed);
+    retired[3] += atomic_load_explicit(&c->expired, memory_order_relaxed);
+    if (c->reg_prev != NULL)
+        c->reg_prev->reg_next = c->reg_next;
+    else
+        reg_head = c->reg_next;
+    if (c->reg_next != NULL)
+        c->reg_next->reg_prev = c->reg_prev;
+    pthread_mutex_unlock(&reg_mu);
+    free(c->buckets);
+    free(c);
+    self = NULL;
+}
+
+static void key_create(void)
+{
+    if (pthread_key_create(&exit_key, cache_exit) != 0)
+        abort(); /* no key left: a process that cannot free its threads' caches */
+}
+
+/* The calling thread's cache, made at its first use; NULL when out of memory. */
+static cache *mine(void)
+{
+    if (self != NULL)
+        return self;
+    pthread_once(&exit_once, key_create);
+    cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    pthread_mutex_lock(&reg_mu);
+    c->reg_next = reg_head;
+    if (reg_head != NULL)
+        reg_head->reg_prev = c;
+    reg_head = c;
+    pthread_mutex_unlock(&reg_mu);
+    pthread_setspecific(exit_key, c);
+    return self = c;
+}
+
+/* Buckets for up to entries (one per entry, a power of two); false when out of memory. */
+static bool size_for(cache *c, uint32_t entries)
+{
+    uint32_t want = 16;
+    while (want < entries && want < (1u << 24))
+        want <<= 1;
+    if (want <= c->nbuckets)
+        return true;
+    md_file **b = calloc(want, sizeof *b);
+    if (b == NULL)
+        return false;
+    for (md_file *f = c->head; f != NULL; f = f->next) {
+        f->hnext = b[f->hash & (want - 1)];
+        b[f->hash & (want - 1)] = f;
+    }
+    free(c->buckets);
+    c->buckets = b;
+    c->nbuckets = want;
+    return true;
+}
+
+static bool enabled(const md_file_cache_limits *lim)
+{
+    return lim->entries != 0 && lim->valid_ms != 0 && lim->max_fds != 0;
+}
+
+/* Closes up to two expired entries at the cold end. */
+static void sweep(cache *c, uint64_t now)
+{
+    for (int i = 0; i < 2 && c->tail != NULL && c->tail->expires_ms <= now; i++) {
+        bump(&c->expired, 1);
+        unlist(c, c->tail);
+    }
+}
+
+md_file *md_file_cache_get(const md_file_cache_limits *lim, uint64_t root, const char *key,
+                           size_t len)
+{
+    if (!enabled(lim)) {
+        if (self != NULL && self->head != NULL)
+            drain(self);
+        return NULL;
+    }
+    cache *c = mine();
+    if (c == NULL)
+        return NULL;
+    if (c->nbuckets == 0) {
+        bump(&c->misses, 1);
+        return NULL;
+    }
+    uint64_t now = now_ms();
+    uint32_t h = hash_of(root, key, len);
+    md_file *f = c->buckets[h & (c->nbuckets - 1)];
+    while (f != NULL &&
+           (f->hash != h || f->root != root || f->key_len != len || memcmp(f->key, key, len) != 0))
+        f = f->hnext;
+    if (f != NULL && f->expires_ms <= now) {
+        bump(&c->expired, 1);
+        unlist(c, f);
+        f = NULL;
+    }
+    sweep(c, now);
+    if (f == NULL) {
+        bump(&c->misses, 1);
+        return NULL;
+    }
+    bump(&c->hits, 1);
+    if (c->head != f) { /* to the front */
+        f->prev->next = f->next;
+        if (f->next != NULL)
+            f->next->prev = f->prev;
+        else
+            c->tail = f->prev;
+        f->prev = NULL;
+        f->next = c->head;
+        c->head->prev = f;
+        c->head = f;
+    }
+    /* Relaxed: the cache's reference keeps f alive; taking one publishes nothing. */
+    atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+    return f;
+}
+
+static void put_date(char *buf, size_t len, time_t t)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+/* A descriptor of the max_fds bound for c's new entry: one free, or one freed by evicting c's
+ * least recently used entry (if nobody holds it). */
+static bool reserve_fd(cache *c, const md_file_cache_limits *lim)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        /* Relaxed: a bound's count, publishing nothing; fetch_add makes each reservation
+         * exact, so the bound holds under any interleaving. */
+        if (atomic_fetch_add_explicit(&open_fds, 1, memory_order_relaxed) < lim->max_fds)
+            return true;
+        atomic_fetch_sub_explicit(&open_fds, 1, memory_order_relaxed);
+        if (c->tail == NULL)
+            return false;
+        bump(&c->evictions, 1);
+        unlist(c, c->tail);
+    }
+    return false;
+}
+
+int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key, size_t len, int fd,
+                const struct stat *st, md_file **out)
+{
+    md_file *f = malloc(sizeof *f + len + 1);
+    if (f == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    atomic_init(&f->refs, 1);
+    f->fd = fd;
+    f->counted = false;
+    f->mode = st->st_mode;
+    f->size = (uint64_t)st->st_size;
+    f->mtime = st->st_mtim.tv_sec;
+    int n = snprintf(f->etag, sizeof f->etag, "\"%llx-%llx-%llx\"", (unsigned long long)st->st_ino,
+                     (unsigned long long)st->st_mtim.tv_sec * 1000000000ull +
+                         (unsigned long long)st->st_mtim.tv_nsec,
+                     (unsigned long long)f->size);
+    f->etag_len = (uint8_t)(n > 0 && (size_t)n < sizeof f->etag ? n : 0);
+    put_date(f->last_modified, sizeof f->last_modified, f->mtime);
+    f->prev = f->next = f->hnext = NULL;
+    f->root = root;
+    f->key_len = (uint32_t)len;
+    memcpy(f->key, key, len);
+    f->key[len] = '\0';
+    f->hash = hash_of(root, key, len);
+    *out = f;
+
+    cache *c = enabled(lim) && S_ISREG(st->st_mode) ? mine() : NULL;
+    if (c == NULL || !size_for(c, lim->entries))
+        return 0; /* served uncached */
+    while (atomic_load_explicit(&c->n, memory_order_relaxed) >= lim->entries && c->tail != NULL) {
+        bump(&c->evictions, 1);
+        unlist(c, c->tail);
+    }
+    if (!reserve_fd(c, lim))
+        return 0;
+    f->counted = true;
+    f->expires_ms = now_ms() + lim->valid_ms;
+    atomic_store_explicit(&f->refs, 2, memory_order_relaxed); /* not shared yet */
+    md_file **b = &c->buckets[f->hash & (c->nbuckets - 1)];
+    f->hnext = *b;
+    *b = f;
+    f->next = c->head;
+    if (c->head != NULL)
+        c->head->prev = f;
+    c->head = f;
+    if (c->tail == NULL)
+        c->tail = f;
+    bump(&c->n, 1);
+    return 0;
+}
+
+void md_file_cache_trim(void)
+{
+    if (self != NULL)
+        drain(self);
+}
+
+void md_file_cache_stats_get(md_file_cache_stats *out)
+{
+    pthread_mutex_lock(&reg_mu);
+    out->hits = retired[0];
+    out->misses = retired[1];
+    out->evictions = retired[2];
+    out->expired = retired[3];
+    out->entries = 0;
+    for (cache *c = reg_head; c != NULL; c = c->reg_next) {
+        out->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
+        out->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
+        out->evictions += atomic_load_explicit(&c->evictions, memory_order_relaxed);
+        out->expired += atomic_load_explicit(&c->expired, memory_order_relaxed);
+        out->entries += atomic_load_explicit(&c->n, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&reg_mu);
+    out->open_fds = atomic_load_explicit(&open_fds, memory_order_relaxed);
+}
+
+int md_file_cache_metrics(md_outbuf *out)
+{
+    md_file_cache_stats s;
+    md_file_cache_stats_get(&s);
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } m[] = {
+        {"hits_total", "counter", "Static files found open in a worker's open-file cache.", s.hits},
+        {"misses_total", "counter",
+         "Static file lookups that opened the file (not cached, or expired).", s.misses},
+        {"evictions_total", "counter",
+         "Open-file cache entries closed to keep within the entry or descriptor bounds.",
+         s.evictions},
+        {"expired_total", "counter",
+         "Open-file cache entries dropped after open_file_cache_valid_ms.", s.expired},
+        {"entries", "gauge", "Files listed in the workers' open-file caches.", s.entries},
+        {"open_fds", "gauge",
+         "Descriptors opened for the open-file caches and not yet closed (listed, or still "
+         "held by a response).",
+         s.open_fds},
+    };
+    int rc = 0;
+    char full[96];
+    for (size_t i = 0; rc == 0 && i < sizeof m / sizeof m[0]; i++) {
+        snprintf(full, sizeof full, "magpied_static_open_file_cache_%s", m[i].name);
+        rc = md_metrics_put_head(out, full, m[i].type, m[i].help);
+        if (rc == 0)
+            rc = md_metrics_put(out, "%s %llu\n", full, (unsigned long long)m[i].v);
+    }
+    return rc;
+}

@@ -1,0 +1,315 @@
+/* Tests of daemon/http/file_cache.c: the per-thread open-file cache (hits, expiry, the entry
+ * and descriptor bounds, references that outlive an entry, on other threads, and a thread's
+ * exit), counted against /proc/self/fd so that no descriptor leaks. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "http/file_cache.h"
+
+static char dir[64];
+static int dirfd_;
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/md-file-cache-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    dirfd_ = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(dirfd_, 0);
+}
+
+static void teardown(void)
+{
+    md_file_cache_trim();
+    close(dirfd_);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(file_cache, .init = setup, .fini = teardown, .timeout = 20);
+
+static void write_file(const char *name, const char *text)
+{
+    char path[128], tmp[140];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(rename(tmp, path), 0); /* replaced whole, as a deploy does */
+}
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int n = 0;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+static bool fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) != -1;
+}
+
+/* What the static handler does on a miss: open, fstat, md_file_new. */
+static md_file *open_new(const md_file_cache_limits *lim, const char *name)
+{
+    int fd = openat(dirfd_, name, O_RDONLY | O_CLOEXEC);
+    cr_assert_geq(fd, 0, "%s", name);
+    struct stat st;
+    cr_assert_eq(fstat(fd, &st), 0);
+    md_file *f;
+    cr_assert_eq(md_file_new(lim, 1, name, strlen(name), fd, &st, &f), 0);
+    return f;
+}
+
+/* The cached file for name, or a fresh one; the caller puts it. */
+static md_file *lookup(const md_file_cache_limits *lim, const char *name)
+{
+    md_file *f = md_file_cache_get(lim, 1, name, strlen(name));
+    return f != NULL ? f : open_new(lim, name);
+}
+
+static md_file_cache_stats stats(void)
+{
+    md_file_cache_stats s;
+    md_file_cache_stats_get(&s);
+    return s;
+}
+
+Test(file_cache, a_second_lookup_is_a_hit_on_the_same_descriptor)
+{
+    md_file_cache_limits lim = {16, 64, 10000};
+    write_file("a.txt", "hello");
+    md_file_cache_stats s0 = stats();
+    md_file *f = lookup(&lim, "a.txt");
+    int fd = f->fd;
+    cr_assert_eq(f->size, 5);
+    cr_assert_eq(f->etag[0], '"');
+    cr_assert_eq(strlen(f->etag), f->etag_len);
+    md_file_put(f);
+    cr_assert(fd_open(fd), "the cache keeps it open");
+    md_file *g = md_file_cache_get(&lim, 1, "a.txt", 5);
+    cr_assert_eq(g, f);
+    cr_assert_null(md_file_cache_get(&lim, 2, "a.txt", 5), "another root is another file");
+    md_file_put(g);
+    md_file_cache_stats s = stats();
+    cr_expect_eq(s.hits - s0.hits, 1);
+    cr_expect_eq(s.misses - s0.misses, 2);
+    cr_expect_eq(s.entries, 1);
+    cr_expect_eq(s.open_fds, 1);
+    md_file_cache_trim();
+    cr_expect(!fd_open(fd), "trimmed: closed");
+    cr_expect_eq(stats().open_fds, 0);
+}
+
+Test(file_cache, an_entry_expires_after_valid_ms_and_a_replaced_file_is_seen)
+{
+    md_file_cache_limits lim = {16, 64, 30};
+    write_file("r.txt", "old");
+    md_file *f = lookup(&lim, "r.txt");
+    char etag[MD_FILE_ETAG_MAX];
+    snprintf(etag, sizeof etag, "%s", f->etag);
+    int fd = f->fd;
+    md_file_put(f);
+    write_file("r.txt", "newer");
+    f = lookup(&lim, "r.txt"); /* within the window: the old file, whole */
+    cr_expect_eq(f->fd, fd);
+    cr_expect_eq(f->size, 3);
+    char b[8] = {0};
+    cr_expect_eq(pread(f->fd, b, sizeof b, 0), 3);
+    cr_expect_str_eq(b, "old");
+    md_file_put(f);
+    uint64_t expired = stats().expired;
+    usleep(60000);
+    cr_assert_null(md_file_cache_get(&lim, 1, "r.txt", 5), "expired");
+    cr_expect(!fd_open(fd), "an expired entry nobody holds is closed");
+    cr_expect_eq(stats().expired, expired + 1);
+    f = open_new(&lim, "r.txt");
+    cr_expect_eq(f->size, 5);
+    cr_expect_str_neq(f->etag, etag, "a replaced file has a new ETag");
+    md_file_put(f);
+}
+
+Test(file_cache, entries_are_bounded_least_recently_used_first)
+{
+    md_file_cache_limits lim = {4, 64, 10000};
+    int before = open_fds();
+    char name[16];
+    uint64_t ev = stats().evictions;
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "f%d", i);
+        write_file(name, "x");
+        md_file_put(lookup(&lim, name));
+        if (i >= 4) /* f1 used again each time: never the least recently used */
+            md_file_put(md_file_cache_get(&lim, 1, "f1", 2));
+    }
+    md_file_cache_stats s = stats();
+    cr_expect_eq(s.entries, 4);
+    cr_expect_eq(s.evictions - ev, 6);
+    cr_expect_eq(open_fds() - before, 4, "only the listed entries stay open");
+    md_file *f1 = md_file_cache_get(&lim, 1, "f1", 2);
+    cr_expect_not_null(f1, "recently used: kept");
+    if (f1 != NULL)
+        md_file_put(f1);
+    cr_expect_null(md_file_cache_get(&lim, 1, "f2", 2), "least recently used: evicted");
+    md_file_cache_trim();
+    cr_expect_eq(open_fds(), before);
+}
+
+Test(file_cache, descriptors_are_bounded_across_the_process)
+{
+    md_file_cache_limits lim = {100, 3, 10000};
+    int before = open_fds();
+    char name[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        write_file(name, "x");
+        md_file_put(lookup(&lim, name));
+        cr_assert_leq(stats().open_fds, 3);
+    }
+    cr_expect_leq(open_fds() - before, 3);
+    /* Held by responses, the three cannot be evicted: a fourth file is served uncached. */
+    md_file *held[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "g%d", 7 + i);
+        held[i] = md_file_cache_get(&lim, 1, name, strlen(name));
+        cr_assert_not_null(held[i], "%s", name);
+    }
+    md_file_cache_trim(); /* unlisted, but still open for their holders */
+    for (int i = 0; i < 3; i++)
+        cr_expect(fd_open(held[i]->fd));
+    md_file *extra = lookup(&lim, "g0");
+    cr_expect(!extra->counted, "over max_fds: not cached");
+    md_file_put(extra);
+    cr_expect_eq(stats().entries, 0);
+    for (int i = 0; i < 3; i++)
+        md_file_put(held[i]);
+    cr_expect_eq(stats().open_fds, 0);
+    cr_expect_eq(open_fds(), before);
+}
+
+Test(file_cache, off_when_any_limit_is_zero)
+{
+    md_file_cache_limits lim = {16, 64, 10000};
+    write_file("o.txt", "x");
+    md_file_put(lookup(&lim, "o.txt"));
+    cr_assert_eq(stats().entries, 1);
+    md_file_cache_limits off = {0, 64, 10000};
+    cr_expect_null(md_file_cache_get(&off, 1, "o.txt", 5));
+    cr_expect_eq(stats().entries, 0, "turning it off closes the thread's entries");
+    md_file *f = open_new(&off, "o.txt");
+    cr_expect(!f->counted);
+    md_file_put(f);
+    md_file_cache_limits no_window = {16, 64, 0};
+    f = open_new(&no_window, "o.txt");
+    cr_expect_eq(stats().entries, 0);
+    md_file_put(f);
+}
+
+/* A file shrinking under a holder: the cached size is the open's, reads see the new end. */
+Test(file_cache, a_shrunk_file_reads_short_through_a_cached_descriptor)
+{
+    md_file_cache_limits lim = {16, 64, 10000};
+    write_file("s.txt", "0123456789");
+    md_file *f = lookup(&lim, "s.txt");
+    char path[128];
+    snprintf(path, sizeof path, "%s/s.txt", dir);
+    cr_assert_eq(truncate(path, 4), 0);
+    md_file *g = md_file_cache_get(&lim, 1, "s.txt", 5);
+    cr_assert_eq(g, f);
+    cr_expect_eq(g->size, 10, "the size of the open");
+    char b[16];
+    cr_expect_eq(pread(g->fd, b, sizeof b, 0), 4, "a read stops at the new end");
+    cr_expect_eq(pread(g->fd, b, sizeof b, 4), 0);
+    md_file_put(f);
+    md_file_put(g);
+}
+
+/* A response's task moves to another worker: the entry it holds, found on this thread, is
+ * used and released there, after this thread's cache dropped it or while it still lists it.
+ * Run under ThreadSanitizer this checks the reference count's ordering. */
+struct holder {
+    md_file *f;
+    char got[8];
+};
+
+static void *use_and_put(void *arg)
+{
+    struct holder *h = arg;
+    cr_assert_eq(pread(h->f->fd, h->got, 5, 0), 5);
+    md_file_put(h->f);
+    return NULL;
+}
+
+Test(file_cache, a_reference_released_on_another_thread)
+{
+    md_file_cache_limits lim = {16, 64, 10000};
+    int before = open_fds();
+    write_file("m.txt", "moved");
+    for (int round = 0; round < 200; round++) {
+        md_file *f = lookup(&lim, "m.txt");
+        struct holder h = {.f = f};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, use_and_put, &h), 0);
+        if (round % 2 == 0)
+            md_file_cache_trim(); /* races the other thread's put: one of them closes */
+        pthread_join(t, NULL);
+        cr_assert_eq(memcmp(h.got, "moved", 5), 0);
+    }
+    md_file_cache_trim();
+    cr_expect_eq(open_fds(), before);
+    cr_expect_eq(stats().open_fds, 0);
+}
+
+/* A thread's exit closes what its cache holds; a reference it handed out stays good. */
+static md_file *handed;
+
+static void *fill_and_exit(void *arg)
+{
+    const md_file_cache_limits *lim = arg;
+    char name[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        md_file_put(lookup(lim, name));
+    }
+    handed = md_file_cache_get(lim, 1, "t3", 2);
+    return NULL;
+}
+
+Test(file_cache, a_thread_exit_releases_its_cache)
+{
+    md_file_cache_limits lim = {64, 256, 10000};
+    char name[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        write_file(name, "tt");
+    }
+    int before = open_fds();
+    uint64_t hits = stats().hits;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fill_and_exit, &lim), 0);
+    pthread_join(t, NULL);
+    cr_assert_not_null(handed);
+    cr_expect_eq(stats().entries, 0, "the thread's entries went with it");
+    cr_expect_eq(stats().hits, hits + 1, "its counters stay in the totals");
+    cr_expect_eq(open_fds() - before, 1, "only the handed-out one is open");
+    char b[4];
+    cr_expect_eq(pread(handed->fd, b, sizeof b, 0), 2);
+    md_file_put(handed);
+    cr_expect_eq(open_fds(), before);
+    cr_expect_eq(stats().open_fds, 0);
+}
