@@ -38,6 +38,8 @@
 # (WARMUP s of c64), then every scenario runs; rounds are interleaved and start one server
 # further down the list each time. Each run is bounded (magpie-load -d, and timeout). The
 # server's CPU per request comes from /proc/PID/stat (utime+stime, all its processes).
+# BENCH_PREBUILT=1 builds nothing: it takes BIN's go-peer, hyper-peer and idle_clients as they
+# are (loadtest/scaling.sh packs them, with magpied and magpie-load, for a bigger machine).
 # Writes build/bench/STAMP/: raw/ (each run's JSON and text), runs.csv, results.md and, when
 # gnuplot is installed (apt-get install gnuplot-nox), latency.png and cpu.png (800x500).
 set -euo pipefail
@@ -65,6 +67,7 @@ BIN=$BUILD_DIR/bin
 STAMP=$(date -u +%Y%m%d-%H%M%S)
 OUT=${OUT:-$ROOT/build/bench/$STAMP}
 LOCK=${LOCK:-/tmp/lt/bench.lock}
+PREBUILT=${BENCH_PREBUILT:-0} # 1: the peers and idle_clients are in BIN already (scaling.sh)
 
 log() { printf '%s\n' "$*" >&2; }
 die() { printf 'bench-http: %s\n' "$*" >&2; exit 1; }
@@ -97,7 +100,7 @@ if (($(ulimit -n) < NOFILE)) && ! ulimit -n "$NOFILE" 2>/dev/null; then
         fi
     done
 fi
-if ((IDLE_MAX > 0)); then
+if ((IDLE_MAX > 0)) && [[ $PREBUILT != 1 || ! -x $BIN/idle_clients ]]; then
     cc -O2 -Wall -o "$BIN/idle_clients" "$ROOT/loadtest/http/idle_clients.c" ||
         die "cannot build loadtest/http/idle_clients.c"
 fi
@@ -145,11 +148,13 @@ for s in $SERVERS; do
     case $s in
     magpied) ;;
     nginx)
-        NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+        NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
         [[ -x $NGINX ]] || SKIP[nginx]="nginx not installed (apt-get install nginx-light)"
         ;;
     go)
-        if ! command -v go >/dev/null; then
+        if [[ $PREBUILT == 1 ]]; then
+            [[ -x $BIN/go-peer ]] || SKIP[go]="not packed ($BIN/go-peer)"
+        elif ! command -v go >/dev/null; then
             SKIP[go]="go not installed (apt-get install golang-go)"
         elif ! (cd "$PEERS/go" && GOPROXY=off GOFLAGS=-mod=mod GOCACHE=$BUILD_DIR/gocache \
             GOPATH=$BUILD_DIR/gopath go build -trimpath -o "$BIN/go-peer" .) \
@@ -158,7 +163,9 @@ for s in $SERVERS; do
         fi
         ;;
     hyper)
-        if [[ ! -x /usr/bin/cargo ]]; then
+        if [[ $PREBUILT == 1 ]]; then
+            [[ -x $BIN/hyper-peer ]] || SKIP[hyper]="not packed ($BIN/hyper-peer)"
+        elif [[ ! -x /usr/bin/cargo ]]; then
             SKIP[hyper]="/usr/bin/cargo missing (apt-get install cargo librust-hyper-dev librust-tokio-dev)"
         elif ! (cd "$PEERS/hyper" && CARGO_TARGET_DIR=$BUILD_DIR/cargo /usr/bin/cargo build \
             --offline --release) >"$OUT/build-hyper.log" 2>&1; then
@@ -173,6 +180,10 @@ for s in $SERVERS; do
 done
 ACTIVE=()
 for s in $SERVERS; do [[ -n ${SKIP[$s]:-} ]] || ACTIVE+=("$s"); done
+if [[ ${BENCH_BUILD_ONLY:-0} == 1 ]]; then # scaling.sh pack: the peers, nothing run
+    log "built: $(cd "$BIN" && echo ./*)"
+    exit 0
+fi
 ((${#ACTIVE[@]})) || die "no server to run"
 if [[ -n $SWEEP_BASE ]]; then
     [[ " ${ACTIVE[*]} " == *" $SWEEP_BASE "* ]] || die "SWEEP_BASE=$SWEEP_BASE is not among the servers that run (${ACTIVE[*]})"
