@@ -5,6 +5,7 @@
 #   make bench-all                     everything, full length (about an hour on 2 vCPUs)
 #   BENCH_QUICK=1 make bench-all       every step's short mode: proves the pipeline (~8 min)
 #   STEPS="runtime-sched forkjoin" make bench-all      only those steps
+#   OUT=build/bench/STAMP STEPS=plots loadtest/bench-all.sh    redraw a run's plots and summary
 #   PUBLISH=1 make bench-all           also copy latency, cpu, runtime and forkjoin.png into
 #                                      loadtest/img/ (what loadtest/README.md and README.md show)
 #
@@ -55,6 +56,7 @@ run_step() { # STEP: runs it, output into $OUT
         env "${RT_ENV[@]}" SUITE="${1#runtime-}" loadtest/runtime/compare.sh >"$OUT/$1.md" 2>"$OUT/$1.log"
         ;;
     forkjoin) env "${FJ_ENV[@]}" loadtest/forkjoin/compare.sh >"$OUT/forkjoin.txt" 2>"$OUT/forkjoin.log" ;;
+    plots) ;; # nothing to run: the plots and summary.md below, again, from OUT's files
     *) log "bench-all: unknown step $1 (known: http runtime-sched runtime-sync runtime-io forkjoin)"; return 2 ;;
     esac
 }
@@ -91,8 +93,11 @@ done
 : >"$OUT/runtime.dat"
 for suite in sched sync io; do
     [[ -s $OUT/runtime-$suite.md ]] || continue
-    awk -F'|' -v s="$suite" 'NF >= 6 && $5 ~ /^ *[0-9.]+ *$/ {
-        gsub(/ /, "", $2); gsub(/ /, "", $5); print s ":" $2, $5 }' "$OUT/runtime-$suite.md" >>"$OUT/runtime.dat"
+    # The ratio of the two medians (the table's own is rounded to 0.01).
+    awk -F'|' -v s="$suite" 'NF >= 6 && $5 ~ /^ *[0-9.]+ *$/ && $3 + 0 > 0 && $4 + 0 > 0 {
+        gsub(/ /, "", $2); printf "%s:%s %.4g\n", s, $2, ($3 + 0) / ($4 + 0) }' "$OUT/runtime-$suite.md" >>"$OUT/runtime.dat"
+    raw=$(sed -n 's/^Raw per-run medians: //p' "$OUT/runtime-$suite.md")
+    [[ -n $raw && -f $raw ]] && cp "$raw" "$OUT/runtime-$suite-raw.txt"
 done
 # forkjoin.dat: "workload /rayon /openmp /tbb", from compare.sh's table of medians.
 : >"$OUT/forkjoin.dat"
@@ -102,17 +107,19 @@ if command -v gnuplot >/dev/null; then
     {
         echo "set terminal pngcairo size 800,500 noenhanced font ',10'"
         echo "set style data histogram; set style histogram cluster gap 1; set style fill solid 0.7"
-        echo "set grid ytics; set yrange [0:*]; set xtics rotate by -40 font ',8'"
+        echo "set grid ytics; set xtics rotate by -40 font ',8'"
         if [[ -s $OUT/runtime.dat ]]; then
             echo "set output '$OUT/runtime.png'"
             echo "set title 'libmagpie against Tokio 1.24: time per operation, magpie / Tokio (below 1: magpie faster)'"
-            echo "set ylabel 'magpie time / Tokio time (ratio of medians)'; set xlabel 'suite:workload'"
+            echo "set ylabel 'magpie time / Tokio time (ratio of medians, log scale)'; set xlabel 'suite:workload'"
+            echo "set logscale y; set yrange [*:2<*]"
             echo "plot '$OUT/runtime.dat' using 2:xtic(1) lc 1 title 'magpie / Tokio', 1 with lines lc rgb 'black' dashtype 2 title 'parity'"
         fi
         if [[ -s $OUT/forkjoin.dat ]]; then
             echo "set output '$OUT/forkjoin.png'"
+            echo "set logscale y; set yrange [*:2<*]"
             echo "set title 'Fork-join pool: magpie time / peer time, by workload (below 1: magpie faster)'"
-            echo "set ylabel 'magpie time / peer time (ratio of medians)'; set xlabel 'workload'; set key top left"
+            echo "set ylabel 'magpie time / peer time (ratio of medians, log scale)'; set xlabel 'workload'; set key top left"
             echo "plot '$OUT/forkjoin.dat' using 2:xtic(1) lc 2 title 'magpie / Rayon', '' using 3 lc 3 title 'magpie / OpenMP', '' using 4 lc 4 title 'magpie / oneTBB', 1 with lines lc rgb 'black' dashtype 2 title 'parity'"
         fi
     } >"$OUT/ratios.gp"

@@ -65,17 +65,19 @@ pack_http() {
             echo "scaling.sh: $p not built here (see $pack/http-peers.log): skipped there" >&2
         fi
     done
+    local bins="$h/build/release/magpied $h/build/release/magpie-load"
     if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
-        local ngx
-        ngx=$(command -v nginx || echo /usr/sbin/nginx)
-        cp "$ngx" "$h/nginx/nginx"
-        # Its libraries but glibc's own (assumed there, as for the other programs).
-        ldd "$ngx" | awk '$3 ~ /^\// { print $3 }' |
-            grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-            while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+        cp "$(command -v nginx || echo /usr/sbin/nginx)" "$h/nginx/nginx"
+        bins="$bins $h/nginx/nginx"
     else
         echo "scaling.sh: nginx not installed here: skipped there" >&2
     fi
+    # Their libraries (libuv, inih, nginx's pcre2, OpenSSL, zlib) but glibc's own, assumed
+    # there as for the other programs.
+    # shellcheck disable=SC2086 # a list of paths without spaces
+    ldd $bins | awk '$3 ~ /^\// { print $3 }' | sort -u |
+        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        while read -r lib; do cp -L "$lib" "$pack/lib/"; done
     du -sh "$h" >&2
 }
 

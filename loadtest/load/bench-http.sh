@@ -430,7 +430,7 @@ if grep -q '^[^,]*,idle' "$CSV"; then # memory per idle connection: its own tabl
 fi
 {
     echo
-    echo "Command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }${SWEEP_BASE:+SWEEP_BASE=$SWEEP_BASE }SERVERS=\"${ACTIVE[*]}\" SCENARIOS=\"$SCENARIOS\" ROUNDS=$ROUNDS DURATION=$DURATION loadtest/load/bench-http.sh"
+    echo "Command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }${SWEEP_BASE:+SWEEP_BASE=$SWEEP_BASE }${WORKERS:+WORKERS=$WORKERS }${LOAD_THREADS:+LOAD_THREADS=$LOAD_THREADS }SERVERS=\"${ACTIVE[*]}\" SCENARIOS=\"$SCENARIOS\" ROUNDS=$ROUNDS DURATION=$DURATION loadtest/load/bench-http.sh"
     echo "Machine: $(nproc) CPUs, $(uname -sr), $(date -u '+%Y-%m-%d %H:%M UTC'); medians over rounds."
     for s in "${!SKIP[@]}"; do echo "Skipped $s: ${SKIP[$s]}"; done
     for sc in "${!SKIP_SC[@]}"; do echo "Skipped $sc: ${SKIP_SC[$sc]}"; done
