@@ -397,11 +397,12 @@ for r in $(seq "$ROUNDS"); do
 done
 
 # ---- the table: medians over rounds
-awk -F, 'NR > 1 && $2 !~ /^idle/ { k = $1 "," $2; n[k]++; keys[k] = 1
-        for (c = 4; c <= 14; c++) v[k, c] = v[k, c] " " $c }
-    function med(s,   a, m, i, j, t) { m = split(s, a, " ")
+MED_AWK='function med(s,   a, m, i, j, t) { m = split(s, a, " ")
         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+'
+awk -F, "$MED_AWK"'NR > 1 && $2 !~ /^idle/ { k = $1 "," $2; n[k]++; keys[k] = 1
+        for (c = 4; c <= 14; c++) v[k, c] = v[k, c] " " $c }
     END {
         print "| server | scenario | runs | offered req/s | req/s | errors | p50 µs | p99 µs | p99.9 µs | max µs | server CPU µs/req | client CPU µs/req |"
         print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -415,11 +416,8 @@ if grep -q '^[^,]*,idle' "$CSV"; then # memory per idle connection: its own tabl
         echo
         echo "Idle keep-alive connections (RSS of all the server's processes, medians over rounds):"
         echo
-        awk -F, 'NR > 1 && $2 ~ /^idle/ { k = $1 "," $15; n[k]++; keys[k] = 1
+        awk -F, "$MED_AWK"'NR > 1 && $2 ~ /^idle/ { k = $1 "," $15; n[k]++; keys[k] = 1
                 b[k] = b[k] " " $16; w[k] = w[k] " " $17; p[k] = p[k] " " $18 }
-            function med(s,   a, m, i, j, t) { m = split(s, a, " ")
-                for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-                return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
             END {
                 print "| server | connections | runs | RSS before KiB | RSS with them KiB | KiB per connection |"
                 print "|---|---:|---:|---:|---:|---:|"
@@ -465,10 +463,7 @@ if command -v gnuplot >/dev/null; then
     } >"$OUT/plots.gp"
     # cpu.png: one cluster per scenario, one bar per server (medians).
     # Scenarios in SCENARIOS' order, servers in SERVERS' (the colours of latency.png).
-    awk -v scs="$SCENARIOS" -v svs="${ACTIVE[*]}" '{ k = $1 SUBSEP $2; v[k] = v[k] " " $3; seen[$1] = 1 }
-        function med(s,   a, m, i, j, t) { m = split(s, a, " ")
-            for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-            return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+    awk -v scs="$SCENARIOS" -v svs="${ACTIVE[*]}" "$MED_AWK"'{ k = $1 SUBSEP $2; v[k] = v[k] " " $3; seen[$1] = 1 }
         END { n = split(svs, sv, " "); m = split(scs, sc, " ")
               printf "scenario"; for (i = 1; i <= n; i++) printf " %s", sv[i]; print ""
               for (j = 1; j <= m; j++) { c = sc[j]; if (!(c in seen)) continue
