@@ -3,7 +3,7 @@
 # into one build/bench/STAMP/.
 #
 #   make bench-all                     everything, full length (about an hour on 2 vCPUs)
-#   BENCH_QUICK=1 make bench-all       every step's short mode: proves the pipeline (~8 min)
+#   BENCH_QUICK=1 make bench-all       every step's short mode: proves the pipeline (a few minutes)
 #   STEPS="runtime-sched forkjoin" make bench-all      only those steps
 #   OUT=build/bench/STAMP STEPS=plots loadtest/bench-all.sh    redraw a run's plots and summary
 #   PUBLISH=1 make bench-all           also copy latency, cpu, runtime and forkjoin.png into
@@ -37,7 +37,7 @@ log() { printf '%s\n' "$*" >&2; }
 
 # Seconds each step usually takes here (2 vCPUs), full and quick.
 declare -A EST_FULL=([http]=2700 [runtime-sched]=60 [runtime-sync]=60 [runtime-io]=120 [forkjoin]=600)
-declare -A EST_QUICK=([http]=240 [runtime-sched]=25 [runtime-sync]=25 [runtime-io]=40 [forkjoin]=90)
+declare -A EST_QUICK=([http]=90 [runtime-sched]=25 [runtime-sync]=25 [runtime-io]=40 [forkjoin]=90)
 est() { if [[ $QUICK == 1 ]]; then echo "${EST_QUICK[$1]:-60}"; else echo "${EST_FULL[$1]:-60}"; fi; }
 
 # The short modes of the steps that have no BENCH_QUICK of their own.
