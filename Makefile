@@ -16,6 +16,7 @@
 #   make bench                      runtime benchmark against its Tokio twin (loadtest/)
 #   make load                       magpie-load, the HTTP load generator (loadtest/load/)
 #   make bench-http                 HTTP servers under magpie-load, every scenario (BENCH_QUICK=1)
+#   make bench-all                  bench-http + runtime and fork-join comparisons, one folder
 #   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
 #
 # Installing packages is a step of its own: run, test, test-repeat and lint run it as one make
@@ -177,7 +178,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: load bench-http examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # The release build is also reachable as build/magpied.
 PROGRAMS := $(MAGPIED)
 ifeq ($(VARIANT),release)
@@ -376,9 +377,14 @@ bench:
 	loadtest/runtime/compare.sh
 
 # magpied, nginx, Tokio + hyper and Go under magpie-load, every scenario (BENCH_QUICK=1: one
-# closed-loop and one open-loop run per server, 3 s each); loadtest/load/README.md.
+# closed-loop, open-loop, static-file and idle-memory run per server); loadtest/load/README.md.
 bench-http: all
 	loadtest/load/bench-http.sh
+
+# bench-http, then the runtime (sched, sync, io) and fork-join comparisons, into one
+# build/bench/STAMP/ with summary.md and the plots (BENCH_QUICK=1: every step's short mode).
+bench-all: all
+	loadtest/bench-all.sh
 
 # A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
 # (no DESTDIR) keeps an existing /etc/magpied/magpied.conf, refreshes the linker cache, and

@@ -7,6 +7,9 @@
 #   loadtest/scaling.sh run      # there: run what pack built (LD_LIBRARY_PATH=build/scaling/lib)
 #   WORKERS="2 4 8 16" ROUNDS=3 loadtest/scaling.sh run
 #   loadtest/scaling.sh variants # there: every build/scaling/bench_magpie* beside TBB and Rayon
+#   loadtest/scaling.sh pack-http  # here: only the HTTP part of pack (also done by pack)
+#   loadtest/scaling.sh http     # there: loadtest/load/bench-http.sh at each of WORKERS
+#   WORKERS="4 8 16" BENCH_QUICK=1 loadtest/scaling.sh http
 #
 # `variants` compares pool builds: pack another commit in a worktree (git worktree add
 # /tmp/old COMMIT; cd /tmp/old; loadtest/scaling.sh pack) and copy its bench_magpie here as
@@ -22,13 +25,67 @@
 #     tasks for OMP_WORKLOADS only (OpenMP's untied tasks take minutes on fib35 and tree20).
 # Output: one table per part, worker counts across, and the raw lines in $OUT (or
 # build/scaling/results) for a second look.
+#
+# `http` runs the HTTP suite (loadtest/load/bench-http.sh, every server and scenario under
+# magpie-load) once per worker count W, from build/scaling/http/, a copy of the files it reads
+# laid out as in the repository: magpied and magpie-load (release), config/magpied.conf, the
+# nginx peer's configuration, the Go and hyper peers and idle_clients built here, and nginx's
+# binary (its libraries in build/scaling/lib). Each server gets W workers (nginx W worker
+# processes, Go GOMAXPROCS=W, hyper W Tokio workers, magpied [runtime] workers = W) and
+# magpie-load LOAD_THREADS runtime workers (default W/2, at least 1), so the client has cores
+# of its own. Results: $OUT/http-wW/ (results.md, runs.csv, the plots). The machine needs
+# bash, coreutils, curl, iproute2 (ss) and util-linux (flock); no compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pack=build/scaling
 mode=${1:-}
 
+# The HTTP suite's files, laid out as in the repository under $pack/http (see the top).
+pack_http() {
+    local h=$pack/http lib
+    make --no-print-directory build/release/magpied build/release/magpie-load >&2
+    rm -rf "$h"
+    mkdir -p "$h/build/release" "$h/build/loadtest/bin" "$h/loadtest/load" "$h/loadtest/peers/nginx" \
+        "$h/loadtest/http" "$h/config" "$h/nginx" "$pack/lib"
+    cp build/release/magpied build/release/magpie-load "$h/build/release/"
+    cp loadtest/load/bench-http.sh "$h/loadtest/load/"
+    cp loadtest/peers/nginx/nginx.conf.in "$h/loadtest/peers/nginx/"
+    cp loadtest/http/idle_clients.c "$h/loadtest/http/"
+    cp config/magpied.conf "$h/config/"
+    cc -O2 -Wall -o "$h/build/loadtest/bin/idle_clients" loadtest/http/idle_clients.c
+    # The peers as bench-http.sh builds them; one that cannot be built here is left out
+    # (bench-http.sh then skips it there with the reason).
+    BENCH_BUILD_ONLY=1 SERVERS="go hyper" OUT=$PWD/$pack/http-build \
+        loadtest/load/bench-http.sh 2>"$pack/http-peers.log" || true
+    for p in go-peer hyper-peer; do
+        if [ -x build/loadtest/bin/$p ]; then
+            cp build/loadtest/bin/$p "$h/build/loadtest/bin/"
+        else
+            echo "scaling.sh: $p not built here (see $pack/http-peers.log): skipped there" >&2
+        fi
+    done
+    local bins="$h/build/release/magpied $h/build/release/magpie-load"
+    if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
+        cp "$(command -v nginx || echo /usr/sbin/nginx)" "$h/nginx/nginx"
+        bins="$bins $h/nginx/nginx"
+    else
+        echo "scaling.sh: nginx not installed here: skipped there" >&2
+    fi
+    # Their libraries (libuv, inih, nginx's pcre2, OpenSSL, zlib) but glibc's own, assumed
+    # there as for the other programs.
+    # shellcheck disable=SC2086 # a list of paths without spaces
+    ldd $bins | awk '$3 ~ /^\// { print $3 }' | sort -u |
+        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+    du -sh "$h" >&2
+}
+
 case $mode in
+pack-http)
+    pack_http
+    exit 0
+    ;;
 pack)
     # The same builds as runtime/compare.sh and forkjoin/compare.sh, so the figures match.
     make --no-print-directory build/release/libmagpie.a >&2
@@ -52,17 +109,34 @@ pack)
     for b in "$pack"/magpie-bench "$pack"/bench_omp "$pack"/bench_tbb; do
         ldd "$b" | awk '/libuv|libtbb|libgomp/ { print $3 }'
     done | sort -u | xargs -I{} cp -L {} "$pack/lib/"
+    pack_http
     du -sh "$pack"
     exit 0
     ;;
-run | variants) ;;
+run | variants | http) ;;
 *)
-    echo "usage: $0 pack|run|variants" >&2
+    echo "usage: $0 pack|pack-http|run|variants|http" >&2
     exit 2
     ;;
 esac
 
 export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if [ "$mode" = http ]; then
+    res=${OUT:-$pack/results}
+    h=$pack/http
+    [ -x "$h/build/release/magpied" ] || { echo "scaling.sh: pack first ($h)" >&2; exit 2; }
+    ngx=$h/nginx/nginx
+    [ -x "$ngx" ] || ngx=$(command -v nginx || echo /usr/sbin/nginx)
+    echo "Machine: $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')), Linux $(uname -r)"
+    for w in ${WORKERS:-4 8 16}; do
+        lt=${LOAD_THREADS:-$((w / 2 > 0 ? w / 2 : 1))}
+        echo "== WORKERS=$w LOAD_THREADS=$lt" >&2
+        WORKERS=$w LOAD_THREADS=$lt BENCH_PREBUILT=1 NGINX=$ngx OUT=$PWD/$res/http-w$w \
+            "$h/loadtest/load/bench-http.sh" || echo "scaling.sh: bench-http failed at WORKERS=$w" >&2
+    done
+    exit 0
+fi
 
 if [ "$mode" = variants ]; then
     res=${OUT:-$pack/results}

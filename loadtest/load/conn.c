@@ -79,7 +79,7 @@ void ld_stats_collect(ld_stats *out)
     pthread_mutex_unlock(&stats_mu);
     while (s) {
         ld_hist_merge(&out->latency, &s->latency);
-        ld_hist_merge(&out->service, &s->service);
+        ld_hist_merge(&out->service, ld_g.rate > 0 ? &s->service : &s->latency);
         out->completed += s->completed;
         out->bytes_read += s->bytes_read;
         out->connects += s->connects;
@@ -219,7 +219,8 @@ static void record(conn *c, ld_stats *s, uint64_t now)
     if (now >= ld_g.end_ns)
         return;
     ld_hist_record(&s->latency, now - (o->due < o->sent ? o->due : o->sent));
-    ld_hist_record(&s->service, now - o->sent);
+    if (ld_g.rate > 0) /* closed loop: the same values; ld_stats_collect() copies them */
+        ld_hist_record(&s->service, now - o->sent);
     s->completed++;
     int st = c->resp.status;
     s->status[st >= 100 && st < 600 ? st / 100 : 0]++;
@@ -266,8 +267,12 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
     conn *c = mp_container_of(t, conn, task);
     ld_stats *s = stats();
     int err;
+    uint64_t now = 0;
+    bool fresh = false; /* now was read just before: a response was taken */
     for (unsigned batches = 0;;) {
-        uint64_t now = ld_now_ns();
+        if (!fresh)
+            now = ld_now_ns();
+        fresh = false;
         if (now >= ld_g.end_ns) {
             close_stream(c);
             mp_timer_cancel(&c->timer);
@@ -342,6 +347,7 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
                 mp_tcp_consume(c->tcp, len);
             if (ok && ++batches == BATCHES_PER_POLL)
                 return mp_yield(cx);
+            fresh = true; /* the next request goes out now: its send time is this read's */
             continue;
         }
         /* Waiting for the socket: and for the timer, at the earliest of its reasons. */

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# loadtest/load/vs-wrk.sh: magpie-load against wrk, both loading the same magpied.
+# loadtest/load/vs-wrk.sh: magpie-load against wrk, both loading the same server.
 #
 #   loadtest/load/vs-wrk.sh                     3 rounds x 10 s, c64, one client thread
 #   ROUNDS=1 DURATION=3 loadtest/load/vs-wrk.sh     a smoke run
-#   PIN=1 loadtest/load/vs-wrk.sh               magpied on CPU 1 with one worker, the client on CPU 0
+#   PIN=1 loadtest/load/vs-wrk.sh               the server on CPU 1 with one worker, the client on CPU 0
+#   SERVER=nginx loadtest/load/vs-wrk.sh        nginx (loadtest/peers/nginx) instead of magpied
 #
-# magpied (build/release/magpied, config/magpied.conf) starts once on a free loopback port.
+# The server (SERVER=magpied: build/release/magpied, config/magpied.conf; SERVER=nginx: the
+# peer configuration of loadtest/http/compare.sh) starts once on a free loopback port.
 # Each round runs `wrk -t1 -cC -dD` and `magpie-load -t1 -cC -dD` (and, with PIPE set,
 # both again with PIPE requests per write: wrk through loadtest/http/pipeline.lua), the
 # order swapped every round. Per run: req/s, the client's CPU seconds (user+sys of the
@@ -22,7 +24,9 @@ CONNS=${CONNS:-64}
 PIPE=${PIPE:-}
 WARMUP=${WARMUP:-2}
 PIN=${PIN:-0}
+SERVER=${SERVER:-magpied}
 MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 LOAD=${LOAD:-$ROOT/build/release/magpie-load}
 OUT=${OUTDIR:-$ROOT/build/loadtest}/vs-wrk-$(date +%Y%m%d-%H%M%S)
 LOCK=${LOCK:-/tmp/lt/bench.lock}
@@ -43,24 +47,61 @@ else
     WORKERS=${WORKERS:-0}
 fi
 SRV_PID=
+tree_pids() { # PID and its descendants (nginx: master and workers)
+    echo "$1"
+    for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
+}
 cleanup() {
     if [[ -n $SRV_PID ]]; then
+        local pids
+        pids=$(tree_pids "$SRV_PID")
         kill "$SRV_PID" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$SRV_PID" 2>/dev/null || true
+        for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
     fi
+    [[ -z ${RUN:-} ]] || rm -rf "$RUN"
 }
 trap cleanup EXIT INT TERM
 
-"${SRV[@]}" "$MAGPIED" -c "$ROOT/config/magpied.conf" --set http.listen=127.0.0.1:0 \
-    --set echo.listen= --set runtime.workers="$WORKERS" >"$OUT/magpied.out" 2>"$OUT/magpied.err" &
-SRV_PID=$!
-for _ in $(seq 100); do grep -q listening "$OUT/magpied.out" 2>/dev/null && break; sleep 0.1; done
-PORT=$(sed -n 's/.*http=127.0.0.1:\([0-9]*\).*/\1/p' "$OUT/magpied.out")
-[[ -n $PORT ]] || { echo "magpied did not start" >&2; cat "$OUT/magpied.err" >&2; exit 1; }
+case $SERVER in
+magpied)
+    "${SRV[@]}" "$MAGPIED" -c "$ROOT/config/magpied.conf" --set http.listen=127.0.0.1:0 \
+        --set echo.listen= --set runtime.workers="$WORKERS" >"$OUT/magpied.out" 2>"$OUT/magpied.err" 9>&- &
+    SRV_PID=$!
+    for _ in $(seq 100); do grep -q listening "$OUT/magpied.out" 2>/dev/null && break; sleep 0.1; done
+    PORT=$(sed -n 's/.*http=127.0.0.1:\([0-9]*\).*/\1/p' "$OUT/magpied.out")
+    ;;
+nginx)
+    [[ -x $NGINX ]] || { echo "nginx not installed (apt-get install nginx-light)" >&2; exit 2; }
+    mkdir -p /tmp/lt
+    RUN=$(mktemp -d /tmp/lt/vs-wrk.XXXXXX)
+    chmod 755 "$RUN" # its workers run as nobody
+    PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    nw=auto
+    ((WORKERS > 0)) && nw=$WORKERS
+    sed -e "s|@WORKERS@|$nw|g" -e "s|@PORT@|$PORT|g" -e "s|@RUNDIR@|$RUN|g" \
+        "$ROOT/loadtest/peers/nginx/nginx.conf.in" >"$RUN/nginx.conf"
+    "${SRV[@]}" "$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log" \
+        >"$OUT/nginx.out" 2>&1 9>&- &
+    SRV_PID=$!
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+    ;;
+*) echo "SERVER is magpied or nginx" >&2; exit 2 ;;
+esac
+if [[ -z $PORT ]] || ! kill -0 "$SRV_PID" 2>/dev/null; then
+    echo "$SERVER did not start" >&2
+    cat "$OUT"/*.err "$OUT"/*.out >&2
+    exit 1
+fi
 URL=http://127.0.0.1:$PORT/
 CLK=$(getconf CLK_TCK)
-srv_cpu() { awk '{print $14 + $15}' "/proc/$SRV_PID/stat"; }
+srv_cpu() { # utime+stime of the server's processes, ticks
+    local t=0 p
+    for p in $(tree_pids "$SRV_PID"); do
+        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
 
 # run FILE CMD...: runs CMD in a subshell of its own, whose `times` gives the client's CPU.
 run() {
@@ -84,7 +125,7 @@ to_us() { # wrk's "123.45us" / "1.23ms" / "1.00s" to microseconds
                            else if (v ~ /s$/) print n * 1e6; else print n }'
 }
 
-echo "magpied pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}; raw: $OUT"
+echo "$SERVER pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}; raw: $OUT"
 [[ $WARMUP -gt 0 ]] && timeout 60 "${CLI[@]}" wrk -t1 -c"$CONNS" -d"$WARMUP" "$URL" >/dev/null
 CSV=$OUT/runs.csv
 echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us" >"$CSV"
@@ -129,6 +170,6 @@ awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 /
     END {
         printf "\n| client | req/s (median) | requests per client CPU-second (median) |\n|---|---:|---:|\n"
         for (c in rps) printf "| %s | %.0f | %.0f |\n", c == "load" ? "magpie-load" : "wrk", med(rps[c]), med(eff[c])
-        printf "\nmagpie-load / wrk: req/s %.2fx, requests per client CPU-second %.2fx\n",
-            med(rps["load"]) / med(rps["wrk"]), med(eff["load"]) / med(eff["wrk"])
-    }' "$CSV" | tee "$OUT/summary.md"
+        printf "\nagainst %s: magpie-load / wrk: req/s %.2fx, requests per client CPU-second %.2fx\n",
+            srv, med(rps["load"]) / med(rps["wrk"]), med(eff["load"]) / med(eff["wrk"])
+    }' srv="$SERVER" "$CSV" | tee "$OUT/summary.md"
