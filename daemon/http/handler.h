@@ -95,6 +95,10 @@ typedef struct md_http_io {
      * It reads the file on the worker: only for bytes in the page cache. */
     mp_poll (*sendfile)(struct md_http_io *io, mp_context *cx, int in_fd, off_t *off, size_t count,
                         size_t *sent, int *err);
+    /* Sets TCP_NODELAY on the connection, once for its life (later calls cost nothing): a body
+     * sent in pieces by sendfile would otherwise have its last short segment held by Nagle
+     * until the peer's delayed ACK. NULL without a socket. */
+    void (*nodelay)(struct md_http_io *io);
 } md_http_io;
 
 /* A response that finishes later. Lives where the handler put it (usually its own struct,

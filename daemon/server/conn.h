@@ -69,6 +69,7 @@ typedef struct md_conn {
     _Atomic int refs; /* atomic: the task's and the stream's */
     bool closing;
     bool send_blocked; /* a write is waiting for the peer to read */
+    bool nodelay;      /* TCP_NODELAY is set (md_http_io.nodelay: once, when a handler asks) */
     int want;
     md_close_reason why; /* reported when it closes after its output (default: DONE) */
     uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms when accepted; 0 = none */

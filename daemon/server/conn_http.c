@@ -146,6 +146,14 @@ static mp_poll conn_io_read(md_http_io *io, mp_context *cx, const char **data, s
     return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
 }
 
+static void conn_io_nodelay(md_http_io *io)
+{
+    md_conn *c = ((struct conn_io *)(void *)io)->c;
+    if (!c->nodelay)
+        (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
+    c->nodelay = true;
+}
+
 static void conn_io_consume(md_http_io *io, size_t n)
 {
     mp_tcp_consume(&((struct conn_io *)(void *)io)->c->tcp, n);
@@ -191,7 +199,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                                   .write = conn_io_write,
                                   .sendfile = conn_io_sendfile,
                                   .read = conn_io_read,
-                                  .consume = conn_io_consume},
+                                  .consume = conn_io_consume,
+                                  .nodelay = conn_io_nodelay},
                                  c};
             int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
             if (want < 0)

@@ -48,7 +48,6 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +97,6 @@ struct static_send {
     bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
     bool no_sendfile;  /* sendfile refused this file (EINVAL, ENOSYS): copy it */
     bool opening;      /* lk is being resolved: an open waits on the pool */
-    bool nodelay;      /* TCP_NODELAY is set on the socket */
     struct lookup lk;
     char chunk[CHUNK];
 };
@@ -451,13 +449,8 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
     }
     if (md_outbuf_pending(out) != 0)
         return MD_PENDING_MORE; /* the head first */
-    if (!s->nodelay && io->fd >= 0) {
-        /* Nagle would hold the file's last short segment until the peer's delayed ACK (up to
-         * 40 ms a response): nginx's tcp_nodelay, set once the body goes by sendfile. */
-        int one = 1;
-        (void)setsockopt(io->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        s->nodelay = true;
-    }
+    if (io->nodelay != NULL)
+        io->nodelay(io); /* the file's last short segment must not wait for a delayed ACK */
     int fd = s->file->fd;
     for (;;) {
         if (s->chunk_len != 0) {
@@ -542,7 +535,7 @@ static struct static_send *send_new(const md_route *r)
     s->r = r;
     s->file = NULL;
     s->chunk_len = 0;
-    s->small = s->reading = s->opening = s->nodelay = false;
+    s->small = s->reading = s->opening = false;
     s->lk.file = s->lk.alt = NULL;
     return s;
 }

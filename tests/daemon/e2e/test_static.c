@@ -56,7 +56,6 @@ static void setup(void)
     cr_assert_not_null(f);
     fprintf(f,
             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
-            "[limits]\nsend_timeout_ms = 1000\n"
             "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
             "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n"
             "[route /proc/self]\nhandler = static\nroot = /\n"
@@ -316,14 +315,26 @@ Test(static_e2e, large_file_whole_to_fast_and_slow_readers)
 }
 
 /* A client that asks for a large file and never reads: the sendfile waits for it within the
- * send limits, then the connection closes (here send_timeout_ms = 1000); nothing hangs. */
+ * send limits, then the connection closes; nothing hangs. A daemon of its own, with
+ * send_timeout_ms = 1000 (the suite's keeps the default: curl --limit-rate above may pause
+ * longer than a second). */
 Test(static_e2e, a_peer_that_never_reads_a_large_file_is_closed_by_the_send_timeout)
 {
     sh("head -c 33554432 /dev/zero > %s/www/huge.bin", dir);
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/short.conf", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+            "[limits]\nsend_timeout_ms = 1000\n[route /]\nhandler = static\nroot = %s/www\n",
+            dir);
+    fclose(f);
+    daemon_proc d2 = start_with(conf, NULL, NULL);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int small = 65536; /* so the kernel cannot take the whole file for the client */
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.http)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d2.http)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     const char *req = "GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -338,6 +349,7 @@ Test(static_e2e, a_peer_that_never_reads_a_large_file_is_closed_by_the_send_time
     close(fd);
     cr_expect_lt(total, (size_t)33554432, "the connection closed before the end: %zu", total);
     cr_expect_gt(total, 0);
+    stop(&d2);
     expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
 }
 
@@ -533,7 +545,11 @@ Test(static_e2e, an_open_that_would_wait_runs_on_the_blocking_pool)
     expect(get("/proc/self/fd"), "HTTP/1.1 301", "Location: /proc/self/fd/\r\n");
     expect(get("/proc/self/nope"), "HTTP/1.1 404", NULL);
     expect(get("/proc/self/fd/0"), "HTTP/1.1 404", NULL); /* a magic link: never followed */
-    cr_expect_geq(metric("magpie_blocking_jobs_total"), jobs0 + 4, "opens on the pool");
+    /* Which of these the kernel can open from its caches alone depends on what the process
+     * touched before (its /metrics reads files under /proc/self): not every one need go to
+     * the pool, but /proc/self/nope does, always (proc keeps no negative dentry: RESOLVE_CACHED
+     * cannot tell its absence without the lookup). */
+    cr_expect_geq(metric("magpie_blocking_jobs_total"), jobs0 + 1, "opens on the pool");
     int fd = test_connect(d.http);
     const char *req = "GET /proc/self/status HTTP/1.1\r\nHost: x\r\n\r\n"
                       "GET /ten.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
