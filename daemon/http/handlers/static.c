@@ -535,7 +535,7 @@ static struct static_send *send_new(const md_route *r)
     s->r = r;
     s->file = NULL;
     s->chunk_len = 0;
-    s->small = s->reading = s->opening = false;
+    s->small = s->reading = s->opening = s->no_sendfile = false;
     s->lk.file = s->lk.alt = NULL;
     return s;
 }
