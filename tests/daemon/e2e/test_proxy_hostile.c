@@ -1,0 +1,300 @@
+/* End-to-end tests of magpied's proxy handler in front of upstreams that misbehave
+ * (tests/daemon/e2e/upstream.c): garbage and oversized heads, connections cut or reset at each
+ * point of a response, heads and bodies that come too late, a server that never accepts, bytes
+ * after a complete response, bodies on bodiless responses, interim 1xx responses. For each:
+ * the client gets the right status (502 before the response started, 504 for a time-out before
+ * the head) or a clean close, never bytes meant for another request; magpied serves the next
+ * request; and an upstream connection in doubt is never used again (the upstream numbers its
+ * connections in X-Conn). */
+#include <criterion/criterion.h>
+
+#include "daemon/e2e/proxy_harness.h"
+
+TestSuite(proxy_hostile, .init = proxy_dir_make, .fini = proxy_dir_remove, .timeout = 60);
+
+/* One upstream, tight time-outs, and no passive health (a failure here must not take the only
+ * server out for the requests that follow). */
+#define UPSTREAM_CONF                                                                              \
+    "[upstream app]\nserver = 127.0.0.1:%d\nconnect_timeout_ms = 500\nread_timeout_ms = 1000\n"    \
+    "header_timeout_ms = 1000\nmax_fails = 0\ntries = 1\n"                                         \
+    "[route /]\nhandler = proxy\nupstream = app\n"
+
+/* A response that was cut short: a 502 (nothing had gone to the client yet), or a response
+ * that does not complete and a connection closed after it. Never a complete 200. */
+static void expect_clean_failure(client *c, const char *what)
+{
+    response r = read_final(c, false, NULL);
+    if (r.status == 502 || r.status == 504) {
+        response_free(&r);
+        return;
+    }
+    if (r.status == 0) {
+        cr_assert(c->eof, "%s: neither a response nor a close", what);
+        response_free(&r);
+        return;
+    }
+    cr_assert(!r.complete, "%s: a complete %d response from a broken one: %s", what, r.status,
+              r.head);
+    cr_assert(client_closed(c, 5000), "%s: the connection stayed open after a short body", what);
+    response_free(&r);
+}
+
+static void expect_status(int port, const char *path, int want)
+{
+    response r = get(port, path);
+    cr_assert_eq(r.status, want, "GET %s: want %d, got: %s", path, want, r.head);
+    response_free(&r);
+}
+
+Test(proxy_hostile, garbage_and_oversized_heads_are_502)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    for (int v = 0; v < 8; v++) {
+        char path[64];
+        snprintf(path, sizeof path, "/mode/garbage?v=%d", v);
+        expect_status(d.http, path, 502);
+        still_serves(d.http);
+    }
+    /* Over max_response_header_bytes (64 KiB): a 502, no part of the head passed on. */
+    response r = get(d.http, "/mode/bighead?bytes=70000");
+    cr_assert_eq(r.status, 502, "%.200s", r.head);
+    cr_assert_eq(head_field(r.head, "X-Big", NULL, 0), 0);
+    response_free(&r);
+    r = get(d.http, "/mode/bighead?bytes=1000");
+    cr_assert_eq(r.status, 200, "%.200s", r.head);
+    cr_assert_eq(head_field(r.head, "X-Big", NULL, 0), 1);
+    response_free(&r);
+    still_serves(d.http);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+Test(proxy_hostile, cut_and_reset_responses_fail_cleanly)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    expect_status(d.http, "/mode/cut?at=none", 502);
+    expect_status(d.http, "/mode/reset?at=none", 502);
+    static const char *const cut[] = {"/mode/cut?at=head", "/mode/cut?at=body",
+                                      "/mode/cut?at=chunk", "/mode/reset?at=body"};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        /* A keep-alive client: it must see the failure, not wait for the rest. */
+        client c = client_open(d.http);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", cut[i]);
+        client_send(&c, req);
+        expect_clean_failure(&c, cut[i]);
+        client_close(&c);
+        still_serves(d.http);
+    }
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* A head that does not come within header_timeout_ms is a 504; a body that stops after the
+ * head went out ends in a close. */
+Test(proxy_hostile, slow_upstream_times_out)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    expect_status(d.http, "/mode/slowhead?ms=3000", 504);
+    still_serves(d.http);
+    client c = client_open(d.http);
+    client_send(&c, "GET /mode/slowbody?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    expect_clean_failure(&c, "a body stalled past read_timeout_ms");
+    client_close(&c);
+    /* Slow but within the time-outs: passed on whole. */
+    response r = get(d.http, "/mode/slowhead?ms=200");
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    response_free(&r);
+    still_serves(d.http);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* Refused: 502. Never accepted (the connect hangs): 504 or 502 within connect_timeout_ms
+ * and some slack, never a hang. */
+Test(proxy_hostile, refused_and_unaccepted_connects)
+{
+    upstream_proc u = upstream_start(0);
+    int refused = free_port();
+    daemon_proc d = proxy_start("[upstream app]\nserver = 127.0.0.1:%d\nconnect_timeout_ms = 300\n"
+                                "max_fails = 0\ntries = 1\n"
+                                "[upstream wedged]\nserver = 127.0.0.1:%d\n"
+                                "connect_timeout_ms = 300\nmax_fails = 0\ntries = 1\n"
+                                "[route /wedged]\nhandler = proxy\nupstream = wedged\n"
+                                "[route /]\nhandler = proxy\nupstream = app\n",
+                                refused, u.noaccept);
+    expect_status(d.http, "/refused", 502);
+    response r = get(d.http, "/wedged");
+    cr_assert(r.status == 504 || r.status == 502, "a connect that hangs: %s", r.head);
+    response_free(&r);
+    r = get(d.http, "/wedged");
+    cr_assert(r.status == 504 || r.status == 502, "a connect that hangs, again: %s", r.head);
+    response_free(&r);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* Every server down (passive health took the only one out): 502 at once, not after another
+ * connect_timeout_ms (2 s here; the second answer must come in well under that). */
+Test(proxy_hostile, all_servers_down_is_502_at_once)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start("[upstream app]\nserver = 127.0.0.1:%d\n"
+                                "connect_timeout_ms = 2000\nmax_fails = 1\n"
+                                "fail_timeout_ms = 30000\ntries = 1\n"
+                                "[route /]\nhandler = proxy\nupstream = app\n",
+                                u.noaccept);
+    response r = get(d.http, "/first");
+    cr_assert(r.status == 504 || r.status == 502, "%s", r.head);
+    response_free(&r);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    expect_status(d.http, "/second", 502);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    cr_assert_lt(ms, 1000, "with its only server down the proxy waited %ld ms", ms);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* The X-Conn of a response, 0 when it has none. */
+static long conn_of(const response *r)
+{
+    char v[32];
+    return head_field(r->head, "X-Conn", v, sizeof v) ? strtol(v, NULL, 10) : 0;
+}
+
+/* An upstream that sends a second, unrequested response after the first (at once, or a moment
+ * later while the connection sits idle in the pool): the client gets the first only, and the
+ * connection is never used again, so no later request gets the stray one. */
+Test(proxy_hostile, extra_bytes_after_a_response_never_reach_a_client)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    static const char *const paths[] = {"/mode/extra", "/mode/extra?delay_ms=50"};
+    for (int round = 0; round < 4; round++) {
+        const char *path = paths[round % 2];
+        client c = client_open(d.http);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+        client_send(&c, req);
+        response r = read_final(&c, false, NULL);
+        cr_assert_eq(r.status, 200, "%s", r.head);
+        cr_assert_str_eq(r.body, "ok");
+        long bad_conn = conn_of(&r);
+        response_free(&r);
+        usleep(100000); /* the delayed stray response has arrived by now, mostly */
+        /* The same client, and a new one: each gets its own echo on another connection. */
+        client_send(&c, "GET /after?token=same-client HTTP/1.1\r\nHost: x\r\n\r\n");
+        r = read_final(&c, false, NULL);
+        cr_assert_eq(r.status, 200, "%s", r.head);
+        cr_assert(strstr(r.body, "token=same-client") != NULL, "got: %s", r.body);
+        cr_assert_neq(conn_of(&r), bad_conn, "the connection that sent extra bytes was reused");
+        response_free(&r);
+        cr_assert(strstr(c.buf, "SMUGGLED") == NULL);
+        client_close(&c);
+        r = get(d.http, "/after?token=other-client");
+        cr_assert(strstr(r.body, "token=other-client") != NULL, "got: %s %s", r.head, r.body);
+        cr_assert_neq(conn_of(&r), bad_conn, "the connection that sent extra bytes was reused");
+        response_free(&r);
+    }
+    cr_assert_eq(stats_of(&u).bad, 0);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* 204 and 304 end at their heads (RFC 9112 section 6.3), and so does any response to HEAD: the
+ * body bytes an upstream sends anyway are not passed on, and its connection is not reused. */
+Test(proxy_hostile, bodiless_responses_stay_bodiless)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    static const char *const reqs[] = {
+        "GET /mode/status?code=204 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /mode/status?code=304 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "HEAD /mode/headbody HTTP/1.1\r\nHost: x\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        client c = client_open(d.http);
+        client_send(&c, reqs[i]);
+        response r = read_final(&c, reqs[i][0] == 'H', NULL);
+        cr_assert(r.status == 204 || r.status == 304 || r.status == 200, "%s", r.head);
+        long bad_conn = conn_of(&r);
+        response_free(&r);
+        cr_assert(!client_fill(&c, 100) && !c.eof, "bytes after a bodiless response: %s", c.buf);
+        client_send(&c, "GET /next?token=after-bodiless HTTP/1.1\r\nHost: x\r\n\r\n");
+        r = read_final(&c, false, NULL);
+        cr_assert_eq(r.status, 200, "%s: the next request got %s", reqs[i], r.head);
+        cr_assert(strstr(r.body, "token=after-bodiless") != NULL, "%s", r.body);
+        cr_assert_neq(conn_of(&r), bad_conn, "a connection that sent a stray body was reused");
+        response_free(&r);
+        client_close(&c);
+    }
+    /* A correct HEAD: the length of the GET, no body, the connection goes on. */
+    client c = client_open(d.http);
+    client_send(&c, "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\nGET /h HTTP/1.1\r\nHost: x\r\n\r\n");
+    response h = read_final(&c, true, NULL);
+    response g = read_final(&c, false, NULL);
+    cr_assert_eq(h.status, 200, "%s", h.head);
+    cr_assert_eq(g.status, 200, "%s", g.head);
+    char hl[32], gl[32];
+    cr_assert_eq(head_field(h.head, "Content-Length", hl, sizeof hl), 1);
+    cr_assert_eq(head_field(g.head, "Content-Length", gl, sizeof gl), 1);
+    /* The echo of HEAD is its request: one byte longer than GET's. */
+    cr_assert_eq(strtol(hl, NULL, 10) + 0, strtol(gl, NULL, 10) + 1, "HEAD %s GET %s", hl, gl);
+    response_free(&h);
+    response_free(&g);
+    client_close(&c);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* 1xx before the final response: an HTTP/1.1 client may see them (each a complete interim
+ * response), then gets the final one; an HTTP/1.0 client never sees one (RFC 9110 section
+ * 15.2). */
+Test(proxy_hostile, interim_responses)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    client c = client_open(d.http);
+    client_send(&c, "GET /mode/interim?codes=100,102,103 HTTP/1.1\r\nHost: x\r\n\r\n");
+    int interim = -1;
+    response r = read_final(&c, false, &interim);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_assert(strstr(r.body, "GET /mode/interim") != NULL, "%s", r.body);
+    cr_assert_leq(interim, 3);
+    response_free(&r);
+    client_send(&c, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+    r = read_final(&c, false, NULL);
+    cr_assert(strstr(r.body, "GET /next HTTP/1.1") != NULL, "%s", r.body);
+    response_free(&r);
+    client_close(&c);
+
+    c = client_open(d.http);
+    client_send(&c, "GET /mode/interim?codes=103,100 HTTP/1.0\r\nHost: x\r\n\r\n");
+    r = read_response(&c, false);
+    cr_assert_eq(r.status, 200, "an HTTP/1.0 client got: %s", r.head);
+    response_free(&r);
+    client_close(&c);
+
+    /* Expect: 100-continue: the client hears 100 before it sends the body (from magpied or
+     * passed on from the upstream), then the echo of its body. */
+    c = client_open(d.http);
+    client_send(&c, "POST /expect HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                    "Content-Length: 5\r\n\r\n");
+    r = read_response(&c, false);
+    cr_assert_eq(r.status, 100, "no 100 Continue before the body: %s", r.head);
+    response_free(&r);
+    client_send(&c, "hello");
+    r = read_final(&c, false, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_assert(strstr(r.body, "\r\n\r\nhello") != NULL, "%s", r.body);
+    response_free(&r);
+    client_close(&c);
+    still_serves(d.http);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
