@@ -18,20 +18,24 @@ typedef struct upstream_proc {
     int noaccept; /* a port whose connects hang */
 } upstream_proc;
 
-/* The upstream program beside this test binary. On `port` (0: one from the kernel). */
-static inline upstream_proc upstream_start(int port)
+/* The upstream program beside this test binary, on `port` (0: one from the kernel); false
+ * when it could not listen there. No assertions: client threads may call it. */
+static inline bool upstream_try_start(int port, upstream_proc *u)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    cr_assert_gt(n, 0);
+    if (n <= 0)
+        return false;
     exe[n] = 0;
     strcpy(strrchr(exe, '/') + 1, "upstream");
     char arg[16];
     snprintf(arg, sizeof arg, "%d", port);
     int p[2];
-    cr_assert_eq(pipe(p), 0);
+    if (pipe(p) != 0)
+        return false;
     pid_t pid = fork();
-    cr_assert_geq(pid, 0);
+    if (pid < 0)
+        return false;
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(p[1], 1);
@@ -43,10 +47,21 @@ static inline upstream_proc upstream_start(int port)
     close(p[1]);
     FILE *f = fdopen(p[0], "r");
     char line[128];
-    upstream_proc u = {.pid = pid};
-    cr_assert_not_null(fgets(line, sizeof line, f), "%s printed no port", exe);
+    *u = (upstream_proc){.pid = pid};
+    bool ok = fgets(line, sizeof line, f) != NULL &&
+              sscanf(line, "upstream port=%d noaccept=%d", &u->port, &u->noaccept) == 2;
     fclose(f);
-    cr_assert_eq(sscanf(line, "upstream port=%d noaccept=%d", &u.port, &u.noaccept), 2, "%s", line);
+    if (!ok) { /* it exited: the port was taken */
+        waitpid(pid, NULL, 0);
+        u->pid = -1;
+    }
+    return ok;
+}
+
+static inline upstream_proc upstream_start(int port)
+{
+    upstream_proc u;
+    cr_assert(upstream_try_start(port, &u), "the upstream did not start on port %d", port);
     return u;
 }
 

@@ -186,9 +186,8 @@ Test(proxy_framing, smuggling_shapes_never_reach_the_upstream)
         /* a NUL, a CR alone inside a field */
         "GET /s HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n",
         "GET /s HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n",
-        /* a request line with no version, or two spaces */
+        /* a request line with no version */
         "GET /s\r\nHost: x\r\n\r\n",
-        "GET  /s HTTP/1.1\r\nHost: x\r\n\r\n",
         /* no Host, and two */
         "GET /s HTTP/1.1\r\n\r\n",
         "GET /s HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
@@ -200,7 +199,8 @@ Test(proxy_framing, smuggling_shapes_never_reach_the_upstream)
         client c = client_open(d.http);
         test_write_all(c.fd, shapes[i], lens[i] ? lens[i] : strlen(shapes[i]));
         response r = read_response(&c, false);
-        cr_expect(r.status == 0 || (r.status >= 400 && r.status < 500) || r.status == 501,
+        cr_expect(r.status == 0 || (r.status >= 400 && r.status < 500) || r.status == 501 ||
+                      r.status == 505,
                   "shape %zu (%.60s...) got: %s %s", i, shapes[i], r.head, r.body);
         response_free(&r);
         client_close(&c);
@@ -230,6 +230,8 @@ Test(proxy_framing, ambiguous_shapes_refused_or_repaired)
         "GET /s HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n\tb\r\n\r\n",
         "GET /s HTTP/1.1\nHost: x\n\n",
         "GET /s HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n",
+        /* two spaces in the request line (section 3: may be read on word boundaries) */
+        "GET  /s HTTP/1.1\r\nHost: x\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         client c = client_open(d.http);
@@ -245,6 +247,9 @@ Test(proxy_framing, ambiguous_shapes_refused_or_repaired)
                       "shape %zu: two framings passed on:\n%s", i, up);
             cr_expect(strstr(up, "\r\n ") == NULL && strstr(up, "\r\n\t") == NULL,
                       "shape %zu: a fold passed on:\n%s", i, up);
+            cr_expect(strncmp(up, "GET /s HTTP/1.1\r\n", 17) == 0 ||
+                          strncmp(up, "POST /s HTTP/1.1\r\n", 18) == 0,
+                      "shape %zu: the request line passed on as:\n%s", i, up);
             if (i < 2) /* RFC 9112 section 6.1: close after a request with both */
                 cr_expect(client_closed(&c, 5000), "shape %zu: the connection stayed open", i);
         }

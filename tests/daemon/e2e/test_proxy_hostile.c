@@ -224,7 +224,13 @@ Test(proxy_hostile, bodiless_responses_stay_bodiless)
         cr_assert(r.status == 204 || r.status == 304 || r.status == 200, "%s", r.head);
         long bad_conn = conn_of(&r);
         response_free(&r);
-        cr_assert(!client_fill(&c, 100) && !c.eof, "bytes after a bodiless response: %s", c.buf);
+        size_t before = c.len;
+        client_fill(&c, 100);
+        cr_assert_eq(c.len, before, "bytes after a bodiless response: %s", c.buf);
+        if (c.eof) { /* closing the client's connection is clean too */
+            client_close(&c);
+            c = client_open(d.http);
+        }
         client_send(&c, "GET /next?token=after-bodiless HTTP/1.1\r\nHost: x\r\n\r\n");
         r = read_final(&c, false, NULL);
         cr_assert_eq(r.status, 200, "%s: the next request got %s", reqs[i], r.head);

@@ -104,10 +104,45 @@ static void *client_main(void *arg)
     return NULL;
 }
 
+/* An upstream on a port below the kernel's ephemeral range, which it can take again after a
+ * restart: in the ephemeral range, the kernel may hand the port to one of the many connects of
+ * the test while the upstream is down, and the restart would find it taken. */
+static upstream_proc start_on_fixed_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    cr_assert_gt(lo, 11000, "no room below the ephemeral ports (%d)", lo);
+    srand((unsigned)getpid());
+    upstream_proc u;
+    for (int i = 0; i < 100; i++)
+        if (upstream_try_start(10000 + rand() % (lo - 10000), &u))
+            return u;
+    cr_assert_fail("no free port below %d", lo);
+    abort(); /* not reached: the assertion ends the test */
+}
+
+/* Start it again where it was; a port held a moment longer by the exiting process is retried. */
+static upstream_proc restart_on(int port)
+{
+    upstream_proc u;
+    for (int i = 0; i < 200; i++) {
+        if (upstream_try_start(port, &u))
+            return u;
+        usleep(10000);
+    }
+    cr_assert_fail("the upstream could not listen on %d again", port);
+    abort(); /* not reached */
+}
+
 Test(proxy_restart, kill_and_restart_under_load)
 {
     upstream_proc a = upstream_start(0);
-    upstream_proc b = upstream_start(0);
+    upstream_proc b = start_on_fixed_port();
     int b_port = b.port;
     daemon_proc d = proxy_start("[upstream app]\nserver = 127.0.0.1:%d\nserver = 127.0.0.1:%d\n"
                                 "balance = round_robin\ntries = 2\nmax_fails = 1\n"
@@ -129,7 +164,7 @@ Test(proxy_restart, kill_and_restart_under_load)
         usleep(100000);
         upstream_stop(&b);
         usleep(100000);
-        b = upstream_start(b_port);
+        b = restart_on(b_port);
         restarts++;
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > RUN_MS)
