@@ -184,9 +184,15 @@ static bool is_route_section(const char *section)
            (section[5] == ' ' || section[5] == '\t' || section[5] == '=');
 }
 
+/* "[upstream NAME]": one section per group of servers. */
+static bool is_upstream_section(const char *section)
+{
+    return strncmp(section, "upstream", 8) == 0 && (section[8] == ' ' || section[8] == '\t');
+}
+
 static bool known_section(const char *section)
 {
-    if (is_route_section(section))
+    if (is_route_section(section) || is_upstream_section(section))
         return true;
     for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
         if (strcmp(sections[i], section) == 0)
@@ -404,6 +410,7 @@ struct parse_ctx {
     md_error *err;
     bool seen[NKEYS]; /* keys set by this file, by index into keys[] */
     md_route *route;  /* the [route] section being read; NULL in any other section */
+    md_upstream_conf *upstream; /* the [upstream] section being read; NULL in any other */
     bool routes;      /* a [route] section came: the file's routes replace the built-in ones */
 };
 
@@ -443,6 +450,49 @@ static void route_end(struct parse_ctx *ctx)
         return;
     snprintf(full, sizeof full, "[route %s%s] %s", r->exact ? "= " : "", r->path, msg);
     ctx_error_at(ctx, r->line, full);
+}
+
+/* The end of an [upstream] section: at least one server, named at its header's line. */
+static void upstream_end(struct parse_ctx *ctx)
+{
+    md_upstream_conf *u = ctx->upstream;
+    ctx->upstream = NULL;
+    char msg[256], full[MD_ERROR_MAX];
+    if (u == NULL || md_upstream_check(u, msg, sizeof msg) == 0)
+        return;
+    snprintf(full, sizeof full, "[upstream %s] %s", u->name, msg);
+    ctx_error_at(ctx, u->line, full);
+}
+
+static void upstream_begin(struct parse_ctx *ctx, const char *section)
+{
+    md_upstream_table *t = &ctx->c->upstreams;
+    char msg[MD_ERROR_MAX - 64];
+    if (md_upstream_add(t, section + 8, ctx->line, msg, sizeof msg) != 0) {
+        ctx_error(ctx, "[%s]: %s", section, msg);
+        return;
+    }
+    ctx->upstream = &t->u[t->n - 1];
+}
+
+/* After the whole file: every proxy route names an [upstream] that exists. */
+static void routes_link(struct parse_ctx *ctx)
+{
+    md_route_table *t = &ctx->c->routes;
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route *r = &t->r[i];
+        if (r->kind != MD_HANDLER_PROXY || r->upstream[0] == '\0')
+            continue;
+        int k = md_upstream_find(&ctx->c->upstreams, r->upstream);
+        if (k < 0) {
+            char full[MD_ERROR_MAX];
+            snprintf(full, sizeof full, "[route %s%s] upstream: no [upstream %s] section",
+                     r->exact ? "= " : "", r->path, r->upstream);
+            ctx_error_at(ctx, r->upstream_line != 0 ? r->upstream_line : r->line, full);
+            return;
+        }
+        r->upstream_index = (uint8_t)k;
+    }
 }
 
 /* A [route] header: the previous route is complete, a new one starts. */
@@ -512,10 +562,13 @@ static char *read_line(char *str, int num, void *stream)
                 section[end] = '\0';
             }
             route_end(ctx);
+            upstream_end(ctx);
             if (!known_section(section))
                 ctx_error(ctx, "unknown section [%.*s]", (int)end, str + 1);
             else if (is_route_section(section))
                 route_begin(ctx, section);
+            else if (is_upstream_section(section))
+                upstream_begin(ctx, section);
         }
     }
     return str;
@@ -545,6 +598,20 @@ static int on_key(void *user, const char *section, const char *name, const char 
             ctx_error(ctx, "[route %s%s] %s: unknown key", r->exact ? "= " : "", r->path, name);
         else if (rc != 0)
             ctx_error(ctx, "[route %s%s] %s: %s", r->exact ? "= " : "", r->path, name, msg);
+        if (rc == 0 && strcmp(name, "upstream") == 0)
+            r->upstream_line = ctx->line;
+        return rc == 0;
+    }
+    if (is_upstream_section(section)) {
+        md_upstream_conf *u = ctx->upstream;
+        if (u == NULL)
+            return 0; /* its header was refused, and said so */
+        char msg[MD_ERROR_MAX - 64];
+        int rc = md_upstream_key(u, name, value, msg, sizeof msg);
+        if (rc == -ENOENT)
+            ctx_error(ctx, "[upstream %s] %s: unknown key", u->name, name);
+        else if (rc != 0)
+            ctx_error(ctx, "[upstream %s] %s: %s", u->name, name, msg);
         return rc == 0;
     }
     const struct key *k = find_key(section, name);
@@ -578,6 +645,8 @@ int md_config_parse_file(md_config *c, FILE *f, const char *name, md_error *err)
 
     int rc = ini_parse_stream(read_line, &ctx, on_key, &ctx);
     route_end(&ctx);
+    upstream_end(&ctx);
+    routes_link(&ctx);
     md_routes_prepare(&c->routes);
     if (ferror(f)) {
         int e = errno != 0 ? errno : EIO;
@@ -655,8 +724,9 @@ int md_config_set(md_config *c, const char *assignment, md_error *err)
     memcpy(name, dot + 1, nlen);
     name[nlen] = '\0';
 
-    if (is_route_section(section)) {
-        set_error(err, o, "[%s]: routes are set in the file only", section);
+    if (is_route_section(section) || is_upstream_section(section)) {
+        set_error(err, o, "[%s]: %s are set in the file only", section,
+                  is_route_section(section) ? "routes" : "upstreams");
         return -EINVAL;
     }
     if (!known_section(section)) {

@@ -18,6 +18,7 @@
 
 #include "http/http.h"
 #include "http/routes.h"
+#include "http/upstream.h"
 
 enum {
     MD_ERROR_MAX = 512,
@@ -94,6 +95,8 @@ typedef struct md_config {
     /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
      * has none. A value like the rest: a reload swaps it with the limits, as one unit. */
     md_route_table routes;
+    /* [upstream NAME] sections, for the proxy routes (a route's upstream_index points here). */
+    md_upstream_table upstreams;
 
     /* Where each key's value came from, for messages: the file name, and per key the line
      * (0: the default, MD_CONFIG_LINE_SET: a --set override). */

@@ -7,7 +7,12 @@
  *   on_head(c, r)  optional, when the request head is complete: says what to do with the body
  *                  (MD_BODY_DISCARD by default; MD_BODY_GATHER collects it for on_req;
  *                  MD_BODY_STREAM after the handler wrote a response head itself, each span
- *                  of the body then goes to on_body as it arrives, and on_req is not called)
+ *                  of the body then goes to on_body as it arrives, and on_req is not called;
+ *                  MD_BODY_PIPE after it md_http_conn_pend()ed: the response comes from the
+ *                  pending poll, and each span goes to on_body, parsing stopping after it
+ *                  until the poll has passed the span on and returns MD_PENDING_READ, so
+ *                  a slow sink holds the client back with one span in hand; on_req is not
+ *                  called, md_http_req_body_done() says when the body is complete)
  *   on_req(c, r)   when the request is complete: answers now with md_http_respond*()
  *                  (returns MD_HANDLER_DONE), or md_http_conn_pend()s and returns
  *                  MD_HANDLER_PENDING to finish later. Negative: -ENOMEM, the connection
@@ -41,6 +46,7 @@ typedef enum md_body_mode {
     MD_BODY_DISCARD, /* counted against the limits and dropped */
     MD_BODY_GATHER,  /* collected (up to max_body_bytes) for on_req: md_http_req_body() */
     MD_BODY_STREAM,  /* the handler has written its response head; spans go to on_body */
+    MD_BODY_PIPE,    /* the handler has pended; spans go to on_body, one at a time */
 } md_body_mode;
 
 enum { MD_HANDLER_DONE = 0, MD_HANDLER_PENDING = 1 };
@@ -56,12 +62,13 @@ typedef struct md_handler {
 
 /* The handlers, one file each in http/handlers/. */
 extern const md_handler md_handler_text, md_handler_echo, md_handler_metrics, md_handler_health,
-    md_handler_redirect, md_handler_static;
+    md_handler_redirect, md_handler_static, md_handler_proxy;
 
 /* What md_http_pending.poll returns when it has not finished. */
 enum {
     MD_PENDING_WAIT = 1, /* a waker is held (a join, a timer): poll again when woken */
     MD_PENDING_MORE = 2, /* output queued: poll again once it is written */
+    MD_PENDING_READ = 3, /* MD_BODY_PIPE: the last span is passed on, parse the next */
 };
 
 /* What the I/O layer lends a pending handler for one poll: the socket, for a body sent
@@ -102,6 +109,21 @@ const char *md_http_req_body(const md_http_conn *c, size_t *len);
  * longer than MD_HTTP_COND_KEEP. */
 const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len);
 const md_http_server *md_http_conn_server(const md_http_conn *c);
+/* With md_http_server.keep_fields: the target as sent (target_len bytes), then CRLF and each
+ * header field as "name: value" CRLF, len bytes in all; valid until the response is done. */
+const char *md_http_req_head(const md_http_conn *c, size_t *target_len, size_t *len);
+/* The client's address without port (md_http_server.peer), or NULL. */
+const char *md_http_req_peer(md_http_conn *c);
+/* MD_BODY_PIPE: the whole body has been parsed (and given to on_body). */
+bool md_http_req_body_done(const md_http_conn *c);
+unsigned md_http_req_version_minor(const md_http_conn *c); /* 0: HTTP/1.0 */
+/* The response closes the connection (the request's Connection, a drain, the limits). */
+bool md_http_req_closes(const md_http_conn *c);
+void md_http_req_close_after(md_http_conn *c); /* ... and from now on it will */
+bool md_http_req_chunked(const md_http_conn *c);
+bool md_http_req_has_length(const md_http_conn *c);
+uint64_t md_http_req_length(const md_http_conn *c); /* the Content-Length */
+bool md_http_req_upgrade(const md_http_conn *c);    /* Connection: upgrade with Upgrade */
 
 /* A whole response with a body from memory (none for HEAD). fields: more header lines, each
  * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */
@@ -118,6 +140,9 @@ int md_http_respond_produced(md_http_conn *c, const char *ctype,
  * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
 int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
                          uint64_t length);
+/* A response whose head the handler wrote into out itself (a proxied one): counted, and
+ * logged, as one of status with body_bytes of body. */
+void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes);
 /* Where a streamed body goes: the connection's output (valid during the call only). */
 md_outbuf *md_http_conn_out(md_http_conn *c);
 

@@ -119,6 +119,30 @@ static bool same_lower(const char *s, const char *lower, size_t n)
     return true;
 }
 
+/* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
+static bool keep(md_http_conn *c, const char *at, size_t len)
+{
+    if (c->kept_len + len > c->kept_cap) {
+        size_t cap = c->kept_cap != 0 ? c->kept_cap : 1024;
+        while (cap < c->kept_len + len)
+            cap *= 2;
+        char *nk = realloc(c->kept, cap);
+        if (nk == NULL)
+            return false;
+        c->kept = nk;
+        c->kept_cap = cap;
+    }
+    if (len != 0)
+        memcpy(c->kept + c->kept_len, at, len);
+    c->kept_len += len;
+    return true;
+}
+
+static bool keeping(const md_http_conn *c)
+{
+    return c->srv->keep_fields && c->phase == PHASE_HEAD;
+}
+
 /* Request state lives only while a request is in progress (an idle connection keeps none),
  * so a keep-alive connection gives it back after every response and takes it again with the
  * next request's first byte. A few go back to a cache of the thread's (libmagpie's
@@ -362,6 +386,63 @@ const md_http_server *md_http_conn_server(const md_http_conn *c)
     return c->srv;
 }
 
+const char *md_http_req_head(const md_http_conn *c, size_t *target_len, size_t *len)
+{
+    *target_len = c->kept_target;
+    *len = c->kept_len;
+    return c->kept;
+}
+
+const char *md_http_req_peer(md_http_conn *c)
+{
+    return c->srv->peer != NULL ? c->srv->peer(c) : NULL;
+}
+
+bool md_http_req_body_done(const md_http_conn *c)
+{
+    return c->req->body_done;
+}
+
+unsigned md_http_req_version_minor(const md_http_conn *c)
+{
+    return c->parser.http_minor;
+}
+
+bool md_http_req_closes(const md_http_conn *c)
+{
+    return closes(c);
+}
+
+bool md_http_req_chunked(const md_http_conn *c)
+{
+    return (c->parser.flags & F_CHUNKED) != 0;
+}
+
+uint64_t md_http_req_length(const md_http_conn *c)
+{
+    return (c->parser.flags & F_CONTENT_LENGTH) ? c->req->body_length : 0;
+}
+
+bool md_http_req_has_length(const md_http_conn *c)
+{
+    return (c->parser.flags & F_CONTENT_LENGTH) != 0;
+}
+
+bool md_http_req_upgrade(const md_http_conn *c)
+{
+    return c->parser.upgrade != 0;
+}
+
+void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes)
+{
+    count_response(c, status, body_bytes);
+}
+
+void md_http_req_close_after(md_http_conn *c)
+{
+    c->req->keep_alive = false;
+}
+
 /* The response for a complete request that was not streamed: what the core answers itself,
  * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
 static int answer(md_http_conn *c)
@@ -463,6 +544,8 @@ static int on_message_begin(llhttp_t *p)
         memset(c->req, 0, offsetof(md_http_req, target));
     c->req_zeroed = false;
     c->req->start_ns = c->now_ns;
+    c->kept_len = 0;
+    c->kept_target = 0;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
     if (c->requests != 0)
@@ -513,6 +596,10 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
                 query = i;
         }
     }
+    if (c->srv->keep_fields && !keep(c, at, len)) {
+        c->oom = true;
+        return HPE_USER;
+    }
     if (r->target_full)
         return 0;
     if (query < len && !r->path_done) {
@@ -526,6 +613,17 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     }
     memcpy(r->target + r->target_len, at, take);
     r->target_len += (uint32_t)take;
+    return 0;
+}
+
+static int on_url_complete(llhttp_t *p)
+{
+    md_http_conn *c = conn_of(p);
+    c->kept_target = (uint32_t)c->kept_len;
+    if (c->srv->keep_fields && !keep(c, "\r\n", 2)) {
+        c->oom = true;
+        return HPE_USER;
+    }
     return 0;
 }
 
@@ -555,6 +653,10 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
         memcpy(r->name + r->name_len, at, len < n ? len : n);
     }
     r->name_len = (uint8_t)(r->name_len + len > 255 ? 255 : r->name_len + len);
+    if (keeping(c) && !keep(c, at, len)) {
+        c->oom = true;
+        return HPE_USER;
+    }
     return c->phase == PHASE_BODY ? count_body(c, len) : 0;
 }
 
@@ -663,6 +765,10 @@ static int on_header_field_complete(llhttp_t *p)
     /* A second field of a kept name: its value joins the first's as a list element. */
     if (IS_FIELD(r->header) && r->field_len[r->header - HDR_IF_NONE_MATCH] != 0)
         keep_list(r, r->header - HDR_IF_NONE_MATCH, ", ", 2);
+    if (keeping(c) && !keep(c, ": ", 2)) {
+        c->oom = true;
+        return HPE_USER;
+    }
     if (++r->fields > c->srv->limits.max_headers)
         return reject(c, 431);
     return 0;
@@ -756,6 +862,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     r->value_open = true;
     r->value_cut = false;
     r->value_end = at + len;
+    if (keeping(c) && !keep(c, at, len)) {
+        c->oom = true;
+        return HPE_USER;
+    }
     if (r->header == HDR_HOST) /* never set for a trailer */
         return check_host(r, at, len) ? 0 : reject(c, 400);
     if (len != 0 && memchr(at, '\0', len) != NULL)
@@ -775,8 +885,19 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 
 static int on_header_value_complete(llhttp_t *p)
 {
-    md_http_req *r = conn_of(p)->req;
+    md_http_conn *c = conn_of(p);
+    md_http_req *r = c->req;
     r->value_open = false;
+    if (keeping(c)) {
+        /* A value ends without its trailing whitespace (RFC 9110 5.5). */
+        while (c->kept_len != 0 &&
+               (c->kept[c->kept_len - 1] == ' ' || c->kept[c->kept_len - 1] == '\t'))
+            c->kept_len--;
+        if (!keep(c, "\r\n", 2)) {
+            c->oom = true;
+            return HPE_USER;
+        }
+    }
     if (r->header == HDR_HOST) {
         if (r->host_pos == HOST_EMPTY)
             r->host_bad = true; /* names no host: our targets always have an authority */
@@ -871,6 +992,7 @@ static int head_done(md_http_conn *c)
     uint64_t length = (p->flags & F_CONTENT_LENGTH) ? p->content_length : 0;
     if (length > l->max_body_bytes)
         return reject(c, 413);
+    r->body_length = length;
     if (r->expect == EXPECT_OTHER && p->http_minor != 0)
         return reject(c, 417);
 
@@ -898,6 +1020,7 @@ static int head_done(md_http_conn *c)
         }
         r->collect = mode == MD_BODY_GATHER;
         r->streaming = mode == MD_BODY_STREAM;
+        r->piping = mode == MD_BODY_PIPE;
     }
     return 0;
 }
@@ -932,6 +1055,18 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
             c->oom = true;
             return HPE_USER;
         }
+    } else if (r->piping) {
+        /* The pending handler takes this span, and parsing waits until it has passed it on
+         * and asks for the next (MD_PENDING_READ): back-pressure from its sink to our peer. */
+        if (len == 0)
+            return 0;
+        if (r->route->handler->on_body(c, r->route, at, len) != 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        r->pipe_read = false;
+        c->pause = PAUSE_PENDING;
+        return HPE_PAUSED;
     } else if (r->collect) {
         if (r->body_len + len > c->body_cap) {
             size_t cap = c->body_cap != 0 ? c->body_cap : 4096;
@@ -973,6 +1108,8 @@ static int request_done(md_http_conn *c)
     c->since_ns = c->now_ns;
     /* Garbage before the next request fails before on_message_begin clears these. */
     c->req->streaming = false;
+    c->req->piping = false;
+    c->req->pipe_read = false;
     c->req->method_done = false;
     if (c->body != NULL) {
         free(c->body);
@@ -994,6 +1131,13 @@ static int request_done(md_http_conn *c)
 static int on_message_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
+    if (c->req->piping) {
+        /* The handler pended at the head: it finishes the response from here. */
+        c->req->body_done = true;
+        c->req->pipe_read = false;
+        c->pause = PAUSE_PENDING;
+        return HPE_PAUSED;
+    }
     if (!c->req->streaming) {
         int rc = answer(c);
         if (rc < 0) {
@@ -1014,6 +1158,7 @@ static const llhttp_settings_t settings = {
     .on_method = on_method,
     .on_method_complete = on_method_complete,
     .on_url = on_url,
+    .on_url_complete = on_url_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -1160,6 +1305,25 @@ out:
     return want;
 }
 
+/* MD_BODY_PIPE, the handler has passed the last span on: let llhttp take the steps that need
+ * no input, so that a body whose last byte came with that span completes now rather than at
+ * the next read (which may never come). */
+static int pipe_continue(md_http_conn *c)
+{
+    static const char none[1];
+    c->feed_start = c->feed_end = none;
+    llhttp_errno_t e = llhttp_execute(&c->parser, none, 0);
+    if (e == HPE_OK)
+        return MD_HTTP_WANT_READ;
+    if (e == HPE_PAUSED && c->pause == PAUSE_PENDING) {
+        llhttp_resume(&c->parser);
+        c->pause = PAUSE_NONE;
+        return MD_HTTP_WANT_HANDLER;
+    }
+    c->pause = PAUSE_NONE;
+    return fail(c);
+}
+
 int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, uint64_t now_ns,
                         md_outbuf *out)
 {
@@ -1172,6 +1336,13 @@ int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, 
     int rc = p->poll(p, c, cx, io, out);
     if (rc == MD_PENDING_WAIT) {
         want = MD_HTTP_WANT_WAIT;
+    } else if (rc == MD_PENDING_READ && c->req->piping && !c->req->body_done) {
+        /* The handler passed the last span on: parse the body's next (the input left over,
+         * or the next read, under the body's timeouts). */
+        c->req->pipe_read = true;
+        want = pipe_continue(c);
+    } else if (rc == MD_PENDING_READ) {
+        want = MD_HTTP_WANT_HANDLER; /* the body is all there: poll on */
     } else if (rc == MD_PENDING_MORE) {
         want = MD_HTTP_WANT_HANDLER;
     } else if (rc == -ENOMEM) {
@@ -1220,8 +1391,8 @@ uint64_t md_http_conn_deadline(const md_http_conn *c)
 {
     const md_http_limits *l = &c->srv->limits;
     uint64_t ms;
-    /* A pending handler keeps its own time. */
-    if (c->closing || (c->req != NULL && c->req->pending != NULL))
+    /* A pending handler keeps its own time, but while it waits for more of the body. */
+    if (c->closing || (c->req != NULL && c->req->pending != NULL && !c->req->pipe_read))
         return UINT64_MAX;
     switch (c->phase) {
     case PHASE_IDLE:
@@ -1280,6 +1451,9 @@ bool md_http_conn_idle(md_http_conn *c)
 {
     if (c->phase != PHASE_IDLE)
         return false;
+    free(c->kept);
+    c->kept = NULL;
+    c->kept_len = c->kept_cap = 0;
     req_give(c->req);
     c->req = NULL;
     return true;
@@ -1295,6 +1469,9 @@ void md_http_conn_close(md_http_conn *c)
     free(c->body);
     c->body = NULL;
     c->body_cap = 0;
+    free(c->kept);
+    c->kept = NULL;
+    c->kept_len = c->kept_cap = 0;
     req_give(c->req);
     c->req = NULL;
     c->closing = true;

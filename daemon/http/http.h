@@ -43,6 +43,8 @@ struct md_route;
 struct md_route_table;
 struct mp_context;
 struct md_http_io;
+struct md_upstreams;
+struct mp_runtime;
 
 typedef struct md_http_limits {
     uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
@@ -107,6 +109,16 @@ typedef struct md_http_server {
     /* Called when a request's first byte arrives, before anything of it is parsed: the
      * request boundary, where it may call md_http_conn_set_server(). NULL: nothing. */
     void (*request_begin)(struct md_http_conn *c);
+    /* Keep every request's whole target and header fields for handlers (the proxy's
+     * md_http_req_head()): set when some route forwards requests; false costs nothing. */
+    bool keep_fields;
+    /* The client's address without port, for handlers (md_http_req_peer()); NULL: none. */
+    const char *(*peer)(struct md_http_conn *c);
+    /* The runtime the connections' tasks run on (for a handler's timers and upstream
+     * sockets); NULL in tests of the core alone. */
+    struct mp_runtime *rt;
+    /* The upstream groups of the proxy handler (http/upstream.h); NULL: none. */
+    struct md_upstreams *upstreams;
 } md_http_server;
 
 typedef enum md_http_want {
@@ -150,6 +162,9 @@ typedef struct md_http_req {
     uint16_t status;    /* the error a callback decided on */
     bool keep_alive;    /* its response keeps the connection */
     bool streaming;     /* MD_BODY_STREAM: the handler's response head is already out */
+    bool piping;        /* MD_BODY_PIPE: the pending handler takes the body span by span */
+    bool pipe_read;     /* ... and has asked for the next span (MD_PENDING_READ) */
+    bool body_done;     /* the whole body has been parsed */
     bool collect;       /* MD_BODY_GATHER: the body is gathered in conn.body */
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool asterisk;      /* the target is "*" */
@@ -182,6 +197,7 @@ typedef struct md_http_req {
     uint64_t url_len;                  /* bytes of the whole target */
     uint64_t head_bytes;               /* head bytes in earlier feeds */
     uint64_t body_bytes;               /* body, chunk extensions and trailers so far */
+    uint64_t body_length;              /* the Content-Length, when the request had one */
     size_t body_len;                   /* bytes gathered in conn.body */
     const char *head_from;             /* where this feed's share of the head starts */
     const char *value_end;
@@ -220,6 +236,11 @@ typedef struct md_http_conn {
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
     char *body;        /* a gathered body (MD_BODY_GATHER), until its response */
     size_t body_cap;
+    /* With srv->keep_fields: the request's target, CRLF, then each header field as
+     * "name: value" CRLF (values without their surrounding whitespace), until its response. */
+    char *kept;
+    size_t kept_len, kept_cap;
+    uint32_t kept_target; /* bytes of the target at the start of kept */
 
     uint64_t done_ns; /* srv->mono_clock() at this entry point's first response; 0: not read */
     bool req_zeroed;  /* req was zeroed by feed and nothing has used it since */

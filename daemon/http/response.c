@@ -37,7 +37,9 @@ static const md_http_status statuses[] = {
     STATUS(431, "Request Header Fields Too Large"),
     STATUS(500, "Internal Server Error"),
     STATUS(501, "Not Implemented"),
+    STATUS(502, "Bad Gateway"),
     STATUS(503, "Service Unavailable"),
+    STATUS(504, "Gateway Timeout"),
     STATUS(505, "HTTP Version Not Supported"),
 };
 

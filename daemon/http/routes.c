@@ -29,12 +29,14 @@ static const char *const kind_names[MD_HANDLER_KINDS] = {
     [MD_HANDLER_TEXT] = "text",         [MD_HANDLER_ECHO] = "echo",
     [MD_HANDLER_METRICS] = "metrics",   [MD_HANDLER_HEALTH] = "health",
     [MD_HANDLER_REDIRECT] = "redirect", [MD_HANDLER_STATIC] = "static",
+    [MD_HANDLER_PROXY] = "proxy",
 };
 
 static const md_handler *const handlers[MD_HANDLER_KINDS] = {
     [MD_HANDLER_TEXT] = &md_handler_text,         [MD_HANDLER_ECHO] = &md_handler_echo,
     [MD_HANDLER_METRICS] = &md_handler_metrics,   [MD_HANDLER_HEALTH] = &md_handler_health,
     [MD_HANDLER_REDIRECT] = &md_handler_redirect, [MD_HANDLER_STATIC] = &md_handler_static,
+    [MD_HANDLER_PROXY] = &md_handler_proxy,
 };
 
 static void say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -139,6 +141,9 @@ int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len)
 /* Methods for a handler that was given none. */
 static uint64_t default_methods(md_handler_kind k)
 {
+    if (k == MD_HANDLER_PROXY) /* what the application takes is the application's affair */
+        return BIT(HTTP_GET) | BIT(HTTP_HEAD) | BIT(HTTP_POST) | BIT(HTTP_PUT) |
+               BIT(HTTP_DELETE) | BIT(HTTP_PATCH);
     return k == MD_HANDLER_ECHO ? BIT(HTTP_POST) : BIT(HTTP_GET) | BIT(HTTP_HEAD);
 }
 
@@ -180,6 +185,9 @@ static void set_handler(md_route *r, md_handler_kind k)
         set_text(r->body, sizeof r->body, &r->body_len, "ok");
     set_text(r->index_file, sizeof r->index_file, NULL, k == MD_HANDLER_STATIC ? "index.html" : "");
     r->precompressed = false;
+    r->upstream[0] = '\0';
+    r->host_mode = MD_PROXY_HOST_PASS;
+    r->forwarded = r->via = r->websocket = false;
 }
 
 static void builtin(md_route_table *t, const char *path, md_handler_kind k)
@@ -372,6 +380,67 @@ static int static_key(md_route *r, const char *key, const char *value, char *msg
     return 0;
 }
 
+static int proxy_bool(bool *b, const char *value, char *msg, size_t msg_len)
+{
+    if (strcmp(value, "on") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
+        strcmp(value, "1") == 0) {
+        *b = true;
+        return 0;
+    }
+    if (strcmp(value, "off") == 0 || strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
+        strcmp(value, "0") == 0) {
+        *b = false;
+        return 0;
+    }
+    say(msg, msg_len, "expected on, yes, true, 1, off, no, false or 0, got \"%s\"", value);
+    return -EINVAL;
+}
+
+/* The proxy handler's options. The name of an [upstream] is checked against the sections
+ * once the whole file is read (md_config). */
+static int proxy_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
+{
+    if (strcmp(key, "upstream") == 0) {
+        size_t n = strlen(value);
+        bool ok = n != 0 && n < MD_ROUTE_NAME_MAX;
+        for (size_t i = 0; ok && i < n; i++) {
+            char ch = value[i];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '-';
+        }
+        if (!ok) {
+            say(msg, msg_len, "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
+                MD_ROUTE_NAME_MAX - 1, value);
+            return -EINVAL;
+        }
+        memcpy(r->upstream, value, n + 1);
+        return 0;
+    }
+    if (strcmp(key, "host") == 0) {
+        if (strcmp(value, "pass") == 0) {
+            r->host_mode = MD_PROXY_HOST_PASS;
+        } else if (strcmp(value, "upstream") == 0) {
+            r->host_mode = MD_PROXY_HOST_UPSTREAM;
+        } else {
+            if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX || !field_safe(value, false)) {
+                say(msg, msg_len,
+                    "expected pass, upstream, or a host of visible ASCII without spaces, at most "
+                    "%d bytes",
+                    MD_ROUTE_TEXT_MAX - 1);
+                return -EINVAL;
+            }
+            r->host_mode = MD_PROXY_HOST_LITERAL;
+            set_text(r->body, sizeof r->body, &r->body_len, value);
+        }
+        return 0;
+    }
+    if (strcmp(key, "forwarded") == 0)
+        return proxy_bool(&r->forwarded, value, msg, msg_len);
+    if (strcmp(key, "via") == 0)
+        return proxy_bool(&r->via, value, msg, msg_len);
+    return proxy_bool(&r->websocket, value, msg, msg_len);
+}
+
 int md_route_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
 {
     if (strcmp(key, "handler") == 0) {
@@ -385,15 +454,17 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
                 return 0;
             }
         }
-        say(msg, msg_len, "expected text, echo, metrics, health, redirect or static, got \"%s\"",
-            value);
+        say(msg, msg_len,
+            "expected text, echo, metrics, health, redirect, static or proxy, got \"%s\"", value);
         return -EINVAL;
     }
     bool known = strcmp(key, "methods") == 0 || strcmp(key, "status") == 0 ||
                  strcmp(key, "body") == 0 || strcmp(key, "content_type") == 0 ||
                  strcmp(key, "location") == 0 || strcmp(key, "root") == 0 ||
                  strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
-                 strcmp(key, "precompressed") == 0;
+                 strcmp(key, "precompressed") == 0 || strcmp(key, "upstream") == 0 ||
+                 strcmp(key, "host") == 0 || strcmp(key, "forwarded") == 0 ||
+                 strcmp(key, "via") == 0 || strcmp(key, "websocket") == 0;
     if (!known)
         return -ENOENT;
     if (!r->has_handler) {
@@ -459,6 +530,15 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
         }
         return static_key(r, key, value, msg, msg_len);
     }
+    if (strcmp(key, "upstream") == 0 || strcmp(key, "host") == 0 ||
+        strcmp(key, "forwarded") == 0 || strcmp(key, "via") == 0 ||
+        strcmp(key, "websocket") == 0) {
+        if (k != MD_HANDLER_PROXY) {
+            say(msg, msg_len, "only for handler = proxy");
+            return -EINVAL;
+        }
+        return proxy_key(r, key, value, msg, msg_len);
+    }
     /* location */
     if (k != MD_HANDLER_REDIRECT) {
         say(msg, msg_len, "only for handler = redirect");
@@ -476,7 +556,11 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
 int md_route_check(const md_route *r, char *msg, size_t msg_len)
 {
     if (!r->has_handler) {
-        say(msg, msg_len, "handler: required (text, echo, metrics, health or redirect)");
+        say(msg, msg_len, "handler: required (text, echo, metrics, health, redirect, static or proxy)");
+        return -EINVAL;
+    }
+    if (r->kind == MD_HANDLER_PROXY && r->upstream[0] == '\0') {
+        say(msg, msg_len, "upstream: required for handler = proxy");
         return -EINVAL;
     }
     if (r->kind == MD_HANDLER_REDIRECT && r->body_len == 0) {

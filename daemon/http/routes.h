@@ -26,7 +26,15 @@ enum {
     MD_ROUTE_CTYPE_MAX = 128, /* bytes of a content type, with its NUL */
     MD_ROUTE_ALLOW_MAX = 160, /* bytes of an Allow value, with its NUL */
     MD_ROUTE_INDEX_MAX = 64,  /* bytes of a static route's index file name, with its NUL */
+    MD_ROUTE_NAME_MAX = 33,   /* bytes of an upstream's name, with its NUL */
 };
+
+/* proxy: what the upstream request's Host is. */
+typedef enum md_proxy_host {
+    MD_PROXY_HOST_PASS,     /* the client's */
+    MD_PROXY_HOST_UPSTREAM, /* the server's HOST:PORT */
+    MD_PROXY_HOST_LITERAL,  /* the route's body[] */
+} md_proxy_host;
 
 /* The handlers a route can name (http/handlers/, one file each). */
 typedef enum md_handler_kind {
@@ -36,6 +44,7 @@ typedef enum md_handler_kind {
     MD_HANDLER_HEALTH,   /* 200 "ok" */
     MD_HANDLER_REDIRECT, /* a status and a Location */
     MD_HANDLER_STATIC,   /* files under a root directory */
+    MD_HANDLER_PROXY,    /* forwarded to an [upstream] group (http/upstream.h) */
     MD_HANDLER_KINDS,
 } md_handler_kind;
 
@@ -58,6 +67,13 @@ typedef struct md_route {
     int root_fd; /* static: the root, opened by md_routes_open(); -1 in a configuration */
     uint16_t body_len;
     uint32_t line;                    /* of its [route] header in the configuration; 0: built in */
+    /* proxy: the [upstream] it names (upstream_index once the configuration is checked), the
+     * line of its upstream key, Host (a literal is in body[]), Forwarded, Via, Upgrade. */
+    char upstream[MD_ROUTE_NAME_MAX];
+    uint8_t upstream_index;
+    uint8_t host_mode; /* md_proxy_host */
+    bool forwarded, via, websocket;
+    uint32_t upstream_line;
     const struct md_handler *handler; /* md_routes_prepare(); a test may put its own */
 } md_route;
 

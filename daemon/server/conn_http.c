@@ -22,6 +22,8 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "http/handler.h"
+#include "http/upstream.h"
+#include <string.h>
 
 /* The client's address, looked up at the connection's first access-log line, so that
  * connections accepted while the access log was off have one too, and no connection pays for
@@ -52,6 +54,20 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
     md_log_access(&e);
 }
 
+/* md_http_server.peer: the client's address, for the proxy's forwarding fields. */
+static const char *conn_peer(md_http_conn *hc)
+{
+    return peer_name(mp_container_of(hc, md_conn, http));
+}
+
+/* /metrics: the server's text, then this generation's upstreams. */
+static int gen_metrics_text(void *arg, md_outbuf *out)
+{
+    md_http_gen *g = arg;
+    int rc = md_metrics_text(g->metrics, out);
+    return rc == 0 ? md_upstreams_metrics_text(g->upstreams, out) : rc;
+}
+
 /* uv_hrtime()'s clock (CLOCK_MONOTONIC, ns), read once per read that answers something:
  * straight from the vDSO, without libuv's wrapper around the same call. */
 static uint64_t mono_ns(void)
@@ -77,8 +93,24 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         return rc;
     }
     g->http.metrics = &s->metrics;
-    g->http.metrics_text = md_metrics_text;
-    g->http.metrics_arg = &s->metrics;
+    g->metrics = &s->metrics;
+    g->http.metrics_text = gen_metrics_text;
+    g->http.metrics_arg = g;
+    g->http.rt = s->rt;
+    g->http.peer = conn_peer;
+    for (uint32_t i = 0; i < g->routes.n; i++)
+        if (g->routes.r[i].kind == MD_HANDLER_PROXY)
+            g->http.keep_fields = true;
+    if (cfg->upstreams.n != 0) {
+        rc = md_upstreams_new(&g->upstreams, &cfg->upstreams, s->rt);
+        if (rc != 0) {
+            md_routes_close(&g->routes);
+            free(g);
+            snprintf(err->msg, sizeof err->msg, "upstreams: %s", strerror(-rc));
+            return rc;
+        }
+        g->http.upstreams = g->upstreams;
+    }
     g->http.mono_clock = mono_ns;
     if (cfg->access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;

@@ -19,6 +19,7 @@
  * counted until (B), and nothing newer than a counted generation is freed.
  */
 #include "server/generation.h"
+#include "http/upstream.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ md_http_gen *md_http_gens_enter(md_http_gens *l)
 
 void md_http_gen_free(md_http_gen *g)
 {
+    md_upstreams_free(g->upstreams);
     md_routes_close(&g->routes);
     free(g);
 }

@@ -1,0 +1,552 @@
+/* handler = proxy: the request goes to a server of the route's [upstream], and its response
+ * back to the client.
+ *
+ * The handler pends at the request head (MD_BODY_PIPE) and does the rest from its poll, on
+ * the connection's task: pick a server (http/upstream.c), take a pooled connection or connect,
+ * send the head it built at on_head (proxy_msg.c), pass the body on span by span (parsing of
+ * the client's input waits for each span to be written: a slow upstream holds the client back
+ * with one span in hand), then parse the response, appending the client's head and each piece
+ * of body to the connection's output and returning MD_PENDING_MORE, so a slow client holds
+ * the upstream back with at most one upstream read buffer (buffer_bytes) in hand.
+ *
+ * Failures before the response head are 502 (504 for a timeout), logged and counted; one
+ * before any response byte is retried on another server, as nginx's proxy_next_upstream
+ * (error, timeout): for any method when nothing was sent, for idempotent ones otherwise, and
+ * never once a part of the body has been let go of, within tries and retry_timeout_ms. After
+ * the head, a failure can only cut the response short: the connection closes.
+ *
+ * An upstream connection goes back to the pool only when its response ended exactly at the
+ * end of what was read, framed by length or chunks, with the request sent whole and the
+ * server keeping it: any doubt closes it, so a response only reaches the client that asked.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "http/handler.h"
+#include "http/proxy_msg.h"
+#include "http/upstream.h"
+
+enum state {
+    ST_PICK,
+    ST_CONNECT,
+    ST_SEND_HEAD,
+    ST_SEND_BODY,
+    ST_READ,
+};
+
+typedef struct proxy {
+    md_http_pending pending;
+    const md_route *route;
+    md_upstream *up;
+    mp_timer timer;
+    uint8_t state;
+    bool reused;         /* the connection came from the pool */
+    bool body_released;  /* a span was written and let go of: no retry from here */
+    bool last_chunk;     /* the chunked body's end is in span */
+    bool request_sent;   /* the whole request went out */
+    bool piped;          /* the request has a body */
+    bool chunked;        /* ... sent chunked */
+    bool idempotent;
+    uint8_t last_reason; /* md_upstream_reason of the last failure */
+    unsigned attempts;
+    uint64_t tried;
+    uint64_t start_ms, deadline_ms, head_deadline_ms;
+    md_upstream_peer *peer;
+    md_upstream_peer *head_for; /* the server head's Host was built for (host = upstream) */
+    md_proxy_req rq;            /* what the head is built from: pointers into the request */
+    md_upstream_conn *uc;
+    char *head; /* the upstream request head */
+    size_t head_len;
+    char *span; /* the body span in hand, framed */
+    size_t span_len, span_cap;
+    char *key; /* the hash key */
+    size_t key_len;
+    md_proxy_resp resp;
+    bool resp_on;
+} proxy;
+
+static void release_conn(proxy *p, bool failed)
+{
+    if (p->uc != NULL) {
+        md_upstream_conn_close(p->uc);
+        p->uc = NULL;
+    }
+    if (p->peer != NULL) {
+        md_upstream_done(p->peer, failed, mp_now_ms());
+        p->peer = NULL;
+    }
+}
+
+static void proxy_free(proxy *p)
+{
+    mp_timer_cancel(&p->timer);
+    release_conn(p, false);
+    if (p->resp_on)
+        md_proxy_resp_free(&p->resp);
+    free(p->head);
+    free(p->span);
+    free(p->key);
+    free(p);
+}
+
+static void proxy_cancel(md_http_pending *pd)
+{
+    proxy_free((proxy *)(void *)pd);
+}
+
+static bool timed_out_reason(md_upstream_reason r)
+{
+    return r == MD_UP_CONNECT_TIMEOUT || r == MD_UP_SEND_TIMEOUT || r == MD_UP_HEADER_TIMEOUT ||
+           r == MD_UP_READ_TIMEOUT;
+}
+
+/* The attempt on p->peer failed before the response head: log, count, and either go on to
+ * another server (ST_PICK) or not (false). */
+static bool attempt_failed(proxy *p, md_http_conn *c, md_upstream_reason why, bool sent_any)
+{
+    md_upstream_peer *peer = p->peer;
+    size_t plen;
+    const char *path = md_http_req_path(c, &plen);
+    md_log(MD_LOG_ERROR, "upstream %s server %s: %s (%s %.*s, attempt %u)", p->up->conf->name,
+           peer->conf->label, md_upstream_reason_name(why),
+           llhttp_method_name((llhttp_method_t)md_http_req_method(c)), (int)plen, path,
+           p->attempts);
+    /* Relaxed: a counter for /metrics. */
+    atomic_fetch_add_explicit(&peer->failures[why], 1, memory_order_relaxed);
+    p->last_reason = (uint8_t)why;
+    release_conn(p, true);
+    if (p->resp_on) {
+        md_proxy_resp_free(&p->resp);
+        p->resp_on = false;
+    }
+    bool may = p->attempts < p->up->conf->tries &&
+               mp_now_ms() - p->start_ms < p->up->conf->retry_timeout_ms && !p->body_released &&
+               (!sent_any || p->idempotent);
+    p->state = ST_PICK;
+    return may;
+}
+
+/* No response will come from upstream: answer the client ourselves. */
+static int answer_error(proxy *p, md_http_conn *c, unsigned status)
+{
+    /* The client's body is not all read: what is left of it must not be taken for a
+     * request. */
+    if (p->piped && !md_http_req_body_done(c))
+        md_http_req_close_after(c);
+    const md_http_status *st = md_http_status_of(status);
+    int rc = md_http_respond(c, status, NULL, "text/plain", st->body, st->body_len);
+    proxy_free(p);
+    return rc;
+}
+
+static int fail_status(proxy *p)
+{
+    return timed_out_reason((md_upstream_reason)p->last_reason) ? 504 : 502;
+}
+
+/* The response is complete: the connection goes back to the pool when nothing about it is in
+ * doubt. */
+static void finish(proxy *p, bool extra)
+{
+    md_upstream_conn *uc = p->uc;
+    bool reuse = !extra && p->resp.complete && !p->resp.close_delimited &&
+                 p->resp.upstream_keepalive && p->request_sent && p->up->conf->keepalive != 0;
+    if (reuse) {
+        mp_tcp_disown(&uc->tcp);
+        p->uc = NULL;
+        md_upstream_pool_put(uc, mp_now_ms());
+    }
+    release_conn(p, false);
+}
+
+static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
+                      md_outbuf *out);
+
+/* The upstream request head for an attempt on peer: built once, again only when Host names
+ * the server (host = upstream) and a retry went to another. 0 or -ENOMEM. */
+static int build_head(proxy *p, md_upstream_peer *peer)
+{
+    if (p->head != NULL && (p->route->host_mode != MD_PROXY_HOST_UPSTREAM || p->head_for == peer))
+        return 0;
+    p->rq.upstream_host = peer->conf->host;
+    if (p->route->host_mode == MD_PROXY_HOST_UPSTREAM)
+        p->rq.host = peer->conf->host;
+    md_outbuf ob = {0};
+    int rc = md_proxy_request_head(&p->rq, &ob);
+    char *h = rc == 0 ? malloc(md_outbuf_pending(&ob)) : NULL;
+    if (h == NULL) {
+        md_outbuf_free(&ob);
+        return -ENOMEM;
+    }
+    p->head_len = md_outbuf_pending(&ob);
+    memcpy(h, md_outbuf_pending_data(&ob), p->head_len);
+    md_outbuf_free(&ob);
+    free(p->head);
+    p->head = h;
+    p->head_for = peer;
+    return 0;
+}
+
+static bool is_idempotent(unsigned m)
+{
+    return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_PUT || m == HTTP_DELETE ||
+           m == HTTP_OPTIONS || m == HTTP_TRACE;
+}
+
+static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
+{
+    const md_http_server *srv = md_http_conn_server(c);
+    if (srv->upstreams == NULL || r->upstream_index >= srv->upstreams->conf.n || srv->rt == NULL)
+        return MD_BODY_DISCARD; /* on_req answers 502 */
+    proxy *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return -ENOMEM;
+    p->route = r;
+    p->up = &srv->upstreams->u[r->upstream_index];
+    mp_timer_init(&p->timer, srv->rt);
+    p->start_ms = mp_now_ms();
+    p->idempotent = is_idempotent(md_http_req_method(c));
+    p->piped = chunked || length != 0;
+    p->chunked = chunked;
+    if (chunked) { /* room for the last chunk of a body with none before it */
+        p->span = malloc(64);
+        if (p->span == NULL) {
+            free(p);
+            return -ENOMEM;
+        }
+        p->span_cap = 64;
+    }
+
+    size_t tlen, len;
+    const char *kept = md_http_req_head(c, &tlen, &len);
+    const char *peer = md_http_req_peer(c);
+    p->rq = (md_proxy_req){
+        .method = llhttp_method_name((llhttp_method_t)md_http_req_method(c)),
+        .target = kept,
+        .target_len = tlen,
+        .fields = kept + tlen + 2,
+        .fields_len = len - tlen - 2,
+        .peer = peer,
+        .host = r->host_mode == MD_PROXY_HOST_LITERAL ? r->body : NULL,
+        .forwarded = r->forwarded,
+        .via = r->via,
+        .keepalive = p->up->conf->keepalive != 0,
+        .framing = chunked                     ? MD_PROXY_BODY_CHUNKED
+                   : md_http_req_has_length(c) ? MD_PROXY_BODY_LENGTH
+                                               : MD_PROXY_BODY_NONE,
+        .length = length,
+    };
+    md_proxy_req rq = p->rq;
+    const md_upstream_conf *uc = p->up->conf;
+    const char *key = NULL;
+    size_t klen = 0;
+    if (uc->balance == MD_BALANCE_HASH_IP && peer != NULL) {
+        key = peer;
+        klen = strlen(peer);
+    } else if (uc->balance == MD_BALANCE_HASH_HEADER) {
+        key = md_proxy_field(rq.fields, rq.fields_len, uc->hash_header, &klen);
+    }
+    if (key != NULL) {
+        p->key = malloc(klen + 1);
+        if (p->key == NULL) {
+            proxy_free(p);
+            return -ENOMEM;
+        }
+        memcpy(p->key, key, klen);
+        p->key_len = klen;
+    }
+    p->pending.poll = proxy_poll;
+    p->pending.cancel = proxy_cancel;
+    md_http_conn_pend(c, &p->pending);
+    return MD_BODY_PIPE;
+}
+
+/* A span of the request body: framed for upstream, and held until the poll has written it
+ * (the core parses no further meanwhile). */
+static int proxy_on_body(md_http_conn *c, const md_route *r, const char *at, size_t len)
+{
+    (void)r; /* the handler's shape */
+    proxy *p = (proxy *)(void *)c->req->pending;
+    size_t need = len + 32;
+    if (need > p->span_cap) {
+        char *ns = realloc(p->span, need);
+        if (ns == NULL)
+            return -ENOMEM;
+        p->span = ns;
+        p->span_cap = need;
+    }
+    size_t n = 0;
+    if (p->chunked)
+        n = (size_t)snprintf(p->span, p->span_cap, "%zx\r\n", len);
+    memcpy(p->span + n, at, len);
+    n += len;
+    if (p->chunked) {
+        memcpy(p->span + n, "\r\n", 2);
+        n += 2;
+    }
+    p->span_len = n;
+    return 0;
+}
+
+static int proxy_on_req(md_http_conn *c, const md_route *r)
+{
+    (void)r; /* reached only when the route names no upstream state (a test's table) */
+    return md_http_respond(c, 502, NULL, "text/plain", "Bad Gateway\n", 12);
+}
+
+/* Waits on the timer for the current deadline; true when it has passed. */
+static bool expired(proxy *p, mp_context *cx)
+{
+    return mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_READY;
+}
+
+static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
+                      md_outbuf *out)
+{
+    (void)io; /* the handler writes through out */
+    proxy *p = (proxy *)(void *)pd;
+    const md_upstream_conf *conf = p->up->conf;
+    for (;;) {
+        switch (p->state) {
+        case ST_PICK: {
+            uint64_t now = mp_now_ms();
+            md_upstream_peer *peer = md_upstream_pick(p->up, p->tried, p->key, p->key_len, now);
+            if (peer == NULL) {
+                if (p->attempts == 0) {
+                    md_log(MD_LOG_ERROR, "upstream %s: no server available", conf->name);
+                    return answer_error(p, c, 502);
+                }
+                return answer_error(p, c, fail_status(p));
+            }
+            if (p->attempts != 0) /* relaxed: a counter for /metrics */
+                atomic_fetch_add_explicit(&p->up->retries, 1, memory_order_relaxed);
+            p->attempts++;
+            p->peer = peer;
+            p->tried |= UINT64_C(1) << (peer - p->up->peers);
+            p->request_sent = false;
+            if (build_head(p, peer) != 0)
+                return -ENOMEM;
+            p->uc = md_upstream_pool_take(peer, now);
+            p->reused = p->uc != NULL;
+            if (p->reused) {
+                p->state = ST_SEND_HEAD;
+                p->deadline_ms = now + conf->send_timeout_ms;
+                break;
+            }
+            int rc = md_upstream_conn_open(peer, &p->uc);
+            if (rc != 0) {
+                p->uc = NULL;
+                if (rc == -ENOMEM)
+                    return rc;
+                if (!attempt_failed(p, c,
+                                    rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED
+                                                        : MD_UP_CONNECT_ERROR,
+                                    false))
+                    return answer_error(p, c, fail_status(p));
+                break;
+            }
+            p->state = ST_CONNECT;
+            p->deadline_ms = now + conf->connect_timeout_ms;
+            break;
+        }
+        case ST_CONNECT: {
+            int err;
+            if (mp_tcp_connect_poll(&p->uc->tcp, cx, &p->timer, p->deadline_ms, &err) ==
+                MP_PENDING)
+                return MD_PENDING_WAIT;
+            if (err != 0) {
+                md_upstream_reason why = err == -ETIMEDOUT      ? MD_UP_CONNECT_TIMEOUT
+                                         : err == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED
+                                                                : MD_UP_CONNECT_ERROR;
+                if (!attempt_failed(p, c, why, false))
+                    return answer_error(p, c, fail_status(p));
+                break;
+            }
+            p->state = ST_SEND_HEAD;
+            p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+            break;
+        }
+        case ST_SEND_HEAD: {
+            int err;
+            if (mp_tcp_write_poll(&p->uc->tcp, cx, p->head, p->head_len, &err) == MP_PENDING) {
+                if (!expired(p, cx))
+                    return MD_PENDING_WAIT;
+                err = -ETIMEDOUT;
+                /* the write is abandoned with the connection */
+            }
+            if (err != 0) {
+                if (!attempt_failed(p, c,
+                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                                    true))
+                    return answer_error(p, c, fail_status(p));
+                break;
+            }
+            p->state = p->piped ? ST_SEND_BODY : ST_READ;
+            if (!p->piped) {
+                p->request_sent = true;
+                p->head_deadline_ms = mp_now_ms() + conf->header_timeout_ms;
+            }
+            p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+            break;
+        }
+        case ST_SEND_BODY: {
+            if (p->span_len == 0) {
+                if (!md_http_req_body_done(c)) {
+                    /* let go of nothing yet: the core parses the next span for us */
+                    return MD_PENDING_READ;
+                }
+                if (p->chunked && !p->last_chunk) {
+                    memcpy(p->span, "0\r\n\r\n", 5); /* trailers are not passed on */
+                    p->span_len = 5;
+                    p->last_chunk = true;
+                } else {
+                    p->request_sent = true;
+                    p->head_deadline_ms = mp_now_ms() + conf->header_timeout_ms;
+                    p->state = ST_READ;
+                    break;
+                }
+            }
+            int err;
+            if (mp_tcp_write_poll(&p->uc->tcp, cx, p->span, p->span_len, &err) == MP_PENDING) {
+                if (!expired(p, cx))
+                    return MD_PENDING_WAIT;
+                err = -ETIMEDOUT;
+            }
+            if (err != 0) {
+                p->last_chunk = false;
+                if (!attempt_failed(p, c,
+                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                                    true))
+                    return answer_error(p, c, fail_status(p));
+                break;
+            }
+            p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+            if (p->last_chunk) {
+                p->span_len = 0;
+                p->request_sent = true;
+                p->head_deadline_ms = mp_now_ms() + conf->header_timeout_ms;
+                p->state = ST_READ;
+                break;
+            }
+            p->span_len = 0;
+            if (!md_http_req_body_done(c)) {
+                p->body_released = true;
+                return MD_PENDING_READ;
+            }
+            break;
+        }
+        case ST_READ: {
+            if (!p->resp_on) {
+                md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
+                                   md_http_req_is_head(c), md_http_req_version_minor(c) == 0,
+                                   md_http_req_closes(c));
+                p->resp.via = p->route->via;
+                p->resp_on = true;
+                uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
+                p->deadline_ms =
+                    per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
+            }
+            /* Back-pressure: what the client has not taken yet is flushed before reading
+             * more from upstream. */
+            if (md_outbuf_pending(out) != 0)
+                return MD_PENDING_MORE;
+            const char *data;
+            size_t len;
+            int err;
+            if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) == MP_PENDING) {
+                if (mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_PENDING)
+                    return MD_PENDING_WAIT;
+                md_upstream_reason why =
+                    p->resp.head_sent ? MD_UP_READ_TIMEOUT : MD_UP_HEADER_TIMEOUT;
+                if (p->resp.head_sent) {
+                    md_log(MD_LOG_ERROR, "upstream %s server %s: %s in the response body",
+                           conf->name, p->peer->conf->label, md_upstream_reason_name(why));
+                    /* Relaxed: a counter for /metrics. */
+                    atomic_fetch_add_explicit(&p->peer->failures[why], 1, memory_order_relaxed);
+                    proxy_free(p);
+                    return -ETIMEDOUT;
+                }
+                if (!attempt_failed(p, c, why, true))
+                    return answer_error(p, c, fail_status(p));
+                break;
+            }
+            if (len == 0) {
+                int rc = err == UV_EOF ? md_proxy_resp_eof(&p->resp, out) : MD_RESP_GARBAGE;
+                if (rc == MD_RESP_DONE) {
+                    if (!p->resp.head_sent)
+                        return answer_error(p, c, 502);
+                    finish(p, true); /* close-delimited: the connection is spent */
+                    proxy_free(p);
+                    return 0;
+                }
+                if (!p->resp.head_sent) {
+                    /* A pooled connection the server closed as we reused it, before a byte
+                     * of response: as safe to retry as a failed connect for an idempotent
+                     * request. */
+                    bool fresh = !p->resp.started;
+                    if (!attempt_failed(p, c, fresh ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
+                        return answer_error(p, c, 502);
+                    break;
+                }
+                md_log(MD_LOG_ERROR, "upstream %s server %s: response cut short", conf->name,
+                       p->peer->conf->label);
+                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1,
+                                          memory_order_relaxed);
+                proxy_free(p);
+                return -EPIPE;
+            }
+            bool had_head = p->resp.head_sent;
+            size_t used;
+            int rc = md_proxy_resp_feed(&p->resp, data, len, &used, out);
+            if (rc >= 0)
+                mp_tcp_consume(&p->uc->tcp, used);
+            if (!had_head && p->resp.head_sent) {
+                if (p->resp.client_framing == MD_CLIENT_CLOSE)
+                    md_http_req_close_after(c);
+                md_http_count_response(c, p->resp.status,
+                                       p->resp.client_framing == MD_CLIENT_LENGTH
+                                           ? p->resp.length
+                                           : 0);
+            }
+            if (rc == MD_RESP_DONE) {
+                finish(p, used < len);
+                proxy_free(p);
+                return 0;
+            }
+            if (rc == MD_RESP_MORE) {
+                /* read_timeout_ms per read; the head also within header_timeout_ms */
+                uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
+                p->deadline_ms = p->resp.head_sent || per_read < p->head_deadline_ms
+                                     ? per_read
+                                     : p->head_deadline_ms;
+                break;
+            }
+            if (rc == MD_RESP_NOMEM) {
+                proxy_free(p);
+                return -ENOMEM;
+            }
+            /* GARBAGE, TOO_BIG, UPGRADE (not asked for) */
+            md_upstream_reason why = rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG
+                                                           : MD_UP_BAD_RESPONSE;
+            if (!p->resp.head_sent) {
+                attempt_failed(p, c, why, true);
+                return answer_error(p, c, 502); /* a broken server is not retried */
+            }
+            md_log(MD_LOG_ERROR, "upstream %s server %s: %s in the response body", conf->name,
+                   p->peer->conf->label, md_upstream_reason_name(why));
+            atomic_fetch_add_explicit(&p->peer->failures[why], 1, memory_order_relaxed);
+            proxy_free(p);
+            return -EPROTO;
+        }
+        default:
+            proxy_free(p);
+            return -EINVAL;
+        }
+    }
+}
+
+const md_handler md_handler_proxy = {
+    .name = "proxy", .on_head = proxy_on_head, .on_body = proxy_on_body, .on_req = proxy_on_req};

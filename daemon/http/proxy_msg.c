@@ -1,0 +1,553 @@
+/* The proxy's messages (proxy_msg.h): the upstream request head and the response's parser. */
+#include "http/proxy_msg.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool same_ci(const char *a, size_t n, const char *lower)
+{
+    if (strlen(lower) != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned ch = (unsigned char)a[i];
+        if ((ch >= 'A' && ch <= 'Z' ? ch + 32 : ch) != (unsigned char)lower[i])
+            return false;
+    }
+    return true;
+}
+
+bool md_proxy_hop_by_hop(const char *name, size_t len)
+{
+    if (len >= 6 && same_ci(name, 6, "proxy-"))
+        return true;
+    return same_ci(name, len, "connection") || same_ci(name, len, "keep-alive") ||
+           same_ci(name, len, "te") || same_ci(name, len, "trailer") ||
+           same_ci(name, len, "transfer-encoding") || same_ci(name, len, "upgrade");
+}
+
+/* One field of a kept block: [name, name + nlen) and [value, value + vlen). false at the end. */
+struct field_iter {
+    const char *p, *end;
+};
+
+static bool next_field(struct field_iter *it, const char **name, size_t *nlen, const char **value,
+                       size_t *vlen)
+{
+    if (it->p >= it->end)
+        return false;
+    const char *eol = memchr(it->p, '\n', (size_t)(it->end - it->p));
+    const char *line_end = eol != NULL ? eol : it->end;
+    const char *colon = memchr(it->p, ':', (size_t)(line_end - it->p));
+    *name = it->p;
+    *nlen = colon != NULL ? (size_t)(colon - it->p) : 0;
+    const char *v = colon != NULL ? colon + 1 : line_end;
+    while (v < line_end && (*v == ' ' || *v == '\t'))
+        v++;
+    const char *ve = line_end;
+    if (ve > v && ve[-1] == '\r')
+        ve--;
+    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+        ve--;
+    *value = v;
+    *vlen = (size_t)(ve - v);
+    it->p = eol != NULL ? eol + 1 : it->end;
+    return true;
+}
+
+const char *md_proxy_field(const char *fields, size_t len, const char *name, size_t *vlen)
+{
+    struct field_iter it = {fields, fields + len};
+    const char *n, *v;
+    size_t nl, vl;
+    size_t want = strlen(name);
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (nl == want) {
+            bool eq = true;
+            for (size_t i = 0; i < nl && eq; i++) {
+                unsigned a = (unsigned char)n[i], b = (unsigned char)name[i];
+                eq = (a >= 'A' && a <= 'Z' ? a + 32 : a) == (b >= 'A' && b <= 'Z' ? b + 32 : b);
+            }
+            if (eq) {
+                *vlen = vl;
+                return v;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Is name listed in any Connection field of fields (RFC 9110 7.6.1)? */
+static bool named_by_connection(const char *fields, size_t len, const char *name, size_t nlen)
+{
+    struct field_iter it = {fields, fields + len};
+    const char *n, *v;
+    size_t nl, vl;
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (!same_ci(n, nl, "connection"))
+            continue;
+        size_t i = 0;
+        while (i < vl) {
+            while (i < vl && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+                i++;
+            size_t s = i;
+            while (i < vl && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+                i++;
+            if (i > s && i - s == nlen) {
+                bool eq = true;
+                for (size_t k = 0; k < nlen && eq; k++) {
+                    unsigned a = (unsigned char)v[s + k], b = (unsigned char)name[k];
+                    eq = (a >= 'A' && a <= 'Z' ? a + 32 : a) == (b >= 'A' && b <= 'Z' ? b + 32 : b);
+                }
+                if (eq)
+                    return true;
+            }
+            while (i < vl && v[i] != ',')
+                i++;
+        }
+    }
+    return false;
+}
+
+static bool put(md_outbuf *out, const char *s, size_t n)
+{
+    return md_outbuf_append(out, s, n) == 0;
+}
+
+static bool puts_(md_outbuf *out, const char *s)
+{
+    return put(out, s, strlen(s));
+}
+
+int md_proxy_request_head(const md_proxy_req *rq, md_outbuf *out)
+{
+    const char *target = rq->target, *authority = NULL;
+    size_t tlen = rq->target_len, alen = 0;
+    /* absolute-form: origin-form upstream, and its authority is the Host (RFC 9112 3.2.2) */
+    if (tlen != 0 && target[0] != '/' && target[0] != '*') {
+        const char *sep = memchr(target, ':', tlen);
+        if (sep != NULL && (size_t)(target + tlen - sep) >= 3 && sep[1] == '/' && sep[2] == '/') {
+            authority = sep + 3;
+            const char *end = target + tlen;
+            const char *slash = memchr(authority, '/', (size_t)(end - authority));
+            const char *q = memchr(authority, '?', (size_t)(end - authority));
+            const char *stop = slash != NULL && (q == NULL || slash < q) ? slash : q;
+            alen = (size_t)((stop != NULL ? stop : end) - authority);
+            target = stop != NULL ? stop : "/";
+            tlen = stop != NULL ? (size_t)(end - stop) : 1;
+            if (target[0] == '?') { /* "http://h?q": path "/" */
+                if (!puts_(out, rq->method) || !put(out, " /", 2) || !put(out, target, tlen))
+                    return -ENOMEM;
+                goto version;
+            }
+        }
+    }
+    if (!puts_(out, rq->method) || !put(out, " ", 1) || !put(out, target, tlen))
+        return -ENOMEM;
+version:
+    if (!puts_(out, " HTTP/1.1\r\nHost: "))
+        return -ENOMEM;
+    const char *fields = rq->fields;
+    size_t flen = rq->fields_len;
+    size_t hlen = 0;
+    const char *client_host = authority;
+    if (authority != NULL)
+        hlen = alen;
+    else
+        client_host = md_proxy_field(fields, flen, "host", &hlen);
+    if (rq->host != NULL) {
+        if (!puts_(out, rq->host))
+            return -ENOMEM;
+    } else if (client_host != NULL && hlen != 0) {
+        if (!put(out, client_host, hlen))
+            return -ENOMEM;
+    } else if (!puts_(out, rq->upstream_host)) {
+        return -ENOMEM;
+    }
+    if (!put(out, "\r\n", 2))
+        return -ENOMEM;
+
+    struct field_iter it = {fields, fields + flen};
+    const char *n, *v;
+    size_t nl, vl;
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (nl == 0)
+            continue;
+        if (same_ci(n, nl, "upgrade") && rq->upgrade) {
+            /* kept for a tunnel */
+        } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(fields, flen, n, nl)) {
+            continue;
+        }
+        /* Written anew below, from the framing and the client. */
+        if (same_ci(n, nl, "host") || same_ci(n, nl, "content-length") ||
+            same_ci(n, nl, "x-real-ip") || same_ci(n, nl, "x-forwarded-proto") ||
+            same_ci(n, nl, "expect") || same_ci(n, nl, "x-forwarded-for"))
+            continue;
+        if (!put(out, n, nl) || !put(out, ": ", 2) || !put(out, v, vl) || !put(out, "\r\n", 2))
+            return -ENOMEM;
+    }
+    /* Every X-Forwarded-For joined into one list, the client last (nginx's
+     * $proxy_add_x_forwarded_for). */
+    if (!puts_(out, "X-Forwarded-For: "))
+        return -ENOMEM;
+    it = (struct field_iter){fields, fields + flen};
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (same_ci(n, nl, "x-forwarded-for") && vl != 0 &&
+            !named_by_connection(fields, flen, n, nl) && (!put(out, v, vl) || !put(out, ", ", 2)))
+            return -ENOMEM;
+    }
+    const char *peer = rq->peer != NULL ? rq->peer : "unknown";
+    if (!puts_(out, peer) || !puts_(out, "\r\nX-Real-IP: ") || !puts_(out, peer) ||
+        !puts_(out, "\r\nX-Forwarded-Proto: http\r\n"))
+        return -ENOMEM;
+    if (rq->forwarded) {
+        /* RFC 7239: for= quoted for IPv6 ("[::1]"), host= quoted always. */
+        bool v6 = strchr(peer, ':') != NULL;
+        if (!puts_(out, v6 ? "Forwarded: for=\"[" : "Forwarded: for=") || !puts_(out, peer) ||
+            !puts_(out, v6 ? "]\"" : ""))
+            return -ENOMEM;
+        if (client_host != NULL && hlen != 0) {
+            if (!puts_(out, ";host=\"") || !put(out, client_host, hlen) || !put(out, "\"", 1))
+                return -ENOMEM;
+        }
+        if (!puts_(out, ";proto=http\r\n"))
+            return -ENOMEM;
+    }
+    if (rq->via && !puts_(out, "Via: 1.1 magpied\r\n"))
+        return -ENOMEM;
+    if (rq->framing == MD_PROXY_BODY_LENGTH) {
+        char cl[48];
+        int k = snprintf(cl, sizeof cl, "Content-Length: %" PRIu64 "\r\n", rq->length);
+        if (!put(out, cl, (size_t)k))
+            return -ENOMEM;
+    } else if (rq->framing == MD_PROXY_BODY_CHUNKED &&
+               !puts_(out, "Transfer-Encoding: chunked\r\n")) {
+        return -ENOMEM;
+    }
+    const char *conn = rq->upgrade      ? "Connection: upgrade\r\n\r\n"
+                       : rq->keepalive ? "\r\n"
+                                       : "Connection: close\r\n\r\n";
+    return puts_(out, conn) ? 0 : -ENOMEM;
+}
+
+/* --- The response ------------------------------------------------------------------------ */
+
+static md_proxy_resp *resp_of(llhttp_t *p)
+{
+    return (md_proxy_resp *)(void *)((char *)p - offsetof(md_proxy_resp, parser));
+}
+
+static int keep(md_proxy_resp *r, const char *at, size_t len)
+{
+    if (r->fields_len + len > r->fields_cap) {
+        size_t cap = r->fields_cap != 0 ? r->fields_cap : 1024;
+        while (cap < r->fields_len + len)
+            cap *= 2;
+        char *nf = realloc(r->fields, cap);
+        if (nf == NULL) {
+            r->error = MD_RESP_NOMEM;
+            return HPE_USER;
+        }
+        r->fields = nf;
+        r->fields_cap = cap;
+    }
+    memcpy(r->fields + r->fields_len, at, len);
+    r->fields_len += len;
+    return 0;
+}
+
+static int r_message_begin(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    r->fields_len = 0;
+    r->reason_len = 0;
+    r->value_open = false;
+    return 0;
+}
+
+static int r_status(llhttp_t *p, const char *at, size_t len)
+{
+    md_proxy_resp *r = resp_of(p);
+    for (size_t i = 0; i < len; i++) {
+        unsigned ch = (unsigned char)at[i];
+        /* a reason of visible ASCII and spaces is passed on; anything else is dropped */
+        if (ch < 0x20 || ch >= 0x7f) {
+            if (ch != '\t') {
+                r->reason_len = 0xff;
+                return 0;
+            }
+        }
+    }
+    if (r->reason_len == 0xff)
+        return 0;
+    if (r->reason_len + len >= sizeof r->reason) {
+        r->reason_len = 0xff;
+        return 0;
+    }
+    memcpy(r->reason + r->reason_len, at, len);
+    r->reason_len = (uint8_t)(r->reason_len + len);
+    return 0;
+}
+
+static int r_status_complete(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (p->http_major != 1 || p->status_code < 100 || p->status_code > 599) {
+        r->error = MD_RESP_GARBAGE;
+        return HPE_USER;
+    }
+    return 0;
+}
+
+static int r_field(llhttp_t *p, const char *at, size_t len)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (r->head_sent)
+        return 0; /* a trailer: dropped */
+    for (size_t i = 0; i < len; i++) {
+        if (at[i] == ' ' || at[i] == '\t') { /* "Name : v" is no field (RFC 9112 5.1) */
+            r->error = MD_RESP_GARBAGE;
+            return HPE_USER;
+        }
+    }
+    return keep(r, at, len);
+}
+
+static int r_field_complete(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    return r->head_sent ? 0 : keep(r, ": ", 2);
+}
+
+static int r_value(llhttp_t *p, const char *at, size_t len)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (r->head_sent)
+        return 0;
+    if (len != 0 && memchr(at, '\0', len) != NULL) {
+        r->error = MD_RESP_GARBAGE;
+        return HPE_USER;
+    }
+    return keep(r, at, len);
+}
+
+static int r_value_complete(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (r->head_sent)
+        return 0;
+    while (r->fields_len != 0 &&
+           (r->fields[r->fields_len - 1] == ' ' || r->fields[r->fields_len - 1] == '\t'))
+        r->fields_len--;
+    return keep(r, "\r\n", 2);
+}
+
+static bool out_put(md_proxy_resp *r, const char *s, size_t n)
+{
+    if (md_outbuf_append(r->out, s, n) != 0) {
+        r->error = MD_RESP_NOMEM;
+        return false;
+    }
+    return true;
+}
+
+/* The client's head: the status line, the upstream's end-to-end fields, our framing. */
+static int write_head(md_proxy_resp *r)
+{
+    llhttp_t *p = &r->parser;
+    char line[128];
+    int n = snprintf(line, sizeof line, "HTTP/1.1 %u %.*s\r\n", (unsigned)r->status,
+                     r->reason_len == 0xff ? 0 : (int)r->reason_len, r->reason);
+    if (!out_put(r, line, (size_t)n))
+        return HPE_USER;
+    struct field_iter it = {r->fields, r->fields + r->fields_len};
+    const char *fn, *v;
+    size_t nl, vl;
+    bool keep_length = r->client_framing == MD_CLIENT_NONE && r->status != 204 &&
+                       (r->head_request || r->status == 304);
+    while (next_field(&it, &fn, &nl, &v, &vl)) {
+        if (nl == 0 || md_proxy_hop_by_hop(fn, nl) ||
+            named_by_connection(r->fields, r->fields_len, fn, nl))
+            continue;
+        if (same_ci(fn, nl, "content-length") && !keep_length)
+            continue;
+        if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
+            !out_put(r, "\r\n", 2))
+            return HPE_USER;
+    }
+    if (r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
+        return HPE_USER;
+    if (r->client_framing == MD_CLIENT_LENGTH) {
+        n = snprintf(line, sizeof line, "Content-Length: %" PRIu64 "\r\n", p->content_length);
+        if (!out_put(r, line, (size_t)n))
+            return HPE_USER;
+    } else if (r->client_framing == MD_CLIENT_CHUNKED &&
+               !out_put(r, "Transfer-Encoding: chunked\r\n", 28)) {
+        return HPE_USER;
+    }
+    const char *conn = r->client_closes || r->client_framing == MD_CLIENT_CLOSE
+                           ? "Connection: close\r\n\r\n"
+                       : r->client_http10 ? "Connection: keep-alive\r\n\r\n"
+                                          : "\r\n";
+    return out_put(r, conn, strlen(conn)) ? 0 : HPE_USER;
+}
+
+static int r_headers_complete(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    unsigned status = p->status_code;
+    if (status == 101) {
+        if (!r->tunnel_ok) {
+            r->error = MD_RESP_GARBAGE; /* no upgrade was asked for: nothing to switch to */
+            return HPE_USER;
+        }
+        r->status = 101;
+        return 1; /* llhttp stops at its end: the tunnel's bytes follow */
+    }
+    if (status < 200) {
+        r->interim++;
+        if (r->interim > 32) { /* an upstream that never gets to its answer */
+            r->error = MD_RESP_GARBAGE;
+            return HPE_USER;
+        }
+        return 1; /* 1xx has no body (RFC 9110 15.2), whatever llhttp would infer */
+    }
+    r->status = (uint16_t)status;
+    /* A coding other than chunked, in a response, would leave the body unframed for us and
+     * coded for the client: refused rather than passed on stripped. */
+    if ((p->flags & F_TRANSFER_ENCODING) && !(p->flags & F_CHUNKED)) {
+        r->error = MD_RESP_GARBAGE;
+        return HPE_USER;
+    }
+    bool no_body = r->head_request || status == 204 || status == 304;
+    r->upstream_keepalive = llhttp_should_keep_alive(p) != 0;
+    if (no_body) {
+        r->client_framing = MD_CLIENT_NONE;
+    } else if (p->flags & F_CHUNKED) {
+        r->client_framing = r->client_http10 ? MD_CLIENT_CLOSE : MD_CLIENT_CHUNKED;
+    } else if (p->flags & F_CONTENT_LENGTH) {
+        r->client_framing = MD_CLIENT_LENGTH;
+        r->length = p->content_length;
+    } else {
+        r->close_delimited = true;
+        r->upstream_keepalive = false;
+        r->client_framing = r->client_http10 ? MD_CLIENT_CLOSE : MD_CLIENT_CHUNKED;
+    }
+    r->head_sent = true;
+    if (write_head(r) != 0)
+        return HPE_USER;
+    return no_body ? 1 : 0;
+}
+
+static int r_body(llhttp_t *p, const char *at, size_t len)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (len == 0)
+        return 0;
+    r->body_bytes += len;
+    if (r->client_framing == MD_CLIENT_CHUNKED) {
+        char size[24];
+        int n = snprintf(size, sizeof size, "%zx\r\n", len);
+        if (!out_put(r, size, (size_t)n) || !out_put(r, at, len) || !out_put(r, "\r\n", 2))
+            return HPE_USER;
+        return 0;
+    }
+    return out_put(r, at, len) ? 0 : HPE_USER;
+}
+
+static int r_message_complete(llhttp_t *p)
+{
+    md_proxy_resp *r = resp_of(p);
+    if (!r->head_sent && r->status != 101)
+        return 0; /* an interim response: the final one follows */
+    r->complete = true;
+    if (r->client_framing == MD_CLIENT_CHUNKED && !out_put(r, "0\r\n\r\n", 5))
+        return HPE_USER;
+    return HPE_PAUSED; /* anything after it is not this response's */
+}
+
+static const llhttp_settings_t resp_settings = {
+    .on_message_begin = r_message_begin,
+    .on_status = r_status,
+    .on_status_complete = r_status_complete,
+    .on_header_field = r_field,
+    .on_header_field_complete = r_field_complete,
+    .on_header_value = r_value,
+    .on_header_value_complete = r_value_complete,
+    .on_headers_complete = r_headers_complete,
+    .on_body = r_body,
+    .on_message_complete = r_message_complete,
+};
+
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
+                        bool client_http10, bool client_closes)
+{
+    memset(r, 0, sizeof *r);
+    llhttp_init(&r->parser, HTTP_RESPONSE, &resp_settings);
+    r->max_head = max_head;
+    r->head_request = head_request;
+    r->client_http10 = client_http10;
+    r->client_closes = client_closes;
+}
+
+int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,
+                       md_outbuf *out)
+{
+    r->out = out;
+    *used = 0;
+    if (len != 0)
+        r->started = true;
+    while (*used < len) {
+        size_t n = len - *used;
+        /* While the head is incomplete llhttp sees no more than its limit allows, so an
+         * oversized head is refused exactly at max_head bytes, never buffered past it. */
+        bool in_head = !r->head_sent && r->status != 101;
+        if (in_head && n > r->max_head - r->head_bytes)
+            n = r->max_head - r->head_bytes;
+        if (n == 0)
+            return MD_RESP_TOO_BIG;
+        const char *at = data + *used;
+        llhttp_errno_t e = llhttp_execute(&r->parser, at, n);
+        if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
+            const char *stop = llhttp_get_error_pos(&r->parser);
+            *used += (size_t)(stop - at);
+            if (e == HPE_PAUSED_UPGRADE || r->status == 101)
+                return MD_RESP_UPGRADE;
+            return MD_RESP_DONE;
+        }
+        if (e != HPE_OK)
+            return r->error != 0 ? r->error : MD_RESP_GARBAGE;
+        if (in_head && !r->head_sent) {
+            r->head_bytes += n;
+            if (r->head_bytes >= r->max_head)
+                return MD_RESP_TOO_BIG;
+        }
+        *used += n;
+    }
+    return MD_RESP_MORE;
+}
+
+int md_proxy_resp_eof(md_proxy_resp *r, md_outbuf *out)
+{
+    r->out = out;
+    if (!r->head_sent || !r->close_delimited)
+        return MD_RESP_GARBAGE; /* cut short */
+    if (llhttp_finish(&r->parser) != HPE_OK && !r->complete)
+        return r->error != 0 ? r->error : MD_RESP_GARBAGE;
+    /* llhttp_finish() ran on_message_complete, which closed a chunked client body. */
+    if (!r->complete) {
+        r->complete = true;
+        if (r->client_framing == MD_CLIENT_CHUNKED && md_outbuf_append(out, "0\r\n\r\n", 5) != 0)
+            return MD_RESP_NOMEM;
+    }
+    return MD_RESP_DONE;
+}
+
+void md_proxy_resp_free(md_proxy_resp *r)
+{
+    free(r->fields);
+    r->fields = NULL;
+    r->fields_cap = r->fields_len = 0;
+}

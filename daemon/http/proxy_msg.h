@@ -1,0 +1,109 @@
+/* The proxy's messages, without I/O: the request head it sends upstream (hop-by-hop fields
+ * removed, forwarding fields added, the body re-framed), and the upstream response's parser
+ * (llhttp in HTTP_RESPONSE mode) that checks its framing and writes the client's head.
+ *
+ * Hop-by-hop fields (RFC 9110 7.6.1), removed both ways: Connection and every field it names,
+ * Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, and every Proxy-* field (credentials
+ * meant for this hop never travel on). Content-Length is written anew from the framing, so
+ * that a message never carries two framings.
+ */
+#ifndef MD_PROXY_MSG_H
+#define MD_PROXY_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/outbuf.h"
+#include "llhttp.h"
+
+/* How a request body goes upstream. */
+typedef enum md_proxy_framing {
+    MD_PROXY_BODY_NONE,
+    MD_PROXY_BODY_LENGTH,  /* Content-Length: length */
+    MD_PROXY_BODY_CHUNKED, /* Transfer-Encoding: chunked */
+} md_proxy_framing;
+
+typedef struct md_proxy_req {
+    const char *method; /* NUL-terminated */
+    const char *target; /* as the client sent it (origin-form or absolute-form) */
+    size_t target_len;
+    const char *fields; /* "name: value\r\n"... as md_http_req_head() keeps them */
+    size_t fields_len;
+    const char *peer; /* the client's address; NULL: unknown */
+    const char *host; /* Host to send; NULL: the client's (then upstream_host if none) */
+    const char *upstream_host;
+    bool forwarded, via;
+    bool upgrade; /* a tunnel was allowed: keep Upgrade and send Connection: upgrade */
+    bool keepalive; /* ask the server to keep the connection */
+    uint8_t framing; /* md_proxy_framing */
+    uint64_t length;
+} md_proxy_req;
+
+/* Whether a field name is hop-by-hop by itself (not counting those Connection names). */
+bool md_proxy_hop_by_hop(const char *name, size_t len);
+
+/* Appends the upstream request head to out. 0, -ENOMEM. */
+int md_proxy_request_head(const md_proxy_req *rq, md_outbuf *out);
+
+/* The value of the first field named name (any case) in fields, or NULL. */
+const char *md_proxy_field(const char *fields, size_t len, const char *name, size_t *vlen);
+
+/* The response parser. */
+typedef enum md_proxy_resp_rc {
+    MD_RESP_MORE = 0,     /* all input used, more to come */
+    MD_RESP_DONE = 1,     /* the response is complete: *used ends it */
+    MD_RESP_GARBAGE = -1, /* not a valid response (status line, fields, framing) */
+    MD_RESP_TOO_BIG = -2, /* head over max_head */
+    MD_RESP_NOMEM = -3,
+    MD_RESP_UPGRADE = 2,  /* a 101 for a tunnel: *used ends its head */
+} md_proxy_resp_rc;
+
+/* How the response body goes to the client. */
+typedef enum md_proxy_client_framing {
+    MD_CLIENT_NONE,    /* no body (HEAD, 1xx, 204, 304) */
+    MD_CLIENT_LENGTH,  /* the upstream's Content-Length */
+    MD_CLIENT_CHUNKED, /* re-chunked: chunked or close-delimited upstream, HTTP/1.1 client */
+    MD_CLIENT_CLOSE,   /* close-delimited: HTTP/1.0 client */
+} md_proxy_client_framing;
+
+typedef struct md_proxy_resp {
+    llhttp_t parser;
+    md_outbuf *out;        /* where the client's head and body go (during feed) */
+    uint32_t max_head;     /* bytes of the head (status line through the empty line) */
+    bool head_request;     /* a response to HEAD: no body whatever it says */
+    bool client_http10;    /* the client speaks HTTP/1.0: no 1xx, no chunked */
+    bool client_closes;    /* the client's connection closes after this response */
+    bool tunnel_ok;        /* a 101 may start a tunnel */
+    bool via;              /* append Via: 1.1 magpied */
+    bool started;          /* a byte of the response has come */
+    bool head_sent;        /* the client's head is in out */
+    bool complete;         /* the message is complete */
+    bool close_delimited;  /* the body ends when the connection does */
+    bool upstream_keepalive; /* the upstream keeps the connection after it */
+    uint8_t client_framing;  /* md_proxy_client_framing */
+    bool value_open;
+    uint16_t status;
+    uint32_t interim;      /* 1xx responses skipped */
+    uint64_t head_bytes;   /* bytes of the current head so far */
+    uint64_t body_bytes;   /* body bytes passed to the client */
+    uint64_t length;       /* the Content-Length, when there is one */
+    char *fields;          /* the current head's fields, "name: value\r\n"... */
+    size_t fields_len, fields_cap;
+    char reason[64];
+    uint8_t reason_len;
+    int error;             /* md_proxy_resp_rc of a callback's failure */
+} md_proxy_resp;
+
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
+                        bool client_http10, bool client_closes);
+/* Parses data[0..len): the client's head and body are appended to out as they come. *used:
+ * the bytes used (less than len only with DONE or UPGRADE: what follows the response). */
+int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,
+                       md_outbuf *out);
+/* The upstream closed: DONE for a close-delimited body (the last chunk is appended when the
+ * client's body was chunked), GARBAGE for anything cut short. */
+int md_proxy_resp_eof(md_proxy_resp *r, md_outbuf *out);
+void md_proxy_resp_free(md_proxy_resp *r);
+
+#endif

@@ -1,0 +1,758 @@
+/* Upstream groups: their [upstream NAME] configuration, the balancer, passive health and the
+ * keep-alive pools (upstream.h says who touches what). */
+#include "http/upstream.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/metrics.h"
+
+static void say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void say(char *msg, size_t len, const char *fmt, ...)
+{
+    if (msg == NULL || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+}
+
+static bool name_ok(const char *s, size_t n, size_t max)
+{
+    if (n == 0 || n >= max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+int md_upstream_find(const md_upstream_table *t, const char *name)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (strcmp(t->u[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void conf_defaults(md_upstream_conf *u)
+{
+    u->balance = MD_BALANCE_ROUND_ROBIN;
+    u->keepalive = 32;
+    u->keepalive_timeout_ms = 60000;
+    u->connect_timeout_ms = 2000;
+    u->send_timeout_ms = 10000;
+    u->read_timeout_ms = 30000;
+    u->header_timeout_ms = 30000;
+    u->tries = 3;
+    u->retry_timeout_ms = 10000;
+    u->max_fails = 1;
+    u->fail_timeout_ms = 10000;
+    u->health_interval_ms = 5000;
+    u->health_rise = 2;
+    u->health_fall = 3;
+    u->max_response_header_bytes = 65536;
+    u->buffer_bytes = 65536;
+}
+
+int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char *msg,
+                    size_t msg_len)
+{
+    while (*spec == ' ' || *spec == '\t')
+        spec++;
+    size_t n = strlen(spec);
+    while (n != 0 && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
+        n--;
+    if (!name_ok(spec, n, MD_UPSTREAM_NAME_MAX)) {
+        say(msg, msg_len, "expected a name of [A-Za-z0-9_-], 1 to %d bytes",
+            MD_UPSTREAM_NAME_MAX - 1);
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (strlen(t->u[i].name) == n && memcmp(t->u[i].name, spec, n) == 0) {
+            say(msg, msg_len, "defined twice (first on line %u)", (unsigned)t->u[i].line);
+            return -EINVAL;
+        }
+    }
+    if (t->n == MD_UPSTREAMS_MAX) {
+        say(msg, msg_len, "more than %d upstreams", MD_UPSTREAMS_MAX);
+        return -EINVAL;
+    }
+    md_upstream_conf *u = &t->u[t->n++];
+    memset(u, 0, sizeof *u);
+    memcpy(u->name, spec, n);
+    u->line = line;
+    conf_defaults(u);
+    return 0;
+}
+
+static bool parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > max)
+            return false;
+    }
+    if (*s != '\0' || v < min)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* "HOST:PORT [weight=N] [max_conns=N]": one server, or one per address of a DNS name. */
+static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t msg_len)
+{
+    char buf[256];
+    if (strlen(value) >= sizeof buf) {
+        say(msg, msg_len, "longer than %zu bytes", sizeof buf - 1);
+        return -EINVAL;
+    }
+    strcpy(buf, value);
+    char *save = NULL, *addr = strtok_r(buf, " \t", &save);
+    if (addr == NULL) {
+        say(msg, msg_len, "expected HOST:PORT [weight=N] [max_conns=N]");
+        return -EINVAL;
+    }
+    uint32_t weight = 1, max_conns = 0;
+    for (char *opt; (opt = strtok_r(NULL, " \t", &save)) != NULL;) {
+        if (strncmp(opt, "weight=", 7) == 0) {
+            if (!parse_u32(opt + 7, 1, 100, &weight)) {
+                say(msg, msg_len, "weight: expected an integer in 1..100, got \"%s\"", opt + 7);
+                return -EINVAL;
+            }
+        } else if (strncmp(opt, "max_conns=", 10) == 0) {
+            if (!parse_u32(opt + 10, 0, 1000000, &max_conns)) {
+                say(msg, msg_len, "max_conns: expected an integer in 0..1000000, got \"%s\"",
+                    opt + 10);
+                return -EINVAL;
+            }
+        } else {
+            say(msg, msg_len, "unknown option \"%s\" (weight=N, max_conns=N)", opt);
+            return -EINVAL;
+        }
+    }
+    /* HOST:PORT, [IPv6]:PORT */
+    char host[MD_UPSTREAM_LABEL_MAX], *port;
+    if (addr[0] == '[') {
+        char *close = strchr(addr, ']');
+        if (close == NULL || close[1] != ':' || (size_t)(close - addr - 1) >= sizeof host) {
+            say(msg, msg_len, "expected [IPv6]:PORT, got \"%s\"", addr);
+            return -EINVAL;
+        }
+        memcpy(host, addr + 1, (size_t)(close - addr - 1));
+        host[close - addr - 1] = '\0';
+        port = close + 2;
+    } else {
+        char *colon = strrchr(addr, ':');
+        if (colon == NULL || colon == addr || (size_t)(colon - addr) >= sizeof host ||
+            memchr(addr, ':', (size_t)(colon - addr)) != NULL) {
+            say(msg, msg_len, "expected HOST:PORT, got \"%s\"", addr);
+            return -EINVAL;
+        }
+        memcpy(host, addr, (size_t)(colon - addr));
+        host[colon - addr] = '\0';
+        port = colon + 1;
+    }
+    uint32_t portno;
+    if (!parse_u32(port, 1, 65535, &portno)) {
+        say(msg, msg_len, "expected a port in 1..65535, got \"%s\"", port);
+        return -EINVAL;
+    }
+    if (strlen(addr) >= MD_UPSTREAM_LABEL_MAX - 48) {
+        say(msg, msg_len, "HOST:PORT longer than %d bytes", MD_UPSTREAM_LABEL_MAX - 49);
+        return -EINVAL;
+    }
+    /* Numeric first: no lookup at all. A name is resolved here, on the thread reading the
+     * configuration (never the loop). */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    struct addrinfo *res = NULL;
+    int rc = mp_resolve_blocking(host, port, &hints, &res);
+    if (rc != 0 && addr[0] != '[') {
+        hints.ai_flags = AI_ADDRCONFIG;
+        rc = mp_resolve_blocking(host, port, &hints, &res);
+    }
+    if (rc != 0) {
+        say(msg, msg_len, "cannot resolve \"%s\": %s", host, strerror(-rc));
+        return -EINVAL;
+    }
+    unsigned naddr = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
+            naddr++;
+    unsigned added = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+            continue;
+        if (u->nservers == MD_UPSTREAM_SERVERS_MAX) {
+            freeaddrinfo(res);
+            say(msg, msg_len, "more than %d servers in one upstream", MD_UPSTREAM_SERVERS_MAX);
+            return -EINVAL;
+        }
+        md_upstream_server_conf *s = &u->servers[u->nservers++];
+        memset(s, 0, sizeof *s);
+        memcpy(&s->addr, ai->ai_addr, ai->ai_addrlen);
+        s->addrlen = (uint32_t)ai->ai_addrlen;
+        s->weight = (uint16_t)weight;
+        s->max_conns = max_conns;
+        snprintf(s->host, sizeof s->host, "%s", addr);
+        if (naddr > 1) {
+            char ip[INET6_ADDRSTRLEN] = "";
+            const void *a = ai->ai_family == AF_INET
+                                ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+                                : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+            inet_ntop(ai->ai_family, a, ip, sizeof ip);
+            snprintf(s->label, sizeof s->label, "%s/%s", addr, ip);
+        } else {
+            snprintf(s->label, sizeof s->label, "%s", addr);
+        }
+        added++;
+    }
+    freeaddrinfo(res);
+    if (added == 0) {
+        say(msg, msg_len, "\"%s\" has no IPv4 or IPv6 address", host);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+struct ukey {
+    const char *name;
+    size_t offset;
+    uint32_t min, max;
+};
+
+#define UK(f, lo, hi) {#f, offsetof(md_upstream_conf, f), lo, hi}
+static const struct ukey ukeys[] = {
+    UK(keepalive, 0, 10000),
+    UK(keepalive_timeout_ms, 1, 3600000),
+    UK(connect_timeout_ms, 1, 3600000),
+    UK(send_timeout_ms, 1, 3600000),
+    UK(read_timeout_ms, 1, 3600000),
+    UK(header_timeout_ms, 1, 3600000),
+    UK(tries, 1, 16),
+    UK(retry_timeout_ms, 0, 3600000),
+    UK(max_fails, 0, 1000),
+    UK(fail_timeout_ms, 1, 3600000),
+    UK(health_interval_ms, 100, 3600000),
+    UK(health_rise, 1, 100),
+    UK(health_fall, 1, 100),
+    UK(max_response_header_bytes, 1024, 1048576),
+    UK(buffer_bytes, 4096, 16777216),
+};
+#undef UK
+/* Bits of md_upstream_conf.seen past the numeric keys. */
+enum { SEEN_BALANCE = 20, SEEN_HEALTH_PATH = 21 };
+
+int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, char *msg,
+                    size_t msg_len)
+{
+    if (strcmp(key, "server") == 0)
+        return server_key(u, value, msg, msg_len);
+    int bit = -1;
+    const struct ukey *k = NULL;
+    for (size_t i = 0; i < sizeof ukeys / sizeof ukeys[0]; i++) {
+        if (strcmp(ukeys[i].name, key) == 0) {
+            k = &ukeys[i];
+            bit = (int)i;
+        }
+    }
+    if (k == NULL && strcmp(key, "balance") == 0)
+        bit = SEEN_BALANCE;
+    if (k == NULL && strcmp(key, "health_path") == 0)
+        bit = SEEN_HEALTH_PATH;
+    if (bit < 0)
+        return -ENOENT;
+    if (u->seen & (UINT32_C(1) << bit)) {
+        say(msg, msg_len, "set twice");
+        return -EINVAL;
+    }
+    u->seen |= UINT32_C(1) << bit;
+    if (k != NULL) {
+        uint32_t v;
+        if (!parse_u32(value, k->min, k->max, &v)) {
+            say(msg, msg_len, "expected an integer in %u..%u, got \"%s\"", (unsigned)k->min,
+                (unsigned)k->max, value);
+            return -EINVAL;
+        }
+        memcpy((char *)u + k->offset, &v, sizeof v);
+        return 0;
+    }
+    if (bit == SEEN_HEALTH_PATH) {
+        size_t n = strlen(value);
+        bool ok = n < MD_UPSTREAM_PATH_MAX && (n == 0 || value[0] == '/');
+        for (size_t i = 0; ok && i < n; i++)
+            ok = value[i] > ' ' && value[i] < 0x7f;
+        if (!ok) {
+            say(msg, msg_len, "expected empty or a path starting with '/', visible ASCII, at "
+                              "most %d bytes",
+                MD_UPSTREAM_PATH_MAX - 1);
+            return -EINVAL;
+        }
+        memcpy(u->health_path, value, n + 1);
+        return 0;
+    }
+    /* balance */
+    if (strcmp(value, "round_robin") == 0) {
+        u->balance = MD_BALANCE_ROUND_ROBIN;
+    } else if (strcmp(value, "least_conn") == 0) {
+        u->balance = MD_BALANCE_LEAST_CONN;
+    } else if (strcmp(value, "hash_ip") == 0) {
+        u->balance = MD_BALANCE_HASH_IP;
+    } else if (strncmp(value, "hash_header", 11) == 0 && (value[11] == ' ' || value[11] == '\t')) {
+        const char *h = value + 12;
+        while (*h == ' ' || *h == '\t')
+            h++;
+        size_t n = strlen(h);
+        bool ok = n != 0 && n < MD_UPSTREAM_HEADER_MAX;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = strchr("!#$%&'*+-.^_`|~", h[i]) != NULL || (h[i] >= '0' && h[i] <= '9') ||
+                 (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z');
+        if (!ok) {
+            say(msg, msg_len, "hash_header: expected a field name, at most %d bytes",
+                MD_UPSTREAM_HEADER_MAX - 1);
+            return -EINVAL;
+        }
+        memcpy(u->hash_header, h, n + 1);
+        u->balance = MD_BALANCE_HASH_HEADER;
+    } else {
+        say(msg, msg_len,
+            "expected round_robin, least_conn, hash_ip or hash_header NAME, got \"%s\"", value);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len)
+{
+    if (u->nservers == 0) {
+        say(msg, msg_len, "server: at least one required");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* --- State --------------------------------------------------------------------------- */
+
+static const char *const reason_names[MD_UP_REASONS] = {
+    [MD_UP_CONNECT_REFUSED] = "connect_refused",
+    [MD_UP_CONNECT_ERROR] = "connect_error",
+    [MD_UP_CONNECT_TIMEOUT] = "connect_timeout",
+    [MD_UP_SEND_ERROR] = "send_error",
+    [MD_UP_SEND_TIMEOUT] = "send_timeout",
+    [MD_UP_HEADER_TIMEOUT] = "header_timeout",
+    [MD_UP_READ_TIMEOUT] = "read_timeout",
+    [MD_UP_RESET] = "reset",
+    [MD_UP_BAD_RESPONSE] = "bad_response",
+    [MD_UP_HEADER_TOO_BIG] = "header_too_big",
+    [MD_UP_NO_SERVER] = "no_server",
+};
+
+const char *md_upstream_reason_name(md_upstream_reason r)
+{
+    return r < MD_UP_REASONS ? reason_names[r] : "unknown";
+}
+
+int md_upstream_health_start(md_upstreams *us); /* upstream_health.c */
+void md_upstream_health_stop(md_upstreams *us);
+
+int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt)
+{
+    md_upstreams *us = calloc(1, sizeof *us);
+    if (us == NULL)
+        return -ENOMEM;
+    us->conf = *t;
+    us->rt = rt;
+    for (uint32_t i = 0; i < us->conf.n; i++) {
+        md_upstream *up = &us->u[i];
+        up->conf = &us->conf.u[i];
+        up->rt = rt;
+        pthread_mutex_init(&up->mu, NULL);
+        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+            up->peers[j].conf = &up->conf->servers[j];
+            up->peers[j].up = up;
+        }
+    }
+    if (rt != NULL) {
+        int rc = md_upstream_health_start(us);
+        if (rc != 0) {
+            md_upstreams_free(us);
+            return rc;
+        }
+    }
+    *out = us;
+    return 0;
+}
+
+void md_upstreams_free(md_upstreams *us)
+{
+    if (us == NULL)
+        return;
+    md_upstream_health_stop(us);
+    for (uint32_t i = 0; i < us->conf.n; i++) {
+        md_upstream *up = &us->u[i];
+        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+            md_upstream_peer *p = &up->peers[j];
+            while (p->idle != NULL) {
+                md_upstream_conn *c = p->idle;
+                p->idle = c->next;
+                md_upstream_conn_close(c);
+            }
+            p->nidle = 0;
+        }
+        pthread_mutex_destroy(&up->mu);
+    }
+    free(us);
+}
+
+static bool usable_locked(const md_upstream_peer *p, uint64_t now_ms)
+{
+    return now_ms >= p->down_until_ms && !p->health_down &&
+           (p->conf->max_conns == 0 || p->active < p->conf->max_conns);
+}
+
+bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms)
+{
+    pthread_mutex_lock(&p->up->mu);
+    bool up = now_ms >= p->down_until_ms && !p->health_down;
+    pthread_mutex_unlock(&p->up->mu);
+    return up;
+}
+
+/* FNV-1a, 64 bits: stable across runs and builds, so a key keeps its server. */
+static uint64_t fnv1a(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* nginx's smooth weighted round robin: each pick adds every candidate's weight to its current
+ * weight, takes the largest, and takes the total off the winner; weights 5,1,1 give a a b a c
+ * a a, not a a a a a b c. */
+static md_upstream_peer *pick_rr_locked(md_upstream *up, uint64_t tried, uint64_t now_ms)
+{
+    md_upstream_peer *best = NULL;
+    int64_t total = 0;
+    for (uint32_t i = 0; i < up->conf->nservers; i++) {
+        md_upstream_peer *p = &up->peers[i];
+        if ((tried >> i) & 1 || !usable_locked(p, now_ms))
+            continue;
+        p->current_weight += p->conf->weight;
+        total += p->conf->weight;
+        if (best == NULL || p->current_weight > best->current_weight)
+            best = p;
+    }
+    if (best != NULL)
+        best->current_weight -= total;
+    return best;
+}
+
+static md_upstream_peer *pick_least_locked(md_upstream *up, uint64_t tried, uint64_t now_ms)
+{
+    md_upstream_peer *best = NULL;
+    uint32_t n = up->conf->nservers;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (up->rr + k) % n;
+        md_upstream_peer *p = &up->peers[i];
+        if ((tried >> i) & 1 || !usable_locked(p, now_ms))
+            continue;
+        /* active / weight, compared without division */
+        if (best == NULL || (uint64_t)p->active * best->conf->weight <
+                                (uint64_t)best->active * p->conf->weight)
+            best = p;
+    }
+    up->rr = (up->rr + 1) % (n != 0 ? n : 1);
+    return best;
+}
+
+/* A key's server: its hash over the weights, so a server of weight 2 takes twice the keys;
+ * the same key gets the same server while the set is unchanged. One that cannot be used is
+ * rehashed, up to 20 times (as nginx's hash does), then round robin takes over. */
+static md_upstream_peer *pick_hash_locked(md_upstream *up, uint64_t tried, const char *key,
+                                          size_t key_len, uint64_t now_ms)
+{
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < up->conf->nservers; i++)
+        total += up->peers[i].conf->weight;
+    uint64_t h = fnv1a(key, key_len, UINT64_C(0xcbf29ce484222325));
+    for (int round = 0; round < 20 && total != 0; round++) {
+        uint32_t w = (uint32_t)(h % total);
+        uint32_t i = 0;
+        while (w >= up->peers[i].conf->weight) {
+            w -= up->peers[i].conf->weight;
+            i++;
+        }
+        md_upstream_peer *p = &up->peers[i];
+        if (!((tried >> i) & 1) && usable_locked(p, now_ms))
+            return p;
+        char salt = (char)round;
+        h = fnv1a(&salt, 1, h);
+    }
+    return pick_rr_locked(up, tried, now_ms);
+}
+
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
+                                   size_t key_len, uint64_t now_ms)
+{
+    pthread_mutex_lock(&up->mu);
+    md_upstream_peer *p;
+    switch (up->conf->balance) {
+    case MD_BALANCE_LEAST_CONN:
+        p = pick_least_locked(up, tried, now_ms);
+        break;
+    case MD_BALANCE_HASH_IP:
+    case MD_BALANCE_HASH_HEADER:
+        p = key != NULL ? pick_hash_locked(up, tried, key, key_len, now_ms)
+                        : pick_rr_locked(up, tried, now_ms);
+        break;
+    default:
+        p = pick_rr_locked(up, tried, now_ms);
+        break;
+    }
+    if (p != NULL)
+        p->active++;
+    pthread_mutex_unlock(&up->mu);
+    if (p != NULL) /* relaxed: a counter for /metrics */
+        atomic_fetch_add_explicit(&p->requests, 1, memory_order_relaxed);
+    return p;
+}
+
+void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms)
+{
+    md_upstream *up = p->up;
+    pthread_mutex_lock(&up->mu);
+    p->active--;
+    if (failed && up->conf->max_fails != 0) {
+        if (now_ms - p->fail_start_ms > up->conf->fail_timeout_ms) {
+            p->fail_start_ms = now_ms;
+            p->fails = 0;
+        }
+        if (++p->fails >= up->conf->max_fails) {
+            p->down_until_ms = now_ms + up->conf->fail_timeout_ms;
+            p->fails = 0;
+        }
+    } else if (!failed) {
+        p->fails = 0;
+    }
+    pthread_mutex_unlock(&up->mu);
+}
+
+void md_upstream_health_result(md_upstream_peer *p, bool good)
+{
+    md_upstream *up = p->up;
+    pthread_mutex_lock(&up->mu);
+    if (good) {
+        p->health_bad = 0;
+        if (p->health_down && ++p->health_good >= up->conf->health_rise) {
+            p->health_down = false;
+            p->health_good = 0;
+        }
+    } else {
+        p->health_good = 0;
+        if (!p->health_down && ++p->health_bad >= up->conf->health_fall) {
+            p->health_down = true;
+            p->health_bad = 0;
+        }
+    }
+    pthread_mutex_unlock(&up->mu);
+}
+
+/* --- Pool ------------------------------------------------------------------------------ */
+
+static void conn_closed(mp_tcp *t)
+{
+    free(mp_container_of(t, md_upstream_conn, tcp));
+}
+
+void md_upstream_conn_close(md_upstream_conn *c)
+{
+    if (mp_tcp_close(&c->tcp, conn_closed) != 0)
+        free(c); /* not open, or the runtime closed it already: on_closed will not run */
+}
+
+int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out)
+{
+    md_upstream_conn *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return -ENOMEM;
+    c->peer = p;
+    int rc = mp_tcp_connect(p->up->rt, &c->tcp, (const struct sockaddr *)&p->conf->addr,
+                            p->up->conf->buffer_bytes);
+    if (rc != 0) {
+        free(c);
+        return rc;
+    }
+    mp_tcp_set_nodelay(&c->tcp, true);
+    *out = c;
+    return 0;
+}
+
+bool md_upstream_fd_idle_ok(int fd)
+{
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Takes the connections idle past the timeout off the tail (the oldest) into *dead. */
+static void expire_locked(md_upstream_peer *p, uint64_t now_ms, md_upstream_conn **dead)
+{
+    uint32_t timeout = p->up->conf->keepalive_timeout_ms;
+    md_upstream_conn **at = &p->idle;
+    while (*at != NULL) {
+        md_upstream_conn *c = *at;
+        if (now_ms - c->idle_since_ms >= timeout) {
+            *at = c->next;
+            p->nidle--;
+            c->next = *dead;
+            *dead = c;
+        } else {
+            at = &c->next;
+        }
+    }
+}
+
+static void close_list(md_upstream_conn *c)
+{
+    while (c != NULL) {
+        md_upstream_conn *next = c->next;
+        md_upstream_conn_close(c);
+        c = next;
+    }
+}
+
+md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms)
+{
+    for (;;) {
+        md_upstream_conn *dead = NULL, *c;
+        pthread_mutex_lock(&p->up->mu);
+        expire_locked(p, now_ms, &dead);
+        c = p->idle;
+        if (c != NULL) {
+            p->idle = c->next;
+            p->nidle--;
+        }
+        pthread_mutex_unlock(&p->up->mu);
+        close_list(dead);
+        if (c == NULL)
+            return NULL;
+        c->next = NULL;
+        /* Closed by the server while it was idle, or talking out of turn: never reused. */
+        if (md_upstream_fd_idle_ok(mp_tcp_fileno(&c->tcp)))
+            return c;
+        md_upstream_conn_close(c);
+    }
+}
+
+void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
+{
+    md_upstream_peer *p = c->peer;
+    md_upstream_conn *dead = NULL;
+    c->idle_since_ms = now_ms;
+    pthread_mutex_lock(&p->up->mu);
+    expire_locked(p, now_ms, &dead);
+    if (p->nidle < p->up->conf->keepalive) {
+        c->next = p->idle;
+        p->idle = c;
+        p->nidle++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&p->up->mu);
+    close_list(dead);
+    if (c != NULL)
+        md_upstream_conn_close(c);
+}
+
+void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms)
+{
+    md_upstream_conn *dead = NULL;
+    pthread_mutex_lock(&p->up->mu);
+    expire_locked(p, now_ms, &dead);
+    pthread_mutex_unlock(&p->up->mu);
+    close_list(dead);
+}
+
+uint32_t md_upstream_pool_idle(md_upstream_peer *p)
+{
+    pthread_mutex_lock(&p->up->mu);
+    uint32_t n = p->nidle;
+    pthread_mutex_unlock(&p->up->mu);
+    return n;
+}
+
+/* --- /metrics ---------------------------------------------------------------------------- */
+
+int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
+{
+    if (us == NULL || us->conf.n == 0)
+        return 0;
+    uint64_t now = mp_now_ms();
+    int rc = md_metrics_put_head(out, "magpied_upstream_requests_total", "counter",
+                                 "Attempts sent to each upstream server.");
+    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
+        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
+            rc = md_metrics_put(out,
+                                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
+                                "%" PRIu64 "\n",
+                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                                atomic_load_explicit(&us->u[i].peers[j].requests,
+                                                     memory_order_relaxed));
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_upstream_failures_total", "counter",
+                                 "Failed attempts, by upstream server and reason.");
+    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
+        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
+            for (unsigned r = 0; rc == 0 && r < MD_UP_REASONS; r++) {
+                uint64_t v = atomic_load_explicit(&us->u[i].peers[j].failures[r],
+                                                  memory_order_relaxed);
+                if (v != 0 || r == MD_UP_CONNECT_REFUSED)
+                    rc = md_metrics_put(out,
+                                        "magpied_upstream_failures_total{upstream=\"%s\",server="
+                                        "\"%s\",reason=\"%s\"} %" PRIu64 "\n",
+                                        us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                                        reason_names[r], v);
+            }
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_upstream_retries_total", "counter",
+                                 "Attempts after the first, per upstream.");
+    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
+        rc = md_metrics_put(out, "magpied_upstream_retries_total{upstream=\"%s\"} %" PRIu64 "\n",
+                            us->u[i].conf->name,
+                            atomic_load_explicit(&us->u[i].retries, memory_order_relaxed));
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_upstream_server_up", "gauge",
+                                 "1 while a server takes requests (passive and active health).");
+    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
+        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
+            rc = md_metrics_put(out, "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
+                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                                md_upstream_peer_up(&us->u[i].peers[j], now) ? 1 : 0);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_upstream_idle_connections", "gauge",
+                                 "Pooled keep-alive connections to each server.");
+    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
+        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
+            rc = md_metrics_put(out,
+                                "magpied_upstream_idle_connections{upstream=\"%s\",server=\"%s\"} "
+                                "%u\n",
+                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                                (unsigned)md_upstream_pool_idle(&us->u[i].peers[j]));
+    return rc;
+}

@@ -1,0 +1,196 @@
+/* Upstream groups for the proxy handler: their configuration ([upstream NAME] sections, a
+ * plain value inside md_config like the route table), and their state while serving: the
+ * balancer, passive health, and the keep-alive pools of connections to each server.
+ *
+ * Configuration: md_upstream_key() applies one key of a section, md_upstream_check() the rules
+ * that need several; a DNS name in `server =` is resolved by md_upstream_key() itself, on the
+ * thread that reads the configuration (main at start, the signal thread at a reload: never
+ * the loop nor a worker), each of its addresses becoming one server, as nginx does.
+ *
+ * State: md_upstreams_new() builds it for one generation of settings (server/generation.h);
+ * it lives as long as that generation, so a request in flight finishes with the servers,
+ * pools and counters it started with, and a reload starts afresh (health included).
+ *
+ * Pools are shared by every worker, one per server under its group's mutex, not one per
+ * worker: a connection's task moves between workers (work stealing), and a per-worker pool
+ * would find the idle connection its previous request left on another worker's list, so it
+ * would open new ones and keep up to workers x keepalive idle connections. The lock is held
+ * for a few pointer moves only, never across I/O.
+ *
+ * Thread rules: the configuration is immutable once built. Everything marked "guarded by
+ * up->mu" is taken under that mutex from any worker's task; counters for /metrics are relaxed
+ * atomics (no other memory is published through them).
+ */
+#ifndef MD_UPSTREAM_H
+#define MD_UPSTREAM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/outbuf.h"
+#include "magpie.h"
+
+enum {
+    MD_UPSTREAMS_MAX = 16,        /* [upstream] sections */
+    MD_UPSTREAM_SERVERS_MAX = 16, /* servers of one group, after resolving names */
+    MD_UPSTREAM_NAME_MAX = 33,    /* a group's name, with its NUL */
+    MD_UPSTREAM_LABEL_MAX = 80,   /* a server's label (logs, metrics), with its NUL */
+    MD_UPSTREAM_PATH_MAX = 128,   /* health_path, with its NUL */
+    MD_UPSTREAM_HEADER_MAX = 64,  /* hash_header's field name, with its NUL */
+};
+
+typedef enum md_balance {
+    MD_BALANCE_ROUND_ROBIN, /* weighted, smooth (nginx's) */
+    MD_BALANCE_LEAST_CONN,  /* fewest active requests per weight */
+    MD_BALANCE_HASH_IP,     /* the client's address */
+    MD_BALANCE_HASH_HEADER, /* a request field's value */
+} md_balance;
+
+typedef struct md_upstream_server_conf {
+    struct sockaddr_storage addr;
+    uint32_t addrlen;
+    char label[MD_UPSTREAM_LABEL_MAX]; /* "HOST:PORT" as written (+ "/address" for a name
+                                          with several addresses) */
+    char host[MD_UPSTREAM_LABEL_MAX];  /* "HOST:PORT" as written: the Host for host = upstream */
+    uint16_t weight;                   /* 1..100 */
+    uint32_t max_conns;                /* 0 = unlimited */
+} md_upstream_server_conf;
+
+/* One [upstream NAME] section. */
+typedef struct md_upstream_conf {
+    char name[MD_UPSTREAM_NAME_MAX];
+    uint32_t line; /* of its header */
+    uint32_t nservers;
+    md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
+    uint8_t balance; /* md_balance */
+    char hash_header[MD_UPSTREAM_HEADER_MAX];
+    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms,
+        read_timeout_ms, header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms,
+        health_interval_ms, health_rise, health_fall, max_response_header_bytes, buffer_bytes;
+    char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
+    uint32_t seen;                          /* bit per key set (not server), for duplicates */
+} md_upstream_conf;
+
+typedef struct md_upstream_table {
+    uint32_t n;
+    md_upstream_conf u[MD_UPSTREAMS_MAX];
+} md_upstream_table;
+
+/* A new section from its header's text after "upstream" (" NAME"): 0, or -EINVAL with msg. */
+int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char *msg,
+                    size_t msg_len);
+/* One key of section u. 0, -ENOENT (no such key), or -EINVAL with msg (without the key). */
+int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, char *msg,
+                    size_t msg_len);
+/* At the section's end: at least one server. 0 or -EINVAL with msg. */
+int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len);
+/* The group named name, or -1. */
+int md_upstream_find(const md_upstream_table *t, const char *name);
+
+/* Why an attempt failed, for the error log and magpied_upstream_failures_total. */
+typedef enum md_upstream_reason {
+    MD_UP_CONNECT_REFUSED,
+    MD_UP_CONNECT_ERROR,
+    MD_UP_CONNECT_TIMEOUT,
+    MD_UP_SEND_ERROR,
+    MD_UP_SEND_TIMEOUT,
+    MD_UP_HEADER_TIMEOUT,
+    MD_UP_READ_TIMEOUT,
+    MD_UP_RESET, /* closed or reset before a whole response */
+    MD_UP_BAD_RESPONSE,
+    MD_UP_HEADER_TOO_BIG,
+    MD_UP_NO_SERVER, /* every server down or at max_conns */
+    MD_UP_REASONS,
+} md_upstream_reason;
+
+const char *md_upstream_reason_name(md_upstream_reason r);
+
+struct md_upstream;
+
+/* One server's state. */
+typedef struct md_upstream_peer {
+    const md_upstream_server_conf *conf;
+    struct md_upstream *up;
+    /* guarded by up->mu: */
+    int64_t current_weight;         /* smooth weighted round robin */
+    uint32_t active;                /* requests using it now */
+    uint32_t fails;                 /* passive failures since fail_start_ms */
+    uint64_t fail_start_ms;
+    uint64_t down_until_ms;         /* passive health: out until then */
+    bool health_down;               /* active health: marked down */
+    uint32_t health_good, health_bad; /* consecutive active results */
+    struct md_upstream_conn *idle;  /* the pool, most recently used first */
+    uint32_t nidle;
+    /* relaxed atomics, for /metrics: */
+    _Atomic uint64_t requests;
+    _Atomic uint64_t failures[MD_UP_REASONS];
+} md_upstream_peer;
+
+/* A connection to a server: a pooled one, or one a request is using. */
+typedef struct md_upstream_conn {
+    mp_tcp tcp;
+    md_upstream_peer *peer;
+    uint64_t idle_since_ms; /* in the pool: since when */
+    struct md_upstream_conn *next;
+} md_upstream_conn;
+
+typedef struct md_upstream {
+    const md_upstream_conf *conf;
+    mp_runtime *rt;
+    pthread_mutex_t mu;
+    uint32_t rr; /* guarded by mu: where least_conn's ties start */
+    _Atomic uint64_t retries; /* relaxed, for /metrics */
+    md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
+} md_upstream;
+
+typedef struct md_upstreams {
+    md_upstream_table conf; /* a copy: peers point into it */
+    mp_runtime *rt;
+    struct md_health *health; /* the active checks' task state (upstream_health.c) */
+    md_upstream u[MD_UPSTREAMS_MAX];
+} md_upstreams;
+
+/* The state of every group in t (copied), for a generation. 0, -ENOMEM. Starts the active
+ * health checks of the groups that have a health_path (rt NULL: none, for tests). */
+int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt);
+/* Stops the checks and closes the pooled connections: when no request uses it any more. */
+void md_upstreams_free(md_upstreams *us);
+
+/* Picks a server for an attempt, not one of those in tried (bit per peer index), skipping
+ * servers down or at max_conns, and counts the attempt as active on it. key (the client's
+ * address or the configured field's value; may be NULL) drives the hash methods. NULL when
+ * none can be used. */
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
+                                   size_t key_len, uint64_t now_ms);
+/* The attempt on p ended: ok, or failed for passive health (counted in max_fails). */
+void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms);
+/* Whether p is up (not out by passive health, not marked down by the active checks). */
+bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms);
+
+/* Active health: one check's result for p (rise/fall counting). */
+void md_upstream_health_result(md_upstream_peer *p, bool good);
+
+/* The pool. take: an idle connection the server has not closed (checked with a non-blocking
+ * MSG_PEEK: EOF or unexpected bytes close it), or NULL. put: c, disowned by its last task
+ * (mp_tcp_disown), whose last response ended cleanly, goes back; closed instead when the pool
+ * is full. Both close connections idle longer than keepalive_timeout_ms. */
+md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms);
+void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms);
+/* Closes idle connections older than keepalive_timeout_ms (the health task's sweep). */
+void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms);
+uint32_t md_upstream_pool_idle(md_upstream_peer *p);
+/* A new connection to p, connecting: 0 (poll mp_tcp_connect_poll), or a negative errno. */
+int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out);
+/* Closes c (its task's, or the pool's); its memory goes once the socket is closed. */
+void md_upstream_conn_close(md_upstream_conn *c);
+
+/* Whether a pooled socket is still usable: nothing to read and no EOF (MSG_PEEK). */
+bool md_upstream_fd_idle_ok(int fd);
+
+/* Appends the upstream series to /metrics' text. 0 or -ENOMEM. */
+int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out);
+
+#endif
