@@ -75,7 +75,7 @@ static inline void upstream_stop(upstream_proc *u)
 }
 
 typedef struct upstream_stats {
-    long accepts, requests, bad;
+    long accepts, requests, bad, strays;
 } upstream_stats;
 
 /* Its counters, asked directly (not through magpied). */
@@ -87,10 +87,12 @@ static inline upstream_stats stats_of(const upstream_proc *u)
     char resp[1024];
     read_some(fd, resp, sizeof resp, NULL, 0);
     close(fd);
-    upstream_stats s = {-1, -1, -1};
+    upstream_stats s = {-1, -1, -1, -1};
     const char *b = strstr(resp, "accepts=");
     cr_assert_not_null(b, "no stats from the upstream: %s", resp);
-    cr_assert_eq(sscanf(b, "accepts=%ld requests=%ld bad=%ld", &s.accepts, &s.requests, &s.bad), 3);
+    cr_assert_eq(sscanf(b, "accepts=%ld requests=%ld bad=%ld strays=%ld", &s.accepts, &s.requests,
+                        &s.bad, &s.strays),
+                 4);
     return s;
 }
 

@@ -173,8 +173,9 @@ static void *serve(void *arg)
                          "foo\r\nX-End: ok\r\nContent-Length: %zu\r\n\r\n%s",
                          strlen(b), b);
         } else if (strstr(head, " /chunked") != NULL) {
-            n = snprintf(resp, CAP, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                    "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+            n = snprintf(resp, CAP,
+                         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
         } else {
             bool is_head = strncmp(head, "HEAD", 4) == 0;
             n = snprintf(resp, CAP, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s",
@@ -316,7 +317,8 @@ Test(proxy_e2e, get_and_head_pass_through)
     upstream u;
     upstream_start(&u);
     daemon_proc d = start_proxy(one_server(&u, ""));
-    char *r = ask(d.http, "GET /a/b?x=1 HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n");
+    char *r =
+        ask(d.http, "GET /a/b?x=1 HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n");
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_not_null(strstr(body_of(r), "GET /a/b?x=1 HTTP/1.1\r\n"), "%s", r);
     cr_assert_not_null(strstr(body_of(r), "\r\nHost: example.test\r\n"), "%s", r);
@@ -400,8 +402,8 @@ Test(proxy_e2e, hop_by_hop_and_forwarding_fields)
                           "X-Real-IP: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Keep: yes\r\n\r\n");
     cr_assert_eq(status_of(r), 200, "%s", r);
     const char *b = body_of(r);
-    const char *gone[] = {"X-Foo", "Keep-Alive", "TE:", "Trailer", "Upgrade", "Proxy-",
-                          "6.6.6.6", "https", "close"};
+    const char *gone[] = {"X-Foo",  "Keep-Alive", "TE:",   "Trailer", "Upgrade",
+                          "Proxy-", "6.6.6.6",    "https", "close"};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
         cr_assert_null(strcasestr(b, gone[i]), "%s reached the upstream:\n%s", gone[i], b);
     cr_assert_not_null(strstr(b, "\r\nX-Forwarded-For: 192.0.2.7, 127.0.0.1\r\n"), "%s", b);
@@ -411,8 +413,7 @@ Test(proxy_e2e, hop_by_hop_and_forwarding_fields)
 
     r = ask(d.http, "GET /hop HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert_eq(status_of(r), 200, "%s", r);
-    const char *resp_gone[] = {"X-Bar", "Keep-Alive", "Proxy-Authenticate", "Trailer",
-                               "Upgrade"};
+    const char *resp_gone[] = {"X-Bar", "Keep-Alive", "Proxy-Authenticate", "Trailer", "Upgrade"};
     for (size_t i = 0; i < sizeof resp_gone / sizeof resp_gone[0]; i++)
         cr_assert_null(strstr(r, resp_gone[i]), "%s reached the client:\n%s", resp_gone[i], r);
     cr_assert_not_null(strstr(r, "X-End: ok\r\n"), "%s", r);

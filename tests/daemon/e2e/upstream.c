@@ -10,8 +10,9 @@
  *
  * What each request gets is chosen by its path, so one upstream serves a whole suite:
  *
- *   /stats                    "accepts=A requests=R bad=B\n" (a first request of a connection
- *                             that asks for /stats is not counted in A or R)
+ *   /stats                    "accepts=A requests=R bad=B strays=S\n" (a first request of a
+ *                             connection that asks for /stats is not counted in A or R; S:
+ *                             the unrequested responses /mode/extra has sent so far)
  *   anything else             200, the body the exact bytes received for the request (head,
  *                             then the body as framed on the wire), X-Conn (connection number),
  *                             X-Req (request number on the connection), X-Body-Bytes (the
@@ -60,7 +61,7 @@
 #define ECHO_CAP (1 << 20) /* bytes of a request echoed at most */
 
 /* Read by the test through /stats; relaxed: counters, no data published through them. */
-static atomic_long accepts, requests, bad;
+static atomic_long accepts, requests, bad, strays;
 
 typedef struct conn {
     int fd;
@@ -379,10 +380,11 @@ static bool serve(conn *c, long req)
         if (req == 1)
             atomic_fetch_sub_explicit(&accepts, 1, memory_order_relaxed);
         char b[128], h[128];
-        int n = snprintf(b, sizeof b, "accepts=%ld requests=%ld bad=%ld\n",
+        int n = snprintf(b, sizeof b, "accepts=%ld requests=%ld bad=%ld strays=%ld\n",
                          atomic_load_explicit(&accepts, memory_order_relaxed),
                          atomic_load_explicit(&requests, memory_order_relaxed),
-                         atomic_load_explicit(&bad, memory_order_relaxed));
+                         atomic_load_explicit(&bad, memory_order_relaxed),
+                         atomic_load_explicit(&strays, memory_order_relaxed));
         snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", n);
         return send_str(c->fd, h) && send_str(c->fd, b) && !close_after;
     }
@@ -439,8 +441,9 @@ static bool serve(conn *c, long req)
         long delay = qint(target, "delay_ms", 0);
         if (delay > 0)
             sleep_ms(delay);
-        return send_str(c->fd, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED") &&
-               !close_after;
+        bool sent = send_str(c->fd, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED");
+        atomic_fetch_add_explicit(&strays, 1, memory_order_relaxed); /* after: it is sent */
+        return sent && !close_after;
     } else if (mode_is(target, "interim")) {
         qstr(target, "codes", s, sizeof s);
         for (char *p = s; *p;) {
