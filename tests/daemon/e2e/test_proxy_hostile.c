@@ -8,6 +8,8 @@
  * connections in X-Conn). */
 #include <criterion/criterion.h>
 
+#include <errno.h>
+
 #include "daemon/e2e/proxy_harness.h"
 
 TestSuite(proxy_hostile, .init = proxy_dir_make, .fini = proxy_dir_remove, .timeout = 60);
@@ -305,6 +307,100 @@ Test(proxy_hostile, interim_responses)
     r = read_final(&c, false, NULL);
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_assert(strstr(r.body, "\r\n\r\nhello") != NULL, "%s", r.body);
+    response_free(&r);
+    client_close(&c);
+    still_serves(d.http);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* A response that ends its connection (Connection: close, or HTTP/1.0 without keep-alive):
+ * the upstream keeps the socket open and marks any later answer on it X-After-Close; no client
+ * may get one (RFC 9112 section 9.6: nothing more is sent on such a connection). */
+Test(proxy_hostile, connection_closed_by_the_response_is_not_reused)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    static const char *const paths[] = {"/mode/saysclose", "/mode/http10"};
+    for (int round = 0; round < 4; round++) {
+        client c = client_open(d.http);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", paths[round % 2]);
+        client_send(&c, req);
+        response r = read_final(&c, false, NULL);
+        cr_assert_eq(r.status, 200, "%s", r.head);
+        cr_assert_str_eq(r.body, "ok");
+        long closing = conn_of(&r);
+        response_free(&r);
+        if (c.eof || client_closed(&c, 0)) {
+            client_close(&c);
+            c = client_open(d.http);
+        }
+        for (int i = 0; i < 2; i++) {
+            client_send(&c, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+            r = read_final(&c, false, NULL);
+            cr_assert_eq(r.status, 200, "%s", r.head);
+            cr_assert_eq(head_field(r.head, "X-After-Close", NULL, 0), 0,
+                         "%s: a connection the response closed was used again", paths[round % 2]);
+            cr_assert_neq(conn_of(&r), closing);
+            response_free(&r);
+        }
+        client_close(&c);
+    }
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* A 101 to a request that asked for no upgrade: not a response to pass on (a 502, or a close),
+ * and none of the bytes after it reaches the client. */
+Test(proxy_hostile, unrequested_101_is_502)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    client c = client_open(d.http);
+    client_send(&c, "GET /mode/force101 HTTP/1.1\r\nHost: x\r\n\r\n");
+    response r = read_response(&c, false);
+    cr_assert(r.status == 502 || (r.status == 0 && c.eof), "got: %s", r.head);
+    response_free(&r);
+    client_closed(&c, 1000);
+    cr_assert(strstr(c.buf, "RAW-AFTER-101") == NULL, "%s", c.buf);
+    client_close(&c);
+    still_serves(d.http);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* An upstream that answers before it has read the body (a 413, then close): the client gets
+ * that answer, whether or not it has finished sending, and magpied serves the next request. */
+Test(proxy_hostile, early_response_reaches_the_client)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    client c = client_open(d.http);
+    const long body = 4L << 20;
+    char req[160];
+    snprintf(req, sizeof req, "POST /mode/early HTTP/1.1\r\nHost: x\r\nContent-Length: %ld\r\n\r\n",
+             body);
+    client_send(&c, req);
+    static char chunk[1 << 16];
+    memset(chunk, 'e', sizeof chunk);
+    /* Send until the answer comes or the body is all sent, never blocking on a full socket. */
+    long sent = 0;
+    while (sent < body && c.len == 0 && !c.eof) {
+        ssize_t w =
+            send(c.fd, chunk,
+                 sizeof chunk < (size_t)(body - sent) ? sizeof chunk : (size_t)(body - sent),
+                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0)
+            sent += w;
+        else if (w < 0 && errno != EAGAIN)
+            break; /* the other side closed: read what it said */
+        else
+            client_fill(&c, 10);
+    }
+    response r = read_response(&c, false);
+    cr_assert_eq(r.status, 413, "an early answer, after %ld body bytes sent: %s", sent, r.head);
+    cr_assert_str_eq(r.body, "early");
     response_free(&r);
     client_close(&c);
     still_serves(d.http);

@@ -36,6 +36,11 @@
  *   /mode/sink?pause_ms=N     read nothing for N ms, then the whole body; answer its length
  *   /mode/upgrade             101 to a request with Upgrade, then echo raw bytes until EOF;
  *                             without Upgrade, the echo
+ *   /mode/force101            101 and raw bytes whatever the request asked
+ *   /mode/saysclose           a 200 with Connection: close, the connection kept open
+ *   /mode/http10              an HTTP/1.0 200 (no keep-alive), the connection kept open;
+ *                             after either, an echo on that connection carries X-After-Close
+ *   /mode/early?linger_ms=N   413 before reading the body, then (after N ms) close
  *
  * A request whose framing is ambiguous (Content-Length and Transfer-Encoding, two
  * Content-Lengths, a bad chunk) or has a bare LF in its head is counted in "bad" and answered
@@ -45,6 +50,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -69,6 +75,7 @@ typedef struct conn {
     char *buf;
     size_t len, cap; /* bytes buf holds, its size */
     size_t pos;      /* start of what the current request has not consumed */
+    bool said_close; /* a response said the connection ends: a later request is a reuse */
 } conn;
 
 static void sleep_ms(long ms)
@@ -297,8 +304,9 @@ static void echo(conn *c, long req, bool head_method, size_t start, size_t body_
     char h[512];
     snprintf(h, sizeof h,
              "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-             "X-Conn: %ld\r\nX-Req: %ld\r\nX-Body-Bytes: %zu\r\nX-Upgrade: %s\r\n\r\n",
-             n, c->id, req, body_bytes, upgrade[0] ? upgrade : "none");
+             "X-Conn: %ld\r\nX-Req: %ld\r\nX-Body-Bytes: %zu\r\nX-Upgrade: %s\r\n%s\r\n",
+             n, c->id, req, body_bytes, upgrade[0] ? upgrade : "none",
+             c->said_close ? "X-After-Close: 1\r\n" : "");
     send_str(c->fd, h);
     if (!head_method)
         send_all(c->fd, c->buf + start, n);
@@ -366,6 +374,27 @@ static bool serve(conn *c, long req)
 
     if (mode_is(target, "sink"))
         sleep_ms(qint(target, "pause_ms", 0));
+    if (mode_is(target, "early")) { /* answer before the body, then close (413's shape) */
+        atomic_fetch_add_explicit(&requests, 1, memory_order_relaxed);
+        send_str(c->fd, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 5\r\n"
+                        "Connection: close\r\n\r\nearly");
+        shutdown(c->fd, SHUT_WR);
+        /* Read and drop the body for a while: closing with unread bytes would send a reset,
+         * which can destroy the answer before the proxy reads it (RFC 9112 section 9.6). */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        long linger = qint(target, "linger_ms", 1000);
+        char drop[16384];
+        for (;;) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            if (ms >= linger || poll(&pfd, 1, (int)(linger - ms)) != 1 ||
+                recv(c->fd, drop, sizeof drop, 0) <= 0)
+                break;
+        }
+        return false;
+    }
     size_t body_bytes;
     int framed = read_body(c, start, head, hlen, &body_bytes); /* may move c->buf */
     if (framed == 0)
@@ -511,6 +540,16 @@ static bool serve(conn *c, long req)
         int n = snprintf(s, sizeof s, "%zu", body_bytes);
         snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", n, s);
         return send_str(c->fd, h) && !close_after;
+    } else if (mode_is(target, "saysclose") || mode_is(target, "http10")) {
+        bool v10 = mode_is(target, "http10");
+        snprintf(h, sizeof h, "HTTP/1.%d 200 OK\r\nContent-Length: 2\r\nX-Conn: %ld\r\n%s\r\nok",
+                 v10 ? 0 : 1, c->id, v10 ? "" : "Connection: close\r\n");
+        c->said_close = true; /* and the connection stays open, to catch a reuse */
+        return send_str(c->fd, h);
+    } else if (mode_is(target, "force101")) {
+        send_str(c->fd, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                        "Connection: Upgrade\r\n\r\nRAW-AFTER-101");
+        return false;
     } else if (mode_is(target, "upgrade") && upgrade[0]) {
         if (!send_str(c->fd, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                              "Connection: Upgrade\r\n\r\n"))
