@@ -105,9 +105,15 @@ static inline void proxy_dir_make(void)
     cr_assert_not_null(mkdtemp(proxy_dir));
 }
 
+/* PROXY_TEST_KEEP=1 keeps the folder (magpied's config and err.log) for a look after. */
 static inline void proxy_dir_remove(void)
 {
     kill_leftover();
+    const char *keep = getenv("PROXY_TEST_KEEP");
+    if (keep != NULL && strcmp(keep, "1") == 0) {
+        fprintf(stderr, "kept %s\n", proxy_dir);
+        return;
+    }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", proxy_dir);
     if (proxy_dir[0] != '\0' && system(cmd) != 0)

@@ -40,7 +40,8 @@
  *   /mode/saysclose           a 200 with Connection: close, the connection kept open
  *   /mode/http10              an HTTP/1.0 200 (no keep-alive), the connection kept open;
  *                             after either, an echo on that connection carries X-After-Close
- *   /mode/early?linger_ms=N   413 before reading the body, then (after N ms) close
+ *   /mode/early?linger_ms=N&drain=0|1   413 before reading the body, then (after N ms of
+ *                             reading and dropping the body, or of reading nothing) close
  *
  * A request whose framing is ambiguous (Content-Length and Transfer-Encoding, two
  * Content-Lengths, a bad chunk) or has a bare LF in its head is counted in "bad" and answered
@@ -362,8 +363,11 @@ static bool serve(conn *c, long req)
                             "Connection: close\r\n\r\nbare-lf-in\n");
             return false;
         }
-    char method[32] = "", target[4096] = "";
-    if (sscanf(head, "%31s %4095s", method, target) != 2)
+    char method[32] = "", target[4096] = "", line[4200];
+    size_t ll = hlen < sizeof line - 1 ? hlen : sizeof line - 1; /* the buffer has no NUL */
+    memcpy(line, head, ll);
+    line[ll] = 0;
+    if (sscanf(line, "%31s %4095s", method, target) != 2)
         return false;
     bool is_head = strcmp(method, "HEAD") == 0;
     char upgrade[256], conn_hdr[256];
@@ -385,6 +389,10 @@ static bool serve(conn *c, long req)
         clock_gettime(CLOCK_MONOTONIC, &t0);
         long linger = qint(target, "linger_ms", 1000);
         char drop[16384];
+        if (qint(target, "drain", 1) == 0) { /* or read nothing, as a stuck server */
+            sleep_ms(linger);
+            return false;
+        }
         for (;;) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
