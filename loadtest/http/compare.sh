@@ -112,13 +112,7 @@ mkdir -p /tmp/lt "$OUTDIR" "$BIN"
 RUN=$(mktemp -d /tmp/lt/http.XXXXXX)
 chmod 755 "$RUN" # nginx workers run as nobody
 
-# One benchmark at a time on this machine (other harnesses may take the same lock). The
-# servers and wrk are started with fd 9 closed so that none of them can hold it.
-exec 9>"$LOCK"
-if ! flock -n 9; then
-    log "another benchmark holds $LOCK; waiting up to ${LOCK_WAIT}s"
-    flock -w "$LOCK_WAIT" 9 || die "timed out waiting for $LOCK"
-fi
+bench_lock # one benchmark at a time (other harnesses may take the same lock)
 
 # ---------------------------------------------------------------------------------------
 # Building. A peer that cannot be built is skipped with the reason.

@@ -45,6 +45,11 @@ LOCK_WAIT=${LOCK_WAIT:-3600}
 log() { printf '== %s\n' "$*" >&2; }
 die() { printf 'instructions.sh: %s\n' "$*" >&2; exit 1; }
 
+# build_floor and free_port; its stop_pid is replaced below by one that waits longer.
+PROG=instructions.sh
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/lib.sh"
+
 for t in valgrind callgrind_control strace wrk curl ss flock timeout; do
     command -v "$t" >/dev/null || die "$t not found"
 done
@@ -82,18 +87,11 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM HUP
 
-exec 9>"$LOCK"
-if ! flock -n 9; then
-    log "another benchmark holds $LOCK; waiting up to ${LOCK_WAIT}s"
-    flock -w "$LOCK_WAIT" 9 || die "timed out waiting for $LOCK"
-fi
+bench_lock
 
 log "building magpied and the floor"
 make -C "$ROOT" -s -j2 "${MAGPIED#"$ROOT"/}" >&2
 FLOOR_DIR=$OUTDIR/floor
-PROG=instructions.sh
-# shellcheck source=loadtest/http/lib.sh
-source "$HERE/lib.sh" # build_floor, free_port (its stop_pid waits longer: below)
 build_floor "$FLOOR_DIR"
 cp "$MAGPIED_CONF" "$TMP/magpied.conf"
 

@@ -17,6 +17,16 @@ PORT=
 # ---------------------------------------------------------------------------------------
 # Processes.
 
+# One benchmark at a time on this machine: the lock LOCK on fd 9, waiting up to LOCK_WAIT s.
+# The servers and wrk are started with fd 9 closed so that none of them can hold it.
+bench_lock() {
+    exec 9>"$LOCK"
+    if ! flock -n 9; then
+        log "another benchmark holds $LOCK; waiting up to ${LOCK_WAIT}s"
+        flock -w "$LOCK_WAIT" 9 || die "timed out waiting for $LOCK"
+    fi
+}
+
 stop_pid() { # PID: TERM, wait up to 5 s, then KILL; always reaps it.
     local pid=$1 i
     kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }

@@ -86,11 +86,7 @@ mkdir -p /tmp/lt "$OUTDIR"
 RUN=$(mktemp -d /tmp/lt/proxy.XXXXXX)
 chmod 755 "$RUN" # nginx workers run as nobody
 
-exec 9>"$LOCK"
-if ! flock -n 9; then
-    log "another benchmark holds $LOCK; waiting up to ${LOCK_WAIT}s"
-    flock -w "$LOCK_WAIT" 9 || die "timed out waiting for $LOCK"
-fi
+bench_lock
 
 # ---------------------------------------------------------------------------------------
 # What runs: the proxies that are installed, magpied built if missing.

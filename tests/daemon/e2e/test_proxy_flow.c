@@ -94,6 +94,7 @@ Test(proxy_flow, slow_client_bounds_memory)
     }
     cr_assert_eq(got, want, "more bytes than the response");
     close(fd);
+    fprintf(stderr, "slow_client_bounds_memory: VmRSS %ld KiB, peak +%ld KiB\n", base, peak - base);
     cr_assert_lt(peak - base, RSS_SLACK_KIB,
                  "magpied grew by %ld KiB (from %ld) while a client read slowly", peak - base,
                  base);
@@ -136,6 +137,7 @@ Test(proxy_flow, slow_upstream_bounds_memory)
         peak = rss > peak ? rss : peak;
     }
     cr_assert_lt(sent, BIG, "all 50 MiB went in while the upstream read nothing");
+    long taken = sent; /* what the path held while the upstream slept */
     /* Then the rest, as fast as it goes. */
     while (sent < BIG) {
         size_t k = BIG - sent < (long)sizeof chunk ? (size_t)(BIG - sent) : sizeof chunk;
@@ -147,6 +149,8 @@ Test(proxy_flow, slow_upstream_bounds_memory)
     cr_assert_eq(strtol(r.body, NULL, 10), BIG, "the upstream got %s bytes", r.body);
     response_free(&r);
     client_close(&c);
+    fprintf(stderr, "slow_upstream_bounds_memory: VmRSS %ld KiB, peak +%ld KiB, %ld MiB taken in\n",
+            base, peak - base, taken >> 20);
     cr_assert_lt(peak - base, RSS_SLACK_KIB,
                  "magpied grew by %ld KiB (from %ld) while its upstream read nothing", peak - base,
                  base);

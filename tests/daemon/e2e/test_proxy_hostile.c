@@ -21,6 +21,18 @@ TestSuite(proxy_hostile, .init = proxy_dir_make, .fini = proxy_dir_remove, .time
     "header_timeout_ms = 1000\nmax_fails = 0\ntries = 1\n"                                         \
     "[route /]\nhandler = proxy\nupstream = app\n"
 
+/* The failures magpied counted for the server on port for reason (magpied_upstream_failures_total).
+ */
+static long long failures(int http, int port, const char *reason)
+{
+    char sample[256];
+    snprintf(
+        sample, sizeof sample,
+        "magpied_upstream_failures_total{upstream=\"app\",server=\"127.0.0.1:%d\",reason=\"%s\"}",
+        port, reason);
+    return proxy_metric(http, sample);
+}
+
 /* A response that was cut short: a 502 (nothing had gone to the client yet), or a response
  * that does not complete and a connection closed after it. Never a complete 200. */
 static void expect_clean_failure(client *c, const char *what)
@@ -68,6 +80,8 @@ Test(proxy_hostile, garbage_and_oversized_heads_are_502)
     cr_assert_eq(head_field(r.head, "X-Big", NULL, 0), 1);
     response_free(&r);
     still_serves(d.http);
+    cr_expect_geq(failures(d.http, u.port, "bad_response"), 1);
+    cr_expect_eq(failures(d.http, u.port, "header_too_big"), 1);
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }
@@ -102,6 +116,7 @@ Test(proxy_hostile, slow_upstream_times_out)
     daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
     expect_status(d.http, "/mode/slowhead?ms=3000", 504);
     still_serves(d.http);
+    cr_expect_eq(failures(d.http, u.port, "header_timeout"), 1);
     client c = client_open(d.http);
     client_send(&c, "GET /mode/slowbody?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n");
     expect_clean_failure(&c, "a body stalled past read_timeout_ms");
@@ -129,6 +144,7 @@ Test(proxy_hostile, refused_and_unaccepted_connects)
                                 "[route /]\nhandler = proxy\nupstream = app\n",
                                 refused, u.noaccept);
     expect_status(d.http, "/refused", 502);
+    cr_expect_eq(failures(d.http, refused, "connect_refused"), 1);
     response r = get(d.http, "/wedged");
     cr_assert(r.status == 504 || r.status == 502, "a connect that hangs: %s", r.head);
     response_free(&r);
