@@ -376,7 +376,7 @@ static inline response get(int port, const char *path)
 static inline long long proxy_metric(int port, const char *sample)
 {
     response r = get(port, "/metrics");
-    char needle[256];
+    char needle[300]; /* a sample of up to 255 bytes, "\n" and " " */
     snprintf(needle, sizeof needle, "\n%s ", sample);
     const char *at = strstr(r.body, needle);
     long long v = at ? strtoll(at + strlen(needle), NULL, 10) : -1;
