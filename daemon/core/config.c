@@ -408,10 +408,10 @@ struct parse_ctx {
     unsigned err_line; /* line of the first error recorded; 0 = none */
     int err_code;
     md_error *err;
-    bool seen[NKEYS]; /* keys set by this file, by index into keys[] */
-    md_route *route;  /* the [route] section being read; NULL in any other section */
+    bool seen[NKEYS];           /* keys set by this file, by index into keys[] */
+    md_route *route;            /* the [route] section being read; NULL in any other section */
     md_upstream_conf *upstream; /* the [upstream] section being read; NULL in any other */
-    bool routes;      /* a [route] section came: the file's routes replace the built-in ones */
+    bool routes; /* a [route] section came: the file's routes replace the built-in ones */
 };
 
 static void ctx_error(struct parse_ctx *ctx, const char *fmt, ...)

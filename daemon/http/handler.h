@@ -81,6 +81,11 @@ typedef struct md_http_io {
      * -ETIMEDOUT), or MP_PENDING while the peer does not read; call again with the same
      * arguments. */
     mp_poll (*write)(struct md_http_io *io, mp_context *cx, const char *data, size_t len, int *err);
+    /* The connection's raw input after the request (a tunnel, once a 101 went out: nothing
+     * else reads it then), as mp_tcp_read_poll() and mp_tcp_consume(); NULL: none (a test). */
+    mp_poll (*read)(struct md_http_io *io, mp_context *cx, const char **data, size_t *len,
+                    int *err);
+    void (*consume)(struct md_http_io *io, size_t n);
 } md_http_io;
 
 /* A response that finishes later. Lives where the handler put it (usually its own struct,

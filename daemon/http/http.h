@@ -265,8 +265,9 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
 /* The I/O layer, after MD_HTTP_WANT_HANDLER or MD_HTTP_WANT_WAIT (and a flush of out): polls
  * the pending handler from the connection's task (cx), lending it io (handler.h).
  * MD_HTTP_WANT_HANDLER: it queued output, flush and call again; MD_HTTP_WANT_WAIT: it holds a
- * waker, call again when the task is polled; MD_HTTP_WANT_READ: done, feed the input left over;
- * MD_HTTP_WANT_CLOSE; or -ENOMEM. */
+ * waker, call again when the task is polled; MD_HTTP_WANT_READ: done (or, MD_BODY_PIPE, the
+ * handler wants the body's next span), feed the input left over; MD_HTTP_WANT_CLOSE; or
+ * -ENOMEM. */
 int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, struct md_http_io *io,
                         uint64_t now_ns, md_outbuf *out);
 

@@ -226,7 +226,7 @@ version:
                !puts_(out, "Transfer-Encoding: chunked\r\n")) {
         return -ENOMEM;
     }
-    const char *conn = rq->upgrade      ? "Connection: upgrade\r\n\r\n"
+    const char *conn = rq->upgrade     ? "Connection: upgrade\r\n\r\n"
                        : rq->keepalive ? "\r\n"
                                        : "Connection: close\r\n\r\n";
     return puts_(out, conn) ? 0 : -ENOMEM;
@@ -367,10 +367,16 @@ static int write_head(md_proxy_resp *r)
     size_t nl, vl;
     bool keep_length = r->client_framing == MD_CLIENT_NONE && r->status != 204 &&
                        (r->head_request || r->status == 304);
+    bool upgrade = r->status == 101;
     while (next_field(&it, &fn, &nl, &v, &vl)) {
-        if (nl == 0 || md_proxy_hop_by_hop(fn, nl) ||
-            named_by_connection(r->fields, r->fields_len, fn, nl))
+        if (nl == 0)
             continue;
+        if (upgrade && same_ci(fn, nl, "upgrade")) {
+            /* the protocol the tunnel switches to */
+        } else if (md_proxy_hop_by_hop(fn, nl) ||
+                   named_by_connection(r->fields, r->fields_len, fn, nl)) {
+            continue;
+        }
         if (same_ci(fn, nl, "content-length") && !keep_length)
             continue;
         if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
@@ -387,7 +393,8 @@ static int write_head(md_proxy_resp *r)
                !out_put(r, "Transfer-Encoding: chunked\r\n", 28)) {
         return HPE_USER;
     }
-    const char *conn = r->client_closes || r->client_framing == MD_CLIENT_CLOSE
+    const char *conn = upgrade ? "Connection: upgrade\r\n\r\n"
+                       : r->client_closes || r->client_framing == MD_CLIENT_CLOSE
                            ? "Connection: close\r\n\r\n"
                        : r->client_http10 ? "Connection: keep-alive\r\n\r\n"
                                           : "\r\n";
@@ -404,6 +411,10 @@ static int r_headers_complete(llhttp_t *p)
             return HPE_USER;
         }
         r->status = 101;
+        r->client_framing = MD_CLIENT_NONE;
+        r->head_sent = true;
+        if (write_head(r) != 0)
+            return HPE_USER;
         return 1; /* llhttp stops at its end: the tunnel's bytes follow */
     }
     if (status < 200) {
@@ -481,8 +492,8 @@ static const llhttp_settings_t resp_settings = {
     .on_message_complete = r_message_complete,
 };
 
-void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
-                        bool client_http10, bool client_closes)
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request, bool client_http10,
+                        bool client_closes)
 {
     memset(r, 0, sizeof *r);
     llhttp_init(&r->parser, HTTP_RESPONSE, &resp_settings);
@@ -492,8 +503,7 @@ void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
     r->client_closes = client_closes;
 }
 
-int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,
-                       md_outbuf *out)
+int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used, md_outbuf *out)
 {
     r->out = out;
     *used = 0;

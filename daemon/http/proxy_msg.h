@@ -34,8 +34,8 @@ typedef struct md_proxy_req {
     const char *host; /* Host to send; NULL: the client's (then upstream_host if none) */
     const char *upstream_host;
     bool forwarded, via;
-    bool upgrade; /* a tunnel was allowed: keep Upgrade and send Connection: upgrade */
-    bool keepalive; /* ask the server to keep the connection */
+    bool upgrade;    /* a tunnel was allowed: keep Upgrade and send Connection: upgrade */
+    bool keepalive;  /* ask the server to keep the connection */
     uint8_t framing; /* md_proxy_framing */
     uint64_t length;
 } md_proxy_req;
@@ -56,7 +56,7 @@ typedef enum md_proxy_resp_rc {
     MD_RESP_GARBAGE = -1, /* not a valid response (status line, fields, framing) */
     MD_RESP_TOO_BIG = -2, /* head over max_head */
     MD_RESP_NOMEM = -3,
-    MD_RESP_UPGRADE = 2,  /* a 101 for a tunnel: *used ends its head */
+    MD_RESP_UPGRADE = 2, /* a 101 for a tunnel: *used ends its head */
 } md_proxy_resp_rc;
 
 /* How the response body goes to the client. */
@@ -69,34 +69,34 @@ typedef enum md_proxy_client_framing {
 
 typedef struct md_proxy_resp {
     llhttp_t parser;
-    md_outbuf *out;        /* where the client's head and body go (during feed) */
-    uint32_t max_head;     /* bytes of the head (status line through the empty line) */
-    bool head_request;     /* a response to HEAD: no body whatever it says */
-    bool client_http10;    /* the client speaks HTTP/1.0: no 1xx, no chunked */
-    bool client_closes;    /* the client's connection closes after this response */
-    bool tunnel_ok;        /* a 101 may start a tunnel */
-    bool via;              /* append Via: 1.1 magpied */
-    bool started;          /* a byte of the response has come */
-    bool head_sent;        /* the client's head is in out */
-    bool complete;         /* the message is complete */
-    bool close_delimited;  /* the body ends when the connection does */
+    md_outbuf *out;          /* where the client's head and body go (during feed) */
+    uint32_t max_head;       /* bytes of the head (status line through the empty line) */
+    bool head_request;       /* a response to HEAD: no body whatever it says */
+    bool client_http10;      /* the client speaks HTTP/1.0: no 1xx, no chunked */
+    bool client_closes;      /* the client's connection closes after this response */
+    bool tunnel_ok;          /* a 101 may start a tunnel */
+    bool via;                /* append Via: 1.1 magpied */
+    bool started;            /* a byte of the response has come */
+    bool head_sent;          /* the client's head is in out */
+    bool complete;           /* the message is complete */
+    bool close_delimited;    /* the body ends when the connection does */
     bool upstream_keepalive; /* the upstream keeps the connection after it */
     uint8_t client_framing;  /* md_proxy_client_framing */
     bool value_open;
     uint16_t status;
-    uint32_t interim;      /* 1xx responses skipped */
-    uint64_t head_bytes;   /* bytes of the current head so far */
-    uint64_t body_bytes;   /* body bytes passed to the client */
-    uint64_t length;       /* the Content-Length, when there is one */
-    char *fields;          /* the current head's fields, "name: value\r\n"... */
+    uint32_t interim;    /* 1xx responses skipped */
+    uint64_t head_bytes; /* bytes of the current head so far */
+    uint64_t body_bytes; /* body bytes passed to the client */
+    uint64_t length;     /* the Content-Length, when there is one */
+    char *fields;        /* the current head's fields, "name: value\r\n"... */
     size_t fields_len, fields_cap;
     char reason[64];
     uint8_t reason_len;
-    int error;             /* md_proxy_resp_rc of a callback's failure */
+    int error; /* md_proxy_resp_rc of a callback's failure */
 } md_proxy_resp;
 
-void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
-                        bool client_http10, bool client_closes);
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request, bool client_http10,
+                        bool client_closes);
 /* Parses data[0..len): the client's head and body are appended to out as they come. *used:
  * the bytes used (less than len only with DONE or UPGRADE: what follows the response). */
 int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,

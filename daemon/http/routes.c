@@ -142,8 +142,8 @@ int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len)
 static uint64_t default_methods(md_handler_kind k)
 {
     if (k == MD_HANDLER_PROXY) /* what the application takes is the application's affair */
-        return BIT(HTTP_GET) | BIT(HTTP_HEAD) | BIT(HTTP_POST) | BIT(HTTP_PUT) |
-               BIT(HTTP_DELETE) | BIT(HTTP_PATCH);
+        return BIT(HTTP_GET) | BIT(HTTP_HEAD) | BIT(HTTP_POST) | BIT(HTTP_PUT) | BIT(HTTP_DELETE) |
+               BIT(HTTP_PATCH);
     return k == MD_HANDLER_ECHO ? BIT(HTTP_POST) : BIT(HTTP_GET) | BIT(HTTP_HEAD);
 }
 
@@ -409,7 +409,8 @@ static int proxy_key(md_route *r, const char *key, const char *value, char *msg,
                  ch == '_' || ch == '-';
         }
         if (!ok) {
-            say(msg, msg_len, "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
+            say(msg, msg_len,
+                "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
                 MD_ROUTE_NAME_MAX - 1, value);
             return -EINVAL;
         }
@@ -422,7 +423,8 @@ static int proxy_key(md_route *r, const char *key, const char *value, char *msg,
         } else if (strcmp(value, "upstream") == 0) {
             r->host_mode = MD_PROXY_HOST_UPSTREAM;
         } else {
-            if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX || !field_safe(value, false)) {
+            if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX ||
+                !field_safe(value, false)) {
                 say(msg, msg_len,
                     "expected pass, upstream, or a host of visible ASCII without spaces, at most "
                     "%d bytes",
@@ -530,9 +532,8 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
         }
         return static_key(r, key, value, msg, msg_len);
     }
-    if (strcmp(key, "upstream") == 0 || strcmp(key, "host") == 0 ||
-        strcmp(key, "forwarded") == 0 || strcmp(key, "via") == 0 ||
-        strcmp(key, "websocket") == 0) {
+    if (strcmp(key, "upstream") == 0 || strcmp(key, "host") == 0 || strcmp(key, "forwarded") == 0 ||
+        strcmp(key, "via") == 0 || strcmp(key, "websocket") == 0) {
         if (k != MD_HANDLER_PROXY) {
             say(msg, msg_len, "only for handler = proxy");
             return -EINVAL;
@@ -556,7 +557,8 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
 int md_route_check(const md_route *r, char *msg, size_t msg_len)
 {
     if (!r->has_handler) {
-        say(msg, msg_len, "handler: required (text, echo, metrics, health, redirect, static or proxy)");
+        say(msg, msg_len,
+            "handler: required (text, echo, metrics, health, redirect, static or proxy)");
         return -EINVAL;
     }
     if (r->kind == MD_HANDLER_PROXY && r->upstream[0] == '\0') {

@@ -66,7 +66,7 @@ typedef struct md_route {
     char index_file[MD_ROUTE_INDEX_MAX]; /* static: the file a directory's path serves */
     int root_fd; /* static: the root, opened by md_routes_open(); -1 in a configuration */
     uint16_t body_len;
-    uint32_t line;                    /* of its [route] header in the configuration; 0: built in */
+    uint32_t line; /* of its [route] header in the configuration; 0: built in */
     /* proxy: the [upstream] it names (upstream_index once the configuration is checked), the
      * line of its upstream key, Host (a literal is in body[]), Forwarded, Via, Upgrade. */
     char upstream[MD_ROUTE_NAME_MAX];

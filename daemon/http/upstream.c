@@ -236,7 +236,10 @@ struct ukey {
     uint32_t min, max;
 };
 
-#define UK(f, lo, hi) {#f, offsetof(md_upstream_conf, f), lo, hi}
+#define UK(f, lo, hi)                                                                              \
+    {                                                                                              \
+#f, offsetof(md_upstream_conf, f), lo, hi                                                  \
+    }
 static const struct ukey ukeys[] = {
     UK(keepalive, 0, 10000),
     UK(keepalive_timeout_ms, 1, 3600000),
@@ -298,8 +301,9 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
         for (size_t i = 0; ok && i < n; i++)
             ok = value[i] > ' ' && value[i] < 0x7f;
         if (!ok) {
-            say(msg, msg_len, "expected empty or a path starting with '/', visible ASCII, at "
-                              "most %d bytes",
+            say(msg, msg_len,
+                "expected empty or a path starting with '/', visible ASCII, at "
+                "most %d bytes",
                 MD_UPSTREAM_PATH_MAX - 1);
             return -EINVAL;
         }
@@ -368,7 +372,7 @@ const char *md_upstream_reason_name(md_upstream_reason r)
 }
 
 int md_upstream_health_start(md_upstreams *us); /* upstream_health.c */
-void md_upstream_health_stop(md_upstreams *us);
+void md_upstreams_unref(md_upstreams *us);
 
 int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt)
 {
@@ -377,6 +381,7 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
         return -ENOMEM;
     us->conf = *t;
     us->rt = rt;
+    atomic_init(&us->refs, 1);
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
         up->conf = &us->conf.u[i];
@@ -403,6 +408,16 @@ void md_upstreams_free(md_upstreams *us)
     if (us == NULL)
         return;
     md_upstream_health_stop(us);
+    md_upstreams_unref(us);
+}
+
+/* The generation's and the checks' task's holds (upstream_health.c). */
+void md_upstreams_unref(md_upstreams *us)
+{
+    /* Acq_rel: each holder's last use of us comes before the other's free (the release half
+     * of the first unref pairs with the acquire half of the last). */
+    if (atomic_fetch_sub_explicit(&us->refs, 1, memory_order_acq_rel) != 1)
+        return;
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
         for (uint32_t j = 0; j < up->conf->nservers; j++) {
@@ -474,8 +489,8 @@ static md_upstream_peer *pick_least_locked(md_upstream *up, uint64_t tried, uint
         if ((tried >> i) & 1 || !usable_locked(p, now_ms))
             continue;
         /* active / weight, compared without division */
-        if (best == NULL || (uint64_t)p->active * best->conf->weight <
-                                (uint64_t)best->active * p->conf->weight)
+        if (best == NULL ||
+            (uint64_t)p->active * best->conf->weight < (uint64_t)best->active * p->conf->weight)
             best = p;
     }
     up->rr = (up->rr + 1) % (n != 0 ? n : 1);
@@ -508,8 +523,8 @@ static md_upstream_peer *pick_hash_locked(md_upstream *up, uint64_t tried, const
     return pick_rr_locked(up, tried, now_ms);
 }
 
-md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
-                                   size_t key_len, uint64_t now_ms)
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key, size_t key_len,
+                                   uint64_t now_ms)
 {
     pthread_mutex_lock(&up->mu);
     md_upstream_peer *p;
@@ -539,7 +554,9 @@ void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms)
     md_upstream *up = p->up;
     pthread_mutex_lock(&up->mu);
     p->active--;
-    if (failed && up->conf->max_fails != 0) {
+    /* A group of one server never takes it out (as nginx): there is no other to send its
+     * requests to, and a restarted server must get them at once. */
+    if (failed && up->conf->max_fails != 0 && up->conf->nservers > 1) {
         if (now_ms - p->fail_start_ms > up->conf->fail_timeout_ms) {
             p->fail_start_ms = now_ms;
             p->fails = 0;
@@ -668,7 +685,7 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
     expire_locked(p, now_ms, &dead);
-    if (p->nidle < p->up->conf->keepalive) {
+    if (p->nidle < p->up->conf->keepalive && !p->up->closing) {
         c->next = p->idle;
         p->idle = c;
         p->nidle++;
@@ -678,6 +695,29 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     close_list(dead);
     if (c != NULL)
         md_upstream_conn_close(c);
+}
+
+void md_upstreams_shutdown(md_upstreams *us)
+{
+    md_upstream_health_stop(us);
+    for (uint32_t i = 0; i < us->conf.n; i++) {
+        md_upstream *up = &us->u[i];
+        md_upstream_conn *dead = NULL;
+        pthread_mutex_lock(&up->mu);
+        up->closing = true;
+        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+            md_upstream_peer *p = &up->peers[j];
+            while (p->idle != NULL) {
+                md_upstream_conn *c = p->idle;
+                p->idle = c->next;
+                c->next = dead;
+                dead = c;
+            }
+            p->nidle = 0;
+        }
+        pthread_mutex_unlock(&up->mu);
+        close_list(dead);
+    }
 }
 
 void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms)
@@ -708,20 +748,20 @@ int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
                                  "Attempts sent to each upstream server.");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out,
-                                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
-                                "%" PRIu64 "\n",
-                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                                atomic_load_explicit(&us->u[i].peers[j].requests,
-                                                     memory_order_relaxed));
+            rc = md_metrics_put(
+                out,
+                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
+                "%" PRIu64 "\n",
+                us->u[i].conf->name, us->u[i].peers[j].conf->label,
+                atomic_load_explicit(&us->u[i].peers[j].requests, memory_order_relaxed));
     if (rc == 0)
         rc = md_metrics_put_head(out, "magpied_upstream_failures_total", "counter",
                                  "Failed attempts, by upstream server and reason.");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
             for (unsigned r = 0; rc == 0 && r < MD_UP_REASONS; r++) {
-                uint64_t v = atomic_load_explicit(&us->u[i].peers[j].failures[r],
-                                                  memory_order_relaxed);
+                uint64_t v =
+                    atomic_load_explicit(&us->u[i].peers[j].failures[r], memory_order_relaxed);
                 if (v != 0 || r == MD_UP_CONNECT_REFUSED)
                     rc = md_metrics_put(out,
                                         "magpied_upstream_failures_total{upstream=\"%s\",server="
@@ -741,7 +781,8 @@ int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
                                  "1 while a server takes requests (passive and active health).");
     for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
         for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out, "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
+            rc = md_metrics_put(out,
+                                "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
                                 us->u[i].conf->name, us->u[i].peers[j].conf->label,
                                 md_upstream_peer_up(&us->u[i].peers[j], now) ? 1 : 0);
     if (rc == 0)

@@ -67,9 +67,9 @@ typedef struct md_upstream_conf {
     md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
     uint8_t balance; /* md_balance */
     char hash_header[MD_UPSTREAM_HEADER_MAX];
-    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms,
-        read_timeout_ms, header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms,
-        health_interval_ms, health_rise, health_fall, max_response_header_bytes, buffer_bytes;
+    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms, read_timeout_ms,
+        header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms, health_interval_ms,
+        health_rise, health_fall, max_response_header_bytes, buffer_bytes;
     char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
     uint32_t seen;                          /* bit per key set (not server), for duplicates */
 } md_upstream_conf;
@@ -115,14 +115,14 @@ typedef struct md_upstream_peer {
     const md_upstream_server_conf *conf;
     struct md_upstream *up;
     /* guarded by up->mu: */
-    int64_t current_weight;         /* smooth weighted round robin */
-    uint32_t active;                /* requests using it now */
-    uint32_t fails;                 /* passive failures since fail_start_ms */
+    int64_t current_weight; /* smooth weighted round robin */
+    uint32_t active;        /* requests using it now */
+    uint32_t fails;         /* passive failures since fail_start_ms */
     uint64_t fail_start_ms;
-    uint64_t down_until_ms;         /* passive health: out until then */
-    bool health_down;               /* active health: marked down */
+    uint64_t down_until_ms;           /* passive health: out until then */
+    bool health_down;                 /* active health: marked down */
     uint32_t health_good, health_bad; /* consecutive active results */
-    struct md_upstream_conn *idle;  /* the pool, most recently used first */
+    struct md_upstream_conn *idle;    /* the pool, most recently used first */
     uint32_t nidle;
     /* relaxed atomics, for /metrics: */
     _Atomic uint64_t requests;
@@ -141,7 +141,8 @@ typedef struct md_upstream {
     const md_upstream_conf *conf;
     mp_runtime *rt;
     pthread_mutex_t mu;
-    uint32_t rr; /* guarded by mu: where least_conn's ties start */
+    uint32_t rr;  /* guarded by mu: where least_conn's ties start */
+    bool closing; /* guarded by mu: md_upstreams_shutdown() ran, nothing is pooled any more */
     _Atomic uint64_t retries; /* relaxed, for /metrics */
     md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
 } md_upstream;
@@ -149,22 +150,30 @@ typedef struct md_upstream {
 typedef struct md_upstreams {
     md_upstream_table conf; /* a copy: peers point into it */
     mp_runtime *rt;
-    struct md_health *health; /* the active checks' task state (upstream_health.c) */
+    struct md_health *health; /* the checks' task (upstream_health.c); NULL once stopped */
+    _Atomic int refs;         /* the generation's hold and the task's (upstream_health.c) */
     md_upstream u[MD_UPSTREAMS_MAX];
 } md_upstreams;
 
 /* The state of every group in t (copied), for a generation. 0, -ENOMEM. Starts the active
  * health checks of the groups that have a health_path (rt NULL: none, for tests). */
 int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt);
-/* Stops the checks and closes the pooled connections: when no request uses it any more. */
+/* The generation's end, when no request uses it any more: stops the checks, and once their
+ * task has let go too, closes the pooled connections and frees the state. */
 void md_upstreams_free(md_upstreams *us);
+/* Stops the checks' task now (upstream_health.c). */
+void md_upstream_health_stop(md_upstreams *us);
+/* The server stops (md_server_drain, while the runtime still runs): stops the checks, closes
+ * the pooled connections, and makes every later put close its connection instead, so that
+ * no socket is left for after the runtime is gone. */
+void md_upstreams_shutdown(md_upstreams *us);
 
 /* Picks a server for an attempt, not one of those in tried (bit per peer index), skipping
  * servers down or at max_conns, and counts the attempt as active on it. key (the client's
  * address or the configured field's value; may be NULL) drives the hash methods. NULL when
  * none can be used. */
-md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key,
-                                   size_t key_len, uint64_t now_ms);
+md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *key, size_t key_len,
+                                   uint64_t now_ms);
 /* The attempt on p ended: ok, or failed for passive health (counted in max_fails). */
 void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms);
 /* Whether p is up (not out by passive health, not marked down by the active checks). */

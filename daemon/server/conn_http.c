@@ -131,6 +131,18 @@ static mp_poll conn_io_write(md_http_io *io, mp_context *cx, const char *data, s
     return md_conn_write(c, cx, data, len, err);
 }
 
+static mp_poll conn_io_read(md_http_io *io, mp_context *cx, const char **data, size_t *len,
+                            int *err)
+{
+    md_conn *c = ((struct conn_io *)(void *)io)->c;
+    return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
+}
+
+static void conn_io_consume(md_http_io *io, size_t n)
+{
+    mp_tcp_consume(&((struct conn_io *)(void *)io)->c->tcp, n);
+}
+
 static md_close_reason expired_reason(md_http_expired e)
 {
     switch (e) {
@@ -167,7 +179,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (c->want == MD_HTTP_WANT_CLOSE)
             return md_conn_finish(c, c->why);
         if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
-            struct conn_io io = {{mp_tcp_fileno(&c->tcp), conn_io_write}, c};
+            struct conn_io io = {
+                {mp_tcp_fileno(&c->tcp), conn_io_write, conn_io_read, conn_io_consume}, c};
             int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "server/conn.h"
+#include "http/upstream.h"
 
 typedef struct start_call {
     md_server *srv;
@@ -93,6 +94,10 @@ static void drain_cmd(uv_loop_t *loop, void *arg)
      * is freed. */
     for (md_conn *c = s->conns; c; c = c->next)
         mp_tcp_interrupt(&c->tcp);
+    /* The upstreams' tasks and pooled sockets end while the runtime still runs (upstream.h). */
+    for (md_http_gen *g = s->gens.newest; g != NULL; g = g->older)
+        if (g->upstreams != NULL)
+            md_upstreams_shutdown(g->upstreams);
 }
 
 void md_server_drain(md_server *s)

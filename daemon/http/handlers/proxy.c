@@ -35,6 +35,7 @@ enum state {
     ST_SEND_HEAD,
     ST_SEND_BODY,
     ST_READ,
+    ST_TUNNEL,
 };
 
 typedef struct proxy {
@@ -43,12 +44,12 @@ typedef struct proxy {
     md_upstream *up;
     mp_timer timer;
     uint8_t state;
-    bool reused;         /* the connection came from the pool */
-    bool body_released;  /* a span was written and let go of: no retry from here */
-    bool last_chunk;     /* the chunked body's end is in span */
-    bool request_sent;   /* the whole request went out */
-    bool piped;          /* the request has a body */
-    bool chunked;        /* ... sent chunked */
+    bool reused;        /* the connection came from the pool */
+    bool body_released; /* a span was written: the body cannot be sent again, no retry */
+    bool last_chunk;    /* the chunked body's end is in span */
+    bool request_sent;  /* the whole request went out */
+    bool piped;         /* the request has a body */
+    bool chunked;       /* ... sent chunked */
     bool idempotent;
     uint8_t last_reason; /* md_upstream_reason of the last failure */
     unsigned attempts;
@@ -66,6 +67,10 @@ typedef struct proxy {
     size_t key_len;
     md_proxy_resp resp;
     bool resp_on;
+    bool upgrade; /* websocket = on and the client asked: a 101 starts a tunnel */
+    /* The tunnel: a view of each side's input, held until the other side has taken it. */
+    const char *down, *up_data;
+    size_t down_len, up_len;
 } proxy;
 
 static void release_conn(proxy *p, bool failed)
@@ -239,6 +244,8 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
                                                : MD_PROXY_BODY_NONE,
         .length = length,
     };
+    p->upgrade = r->websocket && md_http_req_upgrade(c) && md_http_req_version_minor(c) != 0;
+    p->rq.upgrade = p->upgrade;
     md_proxy_req rq = p->rq;
     const md_upstream_conf *uc = p->up->conf;
     const char *key = NULL;
@@ -303,6 +310,50 @@ static bool expired(proxy *p, mp_context *cx)
     return mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_READY;
 }
 
+/* The tunnel after a 101: bytes both ways as they come, each side's read view held until the
+ * other side's write took it (so each direction is back-pressured by its reader), until either
+ * side closes or errs, or nothing moves for read_timeout_ms. Then both close. */
+static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
+{
+    if (io->read == NULL) {
+        proxy_free(p);
+        return -EPIPE;
+    }
+    mp_tcp *up = &p->uc->tcp;
+    bool moved;
+    do {
+        moved = false;
+        int err = 0;
+        if (p->down_len == 0 &&
+            mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) == MP_READY && p->down_len == 0)
+            goto end;
+        if (p->down_len != 0 && io->write(io, cx, p->down, p->down_len, &err) == MP_READY) {
+            if (err != 0)
+                goto end;
+            mp_tcp_consume(up, p->down_len);
+            p->down_len = 0;
+            moved = true;
+        }
+        if (p->up_len == 0 && io->read(io, cx, &p->up_data, &p->up_len, &err) == MP_READY &&
+            p->up_len == 0)
+            goto end;
+        if (p->up_len != 0 && mp_tcp_write_poll(up, cx, p->up_data, p->up_len, &err) == MP_READY) {
+            if (err != 0)
+                goto end;
+            io->consume(io, p->up_len);
+            p->up_len = 0;
+            moved = true;
+        }
+        if (moved)
+            p->deadline_ms = mp_now_ms() + p->up->conf->read_timeout_ms;
+    } while (moved);
+    if (!expired(p, cx))
+        return MD_PENDING_WAIT;
+end:
+    proxy_free(p); /* the upstream side closes; the core closes the client's */
+    return -EPIPE;
+}
+
 static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
                       md_outbuf *out)
 {
@@ -341,10 +392,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 p->uc = NULL;
                 if (rc == -ENOMEM)
                     return rc;
-                if (!attempt_failed(p, c,
-                                    rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED
-                                                        : MD_UP_CONNECT_ERROR,
-                                    false))
+                if (!attempt_failed(
+                        p, c, rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED : MD_UP_CONNECT_ERROR,
+                        false))
                     return answer_error(p, c, fail_status(p));
                 break;
             }
@@ -354,8 +404,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
         }
         case ST_CONNECT: {
             int err;
-            if (mp_tcp_connect_poll(&p->uc->tcp, cx, &p->timer, p->deadline_ms, &err) ==
-                MP_PENDING)
+            if (mp_tcp_connect_poll(&p->uc->tcp, cx, &p->timer, p->deadline_ms, &err) == MP_PENDING)
                 return MD_PENDING_WAIT;
             if (err != 0) {
                 md_upstream_reason why = err == -ETIMEDOUT      ? MD_UP_CONNECT_TIMEOUT
@@ -378,8 +427,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 /* the write is abandoned with the connection */
             }
             if (err != 0) {
-                if (!attempt_failed(p, c,
-                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
                                     true))
                     return answer_error(p, c, fail_status(p));
                 break;
@@ -417,13 +465,13 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             }
             if (err != 0) {
                 p->last_chunk = false;
-                if (!attempt_failed(p, c,
-                                    err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
+                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
                                     true))
                     return answer_error(p, c, fail_status(p));
                 break;
             }
             p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+            p->body_released = true; /* written and let go of: it cannot be sent again */
             if (p->last_chunk) {
                 p->span_len = 0;
                 p->request_sent = true;
@@ -432,10 +480,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 break;
             }
             p->span_len = 0;
-            if (!md_http_req_body_done(c)) {
-                p->body_released = true;
+            if (!md_http_req_body_done(c))
                 return MD_PENDING_READ;
-            }
             break;
         }
         case ST_READ: {
@@ -444,10 +490,10 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                                    md_http_req_is_head(c), md_http_req_version_minor(c) == 0,
                                    md_http_req_closes(c));
                 p->resp.via = p->route->via;
+                p->resp.tunnel_ok = p->upgrade;
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
-                p->deadline_ms =
-                    per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
+                p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
             }
             /* Back-pressure: what the client has not taken yet is flushed before reading
              * more from upstream. */
@@ -493,8 +539,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 }
                 md_log(MD_LOG_ERROR, "upstream %s server %s: response cut short", conf->name,
                        p->peer->conf->label);
-                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1,
-                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1, memory_order_relaxed);
                 proxy_free(p);
                 return -EPIPE;
             }
@@ -507,9 +552,16 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(c);
                 md_http_count_response(c, p->resp.status,
-                                       p->resp.client_framing == MD_CLIENT_LENGTH
-                                           ? p->resp.length
-                                           : 0);
+                                       p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length
+                                                                                  : 0);
+            }
+            if (rc == MD_RESP_UPGRADE && p->upgrade) {
+                /* The 101 goes out first; what follows it, both ways, is the tunnel's. */
+                md_http_count_response(c, 101, 0);
+                md_http_req_close_after(c);
+                p->state = ST_TUNNEL;
+                p->deadline_ms = mp_now_ms() + conf->read_timeout_ms;
+                return MD_PENDING_MORE;
             }
             if (rc == MD_RESP_DONE) {
                 finish(p, used < len);
@@ -529,8 +581,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 return -ENOMEM;
             }
             /* GARBAGE, TOO_BIG, UPGRADE (not asked for) */
-            md_upstream_reason why = rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG
-                                                           : MD_UP_BAD_RESPONSE;
+            md_upstream_reason why =
+                rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG : MD_UP_BAD_RESPONSE;
             if (!p->resp.head_sent) {
                 attempt_failed(p, c, why, true);
                 return answer_error(p, c, 502); /* a broken server is not retried */
@@ -541,6 +593,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             proxy_free(p);
             return -EPROTO;
         }
+        case ST_TUNNEL:
+            return tunnel(p, cx, io);
         default:
             proxy_free(p);
             return -EINVAL;

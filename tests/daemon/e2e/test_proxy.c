@@ -151,6 +151,20 @@ static void *serve(void *arg)
             if (blen > CAP || !take(fd, buf, &have, blen, body))
                 goto out;
         }
+        if (strstr(head, "\r\nUpgrade: test\r\n") != NULL) {
+            /* a tunnel: 101, then everything back as it came */
+            const char *sw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\n"
+                             "Connection: Upgrade\r\n\r\n";
+            if (write(fd, sw, strlen(sw)) < 0)
+                goto out;
+            if (have != 0 && write(fd, buf, have) < 0)
+                goto out;
+            ssize_t k;
+            while ((k = read(fd, buf, CAP)) > 0)
+                if (write(fd, buf, (size_t)k) != k)
+                    break;
+            goto out;
+        }
         if (strstr(head, " /silent") != NULL) {
             char sink[256];
             while (read(fd, sink, sizeof sink) > 0) {
@@ -249,6 +263,7 @@ static daemon_proc start_proxy(const char *upstream_conf)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
              "%s"
              "[route = /metrics]\nhandler = metrics\n"
+             "[route /ws]\nhandler = proxy\nupstream = app\nwebsocket = on\n"
              "[route /]\nhandler = proxy\nupstream = app\n",
              upstream_conf);
     FILE *f = fopen(conf, "w");
@@ -474,4 +489,66 @@ Test(proxy_e2e, shipped_proxy_config_is_valid)
     snprintf(cmd, sizeof cmd, "%s -t -c config/magpied-proxy.conf 2>&1; echo rc=$?", exe);
     char *out = run(cmd);
     cr_assert_not_null(strstr(out, "rc=0"), "%s", out);
+}
+
+Test(proxy_e2e, upgrade_is_tunnelled_where_allowed)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, ""));
+    int fd = test_connect(d.http);
+    const char *req = "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n";
+    test_write_all(fd, req, strlen(req));
+    char buf[4096];
+    read_some(fd, buf, sizeof buf, "\r\n\r\n", 1);
+    cr_assert_eq(status_of(buf), 101, "%s", buf);
+    cr_assert_not_null(strstr(buf, "\r\nUpgrade: test\r\n"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "\r\nConnection: upgrade\r\n"), "%s", buf);
+    for (int i = 0; i < 3; i++) {
+        test_write_all(fd, "ping", 4);
+        size_t n = read_some(fd, buf, sizeof buf, "ping", 1);
+        cr_assert_eq(n, 4, "echoed through the tunnel: %.*s", (int)n, buf);
+    }
+    close(fd);
+    /* Where the route does not allow it, Upgrade is not passed on: a plain response. */
+    char *r = ask(d.http, "GET /nows HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: "
+                          "test\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_null(strstr(body_of(r), "Upgrade"), "%s", r);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+Test(proxy_e2e, active_health_takes_a_dead_server_out)
+{
+    upstream u;
+    upstream_start(&u);
+    char conf[512];
+    int dead = free_port();
+    snprintf(conf, sizeof conf,
+             "[upstream app]\nserver = 127.0.0.1:%d\nserver = 127.0.0.1:%d\nmax_fails = 0\n"
+             "health_path = /health\nhealth_interval_ms = 100\nhealth_fall = 1\n",
+             dead, u.port);
+    daemon_proc d = start_proxy(conf);
+    char want[128];
+    snprintf(want, sizeof want,
+             "magpied_upstream_server_up{upstream=\"app\",server=\"127.0.0.1:%d\"} 0\n", dead);
+    char *m = NULL;
+    for (int i = 0; i < 100; i++) {
+        m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if (strstr(m, want) != NULL)
+            break;
+        usleep(20000);
+    }
+    cr_assert_not_null(strstr(m, want), "%s", m);
+    cr_assert(file_has(d.err_path, "health check", 2000), "the change is logged");
+    for (int i = 0; i < 4; i++) {
+        char *r = ask(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        cr_assert_eq(status_of(r), 200, "request %d: %s", i, r);
+    }
+    m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(m, "magpied_upstream_retries_total{upstream=\"app\"} 0\n"),
+                       "a server marked down is not tried: %s", m);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
 }

@@ -1,0 +1,233 @@
+/* Tests for daemon/http/proxy_msg.c: the upstream request head (every hop-by-hop case, the
+ * forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
+ * oversized head, 1xx, 204/304/HEAD, close-delimited bodies, bytes after the response). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "http/proxy_msg.h"
+
+static char *head(const char *target, const char *fields, md_proxy_req rq)
+{
+    static char text[8192];
+    md_outbuf out = {0};
+    rq.method = rq.method != NULL ? rq.method : "GET";
+    rq.target = target;
+    rq.target_len = strlen(target);
+    rq.fields = fields;
+    rq.fields_len = strlen(fields);
+    if (rq.upstream_host == NULL)
+        rq.upstream_host = "10.0.0.1:8080";
+    cr_assert_eq(md_proxy_request_head(&rq, &out), 0);
+    snprintf(text, sizeof text, "%.*s", (int)md_outbuf_pending(&out), md_outbuf_pending_data(&out));
+    md_outbuf_free(&out);
+    return text;
+}
+
+Test(proxy_msg, hop_by_hop_fields_never_go_upstream, .timeout = 5)
+{
+    const char *f = "Host: a.test\r\nConnection: keep-alive, X-Secret,x-other\r\n"
+                    "X-Secret: 1\r\nX-Other: 2\r\nKeep-Alive: 300\r\nTE: trailers\r\n"
+                    "Trailer: X-T\r\nTransfer-Encoding: chunked\r\nUpgrade: websocket\r\n"
+                    "Proxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\n"
+                    "PROXY-Foo: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n"
+                    "X-Real-IP: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n";
+    char *h = head(
+        "/p", f,
+        (md_proxy_req){.peer = "192.0.2.1", .keepalive = true, .framing = MD_PROXY_BODY_CHUNKED});
+    const char *gone[] = {
+        "Connection", "X-Secret", "X-Other",        "Keep-Alive", "TE:",     "Trailer", "Upgrade",
+        "Proxy-",     "PROXY-",   "Content-Length", "Expect",     "6.6.6.6", "https"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        cr_assert_null(strstr(h, gone[i]), "%s went upstream:\n%s", gone[i], h);
+    cr_assert_str_eq(h, "GET /p HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n"
+                        "X-Forwarded-For: 192.0.2.1\r\nX-Real-IP: 192.0.2.1\r\n"
+                        "X-Forwarded-Proto: http\r\nTransfer-Encoding: chunked\r\n\r\n");
+}
+
+Test(proxy_msg, forwarding_fields_and_host, .timeout = 5)
+{
+    const char *f = "Host: a.test\r\nX-Forwarded-For: 10.1.1.1\r\nX-Forwarded-For: 10.2.2.2, "
+                    "10.3.3.3\r\nForwarded: for=10.1.1.1\r\nVia: 1.0 other\r\n";
+    char *h = head("/q?x=1", f,
+                   (md_proxy_req){.peer = "::1",
+                                  .forwarded = true,
+                                  .via = true,
+                                  .framing = MD_PROXY_BODY_LENGTH,
+                                  .length = 12});
+    cr_assert_not_null(strstr(h, "GET /q?x=1 HTTP/1.1\r\nHost: a.test\r\n"), "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nX-Forwarded-For: 10.1.1.1, 10.2.2.2, 10.3.3.3, ::1\r\n"),
+                       "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nForwarded: for=10.1.1.1\r\n"), "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nForwarded: for=\"[::1]\";host=\"a.test\";proto=http\r\n"),
+                       "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nVia: 1.0 other\r\nX-Forwarded-For"), "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nVia: 1.1 magpied\r\n"), "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nContent-Length: 12\r\nConnection: close\r\n\r\n"), "%s", h);
+    /* host = upstream, a literal, and absolute-form */
+    h = head("/", "Host: a.test\r\n", (md_proxy_req){.host = "10.0.0.1:8080", .keepalive = true});
+    cr_assert_not_null(strstr(h, "\r\nHost: 10.0.0.1:8080\r\n"), "%s", h);
+    h = head("http://b.test:81/x?y", "Host: a.test\r\n", (md_proxy_req){.keepalive = true});
+    cr_assert_not_null(strstr(h, "GET /x?y HTTP/1.1\r\nHost: b.test:81\r\n"), "%s", h);
+    h = head("/", "", (md_proxy_req){.keepalive = true});
+    cr_assert_not_null(strstr(h, "\r\nHost: 10.0.0.1:8080\r\n"), "HTTP/1.0 without Host: %s", h);
+}
+
+/* Feeds the response in pieces of step bytes; the client's bytes in out. */
+static int feed(md_proxy_resp *r, const char *text, size_t step, md_outbuf *out, size_t *left)
+{
+    size_t len = strlen(text), at = 0;
+    int rc = MD_RESP_MORE;
+    while (at < len) {
+        size_t n = len - at < step ? len - at : step, used;
+        rc = md_proxy_resp_feed(r, text + at, n, &used, out);
+        at += used;
+        if (rc != MD_RESP_MORE)
+            break;
+    }
+    *left = len - at;
+    return rc;
+}
+
+static char client[65536];
+
+static int run(const char *text, bool head_req, bool http10, size_t step, size_t *left)
+{
+    md_proxy_resp r;
+    md_outbuf out = {0};
+    md_proxy_resp_init(&r, 1024, head_req, http10, false);
+    size_t l;
+    int rc = feed(&r, text, step, &out, &l);
+    if (rc == MD_RESP_MORE && l == 0)
+        rc = md_proxy_resp_eof(&r, &out);
+    if (left != NULL)
+        *left = l;
+    snprintf(client, sizeof client, "%.*s", (int)md_outbuf_pending(&out),
+             md_outbuf_pending_data(&out));
+    md_outbuf_free(&out);
+    md_proxy_resp_free(&r);
+    return rc;
+}
+
+Test(proxy_msg, responses_by_length_chunks_and_close, .timeout = 5)
+{
+    for (size_t step = 1; step <= 64; step *= 4) {
+        size_t left;
+        cr_assert_eq(run("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello", false,
+                         false, step, &left),
+                     MD_RESP_DONE);
+        cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nX-A: b\r\nContent-Length: 5\r\n\r\nhello");
+        cr_assert_eq(run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+                         "X-Trailer: t\r\n\r\n",
+                         false, false, step, NULL),
+                     MD_RESP_DONE);
+        if (step == 64) /* smaller steps re-chunk per piece */
+            cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n"
+                                     "abc\r\n0\r\n\r\n");
+        /* close-delimited: re-chunked for HTTP/1.1, closed for HTTP/1.0 */
+        cr_assert_eq(run("HTTP/1.1 200 OK\r\n\r\nuntil close", false, false, step, NULL),
+                     MD_RESP_DONE);
+        cr_assert(strncmp(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 47) == 0,
+                  "%s", client);
+        cr_assert(strstr(client, "\r\n0\r\n\r\n") != NULL, "%s", client);
+        if (step == 64)
+            cr_assert_str_eq(client + 47, "b\r\nuntil close\r\n0\r\n\r\n");
+    }
+    md_proxy_resp r;
+    md_outbuf out = {0};
+    md_proxy_resp_init(&r, 1024, false, true, false);
+    size_t used;
+    const char *t = "HTTP/1.0 200 OK\r\nServer: x\r\n\r\nbody";
+    cr_assert_eq(md_proxy_resp_feed(&r, t, strlen(t), &used, &out), MD_RESP_MORE);
+    cr_assert(r.close_delimited);
+    cr_assert(!r.upstream_keepalive);
+    cr_assert_eq(md_proxy_resp_eof(&r, &out), MD_RESP_DONE);
+    snprintf(client, sizeof client, "%.*s", (int)md_outbuf_pending(&out),
+             md_outbuf_pending_data(&out));
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nServer: x\r\nConnection: close\r\n\r\nbody");
+    md_outbuf_free(&out);
+    md_proxy_resp_free(&r);
+}
+
+Test(proxy_msg, bodiless_responses, .timeout = 5)
+{
+    size_t left;
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, false, 7, &left),
+                 MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", "HEAD keeps it");
+    cr_assert_eq(
+        run("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", false, false, 100, &left),
+        MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 204 No Content\r\n\r\n");
+    cr_assert_eq(run("HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n", false, false, 100, &left),
+                 MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n");
+}
+
+Test(proxy_msg, interim_responses_are_skipped, .timeout = 5)
+{
+    size_t left;
+    cr_assert_eq(
+        run("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+            "HTTP/1.1 199 Odd\r\nX: y\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            false, false, 5, &left),
+        MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    cr_assert_eq(
+        run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", false, false, 100, &left),
+        MD_RESP_GARBAGE, "101 without a tunnel asked for");
+}
+
+Test(proxy_msg, garbage_and_oversized_heads, .timeout = 5)
+{
+    const char *garbage[] = {
+        "HTTP/1.1 2000 OK\r\n\r\n",
+        "HTTP/1.1 099 X\r\n\r\n",
+        "HTTP/2.0 200 OK\r\n\r\n",
+        "HTTX/1.1 200 OK\r\n\r\n",
+        "SSH-2.0-OpenSSH\r\n\r\n",
+        "HTTP/1.1 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    };
+    for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
+        int rc = run(garbage[i], false, false, 3, NULL);
+        cr_assert(rc < 0, "taken: %s", garbage[i]);
+    }
+    char big[4096];
+    int n = snprintf(big, sizeof big, "HTTP/1.1 200 OK\r\nX: ");
+    memset(big + n, 'a', 2000);
+    strcpy(big + n + 2000, "\r\n\r\n");
+    cr_assert_eq(run(big, false, false, 100, NULL), MD_RESP_TOO_BIG);
+    cr_assert_str_eq(client, "", "nothing of an oversized head reaches the client");
+    /* cut short */
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhalf", false, false, 100, NULL),
+                 MD_RESP_GARBAGE);
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nContent-", false, false, 100, NULL), MD_RESP_GARBAGE);
+}
+
+Test(proxy_msg, bytes_after_the_response_are_not_its, .timeout = 5)
+{
+    size_t left;
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n", false,
+                     false, 1000, &left),
+                 MD_RESP_DONE);
+    cr_assert_eq(left, strlen("HTTP/1.1 200 OK\r\n\r\n"));
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX", false,
+                     false, 1000, &left),
+                 MD_RESP_DONE);
+    cr_assert_eq(left, 1);
+}
+
+Test(proxy_msg, response_hop_by_hop_fields_removed, .timeout = 5)
+{
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nConnection: close, X-A\r\nX-A: 1\r\nKeep-Alive: t=5\r\n"
+                     "Proxy-Authenticate: B\r\nTrailer: X\r\nUpgrade: y\r\nX-B: 2\r\n"
+                     "Content-Length: 0\r\n\r\n",
+                     false, false, 100, NULL),
+                 MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nX-B: 2\r\nContent-Length: 0\r\n\r\n");
+}
