@@ -303,9 +303,10 @@ targets() {
             awk -v sc="$sc" -v p="$peer" -v a="$m_rps" -v b="$rps" -v c="$m_cpu" -v d="$cpu" \
                 -v need="$need" -v pr="$(paired_ratio "$CSV" "$peer" "$sc")" 'BEGIN {
                 ratio = a / b
+                verdict = (ratio >= need) ? "met" : sprintf("missed by %.0f%%", 100 * (need - ratio) / need)
                 printf "- %s, magpied/%s: req/s %.2fx (paired %s; target >= %.1fx: %s), ", sc, p,
-                    ratio, pr, need, ratio >= need ? "met" : sprintf("missed by %.0f%%", 100 * (need - ratio) / need)
-                printf "CPU/req %.2fx (target < 1: %s)\n", c / d, c < d ? "met" : "missed" }'
+                    ratio, pr, need, verdict
+                printf "CPU/req %.2fx (target < 1: %s)\n", c / d, (c < d) ? "met" : "missed" }'
         done
     done
 }

@@ -146,6 +146,20 @@ __attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(cons
     return start_with(path, NULL, err);
 }
 
+/* One upstream, and magpied in front of it on a config whose one %d is the upstream's port. */
+static inline void pair_start(const char *conf, upstream_proc *u, daemon_proc *d)
+{
+    *u = upstream_start(0);
+    *d = proxy_start(conf, u->port);
+}
+
+/* magpied stops cleanly (a sanitizer report fails the test here), then the upstream. */
+static inline void pair_stop(upstream_proc *u, daemon_proc *d)
+{
+    cr_assert_eq(stop(d), 0);
+    upstream_stop(u);
+}
+
 /* A client connection and what it has read but not yet taken as a response. */
 typedef struct client {
     int fd;

@@ -99,8 +99,7 @@ Test(proxy_flow, slow_client_bounds_memory)
                  "magpied grew by %ld KiB (from %ld) while a client read slowly", peak - base,
                  base);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 Test(proxy_flow, slow_upstream_bounds_memory)
@@ -155,6 +154,5 @@ Test(proxy_flow, slow_upstream_bounds_memory)
                  "magpied grew by %ld KiB (from %ld) while its upstream read nothing", peak - base,
                  base);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }

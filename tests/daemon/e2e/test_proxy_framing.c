@@ -40,8 +40,9 @@ static void expect_absent(const char *head, const char *const *names, const char
 
 Test(proxy_framing, hop_by_hop_fields_removed_both_ways)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     response r = ask(d.http, "GET /hop HTTP/1.1\r\nHost: x\r\nConnection: X-Secret, keep-alive\r\n"
                              "X-Secret: s\r\nKeep-Alive: timeout=9\r\nTE: trailers, deflate\r\n"
                              "Trailer: X-T\r\nUpgrade: h2c\r\nProxy-Authorization: Basic YTpi\r\n"
@@ -70,14 +71,14 @@ Test(proxy_framing, hop_by_hop_fields_removed_both_ways)
         cr_expect(strcasestr(v, "x-secret") == NULL, "%s", r.head);
     cr_expect_eq(head_field(r.head, "X-End-To-End", NULL, 0), 1, "%s", r.head);
     response_free(&r);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 Test(proxy_framing, forwarding_fields_and_host)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     char v[256];
     response r = ask(d.http, "GET /a HTTP/1.1\r\nHost: client.example\r\nX-Forwarded-For: 10.0.0.1"
                              "\r\nX-Real-IP: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n"
@@ -118,15 +119,15 @@ Test(proxy_framing, forwarding_fields_and_host)
     cr_expect_eq(head_field(up, "Host", v, sizeof v), 1, "%s", up);
     cr_expect_str_eq(v, want);
     response_free(&r);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Request bodies arrive with exactly one framing, whatever the client used. */
 Test(proxy_framing, request_bodies_reframed)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     static const char *const reqs[] = {
         "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world",
         "POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
@@ -150,16 +151,16 @@ Test(proxy_framing, request_bodies_reframed)
         response_free(&r);
     }
     cr_assert_eq(stats_of(&u).bad, 0);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Shapes a front end and a back end could read differently (RFC 9112 sections 6.3, 5.2, 2.2,
  * 7.1): each is refused (a 4xx) or closed without reaching the upstream. */
 Test(proxy_framing, smuggling_shapes_never_reach_the_upstream)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     static const char *const shapes[] = {
         /* two different lengths */
         "POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
@@ -209,8 +210,7 @@ Test(proxy_framing, smuggling_shapes_never_reach_the_upstream)
         cr_expect_eq(after.bad, before.bad, "shape %zu reached the upstream as ambiguous", i);
         still_serves(d.http);
     }
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* The shapes RFC 9112 lets a server either refuse or repair: Content-Length with
@@ -219,8 +219,9 @@ Test(proxy_framing, smuggling_shapes_never_reach_the_upstream)
  * line end). Whatever magpied does, the upstream gets one framing and no fold or bare LF. */
 Test(proxy_framing, ambiguous_shapes_refused_or_repaired)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     static const char *const shapes[] = {
         "POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
         "0\r\n\r\n",
@@ -258,16 +259,16 @@ Test(proxy_framing, ambiguous_shapes_refused_or_repaired)
     }
     cr_assert_eq(stats_of(&u).bad, 0, "an ambiguous request reached the upstream");
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Responses framed by chunks with an extension and a trailer, or by the close: the client
  * gets the body whole and framed so that it knows where it ends. */
 Test(proxy_framing, response_framings)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     client c = client_open(d.http);
     client_send(&c, "GET /mode/chunked HTTP/1.1\r\nHost: x\r\n\r\n");
     response r = read_final(&c, false, NULL);
@@ -291,15 +292,15 @@ Test(proxy_framing, response_framings)
         response_free(&r);
     }
     client_close(&c);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Pipelined requests with bodies: each response in order, each to its own request. */
 Test(proxy_framing, pipelined_requests_answered_in_order)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     client c = client_open(d.http);
     char all[4096] = "";
     for (int i = 0; i < 8; i++) {
@@ -320,8 +321,7 @@ Test(proxy_framing, pipelined_requests_answered_in_order)
         response_free(&r);
     }
     client_close(&c);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* The Upgrade request of a WebSocket client, to target %s. */
@@ -334,8 +334,9 @@ static const char *const upgrade_req =
  * tunnel"); it documents what the route must do. */
 Test(proxy_framing, upgrade_tunnelled_where_allowed, .disabled = true)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     char text[512];
     client c = client_open(d.http);
     snprintf(text, sizeof text, upgrade_req, "/ws/mode/upgrade");
@@ -353,16 +354,16 @@ Test(proxy_framing, upgrade_tunnelled_where_allowed, .disabled = true)
     }
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Elsewhere (websocket = off) the upstream never sees the Upgrade and the client never gets a
  * 101. */
 Test(proxy_framing, upgrade_refused_elsewhere)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(ROUTES, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
     char text[512];
     client c = client_open(d.http);
     snprintf(text, sizeof text, upgrade_req, "/mode/upgrade");
@@ -374,6 +375,5 @@ Test(proxy_framing, upgrade_refused_elsewhere)
     response_free(&r);
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }

@@ -62,8 +62,9 @@ static void expect_status(int port, const char *path, int want)
 
 Test(proxy_hostile, garbage_and_oversized_heads_are_502)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     for (int v = 0; v < 8; v++) {
         char path[64];
         snprintf(path, sizeof path, "/mode/garbage?v=%d", v);
@@ -82,14 +83,14 @@ Test(proxy_hostile, garbage_and_oversized_heads_are_502)
     still_serves(d.http);
     cr_expect_geq(failures(d.http, u.port, "bad_response"), 1);
     cr_expect_eq(failures(d.http, u.port, "header_too_big"), 1);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 Test(proxy_hostile, cut_and_reset_responses_fail_cleanly)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     expect_status(d.http, "/mode/cut?at=none", 502);
     expect_status(d.http, "/mode/reset?at=none", 502);
     static const char *const cut[] = {"/mode/cut?at=head", "/mode/cut?at=body",
@@ -104,16 +105,16 @@ Test(proxy_hostile, cut_and_reset_responses_fail_cleanly)
         client_close(&c);
         still_serves(d.http);
     }
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* A head that does not come within header_timeout_ms is a 504; a body that stops after the
  * head went out ends in a close. */
 Test(proxy_hostile, slow_upstream_times_out)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     expect_status(d.http, "/mode/slowhead?ms=3000", 504);
     still_serves(d.http);
     cr_expect_eq(failures(d.http, u.port, "header_timeout"), 1);
@@ -126,8 +127,7 @@ Test(proxy_hostile, slow_upstream_times_out)
     cr_assert_eq(r.status, 200, "%s", r.head);
     response_free(&r);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Refused: 502. Never accepted (the connect hangs): 504 or 502 within connect_timeout_ms
@@ -151,8 +151,7 @@ Test(proxy_hostile, refused_and_unaccepted_connects)
     r = get(d.http, "/wedged");
     cr_assert(r.status == 504 || r.status == 502, "a connect that hangs, again: %s", r.head);
     response_free(&r);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Every server down (passive health took both out, each after one connect that hung): 502
@@ -192,8 +191,9 @@ static long conn_of(const response *r)
  * connection is never used again, so no later request gets the stray one. */
 Test(proxy_hostile, extra_bytes_after_a_response_never_reach_a_client)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     static const char *const paths[] = {"/mode/extra", "/mode/extra?delay_ms=50"};
     for (int round = 0; round < 4; round++) {
         const char *path = paths[round % 2];
@@ -229,16 +229,16 @@ Test(proxy_hostile, extra_bytes_after_a_response_never_reach_a_client)
         response_free(&r);
     }
     cr_assert_eq(stats_of(&u).bad, 0);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* 204 and 304 end at their heads (RFC 9112 section 6.3), and so does any response to HEAD: the
  * body bytes an upstream sends anyway are not passed on, and its connection is not reused. */
 Test(proxy_hostile, bodiless_responses_stay_bodiless)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     static const char *const reqs[] = {
         "GET /mode/status?code=204 HTTP/1.1\r\nHost: x\r\n\r\n",
         "GET /mode/status?code=304 HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -281,8 +281,7 @@ Test(proxy_hostile, bodiless_responses_stay_bodiless)
     response_free(&h);
     response_free(&g);
     client_close(&c);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* 1xx before the final response: an HTTP/1.1 client may see them (each a complete interim
@@ -290,8 +289,9 @@ Test(proxy_hostile, bodiless_responses_stay_bodiless)
  * 15.2). */
 Test(proxy_hostile, interim_responses)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     client c = client_open(d.http);
     client_send(&c, "GET /mode/interim?codes=100,102,103 HTTP/1.1\r\nHost: x\r\n\r\n");
     int interim = -1;
@@ -328,8 +328,7 @@ Test(proxy_hostile, interim_responses)
     response_free(&r);
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* A response that ends its connection (Connection: close, or HTTP/1.0 without keep-alive):
@@ -337,8 +336,9 @@ Test(proxy_hostile, interim_responses)
  * may get one (RFC 9112 section 9.6: nothing more is sent on such a connection). */
 Test(proxy_hostile, connection_closed_by_the_response_is_not_reused)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     static const char *const paths[] = {"/mode/saysclose", "/mode/http10"};
     for (int round = 0; round < 4; round++) {
         client c = client_open(d.http);
@@ -365,16 +365,16 @@ Test(proxy_hostile, connection_closed_by_the_response_is_not_reused)
         }
         client_close(&c);
     }
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* A 101 to a request that asked for no upgrade: not a response to pass on (a 502, or a close),
  * and none of the bytes after it reaches the client. */
 Test(proxy_hostile, unrequested_101_is_502)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     client c = client_open(d.http);
     client_send(&c, "GET /mode/force101 HTTP/1.1\r\nHost: x\r\n\r\n");
     response r = read_response(&c, false);
@@ -384,8 +384,7 @@ Test(proxy_hostile, unrequested_101_is_502)
     cr_assert(strstr(c.buf, "RAW-AFTER-101") == NULL, "%s", c.buf);
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* Send a body of `body` bytes after req until an answer comes or the body is all sent, never
@@ -413,8 +412,9 @@ static response post_until_answered(client *c, const char *req, long body)
  * dropping the rest): the client gets that answer, and magpied serves the next request. */
 Test(proxy_hostile, early_response_reaches_the_client)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     client c = client_open(d.http);
     response r = post_until_answered(
         &c, "POST /mode/early HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n", 4L << 20);
@@ -423,8 +423,7 @@ Test(proxy_hostile, early_response_reaches_the_client)
     response_free(&r);
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
 
 /* The same answer from an upstream that then reads nothing for 3 s before it closes: a proxy
@@ -435,8 +434,9 @@ Test(proxy_hostile, early_response_reaches_the_client)
  * /work/proxy-bugs.md, "an early response is lost when the upstream stops reading"). */
 Test(proxy_hostile, early_response_from_a_stuck_upstream, .disabled = true)
 {
-    upstream_proc u = upstream_start(0);
-    daemon_proc d = proxy_start(UPSTREAM_CONF, u.port);
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
     client c = client_open(d.http);
     response r = post_until_answered(&c,
                                      "POST /mode/early?drain=0&linger_ms=3000 HTTP/1.1\r\n"
@@ -447,6 +447,5 @@ Test(proxy_hostile, early_response_from_a_stuck_upstream, .disabled = true)
     response_free(&r);
     client_close(&c);
     still_serves(d.http);
-    cr_assert_eq(stop(&d), 0);
-    upstream_stop(&u);
+    pair_stop(&u, &d);
 }
