@@ -449,3 +449,45 @@ Test(proxy_hostile, early_response_from_a_stuck_upstream, .disabled = true)
     still_serves(d.http);
     pair_stop(&u, &d);
 }
+
+/* Responses a proxy may refuse or repair, never pass on as they are: Content-Length with
+ * Transfer-Encoding (RFC 9112 section 6.3: chunked wins, and the connection must close after)
+ * and obs-fold (section 5.2: a 502, or each fold replaced by spaces). The client gets one
+ * framing and no fold; the upstream connection is not used again. */
+Test(proxy_hostile, ambiguous_responses_refused_or_repaired)
+{
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(UPSTREAM_CONF, &u, &d);
+    static const char *const paths[] = {"/mode/clte", "/mode/fold"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        client c = client_open(d.http);
+        char req[128];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", paths[i]);
+        client_send(&c, req);
+        response r = read_final(&c, false, NULL);
+        cr_assert(r.status == 502 || r.status == 200, "%s: %s", paths[i], r.head);
+        long bad_conn = conn_of(&r);
+        if (r.status == 200) {
+            cr_assert_leq(head_field(r.head, "Content-Length", NULL, 0) +
+                              head_field(r.head, "Transfer-Encoding", NULL, 0),
+                          1, "%s: two framings passed on:\n%s", paths[i], r.head);
+            cr_assert(strstr(r.head, "\r\n ") == NULL, "%s: a fold passed on:\n%s", paths[i],
+                      r.head);
+            cr_assert_str_eq(r.body, i == 0 ? "hello" : "ok", "%s", paths[i]);
+        }
+        response_free(&r);
+        if (c.eof || client_closed(&c, 0)) {
+            client_close(&c);
+            c = client_open(d.http);
+        }
+        client_send(&c, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+        r = read_final(&c, false, NULL);
+        cr_assert_eq(r.status, 200, "%s", r.head);
+        if (i == 0 && bad_conn != 0)
+            cr_assert_neq(conn_of(&r), bad_conn, "the connection of a CL+TE response was reused");
+        response_free(&r);
+        client_close(&c);
+    }
+    pair_stop(&u, &d);
+}

@@ -37,6 +37,8 @@
  *   /mode/upgrade             101 to a request with Upgrade, then echo raw bytes until EOF;
  *                             without Upgrade, the echo
  *   /mode/force101            101 and raw bytes whatever the request asked
+ *   /mode/clte                a 200 with Content-Length: 3 and a chunked body "hello"
+ *   /mode/fold                a 200 whose X-Fold field is folded (obs-fold)
  *   /mode/saysclose           a 200 with Connection: close, the connection kept open
  *   /mode/http10              an HTTP/1.0 200 (no keep-alive), the connection kept open;
  *                             after either, an echo on that connection carries X-After-Close
@@ -554,6 +556,17 @@ static bool serve(conn *c, long req)
                  v10 ? 0 : 1, c->id, v10 ? "" : "Connection: close\r\n");
         c->said_close = true; /* and the connection stays open, to catch a reuse */
         return send_str(c->fd, h);
+    } else if (mode_is(target, "clte")) { /* both framings; the connection stays open */
+        snprintf(h, sizeof h,
+                 "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n"
+                 "X-Conn: %ld\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                 c->id);
+        return send_str(c->fd, h) && !close_after;
+    } else if (mode_is(target, "fold")) { /* an obs-fold in a response field */
+        snprintf(h, sizeof h,
+                 "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 2\r\nX-Conn: %ld\r\n\r\nok",
+                 c->id);
+        return send_str(c->fd, h) && !close_after;
     } else if (mode_is(target, "force101")) {
         send_str(c->fd, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                         "Connection: Upgrade\r\n\r\nRAW-AFTER-101");
