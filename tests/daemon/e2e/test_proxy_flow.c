@@ -118,12 +118,12 @@ Test(proxy_flow, slow_upstream_bounds_memory)
     snprintf(req, sizeof req,
              "POST /mode/sink?pause_ms=1500 HTTP/1.1\r\nHost: x\r\nContent-Length: %ld\r\n\r\n",
              BIG);
-    client_send(&c, req);
     static char chunk[1 << 16];
     memset(chunk, 'z', sizeof chunk);
     long sent = 0, peak = base;
-    struct timespec t0;
+    struct timespec t0; /* before the head goes: the upstream's pause starts after it */
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    client_send(&c, req);
     /* While the upstream reads nothing: push what the path takes, without blocking. */
     while (elapsed_ms(&t0) < 1200 && sent < BIG) {
         size_t k = BIG - sent < (long)sizeof chunk ? (size_t)(BIG - sent) : sizeof chunk;
