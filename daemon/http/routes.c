@@ -638,6 +638,9 @@ void md_routes_prepare(md_route_table *t)
         md_route *r = &t->r[i];
         r->index = (uint8_t)i;
         r->handler = handlers[r->kind < MD_HANDLER_KINDS ? r->kind : MD_HANDLER_TEXT];
+        /* A proxied route's OPTIONS (a CORS preflight, say) is the application's to answer. */
+        if (r->kind == MD_HANDLER_PROXY)
+            r->methods |= BIT(HTTP_OPTIONS);
         allow_text(r->methods, r->allow, sizeof r->allow);
         any |= r->methods;
         /* Insertion sort: at most MD_ROUTES_MAX entries, once per reload. */

@@ -610,8 +610,9 @@ int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out)
     if (c == NULL)
         return -ENOMEM;
     c->peer = p;
-    int rc = mp_tcp_connect(p->up->rt, &c->tcp, (const struct sockaddr *)&p->conf->addr,
-                            p->up->conf->buffer_bytes);
+    /* The default read buffer (pooled by the runtime, never malloc'd per request); the
+     * response window, buffer_bytes, is counted in the client's output (proxy.c). */
+    int rc = mp_tcp_connect(p->up->rt, &c->tcp, (const struct sockaddr *)&p->conf->addr, 0);
     if (rc != 0) {
         free(c);
         return rc;

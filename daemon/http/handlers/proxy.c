@@ -6,8 +6,9 @@
  * send the head it built at on_head (proxy_msg.c), pass the body on span by span (parsing of
  * the client's input waits for each span to be written: a slow upstream holds the client back
  * with one span in hand), then parse the response, appending the client's head and each piece
- * of body to the connection's output and returning MD_PENDING_MORE, so a slow client holds
- * the upstream back with at most one upstream read buffer (buffer_bytes) in hand.
+ * of body to the connection's output and returning MD_PENDING_MORE once buffer_bytes wait
+ * (or nothing more has come), so a slow client holds the upstream back with at most
+ * buffer_bytes and one read buffer in hand.
  *
  * Failures before the response head are 502 (504 for a timeout), logged and counted; one
  * before any response byte is retried on another server, as nginx's proxy_next_upstream
@@ -45,6 +46,7 @@ typedef struct proxy {
     mp_timer timer;
     uint8_t state;
     bool reused;        /* the connection came from the pool */
+    bool no_pool;       /* the next attempt connects afresh (a pooled one just went stale) */
     bool body_released; /* a span was written: the body cannot be sent again, no retry */
     bool last_chunk;    /* the chunked body's end is in span */
     bool request_sent;  /* the whole request went out */
@@ -132,6 +134,23 @@ static bool attempt_failed(proxy *p, md_http_conn *c, md_upstream_reason why, bo
                (!sent_any || p->idempotent);
     p->state = ST_PICK;
     return may;
+}
+
+static void stale_retry(proxy *p)
+{
+    md_log(MD_LOG_INFO,
+           "upstream %s server %s: a pooled connection was closed by the server; "
+           "sending again on a new one",
+           p->up->conf->name, p->peer->conf->label);
+    p->tried &= ~(UINT64_C(1) << (p->peer - p->up->peers));
+    release_conn(p, false);
+    if (p->resp_on) {
+        md_proxy_resp_free(&p->resp);
+        p->resp_on = false;
+    }
+    p->attempts--;
+    p->no_pool = true;
+    p->state = ST_PICK;
 }
 
 /* No response will come from upstream: answer the client ourselves. */
@@ -310,6 +329,27 @@ static bool expired(proxy *p, mp_context *cx)
     return mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_READY;
 }
 
+/* While the body is still going up, the server may answer (an early 413, a 401) and stop
+ * reading; its answer is what the client gets, rather than a send timeout or the reset of its
+ * close (RFC 9112 9.5: a client monitors the connection for an error response while it sends a
+ * body). true: there is a response (or an end) to read, and the rest of the body is dropped:
+ * the client's connection closes after the response, and this one is not pooled. */
+static bool early_response(proxy *p, md_http_conn *c, mp_context *cx)
+{
+    const char *data;
+    size_t len;
+    int err;
+    if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) != MP_READY || len == 0)
+        return false;
+    if (!md_http_req_body_done(c))
+        md_http_req_close_after(c);
+    p->body_released = true;
+    p->request_sent = false; /* never pooled */
+    p->head_deadline_ms = mp_now_ms() + p->up->conf->header_timeout_ms;
+    p->state = ST_READ;
+    return true;
+}
+
 /* The tunnel after a 101: bytes both ways as they come, each side's read view held until the
  * other side's write took it (so each direction is back-pressured by its reader), until either
  * side closes or errs, or nothing moves for read_timeout_ms. Then both close. */
@@ -380,7 +420,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             p->request_sent = false;
             if (build_head(p, peer) != 0)
                 return -ENOMEM;
-            p->uc = md_upstream_pool_take(peer, now);
+            p->uc = p->no_pool ? NULL : md_upstream_pool_take(peer, now);
+            p->no_pool = false;
             p->reused = p->uc != NULL;
             if (p->reused) {
                 p->state = ST_SEND_HEAD;
@@ -426,6 +467,10 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 err = -ETIMEDOUT;
                 /* the write is abandoned with the connection */
             }
+            if (err != 0 && err != -ETIMEDOUT && p->reused && p->idempotent && !p->body_released) {
+                stale_retry(p); /* the server closed it as it was reused */
+                break;
+            }
             if (err != 0) {
                 if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
                                     true))
@@ -459,10 +504,15 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             }
             int err;
             if (mp_tcp_write_poll(&p->uc->tcp, cx, p->span, p->span_len, &err) == MP_PENDING) {
+                /* The server takes no more: it may have answered already (RFC 9112 9.5). */
+                if (early_response(p, c, cx))
+                    break;
                 if (!expired(p, cx))
                     return MD_PENDING_WAIT;
                 err = -ETIMEDOUT;
             }
+            if (err != 0 && early_response(p, c, cx))
+                break;
             if (err != 0) {
                 p->last_chunk = false;
                 if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
@@ -495,14 +545,16 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
                 p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
             }
-            /* Back-pressure: what the client has not taken yet is flushed before reading
-             * more from upstream. */
-            if (md_outbuf_pending(out) != 0)
+            /* Back-pressure: at most buffer_bytes of the response wait for the client; past
+             * that, it is flushed before more is read from upstream. */
+            if (md_outbuf_pending(out) >= conf->buffer_bytes)
                 return MD_PENDING_MORE;
             const char *data;
             size_t len;
             int err;
             if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) == MP_PENDING) {
+                if (md_outbuf_pending(out) != 0)
+                    return MD_PENDING_MORE; /* nothing more yet: send what there is */
                 if (mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_PENDING)
                     return MD_PENDING_WAIT;
                 md_upstream_reason why =
@@ -529,11 +581,16 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                     return 0;
                 }
                 if (!p->resp.head_sent) {
-                    /* A pooled connection the server closed as we reused it, before a byte
-                     * of response: as safe to retry as a failed connect for an idempotent
-                     * request. */
-                    bool fresh = !p->resp.started;
-                    if (!attempt_failed(p, c, fresh ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
+                    bool silent = !p->resp.started;
+                    if (silent && p->reused && p->idempotent && !p->body_released) {
+                        /* A pooled connection the server closed as we reused it (it had not
+                         * yet when the pool checked): no fault of the server's, so the same
+                         * server gets the request again on a new connection, without taking
+                         * a try or counting against its health. */
+                        stale_retry(p);
+                        break;
+                    }
+                    if (!attempt_failed(p, c, silent ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
                         return answer_error(p, c, 502);
                     break;
                 }

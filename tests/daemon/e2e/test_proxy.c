@@ -120,6 +120,7 @@ static void *serve(void *arg)
     enum { CAP = 1 << 20 };
     char *buf = malloc(CAP), *body = malloc(CAP), *resp = malloc(CAP + 4096);
     size_t have = 0;
+    int served = 0;
     for (;;) {
         size_t hl = read_head(fd, buf, CAP, &have);
         if (hl == 0)
@@ -128,6 +129,15 @@ static void *serve(void *arg)
         snprintf(head, sizeof head, "%.*s", (int)hl, buf);
         memmove(buf, buf + hl, have - hl);
         have -= hl;
+        if (strstr(head, " /early") != NULL) {
+            /* answers before reading the body, then reads nothing for a while */
+            const char *no = "HTTP/1.1 413 Content Too Large\r\nContent-Length: 5\r\n"
+                             "Connection: close\r\n\r\nearly";
+            if (write(fd, no, strlen(no)) < 0)
+                goto out;
+            usleep(1500000);
+            goto out;
+        }
         size_t blen = 0;
         const char *cl = field(head, "Content-Length");
         const char *te = field(head, "Transfer-Encoding");
@@ -165,6 +175,9 @@ static void *serve(void *arg)
                     break;
             goto out;
         }
+        if (strstr(head, " /stale") != NULL && served > 0)
+            goto out; /* closes a kept connection as its next request comes */
+        served++;
         if (strstr(head, " /silent") != NULL) {
             char sink[256];
             while (read(fd, sink, sizeof sink) > 0) {
@@ -337,6 +350,8 @@ Test(proxy_e2e, get_and_head_pass_through)
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_not_null(strstr(body_of(r), "GET /a/b?x=1 HTTP/1.1\r\n"), "%s", r);
     cr_assert_not_null(strstr(body_of(r), "\r\nHost: example.test\r\n"), "%s", r);
+    r = ask(d.http, "OPTIONS /o HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "OPTIONS /o HTTP/1.1\r\n"), "proxied: %s", r);
     r = ask(d.http, "HEAD /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_str_eq(body_of(r), "", "HEAD has no body: %s", r);
@@ -549,6 +564,60 @@ Test(proxy_e2e, active_health_takes_a_dead_server_out)
     m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert_not_null(strstr(m, "magpied_upstream_retries_total{upstream=\"app\"} 0\n"),
                        "a server marked down is not tried: %s", m);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+Test(proxy_e2e, early_response_while_the_body_goes_up)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, ""));
+    enum { N = 16 << 20 };
+    char *big = calloc(1, N + 256);
+    int hl = snprintf(big, 256, "POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", N);
+    int fd = test_connect(d.http);
+    /* sends what the proxy takes while watching for the answer */
+    size_t sent = 0;
+    char resp[4096] = "";
+    size_t got = 0;
+    while (got == 0 || strstr(resp, "early") == NULL) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN | (sent < (size_t)(hl + N) ? POLLOUT : 0)};
+        cr_assert_gt(poll(&pfd, 1, 5000), 0, "no answer");
+        if (pfd.revents & POLLIN) {
+            ssize_t n = read(fd, resp + got, sizeof resp - 1 - got);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+            resp[got] = 0;
+        } else if (pfd.revents & POLLOUT) {
+            ssize_t n = send(fd, big + sent, (size_t)(hl + N) - sent, MSG_DONTWAIT);
+            if (n > 0)
+                sent += (size_t)n;
+        }
+    }
+    cr_assert_eq(status_of(resp), 413, "%s", resp);
+    cr_assert_not_null(strstr(resp, "Connection: close"), "%s", resp);
+    close(fd);
+    free(big);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+Test(proxy_e2e, a_pooled_connection_closed_by_the_server_is_retried)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, "max_fails = 1\n"));
+    for (int i = 0; i < 4; i++) {
+        char *r = ask(d.http, "GET /stale HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        cr_assert_eq(status_of(r), 200, "request %d: %s", i, r);
+    }
+    cr_assert_eq(atomic_load(&u.accepts), 4, "a new connection after each stale one");
+    /* POST is not sent twice: it gets 502 */
+    char *r = ask(d.http, "POST /stale HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                          "Connection: close\r\n\r\nx");
+    cr_assert_eq(status_of(r), 502, "%s", r);
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }
