@@ -254,6 +254,15 @@ $(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
+# The proxy suites' origin server (tests/daemon/e2e/upstream.c): a program of its own, built
+# beside the suites that start it.
+UPSTREAM := $(B)/tests/daemon/e2e/upstream
+$(UPSTREAM): tests/daemon/e2e/upstream.c
+	@mkdir -p $(@D)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_NOLTO) $< -o $@ $(LDFLAGS_ALL)
+$(filter $(B)/tests/daemon/e2e/test_proxy_%,$(D_TEST_BINS)): $(UPSTREAM)
+
 $(LIB): $(RT_OBJS)
 	@mkdir -p $(@D)
 	$(call quiet,AR,$@)
@@ -326,7 +335,7 @@ $(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS)
 $(B)/tests/loadtest/test_magpie_load: $(LOAD) $(PROGRAMS)
 
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(LT_TEST_BINS)
-build-tests: $(TEST_BINS) $(PROGRAMS) $(SHLIB) $(EX_BINS) $(LOAD)
+build-tests: $(TEST_BINS) $(UPSTREAM) $(PROGRAMS) $(SHLIB) $(EX_BINS) $(LOAD)
 
 check: build-tests header-check
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
@@ -352,7 +361,7 @@ header-check: $(HDR)/core_only.o $(HDR)/pool_only
 
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
-THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|test_runtime|mp_pool_new|pthread_create|magpied_harness\.h' \
+THREAD_TESTS := $(shell grep -lE 'mp_runtime_new|test_runtime|mp_pool_new|pthread_create|magpied_harness\.h|proxy_harness\.h' \
 	$(RT_TESTS) $(D_TESTS) $(LT_TESTS) 2>/dev/null)
 THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
 	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))

@@ -45,6 +45,11 @@ LOCK_WAIT=${LOCK_WAIT:-3600}
 log() { printf '== %s\n' "$*" >&2; }
 die() { printf 'instructions.sh: %s\n' "$*" >&2; exit 1; }
 
+# build_floor and free_port; its stop_pid is replaced below by one that waits longer.
+PROG=instructions.sh
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/lib.sh"
+
 for t in valgrind callgrind_control strace wrk curl ss flock timeout; do
     command -v "$t" >/dev/null || die "$t not found"
 done
@@ -82,44 +87,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM HUP
 
-exec 9>"$LOCK"
-if ! flock -n 9; then
-    log "another benchmark holds $LOCK; waiting up to ${LOCK_WAIT}s"
-    flock -w "$LOCK_WAIT" 9 || die "timed out waiting for $LOCK"
-fi
+bench_lock
 
 log "building magpied and the floor"
 make -C "$ROOT" -s -j2 "${MAGPIED#"$ROOT"/}" >&2
 FLOOR_DIR=$OUTDIR/floor
-mkdir -p "$FLOOR_DIR"
-# The flags magpied's release build uses (the Makefile): -O2, and GCC's link-time
-# optimisation, which lets llhttp's callback shims inline for the floor as for magpied.
-# FLOOR_LTO=0 builds it without.
-FLOOR_OPT=(-O2 -g)
-if [[ ${FLOOR_LTO:-1} != 0 ]] && cc --version | grep -q 'Free Software Foundation'; then
-    FLOOR_OPT+=(-flto=auto)
-fi
-for f in api http llhttp; do
-    cc -std=c11 "${FLOOR_OPT[@]}" -DLLHTTP_STRICT_MODE=1 -I"$LLHTTP_INC_DIR" -c "$LLHTTP_DIR/$f.c" \
-        -o "$FLOOR_DIR/$f.o"
-done
-cc -std=c11 -D_GNU_SOURCE "${FLOOR_OPT[@]}" -Wall -Wextra -Wno-unused-parameter \
-    -I"$LLHTTP_INC_DIR" "$HERE/floor.c" "$FLOOR_DIR"/api.o "$FLOOR_DIR"/http.o \
-    "$FLOOR_DIR"/llhttp.o -luv -o "$FLOOR_DIR/floor"
+build_floor "$FLOOR_DIR"
 cp "$MAGPIED_CONF" "$TMP/magpied.conf"
-
-free_port() {
-    local lo hi p i
-    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
-    for ((i = 0; i < 200; i++)); do
-        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-        if [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]]; then
-            echo "$p"
-            return
-        fi
-    done
-    die "no free port found"
-}
 
 # start NAME PORT [PREFIX...]: the server in the background, SRV_PID set.
 start() {
