@@ -352,10 +352,8 @@ static const char *const upgrade_req =
     "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
     "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
 
-/* Upgrade: tunnelled (101, then raw bytes both ways) on a route with websocket = on.
- * Disabled until the proxy tunnels upgrades (/work/proxy-bugs.md: "websocket = on does not
- * tunnel"); it documents what the route must do. */
-Test(proxy_framing, upgrade_tunnelled_where_allowed, .disabled = true)
+/* Upgrade: tunnelled (101, then raw bytes both ways) on a route with websocket = on. */
+Test(proxy_framing, upgrade_tunnelled_where_allowed)
 {
     upstream_proc u;
     daemon_proc d;
