@@ -39,9 +39,7 @@ static const md_handler *const handlers[MD_HANDLER_KINDS] = {
     [MD_HANDLER_PROXY] = &md_handler_proxy,
 };
 
-static void say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *msg, size_t len, const char *fmt, ...)
+void md_say(char *msg, size_t len, const char *fmt, ...)
 {
     if (msg == NULL || len == 0)
         return;
@@ -226,34 +224,34 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     while (len != 0 && (spec[len - 1] == ' ' || spec[len - 1] == '\t'))
         len--;
     if (len == 0 || spec[0] != '/') {
-        say(msg, msg_len, "expected [route /path] or [route = /path]");
+        md_say(msg, msg_len, "expected [route /path] or [route = /path]");
         return -EINVAL;
     }
     if (len >= MD_ROUTE_PATH_MAX) {
-        say(msg, msg_len, "path longer than %d bytes", MD_ROUTE_PATH_MAX - 1);
+        md_say(msg, msg_len, "path longer than %d bytes", MD_ROUTE_PATH_MAX - 1);
         return -EINVAL;
     }
     for (size_t i = 0; i < len; i++) {
         unsigned ch = (unsigned char)spec[i];
         if (ch <= ' ' || ch >= 0x7f || ch == '?' || ch == '#' || ch == '\\') {
-            say(msg, msg_len, "a path is visible ASCII without '?', '#', '\\' or spaces");
+            md_say(msg, msg_len, "a path is visible ASCII without '?', '#', '\\' or spaces");
             return -EINVAL;
         }
     }
     if (!md_path_is_normal(spec, len)) {
-        say(msg, msg_len,
-            "path must be normalised: no '%%' escape, no \"//\", no \".\" or \"..\" segment");
+        md_say(msg, msg_len,
+               "path must be normalised: no '%%' escape, no \"//\", no \".\" or \"..\" segment");
         return -EINVAL;
     }
     for (uint32_t i = 0; i < t->n; i++) {
         const md_route *o = &t->r[i];
         if (o->exact == exact && o->path_len == len && memcmp(o->path, spec, len) == 0) {
-            say(msg, msg_len, "the same route as line %u", (unsigned)o->line);
+            md_say(msg, msg_len, "the same route as line %u", (unsigned)o->line);
             return -EINVAL;
         }
     }
     if (t->n == MD_ROUTES_MAX) {
-        say(msg, msg_len, "more than %d routes", MD_ROUTES_MAX);
+        md_say(msg, msg_len, "more than %d routes", MD_ROUTES_MAX);
         return -EINVAL;
     }
     md_route *r = &t->r[t->n++];
@@ -284,11 +282,11 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
                 break;
         }
         if (i == HTTP_METHODS) {
-            say(msg, msg_len, "unknown method \"%.*s\" (upper case, as GET, POST)", (int)n, s);
+            md_say(msg, msg_len, "unknown method \"%.*s\" (upper case, as GET, POST)", (int)n, s);
             return -EINVAL;
         }
         if (i == HTTP_CONNECT) {
-            say(msg, msg_len, "CONNECT is not served (501): magpied is no proxy");
+            md_say(msg, msg_len, "CONNECT is not served (501): magpied is no proxy");
             return -EINVAL;
         }
         if (i != HTTP_OPTIONS) /* always answered, from the table */
@@ -298,7 +296,7 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
     if (m & BIT(HTTP_GET))
         m |= BIT(HTTP_HEAD);
     if (m == 0) {
-        say(msg, msg_len, "expected a list of methods, such as GET, POST");
+        md_say(msg, msg_len, "expected a list of methods, such as GET, POST");
         return -EINVAL;
     }
     *out = m;
@@ -335,16 +333,16 @@ static int static_key(md_route *r, const char *key, const char *value, char *msg
     if (strcmp(key, "root") == 0) {
         struct stat st;
         if (value[0] != '/' || strlen(value) >= MD_ROUTE_TEXT_MAX) {
-            say(msg, msg_len, "expected an absolute directory path, at most %d bytes",
-                MD_ROUTE_TEXT_MAX - 1);
+            md_say(msg, msg_len, "expected an absolute directory path, at most %d bytes",
+                   MD_ROUTE_TEXT_MAX - 1);
             return -EINVAL;
         }
         if (stat(value, &st) != 0) {
-            say(msg, msg_len, "%s: %s", value, strerror(errno));
+            md_say(msg, msg_len, "%s: %s", value, strerror(errno));
             return -EINVAL;
         }
         if (!S_ISDIR(st.st_mode)) {
-            say(msg, msg_len, "%s: not a directory", value);
+            md_say(msg, msg_len, "%s: not a directory", value);
             return -EINVAL;
         }
         set_text(r->body, sizeof r->body, &r->body_len, value);
@@ -354,9 +352,9 @@ static int static_key(md_route *r, const char *key, const char *value, char *msg
         size_t n = strlen(value);
         if (n == 0 || n >= MD_ROUTE_INDEX_MAX || strchr(value, '/') != NULL || value[0] == '.' ||
             !field_safe(value, false)) {
-            say(msg, msg_len,
-                "expected a file name (no '/', not starting with '.'), at most %d bytes",
-                MD_ROUTE_INDEX_MAX - 1);
+            md_say(msg, msg_len,
+                   "expected a file name (no '/', not starting with '.'), at most %d bytes",
+                   MD_ROUTE_INDEX_MAX - 1);
             return -EINVAL;
         }
         set_text(r->index_file, sizeof r->index_file, NULL, value);
@@ -367,13 +365,13 @@ static int static_key(md_route *r, const char *key, const char *value, char *msg
             r->precompressed = value[1] == 'n';
             return 0;
         }
-        say(msg, msg_len, "expected on or off, got \"%s\"", value);
+        md_say(msg, msg_len, "expected on or off, got \"%s\"", value);
         return -EINVAL;
     }
     /* default_type */
     if (value[0] == '\0' || strlen(value) >= MD_ROUTE_CTYPE_MAX || !field_safe(value, true)) {
-        say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
-            MD_ROUTE_CTYPE_MAX - 1);
+        md_say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
+               MD_ROUTE_CTYPE_MAX - 1);
         return -EINVAL;
     }
     set_text(r->content_type, sizeof r->content_type, NULL, value);
@@ -392,7 +390,7 @@ static int proxy_bool(bool *b, const char *value, char *msg, size_t msg_len)
         *b = false;
         return 0;
     }
-    say(msg, msg_len, "expected on, yes, true, 1, off, no, false or 0, got \"%s\"", value);
+    md_say(msg, msg_len, "expected on, yes, true, 1, off, no, false or 0, got \"%s\"", value);
     return -EINVAL;
 }
 
@@ -409,9 +407,9 @@ static int proxy_key(md_route *r, const char *key, const char *value, char *msg,
                  ch == '_' || ch == '-';
         }
         if (!ok) {
-            say(msg, msg_len,
-                "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
-                MD_ROUTE_NAME_MAX - 1, value);
+            md_say(msg, msg_len,
+                   "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
+                   MD_ROUTE_NAME_MAX - 1, value);
             return -EINVAL;
         }
         memcpy(r->upstream, value, n + 1);
@@ -425,7 +423,8 @@ static int proxy_key(md_route *r, const char *key, const char *value, char *msg,
         } else {
             if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX ||
                 !field_safe(value, false)) {
-                say(msg, msg_len,
+                md_say(
+                    msg, msg_len,
                     "expected pass, upstream, or a host of visible ASCII without spaces, at most "
                     "%d bytes",
                     MD_ROUTE_TEXT_MAX - 1);
@@ -447,7 +446,7 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
 {
     if (strcmp(key, "handler") == 0) {
         if (r->has_handler) {
-            say(msg, msg_len, "set twice");
+            md_say(msg, msg_len, "set twice");
             return -EINVAL;
         }
         for (unsigned k = 0; k < MD_HANDLER_KINDS; k++) {
@@ -456,8 +455,9 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
                 return 0;
             }
         }
-        say(msg, msg_len,
-            "expected text, echo, metrics, health, redirect, static or proxy, got \"%s\"", value);
+        md_say(msg, msg_len,
+               "expected text, echo, metrics, health, redirect, static or proxy, got \"%s\"",
+               value);
         return -EINVAL;
     }
     bool known = strcmp(key, "methods") == 0 || strcmp(key, "status") == 0 ||
@@ -470,13 +470,13 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     if (!known)
         return -ENOENT;
     if (!r->has_handler) {
-        say(msg, msg_len, "set handler first: the options that follow belong to it");
+        md_say(msg, msg_len, "set handler first: the options that follow belong to it");
         return -EINVAL;
     }
     md_handler_kind k = (md_handler_kind)r->kind;
     if (strcmp(key, "methods") == 0) {
         if (r->has_methods) {
-            say(msg, msg_len, "set twice");
+            md_say(msg, msg_len, "set twice");
             return -EINVAL;
         }
         r->has_methods = true;
@@ -484,7 +484,7 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     }
     if (strcmp(key, "status") == 0) {
         if (k != MD_HANDLER_TEXT && k != MD_HANDLER_REDIRECT) {
-            say(msg, msg_len, "only for handler = text or redirect");
+            md_say(msg, msg_len, "only for handler = text or redirect");
             return -EINVAL;
         }
         unsigned s = 0;
@@ -492,12 +492,12 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
         for (size_t i = 0; i < n && n == 3; i++)
             s = value[i] >= '0' && value[i] <= '9' ? s * 10 + (unsigned)(value[i] - '0') : 0;
         if (n != 3 || (k == MD_HANDLER_REDIRECT ? !redirect_status(s) : !text_status(s))) {
-            say(msg, msg_len,
-                k == MD_HANDLER_REDIRECT
-                    ? "expected 301, 302, 303, 307 or 308, got \"%s\""
-                    : "expected a status with a body that magpied knows (200, 400, 403, 404, "
-                      "410, 500, 503, ...), got \"%s\"",
-                value);
+            md_say(msg, msg_len,
+                   k == MD_HANDLER_REDIRECT
+                       ? "expected 301, 302, 303, 307 or 308, got \"%s\""
+                       : "expected a status with a body that magpied knows (200, 400, 403, 404, "
+                         "410, 500, 503, ...), got \"%s\"",
+                   value);
             return -EINVAL;
         }
         r->status = (uint16_t)s;
@@ -505,7 +505,7 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     }
     if (strcmp(key, "body") == 0) {
         if (k != MD_HANDLER_TEXT) {
-            say(msg, msg_len, "only for handler = text");
+            md_say(msg, msg_len, "only for handler = text");
             return -EINVAL;
         }
         set_text(r->body, sizeof r->body, &r->body_len, value);
@@ -513,12 +513,12 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     }
     if (strcmp(key, "content_type") == 0) {
         if (k != MD_HANDLER_TEXT && k != MD_HANDLER_ECHO) {
-            say(msg, msg_len, "only for handler = text or echo");
+            md_say(msg, msg_len, "only for handler = text or echo");
             return -EINVAL;
         }
         if (value[0] == '\0' || strlen(value) >= MD_ROUTE_CTYPE_MAX || !field_safe(value, true)) {
-            say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
-                MD_ROUTE_CTYPE_MAX - 1);
+            md_say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
+                   MD_ROUTE_CTYPE_MAX - 1);
             return -EINVAL;
         }
         set_text(r->content_type, sizeof r->content_type, NULL, value);
@@ -527,7 +527,7 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     if (strcmp(key, "root") == 0 || strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
         strcmp(key, "precompressed") == 0) {
         if (k != MD_HANDLER_STATIC) {
-            say(msg, msg_len, "only for handler = static");
+            md_say(msg, msg_len, "only for handler = static");
             return -EINVAL;
         }
         return static_key(r, key, value, msg, msg_len);
@@ -535,19 +535,19 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
     if (strcmp(key, "upstream") == 0 || strcmp(key, "host") == 0 || strcmp(key, "forwarded") == 0 ||
         strcmp(key, "via") == 0 || strcmp(key, "websocket") == 0) {
         if (k != MD_HANDLER_PROXY) {
-            say(msg, msg_len, "only for handler = proxy");
+            md_say(msg, msg_len, "only for handler = proxy");
             return -EINVAL;
         }
         return proxy_key(r, key, value, msg, msg_len);
     }
     /* location */
     if (k != MD_HANDLER_REDIRECT) {
-        say(msg, msg_len, "only for handler = redirect");
+        md_say(msg, msg_len, "only for handler = redirect");
         return -EINVAL;
     }
     if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX || !field_safe(value, false)) {
-        say(msg, msg_len, "expected a URI of visible ASCII without spaces, at most %d bytes",
-            MD_ROUTE_TEXT_MAX - 1);
+        md_say(msg, msg_len, "expected a URI of visible ASCII without spaces, at most %d bytes",
+               MD_ROUTE_TEXT_MAX - 1);
         return -EINVAL;
     }
     set_text(r->body, sizeof r->body, &r->body_len, value);
@@ -557,20 +557,20 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
 int md_route_check(const md_route *r, char *msg, size_t msg_len)
 {
     if (!r->has_handler) {
-        say(msg, msg_len,
-            "handler: required (text, echo, metrics, health, redirect, static or proxy)");
+        md_say(msg, msg_len,
+               "handler: required (text, echo, metrics, health, redirect, static or proxy)");
         return -EINVAL;
     }
     if (r->kind == MD_HANDLER_PROXY && r->upstream[0] == '\0') {
-        say(msg, msg_len, "upstream: required for handler = proxy");
+        md_say(msg, msg_len, "upstream: required for handler = proxy");
         return -EINVAL;
     }
     if (r->kind == MD_HANDLER_REDIRECT && r->body_len == 0) {
-        say(msg, msg_len, "location: required for handler = redirect");
+        md_say(msg, msg_len, "location: required for handler = redirect");
         return -EINVAL;
     }
     if (r->kind == MD_HANDLER_STATIC && r->body_len == 0) {
-        say(msg, msg_len, "root: required for handler = static");
+        md_say(msg, msg_len, "root: required for handler = static");
         return -EINVAL;
     }
     return 0;
@@ -591,8 +591,8 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
         r->root_id = atomic_fetch_add_explicit(&next_root_id, 1, memory_order_relaxed) + 1;
         if (r->root_fd < 0) {
             int e = errno;
-            say(msg, msg_len, "[route %s%s] root %s: %s", r->exact ? "= " : "", r->path, r->body,
-                strerror(e));
+            md_say(msg, msg_len, "[route %s%s] root %s: %s", r->exact ? "= " : "", r->path, r->body,
+                   strerror(e));
             md_routes_close(t);
             return -e;
         }

@@ -88,6 +88,10 @@ typedef struct md_route_table {
     char allow_any[MD_ROUTE_ALLOW_MAX]; /* for OPTIONS *: every method some route allows */
 } md_route_table;
 
+/* A configuration error's message into msg (len bytes; nothing when msg is NULL), for the
+ * parsers of routes and upstreams. */
+void md_say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Fills t with the built-in routes (exact "/", "/echo", "/metrics", "/healthz", as the
  * shipped configuration spells them) and prepares it. */
 void md_routes_builtin(md_route_table *t);

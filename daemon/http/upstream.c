@@ -13,18 +13,7 @@
 #include <sys/socket.h>
 
 #include "core/metrics.h"
-
-static void say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
+#include "http/routes.h"
 
 static bool name_ok(const char *s, size_t n, size_t max)
 {
@@ -76,18 +65,18 @@ int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char 
     while (n != 0 && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
         n--;
     if (!name_ok(spec, n, MD_UPSTREAM_NAME_MAX)) {
-        say(msg, msg_len, "expected a name of [A-Za-z0-9_-], 1 to %d bytes",
-            MD_UPSTREAM_NAME_MAX - 1);
+        md_say(msg, msg_len, "expected a name of [A-Za-z0-9_-], 1 to %d bytes",
+               MD_UPSTREAM_NAME_MAX - 1);
         return -EINVAL;
     }
     for (uint32_t i = 0; i < t->n; i++) {
         if (strlen(t->u[i].name) == n && memcmp(t->u[i].name, spec, n) == 0) {
-            say(msg, msg_len, "defined twice (first on line %u)", (unsigned)t->u[i].line);
+            md_say(msg, msg_len, "defined twice (first on line %u)", (unsigned)t->u[i].line);
             return -EINVAL;
         }
     }
     if (t->n == MD_UPSTREAMS_MAX) {
-        say(msg, msg_len, "more than %d upstreams", MD_UPSTREAMS_MAX);
+        md_say(msg, msg_len, "more than %d upstreams", MD_UPSTREAMS_MAX);
         return -EINVAL;
     }
     md_upstream_conf *u = &t->u[t->n++];
@@ -119,30 +108,30 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
 {
     char buf[256];
     if (strlen(value) >= sizeof buf) {
-        say(msg, msg_len, "longer than %zu bytes", sizeof buf - 1);
+        md_say(msg, msg_len, "longer than %zu bytes", sizeof buf - 1);
         return -EINVAL;
     }
     strcpy(buf, value);
     char *save = NULL, *addr = strtok_r(buf, " \t", &save);
     if (addr == NULL) {
-        say(msg, msg_len, "expected HOST:PORT [weight=N] [max_conns=N]");
+        md_say(msg, msg_len, "expected HOST:PORT [weight=N] [max_conns=N]");
         return -EINVAL;
     }
     uint32_t weight = 1, max_conns = 0;
     for (char *opt; (opt = strtok_r(NULL, " \t", &save)) != NULL;) {
         if (strncmp(opt, "weight=", 7) == 0) {
             if (!parse_u32(opt + 7, 1, 100, &weight)) {
-                say(msg, msg_len, "weight: expected an integer in 1..100, got \"%s\"", opt + 7);
+                md_say(msg, msg_len, "weight: expected an integer in 1..100, got \"%s\"", opt + 7);
                 return -EINVAL;
             }
         } else if (strncmp(opt, "max_conns=", 10) == 0) {
             if (!parse_u32(opt + 10, 0, 1000000, &max_conns)) {
-                say(msg, msg_len, "max_conns: expected an integer in 0..1000000, got \"%s\"",
-                    opt + 10);
+                md_say(msg, msg_len, "max_conns: expected an integer in 0..1000000, got \"%s\"",
+                       opt + 10);
                 return -EINVAL;
             }
         } else {
-            say(msg, msg_len, "unknown option \"%s\" (weight=N, max_conns=N)", opt);
+            md_say(msg, msg_len, "unknown option \"%s\" (weight=N, max_conns=N)", opt);
             return -EINVAL;
         }
     }
@@ -151,7 +140,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
     if (addr[0] == '[') {
         char *close = strchr(addr, ']');
         if (close == NULL || close[1] != ':' || (size_t)(close - addr - 1) >= sizeof host) {
-            say(msg, msg_len, "expected [IPv6]:PORT, got \"%s\"", addr);
+            md_say(msg, msg_len, "expected [IPv6]:PORT, got \"%s\"", addr);
             return -EINVAL;
         }
         memcpy(host, addr + 1, (size_t)(close - addr - 1));
@@ -161,7 +150,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         char *colon = strrchr(addr, ':');
         if (colon == NULL || colon == addr || (size_t)(colon - addr) >= sizeof host ||
             memchr(addr, ':', (size_t)(colon - addr)) != NULL) {
-            say(msg, msg_len, "expected HOST:PORT, got \"%s\"", addr);
+            md_say(msg, msg_len, "expected HOST:PORT, got \"%s\"", addr);
             return -EINVAL;
         }
         memcpy(host, addr, (size_t)(colon - addr));
@@ -170,11 +159,11 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
     }
     uint32_t portno;
     if (!parse_u32(port, 1, 65535, &portno)) {
-        say(msg, msg_len, "expected a port in 1..65535, got \"%s\"", port);
+        md_say(msg, msg_len, "expected a port in 1..65535, got \"%s\"", port);
         return -EINVAL;
     }
     if (strlen(addr) >= MD_UPSTREAM_LABEL_MAX - 48) {
-        say(msg, msg_len, "HOST:PORT longer than %d bytes", MD_UPSTREAM_LABEL_MAX - 49);
+        md_say(msg, msg_len, "HOST:PORT longer than %d bytes", MD_UPSTREAM_LABEL_MAX - 49);
         return -EINVAL;
     }
     /* Numeric first: no lookup at all. A name is resolved here, on the thread reading the
@@ -187,7 +176,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         rc = mp_resolve_blocking(host, port, &hints, &res);
     }
     if (rc != 0) {
-        say(msg, msg_len, "cannot resolve \"%s\": %s", host, strerror(-rc));
+        md_say(msg, msg_len, "cannot resolve \"%s\": %s", host, strerror(-rc));
         return -EINVAL;
     }
     unsigned naddr = 0;
@@ -200,7 +189,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
             continue;
         if (u->nservers == MD_UPSTREAM_SERVERS_MAX) {
             freeaddrinfo(res);
-            say(msg, msg_len, "more than %d servers in one upstream", MD_UPSTREAM_SERVERS_MAX);
+            md_say(msg, msg_len, "more than %d servers in one upstream", MD_UPSTREAM_SERVERS_MAX);
             return -EINVAL;
         }
         md_upstream_server_conf *s = &u->servers[u->nservers++];
@@ -224,7 +213,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
     }
     freeaddrinfo(res);
     if (added == 0) {
-        say(msg, msg_len, "\"%s\" has no IPv4 or IPv6 address", host);
+        md_say(msg, msg_len, "\"%s\" has no IPv4 or IPv6 address", host);
         return -EINVAL;
     }
     return 0;
@@ -281,15 +270,15 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
     if (bit < 0)
         return -ENOENT;
     if (u->seen & (UINT32_C(1) << bit)) {
-        say(msg, msg_len, "set twice");
+        md_say(msg, msg_len, "set twice");
         return -EINVAL;
     }
     u->seen |= UINT32_C(1) << bit;
     if (k != NULL) {
         uint32_t v;
         if (!parse_u32(value, k->min, k->max, &v)) {
-            say(msg, msg_len, "expected an integer in %u..%u, got \"%s\"", (unsigned)k->min,
-                (unsigned)k->max, value);
+            md_say(msg, msg_len, "expected an integer in %u..%u, got \"%s\"", (unsigned)k->min,
+                   (unsigned)k->max, value);
             return -EINVAL;
         }
         memcpy((char *)u + k->offset, &v, sizeof v);
@@ -301,10 +290,10 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
         for (size_t i = 0; ok && i < n; i++)
             ok = value[i] > ' ' && value[i] < 0x7f;
         if (!ok) {
-            say(msg, msg_len,
-                "expected empty or a path starting with '/', visible ASCII, at "
-                "most %d bytes",
-                MD_UPSTREAM_PATH_MAX - 1);
+            md_say(msg, msg_len,
+                   "expected empty or a path starting with '/', visible ASCII, at "
+                   "most %d bytes",
+                   MD_UPSTREAM_PATH_MAX - 1);
             return -EINVAL;
         }
         memcpy(u->health_path, value, n + 1);
@@ -327,15 +316,15 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
             ok = strchr("!#$%&'*+-.^_`|~", h[i]) != NULL || (h[i] >= '0' && h[i] <= '9') ||
                  (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z');
         if (!ok) {
-            say(msg, msg_len, "hash_header: expected a field name, at most %d bytes",
-                MD_UPSTREAM_HEADER_MAX - 1);
+            md_say(msg, msg_len, "hash_header: expected a field name, at most %d bytes",
+                   MD_UPSTREAM_HEADER_MAX - 1);
             return -EINVAL;
         }
         memcpy(u->hash_header, h, n + 1);
         u->balance = MD_BALANCE_HASH_HEADER;
     } else {
-        say(msg, msg_len,
-            "expected round_robin, least_conn, hash_ip or hash_header NAME, got \"%s\"", value);
+        md_say(msg, msg_len,
+               "expected round_robin, least_conn, hash_ip or hash_header NAME, got \"%s\"", value);
         return -EINVAL;
     }
     return 0;
@@ -344,7 +333,7 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
 int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len)
 {
     if (u->nservers == 0) {
-        say(msg, msg_len, "server: at least one required");
+        md_say(msg, msg_len, "server: at least one required");
         return -EINVAL;
     }
     return 0;

@@ -461,6 +461,23 @@ static mp_poll acceptor_poll(mp_task *t, mp_context *cx)
 
 static const mp_task_vtable acceptor_vt = {.poll = acceptor_poll};
 
+/* A listener of rt on loopback, a plain client connected to it, and the stream it accepted
+ * into st: returns the client's fd. */
+static int accept_pair(mp_runtime *rt, mp_tcp_listener *l, mp_tcp *st)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, l, (struct sockaddr *)&a, 16, 0), 0);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_listener_addr(l, &ss), 0);
+    int cfd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    acceptor ac = {.l = l, .into = st};
+    mp_task_init(&ac.task, &acceptor_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &ac.task), 0);
+    cr_assert_eq(mp_join(&ac.task), 0);
+    cr_assert_eq(ac.err, 0);
+    return cfd;
+}
+
 Test(tcp, sendfile_errors, .timeout = 30)
 {
     mp_runtime *rt = test_runtime(1);
@@ -480,17 +497,8 @@ Test(tcp, sendfile_errors, .timeout = 30)
     cr_assert_eq(p.sent, 0);
     /* A real stream for the other two: a connection to a listener of ours. */
     mp_tcp_listener l;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 16, 0), 0);
-    struct sockaddr_storage ss;
-    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
-    int cfd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
     mp_tcp st;
-    acceptor ac = {.l = &l, .into = &st};
-    mp_task_init(&ac.task, &acceptor_vt);
-    cr_assert_eq(mp_spawn_joinable(rt, &ac.task), 0);
-    cr_assert_eq(mp_join(&ac.task), 0);
-    cr_assert_eq(ac.err, 0);
+    int cfd = accept_pair(rt, &l, &st);
     struct {
         int in_fd;
         off_t off;
@@ -564,17 +572,8 @@ Test(tcp, maybe_readable_follows_what_the_loop_reported, .timeout = 30)
 {
     mp_runtime *rt = test_runtime(2);
     mp_tcp_listener l;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 16, 0), 0);
-    struct sockaddr_storage ss;
-    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
-    int cfd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
     mp_tcp st;
-    acceptor ac = {.l = &l, .into = &st};
-    mp_task_init(&ac.task, &acceptor_vt);
-    cr_assert_eq(mp_spawn_joinable(rt, &ac.task), 0);
-    cr_assert_eq(mp_join(&ac.task), 0);
-    cr_assert_eq(ac.err, 0);
+    int cfd = accept_pair(rt, &l, &st);
     cr_assert_eq(write(cfd, "abc", 3), 3);
     wait_maybe_readable(&st);
     drainer d = drain(rt, &st);
