@@ -182,8 +182,9 @@ bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms);
 /* Active health: one check's result for p (rise/fall counting). */
 void md_upstream_health_result(md_upstream_peer *p, bool good);
 
-/* The pool. take: an idle connection the server has not closed (checked with a non-blocking
- * MSG_PEEK: EOF or unexpected bytes close it), or NULL. put: c, disowned by its last task
+/* The pool. take: an idle connection the server has not closed (one the loop saw stir while
+ * idle, mp_tcp_maybe_readable, is checked with a non-blocking MSG_PEEK: EOF or unexpected
+ * bytes close it), or NULL. put: c, disowned by its last task
  * (mp_tcp_disown), whose last response ended cleanly, goes back; closed instead when the pool
  * is full. Both close connections idle longer than keepalive_timeout_ms. */
 md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms);

@@ -16,7 +16,8 @@
 #   close       a new connection per request (Connection: close): the accept path's cost
 #   static1k    GET of a 1 KiB file from a static-file handler, 64 connections
 #   static64k   GET of a 64 KiB file, 64 connections (magpied: [route /static] handler =
-#               static; nginx: location /static/ with root; not Go nor hyper: no file handler)
+#               static; nginx: its configuration's location /static/ (sendfile, tcp_nopush,
+#               open_file_cache); not Go nor hyper: no file handler)
 #   idleN       memory of N idle keep-alive connections (idle1k idle10k: N = 1000, 10000),
 #               as loadtest/http/idle-memory.sh measures it, on a server started fresh for it:
 #               RSS (all its processes) before, with N connections open (one GET / answered on
@@ -218,11 +219,10 @@ start_server() { # NAME: start on a free port and wait for GET /; 1 on failure
     case $name in
     go) cmd=("$BIN/go-peer" -listen "127.0.0.1:$port" ${w:+-procs "$w"}) ;;
     hyper) cmd=("$BIN/hyper-peer" --listen "127.0.0.1:$port" ${w:+--workers "$w"}) ;;
-    nginx) # plus the static files, and room for the idle scenarios' connections
+    nginx) # its /static/ serves $RUN/www/static; room for the idle scenarios' connections
         sed -e "s|@WORKERS@|${w:-auto}|g" -e "s|@PORT@|$port|g" -e "s|@RUNDIR@|$RUN|g" \
             -e "s|worker_connections 4096;|worker_connections $((NOFILE > 4096 ? NOFILE : 4096));|" \
             -e "s|^daemon off;|daemon off;\nworker_rlimit_nofile $NOFILE;|" \
-            -e "s|^\( *\)location / {|\1location /static/ {\n\1    root $RUN/www;\n\1}\n\n&|" \
             "$PEERS/nginx/nginx.conf.in" >"$RUN/nginx.conf"
         cmd=("$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log")
         ;;
