@@ -41,6 +41,7 @@ static void conf_defaults(md_upstream_conf *u)
     u->balance = MD_BALANCE_ROUND_ROBIN;
     u->keepalive = 32;
     u->keepalive_timeout_ms = 60000;
+    u->keepalive_surplus_ms = 1000;
     u->connect_timeout_ms = 2000;
     u->send_timeout_ms = 10000;
     u->read_timeout_ms = 30000;
@@ -232,6 +233,7 @@ struct ukey {
 static const struct ukey ukeys[] = {
     UK(keepalive, 0, 10000),
     UK(keepalive_timeout_ms, 1, 3600000),
+    UK(keepalive_surplus_ms, 0, 3600000),
     UK(connect_timeout_ms, 1, 3600000),
     UK(send_timeout_ms, 1, 3600000),
     UK(read_timeout_ms, 1, 3600000),
@@ -416,6 +418,7 @@ void md_upstreams_unref(md_upstreams *us)
                 p->idle = c->next;
                 md_upstream_conn_close(c);
             }
+            p->idle_tail = NULL;
             p->nidle = 0;
         }
         pthread_mutex_destroy(&up->mu);
@@ -618,21 +621,36 @@ bool md_upstream_fd_idle_ok(int fd)
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-/* Takes the connections idle past the timeout off the tail (the oldest) into *dead. */
+static void unlink_locked(md_upstream_peer *p, md_upstream_conn *c)
+{
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        p->idle = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    else
+        p->idle_tail = c->prev;
+    c->next = c->prev = NULL;
+    p->nidle--;
+}
+
+/* Moves to *dead, from the least recently used end, the connections idle past the timeout and
+ * those over `keepalive` idle past the surplus time. The list is in idle_since order (each put
+ * is at the head with the time of its put; workers' clocks agree to the millisecond), so the
+ * walk stops at the first that stays: O(closed), not O(idle), under the lock. */
 static void expire_locked(md_upstream_peer *p, uint64_t now_ms, md_upstream_conn **dead)
 {
-    uint32_t timeout = p->up->conf->keepalive_timeout_ms;
-    md_upstream_conn **at = &p->idle;
-    while (*at != NULL) {
-        md_upstream_conn *c = *at;
-        if (now_ms - c->idle_since_ms >= timeout) {
-            *at = c->next;
-            p->nidle--;
-            c->next = *dead;
-            *dead = c;
-        } else {
-            at = &c->next;
-        }
+    const md_upstream_conf *u = p->up->conf;
+    while (p->idle_tail != NULL) {
+        md_upstream_conn *c = p->idle_tail;
+        uint64_t age = now_ms > c->idle_since_ms ? now_ms - c->idle_since_ms : 0;
+        if (age < u->keepalive_timeout_ms &&
+            (p->nidle <= u->keepalive || age < u->keepalive_surplus_ms))
+            break;
+        unlink_locked(p, c);
+        c->next = *dead;
+        *dead = c;
     }
 }
 
@@ -652,15 +670,12 @@ md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms)
         pthread_mutex_lock(&p->up->mu);
         expire_locked(p, now_ms, &dead);
         c = p->idle;
-        if (c != NULL) {
-            p->idle = c->next;
-            p->nidle--;
-        }
+        if (c != NULL)
+            unlink_locked(p, c);
         pthread_mutex_unlock(&p->up->mu);
         close_list(dead);
         if (c == NULL)
             return NULL;
-        c->next = NULL;
         /* Closed by the server while it was idle, or talking out of turn: never reused. Only a
          * connection the loop saw stir since it went idle is looked at with a system call (the
          * pool's mutex ordered the stream's hand-over to this task: its owner now). */
@@ -676,13 +691,18 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     md_upstream_conn *dead = NULL;
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
-    expire_locked(p, now_ms, &dead);
-    if (p->nidle < p->up->conf->keepalive && !p->up->closing) {
+    if (p->up->conf->keepalive != 0 && !p->up->closing) {
+        c->prev = NULL;
         c->next = p->idle;
+        if (p->idle != NULL)
+            p->idle->prev = c;
+        else
+            p->idle_tail = c;
         p->idle = c;
         p->nidle++;
         c = NULL;
     }
+    expire_locked(p, now_ms, &dead);
     pthread_mutex_unlock(&p->up->mu);
     close_list(dead);
     if (c != NULL)
@@ -705,6 +725,7 @@ void md_upstreams_shutdown(md_upstreams *us)
                 c->next = dead;
                 dead = c;
             }
+            p->idle_tail = NULL;
             p->nidle = 0;
         }
         pthread_mutex_unlock(&up->mu);

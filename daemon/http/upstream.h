@@ -67,7 +67,7 @@ typedef struct md_upstream_conf {
     md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
     uint8_t balance; /* md_balance */
     char hash_header[MD_UPSTREAM_HEADER_MAX];
-    uint32_t keepalive, keepalive_timeout_ms, connect_timeout_ms, send_timeout_ms, read_timeout_ms,
+    uint32_t keepalive, keepalive_timeout_ms, keepalive_surplus_ms, connect_timeout_ms, send_timeout_ms, read_timeout_ms,
         header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms, health_interval_ms,
         health_rise, health_fall, max_response_header_bytes, buffer_bytes;
     char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
@@ -122,7 +122,8 @@ typedef struct md_upstream_peer {
     uint64_t down_until_ms;           /* passive health: out until then */
     bool health_down;                 /* active health: marked down */
     uint32_t health_good, health_bad; /* consecutive active results */
-    struct md_upstream_conn *idle;    /* the pool, most recently used first */
+    struct md_upstream_conn *idle;      /* the pool, most recently used first */
+    struct md_upstream_conn *idle_tail; /* its least recently used, the first to close */
     uint32_t nidle;
     /* relaxed atomics, for /metrics: */
     _Atomic uint64_t requests;
@@ -134,7 +135,7 @@ typedef struct md_upstream_conn {
     mp_tcp tcp;
     md_upstream_peer *peer;
     uint64_t idle_since_ms; /* in the pool: since when */
-    struct md_upstream_conn *next;
+    struct md_upstream_conn *next, *prev; /* in the pool: newer is prev */
 } md_upstream_conn;
 
 typedef struct md_upstream {
@@ -182,14 +183,18 @@ bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms);
 /* Active health: one check's result for p (rise/fall counting). */
 void md_upstream_health_result(md_upstream_peer *p, bool good);
 
-/* The pool. take: an idle connection the server has not closed (one the loop saw stir while
- * idle, mp_tcp_maybe_readable, is checked with a non-blocking MSG_PEEK: EOF or unexpected
- * bytes close it), or NULL. put: c, disowned by its last task
- * (mp_tcp_disown), whose last response ended cleanly, goes back; closed instead when the pool
- * is full. Both close connections idle longer than keepalive_timeout_ms. */
+/* The pool, a list from the most recently used (taken first: the warmest, the least likely
+ * to have been closed by the server) to the least (closed first). take: an idle connection
+ * the server has not closed (one the loop saw stir while idle, mp_tcp_maybe_readable, is
+ * checked with a non-blocking MSG_PEEK: EOF or unexpected bytes close it), or NULL. put: c,
+ * disowned by its last task (mp_tcp_disown), whose last response ended cleanly, goes back.
+ * Both close, from the least recently used end, what is idle longer than keepalive_timeout_ms
+ * and what is over `keepalive` idle and idle keepalive_surplus_ms (at once when that is 0),
+ * so a burst's connections wait a moment for the burst's next requests instead of closing
+ * while they need new ones (HAProxy's idle pools purge their surplus likewise, gradually). */
 md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms);
 void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms);
-/* Closes idle connections older than keepalive_timeout_ms (the health task's sweep). */
+/* Closes what take and put would (the health task's sweep, every second). */
 void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms);
 uint32_t md_upstream_pool_idle(md_upstream_peer *p);
 /* A new connection to p, connecting: 0 (poll mp_tcp_connect_poll), or a negative errno. */

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -276,4 +277,82 @@ Test(upstream, pool_check_sees_eof_and_stray_bytes, .timeout = 5)
     close(sv[1]);
     cr_assert(!md_upstream_fd_idle_ok(sv[0]), "closed by the server");
     close(sv[0]);
+}
+
+/* A pooled connection whose socket was never opened: closing it only frees it (ASan sees a
+ * leak if the pool drops one, a double free if it closes one twice). */
+static md_upstream_conn *fake_conn(md_upstream_peer *p, int id)
+{
+    md_upstream_conn *c = calloc(1, sizeof *c);
+    cr_assert_not_null(c);
+    c->peer = p;
+    c->idle_since_ms = (uint64_t)id; /* a tag the test reads back; put overwrites the time */
+    return c;
+}
+
+static md_upstreams *pool_state(const char *keepalive, const char *surplus)
+{
+    md_upstream_conf *u = group();
+    key_ok(u, "server", "127.0.0.1:80");
+    key_ok(u, "keepalive", keepalive);
+    key_ok(u, "keepalive_timeout_ms", "60000");
+    key_ok(u, "keepalive_surplus_ms", surplus);
+    md_upstreams *us;
+    cr_assert_eq(md_upstreams_new(&us, &t, NULL), 0);
+    return us;
+}
+
+Test(upstream, pool_reuses_the_newest_and_keeps_a_burst_briefly, .timeout = 5)
+{
+    md_upstreams *us = pool_state("2", "1000");
+    md_upstream_peer *p = &us->u[0].peers[0];
+    md_upstream_conn *c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = fake_conn(p, i);
+    /* A burst returns four: over keepalive (2), but none idle 1000 ms yet, so all stay. */
+    for (int i = 0; i < 4; i++)
+        md_upstream_pool_put(c[i], 100 + (uint64_t)i);
+    cr_assert_eq(md_upstream_pool_idle(p), 4);
+    /* The most recently returned goes out first. */
+    cr_assert_eq(md_upstream_pool_take(p, 200), c[3]);
+    md_upstream_pool_put(c[3], 300);
+    /* At 1100 c[0] has been idle 1000 ms with the pool over its cap: the least recently used
+     * close, one by one from the old end, until the pool is at its cap or the rest are
+     * younger. */
+    md_upstream_pool_sweep(p, 1100);
+    cr_assert_eq(md_upstream_pool_idle(p), 3, "c[0] closed, c[1] is 999 ms idle");
+    md_upstream_pool_sweep(p, 1102);
+    cr_assert_eq(md_upstream_pool_idle(p), 2, "c[1] closed; then at the cap, c[2] stays");
+    md_upstream_pool_sweep(p, 5000);
+    cr_assert_eq(md_upstream_pool_idle(p), 2, "within the cap, only the idle timeout closes");
+    cr_assert_eq(md_upstream_pool_take(p, 5000), c[3]);
+    md_upstream_pool_put(c[3], 5000);
+    md_upstream_pool_sweep(p, 60102);
+    cr_assert_eq(md_upstream_pool_idle(p), 1, "c[2], put at 102, timed out");
+    md_upstream_pool_sweep(p, 65000);
+    cr_assert_eq(md_upstream_pool_idle(p), 0);
+    md_upstreams_free(us);
+}
+
+Test(upstream, pool_without_surplus_closes_the_oldest_at_once, .timeout = 5)
+{
+    md_upstreams *us = pool_state("2", "0");
+    md_upstream_peer *p = &us->u[0].peers[0];
+    md_upstream_conn *a = fake_conn(p, 0), *b = fake_conn(p, 1), *c = fake_conn(p, 2);
+    md_upstream_pool_put(a, 10);
+    md_upstream_pool_put(b, 11);
+    md_upstream_pool_put(c, 12); /* a, the least recently used, closes */
+    cr_assert_eq(md_upstream_pool_idle(p), 2);
+    cr_assert_eq(md_upstream_pool_take(p, 13), c);
+    cr_assert_eq(md_upstream_pool_take(p, 13), b);
+    cr_assert_null(md_upstream_pool_take(p, 13));
+    md_upstream_pool_put(b, 14);
+    md_upstream_pool_put(c, 14);
+    md_upstreams_free(us); /* closes what is pooled */
+
+    us = pool_state("0", "1000");
+    p = &us->u[0].peers[0];
+    md_upstream_pool_put(fake_conn(p, 0), 10);
+    cr_assert_eq(md_upstream_pool_idle(p), 0, "keepalive 0: a connection per request");
+    md_upstreams_free(us);
 }
