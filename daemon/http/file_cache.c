@@ -267,6 +267,7 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
     atomic_init(&f->refs, 1);
     f->fd = fd;
     f->counted = false;
+    atomic_init(&f->resident, false);
     f->mode = st->st_mode;
     f->size = (uint64_t)st->st_size;
     f->mtime = st->st_mtim.tv_sec;

@@ -89,7 +89,8 @@ typedef struct md_http_io {
                     int *err);
     void (*consume)(struct md_http_io *io, size_t n);
     /* Sends up to count bytes of the file in_fd from *off with sendfile(2), within the same
-     * limits, once out is flushed: MP_READY with *sent > 0 (*off advanced), *sent 0 (no byte
+     * limits, after what out holds (the response's head), which it writes first, corked into
+     * the file's first segment: MP_READY with *sent > 0 (*off advanced), *sent 0 (no byte
      * at *off: the file shrank), or *err (-EINVAL, -ESPIPE, -ENOSYS: a file sendfile cannot
      * read, copy it instead); MP_PENDING while the peer does not read. NULL without a socket.
      * It reads the file on the worker: only for bytes in the page cache. */

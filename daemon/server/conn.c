@@ -131,10 +131,12 @@ static mp_poll send_wait(md_conn *c, mp_context *cx, size_t done, int *err)
     return MP_READY;
 }
 
-mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+static mp_poll conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, bool more,
+                          int *err)
 {
     for (;;) {
-        if (mp_tcp_write_poll(&c->tcp, cx, data, len, err) == MP_READY) {
+        if ((more ? mp_tcp_write_more_poll : mp_tcp_write_poll)(&c->tcp, cx, data, len, err) ==
+            MP_READY) {
             c->send_blocked = false;
             return MP_READY;
         }
@@ -143,6 +145,16 @@ mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, 
         if (*err != 0)
             return MP_READY;
     }
+}
+
+mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    return conn_write(c, cx, data, len, false, err);
+}
+
+mp_poll md_conn_write_more(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    return conn_write(c, cx, data, len, true, err);
 }
 
 mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t count, size_t *sent,

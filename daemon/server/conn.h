@@ -116,6 +116,9 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why);
  * -ETIMEDOUT with c->why saying which limit passed; MP_PENDING while the peer is not reading
  * and no limit has passed (the timer is armed for the nearest). */
 mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err);
+/* As md_conn_write, corked (mp_tcp_write_more_poll): for bytes the next write or sendfile
+ * follows at once, such as a response head before its file. */
+mp_poll md_conn_write_more(md_conn *c, mp_context *cx, const char *data, size_t len, int *err);
 /* Sends up to count bytes of the file fd from *off with sendfile(2) (mp_tcp_sendfile_poll)
  * within the same send limits: MP_READY with *sent > 0, *sent 0 (nothing left at *off), or
  * *err as md_conn_write's; MP_PENDING while the peer is not reading. */

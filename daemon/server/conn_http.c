@@ -136,6 +136,23 @@ static mp_poll conn_io_sendfile(md_http_io *io, mp_context *cx, int in_fd, off_t
                                 size_t *sent, int *err)
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
+    size_t pending = md_outbuf_pending(&c->out);
+    if (pending != 0) {
+        /* The response's head first, corked, so that it leaves in the file's first segment:
+         * one packet and one wake-up of the peer, not two. */
+        *sent = 0;
+        if (md_conn_write_more(c, cx, md_outbuf_pending_data(&c->out), pending, err) ==
+            MP_PENDING) {
+            if (md_outbuf_own(&c->out) != 0) { /* lent bytes last only until this poll ends */
+                *err = -ENOMEM;
+                return MP_READY;
+            }
+            return MP_PENDING;
+        }
+        if (*err != 0)
+            return MP_READY;
+        md_outbuf_consume(&c->out, pending);
+    }
     return md_conn_sendfile(c, cx, in_fd, off, count, sent, err);
 }
 

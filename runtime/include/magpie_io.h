@@ -148,6 +148,13 @@ void mp_tcp_consume(mp_tcp *c, size_t n);
  * MP_PENDING while the kernel's buffer is full (call again with the same arguments; data must
  * stay put). */
 mp_poll mp_tcp_write_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
+/* As mp_tcp_write_poll, telling the kernel that more follows at once (MSG_MORE): the bytes
+ * need not leave in a segment of their own but wait for the stream's next write or sendfile,
+ * which carries them with its own (a response head before its body: one segment, not two, and
+ * one wake-up of the peer). The next mp_tcp_write_poll or mp_tcp_sendfile_poll, or a close,
+ * sends them; if none comes, Linux sends them after about 200 ms (its cork ceiling). Same
+ * errors and waits as mp_tcp_write_poll. The writer's call. */
+mp_poll mp_tcp_write_more_poll(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err);
 /* Whether a read might find something: unconsumed input, an error or EOF already seen, or the
  * loop has reported the socket readable (or closed) since a read last found it drained. false:
  * nothing has arrived as far as the runtime has seen, without a system call; an event on its

@@ -21,8 +21,9 @@
  * every response says Vary: Accept-Encoding.
  *
  * The body: a file of up to SMALL bytes is read into the output after its head (one send for
- * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket once the
- * head has been flushed, through the connection's bounded sendfile: when the socket's buffer is
+ * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket through
+ * the connection's bounded sendfile, which writes the head first, corked (MSG_MORE), so that
+ * head and file share their first segment as with nginx's tcp_nopush: when the socket's buffer is
  * full the response waits for the peer to read (within the send limits) and sendfile goes on,
  * so the body never passes through user space. A file that shrinks under a download ends the
  * response short with a close: nothing past the new end is presented as content.
@@ -35,9 +36,10 @@
  * that follows reads the open file's inode, already in memory. A small file is read with
  * preadv2(RWF_NOWAIT), which copies from the page cache and fails where it would wait; what it
  * could not read is read on the blocking pool (mp_file_read_poll) by the pending response.
- * Before each sendfile piece the first and last byte of the piece are probed the same way: a
- * piece not in the cache is read on the pool into chunk[] and written through the bounded
- * write instead (sendfile would sleep on the disk).
+ * Before each sendfile piece the first and last byte of the piece are probed the same way
+ * (for a file sent in one piece, once per open file: resident()): a piece not in the cache is
+ * read on the pool into chunk[] and written through the bounded write instead (sendfile would
+ * sleep on the disk).
  *
  * A response holds a reference to its md_file, not a descriptor of its own: a cached one may
  * serve many responses at once (every read is at an explicit offset), and the response's task
@@ -413,6 +415,23 @@ static bool cached(int fd, uint64_t off, uint64_t len)
            preadv2(fd, &iov, 1, (off_t)(off + len - 1), RWF_NOWAIT) >= 0;
 }
 
+/* cached(), once per open file where one piece is the whole file: a file found in the page
+ * cache is taken to stay there while its open-file cache entry lives (valid_ms, 1 s by
+ * default), so the responses after the first skip the two probes. Memory pressure that evicts
+ * it within that time costs a worker one sendfile that waits for the disk, as sendfile always
+ * does in nginx. */
+static bool resident(md_file *f, uint64_t off, uint64_t len)
+{
+    bool whole = off == 0 && len == f->size;
+    if (whole && atomic_load_explicit(&f->resident, memory_order_relaxed))
+        return true;
+    if (!cached(f->fd, off, len))
+        return false;
+    if (whole) /* relaxed: a hint, nothing is published through it */
+        atomic_store_explicit(&f->resident, true, memory_order_relaxed);
+    return true;
+}
+
 static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct static_send *s);
 
 static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
@@ -447,8 +466,6 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
         s->off += n;
         return s->off == s->end ? 0 : -EIO; /* shrank: what was read goes, then the close */
     }
-    if (md_outbuf_pending(out) != 0)
-        return MD_PENDING_MORE; /* the head first */
     if (io->nodelay != NULL)
         io->nodelay(io); /* the file's last short segment must not wait for a delayed ACK */
     int fd = s->file->fd;
@@ -466,7 +483,9 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
             return 0;
         uint64_t left = s->end - s->off;
         uint64_t piece = left < SENDFILE_MAX ? left : SENDFILE_MAX;
-        if (!s->reading && !s->no_sendfile && io->sendfile != NULL && cached(fd, s->off, piece)) {
+        if (!s->reading && !s->no_sendfile && io->sendfile != NULL &&
+            resident(s->file, s->off, piece)) {
+            /* sendfile writes the head still in out first, in the same segment. */
             off_t at = (off_t)s->off;
             size_t n;
             int err;
@@ -488,6 +507,8 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
                 return err;
             s->no_sendfile = true;
         }
+        if (md_outbuf_pending(out) != 0)
+            return MD_PENDING_MORE; /* the head first, then the copied pieces */
         /* The piece is not in the page cache, or sendfile cannot serve this file: one piece
          * read (on the blocking pool if need be) and written through the bounded write. */
         size_t want = left < CHUNK ? (size_t)left : CHUNK, got;
