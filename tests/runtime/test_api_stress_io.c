@@ -4,7 +4,8 @@
  *
  * Each run serves TCP echo from a listener task and UDP echo from a socket task, and spawns,
  * from two plain threads and from tasks, a mix of: clients that connect, round-trip and close
- * (half of them sending their payload from a file with mp_tcp_sendfile_poll; some cancelled
+ * (half of them sending their payload from a file with mp_tcp_sendfile_poll, a quarter in two
+ * writes, the first corked with mp_tcp_write_more_poll; some cancelled
  * mid-connect by a plain thread, some sent to a listener that never accepts and timed out on the
  * wheel); name lookups with a timeout, some cancelled; UDP clients whose socket a plain thread may
  * close while they wait to receive; blocking jobs awaited from tasks (some cancelled before they
@@ -41,7 +42,7 @@
 enum kind { K_CONNECT, K_HOLE, K_RESOLVE, K_UDP, K_BLOCKING, K_ACCEPT, K_KINDS };
 static const char *const kind_name[K_KINDS] = {"connect", "hole",     "resolve",
                                                "udp",     "blocking", "accept"};
-enum { MAX_IO = 4000, MSG = 48 };
+enum { MAX_IO = 4000, MSG = 48, HEAD = 11 };
 
 typedef struct io_run io_run;
 
@@ -62,6 +63,8 @@ typedef struct iotask {
     char out[MSG], in[MSG];
     size_t got;
     bool by_file; /* a TCP client that sends its payload from the run's file (sendfile) */
+    bool corked;  /* otherwise: its first HEAD bytes written with mp_tcp_write_more_poll */
+    bool head_sent;
     off_t file_off;
     bool joinable; /* spawned by a plain thread, which keeps the handle */
     _Atomic int in_poll, done, cancels, released;
@@ -258,8 +261,17 @@ static mp_poll io_step(iotask *t, mp_context *cx)
             if (sent == 0)
                 fail(r, "sendfile found the end of the file", t, 0);
         }
+        if (t->step == 2 && t->corked && !t->head_sent) {
+            /* As a response head before its body: the rest of the write carries it. */
+            if (mp_tcp_write_more_poll(t->tcp, cx, t->out, HEAD, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err)
+                return MP_READY;
+            t->head_sent = true;
+        }
         if (t->step == 2) {
-            if (mp_tcp_write_poll(t->tcp, cx, t->out, MSG, &err) == MP_PENDING)
+            size_t from = t->head_sent ? HEAD : 0;
+            if (mp_tcp_write_poll(t->tcp, cx, t->out + from, MSG - from, &err) == MP_PENDING)
                 return MP_PENDING;
             if (err)
                 return MP_READY;
@@ -443,6 +455,7 @@ static iotask *io_new(io_run *r, uint64_t rng)
         t->by_file = pwrite(r->file_fd, t->out, MSG, (off_t)i * MSG) == MSG;
         t->file_off = (off_t)i * MSG;
     }
+    t->corked = t->kind == K_CONNECT && !t->by_file && (rng >> 21) % 2;
     mp_task_init(&t->task, &io_vt);
     return t;
 }
