@@ -63,6 +63,8 @@ enum header {
     HDR_RANGE,
     HDR_IF_RANGE,
     HDR_ACCEPT_ENCODING,
+    HDR_IF_MATCH,
+    HDR_IF_UNMODIFIED_SINCE,
 };
 #define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
 static const struct {
@@ -83,6 +85,8 @@ static const struct {
     [HDR_RANGE] = {"range", 5, NULL, 0},
     [HDR_IF_RANGE] = {"if-range", 8, NULL, 0},
     [HDR_ACCEPT_ENCODING] = {"accept-encoding", 15, NULL, 0},
+    [HDR_IF_MATCH] = {"if-match", 8, NULL, 0},
+    [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
 };
 
 enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
@@ -701,7 +705,7 @@ static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
 }
 
 /* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
- * one compare at most. Referer and User-Agent only when they are kept (logging). */
+ * one compare at most (two for the lengths of two known names). Referer and User-Agent only when they are kept (logging). */
 static uint8_t known_header(const md_http_req *r, bool logging)
 {
     unsigned h;
@@ -713,7 +717,12 @@ static uint8_t known_header(const md_http_req *r, bool logging)
         h = HDR_RANGE;
         break;
     case 8:
+        if (is_known_name(r->name, known[HDR_IF_MATCH].name, 8))
+            return HDR_IF_MATCH;
         h = HDR_IF_RANGE;
+        break;
+    case 19:
+        h = HDR_IF_UNMODIFIED_SINCE;
         break;
     case 13:
         h = HDR_IF_NONE_MATCH;

@@ -153,6 +153,8 @@ typedef enum md_http_field {
     MD_FIELD_RANGE,
     MD_FIELD_IF_RANGE,
     MD_FIELD_ACCEPT_ENCODING,
+    MD_FIELD_IF_MATCH,
+    MD_FIELD_IF_UNMODIFIED_SINCE,
     MD_HTTP_FIELDS,
 } md_http_field;
 #define MD_HTTP_COND_KEEP 128

@@ -33,6 +33,7 @@ static const md_http_status statuses[] = {
     STATUS(414, "URI Too Long"),
     STATUS(416, "Range Not Satisfiable"),
     STATUS(410, "Gone"),
+    STATUS(412, "Precondition Failed"),
     STATUS(417, "Expectation Failed"),
     STATUS(431, "Request Header Fields Too Large"),
     STATUS(500, "Internal Server Error"),

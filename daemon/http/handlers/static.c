@@ -12,7 +12,8 @@
  *   - the open is O_NONBLOCK and fstat must say S_ISREG: a FIFO, device or socket in the root
  *     is 403 and never waited on; a file that may not be read is 403.
  * Validators: ETag "inode-mtime_ns-size" in hex (a file replaced by rename gets a new one),
- * Last-Modified; If-None-Match (weak comparison, "*") and then If-Modified-Since give 304.
+ * Last-Modified; a false If-Match (strong comparison, "*") or else If-Unmodified-Since gives
+ * 412, checked first; If-None-Match (weak comparison, "*") and then If-Modified-Since give 304.
  * One byte range ("bytes=a-b", "a-", "-n") gives 206 with Content-Range, or 416 when it starts
  * past the end; several ranges, or a bad Range, get the whole file (RFC 9110 14.2 lets a server
  * ignore Range); If-Range (an ETag compared strongly, or the exact Last-Modified date) must
@@ -202,19 +203,54 @@ static bool none_match(const char *v, size_t n, const char *etag)
     return false;
 }
 
-/* An IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"), the only form we send; -1 otherwise. */
+/* An HTTP-date in any of the three forms a recipient must accept (RFC 9110 5.6.7): IMF-fixdate
+ * ("Sun, 06 Nov 1994 08:49:37 GMT", the one we send), RFC 850 ("Sunday, 06-Nov-94 08:49:37
+ * GMT", a two-digit year read as the nearest such year not in the future, which strptime's %y
+ * approximates as 1969-2068) and asctime ("Sun Nov  6 08:49:37 1994"); -1 otherwise. */
 static time_t parse_date(const char *v, size_t n)
 {
+    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
+                                        "%a %b %e %H:%M:%S %Y"};
     char buf[64];
     if (n == 0 || n >= sizeof buf)
         return -1;
     memcpy(buf, v, n);
     buf[n] = '\0';
-    struct tm tm = {0};
-    const char *end = strptime(buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    if (end == NULL || *end != '\0')
-        return -1;
-    return timegm(&tm);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct tm tm = {0};
+        const char *end = strptime(buf, forms[i], &tm);
+        if (end != NULL && *end == '\0')
+            return timegm(&tm);
+    }
+    return -1;
+}
+
+/* If-Match: "*" or a list of entity-tags, compared strongly (a W/ tag never matches). */
+static bool if_match(const char *v, size_t n, const char *etag)
+{
+    size_t elen = strlen(etag);
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        if (i >= n)
+            break;
+        if (v[i] == '*')
+            return true; /* the file exists */
+        bool weak = i + 1 < n && v[i] == 'W' && v[i + 1] == '/';
+        if (weak)
+            i += 2;
+        if (i >= n || v[i] != '"')
+            return false;
+        const char *q = memchr(v + i + 1, '"', n - i - 1);
+        if (q == NULL)
+            return false;
+        size_t len = (size_t)(q - (v + i)) + 1;
+        if (!weak && len == elen && memcmp(v + i, etag, len) == 0)
+            return true;
+        i += len;
+    }
+    return false;
 }
 
 /* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
@@ -588,8 +624,25 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     fl += (size_t)snprintf(fields + fl, sizeof fields - fl, "ETag: %s\r\nLast-Modified: %s\r\n",
                            f->etag, f->last_modified);
 
-    /* Conditionals (RFC 9110 13.2.2): If-None-Match, else If-Modified-Since. */
+    /* Conditionals in RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (false:
+     * 412); then If-None-Match, else If-Modified-Since (false: 304); then If-Range. */
     size_t vlen;
+    const char *im = md_http_req_field(c, MD_FIELD_IF_MATCH, &vlen);
+    bool failed = false;
+    if (im != NULL) {
+        failed = !if_match(im, vlen, f->etag);
+    } else {
+        const char *ius = md_http_req_field(c, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
+        time_t since = ius != NULL ? parse_date(ius, vlen) : -1; /* not a date: ignored */
+        failed = since >= 0 && f->mtime > since;
+    }
+    int rc;
+    if (failed) {
+        const md_http_status *s412 = md_http_status_of(412);
+        fields[fl] = '\0';
+        rc = md_http_respond(c, 412, fields, "text/plain", s412->body, s412->body_len);
+        goto out_put;
+    }
     const char *inm = md_http_req_field(c, MD_FIELD_IF_NONE_MATCH, &vlen);
     bool not_modified = false;
     if (inm != NULL) {
@@ -599,7 +652,6 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
         not_modified = since >= 0 && f->mtime <= since;
     }
-    int rc;
     if (not_modified) {
         rc = md_http_respond_head(c, 304, fields, ctype, size);
         goto out_put;

@@ -247,6 +247,49 @@ Test(static_e2e, validators_and_304)
     expect(get_with("/ten.txt", f), "HTTP/1.1 200", "abcdefghij");
 }
 
+/* If-Match and If-Unmodified-Since (412 when false, checked before the 304 conditions), and
+ * the three HTTP-date forms a recipient must accept (RFC 9110 5.6.7). */
+Test(static_e2e, preconditions_and_date_forms)
+{
+    char *r = get("/ten.txt");
+    expect(r, "HTTP/1.1 200", NULL);
+    char etag[128], lm[64], f[400];
+    snprintf(etag, sizeof etag, "%s", field(r, "ETag"));
+    snprintf(lm, sizeof lm, "%s", field(r, "Last-Modified"));
+    snprintf(f, sizeof f, "If-Match: \"other\", %s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", "0123456789");
+    expect(get_with("/ten.txt", "If-Match: *\r\n"), "HTTP/1.1 200", "0123456789");
+    expect(get_with("/ten.txt", "If-Match: \"other\"\r\n"), "HTTP/1.1 412", NULL);
+    snprintf(f, sizeof f, "If-Match: W/%s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 412", NULL); /* strong comparison */
+    snprintf(f, sizeof f, "If-Unmodified-Since: %s\r\n", lm);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", "0123456789");
+    expect(get_with("/ten.txt", "If-Unmodified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n"),
+           "HTTP/1.1 412", NULL);
+    expect(get_with("/ten.txt", "If-Unmodified-Since: yesterday\r\n"), "HTTP/1.1 200", NULL);
+    /* If-Match decides; If-Unmodified-Since is then not looked at. */
+    snprintf(f, sizeof f, "If-Match: %s\r\nIf-Unmodified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n",
+             etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", NULL);
+    /* A failed If-Match wins over a matching If-None-Match: 412, not 304. */
+    snprintf(f, sizeof f, "If-Match: \"other\"\r\nIf-None-Match: %s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 412", NULL);
+
+    struct tm tm = {0};
+    cr_assert_not_null(strptime(lm, "%a, %d %b %Y %H:%M:%S GMT", &tm));
+    char d850[64], dasc[64];
+    strftime(d850, sizeof d850, "%A, %d-%b-%y %H:%M:%S GMT", &tm);
+    strftime(dasc, sizeof dasc, "%a %b %e %H:%M:%S %Y", &tm);
+    snprintf(f, sizeof f, "If-Modified-Since: %s\r\n", d850);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL);
+    snprintf(f, sizeof f, "If-Modified-Since: %s\r\n", dasc);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL);
+    expect(get_with("/ten.txt", "If-Modified-Since: Saturday, 01-Jan-00 00:00:00 GMT\r\n"),
+           "HTTP/1.1 200", NULL);
+    expect(get_with("/ten.txt", "If-Modified-Since: Sat Jan  1 00:00:00 2000\r\n"),
+           "HTTP/1.1 200", NULL);
+}
+
 Test(static_e2e, ranges)
 {
     char *r = get_with("/ten.txt", "Range: bytes=2-4\r\n");
