@@ -414,8 +414,24 @@ static int respond_status(md_http_conn *c, int code)
         return error(c, (unsigned)code);
     size_t plen;
     const char *path = md_http_req_path(c, &plen);
-    char fields[MD_HTTP_TARGET_MAX + 32];
-    snprintf(fields, sizeof fields, "Location: %.*s/\r\n", (int)plen, path);
+    /* The decoded path, encoded again for a URI (RFC 3986 pchar and '/'): a directory named
+     * with a space, a '%' or a control character gives a valid Location, never a broken or
+     * injected field. */
+    char fields[3 * MD_HTTP_TARGET_MAX + 32];
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = (size_t)snprintf(fields, sizeof fields, "Location: ");
+    for (size_t i = 0; i < plen && n + 8 < sizeof fields; i++) {
+        unsigned char ch = (unsigned char)path[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            (ch != 0 && strchr("-._~!$&'()*+,;=:@/", ch) != NULL)) {
+            fields[n++] = (char)ch;
+        } else {
+            fields[n++] = '%';
+            fields[n++] = hex[ch >> 4];
+            fields[n++] = hex[ch & 15];
+        }
+    }
+    snprintf(fields + n, sizeof fields - n, "/\r\n");
     return md_http_respond(c, 301, fields, "text/plain", "Moved Permanently\n", 18);
 }
 

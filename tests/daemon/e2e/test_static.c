@@ -40,7 +40,7 @@ static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/magpied-static-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
-    sh("cd %s && mkdir -p www/sub www/empty www/.git outside && "
+    sh("cd %s && mkdir -p www/sub www/empty www/.git outside 'www/a b%%c' && "
        "printf 'hello index\\n' > www/index.html && printf 'sub index\\n' > www/sub/index.html && "
        "printf 'a{}\\n' > www/sub/a.css && printf 'secret\\n' > www/.env && "
        "printf 'x\\n' > www/.git/config && printf 'outside\\n' > outside/secret.txt && "
@@ -129,6 +129,8 @@ Test(static_e2e, files_index_types_and_no_listings)
     expect(get("/index.html"), "HTTP/1.1 200", "Accept-Ranges: bytes\r\n");
     expect(get("/sub/"), "HTTP/1.1 200", "\r\n\r\nsub index\n");
     expect(get("/sub"), "HTTP/1.1 301", "Location: /sub/\r\n");
+    /* The Location is a URI: the decoded name encoded again. */
+    expect(get("/a%20b%25c"), "HTTP/1.1 301", "Location: /a%20b%25c/\r\n");
     expect(get("/sub/a.css"), "HTTP/1.1 200", "Content-Type: text/css\r\n");
     expect(get("/ten.txt"), "HTTP/1.1 200", "Content-Type: text/plain\r\n");
     expect(get("/empty/"), "HTTP/1.1 403", NULL); /* no index, no listing */
