@@ -178,25 +178,30 @@ static bool accepts(const char *a, size_t n, const char *coding)
     return false;
 }
 
-/* The opaque tags of an If-None-Match list, compared weakly with ours (W/ ignored). */
-static bool none_match(const char *v, size_t n, const char *etag)
+/* Whether an If-Match or If-None-Match list ("*", or entity-tags) names our etag: compared
+ * weakly (a W/ tag matches its opaque tag) for If-None-Match, strongly (a W/ tag never
+ * matches) for If-Match (RFC 9110 8.8.3.2). Not a list of entity-tags: no match. */
+static bool etag_listed(const char *v, size_t n, const char *etag, bool strong)
 {
     size_t elen = strlen(etag);
     size_t i = 0;
     while (i < n) {
         while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
             i++;
-        if (i < n && v[i] == '*')
-            return true;
-        if (i + 1 < n && v[i] == 'W' && v[i + 1] == '/')
+        if (i >= n)
+            break;
+        if (v[i] == '*')
+            return true; /* the file exists */
+        bool weak = i + 1 < n && v[i] == 'W' && v[i + 1] == '/';
+        if (weak)
             i += 2;
         if (i >= n || v[i] != '"')
-            return false; /* not a list of entity-tags: no match */
+            return false;
         const char *q = memchr(v + i + 1, '"', n - i - 1);
         if (q == NULL)
             return false;
         size_t len = (size_t)(q - (v + i)) + 1;
-        if (len == elen && memcmp(v + i, etag, len) == 0)
+        if (!(weak && strong) && len == elen && memcmp(v + i, etag, len) == 0)
             return true;
         i += len;
     }
@@ -223,34 +228,6 @@ static time_t parse_date(const char *v, size_t n)
             return timegm(&tm);
     }
     return -1;
-}
-
-/* If-Match: "*" or a list of entity-tags, compared strongly (a W/ tag never matches). */
-static bool if_match(const char *v, size_t n, const char *etag)
-{
-    size_t elen = strlen(etag);
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        if (i >= n)
-            break;
-        if (v[i] == '*')
-            return true; /* the file exists */
-        bool weak = i + 1 < n && v[i] == 'W' && v[i + 1] == '/';
-        if (weak)
-            i += 2;
-        if (i >= n || v[i] != '"')
-            return false;
-        const char *q = memchr(v + i + 1, '"', n - i - 1);
-        if (q == NULL)
-            return false;
-        size_t len = (size_t)(q - (v + i)) + 1;
-        if (!weak && len == elen && memcmp(v + i, etag, len) == 0)
-            return true;
-        i += len;
-    }
-    return false;
 }
 
 /* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
@@ -646,7 +623,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     const char *im = md_http_req_field(c, MD_FIELD_IF_MATCH, &vlen);
     bool failed = false;
     if (im != NULL) {
-        failed = !if_match(im, vlen, f->etag);
+        failed = !etag_listed(im, vlen, f->etag, true);
     } else {
         const char *ius = md_http_req_field(c, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
         time_t since = ius != NULL ? parse_date(ius, vlen) : -1; /* not a date: ignored */
@@ -662,7 +639,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     const char *inm = md_http_req_field(c, MD_FIELD_IF_NONE_MATCH, &vlen);
     bool not_modified = false;
     if (inm != NULL) {
-        not_modified = none_match(inm, vlen, f->etag);
+        not_modified = etag_listed(inm, vlen, f->etag, false);
     } else {
         const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
         time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
