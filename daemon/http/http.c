@@ -705,7 +705,8 @@ static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
 }
 
 /* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
- * one compare at most (two for the lengths of two known names). Referer and User-Agent only when they are kept (logging). */
+ * one compare at most (two for the lengths of two known names). Referer and User-Agent only when
+ * they are kept (logging). */
 static uint8_t known_header(const md_http_req *r, bool logging)
 {
     unsigned h;

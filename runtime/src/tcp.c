@@ -378,7 +378,8 @@ static mp_poll write_flags(mp_tcp *c, mp_context *cx, const char *data, size_t l
             }
             continue;
         }
-        ssize_t n = sock_send(c->io.fd, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
+        ssize_t n =
+            sock_send(c->io.fd, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
         if (n > 0) {
             done += (size_t)n;
             if (done < len)

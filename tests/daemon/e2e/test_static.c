@@ -291,8 +291,8 @@ Test(static_e2e, preconditions_and_date_forms)
     expect(get_with("/ten.txt", f), "HTTP/1.1 304", NULL);
     expect(get_with("/ten.txt", "If-Modified-Since: Saturday, 01-Jan-00 00:00:00 GMT\r\n"),
            "HTTP/1.1 200", NULL);
-    expect(get_with("/ten.txt", "If-Modified-Since: Sat Jan  1 00:00:00 2000\r\n"),
-           "HTTP/1.1 200", NULL);
+    expect(get_with("/ten.txt", "If-Modified-Since: Sat Jan  1 00:00:00 2000\r\n"), "HTTP/1.1 200",
+           NULL);
 }
 
 Test(static_e2e, ranges)
