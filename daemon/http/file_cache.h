@@ -59,7 +59,7 @@ enum { MD_FILE_ETAG_MAX = 56, MD_FILE_DATE_MAX = 32 };
 typedef struct md_file {
     atomic_uint refs; /* atomic: the cache's (while listed) and one per holder */
     int fd;
-    bool counted; /* owns one of the process's cached descriptors (the max_fds bound) */
+    bool counted;         /* owns one of the process's cached descriptors (the max_fds bound) */
     atomic_bool resident; /* seen whole in the page cache (static.c); any thread, relaxed */
     /* Immutable after md_file_new(): */
     mode_t mode;

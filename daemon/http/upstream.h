@@ -67,9 +67,10 @@ typedef struct md_upstream_conf {
     md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
     uint8_t balance; /* md_balance */
     char hash_header[MD_UPSTREAM_HEADER_MAX];
-    uint32_t keepalive, keepalive_timeout_ms, keepalive_surplus_ms, connect_timeout_ms, send_timeout_ms, read_timeout_ms,
-        header_timeout_ms, tries, retry_timeout_ms, max_fails, fail_timeout_ms, health_interval_ms,
-        health_rise, health_fall, max_response_header_bytes, buffer_bytes;
+    uint32_t keepalive, keepalive_timeout_ms, keepalive_surplus_ms, connect_timeout_ms,
+        send_timeout_ms, read_timeout_ms, header_timeout_ms, tries, retry_timeout_ms, max_fails,
+        fail_timeout_ms, health_interval_ms, health_rise, health_fall, max_response_header_bytes,
+        buffer_bytes;
     char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
     uint32_t seen;                          /* bit per key set (not server), for duplicates */
 } md_upstream_conf;
@@ -119,9 +120,9 @@ typedef struct md_upstream_peer {
     uint32_t active;        /* requests using it now */
     uint32_t fails;         /* passive failures since fail_start_ms */
     uint64_t fail_start_ms;
-    uint64_t down_until_ms;           /* passive health: out until then */
-    bool health_down;                 /* active health: marked down */
-    uint32_t health_good, health_bad; /* consecutive active results */
+    uint64_t down_until_ms;             /* passive health: out until then */
+    bool health_down;                   /* active health: marked down */
+    uint32_t health_good, health_bad;   /* consecutive active results */
     struct md_upstream_conn *idle;      /* the pool, most recently used first */
     struct md_upstream_conn *idle_tail; /* its least recently used, the first to close */
     uint32_t nidle;
@@ -134,7 +135,7 @@ typedef struct md_upstream_peer {
 typedef struct md_upstream_conn {
     mp_tcp tcp;
     md_upstream_peer *peer;
-    uint64_t idle_since_ms; /* in the pool: since when */
+    uint64_t idle_since_ms;               /* in the pool: since when */
     struct md_upstream_conn *next, *prev; /* in the pool: newer is prev */
 } md_upstream_conn;
 
