@@ -114,21 +114,41 @@ static uint64_t sum(const md_metrics *m, size_t offset)
 
 #define SUM(m, field) sum((m), offsetof(md_metrics_shard, field))
 
-int md_metrics_put(md_outbuf *out, const char *fmt, ...)
+static int vput(md_outbuf *out, const char *fmt, va_list ap)
 {
     char text[MD_METRICS_PUT_MAX + 1];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
     if (n < 0 || (size_t)n >= sizeof(text))
         return -EINVAL; /* every caller's text is far shorter */
     return md_outbuf_append(out, text, (size_t)n);
 }
 
+int md_metrics_put(md_outbuf *out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vput(out, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 int md_metrics_put_head(md_outbuf *out, const char *name, const char *type, const char *help)
 {
     return md_metrics_put(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+int md_metrics_family(md_outbuf *out, int rc, const char *name, const char *type, const char *help,
+                      const char *fmt, ...)
+{
+    if (rc == 0)
+        rc = md_metrics_put_head(out, name, type, help);
+    if (rc != 0)
+        return rc;
+    va_list ap;
+    va_start(ap, fmt);
+    rc = vput(out, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 static int put_per_listener(md_outbuf *out, const md_metrics *m, const char *name, const char *type,

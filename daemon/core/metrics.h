@@ -118,5 +118,9 @@ enum { MD_METRICS_PUT_MAX = 255 };
 int md_metrics_put(md_outbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A metric's "# HELP name help" and "# TYPE name type" lines. */
 int md_metrics_put_head(md_outbuf *out, const char *name, const char *type, const char *help);
+/* A whole family: its head, then the printf-style sample lines. Does nothing and returns rc
+ * when rc is not 0, so that a list of families reads as one chain of calls. */
+int md_metrics_family(md_outbuf *out, int rc, const char *name, const char *type, const char *help,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #endif

@@ -46,66 +46,42 @@ static int runtime_metrics(md_server *s, md_outbuf *out)
     mp_runtime_stats(s->rt, &st);
     size_t bufs_used = 0, bufs_pooled = 0;
     mp_tcp_buffer_stats(&bufs_used, &bufs_pooled);
-    int rc = md_metrics_put_head(out, "magpie_tcp_read_buffers", "gauge",
-                                 "Read buffers: held by connections, or pooled.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpie_tcp_read_buffers{state=\"in_use\"} %zu\n"
-                            "magpie_tcp_read_buffers{state=\"pooled\"} %zu\n",
-                            bufs_used, bufs_pooled);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_runtime_workers", "gauge",
-                                 "Worker threads configured and started.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpie_runtime_workers{state=\"configured\"} %u\n"
-                            "magpie_runtime_workers{state=\"started\"} %u\n",
-                            st.workers, st.workers_started);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_runtime_live_tasks", "gauge",
-                                 "Tasks spawned and not complete.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpie_runtime_live_tasks %llu\n",
-                            (unsigned long long)st.live_tasks);
-    if (rc == 0)
-        rc = md_metrics_put_head(
-            out, "magpie_runtime_wake_latency_seconds", "gauge",
-            "Recent time from unparking a worker to its running (moving average).");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpie_runtime_wake_latency_seconds %.9f\n",
-                            (double)st.wake_latency_ns / 1e9);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_blocking_threads", "gauge",
-                                 "Threads of the blocking pool (file reads), and of them idle.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpie_blocking_threads{state=\"alive\"} %u\n"
-                            "magpie_blocking_threads{state=\"idle\"} %u\n",
-                            st.blocking_threads, st.blocking_idle);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_blocking_jobs", "gauge",
-                                 "Blocking-pool jobs waiting for a thread, and running.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpie_blocking_jobs{state=\"queued\"} %u\n"
-                            "magpie_blocking_jobs{state=\"running\"} %u\n",
-                            st.blocking_queued, st.blocking_running);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_blocking_jobs_total", "counter",
-                                 "Jobs given to the blocking pool.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpie_blocking_jobs_total %llu\n",
-                            (unsigned long long)st.blocking_jobs);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpie_blocking_threads_started_total", "counter",
-                                 "Blocking-pool threads started, and starts that failed.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpie_blocking_threads_started_total{result=\"success\"} %llu\n"
-                            "magpie_blocking_threads_started_total{result=\"failure\"} %llu\n",
-                            (unsigned long long)st.blocking_threads_started,
-                            (unsigned long long)st.blocking_spawn_failures);
-    return rc;
+    int rc = md_metrics_family(out, 0, "magpie_tcp_read_buffers", "gauge",
+                               "Read buffers: held by connections, or pooled.",
+                               "magpie_tcp_read_buffers{state=\"in_use\"} %zu\n"
+                               "magpie_tcp_read_buffers{state=\"pooled\"} %zu\n",
+                               bufs_used, bufs_pooled);
+    rc = md_metrics_family(out, rc, "magpie_runtime_workers", "gauge",
+                           "Worker threads configured and started.",
+                           "magpie_runtime_workers{state=\"configured\"} %u\n"
+                           "magpie_runtime_workers{state=\"started\"} %u\n",
+                           st.workers, st.workers_started);
+    rc = md_metrics_family(out, rc, "magpie_runtime_live_tasks", "gauge",
+                           "Tasks spawned and not complete.", "magpie_runtime_live_tasks %llu\n",
+                           (unsigned long long)st.live_tasks);
+    rc = md_metrics_family(out, rc, "magpie_runtime_wake_latency_seconds", "gauge",
+                           "Recent time from unparking a worker to its running (moving average).",
+                           "magpie_runtime_wake_latency_seconds %.9f\n",
+                           (double)st.wake_latency_ns / 1e9);
+    rc = md_metrics_family(out, rc, "magpie_blocking_threads", "gauge",
+                           "Threads of the blocking pool (file reads), and of them idle.",
+                           "magpie_blocking_threads{state=\"alive\"} %u\n"
+                           "magpie_blocking_threads{state=\"idle\"} %u\n",
+                           st.blocking_threads, st.blocking_idle);
+    rc = md_metrics_family(out, rc, "magpie_blocking_jobs", "gauge",
+                           "Blocking-pool jobs waiting for a thread, and running.",
+                           "magpie_blocking_jobs{state=\"queued\"} %u\n"
+                           "magpie_blocking_jobs{state=\"running\"} %u\n",
+                           st.blocking_queued, st.blocking_running);
+    rc = md_metrics_family(out, rc, "magpie_blocking_jobs_total", "counter",
+                           "Jobs given to the blocking pool.", "magpie_blocking_jobs_total %llu\n",
+                           (unsigned long long)st.blocking_jobs);
+    return md_metrics_family(out, rc, "magpie_blocking_threads_started_total", "counter",
+                             "Blocking-pool threads started, and starts that failed.",
+                             "magpie_blocking_threads_started_total{result=\"success\"} %llu\n"
+                             "magpie_blocking_threads_started_total{result=\"failure\"} %llu\n",
+                             (unsigned long long)st.blocking_threads_started,
+                             (unsigned long long)st.blocking_spawn_failures);
 }
 
 /* Build, uptime, reloads, the access log's drops, the HTTP settings generations. */
@@ -115,49 +91,32 @@ static int process_metrics(md_server *s, md_outbuf *out)
     unsigned long long ok = atomic_load_explicit(&s->reloads_ok, memory_order_relaxed);
     unsigned long long failed = atomic_load_explicit(&s->reloads_failed, memory_order_relaxed);
     bool last_ok = atomic_load_explicit(&s->last_reload_ok, memory_order_relaxed);
-    int rc = md_metrics_put_head(out, "magpied_build_info", "gauge",
-                                 "Versions magpied was built with; always 1.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpied_build_info{version=\"%s\",magpie=\"%d.%d.%d\",libuv=\"%s\","
-                            "llhttp=\"%d.%d.%d\"} 1\n",
-                            MAGPIED_VERSION, MP_VERSION_MAJOR, MP_VERSION_MINOR, MP_VERSION_PATCH,
-                            uv_version_string(), LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
-                            LLHTTP_VERSION_PATCH);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_uptime_seconds", "gauge",
-                                 "Time since magpied started.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_uptime_seconds %.3f\n",
-                            (double)(uv_hrtime() - s->start_ns) / 1e9);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_reloads_total", "counter",
-                                 "Configuration reloads (SIGHUP), by result.");
-    if (rc == 0)
-        rc = md_metrics_put(out,
-                            "magpied_reloads_total{result=\"success\"} %llu\n"
-                            "magpied_reloads_total{result=\"failure\"} %llu\n",
-                            ok, failed);
-    if (rc == 0)
-        rc = md_metrics_put_head(
-            out, "magpied_config_last_reload_successful", "gauge",
-            "Whether the last reload applied (1) or kept the old configuration (0).");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_config_last_reload_successful %d\n", last_ok ? 1 : 0);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_access_log_dropped_total", "counter",
-                                 "Access log lines dropped because the writer fell behind.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_access_log_dropped_total %llu\n",
-                            (unsigned long long)md_log_access_dropped());
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_http_config_generations", "gauge",
-                                 "HTTP settings kept in memory: the current ones and older ones "
-                                 "that open connections started under.");
-    if (rc == 0)
-        rc = md_metrics_put(out, "magpied_http_config_generations %u\n",
-                            (unsigned)md_http_gens_count(&s->gens));
-    return rc;
+    int rc = md_metrics_family(
+        out, 0, "magpied_build_info", "gauge", "Versions magpied was built with; always 1.",
+        "magpied_build_info{version=\"%s\",magpie=\"%d.%d.%d\",libuv=\"%s\","
+        "llhttp=\"%d.%d.%d\"} 1\n",
+        MAGPIED_VERSION, MP_VERSION_MAJOR, MP_VERSION_MINOR, MP_VERSION_PATCH, uv_version_string(),
+        LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
+    rc = md_metrics_family(out, rc, "magpied_uptime_seconds", "gauge",
+                           "Time since magpied started.", "magpied_uptime_seconds %.3f\n",
+                           (double)(uv_hrtime() - s->start_ns) / 1e9);
+    rc = md_metrics_family(out, rc, "magpied_reloads_total", "counter",
+                           "Configuration reloads (SIGHUP), by result.",
+                           "magpied_reloads_total{result=\"success\"} %llu\n"
+                           "magpied_reloads_total{result=\"failure\"} %llu\n",
+                           ok, failed);
+    rc = md_metrics_family(out, rc, "magpied_config_last_reload_successful", "gauge",
+                           "Whether the last reload applied (1) or kept the old configuration (0).",
+                           "magpied_config_last_reload_successful %d\n", last_ok ? 1 : 0);
+    rc = md_metrics_family(out, rc, "magpied_access_log_dropped_total", "counter",
+                           "Access log lines dropped because the writer fell behind.",
+                           "magpied_access_log_dropped_total %llu\n",
+                           (unsigned long long)md_log_access_dropped());
+    return md_metrics_family(out, rc, "magpied_http_config_generations", "gauge",
+                             "HTTP settings kept in memory: the current ones and older ones "
+                             "that open connections started under.",
+                             "magpied_http_config_generations %u\n",
+                             (unsigned)md_http_gens_count(&s->gens));
 }
 
 int md_server_metrics_text(void *arg, md_outbuf *out)

@@ -2,6 +2,7 @@
  * and exposition text that a Prometheus text-format parser would accept.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,4 +227,24 @@ Test(metrics, threads_sum_exactly)
     cr_assert_eq(sample(text, "magpied_http_request_duration_seconds_count"), THREADS * ADDS);
     cr_assert_eq(sample(text, "magpied_connections_total{listener=\"http\"}"), THREADS);
     free(text);
+}
+
+/* md_metrics_family: head and samples; an error before it passes through untouched, and sample
+ * text over MD_METRICS_PUT_MAX is -EINVAL (the caller fails the whole exposition). */
+Test(metrics, family_chains_and_bounds)
+{
+    md_outbuf out;
+    md_outbuf_init(&out);
+    int rc = md_metrics_family(&out, 0, "x_total", "counter", "Xs.", "x_total %d\n", 3);
+    cr_assert_eq(rc, 0);
+    static const char want[] = "# HELP x_total Xs.\n# TYPE x_total counter\nx_total 3\n";
+    cr_assert_eq(out.len, sizeof want - 1);
+    cr_assert_eq(memcmp(out.data, want, out.len), 0);
+    cr_assert_eq(md_metrics_family(&out, -ENOMEM, "y", "gauge", "Y.", "y 1\n"), -ENOMEM);
+    cr_assert_eq(out.len, sizeof want - 1, "nothing appended after an error");
+    char big[MD_METRICS_PUT_MAX + 2];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    cr_assert_eq(md_metrics_family(&out, 0, "z", "gauge", "Z.", "%s\n", big), -EINVAL);
+    md_outbuf_free(&out);
 }
