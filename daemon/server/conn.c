@@ -19,8 +19,10 @@ static void conn_unref(md_conn *c)
 {
     /* AcqRel: the last one to let go frees; it sees everything the other did to c.
      * Pairs with itself (the other reference's decrement). */
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
+        free(c->peer);
         free(c);
+    }
 }
 
 /* HTTP's part of a connection's life: the core, and its generation of settings. */

@@ -60,19 +60,23 @@ struct md_server {
 };
 
 /* One accepted connection. Freed when both the task is released and the stream closed. */
+/* An IPv6 address's text with a zone, NUL included (INET6_ADDRSTRLEN is 46). */
+#define MD_PEER_TEXT_MAX 48
+
 typedef struct md_conn {
     mp_tcp tcp;
     mp_task task;
     struct md_conn *prev, *next; /* the server's list, loop side */
     md_server *srv;
-    md_listener kind;
     _Atomic int refs; /* atomic: the task's and the stream's */
+    /* Small fields packed: an idle connection's memory is this struct alone. */
+    uint8_t kind; /* md_listener */
     bool closing;
     bool send_blocked; /* a write is waiting for the peer to read */
     bool nodelay;      /* TCP_NODELAY is set (md_http_io.nodelay: once, when a handler asks) */
-    int want;
-    md_close_reason why; /* reported when it closes after its output (default: DONE) */
-    uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
+    int8_t want;       /* md_http_want */
+    uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
+    uint32_t idle_ms;  /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
     /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
     uint32_t send_timeout_ms, min_send_rate, grace_ms;
     mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
@@ -81,7 +85,7 @@ typedef struct md_conn {
     uint64_t send_start_ms;    /* when that write first blocked */
     uint64_t send_progress_ms; /* when the kernel last took some of it */
     md_outbuf out;
-    char peer[48]; /* client address for the access log, at its first line (conn_http.c) */
+    char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
     md_http_conn http;
 } md_conn;
 

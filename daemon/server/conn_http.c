@@ -25,17 +25,22 @@
 #include "http/upstream.h"
 #include <string.h>
 
-/* The client's address, looked up at the connection's first access-log line, so that
- * connections accepted while the access log was off have one too, and no connection pays for
- * it while the log is off. getpeername() on the socket is a plain syscall, safe on a worker.
- * NULL ("-" in the log) if the peer is already gone. */
+/* The client's address, looked up at the connection's first access-log line (or proxied
+ * request), so that connections accepted while the access log was off have one too, and no
+ * connection pays for it, in time or in memory, until then: the text is allocated at first
+ * need (48 bytes held by every idle connection would be 5% of it). getpeername() on the socket
+ * is a plain syscall, safe on a worker. NULL ("-" in the log) if the peer is already gone or
+ * memory is short. */
 static const char *peer_name(md_conn *c)
 {
-    if (c->peer[0] == '\0') {
+    if (c->peer == NULL) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) == 0)
-            md_sockaddr_text(&ss, false, c->peer, sizeof c->peer);
+        if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) != 0)
+            return NULL;
+        if ((c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
+            return NULL;
+        md_sockaddr_text(&ss, false, c->peer, MD_PEER_TEXT_MAX);
     }
     return c->peer[0] ? c->peer : NULL;
 }
