@@ -375,14 +375,36 @@ static bool out_put(md_proxy_resp *r, const char *s, size_t n)
 static bool trailer_forbidden(const char *n, size_t nl)
 {
     static const char *const names[] = {
-        "content-length", "host",          "cache-control",       "expect",
-        "max-forwards",   "pragma",        "range",               "if-match",
-        "if-none-match",  "if-range",      "if-modified-since",   "if-unmodified-since",
-        "authorization",  "www-authenticate", "authentication-info", "set-cookie",
-        "cookie",         "age",           "expires",             "date",
-        "vary",           "location",      "retry-after",         "content-encoding",
-        "content-type",   "content-range", "accept-ranges",       "allow",
-        "server",         "warning",
+        "content-length",
+        "host",
+        "cache-control",
+        "expect",
+        "max-forwards",
+        "pragma",
+        "range",
+        "if-match",
+        "if-none-match",
+        "if-range",
+        "if-modified-since",
+        "if-unmodified-since",
+        "authorization",
+        "www-authenticate",
+        "authentication-info",
+        "set-cookie",
+        "cookie",
+        "age",
+        "expires",
+        "date",
+        "vary",
+        "location",
+        "retry-after",
+        "content-encoding",
+        "content-type",
+        "content-range",
+        "accept-ranges",
+        "allow",
+        "server",
+        "warning",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (same_ci(n, nl, names[i]))
@@ -405,7 +427,8 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
             continue;
         if (status == 101 && same_ci(fn, nl, "upgrade")) {
             /* the protocol the tunnel switches to */
-        } else if (md_proxy_hop_by_hop(fn, nl) || named_by_connection(r->fields, head_end, fn, nl)) {
+        } else if (md_proxy_hop_by_hop(fn, nl) ||
+                   named_by_connection(r->fields, head_end, fn, nl)) {
             continue;
         }
         if (same_ci(fn, nl, "content-length") && !keep_length)

@@ -558,6 +558,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                                    md_http_req_closes(c));
                 p->resp.via = p->route->via;
                 p->resp.tunnel_ok = p->upgrade;
+                /* The core answered Expect: 100-continue itself at the head (Expect never goes
+                 * upstream, so no client waits on a server that ignores it): a server's own
+                 * 100 would be a second one, and is dropped (proxy_msg.h). */
                 p->resp.client_continued = md_http_req_continued(c);
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;

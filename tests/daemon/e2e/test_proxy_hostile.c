@@ -2,11 +2,10 @@
  * (tests/daemon/e2e/upstream.c): garbage and oversized heads, connections cut or reset at each
  * point of a response, heads and bodies that come too late, a server that never accepts, bytes
  * after a complete response, bodies on bodiless responses, interim 1xx responses (endless ones
- * too). For each:
- * the client gets the right status (502 before the response started, 504 for a time-out before
- * the head) or a clean close, never bytes meant for another request; magpied serves the next
- * request; and an upstream connection in doubt is never used again (the upstream numbers its
- * connections in X-Conn). */
+ * too). For each: the client gets the right status (502 before the response started, 504 for a
+ * time-out before the head) or a clean close, never bytes meant for another request; magpied
+ * serves the next request; and an upstream connection in doubt is never used again (the
+ * upstream numbers its connections in X-Conn). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -308,8 +307,8 @@ Test(proxy_hostile, interim_responses)
         char link[128];
         cr_assert_eq(head_field(r.head, "Link", link, sizeof link), 1, "%s", r.head);
         cr_assert_str_eq(link, "</a.css>; rel=preload");
-        static const char *const hop[] = {"Connection", "X-Hop", "Keep-Alive",
-                                          "Content-Length", "Transfer-Encoding"};
+        static const char *const hop[] = {"Connection", "X-Hop", "Keep-Alive", "Content-Length",
+                                          "Transfer-Encoding"};
         for (size_t k = 0; k < sizeof hop / sizeof hop[0]; k++)
             cr_assert_eq(head_field(r.head, hop[k], NULL, 0), 0, "%s passed on: %s", hop[k],
                          r.head);

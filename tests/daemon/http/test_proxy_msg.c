@@ -190,8 +190,9 @@ Test(proxy_msg, interim_responses_passed_on, .timeout = 5)
         continued = false;
         cr_assert_str_eq(client, hints, "a second 100 (step %zu)", step);
         cr_assert_eq(run(text, false, true, step, &left), MD_RESP_DONE);
-        cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
-                                 "\r\nok",
+        cr_assert_str_eq(client,
+                         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
+                         "\r\nok",
                          "an HTTP/1.0 client (step %zu)", step);
     }
     cr_assert_eq(
@@ -265,9 +266,10 @@ Test(proxy_msg, trailers_passed_on_to_a_chunked_client, .timeout = 5)
     cr_assert_eq(run(big, false, false, 100, NULL), MD_RESP_DONE);
     cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
                              "0\r\n\r\n");
-    cr_assert_lt(run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nBad Name: x\r\n\r\n",
-                     false, false, 100, NULL),
-                 0, "a malformed trailer");
+    cr_assert_lt(
+        run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nBad Name: x\r\n\r\n", false,
+            false, 100, NULL),
+        0, "a malformed trailer");
 }
 
 Test(proxy_msg, garbage_and_oversized_heads, .timeout = 5)
