@@ -380,19 +380,26 @@ static const char *const upgrade_req =
     "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
     "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
 
+/* A client whose Upgrade request to target got its 101: the tunnel is open. */
+static client tunnel_open(int port, const char *target)
+{
+    char text[512];
+    client c = client_open(port);
+    snprintf(text, sizeof text, upgrade_req, target);
+    client_send(&c, text);
+    response r = read_response(&c, false);
+    cr_assert_eq(r.status, 101, "%s %s", r.head, r.body);
+    response_free(&r);
+    return c;
+}
+
 /* Upgrade: tunnelled (101, then raw bytes both ways) on a route with websocket = on. */
 Test(proxy_framing, upgrade_tunnelled_where_allowed)
 {
     upstream_proc u;
     daemon_proc d;
     pair_start(ROUTES, &u, &d);
-    char text[512];
-    client c = client_open(d.http);
-    snprintf(text, sizeof text, upgrade_req, "/ws/mode/upgrade");
-    client_send(&c, text);
-    response r = read_response(&c, false);
-    cr_assert_eq(r.status, 101, "%s %s", r.head, r.body);
-    response_free(&r);
+    client c = tunnel_open(d.http, "/ws/mode/upgrade");
     for (int i = 0; i < 3; i++) {
         char msg[32];
         snprintf(msg, sizeof msg, "raw bytes %d\r\n\r\n", i);
@@ -414,13 +421,7 @@ Test(proxy_framing, upgrade_tunnel_passes_a_half_close_on)
     upstream_proc u;
     daemon_proc d;
     pair_start(ROUTES, &u, &d);
-    char text[512];
-    client c = client_open(d.http);
-    snprintf(text, sizeof text, upgrade_req, "/ws/mode/upgrade?linger_ms=200");
-    client_send(&c, text);
-    response r = read_response(&c, false);
-    cr_assert_eq(r.status, 101, "%s %s", r.head, r.body);
-    response_free(&r);
+    client c = tunnel_open(d.http, "/ws/mode/upgrade?linger_ms=200");
     client_send(&c, "last words\n");
     cr_assert_eq(shutdown(c.fd, SHUT_WR), 0);
     while (client_fill(&c, 5000)) {

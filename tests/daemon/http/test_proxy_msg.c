@@ -200,27 +200,31 @@ Test(proxy_msg, interim_responses_passed_on, .timeout = 5)
         MD_RESP_GARBAGE, "101 without a tunnel asked for");
 }
 
+/* n bytes of ch, NUL-terminated, in pad. */
+static char *padding(char *pad, char ch, size_t n)
+{
+    memset(pad, ch, n);
+    pad[n] = 0;
+    return pad;
+}
+
 /* Each head has max_head (1024 here) of its own; an oversized interim one is TOO_BIG with none
  * of it passed on; more than MD_PROXY_MAX_INTERIM of them is GARBAGE. */
 Test(proxy_msg, interim_responses_bounded, .timeout = 5)
 {
     static char text[16384];
-    char pad[901];
-    memset(pad, 'p', 900);
-    pad[900] = 0;
+    char pad[1201];
+    padding(pad, 'p', 900);
     snprintf(text, sizeof text,
              "HTTP/1.1 103 Early Hints\r\nX-P: %s\r\n\r\n"
              "HTTP/1.1 200 OK\r\nX-P: %s\r\nContent-Length: 0\r\n\r\n",
              pad, pad);
     cr_assert_eq(run(text, false, false, 100, NULL), MD_RESP_DONE, "two heads of 900 bytes");
-    char big[1201];
-    memset(big, 'b', 1200);
-    big[1200] = 0;
     snprintf(text, sizeof text,
              "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
              "HTTP/1.1 103 Early Hints\r\nX-B: %s\r\n\r\n"
              "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
-             big);
+             padding(pad, 'b', 1200));
     for (size_t step = 7; step <= 7000; step *= 10) {
         cr_assert_eq(run(text, false, false, step, NULL), MD_RESP_TOO_BIG);
         cr_assert_str_eq(client, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
@@ -257,12 +261,10 @@ Test(proxy_msg, trailers_passed_on_to_a_chunked_client, .timeout = 5)
     }
     static char big[4096];
     char pad[1201];
-    memset(pad, 't', 1200);
-    pad[1200] = 0;
     snprintf(big, sizeof big,
              "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
              "X-A: a\r\nX-Big: %s\r\nX-C: c\r\n\r\n",
-             pad);
+             padding(pad, 't', 1200));
     cr_assert_eq(run(big, false, false, 100, NULL), MD_RESP_DONE);
     cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
                              "0\r\n\r\n");
