@@ -370,8 +370,8 @@ static bool out_put(md_proxy_resp *r, const char *s, size_t n)
 }
 
 /* Fields a trailer must not carry (RFC 9110 6.5.1), beyond the hop-by-hop ones: framing,
- * routing, request modifiers, authentication, response control data, and those that say how
- * to process the content. */
+ * routing, request modifiers and cache controls, authentication (cookies with it), response
+ * control data (RFC 9110 10.2), and those that say how to process the content. */
 static bool trailer_forbidden(const char *n, size_t nl)
 {
     static const char *const names[] = {
@@ -394,7 +394,6 @@ static bool trailer_forbidden(const char *n, size_t nl)
         "cookie",
         "age",
         "expires",
-        "date",
         "vary",
         "location",
         "retry-after",
