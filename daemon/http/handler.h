@@ -88,6 +88,9 @@ typedef struct md_http_io {
     mp_poll (*read)(struct md_http_io *io, mp_context *cx, const char **data, size_t *len,
                     int *err);
     void (*consume)(struct md_http_io *io, size_t n);
+    /* Ends the connection's sending side (a tunnel passing its other side's half-close on),
+     * as mp_tcp_shutdown(): 0 or a negative errno. NULL: none (a test). */
+    int (*shutdown)(struct md_http_io *io);
     /* Sends up to count bytes of the file in_fd from *off with sendfile(2), within the same
      * limits, after what out holds (the response's head), which it writes first, corked into
      * the file's first segment: MP_READY with *sent > 0 (*off advanced), *sent 0 (no byte
@@ -143,6 +146,8 @@ bool md_http_req_chunked(const md_http_conn *c);
 bool md_http_req_has_length(const md_http_conn *c);
 uint64_t md_http_req_length(const md_http_conn *c); /* the Content-Length */
 bool md_http_req_upgrade(const md_http_conn *c);    /* Connection: upgrade with Upgrade */
+/* The core sent this request's client a 100 Continue (Expect: 100-continue, HTTP/1.1, a body). */
+bool md_http_req_continued(const md_http_conn *c);
 
 /* A whole response with a body from memory (none for HEAD). fields: more header lines, each
  * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */

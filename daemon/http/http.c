@@ -437,6 +437,13 @@ bool md_http_req_upgrade(const md_http_conn *c)
     return c->parser.upgrade != 0;
 }
 
+bool md_http_req_continued(const md_http_conn *c)
+{
+    /* on_headers_complete's condition for its 100 */
+    return c->req->expect == EXPECT_CONTINUE && c->parser.http_minor != 0 &&
+           ((c->parser.flags & F_CHUNKED) != 0 || c->req->body_length != 0);
+}
+
 void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes)
 {
     count_response(c, status, body_bytes);

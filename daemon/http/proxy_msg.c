@@ -301,11 +301,27 @@ static int r_status_complete(llhttp_t *p)
     return 0;
 }
 
+/* In the trailer section (after the final head): whether these bytes of it are kept. Only a
+ * chunked client body carries trailers; past max_head they are all dropped and the body still
+ * ends with its last chunk (its bytes have gone out: a 502 is no longer possible, and a
+ * recipient may discard trailers, RFC 9110 6.5.1). */
+static bool trailer_kept(md_proxy_resp *r, size_t len)
+{
+    if (r->client_framing != MD_CLIENT_CHUNKED || r->trailers_over)
+        return false;
+    if (r->fields_len - r->trailer_at + len > r->max_head) {
+        r->trailers_over = true;
+        r->fields_len = r->trailer_at;
+        return false;
+    }
+    return true;
+}
+
 static int r_field(llhttp_t *p, const char *at, size_t len)
 {
     md_proxy_resp *r = resp_of(p);
-    if (r->head_sent)
-        return 0; /* a trailer: dropped */
+    if (r->head_sent && !trailer_kept(r, len))
+        return 0;
     for (size_t i = 0; i < len; i++) {
         if (at[i] == ' ' || at[i] == '\t') { /* "Name : v" is no field (RFC 9112 5.1) */
             r->error = MD_RESP_GARBAGE;
@@ -318,13 +334,13 @@ static int r_field(llhttp_t *p, const char *at, size_t len)
 static int r_field_complete(llhttp_t *p)
 {
     md_proxy_resp *r = resp_of(p);
-    return r->head_sent ? 0 : keep(r, ": ", 2);
+    return r->head_sent && !trailer_kept(r, 2) ? 0 : keep(r, ": ", 2);
 }
 
 static int r_value(llhttp_t *p, const char *at, size_t len)
 {
     md_proxy_resp *r = resp_of(p);
-    if (r->head_sent)
+    if (r->head_sent && !trailer_kept(r, len))
         return 0;
     if (len != 0 && memchr(at, '\0', len) != NULL) {
         r->error = MD_RESP_GARBAGE;
@@ -336,7 +352,7 @@ static int r_value(llhttp_t *p, const char *at, size_t len)
 static int r_value_complete(llhttp_t *p)
 {
     md_proxy_resp *r = resp_of(p);
-    if (r->head_sent)
+    if (r->head_sent && !trailer_kept(r, 2))
         return 0;
     while (r->fields_len != 0 &&
            (r->fields[r->fields_len - 1] == ' ' || r->fields[r->fields_len - 1] == '\t'))
@@ -353,38 +369,97 @@ static bool out_put(md_proxy_resp *r, const char *s, size_t n)
     return true;
 }
 
-/* The client's head: the status line, the upstream's end-to-end fields, our framing. */
-static int write_head(md_proxy_resp *r)
+/* Fields a trailer must not carry (RFC 9110 6.5.1), beyond the hop-by-hop ones: framing,
+ * routing, request modifiers and cache controls, authentication (cookies with it), response
+ * control data (RFC 9110 10.2), and those that say how to process the content. */
+static bool trailer_forbidden(const char *n, size_t nl)
 {
-    llhttp_t *p = &r->parser;
-    char line[128];
-    int n = snprintf(line, sizeof line, "HTTP/1.1 %u %.*s\r\n", (unsigned)r->status,
-                     r->reason_len == 0xff ? 0 : (int)r->reason_len, r->reason);
-    if (!out_put(r, line, (size_t)n))
-        return HPE_USER;
-    struct field_iter it = {r->fields, r->fields + r->fields_len};
+    static const char *const names[] = {
+        "content-length",
+        "host",
+        "cache-control",
+        "expect",
+        "max-forwards",
+        "pragma",
+        "range",
+        "if-match",
+        "if-none-match",
+        "if-range",
+        "if-modified-since",
+        "if-unmodified-since",
+        "authorization",
+        "www-authenticate",
+        "authentication-info",
+        "set-cookie",
+        "cookie",
+        "age",
+        "expires",
+        "vary",
+        "location",
+        "retry-after",
+        "content-encoding",
+        "content-type",
+        "content-range",
+        "accept-ranges",
+        "allow",
+        "server",
+        "warning",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (same_ci(n, nl, names[i]))
+            return true;
+    return false;
+}
+
+/* The upstream's end-to-end fields of fields[from..to), as the client gets them: hop-by-hop
+ * ones (and those the head's Connection names) removed; Upgrade kept for a 101,
+ * Content-Length only where keep_length says, the trailer-forbidden ones dropped in trailers. */
+static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status, bool keep_length,
+                      bool trailer)
+{
+    size_t head_end = trailer ? r->trailer_at : r->fields_len;
+    struct field_iter it = {r->fields + from, r->fields + to};
     const char *fn, *v;
     size_t nl, vl;
-    bool keep_length = r->client_framing == MD_CLIENT_NONE && r->status != 204 &&
-                       (r->head_request || r->status == 304);
-    bool upgrade = r->status == 101;
     while (next_field(&it, &fn, &nl, &v, &vl)) {
         if (nl == 0)
             continue;
-        if (upgrade && same_ci(fn, nl, "upgrade")) {
+        if (status == 101 && same_ci(fn, nl, "upgrade")) {
             /* the protocol the tunnel switches to */
         } else if (md_proxy_hop_by_hop(fn, nl) ||
-                   named_by_connection(r->fields, r->fields_len, fn, nl)) {
+                   named_by_connection(r->fields, head_end, fn, nl)) {
             continue;
         }
         if (same_ci(fn, nl, "content-length") && !keep_length)
+            continue;
+        if (trailer && trailer_forbidden(fn, nl))
             continue;
         if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
             !out_put(r, "\r\n", 2))
             return HPE_USER;
     }
+    return 0;
+}
+
+/* The client's head: the status line, the upstream's end-to-end fields, our framing. An
+ * interim one (1xx but 101) has no framing and no Connection. */
+static int write_head(md_proxy_resp *r, unsigned status)
+{
+    llhttp_t *p = &r->parser;
+    char line[128];
+    int n = snprintf(line, sizeof line, "HTTP/1.1 %u %.*s\r\n", status,
+                     r->reason_len == 0xff ? 0 : (int)r->reason_len, r->reason);
+    if (!out_put(r, line, (size_t)n))
+        return HPE_USER;
+    bool interim = status < 200 && status != 101;
+    bool keep_length = !interim && r->client_framing == MD_CLIENT_NONE && status != 204 &&
+                       (r->head_request || status == 304);
+    if (put_fields(r, 0, r->fields_len, status, keep_length, false) != 0)
+        return HPE_USER;
     if (r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
         return HPE_USER;
+    if (interim)
+        return out_put(r, "\r\n", 2) ? 0 : HPE_USER;
     if (r->client_framing == MD_CLIENT_LENGTH) {
         n = snprintf(line, sizeof line, "Content-Length: %" PRIu64 "\r\n", p->content_length);
         if (!out_put(r, line, (size_t)n))
@@ -393,12 +468,18 @@ static int write_head(md_proxy_resp *r)
                !out_put(r, "Transfer-Encoding: chunked\r\n", 28)) {
         return HPE_USER;
     }
-    const char *conn = upgrade ? "Connection: upgrade\r\n\r\n"
+    const char *conn = status == 101 ? "Connection: upgrade\r\n\r\n"
                        : r->client_closes || r->client_framing == MD_CLIENT_CLOSE
                            ? "Connection: close\r\n\r\n"
                        : r->client_http10 ? "Connection: keep-alive\r\n\r\n"
                                           : "\r\n";
     return out_put(r, conn, strlen(conn)) ? 0 : HPE_USER;
+}
+
+/* Whether an interim response goes to the client (the comment in proxy_msg.h). */
+static bool relay_interim(const md_proxy_resp *r, unsigned status)
+{
+    return !r->client_http10 && !(status == 100 && r->client_continued);
 }
 
 static int r_headers_complete(llhttp_t *p)
@@ -413,16 +494,19 @@ static int r_headers_complete(llhttp_t *p)
         r->status = 101;
         r->client_framing = MD_CLIENT_NONE;
         r->head_sent = true;
-        if (write_head(r) != 0)
+        if (write_head(r, 101) != 0)
             return HPE_USER;
         return 1; /* llhttp stops at its end: the tunnel's bytes follow */
     }
     if (status < 200) {
         r->interim++;
-        if (r->interim > 32) { /* an upstream that never gets to its answer */
+        if (r->interim > MD_PROXY_MAX_INTERIM) { /* an upstream that never gets to its answer */
             r->error = MD_RESP_GARBAGE;
             return HPE_USER;
         }
+        r->client_framing = MD_CLIENT_NONE;
+        if (relay_interim(r, status) && write_head(r, status) != 0)
+            return HPE_USER;
         return 1; /* 1xx has no body (RFC 9110 15.2), whatever llhttp would infer */
     }
     r->status = (uint16_t)status;
@@ -447,8 +531,9 @@ static int r_headers_complete(llhttp_t *p)
         r->client_framing = r->client_http10 ? MD_CLIENT_CLOSE : MD_CLIENT_CHUNKED;
     }
     r->head_sent = true;
-    if (write_head(r) != 0)
+    if (write_head(r, status) != 0)
         return HPE_USER;
+    r->trailer_at = r->fields_len; /* the head's fields stay: their Connection still counts */
     return no_body ? 1 : 0;
 }
 
@@ -468,13 +553,23 @@ static int r_body(llhttp_t *p, const char *at, size_t len)
     return out_put(r, at, len) ? 0 : HPE_USER;
 }
 
+/* The chunked client body's end: the last chunk, the trailers kept, the empty line. */
+static bool end_chunked(md_proxy_resp *r)
+{
+    if (r->fields_len == r->trailer_at)
+        return out_put(r, "0\r\n\r\n", 5);
+    return out_put(r, "0\r\n", 3) &&
+           put_fields(r, r->trailer_at, r->fields_len, r->status, false, true) == 0 &&
+           out_put(r, "\r\n", 2);
+}
+
 static int r_message_complete(llhttp_t *p)
 {
     md_proxy_resp *r = resp_of(p);
     if (!r->head_sent && r->status != 101)
-        return 0; /* an interim response: the final one follows */
+        return HPE_PAUSED; /* an interim response: feed starts the next head's count */
     r->complete = true;
-    if (r->client_framing == MD_CLIENT_CHUNKED && !out_put(r, "0\r\n\r\n", 5))
+    if (r->client_framing == MD_CLIENT_CHUNKED && !end_chunked(r))
         return HPE_USER;
     return HPE_PAUSED; /* anything after it is not this response's */
 }
@@ -523,6 +618,12 @@ int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *u
         if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
             const char *stop = llhttp_get_error_pos(&r->parser);
             *used += (size_t)(stop - at);
+            if (e == HPE_PAUSED && !r->complete && r->status != 101) {
+                /* an interim response ended: each head has max_head bytes of its own */
+                llhttp_resume(&r->parser);
+                r->head_bytes = 0;
+                continue;
+            }
             if (e == HPE_PAUSED_UPGRADE || r->status == 101)
                 return MD_RESP_UPGRADE;
             return MD_RESP_DONE;

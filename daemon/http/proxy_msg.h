@@ -49,7 +49,21 @@ int md_proxy_request_head(const md_proxy_req *rq, md_outbuf *out);
 /* The value of the first field named name (any case) in fields, or NULL. */
 const char *md_proxy_field(const char *fields, size_t len, const char *name, size_t *vlen);
 
-/* The response parser. */
+/* The response parser.
+ *
+ * Interim responses (RFC 9110 15.2): each 1xx but 101 is passed on to an HTTP/1.1 client as
+ * its own head (hop-by-hop fields removed, no framing fields), complete or not at all, and
+ * never to an HTTP/1.0 one. A 100 Continue is dropped when magpied already sent the client
+ * its own (client_continued: the core answers Expect: 100-continue itself at the head, and
+ * Expect never goes upstream), so a client never gets two. Each head is bounded by max_head
+ * on its own; more than MD_PROXY_MAX_INTERIM of them before the final response is GARBAGE.
+ *
+ * Trailers (RFC 9110 6.5): passed on when the client's body is chunked, without hop-by-hop
+ * fields and those a trailer must not carry (framing, routing, request modifiers,
+ * authentication, response control data, Content-Encoding/-Type/-Range, Trailer), bounded by
+ * max_head; otherwise dropped, as RFC 9112 7.1.2 allows. */
+#define MD_PROXY_MAX_INTERIM 32
+
 typedef enum md_proxy_resp_rc {
     MD_RESP_MORE = 0,     /* all input used, more to come */
     MD_RESP_DONE = 1,     /* the response is complete: *used ends it */
@@ -74,6 +88,7 @@ typedef struct md_proxy_resp {
     bool head_request;       /* a response to HEAD: no body whatever it says */
     bool client_http10;      /* the client speaks HTTP/1.0: no 1xx, no chunked */
     bool client_closes;      /* the client's connection closes after this response */
+    bool client_continued;   /* magpied sent the client its own 100 Continue */
     bool tunnel_ok;          /* a 101 may start a tunnel */
     bool via;                /* append Via: 1.1 magpied */
     bool started;            /* a byte of the response has come */
@@ -83,13 +98,15 @@ typedef struct md_proxy_resp {
     bool upstream_keepalive; /* the upstream keeps the connection after it */
     uint8_t client_framing;  /* md_proxy_client_framing */
     bool value_open;
+    bool trailers_over; /* the trailers passed max_head: dropped */
     uint16_t status;
-    uint32_t interim;    /* 1xx responses skipped */
+    uint32_t interim;    /* 1xx responses seen (passed on or dropped) */
     uint64_t head_bytes; /* bytes of the current head so far */
     uint64_t body_bytes; /* body bytes passed to the client */
     uint64_t length;     /* the Content-Length, when there is one */
     char *fields;        /* the current head's fields, "name: value\r\n"... */
     size_t fields_len, fields_cap;
+    size_t trailer_at; /* after the final head: the trailers are fields[trailer_at..) */
     char reason[64];
     uint8_t reason_len;
     int error; /* md_proxy_resp_rc of a callback's failure */

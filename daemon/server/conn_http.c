@@ -181,6 +181,11 @@ static void conn_io_consume(md_http_io *io, size_t n)
     mp_tcp_consume(&((struct conn_io *)(void *)io)->c->tcp, n);
 }
 
+static int conn_io_shutdown(md_http_io *io)
+{
+    return mp_tcp_shutdown(&((struct conn_io *)(void *)io)->c->tcp);
+}
+
 static md_close_reason expired_reason(md_http_expired e)
 {
     switch (e) {
@@ -222,6 +227,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                                   .sendfile = conn_io_sendfile,
                                   .read = conn_io_read,
                                   .consume = conn_io_consume,
+                                  .shutdown = conn_io_shutdown,
                                   .nodelay = conn_io_nodelay},
                                  c};
             int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);

@@ -162,6 +162,12 @@ mp_poll mp_tcp_write_more_poll(mp_tcp *c, mp_context *cx, const char *data, size
  * keep-alive client must, with a close that arrives after); true, look closer (a non-blocking
  * recv with MSG_PEEK) before reuse. The owner's call. */
 bool mp_tcp_maybe_readable(mp_tcp *c);
+/* End the sending side (shutdown(2) with SHUT_WR): the peer reads what was written, then EOF;
+ * this side goes on reading until the peer closes its own (a half-close, as a tunnel passes
+ * one on). The writer's call, with no mp_tcp_write_poll() or mp_tcp_sendfile_poll() left
+ * unfinished (-EBUSY when one is known to be); a write after it fails with -EPIPE. 0, -EBADF
+ * when not open, or the error of shutdown (-ENOTCONN). */
+int mp_tcp_shutdown(mp_tcp *c);
 /* Send up to count bytes of the file in_fd from *offset with sendfile(2), no copy through the
  * task, and advance *offset: MP_READY with *sent > 0 and *err 0; *sent 0 and *err 0 when the
  * file has no byte at *offset (it ended, or shrank) or count is 0; or *err a negative errno:

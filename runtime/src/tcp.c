@@ -200,6 +200,15 @@ int mp_tcp_set_keepalive(mp_tcp *c, unsigned idle_s)
     return rc;
 }
 
+int mp_tcp_shutdown(mp_tcp *c)
+{
+    if (!mp__io_is_open(&c->io))
+        return -EBADF;
+    if (c->write_done != 0)
+        return -EBUSY; /* a write that returned MP_PENDING is not finished */
+    return shutdown(c->io.fd, SHUT_WR) == 0 ? 0 : -errno;
+}
+
 int mp_tcp_set_buffers(mp_tcp *c, int sndbuf, int rcvbuf)
 {
     int rc = 0;

@@ -660,6 +660,71 @@ Test(tcp, maybe_readable_follows_what_the_loop_reported, .timeout = 30)
     mp_runtime_free(rt);
 }
 
+/* Writes its bytes, then ends the sending side (mp_tcp_shutdown): rc is the write's error or
+ * the shutdown's result. */
+typedef struct closer {
+    mp_task task;
+    mp_tcp *tcp;
+    const char *data;
+    int err, rc;
+} closer;
+
+static mp_poll closer_poll(mp_task *t, mp_context *cx)
+{
+    closer *c = mp_container_of(t, closer, task);
+    if (mp_tcp_write_poll(c->tcp, cx, c->data, strlen(c->data), &c->err) == MP_PENDING)
+        return MP_PENDING;
+    c->rc = c->err != 0 ? c->err : mp_tcp_shutdown(c->tcp);
+    return MP_READY;
+}
+
+static const mp_task_vtable closer_vt = {.poll = closer_poll};
+
+static closer write_then_shutdown(mp_runtime *rt, mp_tcp *tcp, const char *data)
+{
+    closer c = {.tcp = tcp, .data = data};
+    mp_task_init(&c.task, &closer_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &c.task), 0);
+    cr_assert_eq(mp_join(&c.task), 0);
+    return c;
+}
+
+/* A half-close: after mp_tcp_shutdown the peer reads what was written, then EOF, and can still
+ * send; the stream still reads it, then the peer's own EOF. A later write is EPIPE. */
+Test(tcp, shutdown_ends_the_sending_side_only, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_tcp never;
+    memset(&never, 0, sizeof never);
+    cr_assert_eq(mp_tcp_shutdown(&never), -EBADF);
+    mp_tcp_listener l;
+    mp_tcp st;
+    int cfd = accept_pair(rt, &l, &st);
+    closer c = write_then_shutdown(rt, &st, "bye");
+    cr_assert_eq(c.rc, 0);
+    char in[8];
+    size_t got = 0;
+    for (ssize_t n; got < sizeof in && (n = read(cfd, in + got, sizeof in - got)) > 0;)
+        got += (size_t)n;
+    cr_assert_eq(got, 3, "the bytes, then EOF");
+    cr_assert_eq(memcmp(in, "bye", 3), 0);
+    cr_assert_eq(write(cfd, "late", 4), 4);
+    wait_maybe_readable(&st);
+    drainer d = drain(rt, &st);
+    cr_assert_eq(d.got, 4, "the peer's bytes after the half-close");
+    c = write_then_shutdown(rt, &st, "x");
+    cr_assert_eq(c.rc, -EPIPE);
+    close(cfd);
+    wait_maybe_readable(&st);
+    d = drain(rt, &st);
+    cr_assert_eq(d.got, 0);
+    cr_assert_eq(d.err, UV_EOF);
+    cr_assert_eq(mp_tcp_close(&st, NULL), 0);
+    cr_assert_eq(mp_tcp_listener_close(&l, NULL), 0);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+}
+
 typedef struct sender {
     int fd;
     const char *data;

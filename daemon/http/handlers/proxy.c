@@ -73,6 +73,7 @@ typedef struct proxy {
     /* The tunnel: a view of each side's input, held until the other side has taken it. */
     const char *down, *up_data;
     size_t down_len, up_len;
+    bool down_eof, up_eof; /* the upstream's, the client's side has half-closed */
 } proxy;
 
 static void release_conn(proxy *p, bool failed)
@@ -351,8 +352,12 @@ static bool early_response(proxy *p, md_http_conn *c, mp_context *cx)
 }
 
 /* The tunnel after a 101: bytes both ways as they come, each side's read view held until the
- * other side's write took it (so each direction is back-pressured by its reader), until either
- * side closes or errs, or nothing moves for read_timeout_ms. Then both close. */
+ * other side's write took it (so each direction is back-pressured by its reader). A side's
+ * EOF is a half-close passed on: once what it sent has been written, the other side's
+ * sending half is shut down (shutdown(SHUT_WR)) and the other direction goes on, so a client
+ * that sends its last message and half-closes still gets the rest of the reply. The tunnel
+ * ends when both sides have closed, at an error either way, or when nothing moves for
+ * read_timeout_ms. Then both close. */
 static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
 {
     if (io->read == NULL) {
@@ -364,9 +369,15 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
     do {
         moved = false;
         int err = 0;
-        if (p->down_len == 0 &&
-            mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) == MP_READY && p->down_len == 0)
-            goto end;
+        if (!p->down_eof && p->down_len == 0 &&
+            mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) == MP_READY &&
+            p->down_len == 0) {
+            /* The upstream is done sending; all it sent has been written to the client. */
+            if (err != UV_EOF || io->shutdown == NULL || io->shutdown(io) != 0)
+                goto end;
+            p->down_eof = true;
+            moved = true;
+        }
         if (p->down_len != 0 && io->write(io, cx, p->down, p->down_len, &err) == MP_READY) {
             if (err != 0)
                 goto end;
@@ -374,9 +385,13 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
             p->down_len = 0;
             moved = true;
         }
-        if (p->up_len == 0 && io->read(io, cx, &p->up_data, &p->up_len, &err) == MP_READY &&
-            p->up_len == 0)
-            goto end;
+        if (!p->up_eof && p->up_len == 0 &&
+            io->read(io, cx, &p->up_data, &p->up_len, &err) == MP_READY && p->up_len == 0) {
+            if (err != UV_EOF || mp_tcp_shutdown(up) != 0)
+                goto end;
+            p->up_eof = true;
+            moved = true;
+        }
         if (p->up_len != 0 && mp_tcp_write_poll(up, cx, p->up_data, p->up_len, &err) == MP_READY) {
             if (err != 0)
                 goto end;
@@ -384,6 +399,8 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
             p->up_len = 0;
             moved = true;
         }
+        if (p->down_eof && p->up_eof)
+            goto end;
         if (moved)
             p->deadline_ms = mp_now_ms() + p->up->conf->read_timeout_ms;
     } while (moved);
@@ -541,6 +558,10 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                                    md_http_req_closes(c));
                 p->resp.via = p->route->via;
                 p->resp.tunnel_ok = p->upgrade;
+                /* The core answered Expect: 100-continue itself at the head (Expect never goes
+                 * upstream, so no client waits on a server that ignores it): a server's own
+                 * 100 would be a second one, and is dropped (proxy_msg.h). */
+                p->resp.client_continued = md_http_req_continued(c);
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
                 p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;

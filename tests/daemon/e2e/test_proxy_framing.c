@@ -2,8 +2,9 @@
  * tests/daemon/e2e/upstream.c, echoes the request exactly as it arrived): hop-by-hop fields
  * removed both ways (RFC 9110 section 7.6.1), X-Forwarded-For appended, the Host choices, request
  * bodies re-framed, request shapes that could desynchronise an upstream (RFC 9112 sections 6.3
- * and 11.2) never reaching it, responses framed by chunks, trailers or the close, pipelining,
- * and Upgrade tunnelled only where the route allows it. */
+ * and 11.2) never reaching it, responses framed by chunks, trailers or the close, trailers
+ * passed on, pipelining, and Upgrade tunnelled only where the route allows it (half-closes
+ * passed through). */
 #include <criterion/criterion.h>
 
 #include "daemon/e2e/proxy_harness.h"
@@ -318,6 +319,33 @@ Test(proxy_framing, response_framings)
     pair_stop(&u, &d);
 }
 
+/* Trailers of a chunked response reach an HTTP/1.1 client, less hop-by-hop fields and those a
+ * trailer must not carry (RFC 9110 section 6.5.1); an HTTP/1.0 client's body has none. */
+Test(proxy_framing, response_trailers_passed_on)
+{
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
+    client c = client_open(d.http);
+    client_send(&c, "GET /mode/trailers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(!client_closed(&c, 5000) || c.len != 0, "nothing came");
+    const char *end = "\r\n5\r\nhello\r\n0\r\nX-Checksum: 5d41402a\r\n"
+                      "Server-Timing: app;dur=7\r\n\r\n";
+    cr_assert(c.len > strlen(end) && strcmp(c.buf + c.len - strlen(end), end) == 0, "%s", c.buf);
+    cr_assert(strncmp(c.buf, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", c.buf);
+    cr_assert_null(strstr(c.buf, "Trailer:"), "%s", c.buf);
+    client_close(&c);
+    c = client_open(d.http);
+    client_send(&c, "GET /mode/trailers HTTP/1.0\r\nHost: x\r\n\r\n");
+    response r = read_response(&c, false);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_assert(r.complete);
+    cr_assert_str_eq(r.body, "hello");
+    client_close(&c);
+    response_free(&r);
+    pair_stop(&u, &d);
+}
+
 /* Pipelined requests with bodies: each response in order, each to its own request. */
 Test(proxy_framing, pipelined_requests_answered_in_order)
 {
@@ -352,19 +380,26 @@ static const char *const upgrade_req =
     "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
     "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
 
+/* A client whose Upgrade request to target got its 101: the tunnel is open. */
+static client tunnel_open(int port, const char *target)
+{
+    char text[512];
+    client c = client_open(port);
+    snprintf(text, sizeof text, upgrade_req, target);
+    client_send(&c, text);
+    response r = read_response(&c, false);
+    cr_assert_eq(r.status, 101, "%s %s", r.head, r.body);
+    response_free(&r);
+    return c;
+}
+
 /* Upgrade: tunnelled (101, then raw bytes both ways) on a route with websocket = on. */
 Test(proxy_framing, upgrade_tunnelled_where_allowed)
 {
     upstream_proc u;
     daemon_proc d;
     pair_start(ROUTES, &u, &d);
-    char text[512];
-    client c = client_open(d.http);
-    snprintf(text, sizeof text, upgrade_req, "/ws/mode/upgrade");
-    client_send(&c, text);
-    response r = read_response(&c, false);
-    cr_assert_eq(r.status, 101, "%s %s", r.head, r.body);
-    response_free(&r);
+    client c = tunnel_open(d.http, "/ws/mode/upgrade");
     for (int i = 0; i < 3; i++) {
         char msg[32];
         snprintf(msg, sizeof msg, "raw bytes %d\r\n\r\n", i);
@@ -373,6 +408,26 @@ Test(proxy_framing, upgrade_tunnelled_where_allowed)
             cr_assert(client_fill(&c, 5000), "no echo of %s through the tunnel", msg);
         client_take(&c, c.len);
     }
+    client_close(&c);
+    still_serves(d.http);
+    pair_stop(&u, &d);
+}
+
+/* A half-close passes through the tunnel: the client sends its last bytes and shuts down its
+ * sending side; the upstream sees the EOF, then still answers, and the client gets all of it,
+ * then the EOF. */
+Test(proxy_framing, upgrade_tunnel_passes_a_half_close_on)
+{
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
+    client c = tunnel_open(d.http, "/ws/mode/upgrade?linger_ms=200");
+    client_send(&c, "last words\n");
+    cr_assert_eq(shutdown(c.fd, SHUT_WR), 0);
+    while (client_fill(&c, 5000)) {
+    }
+    cr_assert(c.eof, "the tunnel did not end: %s", c.buf);
+    cr_assert_str_eq(c.buf, "last words\nBYE\n");
     client_close(&c);
     still_serves(d.http);
     pair_stop(&u, &d);

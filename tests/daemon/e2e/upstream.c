@@ -26,16 +26,22 @@
  *   /mode/reset?at=none|body  RST (SO_LINGER 0) before the response or mid-body
  *   /mode/extra?delay_ms=N    a complete response, then (after N ms) a second, unrequested one
  *                             "SMUGGLED"; the connection then goes on serving requests
- *   /mode/interim?codes=100,102,103   each 1xx first, then the echo
+ *   /mode/interim?codes=100,102,103   each 1xx first, then the echo; a 103 carries a Link
+ *                             field and hop-by-hop ones (Connection: X-Hop, X-Hop, Keep-Alive)
+ *   /mode/endless1xx          102 Processing, again and again, until the connection fails
  *   /mode/eof?bytes=N         a response delimited by closing the connection
  *   /mode/chunked             a chunked body "hello world" with an extension and a trailer
+ *   /mode/trailers            a chunked body "hello" with trailers: X-Checksum and
+ *                             Server-Timing (end-to-end), Content-Length, Host, Content-Type,
+ *                             X-Hop (named by the head's Connection), Keep-Alive (none may pass)
  *   /mode/hop                 a chunked response carrying every hop-by-hop field
  *   /mode/status?code=204|304 that status with Content-Length: 5 and 5 body bytes anyway
  *   /mode/headbody            to HEAD: Content-Length: 10, and 10 body bytes anyway
  *   /mode/big?bytes=N         a 200 of N bytes (the byte at offset i is 'a' + i % 26)
  *   /mode/sink?pause_ms=N     read nothing for N ms, then the whole body; answer its length
- *   /mode/upgrade             101 to a request with Upgrade, then echo raw bytes until EOF;
- *                             without Upgrade, the echo
+ *   /mode/upgrade?linger_ms=N 101 to a request with Upgrade, then echo raw bytes until EOF,
+ *                             then (after N ms, when given) "BYE\n" and close; without Upgrade,
+ *                             the echo
  *   /mode/force101            101 and raw bytes whatever the request asked
  *   /mode/clte                a 200 with Content-Length: 3 and a chunked body "hello"
  *   /mode/fold                a 200 whose X-Fold field is folded (obs-fold)
@@ -491,7 +497,9 @@ static bool serve(conn *c, long req)
                      code == 100   ? "Continue"
                      : code == 102 ? "Processing"
                                    : "Early Hints",
-                     code == 103 ? "Link: </a.css>; rel=preload\r\n" : "");
+                     code == 103 ? "Link: </a.css>; rel=preload\r\nConnection: X-Hop\r\n"
+                                   "X-Hop: secret\r\nKeep-Alive: timeout=5\r\n"
+                                 : "");
             if (!send_str(c->fd, h))
                 return false;
             while (*p == ',')
@@ -499,6 +507,10 @@ static bool serve(conn *c, long req)
             if (*p && !isdigit((unsigned char)*p))
                 break;
         }
+    } else if (mode_is(target, "endless1xx")) {
+        while (send_str(c->fd, "HTTP/1.1 102 Processing\r\n\r\n")) {
+        }
+        return false;
     } else if (mode_is(target, "eof")) {
         long n = qint(target, "bytes", 1000);
         send_str(c->fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
@@ -511,6 +523,14 @@ static bool serve(conn *c, long req)
     } else if (mode_is(target, "chunked")) {
         return send_str(c->fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Tr\r\n"
                                "\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Tr: v\r\n\r\n") &&
+               !close_after;
+    } else if (mode_is(target, "trailers")) {
+        return send_str(c->fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                               "Trailer: X-Checksum, Server-Timing\r\nConnection: X-Hop\r\n\r\n"
+                               "5\r\nhello\r\n0\r\nX-Checksum: 5d41402a\r\n"
+                               "Content-Length: 99\r\nHost: evil.example\r\n"
+                               "Content-Type: text/evil\r\nX-Hop: secret\r\n"
+                               "Keep-Alive: timeout=5\r\nServer-Timing: app;dur=7\r\n\r\n") &&
                !close_after;
     } else if (mode_is(target, "hop")) {
         return send_str(c->fd,
@@ -582,8 +602,14 @@ static bool serve(conn *c, long req)
                 c->pos = c->len = 0;
             }
             if (!fill(c))
-                return false;
+                break;
         }
+        long linger = qint(target, "linger_ms", -1); /* the peer half-closed: a last word */
+        if (linger >= 0) {
+            sleep_ms(linger);
+            send_str(c->fd, "BYE\n");
+        }
+        return false;
     }
     echo(c, req, is_head, start, body_bytes, upgrade);
     return !close_after;

@@ -1,6 +1,7 @@
 /* Tests for daemon/http/proxy_msg.c: the upstream request head (every hop-by-hop case, the
  * forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
- * oversized head, 1xx, 204/304/HEAD, close-delimited bodies, bytes after the response). */
+ * oversized head, 1xx passed on or not, trailers passed on or not, 204/304/HEAD,
+ * close-delimited bodies, bytes after the response). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,12 +91,14 @@ static int feed(md_proxy_resp *r, const char *text, size_t step, md_outbuf *out,
 }
 
 static char client[65536];
+static bool continued; /* run(): magpied sent the client its own 100 Continue */
 
 static int run(const char *text, bool head_req, bool http10, size_t step, size_t *left)
 {
     md_proxy_resp r;
     md_outbuf out = {0};
     md_proxy_resp_init(&r, 1024, head_req, http10, false);
+    r.client_continued = continued;
     size_t l;
     int rc = feed(&r, text, step, &out, &l);
     if (rc == MD_RESP_MORE && l == 0)
@@ -123,7 +126,7 @@ Test(proxy_msg, responses_by_length_chunks_and_close, .timeout = 5)
                      MD_RESP_DONE);
         if (step == 64) /* smaller steps re-chunk per piece */
             cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n"
-                                     "abc\r\n0\r\n\r\n");
+                                     "abc\r\n0\r\nX-Trailer: t\r\n\r\n");
         /* close-delimited: re-chunked for HTTP/1.1, closed for HTTP/1.0 */
         cr_assert_eq(run("HTTP/1.1 200 OK\r\n\r\nuntil close", false, false, step, NULL),
                      MD_RESP_DONE);
@@ -164,18 +167,111 @@ Test(proxy_msg, bodiless_responses, .timeout = 5)
     cr_assert_str_eq(client, "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n");
 }
 
-Test(proxy_msg, interim_responses_are_skipped, .timeout = 5)
+/* Each 1xx but 101 reaches an HTTP/1.1 client whole, without hop-by-hop fields; none reaches
+ * an HTTP/1.0 one; a 100 is dropped when magpied sent its own. */
+Test(proxy_msg, interim_responses_passed_on, .timeout = 5)
 {
-    size_t left;
+    const char *text = "HTTP/1.1 100 Continue\r\n\r\n"
+                       "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-Hop\r\n"
+                       "X-Hop: 1\r\nKeep-Alive: 5\r\nContent-Length: 0\r\n\r\n"
+                       "HTTP/1.1 199 Odd\r\nX: y\r\n\r\n"
+                       "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    const char *hints = "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                        "HTTP/1.1 199 Odd\r\nX: y\r\n\r\n"
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    for (size_t step = 1; step <= 256; step *= 4) {
+        size_t left;
+        cr_assert_eq(run(text, false, false, step, &left), MD_RESP_DONE);
+        cr_assert_eq(left, 0);
+        cr_assert(strncmp(client, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0, "%s", client);
+        cr_assert_str_eq(client + 25, hints, "step %zu", step);
+        continued = true;
+        cr_assert_eq(run(text, false, false, step, &left), MD_RESP_DONE);
+        continued = false;
+        cr_assert_str_eq(client, hints, "a second 100 (step %zu)", step);
+        cr_assert_eq(run(text, false, true, step, &left), MD_RESP_DONE);
+        cr_assert_str_eq(client,
+                         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
+                         "\r\nok",
+                         "an HTTP/1.0 client (step %zu)", step);
+    }
     cr_assert_eq(
-        run("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
-            "HTTP/1.1 199 Odd\r\nX: y\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-            false, false, 5, &left),
-        MD_RESP_DONE);
-    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-    cr_assert_eq(
-        run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", false, false, 100, &left),
+        run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", false, false, 100, NULL),
         MD_RESP_GARBAGE, "101 without a tunnel asked for");
+}
+
+/* n bytes of ch, NUL-terminated, in pad. */
+static char *padding(char *pad, char ch, size_t n)
+{
+    memset(pad, ch, n);
+    pad[n] = 0;
+    return pad;
+}
+
+/* Each head has max_head (1024 here) of its own; an oversized interim one is TOO_BIG with none
+ * of it passed on; more than MD_PROXY_MAX_INTERIM of them is GARBAGE. */
+Test(proxy_msg, interim_responses_bounded, .timeout = 5)
+{
+    static char text[16384];
+    char pad[1201];
+    padding(pad, 'p', 900);
+    snprintf(text, sizeof text,
+             "HTTP/1.1 103 Early Hints\r\nX-P: %s\r\n\r\n"
+             "HTTP/1.1 200 OK\r\nX-P: %s\r\nContent-Length: 0\r\n\r\n",
+             pad, pad);
+    cr_assert_eq(run(text, false, false, 100, NULL), MD_RESP_DONE, "two heads of 900 bytes");
+    snprintf(text, sizeof text,
+             "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+             "HTTP/1.1 103 Early Hints\r\nX-B: %s\r\n\r\n"
+             "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+             padding(pad, 'b', 1200));
+    for (size_t step = 7; step <= 7000; step *= 10) {
+        cr_assert_eq(run(text, false, false, step, NULL), MD_RESP_TOO_BIG);
+        cr_assert_str_eq(client, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+                         "nothing of the oversized head (step %zu)", step);
+    }
+    size_t n = 0;
+    for (int i = 0; i < MD_PROXY_MAX_INTERIM; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "HTTP/1.1 102 Processing\r\n\r\n");
+    snprintf(text + n, sizeof text - n, "HTTP/1.1 204 No Content\r\n\r\n");
+    cr_assert_eq(run(text, false, false, 64, NULL), MD_RESP_DONE, "the most 1xx allowed");
+    snprintf(text + n, sizeof text - n, "HTTP/1.1 102 Processing\r\n\r\n");
+    cr_assert_eq(run(text, false, false, 64, NULL), MD_RESP_GARBAGE, "one 1xx too many");
+}
+
+/* Trailers reach a chunked client body without hop-by-hop fields and those a trailer must not
+ * carry (RFC 9110 6.5.1); an HTTP/1.0 client's close-delimited body has none; trailers over
+ * max_head are dropped and the body still ends properly. */
+Test(proxy_msg, trailers_passed_on_to_a_chunked_client, .timeout = 5)
+{
+    const char *text =
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n"
+        "Connection: X-Named\r\n\r\n3\r\nabc\r\n0\r\n"
+        "X-Sum: 900150983cd24fb0\r\nContent-Length: 5\r\nTransfer-Encoding: gzip\r\n"
+        "Host: h\r\nAuthorization: a\r\nContent-Type: t\r\nContent-Encoding: gzip\r\n"
+        "Trailer: x\r\nKeep-Alive: 1\r\nX-Named: n\r\nProxy-Foo: p\r\n"
+        "Server-Timing: db;dur=53\r\n\r\n";
+    const char *end = "\r\n0\r\nX-Sum: 900150983cd24fb0\r\nServer-Timing: db;dur=53\r\n\r\n";
+    for (size_t step = 1; step <= 512; step *= 8) {
+        cr_assert_eq(run(text, false, false, step, NULL), MD_RESP_DONE);
+        size_t cl = strlen(client), el = strlen(end);
+        cr_assert(cl > el && strcmp(client + cl - el, end) == 0, "step %zu: %s", step, client);
+        cr_assert_eq(run(text, false, true, step, NULL), MD_RESP_DONE);
+        cr_assert_null(strstr(client, "X-Sum"), "an HTTP/1.0 client: %s", client);
+    }
+    static char big[4096];
+    char pad[1201];
+    snprintf(big, sizeof big,
+             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+             "X-A: a\r\nX-Big: %s\r\nX-C: c\r\n\r\n",
+             padding(pad, 't', 1200));
+    cr_assert_eq(run(big, false, false, 100, NULL), MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+                             "0\r\n\r\n");
+    cr_assert_lt(
+        run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nBad Name: x\r\n\r\n", false,
+            false, 100, NULL),
+        0, "a malformed trailer");
 }
 
 Test(proxy_msg, garbage_and_oversized_heads, .timeout = 5)
