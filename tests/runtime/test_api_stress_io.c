@@ -5,7 +5,8 @@
  * Each run serves TCP echo from a listener task and UDP echo from a socket task, and spawns,
  * from two plain threads and from tasks, a mix of: clients that connect, round-trip and close
  * (half of them sending their payload from a file with mp_tcp_sendfile_poll, a quarter in two
- * writes, the first corked with mp_tcp_write_more_poll; some cancelled
+ * writes, the first corked with mp_tcp_write_more_poll; a quarter half-closing with
+ * mp_tcp_shutdown before they read the echo; some cancelled
  * mid-connect by a plain thread, some sent to a listener that never accepts and timed out on the
  * wheel); name lookups with a timeout, some cancelled; UDP clients whose socket a plain thread may
  * close while they wait to receive; blocking jobs awaited from tasks (some cancelled before they
@@ -62,8 +63,9 @@ typedef struct iotask {
     mp_task *job;
     char out[MSG], in[MSG];
     size_t got;
-    bool by_file; /* a TCP client that sends its payload from the run's file (sendfile) */
-    bool corked;  /* otherwise: its first HEAD bytes written with mp_tcp_write_more_poll */
+    bool by_file;    /* a TCP client that sends its payload from the run's file (sendfile) */
+    bool corked;     /* otherwise: its first HEAD bytes written with mp_tcp_write_more_poll */
+    bool half_close; /* ends its sending side (mp_tcp_shutdown) before reading the echo */
     bool head_sent;
     off_t file_off;
     bool joinable; /* spawned by a plain thread, which keeps the handle */
@@ -276,6 +278,12 @@ static mp_poll io_step(iotask *t, mp_context *cx)
             if (err)
                 return MP_READY;
             t->step = 3;
+            if (t->half_close) {
+                /* The echo still comes back: the server reads the bytes, then EOF. */
+                int rc = mp_tcp_shutdown(t->tcp);
+                if (rc != 0 && rc != -ENOTCONN)
+                    fail(r, "shutdown after a finished write", t, rc);
+            }
         }
         while (t->got < MSG) {
             const char *d;
@@ -456,6 +464,7 @@ static iotask *io_new(io_run *r, uint64_t rng)
         t->file_off = (off_t)i * MSG;
     }
     t->corked = t->kind == K_CONNECT && !t->by_file && (rng >> 21) % 2;
+    t->half_close = t->kind == K_CONNECT && (rng >> 22) % 4 == 0;
     mp_task_init(&t->task, &io_vt);
     return t;
 }
