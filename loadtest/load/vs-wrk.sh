@@ -120,9 +120,9 @@ run() {
         times >"$file.times"
     )
     s1=$(srv_cpu)
-    # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs".
-    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
-        "$file.times" >"$file.cpu"
+    # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs" (user, sys): total, user, sys.
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); us = u[1] * 60 + u[2]; ss = s[1] * 60 + s[2]
+                   printf "%.3f %.3f %.3f\n", us + ss, us, ss }' "$file.times" >"$file.cpu"
     echo $(( s1 - s0 )) >"$file.srvticks"
 }
 
@@ -144,7 +144,7 @@ done
 echo "$SERVER pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}, magpie-load -t$LOAD_THREADS; raw: $OUT"
 [[ $WARMUP -gt 0 ]] && timeout 60 "${CLI[@]}" wrk -t1 -c"$CONNS" -d"$WARMUP" "$URL" >/dev/null
 CSV=$OUT/runs.csv
-echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us" >"$CSV"
+echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us,client_user_s,client_sys_s" >"$CSV"
 for r in $(seq "$ROUNDS"); do
     order=()
     for i in "${!CLIENTS[@]}"; do order+=("${CLIENTS[$(((i + r - 1) % ${#CLIENTS[@]}))]}"); done
@@ -169,24 +169,25 @@ for r in $(seq "$ROUNDS"); do
             p50=$(sed -n 's/.*"latency_us".*"p50": \([0-9.]*\).*/\1/p' "$f.json")
             p99=$(sed -n 's/.*"latency_us".*"p99": \([0-9.]*\).*/\1/p' "$f.json")
         fi
-        cpu=$(cat "$f.cpu")
+        read -r cpu user sys <"$f.cpu"
         srv=$(awk -v t="$(cat "$f.srvticks")" -v k="$CLK" 'BEGIN { printf "%.2f", t / k }')
-        echo "$r,$c,$rps,$cpu,$srv,$reqs,$p50,$p99" >>"$CSV"
-        printf '  round %d/%d %-6s %10.0f req/s  client CPU %6.2fs (%.2f us/req)  server CPU %6.2fs  p50 %sus p99 %sus\n' \
-            "$r" "$ROUNDS" "$c" "$rps" "$cpu" "$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { print n ? c * 1e6 / n : 0 }')" \
+        echo "$r,$c,$rps,$cpu,$srv,$reqs,$p50,$p99,$user,$sys" >>"$CSV"
+        printf '  round %d/%d %-6s %10.0f req/s  client CPU %6.2fs (%s us/req)  server CPU %6.2fs  p50 %sus p99 %sus\n' \
+            "$r" "$ROUNDS" "$c" "$rps" "$cpu" "$(awk -v c="$cpu" -v u="$user" -v n="$reqs" 'BEGIN { if (n) printf "%.2f, user %.2f", c * 1e6 / n, u * 1e6 / n; else print 0 }')" \
             "$srv" "$p50" "$p99"
     done
 done
 
 # Medians per client, then the ratios (each magpie-load client against wrk).
-awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 / $4 : 0); if (!($2 in seen)) order[++n] = $2; seen[$2] = 1 }
+awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 / $4 : 0)
+        usr[$2] = usr[$2] " " ($6 > 0 ? $9 * 1e6 / $6 : 0); sys[$2] = sys[$2] " " ($6 > 0 ? $10 * 1e6 / $6 : 0); if (!($2 in seen)) order[++n] = $2; seen[$2] = 1 }
     function med(s,   a, n, i, j, t) { n = split(s, a, " ");
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
     function name(c) { return c == "load" ? "magpie-load" : c == "wrk" ? "wrk" : "magpie-load " c }
     END {
-        printf "\n| client | req/s (median) | requests per client CPU-second (median) |\n|---|---:|---:|\n"
-        for (i = 1; i <= n; i++) printf "| %s | %.0f | %.0f |\n", name(order[i]), med(rps[order[i]]), med(eff[order[i]])
+        printf "\n| client | req/s (median) | requests per client CPU-second (median) | client user µs/req | client sys µs/req |\n|---|---:|---:|---:|---:|\n"
+        for (i = 1; i <= n; i++) printf "| %s | %.0f | %.0f | %.2f | %.2f |\n", name(order[i]), med(rps[order[i]]), med(eff[order[i]]), med(usr[order[i]]), med(sys[order[i]])
         for (i = 1; i <= n; i++) if (order[i] != "wrk")
             printf "\nagainst %s: %s / wrk: req/s %.2fx, requests per client CPU-second %.2fx", srv, name(order[i]),
                 med(rps[order[i]]) / med(rps["wrk"]), med(eff[order[i]]) / med(eff["wrk"])
