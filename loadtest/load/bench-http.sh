@@ -436,48 +436,76 @@ fi
 cat "$OUT/results.md"
 
 # ---- plots
-if command -v gnuplot >/dev/null; then
-    for s in "${ACTIVE[@]}"; do # open-loop points, by offered rate: achieved req/s, p50, p99, p99.9
-        awk -F, -v s="$s" '$1 == s && $2 ~ /^open/ { print $4, $5, $7, $9, $10 }' "$CSV" | sort -g >"$OUT/open-$s.dat"
-    done
-    awk -F, 'NR > 1 && $2 !~ /^(open|idle)/ { print $2, $1, $13 }' "$CSV" >"$OUT/cpu.dat"
-    {
-        echo "set terminal pngcairo size 800,500 noenhanced font ',10'"
-        echo "set output '$OUT/latency.png'"
-        echo "set title 'Open loop: latency against achieved throughput (magpie-load, 64 connections)'"
-        echo "set xlabel 'achieved throughput (requests/s)'; set ylabel 'latency from the scheduled send (us, log scale)'"
-        echo "set logscale y; set key top left; set grid"
-        plot="plot" lc=0
-        for s in "${ACTIVE[@]}"; do # one colour per server; p99 solid, p99.9 dashed, p50 dotted
-            lc=$((lc + 1))
-            [[ -s $OUT/open-$s.dat ]] || continue
-            plot+=" '$OUT/open-$s.dat' using 2:4 with linespoints lc $lc title '$s p99',"
-            plot+=" '$OUT/open-$s.dat' using 2:5 with linespoints lc $lc dashtype 2 title '$s p99.9',"
-            plot+=" '$OUT/open-$s.dat' using 2:3 with linespoints lc $lc dashtype 3 title '$s p50',"
-        done
-        [[ $plot != plot ]] && echo "${plot%,}"
-        echo "set output '$OUT/cpu.png'"
-        echo "unset logscale y; set yrange [0:*]; set title 'Server CPU per request, by scenario (medians over rounds)'"
-        echo "set style data histogram; set style histogram cluster gap 1; set style fill solid 0.7"
-        echo "set xlabel 'scenario'; set ylabel 'server CPU per request (us)'; set xtics rotate by -30; set key top left"
-    } >"$OUT/plots.gp"
-    # cpu.png: one cluster per scenario, one bar per server (medians).
-    # Scenarios in SCENARIOS' order, servers in SERVERS' (the colours of latency.png).
-    awk -v scs="$SCENARIOS" -v svs="${ACTIVE[*]}" "$MED_AWK"'{ k = $1 SUBSEP $2; v[k] = v[k] " " $3; seen[$1] = 1 }
-        END { n = split(svs, sv, " "); m = split(scs, sc, " ")
-              printf "scenario"; for (i = 1; i <= n; i++) printf " %s", sv[i]; print ""
-              for (j = 1; j <= m; j++) { c = sc[j]; if (!(c in seen)) continue
-                  printf "%s", c; for (i = 1; i <= n; i++) { k = c SUBSEP sv[i]; printf " %s", (k in v) ? med(v[k]) : "NaN" } print "" } }' \
-        "$OUT/cpu.dat" >"$OUT/cpu-table.dat"
-    ncol=$(head -1 "$OUT/cpu-table.dat" | wc -w)
-    if ((ncol > 1)); then
-        echo "plot for [i=2:$ncol] '$OUT/cpu-table.dat' using i:xtic(1) lc (i - 1) title columnheader(i)" >>"$OUT/plots.gp"
-    fi
-    if gnuplot "$OUT/plots.gp" 2>"$OUT/gnuplot.log"; then
-        log "plots: $OUT/latency.png $OUT/cpu.png"
+# Each plot is drawn by a gnuplot of its own (one that fails leaves the other), from what ran:
+# a server with no row (skipped, failed to start, or serving none of the scenarios) gets no
+# line and no bar, a scenario with no row no cluster, and a plot with nothing to show is not
+# drawn (gnuplot stops at a series with no valid points). Colours follow SERVERS' order in both.
+plot_png() { # NAME: gnuplot $OUT/NAME.gp into NAME.png
+    if gnuplot "$OUT/$1.gp" 2>"$OUT/gnuplot-$1.log"; then
+        PLOTS+=" $OUT/$1.png"
     else
-        log "gnuplot failed (see $OUT/gnuplot.log)"
+        log "gnuplot failed on $1.png (see $OUT/gnuplot-$1.log)"
     fi
+}
+if command -v gnuplot >/dev/null; then
+    PLOTS=
+    PNG="set terminal pngcairo size 800,500 noenhanced font ',10'"
+    plot="plot" lc=0
+    for s in "${ACTIVE[@]}"; do # open-loop points, by offered rate: achieved req/s, p50, p99, p99.9
+        lc=$((lc + 1))
+        awk -F, -v s="$s" '$1 == s && $2 ~ /^open/ && $5 != "" { print $4, $5, $7, $9, $10 }' "$CSV" |
+            sort -g >"$OUT/open-$s.dat"
+        [[ -s $OUT/open-$s.dat ]] || continue # one colour per server; p99 solid, p99.9 dashed, p50 dotted
+        plot+=" '$OUT/open-$s.dat' using 2:4 with linespoints lc $lc title '$s p99',"
+        plot+=" '$OUT/open-$s.dat' using 2:5 with linespoints lc $lc dashtype 2 title '$s p99.9',"
+        plot+=" '$OUT/open-$s.dat' using 2:3 with linespoints lc $lc dashtype 3 title '$s p50',"
+    done
+    if [[ $plot != plot ]]; then
+        {
+            echo "$PNG"
+            echo "set output '$OUT/latency.png'"
+            echo "set title 'Open loop: latency against achieved throughput (magpie-load, 64 connections)'"
+            echo "set xlabel 'achieved throughput (requests/s)'; set ylabel 'latency from the scheduled send (us, log scale)'"
+            echo "set logscale y; set key top left; set grid"
+            echo "${plot%,}"
+        } >"$OUT/latency.gp"
+        plot_png latency
+    else
+        log "no latency.png: no open-loop run completed"
+    fi
+    # cpu.png: one cluster per scenario that has a row, one bar per server that has one
+    # (medians); scenarios in SCENARIOS' order, a server without that scenario a gap (NaN).
+    awk -F, 'NR > 1 && $2 !~ /^(open|idle)/ && $13 != "" { print $2, $1, $13 }' "$CSV" >"$OUT/cpu.dat"
+    awk -v scs="$SCENARIOS" -v svs="${ACTIVE[*]}" "$MED_AWK"'{ k = $1 SUBSEP $2; v[k] = v[k] " " $3; sc_seen[$1] = 1; sv_seen[$2] = 1 }
+        END { n = split(svs, sv, " "); m = split(scs, sc, " ")
+              printf "scenario"; for (i = 1; i <= n; i++) if (sv[i] in sv_seen) printf " %s", sv[i]; print ""
+              for (j = 1; j <= m; j++) { c = sc[j]; if (!(c in sc_seen)) continue
+                  printf "%s", c; for (i = 1; i <= n; i++) { if (!(sv[i] in sv_seen)) continue
+                      k = c SUBSEP sv[i]; printf " %s", (k in v) ? med(v[k]) : "NaN" } print "" } }' \
+        "$OUT/cpu.dat" >"$OUT/cpu-table.dat"
+    plot="plot" col=1
+    for s in $(head -1 "$OUT/cpu-table.dat"); do
+        [[ $s != scenario ]] || continue
+        col=$((col + 1))
+        lc=0
+        for i in "${!ACTIVE[@]}"; do [[ ${ACTIVE[$i]} != "$s" ]] || lc=$((i + 1)); done
+        plot+=" '$OUT/cpu-table.dat' using $col:xtic(1) lc $lc title '$s',"
+    done
+    rows=$(($(wc -l <"$OUT/cpu-table.dat") - 1))
+    if [[ $plot != plot ]] && ((rows > 0)); then
+        {
+            echo "$PNG"
+            echo "set output '$OUT/cpu.png'"
+            echo "set yrange [0:*]; set title 'Server CPU per request, by scenario (medians over rounds)'"
+            echo "set style data histogram; set style histogram cluster gap 1; set style fill solid 0.7"
+            echo "set xlabel 'scenario'; set ylabel 'server CPU per request (us)'; set xtics rotate by -30; set key top left"
+            echo "${plot%,}"
+        } >"$OUT/cpu.gp"
+        plot_png cpu
+    else
+        log "no cpu.png: no closed-loop run completed"
+    fi
+    [[ -z $PLOTS ]] || log "plots:$PLOTS"
 else
     log "no plots: gnuplot is not installed (apt-get install gnuplot-nox)"
 fi

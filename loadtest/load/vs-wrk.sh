@@ -5,12 +5,17 @@
 #   ROUNDS=1 DURATION=3 loadtest/load/vs-wrk.sh     a smoke run
 #   PIN=1 loadtest/load/vs-wrk.sh               the server on CPU 1 with one worker, the client on CPU 0
 #   SERVER=nginx loadtest/load/vs-wrk.sh        nginx (loadtest/peers/nginx) instead of magpied
+#   LOAD_THREADS=2 loadtest/load/vs-wrk.sh      magpie-load with two workers (wrk stays -t1)
+#   ALSO="t2=build/release/magpie-load:2 old=/tmp/magpie-load.old:1" loadtest/load/vs-wrk.sh
+#                                               more magpie-load clients (NAME=BINARY:THREADS) in
+#                                               every round: before/after or -t1/-t2 in one run
 #
 # The server (SERVER=magpied: build/release/magpied, config/magpied.conf; SERVER=nginx: the
 # peer configuration of loadtest/http/compare.sh) starts once on a free loopback port.
-# Each round runs `wrk -t1 -cC -dD` and `magpie-load -t1 -cC -dD` (and, with PIPE set,
+# Each round runs `wrk -t1 -cC -dD` and `magpie-load -tT -cC -dD` (T: LOAD_THREADS, 1 unless
+# set) (and, with PIPE set,
 # both again with PIPE requests per write: wrk through loadtest/http/pipeline.lua), the
-# order swapped every round. Per run: req/s, the client's CPU seconds (user+sys of the
+# order rotated every round (ALSO's clients take turns with them). Per run: req/s, the client's CPU seconds (user+sys of the
 # client process, from bash's `times` in a subshell that runs only the client: the same
 # measure for both), the server's CPU from /proc/PID/stat, and p50/p99 as each client reports
 # them. Prints a table of medians and the ratios magpie-load/wrk: req/s (>= 0.95 wanted) and
@@ -24,6 +29,7 @@ CONNS=${CONNS:-64}
 PIPE=${PIPE:-}
 WARMUP=${WARMUP:-2}
 PIN=${PIN:-0}
+LOAD_THREADS=${LOAD_THREADS:-1}
 SERVER=${SERVER:-magpied}
 MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
@@ -114,9 +120,9 @@ run() {
         times >"$file.times"
     )
     s1=$(srv_cpu)
-    # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs".
-    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
-        "$file.times" >"$file.cpu"
+    # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs" (user, sys): total, user, sys.
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); us = u[1] * 60 + u[2]; ss = s[1] * 60 + s[2]
+                   printf "%.3f %.3f %.3f\n", us + ss, us, ss }' "$file.times" >"$file.cpu"
     echo $(( s1 - s0 )) >"$file.srvticks"
 }
 
@@ -125,13 +131,23 @@ to_us() { # wrk's "123.45us" / "1.23ms" / "1.00s" to microseconds
                            else if (v ~ /s$/) print n * 1e6; else print n }'
 }
 
-echo "$SERVER pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}; raw: $OUT"
+declare -A BINARY=([load]=$LOAD) THREADS=([load]=$LOAD_THREADS)
+CLIENTS=(wrk load)
+for a in ${ALSO:-}; do # NAME=BINARY:THREADS
+    n=${a%%=*} b=${a#*=}
+    [[ $n != "$a" && $n =~ ^[a-z0-9_]+$ && $n != wrk && $n != load && -x ${b%:*} ]] ||
+        { echo "ALSO: $a is not NAME=BINARY:THREADS (an executable, a new name)" >&2; exit 2; }
+    BINARY[$n]=${b%:*} THREADS[$n]=${b##*:}
+    [[ $b == *:* ]] || THREADS[$n]=1
+    CLIENTS+=("$n")
+done
+echo "$SERVER pid $SRV_PID on $URL; $ROUNDS rounds of ${DURATION}s, c$CONNS${PIPE:+, pipeline $PIPE}, magpie-load -t$LOAD_THREADS; raw: $OUT"
 [[ $WARMUP -gt 0 ]] && timeout 60 "${CLI[@]}" wrk -t1 -c"$CONNS" -d"$WARMUP" "$URL" >/dev/null
 CSV=$OUT/runs.csv
-echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us" >"$CSV"
+echo "round,client,rps,client_cpu_s,server_cpu_s,requests,p50_us,p99_us,client_user_s,client_sys_s" >"$CSV"
 for r in $(seq "$ROUNDS"); do
-    order=(wrk load)
-    (( r % 2 == 0 )) && order=(load wrk)
+    order=()
+    for i in "${!CLIENTS[@]}"; do order+=("${CLIENTS[$(((i + r - 1) % ${#CLIENTS[@]}))]}"); done
     for c in "${order[@]}"; do
         f=$OUT/$c-$r.txt
         if [[ $c == wrk ]]; then
@@ -145,7 +161,7 @@ for r in $(seq "$ROUNDS"); do
             p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$f")")
             p99=$(to_us "$(awk '$1 == "99%" {print $2}' "$f")")
         else
-            args=("$LOAD" -t1 -c"$CONNS" -d"$DURATION" --json "$f.json")
+            args=("${BINARY[$c]}" -t"${THREADS[$c]}" -c"$CONNS" -d"$DURATION" --json "$f.json")
             [[ -n $PIPE ]] && args+=(-p "$PIPE")
             run "$f" "${CLI[@]}" "${args[@]}" "$URL"
             rps=$(sed -n 's/.*"requests_per_s": \([0-9.]*\).*/\1/p' "$f.json")
@@ -153,23 +169,27 @@ for r in $(seq "$ROUNDS"); do
             p50=$(sed -n 's/.*"latency_us".*"p50": \([0-9.]*\).*/\1/p' "$f.json")
             p99=$(sed -n 's/.*"latency_us".*"p99": \([0-9.]*\).*/\1/p' "$f.json")
         fi
-        cpu=$(cat "$f.cpu")
+        read -r cpu user sys <"$f.cpu"
         srv=$(awk -v t="$(cat "$f.srvticks")" -v k="$CLK" 'BEGIN { printf "%.2f", t / k }')
-        echo "$r,$c,$rps,$cpu,$srv,$reqs,$p50,$p99" >>"$CSV"
-        printf '  round %d/%d %-5s %10.0f req/s  client CPU %6.2fs (%.2f us/req)  server CPU %6.2fs  p50 %sus p99 %sus\n' \
-            "$r" "$ROUNDS" "$c" "$rps" "$cpu" "$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { print n ? c * 1e6 / n : 0 }')" \
+        echo "$r,$c,$rps,$cpu,$srv,$reqs,$p50,$p99,$user,$sys" >>"$CSV"
+        printf '  round %d/%d %-6s %10.0f req/s  client CPU %6.2fs (%s us/req)  server CPU %6.2fs  p50 %sus p99 %sus\n' \
+            "$r" "$ROUNDS" "$c" "$rps" "$cpu" "$(awk -v c="$cpu" -v u="$user" -v n="$reqs" 'BEGIN { if (n) printf "%.2f, user %.2f", c * 1e6 / n, u * 1e6 / n; else print 0 }')" \
             "$srv" "$p50" "$p99"
     done
 done
 
-# Medians per client, then the ratios.
-awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 / $4 : 0) }
+# Medians per client, then the ratios (each magpie-load client against wrk).
+awk -F, 'NR > 1 { rps[$2] = rps[$2] " " $3; eff[$2] = eff[$2] " " ($4 > 0 ? $6 / $4 : 0)
+        usr[$2] = usr[$2] " " ($6 > 0 ? $9 * 1e6 / $6 : 0); sys[$2] = sys[$2] " " ($6 > 0 ? $10 * 1e6 / $6 : 0); if (!($2 in seen)) order[++n] = $2; seen[$2] = 1 }
     function med(s,   a, n, i, j, t) { n = split(s, a, " ");
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    function name(c) { return c == "load" ? "magpie-load" : c == "wrk" ? "wrk" : "magpie-load " c }
     END {
-        printf "\n| client | req/s (median) | requests per client CPU-second (median) |\n|---|---:|---:|\n"
-        for (c in rps) printf "| %s | %.0f | %.0f |\n", c == "load" ? "magpie-load" : "wrk", med(rps[c]), med(eff[c])
-        printf "\nagainst %s: magpie-load / wrk: req/s %.2fx, requests per client CPU-second %.2fx\n",
-            srv, med(rps["load"]) / med(rps["wrk"]), med(eff["load"]) / med(eff["wrk"])
+        printf "\n| client | req/s (median) | requests per client CPU-second (median) | client user µs/req | client sys µs/req |\n|---|---:|---:|---:|---:|\n"
+        for (i = 1; i <= n; i++) printf "| %s | %.0f | %.0f | %.2f | %.2f |\n", name(order[i]), med(rps[order[i]]), med(eff[order[i]]), med(usr[order[i]]), med(sys[order[i]])
+        for (i = 1; i <= n; i++) if (order[i] != "wrk")
+            printf "\nagainst %s: %s / wrk: req/s %.2fx, requests per client CPU-second %.2fx", srv, name(order[i]),
+                med(rps[order[i]]) / med(rps["wrk"]), med(eff[order[i]]) / med(eff["wrk"])
+        printf "\n"
     }' srv="$SERVER" "$CSV" | tee "$OUT/summary.md"
