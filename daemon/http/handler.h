@@ -115,10 +115,18 @@ typedef struct md_http_pending {
                 md_outbuf *out);
     /* The connection closes while the response is pending: release what it holds. */
     void (*cancel)(struct md_http_pending *p);
+    /* Set by a handler whose next poll writes the output already queued (its head) itself,
+     * corked ahead of the body (md_http_io.sendfile does that): the connection polls it
+     * without flushing out first, so head and body share a segment. Such a poll must write
+     * out, or return MD_PENDING_MORE or 0 (the connection flushes then), before anything
+     * that waits. Cleared by the handler; only the next poll is concerned. */
+    bool writes_output;
 } md_http_pending;
 
 /* From on_req: the response will come from p, and on_req returns MD_HANDLER_PENDING. */
 void md_http_conn_pend(md_http_conn *c, md_http_pending *p);
+/* The pending response's writes_output (false when there is none). */
+bool md_http_conn_pending_writes_output(const md_http_conn *c);
 
 /* The request, as a handler sees it (during on_head, on_body, on_req and a pending poll). */
 unsigned md_http_req_method(const md_http_conn *c); /* llhttp's number */

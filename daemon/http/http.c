@@ -1341,6 +1341,11 @@ static int pipe_continue(md_http_conn *c)
     return fail(c);
 }
 
+bool md_http_conn_pending_writes_output(const md_http_conn *c)
+{
+    return c->req != NULL && c->req->pending != NULL && c->req->pending->writes_output;
+}
+
 int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, uint64_t now_ns,
                         md_outbuf *out)
 {

@@ -206,7 +206,9 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
 {
     for (;;) {
         size_t pending = md_outbuf_pending(&c->out);
-        if (pending) {
+        /* A handler about to send its body by sendfile writes the head itself, corked. */
+        if (pending &&
+            !(c->want == MD_HTTP_WANT_HANDLER && md_http_conn_pending_writes_output(&c->http))) {
             int err;
             if (md_conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) ==
                 MP_PENDING) {

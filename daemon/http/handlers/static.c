@@ -467,7 +467,8 @@ static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_h
                        md_outbuf *out)
 {
     struct static_send *s = (struct static_send *)p;
-    if (s->opening) { /* an open went to the pool: the rest of on_req, from here */
+    s->p.writes_output = false; /* only this poll was concerned */
+    if (s->opening) {           /* an open went to the pool: the rest of on_req, from here */
         int rc = resolve(c, s->r, &s->lk, &s->op, cx, true);
         if (rc == OPEN_WAIT)
             return MD_PENDING_WAIT;
@@ -581,6 +582,7 @@ static struct static_send *send_new(const md_route *r)
         return NULL;
     s->p.poll = static_poll_once;
     s->p.cancel = static_cancel;
+    s->p.writes_output = false;
     s->op = (mp_file_op){0};
     s->r = r;
     s->file = NULL;
@@ -714,6 +716,8 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     s->off = from;
     s->end = from + len;
     s->small = len <= SMALL;
+    /* Polled first, before the connection flushes the head: sendfile writes it corked. */
+    s->p.writes_output = !s->small;
     if (fresh)
         md_http_conn_pend(c, &s->p);
     return MD_HANDLER_PENDING;
