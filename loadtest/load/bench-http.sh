@@ -451,10 +451,23 @@ if command -v gnuplot >/dev/null; then
     PLOTS=
     PNG="set terminal pngcairo size 800,500 noenhanced font ',10'"
     plot="plot" lc=0
-    for s in "${ACTIVE[@]}"; do # open-loop points, by offered rate: achieved req/s, p50, p99, p99.9
+    for s in "${ACTIVE[@]}"; do # open-loop points, one per level: offered, achieved, p50, p99, p99.9
         lc=$((lc + 1))
-        awk -F, -v s="$s" '$1 == s && $2 ~ /^open/ && $5 != "" { print $4, $5, $7, $9, $10 }' "$CSV" |
-            sort -g >"$OUT/open-$s.dat"
+        # The median over rounds of each column, per level (open50 ...), so that a line joins
+        # one point per offered load rather than zigzagging through every round's.
+        awk -F, -v s="$s" '
+            function median(list,   v, n, i, j, t) {
+                n = split(list, v, " ")
+                for (i = 2; i <= n; i++)
+                    for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+                return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            }
+            $1 == s && $2 ~ /^open/ && $5 != "" {
+                for (c = 1; c <= 5; c++) col[$2, c] = col[$2, c] " " $(c == 1 ? 4 : c == 2 ? 5 : c == 3 ? 7 : c == 4 ? 9 : 10)
+                seen[$2] = 1
+            }
+            END { for (k in seen) print median(col[k, 1]), median(col[k, 2]), median(col[k, 3]), median(col[k, 4]), median(col[k, 5]) }' \
+            "$CSV" | sort -g >"$OUT/open-$s.dat"
         [[ -s $OUT/open-$s.dat ]] || continue # one colour per server; p99 solid, p99.9 dashed, p50 dotted
         plot+=" '$OUT/open-$s.dat' using 2:4 with linespoints lc $lc title '$s p99',"
         plot+=" '$OUT/open-$s.dat' using 2:5 with linespoints lc $lc dashtype 2 title '$s p99.9',"
