@@ -189,6 +189,16 @@ static inline void client_send(client *c, const char *text)
 }
 
 /* Read more (waiting at most timeout_ms); false on EOF, error or time-out. */
+/* The pair started with conf, and a client on the daemon that has sent req. */
+static inline client pair_client(const char *conf, upstream_proc *u, daemon_proc *d,
+                                 const char *req)
+{
+    pair_start(conf, u, d);
+    client c = client_open(d->http);
+    client_send(&c, req);
+    return c;
+}
+
 static inline bool client_fill(client *c, int timeout_ms)
 {
     if (c->eof)

@@ -292,9 +292,7 @@ Test(proxy_framing, response_framings)
 {
     upstream_proc u;
     daemon_proc d;
-    pair_start(ROUTES, &u, &d);
-    client c = client_open(d.http);
-    client_send(&c, "GET /mode/chunked HTTP/1.1\r\nHost: x\r\n\r\n");
+    client c = pair_client(ROUTES, &u, &d, "GET /mode/chunked HTTP/1.1\r\nHost: x\r\n\r\n");
     response r = read_final(&c, false, NULL);
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_assert(r.complete);
@@ -325,9 +323,8 @@ Test(proxy_framing, response_trailers_passed_on)
 {
     upstream_proc u;
     daemon_proc d;
-    pair_start(ROUTES, &u, &d);
-    client c = client_open(d.http);
-    client_send(&c, "GET /mode/trailers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    client c = pair_client(ROUTES, &u, &d,
+                           "GET /mode/trailers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert(!client_closed(&c, 5000) || c.len != 0, "nothing came");
     const char *end = "\r\n5\r\nhello\r\n0\r\nX-Checksum: 5d41402a\r\n"
                       "Server-Timing: app;dur=7\r\n\r\n";

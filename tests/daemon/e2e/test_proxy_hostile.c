@@ -292,9 +292,8 @@ Test(proxy_hostile, interim_responses)
 {
     upstream_proc u;
     daemon_proc d;
-    pair_start(UPSTREAM_CONF, &u, &d);
-    client c = client_open(d.http);
-    client_send(&c, "GET /mode/interim?codes=100,102,103 HTTP/1.1\r\nHost: x\r\n\r\n");
+    client c = pair_client(UPSTREAM_CONF, &u, &d,
+                           "GET /mode/interim?codes=100,102,103 HTTP/1.1\r\nHost: x\r\n\r\n");
     static const int want[] = {100, 102, 103, 200};
     response r;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -354,9 +353,8 @@ Test(proxy_hostile, endless_interim_responses_are_bounded)
 {
     upstream_proc u;
     daemon_proc d;
-    pair_start(UPSTREAM_CONF, &u, &d);
-    client c = client_open(d.http);
-    client_send(&c, "GET /mode/endless1xx HTTP/1.1\r\nHost: x\r\n\r\n");
+    client c =
+        pair_client(UPSTREAM_CONF, &u, &d, "GET /mode/endless1xx HTTP/1.1\r\nHost: x\r\n\r\n");
     int interim = -1;
     response r = read_final(&c, false, &interim);
     cr_assert_eq(r.status, 502, "%s", r.head);
@@ -411,9 +409,7 @@ Test(proxy_hostile, unrequested_101_is_502)
 {
     upstream_proc u;
     daemon_proc d;
-    pair_start(UPSTREAM_CONF, &u, &d);
-    client c = client_open(d.http);
-    client_send(&c, "GET /mode/force101 HTTP/1.1\r\nHost: x\r\n\r\n");
+    client c = pair_client(UPSTREAM_CONF, &u, &d, "GET /mode/force101 HTTP/1.1\r\nHost: x\r\n\r\n");
     response r = read_response(&c, false);
     cr_assert(r.status == 502 || (r.status == 0 && c.eof), "got: %s", r.head);
     response_free(&r);
