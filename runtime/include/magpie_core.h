@@ -130,7 +130,14 @@ int mp_spawn_batch(mp_runtime *rt, mp_task *const *tasks, size_t n);
  * thread it runs tasks from the global queue when there are some and blocks otherwise, but
  * only in the outermost join: a task polled that way that joins in turn blocks, so a plain
  * thread's stack holds at most one task's poll whatever the joins nest to. After it returns
- * the task's own fields (its output) may be read.
+ * the task's own fields (its output) may be read, and nothing of the task runs any more.
+ *
+ * Shutdown: a join on a worker stops helping and cancels the task as shutdown would, then
+ * waits for it. It returns 0 when the task completed all the same (a blocking job already
+ * running is let finish; a poll running elsewhere returned MP_READY), -ECANCELED when its
+ * cancel callback ran instead (a job that never started, a task that was waiting); never
+ * while the task's poll or job still runs. mp_runtime_shutdown() waits for that worker, so a
+ * worker joining a long job holds it up past drain_timeout_ms.
  *
  * Stack: on a worker the tasks it helps with run on the joiner's stack, and a join inside one
  * of them nests again. The helper takes the oldest task of its queue, which may be a large

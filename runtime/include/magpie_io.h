@@ -394,14 +394,19 @@ mp_poll mp_file_read_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int fd
                           size_t len, uint64_t off, size_t *n, int *err);
 /* openat(dirfd, path, flags | O_CLOEXEC, mode), and with resolve non-zero openat2(2) with those
  * RESOLVE_* flags (RESOLVE_BENEATH keeps path inside dirfd; -ENOSYS before Linux 5.6): MP_READY
- * with *fd and *err = 0, or a negative errno; path is copied at the first poll. cx NULL (a
+ * with *fd and *err = 0, or a negative errno (openat's or openat2's, -ECANCELED if the runtime
+ * shut down first); path is copied at the first poll. cx NULL (a
  * caller outside any task, or one that must answer at once): only the O_NONBLOCK open from
  * the kernel's caches is tried, and MP_READY with -EAGAIN says the pool would be needed (call
  * again with a task's cx to go there). */
 mp_poll mp_file_open_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int dirfd,
                           const char *path, int flags, unsigned mode, uint64_t resolve, int *fd,
                           int *err);
-/* fstatat(dirfd, path, st, flags); path "" with AT_EMPTY_PATH stats dirfd itself. */
+/* fstatat(dirfd, path, st, flags); path "" with AT_EMPTY_PATH stats dirfd itself.
+ * Every file operation above answers -ECANCELED when the runtime shut down before the pool ran
+ * it (the call started during the shutdown, or its job was still queued when the shutdown
+ * came), -ENOMEM when its state could not be allocated, and otherwise the system call's own
+ * negative errno. */
 mp_poll mp_file_stat_poll(mp_runtime *rt, mp_file_op *op, mp_context *cx, int dirfd,
                           const char *path, int flags, struct stat *st, int *err);
 void mp_file_op_cancel(mp_file_op *op);

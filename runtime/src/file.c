@@ -89,7 +89,10 @@ static int start(mp_runtime *rt, mp_file_op *op, file_job *f)
     if (rc != 0) {
         f->kind = -1; /* nothing to close */
         job_destroy(&f->job);
-        return rc;
+        /* A pool that refuses the job because the runtime is shutting down means what a job
+         * cancelled before it ran means: the runtime shut down first, -ECANCELED for every
+         * file operation (mp_resolve_poll's answer too). */
+        return rc == -ESHUTDOWN ? -ECANCELED : rc;
     }
     op->job = f;
     return 0;

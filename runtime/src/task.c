@@ -419,19 +419,39 @@ mp_poll mp_join_poll(mp_task *task, mp_context *cx, int *result)
     return MP_READY;
 }
 
+/* The join handle keeps t alive; the reference taken here serves as the run reference if
+ * the shutdown transition claims t, and is dropped otherwise (the runner completes it). */
+static void cancel_for_joiner(mp_task *t)
+{
+    mp__task_ref_inc(t);
+    mp__task_shutdown(t);
+}
+
 int mp_join(mp_task *task)
 {
     mp__worker *w = mp__tls_worker;
-    if (w && w->rt == task->rt) {
+    bool on_worker = w && w->rt == task->rt;
+    if (on_worker) {
         int result;
         if (mp__worker_join_in_place(w, task, &result))
             return result;
         if (mp__worker_help_until(w, task))
             return finish_join(task);
-        /* The runtime is stopping under us: shutdown cancels the task after this worker
-         * leaves, so stop waiting. */
-        drop_join_handle(task);
-        return -ECANCELED;
+        /* The runtime is stopping under us. Shutdown joins this worker's thread before it
+         * cancels what is left, so waiting for it to cancel the task would never end; and
+         * returning now would let the caller free what the task (a running blocking job, a
+         * poll on another worker) is still writing:
+         *
+         *   joiner (worker)                       the task (blocking thread)
+         *   mp_join returns -ECANCELED
+         *   free(out)
+         *                                         *out = result   -> use after free
+         *
+         * So cancel it ourselves as shutdown would (an idle or queued task is cancelled here,
+         * its cancel callback run; a running one is marked and completes when its poll or
+         * job returns), and wait for it like a plain thread, without helping: nothing may be
+         * polled on a worker once stop is set. */
+        cancel_for_joiner(task);
     }
     mp__thread_waiter tw;
     mp_waker waker = mp__thread_waiter_init(&tw);
@@ -441,8 +461,9 @@ int mp_join(mp_task *task)
      * unrelated subtree as often as not, and a plain thread's stack (the main thread's 8 MiB,
      * or less) would hold as many nested polls as there are incomplete tasks. Blocking is
      * safe: a spawn from outside never leaves the runtime without a worker thread
-     * (mp__runtime_ensure_worker()). */
-    bool help = mp__tls_inline_rt == NULL;
+     * (mp__runtime_ensure_worker()). A worker that gets here is stopping, and helps with
+     * nothing. */
+    bool help = mp__tls_inline_rt == NULL && !on_worker;
     while (!mp__task_is_complete(task)) {
         if (help && mp__runtime_run_inline(task->rt))
             continue;

@@ -82,8 +82,10 @@ int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned
         bind(fd, addr, len) != 0)
         rc = -errno;
     if (rc == 0) {
-        /* Optimistic: room to send; nothing to receive before the first edge. */
-        mp__io_init(&u->io, rt, fd, MP__IO_WRITE, udp_close);
+        /* Optimistic both ways, as an accepted stream: room to send, and a datagram may be
+         * queued between the bind and the registration, whose edge epoll would not report
+         * until the next datagram (the first receive tries the kernel; EAGAIN clears it). */
+        mp__io_init(&u->io, rt, fd, MP__IO_READ | MP__IO_WRITE, udp_close);
         atomic_init(&u->write_armed, false);
         rc = mp__io_register(&u->io, EPOLLIN);
     }

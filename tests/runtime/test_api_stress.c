@@ -39,9 +39,20 @@
  * testhook.c), to make thread starts fail the way a loaded machine does. */
 void mp__test_fail_spawn_nth(unsigned nth);
 
-enum kind { K_YIELD, K_SLEEP, K_CHAN, K_NOTIFY, K_JOIN, K_PLAIN, K_SPAWN, K_CONSUMER, K_KINDS };
-static const char *const kind_name[K_KINDS] = {"yield", "sleep", "chan",  "notify",
-                                               "join",  "plain", "spawn", "consumer"};
+enum kind {
+    K_YIELD,
+    K_SLEEP,
+    K_CHAN,
+    K_NOTIFY,
+    K_JOIN,
+    K_PLAIN,
+    K_SPAWN,
+    K_WJOIN,
+    K_CONSUMER,
+    K_KINDS
+};
+static const char *const kind_name[K_KINDS] = {"yield", "sleep", "chan",  "notify",  "join",
+                                               "plain", "spawn", "wjoin", "consumer"};
 
 #define MAX_TASKS 60000
 #define MAILBOX   32
@@ -269,6 +280,79 @@ static mp_poll step_join(utask *u, mp_context *cx)
     return MP_READY;
 }
 
+/* A blocking job that writes into memory its joiner frees as soon as mp_join returns, as a
+ * caller may: a join that returned before the job's last write is a use-after-free (ASan). */
+typedef struct wjob {
+    _Atomic int started, finished;
+    unsigned sleep_us;
+} wjob;
+
+static void wjob_fn(void *arg)
+{
+    wjob *j = arg;
+    atomic_store(&j->started, 1);
+    if (j->sleep_us)
+        usleep(j->sleep_us);
+    atomic_store(&j->finished, 1);
+}
+
+/* Join on the worker with mp_join (which helps meanwhile), as a poll may: two children, so
+ * that the first leaves the LIFO slot for the ring where another worker may steal it, and a
+ * blocking job. A shutdown in the middle must still return each join only once its target
+ * is done: 0 when it completed (a started job always does), -ECANCELED when it never will.
+ * A join that helps may run another such task on its stack, whose join helps in turn: the
+ * nesting is capped here, as the header asks of recursive joins on workers (the default stack
+ * overflowed at a few thousand levels under ASan). */
+static _Thread_local int wjoin_depth;
+
+static mp_poll step_wjoin(utask *u, mp_context *cx)
+{
+    (void)cx;
+    run *r = u->r;
+    if (wjoin_depth >= 4)
+        return MP_READY;
+    wjoin_depth++;
+    mp_runtime *rt = mp_runtime_current();
+    utask *kids[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        utask *c = new_task(r, test_rand(&u->rng) % 2 ? K_YIELD : K_SLEEP, test_rand(&u->rng));
+        if (!c)
+            break;
+        c->joinable = true;
+        if (mp_spawn_joinable(rt, &c->task) != 0) {
+            atomic_store(&c->done, -1);
+            break;
+        }
+        atomic_fetch_add(&r->spawned, 1);
+        kids[i] = c;
+    }
+    wjob *j = calloc(1, sizeof *j);
+    j->sleep_us = (unsigned)(test_rand(&u->rng) % 2000);
+    mp_task *h = NULL;
+    if (mp_spawn_blocking(rt, wjob_fn, j, &h) != 0)
+        h = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (!kids[i])
+            continue;
+        int result = mp_join(&kids[i]->task);
+        int done = atomic_load(&kids[i]->done), cancels = atomic_load(&kids[i]->cancels);
+        if (result == 0 ? done != 1 : result != -ECANCELED || cancels != 1)
+            fail(r, "mp_join on a worker: %d, child done %d cancels %d", result, done, cancels);
+    }
+    if (h) {
+        int result = mp_join(h);
+        if (result == 0 && !atomic_load(&j->finished))
+            fail(r, "mp_join of a job on a worker returned 0 before the job finished");
+        if (result == -ECANCELED && atomic_load(&j->started))
+            fail(r, "mp_join of a job on a worker: -ECANCELED although the job ran");
+        if (result != 0 && result != -ECANCELED)
+            fail(r, "mp_join of a job on a worker: %d", result);
+    }
+    free(j);
+    wjoin_depth--;
+    return MP_READY;
+}
+
 static mp_poll step_plain(utask *u, mp_context *cx)
 {
     if (atomic_load(&u->plain_pending))
@@ -344,6 +428,8 @@ static mp_poll utask_poll(mp_task *t, mp_context *cx)
         p = step_plain(u, cx);
     } else if (u->kind == K_SPAWN) {
         p = step_spawn(u, cx);
+    } else if (u->kind == K_WJOIN) {
+        p = step_wjoin(u, cx);
     }
     if (p == MP_READY) {
         atomic_store(&u->done, 1);

@@ -592,3 +592,187 @@ Test(task, join_in_place_of_a_just_spawned_task, .timeout = 30)
                  (unsigned long long)s.total.joins_in_place);
     mp_runtime_free(rt);
 }
+
+/* A shutdown while a task's poll joins on its worker (mp_join, helping meanwhile): the join
+ * returns only once what it joins is done, so that the caller may free what that work writes.
+ * It used to return -ECANCELED at once while the job still ran, and the job's late write hit
+ * the freed memory (a heap-use-after-free under ASan). */
+typedef struct late_job {
+    _Atomic int started, finished;
+    int *out;
+} late_job;
+
+static void late_job_fn(void *arg)
+{
+    late_job *j = arg;
+    atomic_store(&j->started, 1);
+    usleep(100 * 1000);
+    *j->out = 42;
+    atomic_store(&j->finished, 1);
+}
+
+/* The task that joins on a worker: a blocking job, or target when it is set. */
+typedef struct worker_joiner {
+    mp_task task;
+    late_job job;
+    mp_task *target;
+    _Atomic int *target_started, *target_returned;
+    _Atomic int joining, done;
+    int result, finished_at_return, out_at_return;
+} worker_joiner;
+
+static mp_poll worker_joiner_poll(mp_task *t, mp_context *cx)
+{
+    (void)cx;
+    worker_joiner *wj = mp_container_of(t, worker_joiner, task);
+    if (wj->target) {
+        while (!atomic_load(wj->target_started))
+            sched_yield();
+        atomic_store(&wj->joining, 1);
+        wj->result = mp_join(wj->target);
+        wj->finished_at_return = atomic_load(wj->target_returned);
+    } else {
+        int *out = malloc(sizeof *out);
+        cr_assert_not_null(out);
+        *out = 0;
+        wj->job.out = out;
+        mp_task *h;
+        cr_assert_eq(mp_spawn_blocking(mp_runtime_current(), late_job_fn, &wj->job, &h), 0);
+        while (!atomic_load(&wj->job.started))
+            sched_yield();
+        atomic_store(&wj->joining, 1);
+        wj->result = mp_join(h);
+        wj->finished_at_return = atomic_load(&wj->job.finished);
+        wj->out_at_return = *out;
+        free(out); /* as a caller may once its join has returned */
+    }
+    atomic_store(&wj->done, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable worker_joiner_vt = {.poll = worker_joiner_poll};
+
+static void shutdown_while_a_worker_joins_a_running_job(mp_shutdown_mode mode)
+{
+    mp_config cfg;
+    mp_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.shutdown_mode = mode;
+    cfg.drain_timeout_ms = 5;
+    mp_runtime *rt = test_runtime_with(&cfg);
+    worker_joiner wj = {0};
+    mp_task_init(&wj.task, &worker_joiner_vt);
+    cr_assert_eq(mp_spawn(rt, &wj.task), 0);
+    while (!atomic_load(&wj.joining))
+        usleep(1000);
+    usleep(5000); /* into mp_join's wait (it makes no difference to what must hold) */
+    int rc = mp_runtime_shutdown(rt);
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "shutdown: %d", rc);
+    cr_assert(atomic_load(&wj.done), "the joining poll did not finish");
+    /* The job had started: it is let finish, and the joiner sees 0, after its last write. */
+    cr_assert_eq(wj.result, 0, "mp_join on a worker: %d while the job ran", wj.result);
+    cr_assert(wj.finished_at_return, "mp_join returned before the job finished");
+    cr_assert_eq(wj.out_at_return, 42);
+    mp_runtime_free(rt);
+}
+
+Test(task, shutdown_cancel_while_a_worker_joins_a_running_job, .timeout = 30)
+{
+    shutdown_while_a_worker_joins_a_running_job(MP_SHUTDOWN_CANCEL);
+}
+
+Test(task, shutdown_drain_while_a_worker_joins_a_running_job, .timeout = 30)
+{
+    shutdown_while_a_worker_joins_a_running_job(MP_SHUTDOWN_DRAIN);
+}
+
+/* The joined task's poll runs on the other worker when shutdown comes: the join waits for that
+ * poll, which returns MP_READY, so the joiner sees 0 (it used to see -ECANCELED at once, and
+ * the task's completion then found it in an impossible state). */
+typedef struct slow_task {
+    mp_task task;
+    _Atomic int started, go, returned;
+} slow_task;
+
+static mp_poll slow_task_poll(mp_task *t, mp_context *cx)
+{
+    (void)cx;
+    slow_task *s = mp_container_of(t, slow_task, task);
+    atomic_store(&s->started, 1);
+    while (!atomic_load(&s->go))
+        usleep(1000);
+    usleep(50 * 1000); /* shutdown has begun by now, in all but a vanishing few runs */
+    atomic_store(&s->returned, 1);
+    return MP_READY;
+}
+
+static const mp_task_vtable slow_task_vt = {.poll = slow_task_poll};
+
+Test(task, shutdown_while_a_worker_joins_a_task_polled_elsewhere, .timeout = 30)
+{
+    /* The joiner first, so that it takes the first worker and the task the second: shutdown
+     * unparks and joins the workers in order, and a joiner on the second would be woken by
+     * the completion before it ever saw the stop. */
+    mp_runtime *rt = test_runtime(2);
+    slow_task s = {0};
+    mp_task_init(&s.task, &slow_task_vt);
+    worker_joiner wj = {
+        .target = &s.task, .target_started = &s.started, .target_returned = &s.returned};
+    mp_task_init(&wj.task, &worker_joiner_vt);
+    cr_assert_eq(mp_spawn(rt, &wj.task), 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
+    while (!atomic_load(&wj.joining))
+        usleep(1000);
+    usleep(5000);
+    atomic_store(&s.go, 1);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    cr_assert(atomic_load(&wj.done));
+    cr_assert_eq(wj.result, 0, "the poll returned MP_READY, the join said %d", wj.result);
+    cr_assert(wj.finished_at_return, "mp_join returned while the task's poll still ran");
+    mp_runtime_free(rt);
+}
+
+/* The joined task waits (idle, its waker elsewhere) when shutdown comes: the joiner cancels
+ * it as shutdown would (its cancel callback runs once) and sees -ECANCELED. */
+typedef struct idle_target {
+    mp_task task;
+    _Atomic int polled, cancels;
+    mp_waker keep;
+} idle_target;
+
+static mp_poll idle_target_poll(mp_task *t, mp_context *cx)
+{
+    idle_target *p = mp_container_of(t, idle_target, task);
+    p->keep = mp_waker_clone(mp_context_waker(cx));
+    atomic_store(&p->polled, 1);
+    return MP_PENDING;
+}
+
+static void idle_target_cancel(mp_task *t)
+{
+    atomic_fetch_add(&mp_container_of(t, idle_target, task)->cancels, 1);
+}
+
+static const mp_task_vtable idle_target_vt = {.poll = idle_target_poll,
+                                              .cancel = idle_target_cancel};
+
+Test(task, shutdown_while_a_worker_joins_an_idle_task, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    idle_target p = {0};
+    mp_task_init(&p.task, &idle_target_vt);
+    _Atomic int never = 0;
+    worker_joiner wj = {.target = &p.task, .target_started = &p.polled, .target_returned = &never};
+    mp_task_init(&wj.task, &worker_joiner_vt);
+    cr_assert_eq(mp_spawn(rt, &wj.task), 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &p.task), 0);
+    while (!atomic_load(&wj.joining))
+        usleep(1000);
+    usleep(5000);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    cr_assert(atomic_load(&wj.done));
+    cr_assert_eq(wj.result, -ECANCELED);
+    cr_assert_eq(atomic_load(&p.cancels), 1);
+    mp_waker_drop(&p.keep);
+    mp_runtime_free(rt);
+}

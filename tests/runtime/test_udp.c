@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -368,5 +369,55 @@ Test(udp, shutdown_with_a_pending_receive_closes_the_socket, .timeout = 30)
     cr_assert_eq(mp_join(&s.task), -ECANCELED);
     cr_assert(atomic_load(&s.closed) == false); /* no close of ours, so no callback */
     cr_assert_eq(mp_udp_close(&s.u, server_closed), -ESHUTDOWN);
+    mp_runtime_free(rt);
+}
+
+/* A datagram that is already queued when a freshly bound socket's first receive comes is
+ * taken at once: the socket starts readable (as an accepted stream does) and waits for the
+ * loop's edge only when the kernel says EAGAIN. It used to start not readable, so the first
+ * receive waited for a round trip through the loop, and a program that closed the socket
+ * when its receiver waited lost the datagram. Here the only worker is in this poll, so no
+ * loop runs between the send and the receive. */
+typedef struct first_recv {
+    mp_task task;
+    mp_udp u; /* outlives the poll: the close finishes on the loop */
+    mp_poll first;
+    size_t len;
+    char buf[64];
+    int err;
+} first_recv;
+
+static mp_poll first_recv_poll(mp_task *t, mp_context *cx)
+{
+    first_recv *f = mp_container_of(t, first_recv, task);
+    mp_udp *u = &f->u;
+    struct sockaddr_in any = loopback(0);
+    cr_assert_eq(mp_udp_bind(mp_runtime_current(), u, (struct sockaddr *)&any, 0), 0);
+    struct sockaddr_in to = loopback(port_of(u));
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    cr_assert_geq(s, 0);
+    cr_assert_eq(sendto(s, "first", 5, 0, (struct sockaddr *)&to, sizeof to), 5);
+    close(s);
+    /* Queued in the kernel: wait for it there, not through the runtime. */
+    struct pollfd pfd = {.fd = u->io.fd, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 5000), 1);
+    f->first = mp_udp_recv_poll(u, cx, f->buf, sizeof f->buf, &f->len, NULL, NULL, &f->err);
+    mp_udp_close(u, NULL);
+    return MP_READY;
+}
+
+static const mp_task_vtable first_recv_vt = {.poll = first_recv_poll};
+
+Test(udp, a_datagram_queued_before_the_first_receive_is_taken_at_once, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    first_recv f = {0};
+    mp_task_init(&f.task, &first_recv_vt);
+    cr_assert_eq(mp_block_on(rt, &f.task), 0);
+    cr_assert_eq(f.first, MP_READY, "the first receive waited for the loop");
+    cr_assert_eq(f.err, 0);
+    cr_assert_eq(f.len, 5);
+    cr_assert_eq(memcmp(f.buf, "first", 5), 0);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
 }
