@@ -21,6 +21,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "core/text.h"
+#include "http/handler.h"
 #include "ini.h"
 
 enum key_type {
@@ -208,57 +210,6 @@ static bool known_section(const char *section)
     return false;
 }
 
-/* Decimal digits only: no sign, no spaces, no suffix, no leading "0x". */
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (*s == '\0')
-        return -EINVAL;
-    uint64_t v = 0;
-    for (; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9')
-            return -EINVAL;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -ERANGE;
-        v = v * 10 + d;
-    }
-    if (v < min || v > max)
-        return -ERANGE;
-    *out = v;
-    return 0;
-}
-
-/* Every boolean key reads the same words, in any ASCII case (not strcasecmp(), which follows
- * the locale). */
-#define BOOL_GRAMMAR "on, yes, true or 1, or off, no, false or 0 (any case)"
-static const char *const bool_words[2][4] = {
-    {"off", "no", "false", "0"},
-    {"on", "yes", "true", "1"},
-};
-
-static bool same_word(const char *s, const char *lower)
-{
-    for (; *s != '\0' && *lower != '\0'; s++, lower++) {
-        unsigned ch = (unsigned char)*s;
-        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)*lower)
-            return false;
-    }
-    return *s == '\0' && *lower == '\0';
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-    for (int v = 0; v < 2; v++) {
-        for (size_t i = 0; i < 4; i++) {
-            if (same_word(s, bool_words[v][i])) {
-                *out = v != 0;
-                return 0;
-            }
-        }
-    }
-    return -EINVAL;
-}
-
 /* "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:0". */
 static int parse_listen(const char *s, md_listen *out)
 {
@@ -293,7 +244,7 @@ static int parse_listen(const char *s, md_listen *out)
     if (inet_pton(family, host, addr) != 1)
         return -EINVAL;
     uint64_t port;
-    if (parse_u64(colon + 1, 0, 65535, &port) != 0)
+    if (md_parse_u64(colon + 1, 0, 65535, &port) != 0)
         return -EINVAL;
     listen_set(out, family, host, (uint16_t)port);
     return 0;
@@ -328,7 +279,7 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
     switch (k->type) {
     case KEY_U32:
     case KEY_U64:
-        rc = parse_u64(value, k->min, k->max, &v);
+        rc = md_parse_u64(value, k->min, k->max, &v);
         if (rc != 0) {
             set_error(err, o, "[%s] %s: expected an integer in %llu..%llu, got \"%s\"", k->section,
                       k->name, (unsigned long long)k->min, (unsigned long long)k->max, value);
@@ -377,9 +328,9 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
                   value);
         return -EINVAL;
     case KEY_BOOL:
-        if (parse_bool(value, (bool *)(void *)field) != 0) {
-            set_error(err, o, "[%s] %s: expected %s, got \"%s\"", k->section, k->name, BOOL_GRAMMAR,
-                      value);
+        if (md_parse_bool(value, (bool *)(void *)field) != 0) {
+            set_error(err, o, "[%s] %s: expected %s, got \"%s\"", k->section, k->name,
+                      MD_BOOL_GRAMMAR, value);
             return -EINVAL;
         }
         return 0;
@@ -483,23 +434,22 @@ static void upstream_begin(struct parse_ctx *ctx, const char *section)
     ctx->upstream = &t->u[t->n - 1];
 }
 
-/* After the whole file: every proxy route names an [upstream] that exists. */
+/* After the whole file: what each route's options name elsewhere in it (a proxy route's
+ * [upstream]) exists. */
 static void routes_link(struct parse_ctx *ctx)
 {
     md_route_table *t = &ctx->c->routes;
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
-        if (r->kind != MD_HANDLER_PROXY || r->upstream[0] == '\0')
+        if (r->handler == NULL || r->handler->conf_link == NULL)
             continue;
-        int k = md_upstream_find(&ctx->c->upstreams, r->upstream);
-        if (k < 0) {
-            char full[MD_ERROR_MAX];
-            snprintf(full, sizeof full, "[route %s%s] upstream: no [upstream %s] section",
-                     r->exact ? "= " : "", r->path, r->upstream);
-            ctx_error_at(ctx, r->upstream_line != 0 ? r->upstream_line : r->line, full);
+        char msg[256], full[MD_ERROR_MAX];
+        uint32_t line = 0;
+        if (r->handler->conf_link(r->conf, ctx->c, &line, msg, sizeof msg) != 0) {
+            snprintf(full, sizeof full, "[route %s%s] %s", r->exact ? "= " : "", r->path, msg);
+            ctx_error_at(ctx, line != 0 ? line : r->line, full);
             return;
         }
-        r->upstream_index = (uint8_t)k;
     }
 }
 
@@ -601,13 +551,11 @@ static int on_key(void *user, const char *section, const char *name, const char 
         if (r == NULL)
             return 0; /* its header was refused, and said so */
         char msg[MD_ERROR_MAX - 64];
-        int rc = md_route_key(r, name, value, msg, sizeof msg);
+        int rc = md_route_key(r, name, value, ctx->line, msg, sizeof msg);
         if (rc == -ENOENT)
             ctx_error(ctx, "[route %s%s] %s: unknown key", r->exact ? "= " : "", r->path, name);
         else if (rc != 0)
             ctx_error(ctx, "[route %s%s] %s: %s", r->exact ? "= " : "", r->path, name, msg);
-        if (rc == 0 && strcmp(name, "upstream") == 0)
-            r->upstream_line = ctx->line;
         return rc == 0;
     }
     if (is_upstream_section(section)) {

@@ -53,18 +53,64 @@ typedef enum md_body_mode {
 
 enum { MD_HANDLER_DONE = 0, MD_HANDLER_PENDING = 1 };
 
+struct md_config;
+
+/* Method sets for md_handler.methods, in llhttp's numbering. HEAD goes with GET. */
+#define MD_METHOD(m)    (UINT64_C(1) << (m))
+#define MD_METHODS_GET  (MD_METHOD(HTTP_GET) | MD_METHOD(HTTP_HEAD))
+#define MD_METHODS_POST MD_METHOD(HTTP_POST)
+
+/* A handler: its configurator (what h2o splits into a handler and its configurator, nginx
+ * into a module's commands), then its entry points. The route holds the handler and its
+ * options (md_route_conf(r), conf_size bytes of the handler's own struct); nothing outside
+ * the handler's file knows that struct. Every hook but on_req is optional. */
 typedef struct md_handler {
     const char *name; /* as [route] handler = names it */
+    uint64_t methods; /* the methods a route takes when it names none (routes.h's bits) */
+    /* OPTIONS goes to the handler instead of being answered from Allow (a proxied
+     * application's CORS preflight), and the core keeps the request's fields for it
+     * (md_http_req_head). */
+    bool passes_options, keeps_fields;
+    const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
+    size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
+    /* The defaults, into zeroed conf, when a route names the handler. */
+    void (*conf_init)(void *conf);
+    /* One of its keys, from the route's section (line: where, for later messages): 0 or
+     * -EINVAL with msg (no key name in it). */
+    int (*conf_key)(void *conf, const char *key, const char *value, uint32_t line, char *msg,
+                    size_t msg_len);
+    /* After the section's last key: what the handler requires. 0 or -EINVAL with msg. */
+    int (*conf_check)(const void *conf, char *msg, size_t msg_len);
+    /* After the whole file: what the options name elsewhere in it (an [upstream]). 0, or
+     * -EINVAL with msg and *line set to the line to blame (0: the route's header). */
+    int (*conf_link)(void *conf, const struct md_config *cfg, uint32_t *line, char *msg,
+                     size_t msg_len);
+    /* For a table that serves, once per generation of settings: open what the options name
+     * (a root directory), and close it when the generation goes. 0 or a negative errno with
+     * msg. close runs for every route of a table that was opened, also after a failed open
+     * (conf_init's state must be safe to close). */
+    int (*open)(void *conf, char *msg, size_t msg_len);
+    void (*close)(void *conf);
     /* NULL: MD_BODY_DISCARD. length: the Content-Length (0 for chunked); negative: -ENOMEM. */
     int (*on_head)(md_http_conn *c, const md_route *r, uint64_t length, bool chunked);
-    /* MD_BODY_STREAM only: a span of the body. 0 or -ENOMEM. */
+    /* MD_BODY_STREAM and MD_BODY_PIPE: a span of the body. 0 or -ENOMEM. */
     int (*on_body)(md_http_conn *c, const md_route *r, const char *at, size_t len);
     int (*on_req)(md_http_conn *c, const md_route *r);
 } md_handler;
 
-/* The handlers, one file each in http/handlers/. */
-extern const md_handler md_handler_text, md_handler_echo, md_handler_metrics, md_handler_health,
-    md_handler_redirect, md_handler_static, md_handler_proxy;
+/* The registry (http/handlers/handlers.c): the handler a route names, or NULL. */
+const md_handler *md_handler_find(const char *name);
+/* "text, echo, ... or proxy": every name, for messages, into buf. */
+void md_handler_names(char *buf, size_t cap);
+/* Whether h's options include key. */
+bool md_handler_has_key(const md_handler *h, const char *key);
+/* The handlers whose options include key ("text or echo") into buf; how many there are. */
+unsigned md_handler_key_owners(const char *key, char *buf, size_t cap);
+
+/* Options several handlers share, with one message each. */
+#define MD_CTYPE_MAX 128
+/* A media type of visible ASCII (spaces allowed), under MD_CTYPE_MAX bytes, into dst. */
+int md_handler_conf_ctype(char *dst, const char *value, char *msg, size_t msg_len);
 
 /* What md_http_pending.poll returns when it has not finished. */
 enum {
@@ -161,9 +207,10 @@ bool md_http_req_continued(const md_http_conn *c);
  * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */
 int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
                     const char *body, size_t len);
-/* A 200 with a body that never changes for this route: from the thread's canned cache, lent
- * when nothing else is owed (response.h). 0 or -ENOMEM. */
-int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body, size_t len);
+/* A 200 with a body (and ctype) that never changes for this route: from the thread's canned
+ * cache, lent when nothing else is owed (response.h). 0 or -ENOMEM. */
+int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *ctype, const char *body,
+                           size_t len);
 /* A 200 whose body produce() appends to out (the length is known once it is there). 0,
  * -ENOMEM, or 500 answered when produce fails. */
 int md_http_respond_produced(md_http_conn *c, const char *ctype,

@@ -285,12 +285,12 @@ int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const 
     return respond_fields(c, md_http_status_of(status), closes(c), NULL, fields, ctype, body, len);
 }
 
-int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body, size_t len)
+int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *ctype, const char *body,
+                           size_t len)
 {
     if (!closes(c) && !http10(c) && c->parser.method == HTTP_GET) {
         size_t n;
-        const char *whole =
-            md_http_canned(r->index, routes_of(c)->id, r->content_type, body, len, &n);
+        const char *whole = md_http_canned(r->index, routes_of(c)->id, ctype, body, len, &n);
         if (whole != NULL) {
             /* Lent, not copied, when it is all that is owed (outbuf.h). */
             if (md_outbuf_lend(c->out, whole, n) != 0)
@@ -299,7 +299,7 @@ int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *body,
             return 0;
         }
     }
-    return respond(c, md_http_status_of(200), closes(c), NULL, r->content_type, body, len);
+    return respond(c, md_http_status_of(200), closes(c), NULL, ctype, body, len);
 }
 
 /* The body is produced first, then its head is slid in front of it. */
@@ -468,8 +468,7 @@ static int answer(md_http_conn *c)
                        NULL, 0);
     if (rq->path_bad) /* the framing is intact: the connection may go on */
         return respond_error(c, 400, close, NULL);
-    /* A metrics route on a server without metrics is no route at all. */
-    if (r == NULL || (r->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL))
+    if (r == NULL)
         return respond_error(c, 404, close, NULL);
     if (method == HTTP_OPTIONS)
         return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
@@ -1028,8 +1027,7 @@ static int head_done(md_http_conn *c)
     }
 
     /* The handler says what becomes of the body (handler.h). */
-    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method) &&
-        !(route->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL)) {
+    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method)) {
         int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
         if (mode < 0) {
             c->oom = true;

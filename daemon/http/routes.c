@@ -17,27 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "http/handler.h"
-#include "http/response.h"
 #include "llhttp.h"
 
 #define BIT(m) (UINT64_C(1) << (m))
 /* HTTP's methods in llhttp's numbering (HTTP_METHOD_MAP: DELETE 0 .. SOURCE 33). */
 #define HTTP_METHODS 34
-
-static const char *const kind_names[MD_HANDLER_KINDS] = {
-    [MD_HANDLER_TEXT] = "text",         [MD_HANDLER_ECHO] = "echo",
-    [MD_HANDLER_METRICS] = "metrics",   [MD_HANDLER_HEALTH] = "health",
-    [MD_HANDLER_REDIRECT] = "redirect", [MD_HANDLER_STATIC] = "static",
-    [MD_HANDLER_PROXY] = "proxy",
-};
-
-static const md_handler *const handlers[MD_HANDLER_KINDS] = {
-    [MD_HANDLER_TEXT] = &md_handler_text,         [MD_HANDLER_ECHO] = &md_handler_echo,
-    [MD_HANDLER_METRICS] = &md_handler_metrics,   [MD_HANDLER_HEALTH] = &md_handler_health,
-    [MD_HANDLER_REDIRECT] = &md_handler_redirect, [MD_HANDLER_STATIC] = &md_handler_static,
-    [MD_HANDLER_PROXY] = &md_handler_proxy,
-};
 
 void md_say(char *msg, size_t len, const char *fmt, ...)
 {
@@ -136,76 +122,33 @@ int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len)
     return 0;
 }
 
-/* Methods for a handler that was given none. */
-static uint64_t default_methods(md_handler_kind k)
+/* Names the route's handler: its options start from the handler's defaults. */
+static void set_handler(md_route *r, const md_handler *h)
 {
-    if (k == MD_HANDLER_PROXY) /* what the application takes is the application's affair */
-        return BIT(HTTP_GET) | BIT(HTTP_HEAD) | BIT(HTTP_POST) | BIT(HTTP_PUT) | BIT(HTTP_DELETE) |
-               BIT(HTTP_PATCH);
-    return k == MD_HANDLER_ECHO ? BIT(HTTP_POST) : BIT(HTTP_GET) | BIT(HTTP_HEAD);
+    r->handler = h;
+    r->methods = h->methods;
+    memset(r->conf, 0, sizeof r->conf);
+    if (h->conf_init != NULL)
+        h->conf_init(r->conf);
 }
 
-static const char *default_ctype(md_handler_kind k)
-{
-    switch (k) {
-    case MD_HANDLER_ECHO:
-        return "application/octet-stream";
-    case MD_HANDLER_METRICS:
-        return "text/plain; version=0.0.4; charset=utf-8";
-    case MD_HANDLER_STATIC:
-        return "application/octet-stream"; /* for a name /etc/mime.types does not know */
-    default:
-        return "text/plain";
-    }
-}
-
-static void set_text(char *dst, size_t cap, uint16_t *len, const char *s)
-{
-    size_t n = strlen(s);
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(dst, s, n);
-    dst[n] = '\0';
-    if (len != NULL)
-        *len = (uint16_t)n;
-}
-
-static void set_handler(md_route *r, md_handler_kind k)
-{
-    r->has_handler = true;
-    r->kind = (uint8_t)k;
-    r->methods = default_methods(k);
-    set_text(r->content_type, sizeof r->content_type, NULL, default_ctype(k));
-    r->status = k == MD_HANDLER_REDIRECT ? 302 : 200;
-    r->body_len = 0;
-    r->body[0] = '\0';
-    if (k == MD_HANDLER_HEALTH)
-        set_text(r->body, sizeof r->body, &r->body_len, "ok");
-    set_text(r->index_file, sizeof r->index_file, NULL, k == MD_HANDLER_STATIC ? "index.html" : "");
-    r->precompressed = false;
-    r->upstream[0] = '\0';
-    r->host_mode = MD_PROXY_HOST_PASS;
-    r->forwarded = r->via = r->websocket = false;
-}
-
-static void builtin(md_route_table *t, const char *path, md_handler_kind k)
+static void builtin(md_route_table *t, const char *path, const char *handler)
 {
     md_route *r = &t->r[t->n++];
     memset(r, 0, sizeof *r);
-    r->root_fd = -1;
-    set_text(r->path, sizeof r->path, &r->path_len, path);
+    r->path_len = (uint16_t)md_text_set(r->path, sizeof r->path, path);
     r->exact = true;
-    set_handler(r, k);
+    set_handler(r, md_handler_find(handler));
 }
 
 void md_routes_builtin(md_route_table *t)
 {
     memset(t, 0, sizeof *t);
-    builtin(t, "/", MD_HANDLER_TEXT);
-    set_text(t->r[0].body, sizeof t->r[0].body, &t->r[0].body_len, "Hello, World!");
-    builtin(t, "/echo", MD_HANDLER_ECHO);
-    builtin(t, "/metrics", MD_HANDLER_METRICS);
-    builtin(t, "/healthz", MD_HANDLER_HEALTH);
+    builtin(t, "/", "text");
+    md_route_key(&t->r[0], "body", "Hello, World!", 0, NULL, 0);
+    builtin(t, "/echo", "echo");
+    builtin(t, "/metrics", "metrics");
+    builtin(t, "/healthz", "health");
     md_routes_prepare(t);
 }
 
@@ -256,7 +199,6 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     }
     md_route *r = &t->r[t->n++];
     memset(r, 0, sizeof *r);
-    r->root_fd = -1;
     memcpy(r->path, spec, len);
     r->path[len] = '\0';
     r->path_len = (uint16_t)len;
@@ -286,7 +228,7 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
             return -EINVAL;
         }
         if (i == HTTP_CONNECT) {
-            md_say(msg, msg_len, "CONNECT is not served (501): magpied is no proxy");
+            md_say(msg, msg_len, "CONNECT is not served (501): magpied is no forward proxy");
             return -EINVAL;
         }
         if (i != HTTP_OPTIONS) /* always answered, from the table */
@@ -303,178 +245,33 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
     return 0;
 }
 
-/* Bytes a header value may carry from the configuration: visible ASCII and spaces, no
- * control byte (a CR or LF would end the field and start another). */
-static bool field_safe(const char *s, bool spaces)
-{
-    for (; *s != '\0'; s++) {
-        unsigned ch = (unsigned char)*s;
-        if (ch < 0x20 || ch >= 0x7f || (!spaces && ch == ' '))
-            return false;
-    }
-    return true;
-}
-
-static bool redirect_status(unsigned s)
-{
-    return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
-}
-
-static bool text_status(unsigned s)
-{
-    /* A status the table has, that carries a body. */
-    return s >= 200 && s <= 599 && s != 204 && s != 206 && s != 304 && s != 416 &&
-           md_http_status_of(s)->code == s;
-}
-
-/* The static handler's options. */
-static int static_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
-{
-    if (strcmp(key, "root") == 0) {
-        struct stat st;
-        if (value[0] != '/' || strlen(value) >= MD_ROUTE_TEXT_MAX) {
-            md_say(msg, msg_len, "expected an absolute directory path, at most %d bytes",
-                   MD_ROUTE_TEXT_MAX - 1);
-            return -EINVAL;
-        }
-        if (stat(value, &st) != 0) {
-            md_say(msg, msg_len, "%s: %s", value, strerror(errno));
-            return -EINVAL;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            md_say(msg, msg_len, "%s: not a directory", value);
-            return -EINVAL;
-        }
-        set_text(r->body, sizeof r->body, &r->body_len, value);
-        return 0;
-    }
-    if (strcmp(key, "index") == 0) {
-        size_t n = strlen(value);
-        if (n == 0 || n >= MD_ROUTE_INDEX_MAX || strchr(value, '/') != NULL || value[0] == '.' ||
-            !field_safe(value, false)) {
-            md_say(msg, msg_len,
-                   "expected a file name (no '/', not starting with '.'), at most %d bytes",
-                   MD_ROUTE_INDEX_MAX - 1);
-            return -EINVAL;
-        }
-        set_text(r->index_file, sizeof r->index_file, NULL, value);
-        return 0;
-    }
-    if (strcmp(key, "precompressed") == 0) {
-        if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
-            r->precompressed = value[1] == 'n';
-            return 0;
-        }
-        md_say(msg, msg_len, "expected on or off, got \"%s\"", value);
-        return -EINVAL;
-    }
-    /* default_type */
-    if (value[0] == '\0' || strlen(value) >= MD_ROUTE_CTYPE_MAX || !field_safe(value, true)) {
-        md_say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
-               MD_ROUTE_CTYPE_MAX - 1);
-        return -EINVAL;
-    }
-    set_text(r->content_type, sizeof r->content_type, NULL, value);
-    return 0;
-}
-
-static int proxy_bool(bool *b, const char *value, char *msg, size_t msg_len)
-{
-    if (strcmp(value, "on") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
-        strcmp(value, "1") == 0) {
-        *b = true;
-        return 0;
-    }
-    if (strcmp(value, "off") == 0 || strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
-        strcmp(value, "0") == 0) {
-        *b = false;
-        return 0;
-    }
-    md_say(msg, msg_len, "expected on, yes, true, 1, off, no, false or 0, got \"%s\"", value);
-    return -EINVAL;
-}
-
-/* The proxy handler's options. The name of an [upstream] is checked against the sections
- * once the whole file is read (md_config). */
-static int proxy_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
-{
-    if (strcmp(key, "upstream") == 0) {
-        size_t n = strlen(value);
-        bool ok = n != 0 && n < MD_ROUTE_NAME_MAX;
-        for (size_t i = 0; ok && i < n; i++) {
-            char ch = value[i];
-            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == '_' || ch == '-';
-        }
-        if (!ok) {
-            md_say(msg, msg_len,
-                   "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
-                   MD_ROUTE_NAME_MAX - 1, value);
-            return -EINVAL;
-        }
-        memcpy(r->upstream, value, n + 1);
-        return 0;
-    }
-    if (strcmp(key, "host") == 0) {
-        if (strcmp(value, "pass") == 0) {
-            r->host_mode = MD_PROXY_HOST_PASS;
-        } else if (strcmp(value, "upstream") == 0) {
-            r->host_mode = MD_PROXY_HOST_UPSTREAM;
-        } else {
-            if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX ||
-                !field_safe(value, false)) {
-                md_say(
-                    msg, msg_len,
-                    "expected pass, upstream, or a host of visible ASCII without spaces, at most "
-                    "%d bytes",
-                    MD_ROUTE_TEXT_MAX - 1);
-                return -EINVAL;
-            }
-            r->host_mode = MD_PROXY_HOST_LITERAL;
-            set_text(r->body, sizeof r->body, &r->body_len, value);
-        }
-        return 0;
-    }
-    if (strcmp(key, "forwarded") == 0)
-        return proxy_bool(&r->forwarded, value, msg, msg_len);
-    if (strcmp(key, "via") == 0)
-        return proxy_bool(&r->via, value, msg, msg_len);
-    return proxy_bool(&r->websocket, value, msg, msg_len);
-}
-
-int md_route_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len)
+int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
+                 size_t msg_len)
 {
     if (strcmp(key, "handler") == 0) {
-        if (r->has_handler) {
+        if (r->handler != NULL) {
             md_say(msg, msg_len, "set twice");
             return -EINVAL;
         }
-        for (unsigned k = 0; k < MD_HANDLER_KINDS; k++) {
-            if (strcmp(value, kind_names[k]) == 0) {
-                set_handler(r, (md_handler_kind)k);
-                return 0;
-            }
+        const md_handler *h = md_handler_find(value);
+        if (h == NULL) {
+            char names[160];
+            md_handler_names(names, sizeof names);
+            md_say(msg, msg_len, "expected %s, got \"%s\"", names, value);
+            return -EINVAL;
         }
-        md_say(msg, msg_len,
-               "expected text, echo, metrics, health, redirect, static or proxy, got \"%s\"",
-               value);
-        return -EINVAL;
+        set_handler(r, h);
+        return 0;
     }
-    bool known = strcmp(key, "methods") == 0 || strcmp(key, "status") == 0 ||
-                 strcmp(key, "body") == 0 || strcmp(key, "content_type") == 0 ||
-                 strcmp(key, "location") == 0 || strcmp(key, "root") == 0 ||
-                 strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
-                 strcmp(key, "precompressed") == 0 || strcmp(key, "upstream") == 0 ||
-                 strcmp(key, "host") == 0 || strcmp(key, "forwarded") == 0 ||
-                 strcmp(key, "via") == 0 || strcmp(key, "websocket") == 0;
-    if (!known)
+    char owners[160];
+    bool methods = strcmp(key, "methods") == 0;
+    if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
         return -ENOENT;
-    if (!r->has_handler) {
+    if (r->handler == NULL) {
         md_say(msg, msg_len, "set handler first: the options that follow belong to it");
         return -EINVAL;
     }
-    md_handler_kind k = (md_handler_kind)r->kind;
-    if (strcmp(key, "methods") == 0) {
+    if (methods) {
         if (r->has_methods) {
             md_say(msg, msg_len, "set twice");
             return -EINVAL;
@@ -482,119 +279,38 @@ int md_route_key(md_route *r, const char *key, const char *value, char *msg, siz
         r->has_methods = true;
         return parse_methods(value, &r->methods, msg, msg_len);
     }
-    if (strcmp(key, "status") == 0) {
-        if (k != MD_HANDLER_TEXT && k != MD_HANDLER_REDIRECT) {
-            md_say(msg, msg_len, "only for handler = text or redirect");
-            return -EINVAL;
-        }
-        unsigned s = 0;
-        size_t n = strlen(value);
-        for (size_t i = 0; i < n && n == 3; i++)
-            s = value[i] >= '0' && value[i] <= '9' ? s * 10 + (unsigned)(value[i] - '0') : 0;
-        if (n != 3 || (k == MD_HANDLER_REDIRECT ? !redirect_status(s) : !text_status(s))) {
-            md_say(msg, msg_len,
-                   k == MD_HANDLER_REDIRECT
-                       ? "expected 301, 302, 303, 307 or 308, got \"%s\""
-                       : "expected a status with a body that magpied knows (200, 400, 403, 404, "
-                         "410, 500, 503, ...), got \"%s\"",
-                   value);
-            return -EINVAL;
-        }
-        r->status = (uint16_t)s;
-        return 0;
-    }
-    if (strcmp(key, "body") == 0) {
-        if (k != MD_HANDLER_TEXT) {
-            md_say(msg, msg_len, "only for handler = text");
-            return -EINVAL;
-        }
-        set_text(r->body, sizeof r->body, &r->body_len, value);
-        return 0;
-    }
-    if (strcmp(key, "content_type") == 0) {
-        if (k != MD_HANDLER_TEXT && k != MD_HANDLER_ECHO) {
-            md_say(msg, msg_len, "only for handler = text or echo");
-            return -EINVAL;
-        }
-        if (value[0] == '\0' || strlen(value) >= MD_ROUTE_CTYPE_MAX || !field_safe(value, true)) {
-            md_say(msg, msg_len, "expected a media type of visible ASCII, at most %d bytes",
-                   MD_ROUTE_CTYPE_MAX - 1);
-            return -EINVAL;
-        }
-        set_text(r->content_type, sizeof r->content_type, NULL, value);
-        return 0;
-    }
-    if (strcmp(key, "root") == 0 || strcmp(key, "index") == 0 || strcmp(key, "default_type") == 0 ||
-        strcmp(key, "precompressed") == 0) {
-        if (k != MD_HANDLER_STATIC) {
-            md_say(msg, msg_len, "only for handler = static");
-            return -EINVAL;
-        }
-        return static_key(r, key, value, msg, msg_len);
-    }
-    if (strcmp(key, "upstream") == 0 || strcmp(key, "host") == 0 || strcmp(key, "forwarded") == 0 ||
-        strcmp(key, "via") == 0 || strcmp(key, "websocket") == 0) {
-        if (k != MD_HANDLER_PROXY) {
-            md_say(msg, msg_len, "only for handler = proxy");
-            return -EINVAL;
-        }
-        return proxy_key(r, key, value, msg, msg_len);
-    }
-    /* location */
-    if (k != MD_HANDLER_REDIRECT) {
-        md_say(msg, msg_len, "only for handler = redirect");
+    if (!md_handler_has_key(r->handler, key)) {
+        md_say(msg, msg_len, "only for handler = %s", owners);
         return -EINVAL;
     }
-    if (value[0] == '\0' || strlen(value) >= MD_ROUTE_TEXT_MAX || !field_safe(value, false)) {
-        md_say(msg, msg_len, "expected a URI of visible ASCII without spaces, at most %d bytes",
-               MD_ROUTE_TEXT_MAX - 1);
-        return -EINVAL;
-    }
-    set_text(r->body, sizeof r->body, &r->body_len, value);
-    return 0;
+    return r->handler->conf_key(r->conf, key, value, line, msg, msg_len);
 }
 
 int md_route_check(const md_route *r, char *msg, size_t msg_len)
 {
-    if (!r->has_handler) {
-        md_say(msg, msg_len,
-               "handler: required (text, echo, metrics, health, redirect, static or proxy)");
+    if (r->handler == NULL) {
+        char names[160];
+        md_handler_names(names, sizeof names);
+        md_say(msg, msg_len, "handler: required (%s)", names);
         return -EINVAL;
     }
-    if (r->kind == MD_HANDLER_PROXY && r->upstream[0] == '\0') {
-        md_say(msg, msg_len, "upstream: required for handler = proxy");
-        return -EINVAL;
-    }
-    if (r->kind == MD_HANDLER_REDIRECT && r->body_len == 0) {
-        md_say(msg, msg_len, "location: required for handler = redirect");
-        return -EINVAL;
-    }
-    if (r->kind == MD_HANDLER_STATIC && r->body_len == 0) {
-        md_say(msg, msg_len, "root: required for handler = static");
-        return -EINVAL;
-    }
-    return 0;
+    return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
-
-static atomic_uint_fast64_t next_root_id; /* md_route.root_id: roots opened, ever */
 
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        t->r[i].root_fd = -1;
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
-        if (r->kind != MD_HANDLER_STATIC)
+        if (r->handler == NULL || r->handler->open == NULL)
             continue;
-        r->root_fd = open(r->body, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        /* Relaxed: a unique number, publishing nothing. */
-        r->root_id = atomic_fetch_add_explicit(&next_root_id, 1, memory_order_relaxed) + 1;
-        if (r->root_fd < 0) {
-            int e = errno;
-            md_say(msg, msg_len, "[route %s%s] root %s: %s", r->exact ? "= " : "", r->path, r->body,
-                   strerror(e));
+        char why[256] = "";
+        int rc = r->handler->open(r->conf, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] %s", r->exact ? "= " : "", r->path, why);
+            /* The routes after this one were not opened: close() finds them as conf_init
+             * left them, which is safe to close. */
             md_routes_close(t);
-            return -e;
+            return rc;
         }
     }
     return 0;
@@ -602,13 +318,10 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 
 void md_routes_close(md_route_table *t)
 {
-    for (uint32_t i = 0; i < t->n; i++) {
-        if (t->r[i].root_fd >= 0)
-            close(t->r[i].root_fd);
-        t->r[i].root_fd = -1;
-    }
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)
+            t->r[i].handler->close(t->r[i].conf);
 }
-
 /* "GET, HEAD, OPTIONS": the methods in llhttp's order, then OPTIONS. */
 static void allow_text(uint64_t methods, char *buf, size_t cap)
 {
@@ -641,9 +354,8 @@ void md_routes_prepare(md_route_table *t)
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
         r->index = (uint8_t)i;
-        r->handler = handlers[r->kind < MD_HANDLER_KINDS ? r->kind : MD_HANDLER_TEXT];
         /* A proxied route's OPTIONS (a CORS preflight, say) is the application's to answer. */
-        if (r->kind == MD_HANDLER_PROXY)
+        if (r->handler != NULL && r->handler->passes_options)
             r->methods |= BIT(HTTP_OPTIONS);
         allow_text(r->methods, r->allow, sizeof r->allow);
         any |= r->methods;

@@ -22,63 +22,34 @@ struct md_handler;
 enum {
     MD_ROUTES_MAX = 64,       /* routes in one table */
     MD_ROUTE_PATH_MAX = 192,  /* bytes of a route's path, with its NUL */
-    MD_ROUTE_TEXT_MAX = 200,  /* bytes of a text body or a redirect's location, with its NUL */
-    MD_ROUTE_CTYPE_MAX = 128, /* bytes of a content type, with its NUL */
     MD_ROUTE_ALLOW_MAX = 160, /* bytes of an Allow value, with its NUL */
-    MD_ROUTE_INDEX_MAX = 64,  /* bytes of a static route's index file name, with its NUL */
-    MD_ROUTE_NAME_MAX = 33,   /* bytes of an upstream's name, with its NUL */
+    /* Bytes of a handler's options inside its route (md_route.conf): the largest handler's
+     * (static's, proxy's) with room to grow; each handler checks its own at compile time. */
+    MD_ROUTE_CONF_MAX = 576,
 };
 
-/* proxy: what the upstream request's Host is. */
-typedef enum md_proxy_host {
-    MD_PROXY_HOST_PASS,     /* the client's */
-    MD_PROXY_HOST_UPSTREAM, /* the server's HOST:PORT */
-    MD_PROXY_HOST_LITERAL,  /* the route's body[] */
-} md_proxy_host;
-
-/* The handlers a route can name (http/handlers/, one file each). */
-typedef enum md_handler_kind {
-    MD_HANDLER_TEXT,     /* a fixed status, content type and body: today's hello */
-    MD_HANDLER_ECHO,     /* the request body back */
-    MD_HANDLER_METRICS,  /* md_http_server.metrics_text */
-    MD_HANDLER_HEALTH,   /* 200 "ok" */
-    MD_HANDLER_REDIRECT, /* a status and a Location */
-    MD_HANDLER_STATIC,   /* files under a root directory */
-    MD_HANDLER_PROXY,    /* forwarded to an [upstream] group (http/upstream.h) */
-    MD_HANDLER_KINDS,
-} md_handler_kind;
-
+/* A route: where it applies, the methods it takes, and its handler with the handler's own
+ * options. The table knows nothing of any handler's options: they live in conf[], which
+ * only the handler reads and writes (md_route_conf()), so that a new handler or option is
+ * one file under http/handlers/ (handler.h) and one line in the registry. */
 typedef struct md_route {
     char path[MD_ROUTE_PATH_MAX];
     uint16_t path_len;
-    bool exact;         /* "[route = /p]": this path only */
-    bool has_handler;   /* the section named one (checked by md_route_check) */
-    bool has_methods;   /* methods were given; otherwise the handler's default */
-    bool precompressed; /* static: serve FILE.gz to clients that accept gzip */
-    uint8_t kind;       /* md_handler_kind */
-    uint8_t index;      /* position in the table (the canned-response slot of a text route) */
-    uint16_t status;    /* text and redirect */
-    uint64_t methods;   /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
-    char allow[MD_ROUTE_ALLOW_MAX];        /* Allow for 405 and OPTIONS; md_routes_prepare */
-    char content_type[MD_ROUTE_CTYPE_MAX]; /* text, echo, metrics, health; static's default */
-    /* text: the body; redirect: the location; static: the root directory */
-    char body[MD_ROUTE_TEXT_MAX];
-    char index_file[MD_ROUTE_INDEX_MAX]; /* static: the file a directory's path serves */
-    int root_fd; /* static: the root, opened by md_routes_open(); -1 in a configuration */
-    /* static: unique per opened root (never reused, unlike root_fd): the open-file cache's
-     * key, so that no entry of an earlier table's root is found through this one */
-    uint64_t root_id;
-    uint16_t body_len;
-    uint32_t line; /* of its [route] header in the configuration; 0: built in */
-    /* proxy: the [upstream] it names (upstream_index once the configuration is checked), the
-     * line of its upstream key, Host (a literal is in body[]), Forwarded, Via, Upgrade. */
-    char upstream[MD_ROUTE_NAME_MAX];
-    uint8_t upstream_index;
-    uint8_t host_mode; /* md_proxy_host */
-    bool forwarded, via, websocket;
-    uint32_t upstream_line;
-    const struct md_handler *handler; /* md_routes_prepare(); a test may put its own */
+    bool exact;       /* "[route = /p]": this path only */
+    bool has_methods; /* methods were given; otherwise the handler's default */
+    uint8_t index;    /* position in the table (the canned-response slot of a text route) */
+    uint32_t line;    /* of its [route] header in the configuration; 0: built in */
+    uint64_t methods; /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
+    char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
+    const struct md_handler *handler; /* NULL until the section names one */
+    _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
+
+/* The handler's options of route r (its handler's own struct). */
+static inline void *md_route_conf(const md_route *r)
+{
+    return (void *)r->conf;
+}
 
 typedef struct md_route_table {
     uint32_t n;
@@ -100,15 +71,18 @@ void md_routes_builtin(md_route_table *t);
  * -EINVAL with msg (msg_len bytes) saying why: a bad path, a duplicate, a full table. */
 int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg, size_t msg_len);
 
-/* Sets one option of route r from its section. 0, or -EINVAL with msg (no key name in it: the
- * caller prefixes "[route /p] key: "), or -ENOENT for a key no handler knows. */
-int md_route_key(md_route *r, const char *key, const char *value, char *msg, size_t msg_len);
+/* Sets one option of route r from its section (line: where it is, for later messages):
+ * handler and methods here, every other key by the route's handler. 0, or -EINVAL with msg
+ * (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for a key that
+ * neither the table nor the route's handler knows. */
+int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
+                 size_t msg_len);
 
-/* After a route's last key: what its handler requires (a handler; a location for redirect).
- * 0 or -EINVAL with msg. */
+/* After a route's last key: a handler, and what the handler requires of its options. 0 or
+ * -EINVAL with msg. */
 int md_route_check(const md_route *r, char *msg, size_t msg_len);
 
-/* Opens the root directory of every static route (O_PATH), for a table that serves: 0, or a
+/* What each route's handler opens for a table that serves (a static root, say): 0, or a
  * negative errno with msg naming the route. md_routes_close() closes them (also after an
  * error); a table copied from a configuration holds none. */
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len);

@@ -105,7 +105,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     g->http.rt = s->rt;
     g->http.peer = conn_peer;
     for (uint32_t i = 0; i < g->routes.n; i++)
-        if (g->routes.r[i].kind == MD_HANDLER_PROXY)
+        if (g->routes.r[i].handler->keeps_fields)
             g->http.keep_fields = true;
     if (cfg->upstreams.n != 0) {
         rc = md_upstreams_new(&g->upstreams, &cfg->upstreams, s->rt);

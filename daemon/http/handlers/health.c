@@ -5,7 +5,8 @@
 
 static int health_on_req(md_http_conn *c, const md_route *r)
 {
-    return md_http_respond_canned(c, r, "ok", 2);
+    return md_http_respond_canned(c, r, "text/plain", "ok", 2);
 }
 
-const md_handler md_handler_health = {.name = "health", .on_req = health_on_req};
+const md_handler md_handler_health = {
+    .name = "health", .methods = MD_METHODS_GET, .on_req = health_on_req};

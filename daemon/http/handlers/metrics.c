@@ -5,12 +5,15 @@
 
 static int metrics_on_req(md_http_conn *c, const md_route *r)
 {
+    (void)r;
     const md_http_server *srv = md_http_conn_server(c);
     if (srv->metrics_text == NULL) {
         const md_http_status *st = md_http_status_of(404);
         return md_http_respond(c, 404, NULL, "text/plain", st->body, st->body_len);
     }
-    return md_http_respond_produced(c, r->content_type, srv->metrics_text, srv->metrics_arg);
+    return md_http_respond_produced(c, "text/plain; version=0.0.4; charset=utf-8",
+                                    srv->metrics_text, srv->metrics_arg);
 }
 
-const md_handler md_handler_metrics = {.name = "metrics", .on_req = metrics_on_req};
+const md_handler md_handler_metrics = {
+    .name = "metrics", .methods = MD_METHODS_GET, .on_req = metrics_on_req};

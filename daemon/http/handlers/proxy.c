@@ -25,10 +25,109 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "http/handler.h"
 #include "http/proxy_msg.h"
 #include "http/upstream.h"
+
+/* The route's options. */
+enum {
+    NAME_MAX_ = 33, /* bytes of an upstream's name, with its NUL */
+    HOST_MAX = 200, /* bytes of a literal Host, with its NUL */
+};
+
+/* What the upstream request's Host is. */
+typedef enum proxy_host {
+    HOST_PASS,     /* the client's */
+    HOST_UPSTREAM, /* the server's HOST:PORT */
+    HOST_LITERAL,  /* proxy_conf.host */
+} proxy_host;
+
+typedef struct proxy_conf {
+    char upstream[NAME_MAX_]; /* the [upstream] it names */
+    uint8_t upstream_index;   /* its place in the configuration's table, once linked */
+    uint8_t host_mode;        /* proxy_host */
+    bool forwarded, via, websocket;
+    uint32_t upstream_line; /* of the upstream key, for the message when it names nothing */
+    char host[HOST_MAX];
+} proxy_conf;
+
+_Static_assert(sizeof(proxy_conf) <= MD_ROUTE_CONF_MAX, "proxy_conf fits a route");
+
+static inline const proxy_conf *opts(const md_route *r)
+{
+    return md_route_conf(r);
+}
+
+static int proxy_key(void *conf, const char *key, const char *value, uint32_t line, char *msg,
+                     size_t msg_len)
+{
+    proxy_conf *pc = conf;
+    if (strcmp(key, "upstream") == 0) {
+        size_t n = strlen(value);
+        if (!md_text_name_ok(value, n, NAME_MAX_)) {
+            md_say(msg, msg_len,
+                   "expected an upstream name of [A-Za-z0-9_-], 1 to %d bytes, got \"%s\"",
+                   NAME_MAX_ - 1, value);
+            return -EINVAL;
+        }
+        memcpy(pc->upstream, value, n + 1);
+        pc->upstream_line = line;
+        return 0;
+    }
+    if (strcmp(key, "host") == 0) {
+        if (strcmp(value, "pass") == 0) {
+            pc->host_mode = HOST_PASS;
+        } else if (strcmp(value, "upstream") == 0) {
+            pc->host_mode = HOST_UPSTREAM;
+        } else {
+            if (value[0] == '\0' || strlen(value) >= HOST_MAX ||
+                !md_text_field_safe(value, false)) {
+                md_say(msg, msg_len,
+                       "expected pass, upstream, or a host of visible ASCII without spaces, at "
+                       "most %d bytes",
+                       HOST_MAX - 1);
+                return -EINVAL;
+            }
+            pc->host_mode = HOST_LITERAL;
+            md_text_set(pc->host, sizeof pc->host, value);
+        }
+        return 0;
+    }
+    bool *b = strcmp(key, "forwarded") == 0 ? &pc->forwarded
+              : strcmp(key, "via") == 0     ? &pc->via
+                                            : &pc->websocket;
+    if (md_parse_bool(value, b) != 0) {
+        md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int proxy_check(const void *conf, char *msg, size_t msg_len)
+{
+    if (((const proxy_conf *)conf)->upstream[0] == '\0') {
+        md_say(msg, msg_len, "upstream: required for handler = proxy");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* After the whole file: the [upstream] the route names exists. */
+static int proxy_link(void *conf, const md_config *cfg, uint32_t *line, char *msg, size_t msg_len)
+{
+    proxy_conf *pc = conf;
+    int k = md_upstream_find(&cfg->upstreams, pc->upstream);
+    if (k < 0) {
+        md_say(msg, msg_len, "upstream: no [upstream %s] section", pc->upstream);
+        *line = pc->upstream_line;
+        return -EINVAL;
+    }
+    pc->upstream_index = (uint8_t)k;
+    return 0;
+}
 
 enum state {
     ST_PICK,
@@ -194,10 +293,10 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
  * the server (host = upstream) and a retry went to another. 0 or -ENOMEM. */
 static int build_head(proxy *p, md_upstream_peer *peer)
 {
-    if (p->head != NULL && (p->route->host_mode != MD_PROXY_HOST_UPSTREAM || p->head_for == peer))
+    if (p->head != NULL && (opts(p->route)->host_mode != HOST_UPSTREAM || p->head_for == peer))
         return 0;
     p->rq.upstream_host = peer->conf->host;
-    if (p->route->host_mode == MD_PROXY_HOST_UPSTREAM)
+    if (opts(p->route)->host_mode == HOST_UPSTREAM)
         p->rq.host = peer->conf->host;
     md_outbuf ob = {0};
     int rc = md_proxy_request_head(&p->rq, &ob);
@@ -224,13 +323,14 @@ static bool is_idempotent(unsigned m)
 static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
 {
     const md_http_server *srv = md_http_conn_server(c);
-    if (srv->upstreams == NULL || r->upstream_index >= srv->upstreams->conf.n || srv->rt == NULL)
+    if (srv->upstreams == NULL || opts(r)->upstream_index >= srv->upstreams->conf.n ||
+        srv->rt == NULL)
         return MD_BODY_DISCARD; /* on_req answers 502 */
     proxy *p = calloc(1, sizeof *p);
     if (p == NULL)
         return -ENOMEM;
     p->route = r;
-    p->up = &srv->upstreams->u[r->upstream_index];
+    p->up = &srv->upstreams->u[opts(r)->upstream_index];
     mp_timer_init(&p->timer, srv->rt);
     p->start_ms = mp_now_ms();
     p->idempotent = is_idempotent(md_http_req_method(c));
@@ -255,16 +355,16 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
         .fields = kept + tlen + 2,
         .fields_len = len - tlen - 2,
         .peer = peer,
-        .host = r->host_mode == MD_PROXY_HOST_LITERAL ? r->body : NULL,
-        .forwarded = r->forwarded,
-        .via = r->via,
+        .host = opts(r)->host_mode == HOST_LITERAL ? opts(r)->host : NULL,
+        .forwarded = opts(r)->forwarded,
+        .via = opts(r)->via,
         .keepalive = p->up->conf->keepalive != 0,
         .framing = chunked                     ? MD_PROXY_BODY_CHUNKED
                    : md_http_req_has_length(c) ? MD_PROXY_BODY_LENGTH
                                                : MD_PROXY_BODY_NONE,
         .length = length,
     };
-    p->upgrade = r->websocket && md_http_req_upgrade(c) && md_http_req_version_minor(c) != 0;
+    p->upgrade = opts(r)->websocket && md_http_req_upgrade(c) && md_http_req_version_minor(c) != 0;
     p->rq.upgrade = p->upgrade;
     md_proxy_req rq = p->rq;
     const md_upstream_conf *uc = p->up->conf;
@@ -556,7 +656,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
                                    md_http_req_is_head(c), md_http_req_version_minor(c) == 0,
                                    md_http_req_closes(c));
-                p->resp.via = p->route->via;
+                p->resp.via = opts(p->route)->via;
                 p->resp.tunnel_ok = p->upgrade;
                 /* The core answered Expect: 100-continue itself at the head (Expect never goes
                  * upstream, so no client waits on a server that ignores it): a server's own
@@ -681,4 +781,18 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
 }
 
 const md_handler md_handler_proxy = {
-    .name = "proxy", .on_head = proxy_on_head, .on_body = proxy_on_body, .on_req = proxy_on_req};
+    .name = "proxy",
+    /* What the application takes is the application's affair. */
+    .methods = MD_METHODS_GET | MD_METHOD(HTTP_POST) | MD_METHOD(HTTP_PUT) |
+               MD_METHOD(HTTP_DELETE) | MD_METHOD(HTTP_PATCH),
+    .passes_options = true,
+    .keeps_fields = true,
+    .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket", NULL},
+    .conf_size = sizeof(proxy_conf),
+    .conf_key = proxy_key,
+    .conf_check = proxy_check,
+    .conf_link = proxy_link,
+    .on_head = proxy_on_head,
+    .on_body = proxy_on_body,
+    .on_req = proxy_on_req,
+};

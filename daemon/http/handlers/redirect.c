@@ -2,16 +2,77 @@
  * short text body for clients that show it. The location was checked when the configuration
  * was read: visible ASCII, no spaces, so it cannot end the field early.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "core/text.h"
 #include "http/handler.h"
+
+enum { LOCATION_MAX = 200 }; /* bytes of the location, with its NUL */
+
+typedef struct redirect_conf {
+    uint16_t status;
+    char location[LOCATION_MAX];
+} redirect_conf;
+
+_Static_assert(sizeof(redirect_conf) <= MD_ROUTE_CONF_MAX, "redirect_conf fits a route");
+
+static void redirect_init(void *conf)
+{
+    ((redirect_conf *)conf)->status = 302;
+}
+
+static int redirect_key(void *conf, const char *key, const char *value, uint32_t line, char *msg,
+                        size_t msg_len)
+{
+    (void)line;
+    redirect_conf *d = conf;
+    if (strcmp(key, "location") == 0) {
+        if (value[0] == '\0' || strlen(value) >= LOCATION_MAX ||
+            !md_text_field_safe(value, false)) {
+            md_say(msg, msg_len, "expected a URI of visible ASCII without spaces, at most %d bytes",
+                   LOCATION_MAX - 1);
+            return -EINVAL;
+        }
+        md_text_set(d->location, sizeof d->location, value);
+        return 0;
+    }
+    uint64_t s; /* status */
+    if (strlen(value) != 3 || md_parse_u64(value, 301, 308, &s) != 0 || s == 304 || s == 305 ||
+        s == 306) {
+        md_say(msg, msg_len, "expected 301, 302, 303, 307 or 308, got \"%s\"", value);
+        return -EINVAL;
+    }
+    d->status = (uint16_t)s;
+    return 0;
+}
+
+static int redirect_check(const void *conf, char *msg, size_t msg_len)
+{
+    if (((const redirect_conf *)conf)->location[0] == '\0') {
+        md_say(msg, msg_len, "location: required for handler = redirect");
+        return -EINVAL;
+    }
+    return 0;
+}
 
 static int redirect_on_req(md_http_conn *c, const md_route *r)
 {
-    char fields[MD_ROUTE_TEXT_MAX + 16];
-    snprintf(fields, sizeof fields, "Location: %s\r\n", r->body);
-    const md_http_status *st = md_http_status_of(r->status);
-    return md_http_respond(c, r->status, fields, "text/plain", st->body, st->body_len);
+    const redirect_conf *d = md_route_conf(r);
+    char fields[LOCATION_MAX + 16];
+    snprintf(fields, sizeof fields, "Location: %s\r\n", d->location);
+    const md_http_status *st = md_http_status_of(d->status);
+    return md_http_respond(c, d->status, fields, "text/plain", st->body, st->body_len);
 }
 
-const md_handler md_handler_redirect = {.name = "redirect", .on_req = redirect_on_req};
+const md_handler md_handler_redirect = {
+    .name = "redirect",
+    .methods = MD_METHODS_GET,
+    .keys = (const char *const[]){"status", "location", NULL},
+    .conf_size = sizeof(redirect_conf),
+    .conf_init = redirect_init,
+    .conf_key = redirect_key,
+    .conf_check = redirect_check,
+    .on_req = redirect_on_req,
+};

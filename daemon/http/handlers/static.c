@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,15 +63,127 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "http/handler.h"
 #include "http/mime.h"
+
+/* The route's options, and what a generation opens from them. */
+enum {
+    ROOT_MAX = 200, /* bytes of the root's path, with its NUL */
+    INDEX_MAX = 64, /* bytes of the index file's name, with its NUL */
+};
+
+typedef struct static_conf {
+    char root[ROOT_MAX];
+    char index_file[INDEX_MAX];      /* the file a directory's path serves */
+    char default_type[MD_CTYPE_MAX]; /* for a name /etc/mime.types does not know */
+    bool precompressed;              /* serve FILE.br or FILE.gz to clients that accept it */
+    int root_fd; /* the root, opened (O_PATH) per generation; -1 in a configuration */
+    /* Unique per opened root (never reused, unlike root_fd): the open-file cache's key, so
+     * that no entry of an earlier generation's root is found through this one. */
+    uint64_t root_id;
+} static_conf;
+
+_Static_assert(sizeof(static_conf) <= MD_ROUTE_CONF_MAX, "static_conf fits a route");
+
+static void static_init(void *conf)
+{
+    static_conf *sc = conf;
+    md_text_set(sc->index_file, sizeof sc->index_file, "index.html");
+    md_text_set(sc->default_type, sizeof sc->default_type, "application/octet-stream");
+    sc->root_fd = -1;
+}
+
+static int static_key(void *conf, const char *key, const char *value, uint32_t line, char *msg,
+                      size_t msg_len)
+{
+    (void)line;
+    static_conf *sc = conf;
+    if (strcmp(key, "root") == 0) {
+        struct stat st;
+        if (value[0] != '/' || strlen(value) >= ROOT_MAX) {
+            md_say(msg, msg_len, "expected an absolute directory path, at most %d bytes",
+                   ROOT_MAX - 1);
+            return -EINVAL;
+        }
+        if (stat(value, &st) != 0) {
+            md_say(msg, msg_len, "%s: %s", value, strerror(errno));
+            return -EINVAL;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            md_say(msg, msg_len, "%s: not a directory", value);
+            return -EINVAL;
+        }
+        md_text_set(sc->root, sizeof sc->root, value);
+        return 0;
+    }
+    if (strcmp(key, "index") == 0) {
+        size_t n = strlen(value);
+        if (n == 0 || n >= INDEX_MAX || strchr(value, '/') != NULL || value[0] == '.' ||
+            !md_text_field_safe(value, false)) {
+            md_say(msg, msg_len,
+                   "expected a file name (no '/', not starting with '.'), at most %d bytes",
+                   INDEX_MAX - 1);
+            return -EINVAL;
+        }
+        md_text_set(sc->index_file, sizeof sc->index_file, value);
+        return 0;
+    }
+    if (strcmp(key, "precompressed") == 0) {
+        if (md_parse_bool(value, &sc->precompressed) != 0) {
+            md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    return md_handler_conf_ctype(sc->default_type, value, msg, msg_len); /* default_type */
+}
+
+static int static_check(const void *conf, char *msg, size_t msg_len)
+{
+    if (((const static_conf *)conf)->root[0] == '\0') {
+        md_say(msg, msg_len, "root: required for handler = static");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The options of route r. */
+static inline const static_conf *opts(const md_route *r)
+{
+    return md_route_conf(r);
+}
+
+static atomic_uint_fast64_t next_root_id; /* static_conf.root_id: roots opened, ever */
+
+static int static_open(void *conf, char *msg, size_t msg_len)
+{
+    static_conf *sc = conf;
+    sc->root_fd = open(sc->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    /* Relaxed: a unique number, publishing nothing. */
+    sc->root_id = atomic_fetch_add_explicit(&next_root_id, 1, memory_order_relaxed) + 1;
+    if (sc->root_fd < 0) {
+        int e = errno;
+        md_say(msg, msg_len, "root %s: %s", sc->root, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+static void static_close(void *conf)
+{
+    static_conf *sc = conf;
+    if (sc->root_fd >= 0)
+        close(sc->root_fd);
+    sc->root_fd = -1;
+}
 
 enum {
     SMALL = 16384,          /* read into the output with its head */
     CHUNK = 16384,          /* a piece not in the page cache, read on the pool and written */
     SENDFILE_MAX = 1 << 20, /* bytes per sendfile call, so one connection yields */
     FIELDS_MAX = 512,       /* the header lines this handler adds */
-    REL_MAX = MD_HTTP_TARGET_MAX + MD_ROUTE_INDEX_MAX + 4,
+    REL_MAX = MD_HTTP_TARGET_MAX + INDEX_MAX + 4,
 };
 
 /* Which file answers a request: the file (a directory's index), then the precompressed
@@ -289,21 +402,21 @@ static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_
     const md_file_cache_limits *lim = &md_http_conn_server(c)->file_cache;
     if (!lk->looked) {
         lk->looked = true;
-        if ((*f = md_file_cache_get(lim, r->root_id, lk->rel, len)) != NULL)
+        if ((*f = md_file_cache_get(lim, opts(r)->root_id, lk->rel, len)) != NULL)
             return 0;
     }
     int fd = -1, err;
     if (can_wait && cx == NULL) {
-        fd = open_beneath(r->root_fd, lk->rel, OPEN_FLAGS);
+        fd = open_beneath(opts(r)->root_fd, lk->rel, OPEN_FLAGS);
         err = fd < 0 ? fd : 0;
     } else if (mp_file_open_poll(can_wait ? mp_runtime_current() : NULL, op, can_wait ? cx : NULL,
-                                 r->root_fd, lk->rel, OPEN_FLAGS, 0, OPEN_RESOLVE, &fd,
+                                 opts(r)->root_fd, lk->rel, OPEN_FLAGS, 0, OPEN_RESOLVE, &fd,
                                  &err) == MP_PENDING ||
                (!can_wait && err == -EAGAIN)) {
         return OPEN_WAIT;
     }
     if (err == -ENOSYS) { /* no openat2 (Linux before 5.6): the O_NOFOLLOW walk */
-        fd = open_beneath(r->root_fd, lk->rel, OPEN_FLAGS);
+        fd = open_beneath(opts(r)->root_fd, lk->rel, OPEN_FLAGS);
         err = fd < 0 ? fd : 0;
     }
     if (err != 0)
@@ -314,7 +427,7 @@ static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_
         close(fd);
         return err;
     }
-    return md_file_new(lim, r->root_id, lk->rel, len, fd, &st, f);
+    return md_file_new(lim, opts(r)->root_id, lk->rel, len, fd, &st, f);
 }
 
 /* What an open's error answers. */
@@ -350,7 +463,7 @@ static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_fil
             return lk->dir ? 403 : 301;
         if (!S_ISREG(lk->file->mode))
             return 403; /* a FIFO, device or socket: never read */
-        lk->step = r->precompressed ? STEP_BR : STEP_DONE;
+        lk->step = opts(r)->precompressed ? STEP_BR : STEP_DONE;
         lk->looked = false;
     }
     size_t alen = 0;
@@ -601,7 +714,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     md_file *f = lk->file;
     const char *ctype = md_mime_type(lk->rel, lk->rlen);
     if (ctype == NULL)
-        ctype = r->content_type;
+        ctype = opts(r)->default_type;
     char fields[FIELDS_MAX];
     size_t fl = 0;
     if (lk->alt != NULL) {
@@ -611,7 +724,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
                                codings[lk->coding][0]);
     }
     lk->file = lk->alt = NULL;
-    if (r->precompressed) {
+    if (opts(r)->precompressed) {
         memcpy(fields + fl, "Vary: Accept-Encoding\r\n", 24);
         fl += 23;
     }
@@ -735,14 +848,14 @@ static int static_on_req(md_http_conn *c, const md_route *r)
         if (path[i] == '/' && path[i + 1] == '.')
             return error(c, 404);
     struct lookup lk;
-    if (plen - 1 + sizeof r->index_file + 4 > sizeof lk.rel)
+    if (plen - 1 + sizeof opts(r)->index_file + 4 > sizeof lk.rel)
         return error(c, 404);
     memcpy(lk.rel, path + 1, plen - 1);
     lk.rlen = plen - 1;
     lk.dir = path[plen - 1] == '/';
     if (lk.dir) {
-        size_t ilen = strlen(r->index_file);
-        memcpy(lk.rel + lk.rlen, r->index_file, ilen);
+        size_t ilen = strlen(opts(r)->index_file);
+        memcpy(lk.rel + lk.rlen, opts(r)->index_file, ilen);
         lk.rlen += ilen;
     }
     lk.rel[lk.rlen] = '\0';
@@ -774,4 +887,15 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     return answer(c, r, &lk, NULL);
 }
 
-const md_handler md_handler_static = {.name = "static", .on_req = static_on_req};
+const md_handler md_handler_static = {
+    .name = "static",
+    .methods = MD_METHODS_GET,
+    .keys = (const char *const[]){"root", "index", "default_type", "precompressed", NULL},
+    .conf_size = sizeof(static_conf),
+    .conf_init = static_init,
+    .conf_key = static_key,
+    .conf_check = static_check,
+    .open = static_open,
+    .close = static_close,
+    .on_req = static_on_req,
+};

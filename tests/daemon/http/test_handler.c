@@ -74,14 +74,14 @@ static void routes_setup(void)
     memset(&table, 0, sizeof table);
     char msg[128];
     cr_assert_eq(md_routes_add(&table, " = /", 1, msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[0], "handler", "text", msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", 0, msg, sizeof msg), 0);
     cr_assert_eq(md_routes_add(&table, " /slow", 2, msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[1], "handler", "text", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[1], "handler", "text", 0, msg, sizeof msg), 0);
     cr_assert_eq(md_routes_add(&table, " = /go", 3, msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[2], "handler", "redirect", msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[2], "status", "308", msg, sizeof msg), 0);
-    cr_assert_eq(md_route_key(&table.r[2], "location", "/there", msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "handler", "redirect", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "status", "308", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "location", "/there", 0, msg, sizeof msg), 0);
     md_routes_prepare(&table);
     table.r[1].handler = &slow_handler; /* a test's own handler on the interface */
     srv.routes = &table;

@@ -1,0 +1,85 @@
+/* The shared text rules (text.h). */
+#include "core/text.h"
+
+#include <errno.h>
+#include <string.h>
+
+bool md_ascii_eq_lower(const char *s, size_t n, const char *lower)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (lower[i] == '\0' || md_ascii_lower((unsigned char)s[i]) != (unsigned char)lower[i])
+            return false;
+    }
+    return lower[n] == '\0';
+}
+
+int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (*s == '\0')
+        return -EINVAL;
+    uint64_t v = 0;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -EINVAL;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -ERANGE;
+        v = v * 10 + d;
+    }
+    if (v < min || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+static const char *const bool_words[2][4] = {
+    {"off", "no", "false", "0"},
+    {"on", "yes", "true", "1"},
+};
+
+int md_parse_bool(const char *s, bool *out)
+{
+    size_t n = strlen(s);
+    for (int v = 0; v < 2; v++) {
+        for (size_t i = 0; i < 4; i++) {
+            if (md_ascii_eq_lower(s, n, bool_words[v][i])) {
+                *out = v != 0;
+                return 0;
+            }
+        }
+    }
+    return -EINVAL;
+}
+
+size_t md_text_set(char *dst, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    return n;
+}
+
+bool md_text_field_safe(const char *s, bool spaces)
+{
+    for (; *s != '\0'; s++) {
+        unsigned ch = (unsigned char)*s;
+        if (ch < 0x20 || ch >= 0x7f || (!spaces && ch == ' '))
+            return false;
+    }
+    return true;
+}
+
+bool md_text_name_ok(const char *s, size_t n, size_t max)
+{
+    if (n == 0 || n >= max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}

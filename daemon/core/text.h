@@ -1,0 +1,39 @@
+/* Small text rules every layer shares, each written once: ASCII case without the locale,
+ * unsigned integers, booleans, bounded copies, names, and configuration values that may go
+ * into a header field. Nothing here allocates.
+ */
+#ifndef MD_TEXT_H
+#define MD_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ch in lower case if it is an ASCII capital; tolower() follows the locale. */
+static inline unsigned char md_ascii_lower(unsigned char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
+}
+
+/* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. */
+bool md_ascii_eq_lower(const char *s, size_t n, const char *lower);
+
+/* Decimal digits only (no sign, space, suffix or "0x"), within [min, max]: 0, -EINVAL for
+ * anything else, -ERANGE for a number out of range. */
+int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Every boolean of the configuration reads the same words, in any ASCII case: 0 or -EINVAL. */
+#define MD_BOOL_GRAMMAR "on, yes, true or 1, or off, no, false or 0 (any case)"
+int md_parse_bool(const char *s, bool *out);
+
+/* Copies s into dst (cap bytes, cap > 0), cut to fit, NUL-terminated; its length. */
+size_t md_text_set(char *dst, size_t cap, const char *s);
+
+/* A configured value that is safe in a header field: visible ASCII, with spaces when spaces
+ * is set; no control byte, so a CR or LF cannot end the field and start another. */
+bool md_text_field_safe(const char *s, bool spaces);
+
+/* A name of [A-Za-z0-9_-], 1 to max - 1 bytes (an upstream's, say). */
+bool md_text_name_ok(const char *s, size_t n, size_t max);
+
+#endif
