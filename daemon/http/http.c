@@ -248,6 +248,42 @@ static bool closes(const md_http_conn *c)
     return !c->req->keep_alive || c->draining;
 }
 
+/* Whether a response of this status ends the connection, whoever produced it (the core, a
+ * handler, a text route's configured status): those that say the request was not understood
+ * as sent, so that what follows it on the connection cannot be trusted to start a request
+ * (400, 413, 414, 431, 417, 501, 505: its head or framing was refused, its body may still be on
+ * the wire), or that the server may be in a state it did not plan for (500), or that come
+ * when the request is already known to be broken (408). nginx ends keep-alive after the same
+ * (ngx_http_special_response_handler: 400, 413, 414, 500, 501; 408 and 494 close). Errors
+ * about a request that was read whole and understood keep it: 404, 405, 403, 412, 416, 304,
+ * and 502/503/504 (the upstream failed, not the request). */
+static bool status_closes(unsigned code)
+{
+    switch (code) {
+    case 400:
+    case 408:
+    case 413:
+    case 414:
+    case 417:
+    case 431:
+    case 500:
+    case 501:
+    case 505:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The response about to be written for code: closing, and from now on the connection closes
+ * after it (request_done() stops parsing: nothing behind it is answered). */
+static bool closes_with(md_http_conn *c, unsigned code)
+{
+    if (status_closes(code))
+        c->req->keep_alive = false;
+    return closes(c);
+}
+
 /* A complete response with a body from memory. 0 or -ENOMEM. */
 static int respond_fields(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
                           const char *fields, const char *ctype, const char *body, size_t len)
@@ -257,6 +293,7 @@ static int respond_fields(md_http_conn *c, const md_http_status *st, bool close,
     char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
     if (w == NULL)
         return -ENOMEM;
+    close = closes_with(c, st->code) || close;
     w = md_http_put_head_fields(w, st, close, http10(c), allow, fields, flen, ctype, len);
     if (!head && len != 0) {
         memcpy(w, body, len);
@@ -311,7 +348,7 @@ int md_http_respond_produced(md_http_conn *c, const char *ctype,
     size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
     if (produce(arg, out) != 0) {
         out->len = out->head + mark;
-        return respond_error(c, 500, close, NULL);
+        return respond_error(c, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
     char head[MD_HTTP_HEAD_MAX];
@@ -338,8 +375,8 @@ int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, c
     if (w == NULL)
         return -ENOMEM;
     const md_http_status *st = md_http_status_of(status);
-    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes(c), http10(c), NULL, fields,
-                                                     flen, ctype, length));
+    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes_with(c, st->code), http10(c),
+                                                     NULL, fields, flen, ctype, length));
     count_response(c, st->code, is_head_request(c) || st->code == 304 ? 0 : length);
     return 0;
 }
@@ -454,6 +491,25 @@ void md_http_req_close_after(md_http_conn *c)
     c->req->keep_alive = false;
 }
 
+/* The error the core answers a request with instead of its route's handler, known once the
+ * route is (head_done()): 400 for a path that does not decode, 404, 405; 0 when the request
+ * goes on (to its handler, or to the core's OPTIONS). */
+static unsigned refusal(const md_http_conn *c)
+{
+    const md_http_req *rq = c->req;
+    const md_route *r = rq->route;
+    if (rq->asterisk)
+        return 0;
+    if (rq->path_bad)
+        return 400;
+    /* A metrics route on a server without metrics is no route at all. */
+    if (r == NULL || (r->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL))
+        return 404;
+    if (c->parser.method != HTTP_OPTIONS && !md_route_allows(r, c->parser.method))
+        return 405;
+    return 0;
+}
+
 /* The response for a complete request that was not streamed: what the core answers itself,
  * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
 static int answer(md_http_conn *c)
@@ -461,20 +517,15 @@ static int answer(md_http_conn *c)
     const md_http_req *rq = c->req;
     const md_route *r = rq->route;
     bool close = closes(c);
-    unsigned method = c->parser.method;
 
     if (rq->asterisk)
         return respond(c, md_http_status_of(200), close, routes_of(c)->allow_any, "text/plain",
                        NULL, 0);
-    if (rq->path_bad) /* the framing is intact: the connection may go on */
-        return respond_error(c, 400, close, NULL);
-    /* A metrics route on a server without metrics is no route at all. */
-    if (r == NULL || (r->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL))
-        return respond_error(c, 404, close, NULL);
-    if (method == HTTP_OPTIONS)
+    unsigned code = refusal(c);
+    if (code != 0) /* a 400 closes (status_closes()), 404 and 405 keep the connection */
+        return respond_error(c, code, close, code == 405 ? r->allow : NULL);
+    if (c->parser.method == HTTP_OPTIONS)
         return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
-    if (!md_route_allows(r, method))
-        return respond_error(c, 405, close, r->allow);
     return r->handler->on_req(c, r);
 }
 
@@ -1028,8 +1079,8 @@ static int head_done(md_http_conn *c)
     }
 
     /* The handler says what becomes of the body (handler.h). */
-    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method) &&
-        !(route->kind == MD_HANDLER_METRICS && c->srv->metrics_text == NULL)) {
+    if (refusal(c) == 0 && route != NULL && route->handler->on_head != NULL &&
+        md_route_allows(route, p->method)) {
         int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
         if (mode < 0) {
             c->oom = true;

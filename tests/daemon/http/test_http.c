@@ -2,6 +2,8 @@
  * every limit, the request-smuggling shapes, timers, drain, and the same byte streams split at
  * every offset producing byte-identical output.
  */
+#include <errno.h>
+
 #include "daemon/http_harness.h"
 
 TestSuite(http, .init = server_setup, .timeout = 10);
@@ -225,6 +227,67 @@ Test(http, expect_other_is_417_and_http10_ignores_expect)
                  MD_HTTP_WANT_CLOSE);
     b.len = 0;
     sb_error(&b, "417 Expectation Failed", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* An error about a request the server did not understand as sent ends the connection, as
+ * nginx's do: Connection: close, and nothing pipelined behind it is answered. */
+Test(http, errors_about_the_request_close_the_connection)
+{
+    static const char *const reqs[] = {
+        /* a path above the root, a bad escape with a chunked body */
+        "GET /../../../../../../etc/passwd HTTP/1.1\r\nHost: a\r\n\r\n",
+        "POST /%%%%%% HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+        "0\r\n\r\n",
+        "POST /a%zz HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+        "HEAD /%00 HTTP/1.1\r\nHost: a\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        struct session s;
+        struct sb b = {0};
+        char in[512];
+        snprintf(in, sizeof(in),
+                 "GET / HTTP/1.1\r\nHost: a\r\n\r\n%sGET /healthz HTTP/1.1\r\n"
+                 "Host: a\r\n\r\n",
+                 reqs[i]);
+        current_input = in;
+        session_open(&s);
+        cr_assert_eq(feed(&s, in), MD_HTTP_WANT_CLOSE, "%s", reqs[i]);
+        sb_hello(&b, NULL);
+        sb_resp(&b, "400 Bad Request", "close", NULL, "text/plain", "Bad Request\n", 12,
+                strncmp(reqs[i], "HEAD", 4) == 0);
+        expect_sb(&s, &b);
+        session_close(&s);
+    }
+    current_input = "";
+    expect_no_leaks();
+}
+
+static int produce_fails(void *arg, md_outbuf *out)
+{
+    (void)arg;
+    (void)out;
+    return -EIO;
+}
+
+/* A 500, whoever answers it, closes too; a 404 or 405 about a request read whole does not. */
+Test(http, internal_error_closes_and_not_found_keeps)
+{
+    struct session s;
+    struct sb b = {0};
+    srv.metrics_text = produce_fails;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "DELETE / HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "404 Not Found", NULL);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "GET, HEAD, OPTIONS", "text/plain",
+            "Method Not Allowed\n", 19, 0);
+    sb_error(&b, "500 Internal Server Error", "close");
     expect_sb(&s, &b);
     session_close(&s);
     expect_no_leaks();
