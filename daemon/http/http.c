@@ -43,7 +43,7 @@ enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
 
 enum pause_reason {
     PAUSE_NONE,
-    PAUSE_HEAD,    /* on_headers_complete wants the exact head size */
+    PAUSE_HEAD,    /* on_headers_complete wants the exact head size, or where it ends */
     PAUSE_FLUSH,   /* out is past the high-water mark */
     PAUSE_STOP,    /* the response just produced closes the connection */
     PAUSE_PENDING, /* the handler answers later (md_http_conn_resume) */
@@ -89,7 +89,8 @@ static const struct {
     [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
 };
 
-enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+/* EXPECT_SENT: 100-continue, and the 100 went out (head_done()). */
+enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER, EXPECT_SENT };
 /* host_pos: a Host value is host characters, then only trailing whitespace. */
 enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
 #define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
@@ -476,9 +477,7 @@ bool md_http_req_upgrade(const md_http_conn *c)
 
 bool md_http_req_continued(const md_http_conn *c)
 {
-    /* on_headers_complete's condition for its 100 */
-    return c->req->expect == EXPECT_CONTINUE && c->parser.http_minor != 0 &&
-           ((c->parser.flags & F_CHUNKED) != 0 || c->req->body_length != 0);
+    return c->req->expect == EXPECT_SENT;
 }
 
 void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes)
@@ -545,7 +544,9 @@ static int fail(md_http_conn *c)
     if (c->req->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
     unsigned code = c->req->status != 0 ? c->req->status : 400;
-    if (respond_error(c, code, true, NULL) != 0)
+    /* A 405 refused at the head (head_done()) still says what the route allows. */
+    const char *allow = code == 405 && c->req->route != NULL ? c->req->route->allow : NULL;
+    if (respond_error(c, code, true, allow) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
 }
@@ -1024,9 +1025,11 @@ static const md_route *find_route(const md_http_conn *c, md_http_req *r)
     return md_routes_find(routes_of(c), t, n);
 }
 
-/* The head is complete and within its limits: decide what to do with the request. Returns 0,
- * or HPE_USER having called reject(). */
-static int head_done(md_http_conn *c)
+/* The head is complete and within its limits: decide what to do with the request.
+ * content_here: bytes after the head came in the same feed (known only when the parser
+ * paused at the head's end: always for Expect: 100-continue). Returns 0, or HPE_USER having
+ * called reject(). */
+static int head_done(md_http_conn *c, bool content_here)
 {
     llhttp_t *p = &c->parser;
     md_http_req *r = c->req;
@@ -1071,15 +1074,26 @@ static int head_done(md_http_conn *c)
         l->keepalive_timeout_ms != 0 &&
         (l->max_requests_per_connection == 0 || c->requests + 1 < l->max_requests_per_connection);
 
-    /* HTTP/1.0 clients do not know 100-continue (RFC 9110 10.1.1). */
+    /* The client waits for our word before it sends the body (RFC 9110 10.1.1); HTTP/1.0
+     * clients do not know 100-continue. A client that has sent some of the body already
+     * does not wait, and a server may omit the 100 then: nothing to say. A target the core
+     * refuses gets its final status at once instead of the 100, and the connection closes
+     * after it (fail()): the client may or may not send the body now, so nothing after this
+     * head can be read as the next request. */
+    unsigned refused = refusal(c);
     if (r->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
-        md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
-        c->oom = true;
-        return HPE_USER;
+        !content_here) {
+        if (refused != 0)
+            return reject(c, refused);
+        if (md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        r->expect = EXPECT_SENT;
     }
 
     /* The handler says what becomes of the body (handler.h). */
-    if (refusal(c) == 0 && route != NULL && route->handler->on_head != NULL &&
+    if (refused == 0 && route != NULL && route->handler->on_head != NULL &&
         md_route_allows(route, p->method)) {
         int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
         if (mode < 0) {
@@ -1100,15 +1114,19 @@ static int on_headers_complete(llhttp_t *p)
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
     r->body_ns = c->now_ns;
+    /* Whether to send 100 Continue depends on what follows the head in this feed, which
+     * only a pause tells (head_done()); Expect is rare enough for it to cost nothing. */
+    bool exact = r->expect == EXPECT_CONTINUE;
     if (r->head_counting) {
         r->head_counting = false;
         uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
-        if (upper > c->srv->limits.max_header_bytes) {
-            c->pause = PAUSE_HEAD;
-            return HPE_PAUSED;
-        }
+        exact = exact || upper > c->srv->limits.max_header_bytes;
     }
-    return head_done(c);
+    if (exact) {
+        c->pause = PAUSE_HEAD;
+        return HPE_PAUSED;
+    }
+    return head_done(c, false);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
@@ -1346,11 +1364,11 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
             want = MD_HTTP_WANT_WRITE;
             goto out;
         }
-        /* PAUSE_HEAD: the exact head size is known now. */
+        /* PAUSE_HEAD: the exact head size is known now, and what follows it in this feed. */
         if (r->head_bytes + (uint64_t)(at - r->head_from) > c->srv->limits.max_header_bytes)
             reject(c, 431);
         else
-            head_done(c);
+            head_done(c, at < c->feed_end);
         if (r->status != 0 || c->oom) {
             want = fail(c);
             goto out;

@@ -382,3 +382,49 @@ Test(hostile, errors_about_the_request_end_the_connection, .timeout = 60)
     close(fd);
     cr_assert_eq(stop(&d), 0);
 }
+
+/* Expect: 100-continue: a refused target gets its final status and no 100 (then the close:
+ * the client may or may not send its body), and a client that sent the body with its head gets
+ * no 100 either (RFC 9110 10.1.1); one that waits gets it. */
+Test(hostile, expect_100_continue_only_to_a_client_that_waits_for_a_target_served, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    static const char *const refused[] = {
+        "POST /nope HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "PUT /healthz HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "POST /../echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        "Content-Length: 999999999\r\n\r\n",
+    };
+    static const char *const status[] = {"404", "405", "400", "413"};
+    char resp[8192];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        int fd = test_connect(d.http);
+        test_write_all(fd, refused[i], strlen(refused[i]));
+        read_some(fd, resp, sizeof resp, NULL, 0); /* to the close, without sending the body */
+        char want[32];
+        snprintf(want, sizeof want, "HTTP/1.1 %s ", status[i]);
+        cr_expect(strncmp(resp, want, strlen(want)) == 0, "%zu: %s", i, resp);
+        cr_expect(strstr(resp, "100 Continue") == NULL, "%zu: %s", i, resp);
+        cr_expect(strstr(resp, "\r\nConnection: close\r\n") != NULL, "%zu: %s", i, resp);
+        close(fd);
+    }
+    /* Head and body in one write: they arrive together, so no 100. */
+    int fd = test_connect(d.http);
+    const char *whole = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        "Content-Length: 5\r\n\r\nhello";
+    test_write_all(fd, whole, strlen(whole));
+    read_some(fd, resp, sizeof resp, "hello", 1);
+    cr_expect(strncmp(resp, "HTTP/1.1 200 ", 13) == 0, "%s", resp);
+    /* The head alone: the 100, then the body, then the echo. */
+    const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 5\r\n\r\n";
+    test_write_all(fd, head, strlen(head));
+    read_some(fd, resp, sizeof resp, "\r\n\r\n", 1);
+    cr_expect_str_eq(resp, "HTTP/1.1 100 Continue\r\n\r\n");
+    test_write_all(fd, "world", 5);
+    read_some(fd, resp, sizeof resp, "world", 1);
+    cr_expect(strncmp(resp, "HTTP/1.1 200 ", 13) == 0, "%s", resp);
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}
