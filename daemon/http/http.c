@@ -43,7 +43,7 @@ enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
 
 enum pause_reason {
     PAUSE_NONE,
-    PAUSE_HEAD,    /* on_headers_complete wants the exact head size */
+    PAUSE_HEAD,    /* on_headers_complete wants the exact head size, or where it ends */
     PAUSE_FLUSH,   /* out is past the high-water mark */
     PAUSE_STOP,    /* the response just produced closes the connection */
     PAUSE_PENDING, /* the handler answers later (md_http_conn_resume) */
@@ -89,7 +89,8 @@ static const struct {
     [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
 };
 
-enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+/* EXPECT_SENT: 100-continue, and the 100 went out (head_done()). */
+enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER, EXPECT_SENT };
 /* host_pos: a Host value is host characters, then only trailing whitespace. */
 enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
 #define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
@@ -248,6 +249,42 @@ static bool closes(const md_http_conn *c)
     return !c->req->keep_alive || c->draining;
 }
 
+/* Whether a response of this status ends the connection, whoever produced it (the core, a
+ * handler, a text route's configured status): those that say the request was not understood
+ * as sent, so that what follows it on the connection cannot be trusted to start a request
+ * (400, 413, 414, 431, 417, 501, 505: its head or framing was refused, its body may still be on
+ * the wire), or that the server may be in a state it did not plan for (500), or that come
+ * when the request is already known to be broken (408). nginx ends keep-alive after the same
+ * (ngx_http_special_response_handler: 400, 413, 414, 500, 501; 408 and 494 close). Errors
+ * about a request that was read whole and understood keep it: 404, 405, 403, 412, 416, 304,
+ * and 502/503/504 (the upstream failed, not the request). */
+static bool status_closes(unsigned code)
+{
+    switch (code) {
+    case 400:
+    case 408:
+    case 413:
+    case 414:
+    case 417:
+    case 431:
+    case 500:
+    case 501:
+    case 505:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The response about to be written for code: closing, and from now on the connection closes
+ * after it (request_done() stops parsing: nothing behind it is answered). */
+static bool closes_with(md_http_conn *c, unsigned code)
+{
+    if (status_closes(code))
+        c->req->keep_alive = false;
+    return closes(c);
+}
+
 /* A complete response with a body from memory. 0 or -ENOMEM. */
 static int respond_fields(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
                           const char *fields, const char *ctype, const char *body, size_t len)
@@ -257,6 +294,7 @@ static int respond_fields(md_http_conn *c, const md_http_status *st, bool close,
     char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
     if (w == NULL)
         return -ENOMEM;
+    close = closes_with(c, st->code) || close;
     w = md_http_put_head_fields(w, st, close, http10(c), allow, fields, flen, ctype, len);
     if (!head && len != 0) {
         memcpy(w, body, len);
@@ -311,7 +349,7 @@ int md_http_respond_produced(md_http_conn *c, const char *ctype,
     size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
     if (produce(arg, out) != 0) {
         out->len = out->head + mark;
-        return respond_error(c, 500, close, NULL);
+        return respond_error(c, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
     char head[MD_HTTP_HEAD_MAX];
@@ -338,8 +376,8 @@ int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, c
     if (w == NULL)
         return -ENOMEM;
     const md_http_status *st = md_http_status_of(status);
-    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes(c), http10(c), NULL, fields,
-                                                     flen, ctype, length));
+    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes_with(c, st->code), http10(c),
+                                                     NULL, fields, flen, ctype, length));
     count_response(c, st->code, is_head_request(c) || st->code == 304 ? 0 : length);
     return 0;
 }
@@ -439,9 +477,7 @@ bool md_http_req_upgrade(const md_http_conn *c)
 
 bool md_http_req_continued(const md_http_conn *c)
 {
-    /* on_headers_complete's condition for its 100 */
-    return c->req->expect == EXPECT_CONTINUE && c->parser.http_minor != 0 &&
-           ((c->parser.flags & F_CHUNKED) != 0 || c->req->body_length != 0);
+    return c->req->expect == EXPECT_SENT;
 }
 
 void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes)
@@ -454,6 +490,24 @@ void md_http_req_close_after(md_http_conn *c)
     c->req->keep_alive = false;
 }
 
+/* The error the core answers a request with instead of its route's handler, known once the
+ * route is (head_done()): 400 for a path that does not decode, 404, 405; 0 when the request
+ * goes on (to its handler, or to the core's OPTIONS). */
+static unsigned refusal(const md_http_conn *c)
+{
+    const md_http_req *rq = c->req;
+    const md_route *r = rq->route;
+    if (rq->asterisk)
+        return 0;
+    if (rq->path_bad)
+        return 400;
+    if (r == NULL)
+        return 404;
+    if (c->parser.method != HTTP_OPTIONS && !md_route_allows(r, c->parser.method))
+        return 405;
+    return 0;
+}
+
 /* The response for a complete request that was not streamed: what the core answers itself,
  * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
 static int answer(md_http_conn *c)
@@ -461,19 +515,15 @@ static int answer(md_http_conn *c)
     const md_http_req *rq = c->req;
     const md_route *r = rq->route;
     bool close = closes(c);
-    unsigned method = c->parser.method;
 
     if (rq->asterisk)
         return respond(c, md_http_status_of(200), close, routes_of(c)->allow_any, "text/plain",
                        NULL, 0);
-    if (rq->path_bad) /* the framing is intact: the connection may go on */
-        return respond_error(c, 400, close, NULL);
-    if (r == NULL)
-        return respond_error(c, 404, close, NULL);
-    if (method == HTTP_OPTIONS)
+    unsigned code = refusal(c);
+    if (code != 0) /* a 400 closes (status_closes()), 404 and 405 keep the connection */
+        return respond_error(c, code, close, code == 405 ? r->allow : NULL);
+    if (c->parser.method == HTTP_OPTIONS)
         return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
-    if (!md_route_allows(r, method))
-        return respond_error(c, 405, close, r->allow);
     return r->handler->on_req(c, r);
 }
 
@@ -493,7 +543,9 @@ static int fail(md_http_conn *c)
     if (c->req->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
     unsigned code = c->req->status != 0 ? c->req->status : 400;
-    if (respond_error(c, code, true, NULL) != 0)
+    /* A 405 refused at the head (head_done()) still says what the route allows. */
+    const char *allow = code == 405 && c->req->route != NULL ? c->req->route->allow : NULL;
+    if (respond_error(c, code, true, allow) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
 }
@@ -972,9 +1024,11 @@ static const md_route *find_route(const md_http_conn *c, md_http_req *r)
     return md_routes_find(routes_of(c), t, n);
 }
 
-/* The head is complete and within its limits: decide what to do with the request. Returns 0,
- * or HPE_USER having called reject(). */
-static int head_done(md_http_conn *c)
+/* The head is complete and within its limits: decide what to do with the request.
+ * content_here: bytes after the head came in the same feed (known only when the parser
+ * paused at the head's end: always for Expect: 100-continue). Returns 0, or HPE_USER having
+ * called reject(). */
+static int head_done(md_http_conn *c, bool content_here)
 {
     llhttp_t *p = &c->parser;
     md_http_req *r = c->req;
@@ -1019,15 +1073,27 @@ static int head_done(md_http_conn *c)
         l->keepalive_timeout_ms != 0 &&
         (l->max_requests_per_connection == 0 || c->requests + 1 < l->max_requests_per_connection);
 
-    /* HTTP/1.0 clients do not know 100-continue (RFC 9110 10.1.1). */
+    /* The client waits for our word before it sends the body (RFC 9110 10.1.1); HTTP/1.0
+     * clients do not know 100-continue. A client that has sent some of the body already
+     * does not wait, and a server may omit the 100 then: nothing to say. A target the core
+     * refuses gets its final status at once instead of the 100, and the connection closes
+     * after it (fail()): the client may or may not send the body now, so nothing after this
+     * head can be read as the next request. */
+    unsigned refused = refusal(c);
     if (r->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
-        md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
-        c->oom = true;
-        return HPE_USER;
+        !content_here) {
+        if (refused != 0)
+            return reject(c, refused);
+        if (md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+            c->oom = true;
+            return HPE_USER;
+        }
+        r->expect = EXPECT_SENT;
     }
 
     /* The handler says what becomes of the body (handler.h). */
-    if (route != NULL && route->handler->on_head != NULL && md_route_allows(route, p->method)) {
+    if (refused == 0 && route != NULL && route->handler->on_head != NULL &&
+        md_route_allows(route, p->method)) {
         int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
         if (mode < 0) {
             c->oom = true;
@@ -1047,15 +1113,19 @@ static int on_headers_complete(llhttp_t *p)
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
     r->body_ns = c->now_ns;
+    /* Whether to send 100 Continue depends on what follows the head in this feed, which
+     * only a pause tells (head_done()); Expect is rare enough for it to cost nothing. */
+    bool exact = r->expect == EXPECT_CONTINUE;
     if (r->head_counting) {
         r->head_counting = false;
         uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
-        if (upper > c->srv->limits.max_header_bytes) {
-            c->pause = PAUSE_HEAD;
-            return HPE_PAUSED;
-        }
+        exact = exact || upper > c->srv->limits.max_header_bytes;
     }
-    return head_done(c);
+    if (exact) {
+        c->pause = PAUSE_HEAD;
+        return HPE_PAUSED;
+    }
+    return head_done(c, false);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
@@ -1293,11 +1363,11 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
             want = MD_HTTP_WANT_WRITE;
             goto out;
         }
-        /* PAUSE_HEAD: the exact head size is known now. */
+        /* PAUSE_HEAD: the exact head size is known now, and what follows it in this feed. */
         if (r->head_bytes + (uint64_t)(at - r->head_from) > c->srv->limits.max_header_bytes)
             reject(c, 431);
         else
-            head_done(c);
+            head_done(c, at < c->feed_end);
         if (r->status != 0 || c->oom) {
             want = fail(c);
             goto out;

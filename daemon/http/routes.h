@@ -102,10 +102,11 @@ static inline bool md_route_allows(const md_route *r, unsigned method)
 }
 
 /* Decodes and normalises the path of a request target (before any '?') into out (room for
- * len bytes): percent-escapes decoded, "//" collapsed, "." segments dropped, ".." segments
- * take the previous segment away. -EINVAL (400) for a bad escape, an escape of NUL, '/' or
- * '\', a control byte or '\' once decoded, a path that does not start with '/', and ".."
- * above the root. *out_len gets the length; the result always starts with '/'. */
+ * len bytes): percent-escapes decoded ("%2F" too, which then separates segments like '/'),
+ * "//" collapsed, "." segments dropped, ".." segments take the previous segment away. -EINVAL
+ * (400) for a bad escape, an escape of NUL or '\', a control byte or '\' once decoded, a
+ * path that does not start with '/', and ".." above the root. *out_len gets the length; the
+ * result always starts with '/'. */
 int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len);
 
 /* Whether the raw path is already what md_path_normalise() would make of it (no '%', no "//",

@@ -329,3 +329,102 @@ Test(hostile, idle_keepalive_connections_hold_no_read_buffer, .timeout = 60)
     }
     cr_assert_eq(stop(&d), 0);
 }
+
+/* The number of responses (status lines) in text. */
+static int responses_in(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* What an HTTP fuzzer found: a 400 about a path magpied cannot serve (above the root, a bad
+ * escape) kept the connection, and the request pipelined behind it was answered. Every error
+ * about a request not understood as sent ends the connection, as nginx's do: one response,
+ * with Connection: close, then the close. */
+Test(hostile, errors_about_the_request_end_the_connection, .timeout = 60)
+{
+    static const char *const reqs[] = {
+        "GET /../../../../../../../../../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "POST /%%%%%%%% HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "4\r\nbody\r\n0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/2.0\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    };
+    static const char *const status[] = {"400", "400", "400", "400", "505"};
+    daemon_proc d = start(NULL);
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        int fd = test_connect(d.http);
+        test_write_all(fd, reqs[i], strlen(reqs[i]));
+        char resp[8192];
+        read_some(fd, resp, sizeof resp, NULL, 0); /* to the close */
+        char want[32];
+        snprintf(want, sizeof want, "HTTP/1.1 %s ", status[i]);
+        cr_expect(strncmp(resp, want, strlen(want)) == 0, "%zu: %s", i, resp);
+        cr_expect(strstr(resp, "\r\nConnection: close\r\n") != NULL, "%zu: %s", i, resp);
+        cr_expect_eq(responses_in(resp), 1, "%zu: answered after the error: %s", i, resp);
+        cr_expect(closed_by_peer(fd, 10000));
+        close(fd);
+    }
+    /* A 404 about a request read whole keeps the connection. */
+    int fd = test_connect(d.http);
+    const char *two =
+        "GET /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    test_write_all(fd, two, strlen(two));
+    char resp[8192];
+    read_some(fd, resp, sizeof resp, "\r\n\r\nok", 1);
+    cr_expect(strncmp(resp, "HTTP/1.1 404 ", 13) == 0, "%s", resp);
+    cr_expect(strstr(resp, "Connection: close") == NULL, "%s", resp);
+    cr_expect_eq(responses_in(resp), 2, "%s", resp);
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* Expect: 100-continue: a refused target gets its final status and no 100 (then the close:
+ * the client may or may not send its body), and a client that sent the body with its head gets
+ * no 100 either (RFC 9110 10.1.1); one that waits gets it. */
+Test(hostile, expect_100_continue_only_to_a_client_that_waits_for_a_target_served, .timeout = 60)
+{
+    daemon_proc d = start(NULL);
+    static const char *const refused[] = {
+        "POST /nope HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "PUT /healthz HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "POST /../echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        "Content-Length: 999999999\r\n\r\n",
+    };
+    static const char *const status[] = {"404", "405", "400", "413"};
+    char resp[8192];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        int fd = test_connect(d.http);
+        test_write_all(fd, refused[i], strlen(refused[i]));
+        read_some(fd, resp, sizeof resp, NULL, 0); /* to the close, without sending the body */
+        char want[32];
+        snprintf(want, sizeof want, "HTTP/1.1 %s ", status[i]);
+        cr_expect(strncmp(resp, want, strlen(want)) == 0, "%zu: %s", i, resp);
+        cr_expect(strstr(resp, "100 Continue") == NULL, "%zu: %s", i, resp);
+        cr_expect(strstr(resp, "\r\nConnection: close\r\n") != NULL, "%zu: %s", i, resp);
+        close(fd);
+    }
+    /* Head and body in one write: they arrive together, so no 100. */
+    int fd = test_connect(d.http);
+    const char *whole = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        "Content-Length: 5\r\n\r\nhello";
+    test_write_all(fd, whole, strlen(whole));
+    read_some(fd, resp, sizeof resp, "hello", 1);
+    cr_expect(strncmp(resp, "HTTP/1.1 200 ", 13) == 0, "%s", resp);
+    /* The head alone: the 100, then the body, then the echo. */
+    const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 5\r\n\r\n";
+    test_write_all(fd, head, strlen(head));
+    read_some(fd, resp, sizeof resp, "\r\n\r\n", 1);
+    cr_expect_str_eq(resp, "HTTP/1.1 100 Continue\r\n\r\n");
+    test_write_all(fd, "world", 5);
+    read_some(fd, resp, sizeof resp, "world", 1);
+    cr_expect(strncmp(resp, "HTTP/1.1 200 ", 13) == 0, "%s", resp);
+    close(fd);
+    cr_assert_eq(stop(&d), 0);
+}

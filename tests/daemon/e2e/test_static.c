@@ -171,6 +171,10 @@ Test(static_e2e, traversal_shapes_dotfiles_symlinks_fifos)
     expect(get("/sub/../index.html"), "HTTP/1.1 200", "hello index"); /* inside: fine */
     expect(get("//index.html"), "HTTP/1.1 200", "hello index");
     expect(get("/./sub/./a.css"), "HTTP/1.1 200", "a{}");
+    /* An escaped slash is a slash, as nginx reads it: the same file (a name with a '/' in it
+     * cannot exist). */
+    expect(get("/sub%2Fa.css"), "HTTP/1.1 200", "a{}");
+    expect(get("/sub%2f%2E%2E%2Fsub%2fa.css"), "HTTP/1.1 200", "a{}");
     expect(get("/escape"), "HTTP/1.1 404", NULL);
     expect(get("/passwd"), "HTTP/1.1 404", NULL);
     expect(get("/.env"), "HTTP/1.1 404", NULL);

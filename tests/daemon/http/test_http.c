@@ -2,6 +2,8 @@
  * every limit, the request-smuggling shapes, timers, drain, and the same byte streams split at
  * every offset producing byte-identical output.
  */
+#include <errno.h>
+
 #include "daemon/http_harness.h"
 
 TestSuite(http, .init = server_setup, .timeout = 10);
@@ -171,12 +173,6 @@ Test(http, expect_100_continue)
     feed(&s, "hi");
     sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "hi", 2, 0);
     expect_sb(&s, &b);
-    feed(&s, "POST /nope HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
-    expect_out(&s, "HTTP/1.1 100 Continue\r\n\r\n");
-    feed(&s, "hi");
-    b.len = 0;
-    sb_error(&b, "404 Not Found", NULL);
-    expect_sb(&s, &b);
 
     /* Chunked asks for 100 too; no body (no framing) does not. */
     feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue  \r\n"
@@ -188,6 +184,79 @@ Test(http, expect_100_continue)
     expect_sb(&s, &b);
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n");
     b.len = 0;
+    sb_hello(&b, NULL);
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* A target the core refuses gets its final status in place of the 100, and the connection
+ * closes: the client may send the body or not, so nothing after the head is a request. */
+Test(http, expect_100_continue_to_a_refused_target_is_its_final_status_and_a_close)
+{
+    static const struct {
+        const char *req, *status, *allow;
+    } cases[] = {
+        {"POST /nope HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+         "404 Not Found", NULL},
+        {"PUT /healthz HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+         "405 Method Not Allowed", "GET, HEAD, OPTIONS"},
+        {"POST /../echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n",
+         "400 Bad Request", NULL},
+        {"POST /metrics HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n",
+         "404 Not Found", NULL}, /* no metrics_text: no route */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct session s;
+        struct sb b = {0};
+        session_open(&s);
+        current_input = cases[i].req;
+        cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"), MD_HTTP_WANT_READ);
+        sb_hello(&b, NULL);
+        expect_sb(&s, &b);
+        cr_assert_eq(feed(&s, cases[i].req), MD_HTTP_WANT_CLOSE, "%s", cases[i].req);
+        b.len = 0;
+        char body[64];
+        snprintf(body, sizeof(body), "%s\n", strchr(cases[i].status, ' ') + 1);
+        sb_resp(&b, cases[i].status, "close", cases[i].allow, "text/plain", body, strlen(body), 0);
+        expect_sb(&s, &b);
+        /* The body, if it comes now, is not parsed. */
+        cr_assert_eq(feed(&s, "hi"), MD_HTTP_WANT_CLOSE);
+        expect_out(&s, "");
+        session_close(&s);
+    }
+    current_input = "";
+    expect_no_leaks();
+}
+
+/* A client that sent some of the body with the head is not waiting for a 100 (RFC 9110
+ * 10.1.1 lets a server omit it then), and a refused target's body, already on its way, is read
+ * and dropped like any other: the connection goes on. */
+Test(http, expect_100_continue_omitted_when_the_body_came_with_the_head)
+{
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    cr_assert_eq(feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                          "Content-Length: 2\r\n\r\nhi"),
+                 MD_HTTP_WANT_READ);
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "hi", 2, 0);
+    expect_sb(&s, &b);
+    /* Part of it: no 100 either; the rest comes in the next read. */
+    cr_assert_eq(feed(&s, "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n2\r\nyo"),
+                 MD_HTTP_WANT_READ);
+    expect_out(&s, "");
+    cr_assert_eq(feed(&s, "\r\n0\r\n\r\n"), MD_HTTP_WANT_READ);
+    b.len = 0;
+    sb_resp(&b, "200 OK", NULL, NULL, "application/octet-stream", "yo", 2, 0);
+    expect_sb(&s, &b);
+    cr_assert_eq(feed(&s, "POST /nope HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                          "Content-Length: 2\r\n\r\nhiGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                 MD_HTTP_WANT_READ);
+    b.len = 0;
+    sb_error(&b, "404 Not Found", NULL);
     sb_hello(&b, NULL);
     expect_sb(&s, &b);
     session_close(&s);
@@ -225,6 +294,67 @@ Test(http, expect_other_is_417_and_http10_ignores_expect)
                  MD_HTTP_WANT_CLOSE);
     b.len = 0;
     sb_error(&b, "417 Expectation Failed", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
+/* An error about a request the server did not understand as sent ends the connection, as
+ * nginx's do: Connection: close, and nothing pipelined behind it is answered. */
+Test(http, errors_about_the_request_close_the_connection)
+{
+    static const char *const reqs[] = {
+        /* a path above the root, a bad escape with a chunked body */
+        "GET /../../../../../../etc/passwd HTTP/1.1\r\nHost: a\r\n\r\n",
+        "POST /%%%%%% HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+        "0\r\n\r\n",
+        "POST /a%zz HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+        "HEAD /%00 HTTP/1.1\r\nHost: a\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        struct session s;
+        struct sb b = {0};
+        char in[512];
+        snprintf(in, sizeof(in),
+                 "GET / HTTP/1.1\r\nHost: a\r\n\r\n%sGET /healthz HTTP/1.1\r\n"
+                 "Host: a\r\n\r\n",
+                 reqs[i]);
+        current_input = in;
+        session_open(&s);
+        cr_assert_eq(feed(&s, in), MD_HTTP_WANT_CLOSE, "%s", reqs[i]);
+        sb_hello(&b, NULL);
+        sb_resp(&b, "400 Bad Request", "close", NULL, "text/plain", "Bad Request\n", 12,
+                strncmp(reqs[i], "HEAD", 4) == 0);
+        expect_sb(&s, &b);
+        session_close(&s);
+    }
+    current_input = "";
+    expect_no_leaks();
+}
+
+static int produce_fails(void *arg, md_outbuf *out)
+{
+    (void)arg;
+    (void)out;
+    return -EIO;
+}
+
+/* A 500, whoever answers it, closes too; a 404 or 405 about a request read whole does not. */
+Test(http, internal_error_closes_and_not_found_keeps)
+{
+    struct session s;
+    struct sb b = {0};
+    srv.metrics_text = produce_fails;
+    session_open(&s);
+    cr_assert_eq(feed(&s, "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "DELETE / HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                 MD_HTTP_WANT_CLOSE);
+    sb_error(&b, "404 Not Found", NULL);
+    sb_resp(&b, "405 Method Not Allowed", NULL, "GET, HEAD, OPTIONS", "text/plain",
+            "Method Not Allowed\n", 19, 0);
+    sb_error(&b, "500 Internal Server Error", "close");
     expect_sb(&s, &b);
     session_close(&s);
     expect_no_leaks();
