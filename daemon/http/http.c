@@ -327,6 +327,11 @@ int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *ctype
                            size_t len)
 {
     if (!closes(c) && !http10(c) && c->parser.method == HTTP_GET) {
+        /* An earlier response of this feed lent from the same slot is copied out first:
+         * md_http_canned() rewrites the slot in place for another table (a reload between
+         * two pipelined requests), and the bytes owed would become the new table's. */
+        if (md_outbuf_own(c->out) != 0)
+            return -ENOMEM;
         size_t n;
         const char *whole = md_http_canned(r->index, routes_of(c)->id, ctype, body, len, &n);
         if (whole != NULL) {

@@ -62,6 +62,10 @@ struct md_server {
 /* One accepted connection. Freed when both the task is released and the stream closed. */
 /* An IPv6 address's text with a zone, NUL included (INET6_ADDRSTRLEN is 46). */
 #define MD_PEER_TEXT_MAX 48
+/* How long an HTTP connection that closes after a response goes on reading (and dropping) what
+ * its peer still sends, at most, before it closes (conn_http.c): nginx's lingering_timeout.
+ * A peer that reads its response and closes ends it at once. */
+#define MD_HTTP_LINGER_MS 5000
 
 typedef struct md_conn {
     mp_tcp tcp;
@@ -75,12 +79,14 @@ typedef struct md_conn {
     bool send_blocked; /* a write is waiting for the peer to read */
     bool nodelay;      /* TCP_NODELAY is set (md_http_io.nodelay: once, when a handler asks) */
     int8_t want;       /* md_http_want */
+    bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
     uint32_t idle_ms;  /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
     /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
     uint32_t send_timeout_ms, min_send_rate, grace_ms;
     mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
-    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms) */
+    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms);
+                                  HTTP: when a lingering close gives up on the peer */
     size_t send_done;          /* bytes of the blocked write the kernel has taken */
     uint64_t send_start_ms;    /* when that write first blocked */
     uint64_t send_progress_ms; /* when the kernel last took some of it */

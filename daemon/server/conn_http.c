@@ -13,6 +13,26 @@
  * then reads or parses the next request. The handler's output is flushed between its polls,
  * so a peer that reads slowly holds the handler back (and the send limits apply as to any
  * write).
+ *
+ * Closing after a response (Connection: close, an error, the last request a connection may
+ * make, a 408) lingers, as RFC 9112 9.6 asks and nginx's lingering_close does: the task shuts
+ * down its sending side, then reads and drops what the peer still sends until the peer closes
+ * too, or MD_HTTP_LINGER_MS pass; only then the socket is closed. A close with bytes unread
+ * makes the kernel reset the connection instead of ending it, and a reset throws away what the
+ * peer has not received yet:
+ *
+ *   magpied                                    peer
+ *   answers request 5 of 5, Connection: close  pipelines requests 6, 7, ... (or a body)
+ *   close() with 6, 7 in its receive queue
+ *     -> RST; the send queue is dropped        the rest of response 5 never comes: a reset
+ *                                              with a response owed (wrk: a read error)
+ *
+ *   shutdown(SHUT_WR): FIN after response 5
+ *   read 6, 7 and drop them                    reads response 5 and the FIN; closes
+ *   EOF -> close()                             nothing lost
+ *
+ * A close with nothing answered (the peer's EOF, an idle connection's timeout or a graceful
+ * stop) has nothing to keep, and closes at once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -186,6 +206,36 @@ static int conn_io_shutdown(md_http_io *io)
     return mp_tcp_shutdown(&((struct conn_io *)(void *)io)->c->tcp);
 }
 
+/* The lingering close drawn at the top: what the peer still sends is read and dropped, so
+ * that the close does not reset the connection under the responses it has not received yet.
+ * The stream holds no read buffer while it waits (mp_tcp_read_poll gives it back). */
+static mp_poll linger(md_conn *c, mp_context *cx)
+{
+    if (!c->lingering) {
+        c->lingering = true;
+        md_outbuf_free(&c->out); /* all written: the flush before this succeeded */
+        if (mp_tcp_shutdown(&c->tcp) != 0)
+            return md_conn_finish(c, c->why); /* the peer is gone already */
+        c->progress_ms = mp_now_ms() + MD_HTTP_LINGER_MS;
+    }
+    for (;;) {
+        const char *data;
+        size_t len;
+        int err;
+        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            if (mp_timer_poll(&c->timer, c->progress_ms, cx) == MP_PENDING)
+                return MP_PENDING;
+            return md_conn_finish(c, c->why); /* the peer neither stopped nor closed */
+        }
+        /* A graceful stop's interrupt: the last response is what it waits for, go on. */
+        if (len == 0 && err == -EINTR)
+            continue;
+        if (len == 0)
+            return md_conn_finish(c, c->why); /* the peer's EOF (or reset): done */
+        mp_tcp_consume(&c->tcp, len);
+    }
+}
+
 static md_close_reason expired_reason(md_http_expired e)
 {
     switch (e) {
@@ -222,7 +272,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
             md_outbuf_consume(&c->out, pending);
         }
         if (c->want == MD_HTTP_WANT_CLOSE)
-            return md_conn_finish(c, c->why);
+            return linger(c, cx); /* after a response: see the top of the file */
         if (c->want == MD_HTTP_WANT_HANDLER || c->want == MD_HTTP_WANT_WAIT) {
             struct conn_io io = {{.fd = mp_tcp_fileno(&c->tcp),
                                   .write = conn_io_write,
@@ -265,6 +315,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
             if (expired != MD_HTTP_EXPIRED_NONE)
                 c->why = expired_reason(expired);
+            if (want == MD_HTTP_WANT_CLOSE && md_outbuf_pending(&c->out) == 0)
+                return md_conn_finish(c, c->why); /* an idle one: nothing answered */
             c->want = want;
             continue;
         }
@@ -276,12 +328,14 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
              * request in flight finishes it and answers with Connection: close. */
             want = md_http_conn_drain(&c->http);
             if (want == MD_HTTP_WANT_CLOSE)
-                c->why = MD_CLOSE_SHUTDOWN;
+                return md_conn_finish(c, MD_CLOSE_SHUTDOWN); /* idle: nothing to answer */
         } else if (len == 0) {
             if (err != UV_EOF)
                 return md_conn_finish(c, MD_CLOSE_ERROR); /* reset: nobody to answer */
-            want = md_http_conn_eof(&c->http, now, &c->out);
-            c->why = MD_CLOSE_PEER;
+            /* The peer has sent all it will: nothing is left to read, and nothing is
+             * answered at EOF. */
+            (void)md_http_conn_eof(&c->http, now, &c->out);
+            return md_conn_finish(c, MD_CLOSE_PEER);
         } else {
             size_t used = 0;
             want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);

@@ -120,12 +120,12 @@ typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     /* private: the stream's, read through the functions below */
     mp_io io;
-    uv_tcp_t handle;    /* owns the socket once the close begins (or from a libuv accept) */
-    bool uv_owned;      /* handle was initialised by mp_tcp_accept() */
-    bool connecting;    /* the task's: mp_tcp_connect() started, not yet reported */
-    uint64_t read_ns;   /* the task's: mp_tcp_read_time() */
-    uint64_t read_tick; /* the task's: io's event tick at its last read */
-    char *buf;          /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
+    uv_tcp_t handle;        /* owns the socket once the close begins (or from a libuv accept) */
+    bool uv_owned;          /* handle was initialised by mp_tcp_accept() */
+    bool connecting;        /* the task's: mp_tcp_connect() started, not yet reported */
+    uint64_t read_ns;       /* the task's: mp_tcp_read_time() */
+    uint64_t read_ready_ns; /* the task's: io's ready_ns at its last read */
+    char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
     int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
@@ -193,12 +193,13 @@ void mp_tcp_buffer_trim(void);
  * a failed accept, or once mp_tcp_close() was called. */
 int mp_tcp_fileno(const mp_tcp *c);
 /* When the bytes of the current read view were known to be readable (monotonic ns,
- * uv_hrtime()'s clock): for the first read after a readiness event, the loop's clock when it
+ * uv_hrtime()'s clock): for the first read after a readable event, the loop's clock when it
  * saw that event (read once per batch of events, so it costs the task no clock read: the
  * bytes' arrival as the runtime saw it, before any wait in a run queue, like nginx's cached
- * loop time); for a read before any event (the accept's optimistic first read) or with no
- * event since the last one (a buffer's worth was left behind), the time of that read. The
- * task's own call, after mp_tcp_read_poll() returned bytes. */
+ * loop time); for a read before any readable event (the accept's optimistic first read, even
+ * after the loop saw the socket writable) or with none since the last one (a buffer's worth
+ * was left behind), the time of that read. The task's own call, after mp_tcp_read_poll()
+ * returned bytes. */
 uint64_t mp_tcp_read_time(const mp_tcp *c);
 /* Bytes of data already sent by a mp_tcp_write_poll() that returned MP_PENDING (0 once it has
  * returned MP_READY): progress of a write the peer is slow to take. The task's own call. */

@@ -68,8 +68,8 @@ static void stream_init(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize, uint6
     memset(c, 0, sizeof *c);
     mp__io_init(&c->io, rt, fd, bits, stream_close);
     c->cap = bufsize ? bufsize : MP__TCP_DEFAULT_BUF;
-    c->buf = NULL;             /* taken at the first read */
-    c->read_tick = UINT64_MAX; /* no read yet */
+    c->buf = NULL;        /* taken at the first read */
+    c->read_ready_ns = 0; /* ready_ns's value before any readable event */
 }
 
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize)
@@ -323,14 +323,15 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
         if (n > 0) {
             c->tail = (size_t)n;
             /* Relaxed: the acquire load of bits above ordered it after the event's store (a
-             * later event's value is as good). Bytes left from an older event get the clock:
-             * they may have waited long for a task that did not read (a blocked write), and
-             * so do bytes read before any event (the first read after the accept). */
-            uint64_t tick = seen & ~(MP__IO_TICK - 1);
-            c->read_ns = tick != c->read_tick && tick != 0
-                             ? atomic_load_explicit(&c->io.ready_ns, memory_order_relaxed)
-                             : mp__now_ns();
-            c->read_tick = tick;
+             * later event's value is as good). A readable event this stream has not read
+             * since gives its time; bytes left from an event already read from get the clock
+             * (they may have waited long for a task that did not read: a blocked write), and
+             * so do bytes read before any readable event. Not the tick: a write-only event
+             * (EPOLLOUT, as at registration, before the first read) moves it without a time,
+             * and a first read then took ready_ns's 0, whose deadlines had all passed. */
+            uint64_t ready = atomic_load_explicit(&c->io.ready_ns, memory_order_relaxed);
+            c->read_ns = ready != c->read_ready_ns ? ready : mp__now_ns();
+            c->read_ready_ns = ready;
             if ((size_t)n < c->cap)
                 mp__io_clear(&c->io, seen, MP__IO_READ); /* drained; more raises a new edge */
             return view(c, data, len, err);

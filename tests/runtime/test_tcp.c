@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -50,6 +51,10 @@ typedef struct server {
 
 static server *S;
 static int sendfile_fd; /* MODE_SENDFILE: set before the server's runtime starts */
+/* Set before the server's runtime starts: at accept, wait for the client's first bytes and
+ * report the socket writable to the stream (as the loop does at registration) before its
+ * task's first read. */
+static bool write_event_first;
 
 static void conn_unref(conn *c)
 {
@@ -152,6 +157,13 @@ static void on_connection(uv_stream_t *l, int status)
     c->send_left = S->send_bytes;
     atomic_init(&c->refs, 2);
     cr_assert_eq(mp_tcp_accept(S->rt, &c->tcp, l, S->bufsize), 0);
+    if (write_event_first) {
+        /* On the loop's thread, as an event would be: the bytes are in, the task has not
+         * read yet, and the only event the stream has seen is EPOLLOUT. */
+        struct pollfd p = {.fd = mp_tcp_fileno(&c->tcp), .events = POLLIN};
+        cr_assert_eq(poll(&p, 1, 5000), 1);
+        mp__io_ready(&c->tcp.io, EPOLLOUT, mp__now_ns());
+    }
     mp_task_init(&c->task, &conn_vt);
     atomic_store(&S->last, c);
     cr_assert_eq(mp_spawn(S->rt, &c->task), 0);
@@ -322,6 +334,31 @@ Test(tcp, read_time_is_when_the_bytes_were_seen, .timeout = 60)
         close(fd);
     }
     server_stop(s);
+}
+
+/* The first read of a stream whose only event so far said writable (the loop sees EPOLLOUT
+ * at registration, and may before the task's first read): no readable event, so the read's
+ * own time. It used to take the readable time's initial 0, and magpied's first request on
+ * such a connection started with every deadline passed (its keep-alive timeout closed it
+ * right after the first response). */
+Test(tcp, read_time_of_a_first_read_after_a_write_event_is_the_read, .timeout = 60)
+{
+    write_event_first = true;
+    server *s = server_start(1, MODE_ECHO, 0, 0);
+    for (int i = 0; i < 10; i++) {
+        uint64_t sent = mp__now_ns();
+        int fd = test_connect(s->port);
+        test_write_all(fd, "ping", 4);
+        char back[4];
+        read_exact(fd, back, 4);
+        uint64_t echoed = mp__now_ns();
+        uint64_t t = atomic_load(&S->read_ns);
+        cr_assert(t >= sent && t <= echoed, "round %d: read time %llu outside [%llu, %llu]", i,
+                  (unsigned long long)t, (unsigned long long)sent, (unsigned long long)echoed);
+        close(fd);
+    }
+    server_stop(s);
+    write_event_first = false;
 }
 
 /* A stream that was never accepted (zeroed), or whose accept failed, is closed: no fd, and

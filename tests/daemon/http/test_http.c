@@ -1204,6 +1204,48 @@ Test(http, request_begin_may_switch_the_settings_at_a_request_boundary)
     expect_no_leaks();
 }
 
+/* A reload between two pipelined GET / of one feed, to a table whose "/" says something else:
+ * the first is lent from this thread's canned copy of the old text, which the second rewrites
+ * in place for the new table before it is appended. The first must still be the old text,
+ * whole (it used to become the old length's worth of the new response). */
+static md_http_server *second_to;
+
+static void switch_at_second_begin(md_http_conn *c)
+{
+    if (++begins == 2)
+        md_http_conn_set_server(c, second_to);
+}
+
+Test(http, lent_response_stays_across_a_new_table_in_the_same_feed)
+{
+    static md_route_table table;
+    static md_http_server next;
+    md_routes_builtin(&table);
+    md_route *root = NULL;
+    for (uint32_t i = 0; i < table.n; i++)
+        if (strcmp(table.r[i].path, "/") == 0 && table.r[i].handler == md_handler_find("text"))
+            root = &table.r[i];
+    cr_assert_not_null(root);
+    cr_assert_eq(md_route_key(root, "body", "Reloaded: a longer text", 0, NULL, 0), 0);
+    md_routes_prepare(&table); /* a new id, as a reload's table has */
+    next = srv;
+    next.routes = &table;
+    second_to = &next;
+    begins = 0;
+    srv.request_begin = switch_at_second_begin;
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    cr_assert_eq(s.c.srv, &next);
+    sb_hello(&b, NULL);
+    sb_text(&b, "200 OK", NULL, "Reloaded: a longer text");
+    expect_sb(&s, &b);
+    session_close(&s);
+    srv.request_begin = NULL;
+    expect_no_leaks();
+}
+
 /* The two bytes after chunk data must be CRLF: "3\r\nabcXY0\r\n\r\n" is not a chunk followed
  * by the last chunk, and the GET after it must never be answered. */
 Test(http, chunk_data_must_end_in_crlf)
