@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "daemon/http_harness.h"
+#include "http/handler.h"
 
 TestSuite(http, .init = server_setup, .timeout = 10);
 
