@@ -519,13 +519,16 @@ static char *read_line(char *str, int num, void *stream)
                 memcpy(section, str + 1, end);
                 section[end] = '\0';
             }
+            /* A header that names no section is the error on this line, reported before
+             * what the section it ends lacks (which is then no surprise). */
+            bool known = known_section(section);
+            if (!known)
+                ctx_error(ctx, "unknown section [%.*s]", (int)end, str + 1);
             route_end(ctx);
             upstream_end(ctx);
-            if (!known_section(section))
-                ctx_error(ctx, "unknown section [%.*s]", (int)end, str + 1);
-            else if (is_route_section(section))
+            if (known && is_route_section(section))
                 route_begin(ctx, section);
-            else if (is_upstream_section(section))
+            else if (known && is_upstream_section(section))
                 upstream_begin(ctx, section);
         }
     }

@@ -296,6 +296,11 @@ Test(config, unknown_section_and_key, .timeout = 5)
                  "test.conf:3: unknown section [limts]");
     /* An empty misspelt section is caught as well. */
     expect_error("[http]\n[htp]\n", "test.conf:2: unknown section [htp]");
+    /* Right after a route that lacks its handler, the bogus header is the error on its own
+     * line (a configuration fuzzer found it reported as the route's, a line before). */
+    expect_error("[route = /metrics]\n[]\n", "test.conf:2: unknown section []");
+    expect_error("[route = /metrics]\n[ssssssss]\nhandler = text\n",
+                 "test.conf:2: unknown section [ssssssss]");
     expect_error("workers = 1\n", "test.conf:1: workers: key outside any [section]");
     /* Keys are case-sensitive, like the values. */
     expect_error("[limits]\nMax_Headers = 1\n", "test.conf:2: [limits] Max_Headers: unknown key");
