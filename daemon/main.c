@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "core/activation.h"
-#include "core/config.h"
+#include "server/config.h"
 #include "core/log.h"
 #include "core/notify.h"
 #include "magpie.h"
@@ -128,7 +128,7 @@ static void reload(md_server *srv, md_config *cur, const char *path, const char 
                cur->workers);
         next.workers = cur->workers;
     }
-    if ((rc = md_log_apply(&next, &err)) != 0) {
+    if ((rc = md_log_apply(&next.log, &err)) != 0) {
         md_log(MD_LOG_ERROR, "reload: %s; keeping the running configuration", err.msg);
         md_server_count_reload(srv, false);
         notify_ready(srv, "reload failed");
@@ -136,7 +136,7 @@ static void reload(md_server *srv, md_config *cur, const char *path, const char 
     }
     if ((rc = md_server_reload(srv, &next, &err)) != 0) {
         md_log(MD_LOG_ERROR, "reload: %s; keeping the running configuration", err.msg);
-        md_log_apply(cur, &err); /* back to the old logs */
+        md_log_apply(&cur->log, &err); /* back to the old logs */
         notify_ready(srv, "reload failed");
         return;
     }
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if ((rc = md_log_open(&cfg, &err)) != 0) {
+    if ((rc = md_log_open(&cfg.log, &err)) != 0) {
         fprintf(stderr, "magpied: %s\n", err.msg);
         return 1;
     }
@@ -243,7 +243,7 @@ int main(int argc, char **argv)
     /* The "listening" line on stdout is for whoever started magpied (a script, a test that
      * listens on port 0). Where stdout is the log's stderr (a terminal, the journal) and the
      * log prints the started line below, that line says it, once. */
-    if (!(cfg.error_log_path[0] == '\0' && md_log_enabled(MD_LOG_INFO) &&
+    if (!(cfg.log.error_log_path[0] == '\0' && md_log_enabled(MD_LOG_INFO) &&
           same_file(STDOUT_FILENO, STDERR_FILENO))) {
         printf("listening %s\n", where);
         fflush(stdout);

@@ -4,7 +4,8 @@
 #ifndef MD_ACTIVATION_H
 #define MD_ACTIVATION_H
 
-#include "core/config.h"
+#include "core/error.h"
+#include "core/kinds.h"
 
 /* Fills fds[MD_LISTENERS] with the passed listener of each kind, or -1. Names: "http" and
  * "echo"; without names (or with systemd's "unknown"), the first socket is http and the second

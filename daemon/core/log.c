@@ -15,6 +15,7 @@
  */
 #include "core/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,14 +28,40 @@
 static struct {
     pthread_mutex_t mu; /* serializes the control calls; guards the rest */
     bool open;
-    char err_path[MD_CONFIG_PATH_MAX]; /* "" = stderr */
-    uint64_t acc_word;                 /* 0: off */
+    char err_path[MD_LOG_PATH_MAX]; /* "" = stderr */
+    uint64_t acc_word;              /* 0: off */
     bool acc_to_file;
-    char acc_path[MD_CONFIG_PATH_MAX];
+    char acc_path[MD_LOG_PATH_MAX];
     bool running; /* the writer thread exists */
 } ctl = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t access_word(const md_config *cfg)
+static const char *const level_names[] = {
+    [MD_LOG_ERROR] = "error",
+    [MD_LOG_WARN] = "warn",
+    [MD_LOG_INFO] = "info",
+    [MD_LOG_DEBUG] = "debug",
+};
+
+static const char *const format_names[] = {
+    [MD_ACCESS_FORMAT_COMBINED] = "combined",
+    [MD_ACCESS_FORMAT_JSON] = "json",
+};
+
+const char *md_access_format_name(md_access_format format)
+{
+    if ((unsigned)format >= sizeof(format_names) / sizeof(format_names[0]))
+        return "?";
+    return format_names[format];
+}
+
+const char *md_log_level_name(md_log_level level)
+{
+    if ((unsigned)level >= sizeof(level_names) / sizeof(level_names[0]))
+        return "?";
+    return level_names[level];
+}
+
+static uint64_t access_word(const md_log_config *cfg)
 {
     if (cfg->access_log == MD_ACCESS_LOG_OFF)
         return 0;
@@ -45,7 +72,7 @@ static uint64_t access_word(const md_config *cfg)
 
 /* Everything that can fail (opening files, starting the writer) happens before anything
  * changes, so a failure leaves the old settings. ctl.mu held. */
-static int apply_locked(const md_config *cfg, md_error *err)
+static int apply_locked(const md_log_config *cfg, md_error *err)
 {
     int efd = -1; /* -1: the error log stays where it is */
     if (strcmp(cfg->error_log_path, ctl.err_path) != 0) {
@@ -93,11 +120,11 @@ static int apply_locked(const md_config *cfg, md_error *err)
         md_errlog_switch(efd);
         snprintf(ctl.err_path, sizeof(ctl.err_path), "%s", cfg->error_log_path);
     }
-    md_errlog_set_level(cfg->log_level);
+    md_errlog_set_level(cfg->level);
     return 0;
 }
 
-int md_log_open(const md_config *cfg, md_error *err)
+int md_log_open(const md_log_config *cfg, md_error *err)
 {
     pthread_mutex_lock(&ctl.mu);
     int rc = -EALREADY;
@@ -112,7 +139,7 @@ int md_log_open(const md_config *cfg, md_error *err)
     return rc;
 }
 
-int md_log_apply(const md_config *cfg, md_error *err)
+int md_log_apply(const md_log_config *cfg, md_error *err)
 {
     pthread_mutex_lock(&ctl.mu);
     int rc = apply_locked(cfg, err);

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "core/config.h"
+#include "core/error.h"
 
 enum {
     MD_LOG_MESSAGE_MAX = 2048,      /* error-log messages are cut there, ending in "..." */
@@ -32,21 +32,68 @@ enum {
         1000, /* a pipe or socket target that takes nothing this long: lines dropped */
 };
 
-/* One HTTP response, for the access log: what the HTTP core reports (http.h) with the peer and
- * the time filled in by the I/O layer. Strings need not be NUL-terminated; a NULL or empty
- * peer, method, referer or user agent is logged as "-" ("" in JSON). */
-typedef md_http_exchange md_access_entry;
+typedef enum md_log_level {
+    MD_LOG_ERROR,
+    MD_LOG_WARN,
+    MD_LOG_INFO,
+    MD_LOG_DEBUG,
+} md_log_level;
+
+typedef enum md_access_format {
+    MD_ACCESS_FORMAT_COMBINED, /* nginx's and Apache's "combined" */
+    MD_ACCESS_FORMAT_JSON,     /* one JSON object per line */
+} md_access_format;
+
+typedef enum md_access_log {
+    MD_ACCESS_LOG_OFF,
+    MD_ACCESS_LOG_STDERR,
+    MD_ACCESS_LOG_FILE, /* md_log_config.access_log_path */
+} md_access_log;
+
+enum { MD_LOG_PATH_MAX = 4096 };
+
+/* The [log] section (its keys are read by server/config.c). */
+typedef struct md_log_config {
+    md_log_level level;       /* [log] level */
+    md_access_log access_log; /* [log] access_log */
+    char access_log_path[MD_LOG_PATH_MAX];
+    md_access_format access_format;       /* [log] access_format */
+    char error_log_path[MD_LOG_PATH_MAX]; /* [log] error_log; empty = stderr */
+} md_log_config;
+
+const char *md_log_level_name(md_log_level level);
+const char *md_access_format_name(md_access_format format);
+
+/* One HTTP response, for the access log: what the HTTP core reports (http.h's
+ * md_http_exchange is this) with the peer and the time filled in by the I/O layer. Strings
+ * need not be NUL-terminated; a NULL or empty peer, method, referer or user agent is logged as
+ * "-" ("" in JSON). Pointers are valid during the call that passes it only. */
+typedef struct md_access_entry {
+    const char *peer;   /* client address without port; NULL from the HTTP core */
+    time_t time;        /* wall-clock second of the response; 0 from the HTTP core */
+    const char *method; /* NULL: the request did not get that far */
+    size_t method_len;
+    const char *target; /* as sent, path and query; cut by the HTTP core */
+    size_t target_len;
+    bool target_cut;
+    uint8_t http_major, http_minor;
+    uint16_t status;
+    uint64_t body_bytes;              /* response body bytes ("$body_bytes_sent") */
+    const char *referer, *user_agent; /* cut by the HTTP core */
+    size_t referer_len, user_agent_len;
+    uint64_t duration_ns; /* from the request's first byte */
+} md_access_entry;
 
 /* At start: level, error log ([log] error_log: empty = stderr), access log ([log] access_log,
  * [log] access_format); starts the access-log writer thread only when the access log is on.
  * 0 or a negative errno with err->msg naming the path and the reason; -EALREADY when open. */
-int md_log_open(const md_config *cfg, md_error *err);
+int md_log_open(const md_log_config *cfg, md_error *err);
 
 /* On reload with a valid new config: switches level, error-log path, access-log target and
  * format, starting or stopping the writer as needed. All or nothing: on failure (a file that
  * cannot be opened) the old settings stay and the error is returned. Lines accepted before the
  * call go to the old target in the old format, lines after it to the new one. */
-int md_log_apply(const md_config *cfg, md_error *err);
+int md_log_apply(const md_log_config *cfg, md_error *err);
 
 /* After logrotate renamed the files (SIGUSR1): reopens both files by path. Lines accepted
  * before the call go to the old file, later ones to the new file; none lost or doubled. stderr

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "core/config.h"
+#include "core/error.h"
 
 /* Writes everything, across EINTR, short writes and a non-blocking descriptor. 0 or a
  * negative errno; *done (when not NULL) says how much went out either way. */

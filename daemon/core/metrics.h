@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/kinds.h"
 #include "core/outbuf.h"
 
 /* Why a connection closed (magpied_connections_closed_total's reason label). */

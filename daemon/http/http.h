@@ -34,6 +34,8 @@
 #include <time.h>
 
 #include "llhttp.h"
+#include "core/kinds.h"
+#include "core/log.h"
 #include "core/outbuf.h"
 #include "http/file_cache.h"
 
@@ -67,23 +69,10 @@ typedef struct md_http_limits {
 /* The shipped defaults (config/magpied.conf documents them). */
 void md_http_limits_default(md_http_limits *l);
 
-/* One response, as the access log wants it (md_access_entry in log.h). The core fills all but
- * peer and time, which the I/O layer adds. Pointers are valid during the access_log call only. */
-typedef struct md_http_exchange {
-    const char *peer;   /* client address without port; NULL from the core */
-    time_t time;        /* wall-clock second of the response; 0 from the core */
-    const char *method; /* NULL: the request did not get that far */
-    size_t method_len;
-    const char *target; /* as sent, path and query; cut at MD_HTTP_TARGET_MAX */
-    size_t target_len;
-    bool target_cut;
-    uint8_t http_major, http_minor;
-    uint16_t status;
-    uint64_t body_bytes;              /* response body bytes ("$body_bytes_sent") */
-    const char *referer, *user_agent; /* cut at MD_HTTP_FIELD_KEEP */
-    size_t referer_len, user_agent_len;
-    uint64_t duration_ns; /* from the request's first byte */
-} md_http_exchange;
+/* One response, as the access log wants it (core/log.h). The core fills all but peer and
+ * time, which the I/O layer adds; it cuts the target at MD_HTTP_TARGET_MAX and Referer and
+ * User-Agent at MD_HTTP_FIELD_KEEP. */
+typedef md_access_entry md_http_exchange;
 
 /* What every connection of one listener shares. Immutable while a connection uses it, and it
  * must outlive every connection that uses it. The I/O layer may give a connection another one
@@ -158,8 +147,7 @@ typedef enum md_http_field {
     MD_HTTP_FIELDS,
 } md_http_field;
 #define MD_HTTP_COND_KEEP 128
-/* Responses are counted by status class, 1xx .. 5xx. */
-#define MD_HTTP_STATUS_CLASSES 5
+/* Responses are counted by status class, 1xx .. 5xx: MD_HTTP_STATUS_CLASSES (core/kinds.h). */
 
 /* The request being parsed. Zeroed when its first byte arrives, up to target[]. */
 typedef struct md_http_req {

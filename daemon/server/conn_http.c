@@ -138,7 +138,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         g->http.upstreams = g->upstreams;
     }
     g->http.mono_clock = mono_ns;
-    if (cfg->access_log != MD_ACCESS_LOG_OFF)
+    if (cfg->log.access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;
     g->http.request_begin = md_http_gen_request_begin;
     *out = g;

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "server/config.h"
 #include "magpie.h"
 
 typedef struct md_server md_server;

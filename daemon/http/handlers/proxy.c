@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "server/config.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "http/handler.h"

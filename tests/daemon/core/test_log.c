@@ -110,12 +110,11 @@ static char *capture_end(void)
     return slurp(in_dir("stderr"));
 }
 
-static md_config config(md_log_level level, const char *error_log, md_access_log access,
-                        const char *access_log, md_access_format format)
+static md_log_config config(md_log_level level, const char *error_log, md_access_log access,
+                            const char *access_log, md_access_format format)
 {
-    md_config c;
-    md_config_init(&c);
-    c.log_level = level;
+    md_log_config c = {0};
+    c.level = level;
     snprintf(c.error_log_path, sizeof(c.error_log_path), "%s", error_log ? error_log : "");
     c.access_log = access;
     snprintf(c.access_log_path, sizeof(c.access_log_path), "%s", access_log ? access_log : "");
@@ -123,14 +122,14 @@ static md_config config(md_log_level level, const char *error_log, md_access_log
     return c;
 }
 
-static void open_ok(const md_config *c)
+static void open_ok(const md_log_config *c)
 {
     md_error err = {{0}};
     int rc = md_log_open(c, &err);
     cr_assert_eq(rc, 0, "md_log_open: %d %s", rc, err.msg);
 }
 
-static void apply_ok(const md_config *c)
+static void apply_ok(const md_log_config *c)
 {
     md_error err = {{0}};
     int rc = md_log_apply(c, &err);
@@ -343,7 +342,7 @@ Test(log, stderr_levels_and_priorities, .timeout = 10)
     capture_begin();
     md_log(MD_LOG_INFO, "before open %d", 1); /* stderr at info before md_log_open */
     md_log(MD_LOG_DEBUG, "hidden");
-    md_config c = config(MD_LOG_WARN, NULL, MD_ACCESS_LOG_OFF, NULL, 0);
+    md_log_config c = config(MD_LOG_WARN, NULL, MD_ACCESS_LOG_OFF, NULL, 0);
     open_ok(&c);
     cr_assert(md_log_enabled(MD_LOG_ERROR));
     cr_assert(md_log_enabled(MD_LOG_WARN));
@@ -352,7 +351,7 @@ Test(log, stderr_levels_and_priorities, .timeout = 10)
     md_log(MD_LOG_WARN, "w %s", "x");
     md_log(MD_LOG_INFO, "hidden");
     md_log(MD_LOG_DEBUG, "hidden");
-    c.log_level = MD_LOG_DEBUG;
+    c.level = MD_LOG_DEBUG;
     apply_ok(&c);
     cr_assert(md_log_enabled(MD_LOG_DEBUG));
     md_log(MD_LOG_DEBUG, "d");
@@ -397,7 +396,7 @@ Test(log, file_error_log_format, .timeout = 10)
 {
     tmp_make();
     time_t before = realtime_now();
-    md_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_OFF, NULL, 0);
+    md_log_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_OFF, NULL, 0);
     open_ok(&c);
     md_log(MD_LOG_ERROR, "disk %s", "full");
     md_log(MD_LOG_WARN, "w");
@@ -448,7 +447,7 @@ static void *error_lines(void *arg)
 Test(log, error_lines_never_interleave, .timeout = 30)
 {
     tmp_make();
-    md_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_OFF, NULL, 0);
+    md_log_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_OFF, NULL, 0);
     open_ok(&c);
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
@@ -478,7 +477,8 @@ Test(log, open_failure_names_the_path, .timeout = 10)
 {
     tmp_make();
     md_error err = {{0}};
-    md_config c = config(MD_LOG_INFO, "/nonexistent/dir/error.log", MD_ACCESS_LOG_STDERR, NULL, 0);
+    md_log_config c =
+        config(MD_LOG_INFO, "/nonexistent/dir/error.log", MD_ACCESS_LOG_STDERR, NULL, 0);
     cr_assert_eq(md_log_open(&c, &err), -ENOENT);
     cr_assert_str_eq(err.msg, "/nonexistent/dir/error.log: cannot open: No such file or directory");
     cr_assert_not(md_log_access_on());
@@ -588,7 +588,7 @@ Test(log, file_combined_and_json, .timeout = 10)
     tmp_make();
     for (int f = 0; f < 2; f++) {
         const char *path = in_dir(f ? "json.log" : "combined.log");
-        md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, path, (md_access_format)f);
+        md_log_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, path, (md_access_format)f);
         open_ok(&c);
         cr_assert(md_log_access_on());
         md_access_entry es[] = {sample(), nasty(), unparsed(), cut()};
@@ -612,7 +612,8 @@ Test(log, access_to_stderr_is_prefixed, .timeout = 10)
 {
     tmp_make();
     capture_begin();
-    md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_STDERR, NULL, MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c =
+        config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_STDERR, NULL, MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
     md_access_entry e = sample();
     md_log_access(&e);
@@ -671,8 +672,8 @@ static void expect_ids(const char *path, int from, int to)
 Test(log, reopen_after_rename, .timeout = 10)
 {
     tmp_make();
-    md_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_FILE, in_dir("access.log"),
-                         MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c = config(MD_LOG_INFO, in_dir("error.log"), MD_ACCESS_LOG_FILE,
+                             in_dir("access.log"), MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
     log_ids(0, 0, 1000); /* mostly still in the buffer at the rename */
     md_log(MD_LOG_INFO, "first");
@@ -736,8 +737,8 @@ static void *rot_worker(void *arg)
 Test(log, reopen_under_load_loses_nothing, .timeout = 60)
 {
     tmp_make();
-    md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("access.log"),
-                         MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("access.log"),
+                             MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
     pthread_t th[ROT_THREADS];
     for (int t = 0; t < ROT_THREADS; t++)
@@ -797,8 +798,8 @@ static void *conc_worker(void *arg)
 Test(log, four_threads_80000_lines, .timeout = 60)
 {
     tmp_make();
-    md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("access.log"),
-                         MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("access.log"),
+                             MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
     pthread_t th[CONC_THREADS];
     for (int t = 0; t < CONC_THREADS; t++)
@@ -854,7 +855,8 @@ Test(log, stuck_target_drops_never_blocks, .timeout = 60)
     cr_assert_eq(mkfifo(path, 0600), 0);
     int rd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* so the writer's open succeeds */
     cr_assert_geq(rd, 0);
-    md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, path, MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c =
+        config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, path, MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
 
     enum { LINES = 8000 }; /* 8000 lines of about 1 KiB: twice the two buffers */
@@ -889,7 +891,7 @@ Test(log, apply_switches_target_and_format, .timeout = 20)
 {
     tmp_make();
     md_access_entry e = sample();
-    md_config c =
+    md_log_config c =
         config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("a.log"), MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
     md_log_access(&e);
@@ -954,9 +956,9 @@ static bool parse_id_json(const char *line, int *thread, int *id)
 Test(log, apply_under_load_keeps_formats_apart, .timeout = 60)
 {
     tmp_make();
-    md_config ca =
+    md_log_config ca =
         config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("a.log"), MD_ACCESS_FORMAT_COMBINED);
-    md_config cb =
+    md_log_config cb =
         config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("b.log"), MD_ACCESS_FORMAT_JSON);
     open_ok(&ca);
     pthread_t th[ROT_THREADS];
@@ -1001,13 +1003,13 @@ Test(log, failed_apply_keeps_the_old_settings, .timeout = 20)
 {
     tmp_make();
     md_access_entry e = sample();
-    md_config c = config(MD_LOG_WARN, in_dir("error.log"), MD_ACCESS_LOG_FILE, in_dir("a.log"),
-                         MD_ACCESS_FORMAT_COMBINED);
+    md_log_config c = config(MD_LOG_WARN, in_dir("error.log"), MD_ACCESS_LOG_FILE, in_dir("a.log"),
+                             MD_ACCESS_FORMAT_COMBINED);
     open_ok(&c);
 
     md_error err = {{0}};
-    md_config bad = config(MD_LOG_DEBUG, in_dir("error2.log"), MD_ACCESS_LOG_FILE,
-                           "/nonexistent/dir/a.log", MD_ACCESS_FORMAT_JSON);
+    md_log_config bad = config(MD_LOG_DEBUG, in_dir("error2.log"), MD_ACCESS_LOG_FILE,
+                               "/nonexistent/dir/a.log", MD_ACCESS_FORMAT_JSON);
     cr_assert_eq(md_log_apply(&bad, &err), -ENOENT);
     cr_assert_str_eq(err.msg, "/nonexistent/dir/a.log: cannot open: No such file or directory");
     bad = config(MD_LOG_DEBUG, "/nonexistent/dir/error.log", MD_ACCESS_LOG_STDERR, NULL,
@@ -1032,7 +1034,7 @@ Test(log, failed_apply_keeps_the_old_settings, .timeout = 20)
 Test(log, writer_runs_only_when_on_and_sleeps_when_idle, .timeout = 20)
 {
     tmp_make();
-    md_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_OFF, NULL, 0);
+    md_log_config c = config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_OFF, NULL, 0);
     open_ok(&c);
     cr_assert_eq(writer_tid(), 0, "access log off, yet a writer");
     cr_assert_not(md_log_access_on());

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "server/config.h"
 #include "http/handler.h"
 #include "http/upstream.h"
 

@@ -16,12 +16,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/error.h"
+#include "core/kinds.h"
+#include "core/log.h"
 #include "http/http.h"
 #include "http/routes.h"
 #include "http/upstream.h"
 
 enum {
-    MD_ERROR_MAX = 512,
     MD_CONFIG_PATH_MAX = 4096,
     MD_CONFIG_HOST_MAX = 46, /* INET6_ADDRSTRLEN */
     MD_CONFIG_MAX_KEYS = 64, /* keys of the fixed sections (config.c checks it) */
@@ -29,36 +31,6 @@ enum {
      * stream that never ends (a device, a pipe) an error instead of a hang. */
     MD_CONFIG_FILE_MAX = 1048576,
 };
-
-/* A message for a person, filled in when a function returns an error. */
-typedef struct md_error {
-    char msg[MD_ERROR_MAX];
-} md_error;
-
-typedef enum md_log_level {
-    MD_LOG_ERROR,
-    MD_LOG_WARN,
-    MD_LOG_INFO,
-    MD_LOG_DEBUG,
-} md_log_level;
-
-typedef enum md_access_format {
-    MD_ACCESS_FORMAT_COMBINED, /* nginx's and Apache's "combined" */
-    MD_ACCESS_FORMAT_JSON,     /* one JSON object per line */
-} md_access_format;
-
-typedef enum md_access_log {
-    MD_ACCESS_LOG_OFF,
-    MD_ACCESS_LOG_STDERR,
-    MD_ACCESS_LOG_FILE, /* md_config.access_log_path */
-} md_access_log;
-
-/* magpied's listeners. */
-typedef enum md_listener {
-    MD_LISTENER_HTTP,
-    MD_LISTENER_ECHO,
-    MD_LISTENERS,
-} md_listener;
 
 /* A listening address. Numeric only: the listeners bind without resolving names. */
 typedef struct md_listen {
@@ -78,21 +50,14 @@ typedef struct md_listener_config {
     uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
 } md_listener_config;
 
-/* "http", "echo": the section and the systemd socket name of each listener. */
-const char *md_listener_name(md_listener kind);
-
 typedef struct md_config {
     md_listener_config listeners[MD_LISTENERS]; /* indexed by md_listener */
     uint32_t workers;                           /* [runtime] workers; 0 = one per CPU */
-    uint32_t slow_poll_us;    /* [runtime] slow_poll_us; 0 = polls are not timed */
-    md_http_limits limits;    /* [limits] ..., everything but max_connections */
-    md_log_level log_level;   /* [log] level */
-    md_access_log access_log; /* [log] access_log */
-    char access_log_path[MD_CONFIG_PATH_MAX];
-    md_access_format access_format;          /* [log] access_format */
-    char error_log_path[MD_CONFIG_PATH_MAX]; /* [log] error_log; empty = stderr */
-    uint32_t shutdown_timeout_ms;            /* [server] shutdown_timeout_ms */
-    md_file_cache_limits file_cache;         /* [static] open_file_cache_* */
+    uint32_t slow_poll_us;           /* [runtime] slow_poll_us; 0 = polls are not timed */
+    md_http_limits limits;           /* [limits] ..., everything but max_connections */
+    md_log_config log;               /* [log] ... */
+    uint32_t shutdown_timeout_ms;    /* [server] shutdown_timeout_ms */
+    md_file_cache_limits file_cache; /* [static] open_file_cache_* */
     /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
      * has none. A value like the rest: a reload swaps it with the limits, as one unit. */
     md_route_table routes;
@@ -126,8 +91,5 @@ int md_config_set(md_config *c, const char *assignment, md_error *err);
 /* Checks that need more than one key (a request line longer than the whole header section,
  * both listeners on one address). 0 or -EINVAL. */
 int md_config_check(const md_config *c, md_error *err);
-
-const char *md_log_level_name(md_log_level level);
-const char *md_access_format_name(md_access_format format);
 
 #endif

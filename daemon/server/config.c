@@ -10,7 +10,7 @@
  * than with fgets(), so that a NUL byte is seen (strlen() would hide the rest of its line) and
  * the file size is capped.
  */
-#include "core/config.h"
+#include "server/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -73,10 +73,10 @@ static const struct key keys[] = {
     {"limits", "send_timeout_ms", KEY_U32, LIMIT(send_timeout_ms), 0, 3600000},
     {"limits", "min_send_rate", KEY_U32, LIMIT(min_send_rate), 0, 1073741824},
     {"limits", "send_buffer", KEY_U32, LIMIT(send_buffer), 0, 67108864},
-    {"log", "level", KEY_LEVEL, offsetof(md_config, log_level), 0, 0},
-    {"log", "access_log", KEY_ACCESS_LOG, offsetof(md_config, access_log), 0, 0},
-    {"log", "access_format", KEY_ACCESS_FORMAT, offsetof(md_config, access_format), 0, 0},
-    {"log", "error_log", KEY_ERROR_LOG, offsetof(md_config, error_log_path), 0, 0},
+    {"log", "level", KEY_LEVEL, offsetof(md_config, log.level), 0, 0},
+    {"log", "access_log", KEY_ACCESS_LOG, offsetof(md_config, log.access_log), 0, 0},
+    {"log", "access_format", KEY_ACCESS_FORMAT, offsetof(md_config, log.access_format), 0, 0},
+    {"log", "error_log", KEY_ERROR_LOG, offsetof(md_config, log.error_log_path), 0, 0},
     {"server", "shutdown_timeout_ms", KEY_U32, offsetof(md_config, shutdown_timeout_ms), 0,
      3600000},
     /* [static]: what every static route shares (the open-file cache is per worker). */
@@ -90,41 +90,6 @@ _Static_assert(NKEYS <= (size_t)MD_CONFIG_MAX_KEYS, "md_config.key_line is too s
 
 static const char *const sections[] = {"http", "echo",   "runtime", "limits",
                                        "log",  "server", "static"};
-
-static const char *const level_names[] = {
-    [MD_LOG_ERROR] = "error",
-    [MD_LOG_WARN] = "warn",
-    [MD_LOG_INFO] = "info",
-    [MD_LOG_DEBUG] = "debug",
-};
-
-static const char *const format_names[] = {
-    [MD_ACCESS_FORMAT_COMBINED] = "combined",
-    [MD_ACCESS_FORMAT_JSON] = "json",
-};
-
-const char *md_listener_name(md_listener kind)
-{
-    static const char *const names[MD_LISTENERS] = {
-        [MD_LISTENER_HTTP] = "http",
-        [MD_LISTENER_ECHO] = "echo",
-    };
-    return (unsigned)kind < MD_LISTENERS ? names[kind] : "?";
-}
-
-const char *md_access_format_name(md_access_format format)
-{
-    if ((unsigned)format >= sizeof(format_names) / sizeof(format_names[0]))
-        return "?";
-    return format_names[format];
-}
-
-const char *md_log_level_name(md_log_level level)
-{
-    if ((unsigned)level >= sizeof(level_names) / sizeof(level_names[0]))
-        return "?";
-    return level_names[level];
-}
 
 static void listen_set(md_listen *l, int family, const char *host, uint16_t port)
 {
@@ -142,8 +107,8 @@ void md_config_init(md_config *c)
     c->workers = 0;
     md_http_limits_default(&c->limits);
     c->listeners[MD_LISTENER_HTTP].max_connections = 10000;
-    c->log_level = MD_LOG_INFO;
-    c->access_log = MD_ACCESS_LOG_OFF;
+    c->log.level = MD_LOG_INFO;
+    c->log.access_log = MD_ACCESS_LOG_OFF;
     c->shutdown_timeout_ms = 10000;
     c->listeners[MD_LISTENER_ECHO].idle_timeout_ms = 60000;
     c->listeners[MD_LISTENER_ECHO].max_connections = 1000;
@@ -308,8 +273,8 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
         }
         return 0;
     case KEY_LEVEL:
-        for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
-            if (strcmp(value, level_names[i]) == 0) {
+        for (unsigned i = MD_LOG_ERROR; i <= MD_LOG_DEBUG; i++) {
+            if (strcmp(value, md_log_level_name((md_log_level)i)) == 0) {
                 *(md_log_level *)(void *)field = (md_log_level)i;
                 return 0;
             }
@@ -318,8 +283,8 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
                   k->name, value);
         return -EINVAL;
     case KEY_ACCESS_FORMAT:
-        for (size_t i = 0; i < sizeof(format_names) / sizeof(format_names[0]); i++) {
-            if (strcmp(value, format_names[i]) == 0) {
+        for (unsigned i = MD_ACCESS_FORMAT_COMBINED; i <= MD_ACCESS_FORMAT_JSON; i++) {
+            if (strcmp(value, md_access_format_name((md_access_format)i)) == 0) {
                 *(md_access_format *)(void *)field = (md_access_format)i;
                 return 0;
             }
@@ -336,22 +301,22 @@ static int apply_key(md_config *c, const struct key *k, const char *value, struc
         return 0;
     case KEY_ERROR_LOG:
         if (strcmp(value, "stderr") == 0) {
-            c->error_log_path[0] = '\0';
+            c->log.error_log_path[0] = '\0';
             return 0;
         }
-        return set_log_path(c->error_log_path, k, value, o, "stderr", err);
+        return set_log_path(c->log.error_log_path, k, value, o, "stderr", err);
     case KEY_ACCESS_LOG:
         if (strcmp(value, "off") == 0) {
-            c->access_log = MD_ACCESS_LOG_OFF;
+            c->log.access_log = MD_ACCESS_LOG_OFF;
             return 0;
         }
         if (strcmp(value, "stderr") == 0) {
-            c->access_log = MD_ACCESS_LOG_STDERR;
+            c->log.access_log = MD_ACCESS_LOG_STDERR;
             return 0;
         }
-        if (set_log_path(c->access_log_path, k, value, o, "off, stderr", err) != 0)
+        if (set_log_path(c->log.access_log_path, k, value, o, "off, stderr", err) != 0)
             return -EINVAL;
-        c->access_log = MD_ACCESS_LOG_FILE;
+        c->log.access_log = MD_ACCESS_LOG_FILE;
         return 0;
     }
     abort(); /* every key_type is handled above */

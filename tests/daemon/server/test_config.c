@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "server/config.h"
 
 static int parse(md_config *c, const char *text, md_error *err)
 {
@@ -59,8 +59,8 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.limits.keepalive_timeout_ms, 75000);
     cr_assert_eq(c.limits.max_requests_per_connection, 0);
     cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 10000);
-    cr_assert_eq(c.log_level, MD_LOG_INFO);
-    cr_assert_eq(c.access_log, MD_ACCESS_LOG_OFF);
+    cr_assert_eq(c.log.level, MD_LOG_INFO);
+    cr_assert_eq(c.log.access_log, MD_ACCESS_LOG_OFF);
     cr_assert_eq(c.shutdown_timeout_ms, 10000);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 60000);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].max_connections, 1000);
@@ -172,9 +172,9 @@ Test(config, every_key, .timeout = 5)
     cr_assert_eq(c.limits.keepalive_timeout_ms, 0);
     cr_assert_eq(c.limits.max_requests_per_connection, 4294967295u);
     cr_assert_eq(c.listeners[MD_LISTENER_HTTP].max_connections, 1);
-    cr_assert_eq(c.log_level, MD_LOG_DEBUG);
-    cr_assert_eq(c.access_log, MD_ACCESS_LOG_FILE);
-    cr_assert_str_eq(c.access_log_path, "/var/log/magpied/access.log");
+    cr_assert_eq(c.log.level, MD_LOG_DEBUG);
+    cr_assert_eq(c.log.access_log, MD_ACCESS_LOG_FILE);
+    cr_assert_str_eq(c.log.access_log_path, "/var/log/magpied/access.log");
     cr_assert_eq(c.shutdown_timeout_ms, 0);
     cr_assert_str_eq(c.source, "test.conf");
     cr_assert_eq(md_config_check(&c, &err), 0, "%s", err.msg);
@@ -185,12 +185,12 @@ Test(config, access_log_and_levels, .timeout = 5)
     md_config c;
     md_error err;
     cr_assert_eq(parse(&c, "[log]\naccess_log = stderr\nlevel = error\n", &err), 0);
-    cr_assert_eq(c.access_log, MD_ACCESS_LOG_STDERR);
-    cr_assert_eq(c.log_level, MD_LOG_ERROR);
+    cr_assert_eq(c.log.access_log, MD_ACCESS_LOG_STDERR);
+    cr_assert_eq(c.log.level, MD_LOG_ERROR);
     cr_assert_eq(parse(&c, "[log]\naccess_log = ./access.log\nlevel = warn\n", &err), 0);
-    cr_assert_eq(c.access_log, MD_ACCESS_LOG_FILE);
-    cr_assert_str_eq(c.access_log_path, "./access.log");
-    cr_assert_eq(c.log_level, MD_LOG_WARN);
+    cr_assert_eq(c.log.access_log, MD_ACCESS_LOG_FILE);
+    cr_assert_str_eq(c.log.access_log_path, "./access.log");
+    cr_assert_eq(c.log.level, MD_LOG_WARN);
     cr_assert_str_eq(md_log_level_name(MD_LOG_WARN), "warn");
 }
 
@@ -280,11 +280,11 @@ Test(config, log_files_format_and_reuseport, .timeout = 5)
                  0, "%s", err.msg);
     cr_assert(c.listeners[MD_LISTENER_HTTP].reuseport);
     cr_assert(c.listeners[MD_LISTENER_ECHO].reuseport);
-    cr_assert_str_eq(c.error_log_path, "/var/log/magpied/error.log");
-    cr_assert_eq(c.access_format, MD_ACCESS_FORMAT_JSON);
+    cr_assert_str_eq(c.log.error_log_path, "/var/log/magpied/error.log");
+    cr_assert_eq(c.log.access_format, MD_ACCESS_FORMAT_JSON);
     cr_assert_str_eq(md_access_format_name(MD_ACCESS_FORMAT_JSON), "json");
     cr_assert_eq(md_config_set(&c, "log.error_log=stderr", &err), 0, "%s", err.msg);
-    cr_assert_str_eq(c.error_log_path, "");
+    cr_assert_str_eq(c.log.error_log_path, "");
     cr_assert_eq(md_config_set(&c, "http.reuseport=off", &err), 0, "%s", err.msg);
     cr_assert_not(c.listeners[MD_LISTENER_HTTP].reuseport);
 }
@@ -368,7 +368,7 @@ Test(config, set_overrides, .timeout = 5)
     cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "0.0.0.0");
     cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 80);
     cr_assert_eq(md_config_set(&c, "log.access_log=./a=b.log", &err), 0, "%s", err.msg);
-    cr_assert_str_eq(c.access_log_path, "./a=b.log");
+    cr_assert_str_eq(c.log.access_log_path, "./a=b.log");
     /* A later --set of the same key wins; that is not a duplicate. */
     cr_assert_eq(md_config_set(&c, "limits.max_headers=30", &err), 0, "%s", err.msg);
     cr_assert_eq(c.limits.max_headers, 30);
