@@ -5,7 +5,9 @@
 #   make bench-all                     everything, full length (about an hour on 2 vCPUs)
 #   BENCH_QUICK=1 make bench-all       every step's short mode: proves the pipeline (a few minutes)
 #   STEPS="runtime-sched forkjoin" make bench-all      only those steps
-#   OUT=build/bench/STAMP STEPS=plots loadtest/bench-all.sh    redraw a run's plots and summary
+#   OUT=build/bench/STAMP STEPS=plots loadtest/bench-all.sh    redraw a run's runtime.png,
+#                                      forkjoin.png and summary.md (latency.png and cpu.png
+#                                      are bench-http's, drawn when that step runs)
 #   PUBLISH=1 make bench-all           also copy latency, cpu, runtime and forkjoin.png into
 #                                      loadtest/img/ (what loadtest/README.md and README.md show)
 #

@@ -19,7 +19,7 @@
 #
 # `run` needs nothing but the packed folder and a shell: the bigger machines lent to this work
 # reach no package registry. Per worker count it runs, interleaved and one process at a time:
-#   - the runtime benchmark (runtime/bench.c and its Tokio twin, every workload, ROUNDS
+#   - the runtime benchmark (loadtest/runtime/bench.c and its Tokio twin, every workload, ROUNDS
 #     alternations with the order swapped each time, INNER timed rounds each);
 #   - the fork-join workloads (FJ_WORKLOADS) on magpie's pool, Rayon and oneTBB, and on OpenMP
 #     tasks for OMP_WORKLOADS only (OpenMP's untied tasks take minutes on fib35 and tree20).

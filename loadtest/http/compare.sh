@@ -158,10 +158,6 @@ check_nginx() {
 
 build_magpied() {
     if [[ $BUILD_MAGPIED == always || ! -x $MAGPIED ]]; then
-        if [[ ! -f $ROOT/daemon/main.c ]]; then
-            SKIP[magpied]="daemon/main.c does not exist yet"
-            return
-        fi
         log "building magpied (make)"
         if ! make -C "$ROOT" >"$OUTDIR/build-magpied.log" 2>&1; then
             tail -20 "$OUTDIR/build-magpied.log" >&2

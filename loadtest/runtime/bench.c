@@ -286,7 +286,7 @@ static void *slot_at(pool *p, size_t i, const mp_task_vtable *vt)
  * since, as an allocator's free list would: Tokio's twin mallocs every task, and malloc hands
  * back the chunk just freed, still in cache. Walking on through the array instead made every
  * spawn of spawn_join_worker touch a cold slot, which on this VM's slower days cost more than
- * the spawn and join themselves (loadtest/README.md, "Join in place, and task slots reused
+ * the spawn and join themselves (loadtest/HISTORY.md, "join in place, and task slots reused
  * as malloc reuses them"). */
 static void *slot_get(pool *p, const mp_task_vtable *vt)
 {

@@ -226,7 +226,7 @@ static inline uint32_t mp__sleep_jec(uint64_t c)
  * calls the pool in a loop with serial work between the calls would pay that per call. The
  * peers keep their workers awake as long: oneTBB's spin 120-140 us of CPU per idle spell
  * (measured beside ours), libgomp's 300,000 spins by default. Measured, and its cost, in
- * loadtest/README.md ("The caller slot"). */
+ * loadtest/HISTORY.md ("the caller slot, splits on demand, a 300 us idle window"). */
 #define MP__SLEEP_IDLE_MIN_NS 300000u
 
 /* Why a mutex and condvar per worker rather than the core's futex park word (park.c): a
