@@ -140,7 +140,8 @@ LLHTTP_DIR  ?= /usr/share/llhttp
 LLHTTP_INC_DIR ?= /usr/share/include/llhttp
 LLHTTP_INC  := -I$(LLHTTP_INC_DIR)
 LLHTTP_OBJS := $(B)/obj/llhttp/api.o $(B)/obj/llhttp/http.o $(B)/obj/llhttp/llhttp.o
-D_DIRS   := daemon daemon/core daemon/server daemon/http daemon/http/handlers
+D_DIRS   := daemon daemon/core daemon/server daemon/http daemon/http/handlers \
+            daemon/http/handlers/proxy daemon/http/handlers/static
 D_SRCS   := $(sort $(filter-out daemon/main.c,$(foreach d,$(D_DIRS),$(wildcard $(d)/*.c))))
 D_OBJS   := $(D_SRCS:%.c=$(B)/obj/%.o)
 D_LIB    := $(B)/libmagpied.a
@@ -148,7 +149,8 @@ D_INC    := $(RT_INC) -Idaemon $(LLHTTP_INC)
 D_LIBS   := -luv -linih
 MAGPIED  := $(B)/magpied
 # tests/daemon mirrors daemon/'s folders; tests/daemon/e2e/ holds the end-to-end suites.
-D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c tests/daemon/*/test_*.c tests/daemon/*/*/test_*.c))
+D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c tests/daemon/*/test_*.c tests/daemon/*/*/test_*.c \
+              tests/daemon/*/*/*/test_*.c))
 D_TEST_BINS := $(patsubst tests/daemon/%.c,$(B)/tests/daemon/%,$(D_TESTS))
 # Packaging checks (units, man pages, make install, the HAProxy example): they run tools.
 SD_TESTS := $(sort $(wildcard tests/systemd/test_*.c))

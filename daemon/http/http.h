@@ -37,7 +37,7 @@
 #include "core/kinds.h"
 #include "core/log.h"
 #include "core/outbuf.h"
-#include "http/file_cache.h"
+#include "http/handlers/static/file_cache.h"
 
 struct md_metrics;
 struct md_http_conn;
@@ -108,7 +108,7 @@ typedef struct md_http_server {
     /* The runtime the connections' tasks run on (for a handler's timers and upstream
      * sockets); NULL in tests of the core alone. */
     struct mp_runtime *rt;
-    /* The upstream groups of the proxy handler (http/upstream.h); NULL: none. */
+    /* The upstream groups of the proxy handler (http/handlers/proxy/upstream.h); NULL: none. */
     struct md_upstreams *upstreams;
 } md_http_server;
 

@@ -21,7 +21,7 @@
 #include "core/log.h"
 #include "http/http.h"
 #include "http/routes.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 enum {
     MD_CONFIG_PATH_MAX = 4096,

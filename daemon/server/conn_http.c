@@ -42,7 +42,7 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "http/handler.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 #include <string.h>
 
 /* The client's address, looked up at the connection's first access-log line (or proxied

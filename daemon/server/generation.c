@@ -19,7 +19,7 @@
  * counted until (B), and nothing newer than a counted generation is freed.
  */
 #include "server/generation.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 #include <stddef.h>
 #include <stdlib.h>

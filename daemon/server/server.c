@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "server/conn.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 typedef struct start_call {
     md_server *srv;

@@ -1,7 +1,7 @@
 /* server_metrics.c: the part of /metrics that is not the daemon's own counters (metrics.c):
  * the runtime's counters per worker, its read buffers and tasks, the process's build,
  * uptime, reloads, access-log drops and HTTP settings generations, and the static handler's
- * open-file caches (http/file_cache.c). Written with metrics.c's
+ * open-file caches (http/handlers/static/file_cache.c). Written with metrics.c's
  * writer, after its text (md_metrics_set_extra). Runs on the worker that serves the scrape.
  */
 #include <errno.h>

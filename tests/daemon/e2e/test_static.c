@@ -1,4 +1,4 @@
-/* End-to-end tests of the static handler (daemon/http/handlers/static.c) against a real
+/* End-to-end tests of the static handler (daemon/http/handlers/static/static.c) against a real
  * magpied serving a temporary tree: content and types, index and no listings, the traversal
  * shapes on raw sockets (curl would normalise them away), dotfiles, symlinks out of the root,
  * FIFOs, validators and 304, ranges, precompressed variants, a large file by sendfile to a

@@ -65,7 +65,7 @@
 
 #include "core/text.h"
 #include "http/handler.h"
-#include "http/mime.h"
+#include "http/handlers/static/mime.h"
 
 /* The route's options, and what a generation opens from them. */
 enum {

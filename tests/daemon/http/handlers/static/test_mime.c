@@ -1,9 +1,9 @@
-/* Tests for daemon/http/mime.c: media types by extension from /etc/mime.types. */
+/* Tests for daemon/http/handlers/static/mime.c: media types by extension from /etc/mime.types. */
 #include <criterion/criterion.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "http/mime.h"
+#include "http/handlers/static/mime.h"
 
 static const char *type(const char *name)
 {

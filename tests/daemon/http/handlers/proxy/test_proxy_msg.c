@@ -1,4 +1,4 @@
-/* Tests for daemon/http/proxy_msg.c: the upstream request head (every hop-by-hop case, the
+/* Tests for daemon/http/handlers/proxy/proxy_msg.c: the upstream request head (every hop-by-hop case, the
  * forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
  * oversized head, 1xx passed on or not, trailers passed on or not, 204/304/HEAD,
  * close-delimited bodies, bytes after the response). */
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "http/proxy_msg.h"
+#include "http/handlers/proxy/proxy_msg.h"
 
 static char *head(const char *target, const char *fields, md_proxy_req rq)
 {

@@ -11,7 +11,7 @@
  * expired entries at the cold end of the LRU list, so the descriptor of a file deleted or
  * replaced is not kept open long past valid_ms by a thread that goes on serving.
  */
-#include "http/file_cache.h"
+#include "http/handlers/static/file_cache.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * pthread_once and never changes afterwards, so any thread reads it without locking; it lives
  * as long as the process (a reload does not reread it).
  */
-#include "http/mime.h"
+#include "http/handlers/static/mime.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Upstream groups: their [upstream NAME] configuration, the balancer, passive health and the
  * keep-alive pools (upstream.h says who touches what). */
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

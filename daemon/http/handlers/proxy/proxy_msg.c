@@ -1,5 +1,5 @@
 /* The proxy's messages (proxy_msg.h): the upstream request head and the response's parser. */
-#include "http/proxy_msg.h"
+#include "http/handlers/proxy/proxy_msg.h"
 
 #include <errno.h>
 #include <inttypes.h>

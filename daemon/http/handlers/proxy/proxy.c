@@ -2,7 +2,7 @@
  * back to the client.
  *
  * The handler pends at the request head (MD_BODY_PIPE) and does the rest from its poll, on
- * the connection's task: pick a server (http/upstream.c), take a pooled connection or connect,
+ * the connection's task: pick a server (http/handlers/proxy/upstream.c), take a pooled connection or connect,
  * send the head it built at on_head (proxy_msg.c), pass the body on span by span (parsing of
  * the client's input waits for each span to be written: a slow upstream holds the client back
  * with one span in hand), then parse the response, appending the client's head and each piece
@@ -29,8 +29,8 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "http/handler.h"
-#include "http/proxy_msg.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/proxy_msg.h"
+#include "http/handlers/proxy/upstream.h"
 
 /* The route's options. */
 enum {

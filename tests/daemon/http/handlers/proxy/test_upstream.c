@@ -1,4 +1,4 @@
-/* Tests for daemon/http/upstream.c: [upstream] keys and their errors, the balancer (smooth
+/* Tests for daemon/http/handlers/proxy/upstream.c: [upstream] keys and their errors, the balancer (smooth
  * weights, least_conn, hash stability and spread), passive health, and the pool's check of an
  * idle socket. */
 #include <criterion/criterion.h>
@@ -11,7 +11,7 @@
 
 #include "server/config.h"
 #include "http/handler.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 static md_upstream_table t;
 

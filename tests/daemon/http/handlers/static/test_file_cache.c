@@ -1,4 +1,4 @@
-/* Tests of daemon/http/file_cache.c: the per-thread open-file cache (hits, expiry, the entry
+/* Tests of daemon/http/handlers/static/file_cache.c: the per-thread open-file cache (hits, expiry, the entry
  * and descriptor bounds, references that outlive an entry, on other threads, and a thread's
  * exit), counted against /proc/self/fd so that no descriptor leaks. */
 #include <criterion/criterion.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "http/file_cache.h"
+#include "http/handlers/static/file_cache.h"
 
 static char dir[64];
 static int dirfd_;

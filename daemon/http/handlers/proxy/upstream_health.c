@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "http/upstream.h"
+#include "http/handlers/proxy/upstream.h"
 
 int md_upstream_health_start(md_upstreams *us);
 void md_upstream_health_stop(md_upstreams *us);
