@@ -91,6 +91,18 @@ typedef struct md_handler {
      * (conf_init's state must be safe to close). */
     int (*open)(void *conf, char *msg, size_t msg_len);
     void (*close)(void *conf);
+    /* State shared by all of the handler's routes in one generation of settings (the
+     * proxy's upstream groups, pools and health tasks): made when a generation is built,
+     * from the whole configuration, on the runtime its tasks run on (0, or a negative errno
+     * with msg; *state NULL: none); shut down while the runtime still runs (its tasks, its
+     * sockets) when the server stops; freed once no connection uses the generation. The
+     * handler finds it with md_http_server_state(). */
+    int (*gen_new)(const struct md_config *cfg, mp_runtime *rt, void **state, char *msg,
+                   size_t msg_len);
+    void (*gen_shutdown)(void *state);
+    void (*gen_free)(void *state);
+    /* Appends the state's /metrics series. 0 or -ENOMEM. */
+    int (*gen_metrics)(void *state, md_outbuf *out);
     /* NULL: MD_BODY_DISCARD. length: the Content-Length (0 for chunked); negative: -ENOMEM. */
     int (*on_head)(md_http_conn *c, const md_route *r, uint64_t length, bool chunked);
     /* MD_BODY_STREAM and MD_BODY_PIPE: a span of the body. 0 or -ENOMEM. */
@@ -100,6 +112,10 @@ typedef struct md_handler {
 
 /* The registry (http/handlers/handlers.c): the handler a route names, or NULL. */
 const md_handler *md_handler_find(const char *name);
+/* The i-th handler (0 .. MD_HANDLERS_MAX - 1), or NULL past the last: to visit them all. */
+const md_handler *md_handler_at(size_t i);
+/* The generation state of handler h (md_handler.gen_new), or NULL. */
+void *md_http_server_state(const md_http_server *srv, const md_handler *h);
 /* "text, echo, ... or proxy": every name, for messages, into buf. */
 void md_handler_names(char *buf, size_t cap);
 /* Whether h's options include key. */

@@ -46,8 +46,10 @@ struct md_route;
 struct md_route_table;
 struct mp_context;
 struct md_http_io;
-struct md_upstreams;
 struct mp_runtime;
+
+/* Handlers a registry may hold (http/handlers/handlers.c checks it). */
+enum { MD_HANDLERS_MAX = 16 };
 
 typedef struct md_http_limits {
     uint32_t max_request_line;     /* method SP target SP version; longer: 414 */
@@ -108,8 +110,9 @@ typedef struct md_http_server {
     /* The runtime the connections' tasks run on (for a handler's timers and upstream
      * sockets); NULL in tests of the core alone. */
     struct mp_runtime *rt;
-    /* The upstream groups of the proxy handler (http/handlers/proxy/upstream.h); NULL: none. */
-    struct md_upstreams *upstreams;
+    /* Each handler's state for this generation (md_handler.gen_new), by its place in the
+     * registry: md_http_server_state() finds it. */
+    void *handler_state[MD_HANDLERS_MAX];
 } md_http_server;
 
 typedef enum md_http_want {

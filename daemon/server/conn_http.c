@@ -42,7 +42,6 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "http/handler.h"
-#include "http/handlers/proxy/upstream.h"
 #include <string.h>
 
 /* The client's address, looked up at the connection's first access-log line (or proxied
@@ -85,12 +84,16 @@ static const char *conn_peer(md_http_conn *hc)
     return peer_name(mp_container_of(hc, md_conn, http));
 }
 
-/* /metrics: the server's text, then this generation's upstreams. */
+/* /metrics: the server's text, then each handler's series for this generation's state. */
 static int gen_metrics_text(void *arg, md_outbuf *out)
 {
     md_http_gen *g = arg;
     int rc = md_metrics_text(g->metrics, out);
-    return rc == 0 ? md_upstreams_metrics_text(g->upstreams, out) : rc;
+    const md_handler *h;
+    for (size_t i = 0; rc == 0 && (h = md_handler_at(i)) != NULL; i++)
+        if (h->gen_metrics != NULL && g->http.handler_state[i] != NULL)
+            rc = h->gen_metrics(g->http.handler_state[i], out);
+    return rc;
 }
 
 /* uv_hrtime()'s clock (CLOCK_MONOTONIC, ns), read once per read that answers something:
@@ -127,15 +130,15 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     for (uint32_t i = 0; i < g->routes.n; i++)
         if (g->routes.r[i].handler->keeps_fields)
             g->http.keep_fields = true;
-    if (cfg->upstreams.n != 0) {
-        rc = md_upstreams_new(&g->upstreams, &cfg->upstreams, s->rt);
+    const md_handler *h;
+    for (size_t i = 0; (h = md_handler_at(i)) != NULL; i++) {
+        if (h->gen_new == NULL)
+            continue;
+        rc = h->gen_new(cfg, s->rt, &g->http.handler_state[i], err->msg, sizeof err->msg);
         if (rc != 0) {
-            md_routes_close(&g->routes);
-            free(g);
-            snprintf(err->msg, sizeof err->msg, "upstreams: %s", strerror(-rc));
+            md_http_gen_free(g); /* what the handlers before this one made, and the routes */
             return rc;
         }
-        g->http.upstreams = g->upstreams;
     }
     g->http.mono_clock = mono_ns;
     if (cfg->log.access_log != MD_ACCESS_LOG_OFF)

@@ -19,7 +19,7 @@
  * counted until (B), and nothing newer than a counted generation is freed.
  */
 #include "server/generation.h"
-#include "http/handlers/proxy/upstream.h"
+#include "http/handler.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -55,11 +55,23 @@ md_http_gen *md_http_gens_enter(md_http_gens *l)
     return l->newest;
 }
 
+/* Also for a generation whose making failed part way: state a handler did not make is NULL. */
 void md_http_gen_free(md_http_gen *g)
 {
-    md_upstreams_free(g->upstreams);
+    const md_handler *h;
+    for (size_t i = 0; (h = md_handler_at(i)) != NULL; i++)
+        if (h->gen_free != NULL && g->http.handler_state[i] != NULL)
+            h->gen_free(g->http.handler_state[i]);
     md_routes_close(&g->routes);
     free(g);
+}
+
+void md_http_gen_shutdown(md_http_gen *g)
+{
+    const md_handler *h;
+    for (size_t i = 0; (h = md_handler_at(i)) != NULL; i++)
+        if (h->gen_shutdown != NULL && g->http.handler_state[i] != NULL)
+            h->gen_shutdown(g->http.handler_state[i]);
 }
 
 void md_http_gens_sweep(md_http_gens *l)

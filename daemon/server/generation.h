@@ -23,7 +23,6 @@
 typedef struct md_http_gen {
     md_http_server http;                 /* immutable once published */
     md_route_table routes;               /* http.routes; immutable once published */
-    struct md_upstreams *upstreams;      /* http.upstreams: the proxy's state; NULL: none */
     struct md_metrics *metrics;          /* the server's, for metrics_text */
     _Atomic(struct md_http_gen *) newer; /* atomic: set once, by md_http_gens_publish() */
     _Atomic uint32_t conns;              /* atomic: connections at this generation */
@@ -44,6 +43,9 @@ void md_http_gens_publish(md_http_gens *l, md_http_gen *g);
 md_http_gen *md_http_gens_enter(md_http_gens *l);
 /* Frees one generation (closing the roots its routes opened); not published, or swept. */
 void md_http_gen_free(md_http_gen *g);
+/* The server stops: each handler's state of g ends what runs on the runtime (md_handler's
+ * gen_shutdown), on the loop's thread, while the runtime still runs. */
+void md_http_gen_shutdown(md_http_gen *g);
 /* Loop side: free the oldest generations that no connection is at. */
 void md_http_gens_sweep(md_http_gens *l);
 /* Any thread. */

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 
 #include "server/conn.h"
-#include "http/handlers/proxy/upstream.h"
 
 typedef struct start_call {
     md_server *srv;
@@ -94,10 +93,10 @@ static void drain_cmd(uv_loop_t *loop, void *arg)
      * is freed. */
     for (md_conn *c = s->conns; c; c = c->next)
         mp_tcp_interrupt(&c->tcp);
-    /* The upstreams' tasks and pooled sockets end while the runtime still runs (upstream.h). */
+    /* The handlers' generation state (the proxy's health tasks and pooled sockets) ends while
+     * the runtime still runs. */
     for (md_http_gen *g = s->gens.newest; g != NULL; g = g->older)
-        if (g->upstreams != NULL)
-            md_upstreams_shutdown(g->upstreams);
+        md_http_gen_shutdown(g);
 }
 
 void md_server_drain(md_server *s)

@@ -18,6 +18,20 @@ static const md_handler *const registry[] = {
 };
 
 enum { HANDLERS = sizeof registry / sizeof registry[0] };
+_Static_assert((int)HANDLERS <= (int)MD_HANDLERS_MAX, "md_http_server.handler_state is too short");
+
+const md_handler *md_handler_at(size_t i)
+{
+    return i < HANDLERS ? registry[i] : NULL;
+}
+
+void *md_http_server_state(const md_http_server *srv, const md_handler *h)
+{
+    for (size_t i = 0; i < HANDLERS; i++)
+        if (registry[i] == h)
+            return srv->handler_state[i];
+    return NULL;
+}
 
 const md_handler *md_handler_find(const char *name)
 {

@@ -2,13 +2,13 @@
  * back to the client.
  *
  * The handler pends at the request head (MD_BODY_PIPE) and does the rest from its poll, on
- * the connection's task: pick a server (http/handlers/proxy/upstream.c), take a pooled connection or connect,
- * send the head it built at on_head (proxy_msg.c), pass the body on span by span (parsing of
- * the client's input waits for each span to be written: a slow upstream holds the client back
- * with one span in hand), then parse the response, appending the client's head and each piece
- * of body to the connection's output and returning MD_PENDING_MORE once buffer_bytes wait
- * (or nothing more has come), so a slow client holds the upstream back with at most
- * buffer_bytes and one read buffer in hand.
+ * the connection's task: pick a server (http/handlers/proxy/upstream.c), take a pooled connection
+ * or connect, send the head it built at on_head (proxy_msg.c), pass the body on span by span
+ * (parsing of the client's input waits for each span to be written: a slow upstream holds the
+ * client back with one span in hand), then parse the response, appending the client's head and each
+ * piece of body to the connection's output and returning MD_PENDING_MORE once buffer_bytes wait (or
+ * nothing more has come), so a slow client holds the upstream back with at most buffer_bytes and
+ * one read buffer in hand.
  *
  * Failures before the response head are 502 (504 for a timeout), logged and counted; one
  * before any response byte is retried on another server, as nginx's proxy_next_upstream
@@ -55,6 +55,8 @@ typedef struct proxy_conf {
 } proxy_conf;
 
 _Static_assert(sizeof(proxy_conf) <= MD_ROUTE_CONF_MAX, "proxy_conf fits a route");
+
+extern const md_handler md_handler_proxy;
 
 static inline const proxy_conf *opts(const md_route *r)
 {
@@ -323,14 +325,14 @@ static bool is_idempotent(unsigned m)
 static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
 {
     const md_http_server *srv = md_http_conn_server(c);
-    if (srv->upstreams == NULL || opts(r)->upstream_index >= srv->upstreams->conf.n ||
-        srv->rt == NULL)
+    md_upstreams *ups = md_http_server_state(srv, &md_handler_proxy);
+    if (ups == NULL || opts(r)->upstream_index >= ups->conf.n || srv->rt == NULL)
         return MD_BODY_DISCARD; /* on_req answers 502 */
     proxy *p = calloc(1, sizeof *p);
     if (p == NULL)
         return -ENOMEM;
     p->route = r;
-    p->up = &srv->upstreams->u[opts(r)->upstream_index];
+    p->up = &ups->u[opts(r)->upstream_index];
     mp_timer_init(&p->timer, srv->rt);
     p->start_ms = mp_now_ms();
     p->idempotent = is_idempotent(md_http_req_method(c));
@@ -780,6 +782,39 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
     }
 }
 
+/* The generation's upstream groups (http/handlers/proxy/upstream.h): none without
+ * [upstream] sections. */
+static int proxy_gen_new(const md_config *cfg, mp_runtime *rt, void **state, char *msg,
+                         size_t msg_len)
+{
+    *state = NULL;
+    if (cfg->upstreams.n == 0)
+        return 0;
+    md_upstreams *us;
+    int rc = md_upstreams_new(&us, &cfg->upstreams, rt);
+    if (rc != 0) {
+        md_say(msg, msg_len, "upstreams: %s", strerror(-rc));
+        return rc;
+    }
+    *state = us;
+    return 0;
+}
+
+static void proxy_gen_shutdown(void *state)
+{
+    md_upstreams_shutdown(state);
+}
+
+static void proxy_gen_free(void *state)
+{
+    md_upstreams_free(state);
+}
+
+static int proxy_gen_metrics(void *state, md_outbuf *out)
+{
+    return md_upstreams_metrics_text(state, out);
+}
+
 const md_handler md_handler_proxy = {
     .name = "proxy",
     /* What the application takes is the application's affair. */
@@ -792,6 +827,10 @@ const md_handler md_handler_proxy = {
     .conf_key = proxy_key,
     .conf_check = proxy_check,
     .conf_link = proxy_link,
+    .gen_new = proxy_gen_new,
+    .gen_shutdown = proxy_gen_shutdown,
+    .gen_free = proxy_gen_free,
+    .gen_metrics = proxy_gen_metrics,
     .on_head = proxy_on_head,
     .on_body = proxy_on_body,
     .on_req = proxy_on_req,
