@@ -13,6 +13,17 @@ bool md_ascii_eq_lower(const char *s, size_t n, const char *lower)
     return lower[n] == '\0';
 }
 
+bool md_ascii_eq_ci(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (an != bn)
+        return false;
+    for (size_t i = 0; i < an; i++) {
+        if (md_ascii_lower((unsigned char)a[i]) != md_ascii_lower((unsigned char)b[i]))
+            return false;
+    }
+    return true;
+}
+
 int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
     if (*s == '\0')

@@ -15,8 +15,14 @@ static inline unsigned char md_ascii_lower(unsigned char ch)
     return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
 }
 
-/* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. */
+/* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. A prefix test is
+ * md_ascii_eq_lower(s, strlen(prefix), prefix) once n is known to be long enough. Not
+ * strncasecmp(), which follows the locale. */
 bool md_ascii_eq_lower(const char *s, size_t n, const char *lower);
+
+/* a[0..an) equals b[0..bn) ignoring ASCII case: two names neither of which is known lower
+ * case (a configured field name, a name from a Connection list). */
+bool md_ascii_eq_ci(const char *a, size_t an, const char *b, size_t bn);
 
 /* Decimal digits only (no sign, space, suffix or "0x"), within [min, max]: 0, -EINVAL for
  * anything else, -ERANGE for a number out of range. */

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/metrics.h"
+#include "core/text.h"
 #include "http/handler.h"
 #include "http/response.h"
 #include "http/routes.h"
@@ -110,18 +111,6 @@ void md_http_limits_default(md_http_limits *l)
     l->send_timeout_ms = 30000;
     l->min_send_rate = 240;
     l->send_buffer = 65536;
-}
-
-/* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
- * the locale. For the rare paths; known_header() has a faster one. */
-static bool same_lower(const char *s, const char *lower, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned ch = (unsigned char)s[i];
-        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)lower[i])
-            return false;
-    }
-    return true;
 }
 
 /* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
@@ -731,7 +720,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
  * overlapping 8- or 4-byte words, each OR 0x20. For a name of letters and '-' that folds case
  * exactly: x | 0x20 is a given lower-case letter only for that letter in either case, and is
  * '-' only for '-' or CR, which no field name holds (llhttp passes token bytes, space and tab
- * only). */
+ * only). Deliberately not md_ascii_eq_lower() (core/text.h), which goes byte by byte: this runs
+ * on every field of every request, and known_header() calls it at most twice per field. */
 static bool is_known_name(const char *name, const char *lower, size_t n)
 {
     if (n < 8) {
@@ -852,8 +842,7 @@ static void match_token(md_http_req *r, const char *token, size_t token_len, con
                         size_t len)
 {
     for (size_t i = 0; i < len && r->token_pos != TOKEN_BAD; i++) {
-        unsigned ch = (unsigned char)at[i];
-        ch = ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch;
+        unsigned ch = md_ascii_lower((unsigned char)at[i]);
         if (r->token_pos < token_len)
             r->token_pos =
                 ch == (unsigned char)token[r->token_pos] ? (uint8_t)(r->token_pos + 1) : TOKEN_BAD;
@@ -1000,9 +989,9 @@ static const md_route *find_route(const md_http_conn *c, md_http_req *r)
         return NULL; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
         size_t skip;
-        if (n >= 7 && same_lower(t, "http://", 7))
+        if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
             skip = 7;
-        else if (n >= 8 && same_lower(t, "https://", 8))
+        else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
             skip = 8;
         else
             return NULL; /* "*", or CONNECT's authority-form */

@@ -261,7 +261,6 @@ static int open_beneath(int dirfd, const char *rel, int flags)
  * 0. */
 static bool accepts(const char *a, size_t n, const char *coding)
 {
-    size_t clen = strlen(coding);
     size_t i = 0;
     while (i < n) {
         while (i < n && (a[i] == ' ' || a[i] == '\t' || a[i] == ','))
@@ -270,8 +269,7 @@ static bool accepts(const char *a, size_t n, const char *coding)
         while (i < n && a[i] != ',' && a[i] != ';' && a[i] != ' ' && a[i] != '\t')
             i++;
         size_t tlen = i - start;
-        bool gzip = (tlen == clen && strncasecmp(a + start, coding, clen) == 0) ||
-                    (tlen == 1 && a[start] == '*');
+        bool gzip = md_ascii_eq_lower(a + start, tlen, coding) || (tlen == 1 && a[start] == '*');
         bool zero = false;
         while (i < n && a[i] != ',') {
             if (a[i] == 'q' || a[i] == 'Q') {
@@ -347,7 +345,7 @@ static time_t parse_date(const char *v, size_t n)
  * ignore the field (bad, or several ranges), -1 for 416 (starts past the end). */
 static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, uint64_t *to)
 {
-    if (n < 7 || strncasecmp(v, "bytes=", 6) != 0 || memchr(v, ',', n) != NULL)
+    if (n < 7 || !md_ascii_eq_lower(v, 6, "bytes=") || memchr(v, ',', n) != NULL)
         return 0;
     size_t i = 6;
     uint64_t a = 0, b = 0;
