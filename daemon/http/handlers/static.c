@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/httpdate.h"
 #include "core/text.h"
 #include "http/handler.h"
 #include "http/mime.h"
@@ -319,26 +320,16 @@ static bool etag_listed(const char *v, size_t n, const char *etag, bool strong)
     return false;
 }
 
-/* An HTTP-date in any of the three forms a recipient must accept (RFC 9110 5.6.7): IMF-fixdate
- * ("Sun, 06 Nov 1994 08:49:37 GMT", the one we send), RFC 850 ("Sunday, 06-Nov-94 08:49:37
- * GMT", a two-digit year read as the nearest such year not in the future, which strptime's %y
- * approximates as 1969-2068) and asctime ("Sun Nov  6 08:49:37 1994"); -1 otherwise. */
-static time_t parse_date(const char *v, size_t n)
+/* An HTTP-date in any of its three forms (core/httpdate.h), or -1 (absent, or not a date: the
+ * field is ignored). RFC 850's two-digit year is placed from the server's clock. */
+static time_t parse_date(const md_http_conn *c, const char *v, size_t n)
 {
-    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
-                                        "%a %b %e %H:%M:%S %Y"};
-    char buf[64];
-    if (n == 0 || n >= sizeof buf)
+    if (v == NULL)
         return -1;
-    memcpy(buf, v, n);
-    buf[n] = '\0';
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
-        struct tm tm = {0};
-        const char *end = strptime(buf, forms[i], &tm);
-        if (end != NULL && *end == '\0')
-            return timegm(&tm);
-    }
-    return -1;
+    const md_http_server *srv = md_http_conn_server(c);
+    time_t t;
+    return md_httpdate_parse(v, n, srv->clock != NULL ? srv->clock() : time(NULL), &t) == 0 ? t
+                                                                                            : -1;
 }
 
 /* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
@@ -732,14 +723,14 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
 
     /* Conditionals in RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (false:
      * 412); then If-None-Match, else If-Modified-Since (false: 304); then If-Range. */
-    size_t vlen;
+    size_t vlen = 0;
     const char *im = md_http_req_field(c, MD_FIELD_IF_MATCH, &vlen);
     bool failed = false;
     if (im != NULL) {
         failed = !etag_listed(im, vlen, f->etag, true);
     } else {
         const char *ius = md_http_req_field(c, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
-        time_t since = ius != NULL ? parse_date(ius, vlen) : -1; /* not a date: ignored */
+        time_t since = parse_date(c, ius, vlen); /* not a date: ignored */
         failed = since >= 0 && f->mtime > since;
     }
     int rc;
@@ -755,7 +746,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         not_modified = etag_listed(inm, vlen, f->etag, false);
     } else {
         const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
-        time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
+        time_t since = parse_date(c, ims, vlen);
         not_modified = since >= 0 && f->mtime <= since;
     }
     if (not_modified) {
@@ -776,7 +767,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         if (ifr != NULL && ifr[0] == '"')
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
-            applies = parse_date(ifr, irlen) == f->mtime; /* W/ tags never match */
+            applies = parse_date(c, ifr, irlen) == f->mtime; /* W/ tags never match */
         int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
         if (pr < 0) {
             char f416[FIELDS_MAX + 64];
