@@ -837,7 +837,9 @@ static int on_header_field_complete(llhttp_t *p)
     return 0;
 }
 
-/* Does the value, span by span, read token (any case) with nothing but whitespace after? */
+/* Does the value, span by span, read token (any case) with nothing but whitespace after?
+ * Not a list read with md_list_next() (core/text.h): the value is never kept whole, and one
+ * token is all Expect or Transfer-Encoding may say here (anything else is refused). */
 static void match_token(md_http_req *r, const char *token, size_t token_len, const char *at,
                         size_t len)
 {

@@ -73,18 +73,12 @@ static bool named_by_connection(const char *fields, size_t len, const char *name
     while (next_field(&it, &n, &nl, &v, &vl)) {
         if (!md_ascii_eq_lower(n, nl, "connection"))
             continue;
-        size_t i = 0;
-        while (i < vl) {
-            while (i < vl && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-                i++;
-            size_t s = i;
-            while (i < vl && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
-                i++;
-            if (md_ascii_eq_ci(v + s, i - s, name, nlen))
+        md_list l = md_list_of(v, vl);
+        const char *e;
+        size_t el;
+        while (md_list_next(&l, &e, &el))
+            if (md_ascii_eq_ci(e, el, name, nlen))
                 return true;
-            while (i < vl && v[i] != ',')
-                i++;
-        }
     }
     return false;
 }

@@ -258,33 +258,38 @@ static int open_beneath(int dirfd, const char *rel, int flags)
     }
 }
 
-/* a[0..n) names the coding (any case), or "*", as a list element with a q-value other than
- * 0. */
+/* A coding's parameters (";q=0.5"): is its weight 0 (RFC 9110 12.4.2: "0", "0.", "0.000")? */
+static bool weight_zero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        while (i < n && (p[i] == ';' || p[i] == ' ' || p[i] == '\t'))
+            i++;
+        if (i + 1 < n && (p[i] == 'q' || p[i] == 'Q') && p[i + 1] == '=') {
+            size_t j = i + 2;
+            bool zero = j < n && p[j] == '0';
+            for (j++; zero && j < n && p[j] != ';' && p[j] != ' ' && p[j] != '\t'; j++)
+                zero = p[j] == '.' || p[j] == '0';
+            return zero;
+        }
+        while (i < n && p[i] != ';')
+            i++;
+    }
+    return false;
+}
+
+/* a[0..n), an Accept-Encoding list, names the coding (any case), or "*", with a weight other
+ * than 0. */
 static bool accepts(const char *a, size_t n, const char *coding)
 {
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (a[i] == ' ' || a[i] == '\t' || a[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < n && a[i] != ',' && a[i] != ';' && a[i] != ' ' && a[i] != '\t')
-            i++;
-        size_t tlen = i - start;
-        bool gzip = md_ascii_eq_lower(a + start, tlen, coding) || (tlen == 1 && a[start] == '*');
-        bool zero = false;
-        while (i < n && a[i] != ',') {
-            if (a[i] == 'q' || a[i] == 'Q') {
-                size_t j = i + 1;
-                while (j < n && (a[j] == ' ' || a[j] == '='))
-                    j++;
-                zero = j < n && a[j] == '0';
-                for (j++; zero && j < n && a[j] != ',' && a[j] != ';'; j++)
-                    if (a[j] >= '1' && a[j] <= '9')
-                        zero = false;
-            }
-            i++;
-        }
-        if (gzip && !zero)
+    md_list l = md_list_of(a, n);
+    const char *e;
+    size_t el;
+    while (md_list_next(&l, &e, &el)) {
+        size_t t = 0;
+        while (t < el && e[t] != ';' && e[t] != ' ' && e[t] != '\t')
+            t++;
+        if ((md_ascii_eq_lower(e, t, coding) || (t == 1 && e[0] == '*')) &&
+            !weight_zero(e + t, el - t))
             return true;
     }
     return false;
@@ -296,26 +301,21 @@ static bool accepts(const char *a, size_t n, const char *coding)
 static bool etag_listed(const char *v, size_t n, const char *etag, bool strong)
 {
     size_t elen = strlen(etag);
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        if (i >= n)
-            break;
-        if (v[i] == '*')
+    md_list l = md_list_of(v, n);
+    const char *e;
+    size_t el;
+    while (md_list_next(&l, &e, &el)) {
+        if (el == 1 && e[0] == '*')
             return true; /* the file exists */
-        bool weak = i + 1 < n && v[i] == 'W' && v[i + 1] == '/';
-        if (weak)
-            i += 2;
-        if (i >= n || v[i] != '"')
-            return false;
-        const char *q = memchr(v + i + 1, '"', n - i - 1);
-        if (q == NULL)
-            return false;
-        size_t len = (size_t)(q - (v + i)) + 1;
-        if (!(weak && strong) && len == elen && memcmp(v + i, etag, len) == 0)
+        bool weak = el >= 2 && e[0] == 'W' && e[1] == '/';
+        if (weak) {
+            e += 2;
+            el -= 2;
+        }
+        if (el < 2 || e[0] != '"' || memchr(e + 1, '"', el - 1) != e + el - 1)
+            return false; /* not one entity-tag */
+        if (!(weak && strong) && el == elen && memcmp(e, etag, el) == 0)
             return true;
-        i += len;
     }
     return false;
 }

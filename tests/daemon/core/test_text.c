@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <locale.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/text.h"
@@ -81,4 +82,45 @@ Test(text, name_ok, .timeout = 5)
     cr_assert_not(md_text_name_ok("", 0, 32));
     cr_assert_not(md_text_name_ok("a b", 3, 32));
     cr_assert_not(md_text_name_ok("abcd", 4, 4)); /* max counts the NUL */
+}
+
+/* The elements of s, joined with '|'. */
+static const char *elements(const char *s)
+{
+    static char out[256];
+    size_t o = 0;
+    md_list l = md_list_of(s, strlen(s));
+    const char *e;
+    size_t n;
+    out[0] = '\0';
+    while (md_list_next(&l, &e, &n)) {
+        cr_assert(n != 0);
+        o += (size_t)snprintf(out + o, sizeof out - o, "%s%.*s", o != 0 ? "|" : "", (int)n, e);
+    }
+    return out;
+}
+
+Test(text, list_elements_without_ows_or_empties, .timeout = 5)
+{
+    cr_assert_str_eq(elements("close"), "close");
+    cr_assert_str_eq(elements(" keep-alive ,\tUpgrade\t"), "keep-alive|Upgrade");
+    cr_assert_str_eq(elements(",, a ,,\t, b,"), "a|b"); /* empty elements: skipped */
+    cr_assert_str_eq(elements("gzip;q=0.5, br ; q=1"), "gzip;q=0.5|br ; q=1");
+    cr_assert_str_eq(elements("a b, c"), "a b|c"); /* inner whitespace stays in the element */
+    cr_assert_str_eq(elements(""), "");
+    cr_assert_str_eq(elements(" , \t"), "");
+}
+
+Test(text, list_quoted_commas_belong_to_their_element, .timeout = 5)
+{
+    cr_assert_str_eq(elements("\"a,b\", W/\"c\""), "\"a,b\"|W/\"c\"");
+    cr_assert_str_eq(elements("x;p=\"1,\\\"2\", y"), "x;p=\"1,\\\"2\"|y"); /* \" escapes */
+    cr_assert_str_eq(elements("\"open, to the end"), "\"open, to the end");
+    /* Bounded by n: the list ends where the caller says. */
+    md_list l = md_list_of("a,b", 1);
+    const char *e;
+    size_t n;
+    cr_assert(md_list_next(&l, &e, &n));
+    cr_assert_eq(n, 1);
+    cr_assert_not(md_list_next(&l, &e, &n));
 }
