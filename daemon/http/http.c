@@ -116,16 +116,8 @@ void md_http_limits_default(md_http_limits *l)
 /* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
 static bool keep(md_http_conn *c, const char *at, size_t len)
 {
-    if (c->kept_len + len > c->kept_cap) {
-        size_t cap = c->kept_cap != 0 ? c->kept_cap : 1024;
-        while (cap < c->kept_len + len)
-            cap *= 2;
-        char *nk = realloc(c->kept, cap);
-        if (nk == NULL)
-            return false;
-        c->kept = nk;
-        c->kept_cap = cap;
-    }
+    if (md_bytes_grow(&c->kept, &c->kept_cap, c->kept_len + len, 1024) != 0)
+        return false;
     if (len != 0)
         memcpy(c->kept + c->kept_len, at, len);
     c->kept_len += len;
@@ -1149,16 +1141,8 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
         c->pause = PAUSE_PENDING;
         return HPE_PAUSED;
     } else if (r->collect) {
-        if (r->body_len + len > c->body_cap) {
-            size_t cap = c->body_cap != 0 ? c->body_cap : 4096;
-            while (cap < r->body_len + len)
-                cap *= 2;
-            char *nb = realloc(c->body, cap);
-            if (nb == NULL)
-                return reject(c, 500);
-            c->body = nb;
-            c->body_cap = cap;
-        }
+        if (md_bytes_grow(&c->body, &c->body_cap, r->body_len + len, 4096) != 0)
+            return reject(c, 500);
         memcpy(c->body + r->body_len, at, len);
         r->body_len += len;
     }

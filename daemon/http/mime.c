@@ -17,6 +17,8 @@ struct entry {
     const char *type;
 };
 
+/* Grown by hand with realloc, not md_bytes_grow() (core/outbuf.h): an array of structs, built
+ * once at the first lookup and never grown again. */
 static struct entry *entries;
 static size_t nentries;
 static pthread_once_t once = PTHREAD_ONCE_INIT;

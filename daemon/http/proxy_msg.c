@@ -214,17 +214,9 @@ static md_proxy_resp *resp_of(llhttp_t *p)
 
 static int keep(md_proxy_resp *r, const char *at, size_t len)
 {
-    if (r->fields_len + len > r->fields_cap) {
-        size_t cap = r->fields_cap != 0 ? r->fields_cap : 1024;
-        while (cap < r->fields_len + len)
-            cap *= 2;
-        char *nf = realloc(r->fields, cap);
-        if (nf == NULL) {
-            r->error = MD_RESP_NOMEM;
-            return HPE_USER;
-        }
-        r->fields = nf;
-        r->fields_cap = cap;
+    if (md_bytes_grow(&r->fields, &r->fields_cap, r->fields_len + len, 1024) != 0) {
+        r->error = MD_RESP_NOMEM;
+        return HPE_USER;
     }
     memcpy(r->fields + r->fields_len, at, len);
     r->fields_len += len;
