@@ -441,16 +441,6 @@ bool md_http_req_closes(const md_http_conn *c)
     return closes(c);
 }
 
-bool md_http_req_chunked(const md_http_conn *c)
-{
-    return (c->parser.flags & F_CHUNKED) != 0;
-}
-
-uint64_t md_http_req_length(const md_http_conn *c)
-{
-    return (c->parser.flags & F_CONTENT_LENGTH) ? c->req->body_length : 0;
-}
-
 bool md_http_req_has_length(const md_http_conn *c)
 {
     return (c->parser.flags & F_CONTENT_LENGTH) != 0;
