@@ -101,7 +101,8 @@ int md_log_apply(const md_log_config *cfg, md_error *err);
  * logged and the first error returned. */
 int md_log_reopen(void);
 
-/* Returns once every access line accepted before the call has been handed to write(2). */
+/* Test hook, never called by the daemon (md_log_close writes everything at exit): returns once
+ * every access line accepted before the call has been handed to write(2). */
 void md_log_flush(void);
 
 /* At exit: writes every pending line, joins the writer, closes the files. Afterwards md_log

@@ -78,11 +78,6 @@ static const char *const close_names[MD_CLOSE_REASONS] = {
     [MD_CLOSE_NO_MEMORY] = "out_of_memory",
 };
 
-const char *md_close_reason_name(md_close_reason why)
-{
-    return (unsigned)why < MD_CLOSE_REASONS ? close_names[why] : "?";
-}
-
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why)
 {
     md_metrics_shard *s = md_metrics_local(m);

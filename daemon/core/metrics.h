@@ -102,7 +102,6 @@ static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
 
 void md_metrics_conn_opened(md_metrics *m, md_listener l);
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why);
-const char *md_close_reason_name(md_close_reason why);
 void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out);
 
 /* Appends the exposition (text format 0.0.4), then the extra hook's text. 0 or -ENOMEM. */

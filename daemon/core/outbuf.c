@@ -76,14 +76,21 @@ int md_outbuf_grow(md_outbuf *b, size_t n)
         b->cap = OUTBUF_MIN;
         return 0;
     }
-    size_t cap = b->cap < OUTBUF_MIN ? OUTBUF_MIN : b->cap;
-    while (cap < need)
-        cap *= 2;
-    char *p = realloc(b->data, cap);
+    return md_bytes_grow(&b->data, &b->cap, need, OUTBUF_MIN);
+}
+
+int md_bytes_grow(char **data, size_t *cap, size_t need, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap == 0 ? first : *cap <= SIZE_MAX / 2 ? *cap * 2 : SIZE_MAX;
+    if (n < need)
+        n = need;
+    char *p = realloc(*data, n);
     if (p == NULL)
         return -ENOMEM;
-    b->data = p;
-    b->cap = cap;
+    *data = p;
+    *cap = n;
     return 0;
 }
 

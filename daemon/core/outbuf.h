@@ -24,6 +24,16 @@ typedef struct md_outbuf {
     size_t cap;
 } md_outbuf;
 
+/* The one growth rule of the daemon's byte buffers: md_outbuf's storage, and the plain
+ * (data, cap) buffers that gather bytes rather than owe them: the request's kept fields and
+ * gathered body (http.c), a proxied response's kept fields (proxy_msg.c), the proxy's framed
+ * body span (handlers/proxy.c). Those stay plain on purpose: an md_outbuf is 40 bytes, with a
+ * write position and lending they never use, and two of them sit in every connection's
+ * md_http_conn. Makes *data hold at least need bytes, keeping its contents: the first
+ * capacity is first (or need, if more), after that at least double the last. 0 or -ENOMEM
+ * (*data and *cap unchanged). */
+int md_bytes_grow(char **data, size_t *cap, size_t need, size_t first);
+
 void md_outbuf_init(md_outbuf *b);
 /* Frees the storage; the buffer is empty and usable again afterwards. */
 void md_outbuf_free(md_outbuf *b);

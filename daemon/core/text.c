@@ -13,6 +13,44 @@ bool md_ascii_eq_lower(const char *s, size_t n, const char *lower)
     return lower[n] == '\0';
 }
 
+bool md_ascii_eq_ci(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (an != bn)
+        return false;
+    for (size_t i = 0; i < an; i++) {
+        if (md_ascii_lower((unsigned char)a[i]) != md_ascii_lower((unsigned char)b[i]))
+            return false;
+    }
+    return true;
+}
+
+static bool ows(char ch)
+{
+    return ch == ' ' || ch == '\t';
+}
+
+bool md_list_next(md_list *l, const char **elem, size_t *len)
+{
+    while (l->p < l->end && (ows(*l->p) || *l->p == ','))
+        l->p++;
+    if (l->p >= l->end)
+        return false;
+    const char *start = l->p, *p = l->p;
+    bool quoted = false;
+    for (; p < l->end && (quoted || *p != ','); p++) {
+        if (*p == '"')
+            quoted = !quoted;
+        else if (quoted && *p == '\\' && p + 1 < l->end)
+            p++;
+    }
+    l->p = p;
+    while (ows(p[-1])) /* stops at start, which is neither OWS nor ',' */
+        p--;
+    *elem = start;
+    *len = (size_t)(p - start);
+    return true;
+}
+
 int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
     if (*s == '\0')

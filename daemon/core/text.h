@@ -1,6 +1,6 @@
 /* Small text rules every layer shares, each written once: ASCII case without the locale,
- * unsigned integers, booleans, bounded copies, names, and configuration values that may go
- * into a header field. Nothing here allocates.
+ * comma-separated lists, unsigned integers, booleans, bounded copies, names, and
+ * configuration values that may go into a header field. Nothing here allocates.
  */
 #ifndef MD_TEXT_H
 #define MD_TEXT_H
@@ -15,8 +15,33 @@ static inline unsigned char md_ascii_lower(unsigned char ch)
     return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
 }
 
-/* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. */
+/* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. A prefix test is
+ * md_ascii_eq_lower(s, strlen(prefix), prefix) once n is known to be long enough. Not
+ * strncasecmp(), which follows the locale. */
 bool md_ascii_eq_lower(const char *s, size_t n, const char *lower);
+
+/* a[0..an) equals b[0..bn) ignoring ASCII case: two names neither of which is known lower
+ * case (a configured field name, a name from a Connection list). */
+bool md_ascii_eq_ci(const char *a, size_t an, const char *b, size_t bn);
+
+/* The elements of a field value that is a comma-separated list (RFC 9110 5.6.1: Connection,
+ * If-Match, If-None-Match, Accept-Encoding, ...), in order, each without the OWS around it;
+ * empty elements are skipped, as a recipient must. A comma inside a quoted-string (an
+ * entity-tag may hold one; a backslash escapes its next byte) belongs to its element. What an
+ * element means (a token, an entity-tag, a coding with parameters) is for the caller.
+ *     md_list l = md_list_of(v, n); const char *e; size_t len;
+ *     while (md_list_next(&l, &e, &len)) ... */
+typedef struct md_list {
+    const char *p, *end;
+} md_list;
+
+static inline md_list md_list_of(const char *s, size_t n)
+{
+    return (md_list){s, s + n};
+}
+
+/* The next element in [*elem, *elem + *len), non-empty; false at the end. */
+bool md_list_next(md_list *l, const char **elem, size_t *len);
 
 /* Decimal digits only (no sign, space, suffix or "0x"), within [min, max]: 0, -EINVAL for
  * anything else, -ERANGE for a number out of range. */

@@ -212,10 +212,8 @@ unsigned md_http_req_version_minor(const md_http_conn *c); /* 0: HTTP/1.0 */
 /* The response closes the connection (the request's Connection, a drain, the limits). */
 bool md_http_req_closes(const md_http_conn *c);
 void md_http_req_close_after(md_http_conn *c); /* ... and from now on it will */
-bool md_http_req_chunked(const md_http_conn *c);
 bool md_http_req_has_length(const md_http_conn *c);
-uint64_t md_http_req_length(const md_http_conn *c); /* the Content-Length */
-bool md_http_req_upgrade(const md_http_conn *c);    /* Connection: upgrade with Upgrade */
+bool md_http_req_upgrade(const md_http_conn *c); /* Connection: upgrade with Upgrade */
 /* The core sent this request's client a 100 Continue (Expect: 100-continue, HTTP/1.1, a body). */
 bool md_http_req_continued(const md_http_conn *c);
 

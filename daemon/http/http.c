@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/metrics.h"
+#include "core/text.h"
 #include "http/handler.h"
 #include "http/response.h"
 #include "http/routes.h"
@@ -112,31 +113,11 @@ void md_http_limits_default(md_http_limits *l)
     l->send_buffer = 65536;
 }
 
-/* s[0..n) equals lower (lower case) ignoring ASCII case; not strncasecmp(), which follows
- * the locale. For the rare paths; known_header() has a faster one. */
-static bool same_lower(const char *s, const char *lower, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned ch = (unsigned char)s[i];
-        if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != (unsigned char)lower[i])
-            return false;
-    }
-    return true;
-}
-
 /* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
 static bool keep(md_http_conn *c, const char *at, size_t len)
 {
-    if (c->kept_len + len > c->kept_cap) {
-        size_t cap = c->kept_cap != 0 ? c->kept_cap : 1024;
-        while (cap < c->kept_len + len)
-            cap *= 2;
-        char *nk = realloc(c->kept, cap);
-        if (nk == NULL)
-            return false;
-        c->kept = nk;
-        c->kept_cap = cap;
-    }
+    if (md_bytes_grow(&c->kept, &c->kept_cap, c->kept_len + len, 1024) != 0)
+        return false;
     if (len != 0)
         memcpy(c->kept + c->kept_len, at, len);
     c->kept_len += len;
@@ -460,16 +441,6 @@ bool md_http_req_closes(const md_http_conn *c)
     return closes(c);
 }
 
-bool md_http_req_chunked(const md_http_conn *c)
-{
-    return (c->parser.flags & F_CHUNKED) != 0;
-}
-
-uint64_t md_http_req_length(const md_http_conn *c)
-{
-    return (c->parser.flags & F_CONTENT_LENGTH) ? c->req->body_length : 0;
-}
-
 bool md_http_req_has_length(const md_http_conn *c)
 {
     return (c->parser.flags & F_CONTENT_LENGTH) != 0;
@@ -731,7 +702,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
  * overlapping 8- or 4-byte words, each OR 0x20. For a name of letters and '-' that folds case
  * exactly: x | 0x20 is a given lower-case letter only for that letter in either case, and is
  * '-' only for '-' or CR, which no field name holds (llhttp passes token bytes, space and tab
- * only). */
+ * only). Deliberately not md_ascii_eq_lower() (core/text.h), which goes byte by byte: this runs
+ * on every field of every request, and known_header() calls it at most twice per field. */
 static bool is_known_name(const char *name, const char *lower, size_t n)
 {
     if (n < 8) {
@@ -847,13 +819,14 @@ static int on_header_field_complete(llhttp_t *p)
     return 0;
 }
 
-/* Does the value, span by span, read token (any case) with nothing but whitespace after? */
+/* Does the value, span by span, read token (any case) with nothing but whitespace after?
+ * Not a list read with md_list_next() (core/text.h): the value is never kept whole, and one
+ * token is all Expect or Transfer-Encoding may say here (anything else is refused). */
 static void match_token(md_http_req *r, const char *token, size_t token_len, const char *at,
                         size_t len)
 {
     for (size_t i = 0; i < len && r->token_pos != TOKEN_BAD; i++) {
-        unsigned ch = (unsigned char)at[i];
-        ch = ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch;
+        unsigned ch = md_ascii_lower((unsigned char)at[i]);
         if (r->token_pos < token_len)
             r->token_pos =
                 ch == (unsigned char)token[r->token_pos] ? (uint8_t)(r->token_pos + 1) : TOKEN_BAD;
@@ -1000,9 +973,9 @@ static const md_route *find_route(const md_http_conn *c, md_http_req *r)
         return NULL; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
         size_t skip;
-        if (n >= 7 && same_lower(t, "http://", 7))
+        if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
             skip = 7;
-        else if (n >= 8 && same_lower(t, "https://", 8))
+        else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
             skip = 8;
         else
             return NULL; /* "*", or CONNECT's authority-form */
@@ -1158,16 +1131,8 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
         c->pause = PAUSE_PENDING;
         return HPE_PAUSED;
     } else if (r->collect) {
-        if (r->body_len + len > c->body_cap) {
-            size_t cap = c->body_cap != 0 ? c->body_cap : 4096;
-            while (cap < r->body_len + len)
-                cap *= 2;
-            char *nb = realloc(c->body, cap);
-            if (nb == NULL)
-                return reject(c, 500);
-            c->body = nb;
-            c->body_cap = cap;
-        }
+        if (md_bytes_grow(&c->body, &c->body_cap, r->body_len + len, 4096) != 0)
+            return reject(c, 500);
         memcpy(c->body + r->body_len, at, len);
         r->body_len += len;
     }

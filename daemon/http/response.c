@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/httpdate.h"
+
 #define STATUS(code, text)                                                                         \
     {                                                                                              \
         code, sizeof("HTTP/1.1 " #code " " text "\r\n") - 1, sizeof(text "\n") - 1,                \
@@ -58,26 +60,22 @@ const md_http_status *md_http_status_of(unsigned code)
 static _Thread_local struct {
     time_t sec;
     size_t len;
-    char text[96];
+    char text[sizeof "Date: \r\nServer: magpied\r\n" + MD_HTTPDATE_LEN];
 } date_block = {.sec = (time_t)-1};
 
 void md_http_date_refresh(time_t (*clock)(void))
 {
-    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     time_t now = clock != NULL ? clock() : time(NULL);
     if (now == date_block.sec)
         return;
-    struct tm tm;
-    if (gmtime_r(&now, &tm) == NULL)
-        memset(&tm, 0, sizeof(tm));
-    /* By hand, not strftime(): %a and %b follow the locale. */
-    int n = snprintf(date_block.text, sizeof(date_block.text),
-                     "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\nServer: magpied\r\n",
-                     days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec);
-    date_block.len = n > 0 && (size_t)n < sizeof(date_block.text) ? (size_t)n : 0;
+    static const char head[] = "Date: ", tail[] = "\r\nServer: magpied\r\n";
+    char *w = date_block.text;
+    memcpy(w, head, sizeof head - 1);
+    w += sizeof head - 1;
+    w += md_httpdate_format(now, w);
+    memcpy(w, tail, sizeof tail - 1);
+    w += sizeof tail - 1;
+    date_block.len = (size_t)(w - date_block.text);
     date_block.sec = now;
 }
 

@@ -59,7 +59,6 @@ struct md_server {
     bool draining;                  /* loop side */
 };
 
-/* One accepted connection. Freed when both the task is released and the stream closed. */
 /* An IPv6 address's text with a zone, NUL included (INET6_ADDRSTRLEN is 46). */
 #define MD_PEER_TEXT_MAX 48
 /* How long an HTTP connection that closes after a response goes on reading (and dropping) what
@@ -67,6 +66,7 @@ struct md_server {
  * A peer that reads its response and closes ends it at once. */
 #define MD_HTTP_LINGER_MS 5000
 
+/* One accepted connection. Freed when both the task is released and the stream closed. */
 typedef struct md_conn {
     mp_tcp tcp;
     mp_task task;

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/outbuf.h"
@@ -158,4 +159,27 @@ Test(outbuf, lend_over_storage_and_reserve, .timeout = 5)
     expect_owed(&b, "");
     md_outbuf_free(&b);
     cr_assert_null(b.lent);
+}
+
+/* The plain buffers' growth: first, then at least double, never less than asked; contents kept. */
+Test(outbuf, bytes_grow_first_then_doubling, .timeout = 5)
+{
+    char *d = NULL;
+    size_t cap = 0;
+    cr_assert_eq(md_bytes_grow(&d, &cap, 10, 64), 0);
+    cr_assert_eq(cap, 64);
+    memcpy(d, "kept", 4);
+    cr_assert_eq(md_bytes_grow(&d, &cap, 64, 64), 0); /* fits: nothing changes */
+    cr_assert_eq(cap, 64);
+    cr_assert_eq(md_bytes_grow(&d, &cap, 65, 64), 0);
+    cr_assert_eq(cap, 128);
+    cr_assert_eq(md_bytes_grow(&d, &cap, 1000, 64), 0); /* more than double: what was asked */
+    cr_assert_eq(cap, 1000);
+    cr_assert_eq(memcmp(d, "kept", 4), 0);
+    free(d);
+    d = NULL;
+    cap = 0;
+    cr_assert_eq(md_bytes_grow(&d, &cap, 5000, 64), 0); /* a first need above first */
+    cr_assert_eq(cap, 5000);
+    free(d);
 }

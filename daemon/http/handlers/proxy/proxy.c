@@ -339,12 +339,10 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
     p->piped = chunked || length != 0;
     p->chunked = chunked;
     if (chunked) { /* room for the last chunk of a body with none before it */
-        p->span = malloc(64);
-        if (p->span == NULL) {
+        if (md_bytes_grow(&p->span, &p->span_cap, 64, 64) != 0) {
             free(p);
             return -ENOMEM;
         }
-        p->span_cap = 64;
     }
 
     size_t tlen, len;
@@ -400,13 +398,8 @@ static int proxy_on_body(md_http_conn *c, const md_route *r, const char *at, siz
     (void)r; /* the handler's shape */
     proxy *p = (proxy *)(void *)c->req->pending;
     size_t need = len + 32;
-    if (need > p->span_cap) {
-        char *ns = realloc(p->span, need);
-        if (ns == NULL)
-            return -ENOMEM;
-        p->span = ns;
-        p->span_cap = need;
-    }
+    if (md_bytes_grow(&p->span, &p->span_cap, need, 64) != 0)
+        return -ENOMEM;
     size_t n = 0;
     if (p->chunked)
         n = (size_t)snprintf(p->span, p->span_cap, "%zx\r\n", len);

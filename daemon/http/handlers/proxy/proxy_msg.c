@@ -7,25 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool same_ci(const char *a, size_t n, const char *lower)
-{
-    if (strlen(lower) != n)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned ch = (unsigned char)a[i];
-        if ((ch >= 'A' && ch <= 'Z' ? ch + 32 : ch) != (unsigned char)lower[i])
-            return false;
-    }
-    return true;
-}
+#include "core/text.h"
 
 bool md_proxy_hop_by_hop(const char *name, size_t len)
 {
-    if (len >= 6 && same_ci(name, 6, "proxy-"))
+    if (len >= 6 && md_ascii_eq_lower(name, 6, "proxy-"))
         return true;
-    return same_ci(name, len, "connection") || same_ci(name, len, "keep-alive") ||
-           same_ci(name, len, "te") || same_ci(name, len, "trailer") ||
-           same_ci(name, len, "transfer-encoding") || same_ci(name, len, "upgrade");
+    return md_ascii_eq_lower(name, len, "connection") ||
+           md_ascii_eq_lower(name, len, "keep-alive") || md_ascii_eq_lower(name, len, "te") ||
+           md_ascii_eq_lower(name, len, "trailer") ||
+           md_ascii_eq_lower(name, len, "transfer-encoding") ||
+           md_ascii_eq_lower(name, len, "upgrade");
 }
 
 /* One field of a kept block: [name, name + nlen) and [value, value + vlen). false at the end. */
@@ -64,16 +56,9 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
     size_t nl, vl;
     size_t want = strlen(name);
     while (next_field(&it, &n, &nl, &v, &vl)) {
-        if (nl == want) {
-            bool eq = true;
-            for (size_t i = 0; i < nl && eq; i++) {
-                unsigned a = (unsigned char)n[i], b = (unsigned char)name[i];
-                eq = (a >= 'A' && a <= 'Z' ? a + 32 : a) == (b >= 'A' && b <= 'Z' ? b + 32 : b);
-            }
-            if (eq) {
-                *vlen = vl;
-                return v;
-            }
+        if (md_ascii_eq_ci(n, nl, name, want)) {
+            *vlen = vl;
+            return v;
         }
     }
     return NULL;
@@ -86,27 +71,14 @@ static bool named_by_connection(const char *fields, size_t len, const char *name
     const char *n, *v;
     size_t nl, vl;
     while (next_field(&it, &n, &nl, &v, &vl)) {
-        if (!same_ci(n, nl, "connection"))
+        if (!md_ascii_eq_lower(n, nl, "connection"))
             continue;
-        size_t i = 0;
-        while (i < vl) {
-            while (i < vl && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-                i++;
-            size_t s = i;
-            while (i < vl && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
-                i++;
-            if (i > s && i - s == nlen) {
-                bool eq = true;
-                for (size_t k = 0; k < nlen && eq; k++) {
-                    unsigned a = (unsigned char)v[s + k], b = (unsigned char)name[k];
-                    eq = (a >= 'A' && a <= 'Z' ? a + 32 : a) == (b >= 'A' && b <= 'Z' ? b + 32 : b);
-                }
-                if (eq)
-                    return true;
-            }
-            while (i < vl && v[i] != ',')
-                i++;
-        }
+        md_list l = md_list_of(v, vl);
+        const char *e;
+        size_t el;
+        while (md_list_next(&l, &e, &el))
+            if (md_ascii_eq_ci(e, el, name, nlen))
+                return true;
     }
     return false;
 }
@@ -175,15 +147,16 @@ version:
     while (next_field(&it, &n, &nl, &v, &vl)) {
         if (nl == 0)
             continue;
-        if (same_ci(n, nl, "upgrade") && rq->upgrade) {
+        if (md_ascii_eq_lower(n, nl, "upgrade") && rq->upgrade) {
             /* kept for a tunnel */
         } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(fields, flen, n, nl)) {
             continue;
         }
         /* Written anew below, from the framing and the client. */
-        if (same_ci(n, nl, "host") || same_ci(n, nl, "content-length") ||
-            same_ci(n, nl, "x-real-ip") || same_ci(n, nl, "x-forwarded-proto") ||
-            same_ci(n, nl, "expect") || same_ci(n, nl, "x-forwarded-for"))
+        if (md_ascii_eq_lower(n, nl, "host") || md_ascii_eq_lower(n, nl, "content-length") ||
+            md_ascii_eq_lower(n, nl, "x-real-ip") ||
+            md_ascii_eq_lower(n, nl, "x-forwarded-proto") || md_ascii_eq_lower(n, nl, "expect") ||
+            md_ascii_eq_lower(n, nl, "x-forwarded-for"))
             continue;
         if (!put(out, n, nl) || !put(out, ": ", 2) || !put(out, v, vl) || !put(out, "\r\n", 2))
             return -ENOMEM;
@@ -194,7 +167,7 @@ version:
         return -ENOMEM;
     it = (struct field_iter){fields, fields + flen};
     while (next_field(&it, &n, &nl, &v, &vl)) {
-        if (same_ci(n, nl, "x-forwarded-for") && vl != 0 &&
+        if (md_ascii_eq_lower(n, nl, "x-forwarded-for") && vl != 0 &&
             !named_by_connection(fields, flen, n, nl) && (!put(out, v, vl) || !put(out, ", ", 2)))
             return -ENOMEM;
     }
@@ -241,17 +214,9 @@ static md_proxy_resp *resp_of(llhttp_t *p)
 
 static int keep(md_proxy_resp *r, const char *at, size_t len)
 {
-    if (r->fields_len + len > r->fields_cap) {
-        size_t cap = r->fields_cap != 0 ? r->fields_cap : 1024;
-        while (cap < r->fields_len + len)
-            cap *= 2;
-        char *nf = realloc(r->fields, cap);
-        if (nf == NULL) {
-            r->error = MD_RESP_NOMEM;
-            return HPE_USER;
-        }
-        r->fields = nf;
-        r->fields_cap = cap;
+    if (md_bytes_grow(&r->fields, &r->fields_cap, r->fields_len + len, 1024) != 0) {
+        r->error = MD_RESP_NOMEM;
+        return HPE_USER;
     }
     memcpy(r->fields + r->fields_len, at, len);
     r->fields_len += len;
@@ -406,7 +371,7 @@ static bool trailer_forbidden(const char *n, size_t nl)
         "warning",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (same_ci(n, nl, names[i]))
+        if (md_ascii_eq_lower(n, nl, names[i]))
             return true;
     return false;
 }
@@ -424,13 +389,13 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
     while (next_field(&it, &fn, &nl, &v, &vl)) {
         if (nl == 0)
             continue;
-        if (status == 101 && same_ci(fn, nl, "upgrade")) {
+        if (status == 101 && md_ascii_eq_lower(fn, nl, "upgrade")) {
             /* the protocol the tunnel switches to */
         } else if (md_proxy_hop_by_hop(fn, nl) ||
                    named_by_connection(r->fields, head_end, fn, nl)) {
             continue;
         }
-        if (same_ci(fn, nl, "content-length") && !keep_length)
+        if (md_ascii_eq_lower(fn, nl, "content-length") && !keep_length)
             continue;
         if (trailer && trailer_forbidden(fn, nl))
             continue;

@@ -13,20 +13,8 @@
 #include <sys/socket.h>
 
 #include "core/metrics.h"
+#include "core/text.h"
 #include "http/routes.h"
-
-static bool name_ok(const char *s, size_t n, size_t max)
-{
-    if (n == 0 || n >= max)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '-'))
-            return false;
-    }
-    return true;
-}
 
 int md_upstream_find(const md_upstream_table *t, const char *name)
 {
@@ -65,7 +53,7 @@ int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char 
     size_t n = strlen(spec);
     while (n != 0 && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
         n--;
-    if (!name_ok(spec, n, MD_UPSTREAM_NAME_MAX)) {
+    if (!md_text_name_ok(spec, n, MD_UPSTREAM_NAME_MAX)) {
         md_say(msg, msg_len, "expected a name of [A-Za-z0-9_-], 1 to %d bytes",
                MD_UPSTREAM_NAME_MAX - 1);
         return -EINVAL;
@@ -88,22 +76,6 @@ int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char 
     return 0;
 }
 
-static bool parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-    if (*s < '0' || *s > '9')
-        return false;
-    uint64_t v = 0;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        v = v * 10 + (uint64_t)(*s - '0');
-        if (v > max)
-            return false;
-    }
-    if (*s != '\0' || v < min)
-        return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 /* "HOST:PORT [weight=N] [max_conns=N]": one server, or one per address of a DNS name. */
 static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t msg_len)
 {
@@ -118,15 +90,15 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         md_say(msg, msg_len, "expected HOST:PORT [weight=N] [max_conns=N]");
         return -EINVAL;
     }
-    uint32_t weight = 1, max_conns = 0;
+    uint64_t weight = 1, max_conns = 0;
     for (char *opt; (opt = strtok_r(NULL, " \t", &save)) != NULL;) {
         if (strncmp(opt, "weight=", 7) == 0) {
-            if (!parse_u32(opt + 7, 1, 100, &weight)) {
+            if (md_parse_u64(opt + 7, 1, 100, &weight) != 0) {
                 md_say(msg, msg_len, "weight: expected an integer in 1..100, got \"%s\"", opt + 7);
                 return -EINVAL;
             }
         } else if (strncmp(opt, "max_conns=", 10) == 0) {
-            if (!parse_u32(opt + 10, 0, 1000000, &max_conns)) {
+            if (md_parse_u64(opt + 10, 0, 1000000, &max_conns) != 0) {
                 md_say(msg, msg_len, "max_conns: expected an integer in 0..1000000, got \"%s\"",
                        opt + 10);
                 return -EINVAL;
@@ -158,8 +130,8 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         host[colon - addr] = '\0';
         port = colon + 1;
     }
-    uint32_t portno;
-    if (!parse_u32(port, 1, 65535, &portno)) {
+    uint64_t portno;
+    if (md_parse_u64(port, 1, 65535, &portno) != 0) {
         md_say(msg, msg_len, "expected a port in 1..65535, got \"%s\"", port);
         return -EINVAL;
     }
@@ -198,7 +170,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         memcpy(&s->addr, ai->ai_addr, ai->ai_addrlen);
         s->addrlen = (uint32_t)ai->ai_addrlen;
         s->weight = (uint16_t)weight;
-        s->max_conns = max_conns;
+        s->max_conns = (uint32_t)max_conns;
         snprintf(s->host, sizeof s->host, "%s", addr);
         if (naddr > 1) {
             char ip[INET6_ADDRSTRLEN] = "";
@@ -277,12 +249,13 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
     }
     u->seen |= UINT32_C(1) << bit;
     if (k != NULL) {
-        uint32_t v;
-        if (!parse_u32(value, k->min, k->max, &v)) {
+        uint64_t v64;
+        if (md_parse_u64(value, k->min, k->max, &v64) != 0) {
             md_say(msg, msg_len, "expected an integer in %u..%u, got \"%s\"", (unsigned)k->min,
                    (unsigned)k->max, value);
             return -EINVAL;
         }
+        uint32_t v = (uint32_t)v64; /* k->max fits 32 bits */
         memcpy((char *)u + k->offset, &v, sizeof v);
         return 0;
     }

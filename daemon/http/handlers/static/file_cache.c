@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/httpdate.h"
 #include "core/metrics.h"
 
 typedef struct cache {
@@ -231,12 +232,7 @@ md_file *md_file_cache_get(const md_file_cache_limits *lim, uint64_t root, const
     return f;
 }
 
-static void put_date(char *buf, size_t len, time_t t)
-{
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
+_Static_assert((int)MD_FILE_DATE_MAX > (int)MD_HTTPDATE_LEN, "Last-Modified fits md_file");
 
 /* A descriptor of the max_fds bound for c's new entry: one free, or one freed by evicting c's
  * least recently used entry (if nobody holds it). */
@@ -276,7 +272,7 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
                          (unsigned long long)st->st_mtim.tv_nsec,
                      (unsigned long long)f->size);
     f->etag_len = (uint8_t)(n > 0 && (size_t)n < sizeof f->etag ? n : 0);
-    put_date(f->last_modified, sizeof f->last_modified, f->mtime);
+    md_httpdate_format(f->mtime, f->last_modified);
     f->prev = f->next = f->hnext = NULL;
     f->root = root;
     f->key_len = (uint32_t)len;

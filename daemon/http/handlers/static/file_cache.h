@@ -93,7 +93,8 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
 /* Drops a reference; the last closes the descriptor and frees f. Any thread. */
 void md_file_put(md_file *f);
 
-/* Drops every entry of the calling thread's cache (a thread's exit does the same). */
+/* Test hook, never called by the daemon (a thread's exit drains its cache): drops every entry
+ * of the calling thread's cache, so that a suite can see descriptors close. */
 void md_file_cache_trim(void);
 
 typedef struct md_file_cache_stats {

@@ -10,11 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
+
 struct entry {
     char ext[16]; /* lower case */
     const char *type;
 };
 
+/* Grown by hand with realloc, not md_bytes_grow() (core/outbuf.h): an array of structs, built
+ * once at the first lookup and never grown again. */
 static struct entry *entries;
 static size_t nentries;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -56,7 +60,7 @@ static void load(void)
             struct entry *e = &entries[nentries++];
             size_t i = 0;
             for (; ext[i] != '\0'; i++)
-                e->ext[i] = (char)(ext[i] >= 'A' && ext[i] <= 'Z' ? ext[i] + 32 : ext[i]);
+                e->ext[i] = (char)md_ascii_lower((unsigned char)ext[i]);
             e->ext[i] = '\0';
             e->type = kept;
         }
@@ -77,8 +81,7 @@ const char *md_mime_type(const char *name, size_t len)
     struct entry key = {.type = NULL};
     size_t n = len - dot;
     for (size_t i = 0; i < n; i++) {
-        char ch = name[dot + i];
-        key.ext[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+        key.ext[i] = (char)md_ascii_lower((unsigned char)name[dot + i]);
     }
     key.ext[n] = '\0';
     const struct entry *e =

@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/httpdate.h"
 #include "core/text.h"
 #include "http/handler.h"
 #include "http/handlers/static/mime.h"
@@ -257,35 +258,38 @@ static int open_beneath(int dirfd, const char *rel, int flags)
     }
 }
 
-/* a[0..n) names the coding (any case), or "*", as a list element with a q-value other than
- * 0. */
+/* A coding's parameters (";q=0.5"): is its weight 0 (RFC 9110 12.4.2: "0", "0.", "0.000")? */
+static bool weight_zero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        while (i < n && (p[i] == ';' || p[i] == ' ' || p[i] == '\t'))
+            i++;
+        if (i + 1 < n && (p[i] == 'q' || p[i] == 'Q') && p[i + 1] == '=') {
+            size_t j = i + 2;
+            bool zero = j < n && p[j] == '0';
+            for (j++; zero && j < n && p[j] != ';' && p[j] != ' ' && p[j] != '\t'; j++)
+                zero = p[j] == '.' || p[j] == '0';
+            return zero;
+        }
+        while (i < n && p[i] != ';')
+            i++;
+    }
+    return false;
+}
+
+/* a[0..n), an Accept-Encoding list, names the coding (any case), or "*", with a weight other
+ * than 0. */
 static bool accepts(const char *a, size_t n, const char *coding)
 {
-    size_t clen = strlen(coding);
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (a[i] == ' ' || a[i] == '\t' || a[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < n && a[i] != ',' && a[i] != ';' && a[i] != ' ' && a[i] != '\t')
-            i++;
-        size_t tlen = i - start;
-        bool gzip = (tlen == clen && strncasecmp(a + start, coding, clen) == 0) ||
-                    (tlen == 1 && a[start] == '*');
-        bool zero = false;
-        while (i < n && a[i] != ',') {
-            if (a[i] == 'q' || a[i] == 'Q') {
-                size_t j = i + 1;
-                while (j < n && (a[j] == ' ' || a[j] == '='))
-                    j++;
-                zero = j < n && a[j] == '0';
-                for (j++; zero && j < n && a[j] != ',' && a[j] != ';'; j++)
-                    if (a[j] >= '1' && a[j] <= '9')
-                        zero = false;
-            }
-            i++;
-        }
-        if (gzip && !zero)
+    md_list l = md_list_of(a, n);
+    const char *e;
+    size_t el;
+    while (md_list_next(&l, &e, &el)) {
+        size_t t = 0;
+        while (t < el && e[t] != ';' && e[t] != ' ' && e[t] != '\t')
+            t++;
+        if ((md_ascii_eq_lower(e, t, coding) || (t == 1 && e[0] == '*')) &&
+            !weight_zero(e + t, el - t))
             return true;
     }
     return false;
@@ -297,57 +301,42 @@ static bool accepts(const char *a, size_t n, const char *coding)
 static bool etag_listed(const char *v, size_t n, const char *etag, bool strong)
 {
     size_t elen = strlen(etag);
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        if (i >= n)
-            break;
-        if (v[i] == '*')
+    md_list l = md_list_of(v, n);
+    const char *e;
+    size_t el;
+    while (md_list_next(&l, &e, &el)) {
+        if (el == 1 && e[0] == '*')
             return true; /* the file exists */
-        bool weak = i + 1 < n && v[i] == 'W' && v[i + 1] == '/';
-        if (weak)
-            i += 2;
-        if (i >= n || v[i] != '"')
-            return false;
-        const char *q = memchr(v + i + 1, '"', n - i - 1);
-        if (q == NULL)
-            return false;
-        size_t len = (size_t)(q - (v + i)) + 1;
-        if (!(weak && strong) && len == elen && memcmp(v + i, etag, len) == 0)
+        bool weak = el >= 2 && e[0] == 'W' && e[1] == '/';
+        if (weak) {
+            e += 2;
+            el -= 2;
+        }
+        if (el < 2 || e[0] != '"' || memchr(e + 1, '"', el - 1) != e + el - 1)
+            return false; /* not one entity-tag */
+        if (!(weak && strong) && el == elen && memcmp(e, etag, el) == 0)
             return true;
-        i += len;
     }
     return false;
 }
 
-/* An HTTP-date in any of the three forms a recipient must accept (RFC 9110 5.6.7): IMF-fixdate
- * ("Sun, 06 Nov 1994 08:49:37 GMT", the one we send), RFC 850 ("Sunday, 06-Nov-94 08:49:37
- * GMT", a two-digit year read as the nearest such year not in the future, which strptime's %y
- * approximates as 1969-2068) and asctime ("Sun Nov  6 08:49:37 1994"); -1 otherwise. */
-static time_t parse_date(const char *v, size_t n)
+/* An HTTP-date in any of its three forms (core/httpdate.h), or -1 (absent, or not a date: the
+ * field is ignored). RFC 850's two-digit year is placed from the server's clock. */
+static time_t parse_date(const md_http_conn *c, const char *v, size_t n)
 {
-    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
-                                        "%a %b %e %H:%M:%S %Y"};
-    char buf[64];
-    if (n == 0 || n >= sizeof buf)
+    if (v == NULL)
         return -1;
-    memcpy(buf, v, n);
-    buf[n] = '\0';
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
-        struct tm tm = {0};
-        const char *end = strptime(buf, forms[i], &tm);
-        if (end != NULL && *end == '\0')
-            return timegm(&tm);
-    }
-    return -1;
+    const md_http_server *srv = md_http_conn_server(c);
+    time_t t;
+    return md_httpdate_parse(v, n, srv->clock != NULL ? srv->clock() : time(NULL), &t) == 0 ? t
+                                                                                            : -1;
 }
 
 /* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
  * ignore the field (bad, or several ranges), -1 for 416 (starts past the end). */
 static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, uint64_t *to)
 {
-    if (n < 7 || strncasecmp(v, "bytes=", 6) != 0 || memchr(v, ',', n) != NULL)
+    if (n < 7 || !md_ascii_eq_lower(v, 6, "bytes=") || memchr(v, ',', n) != NULL)
         return 0;
     size_t i = 6;
     uint64_t a = 0, b = 0;
@@ -734,14 +723,14 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
 
     /* Conditionals in RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (false:
      * 412); then If-None-Match, else If-Modified-Since (false: 304); then If-Range. */
-    size_t vlen;
+    size_t vlen = 0;
     const char *im = md_http_req_field(c, MD_FIELD_IF_MATCH, &vlen);
     bool failed = false;
     if (im != NULL) {
         failed = !etag_listed(im, vlen, f->etag, true);
     } else {
         const char *ius = md_http_req_field(c, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
-        time_t since = ius != NULL ? parse_date(ius, vlen) : -1; /* not a date: ignored */
+        time_t since = parse_date(c, ius, vlen); /* not a date: ignored */
         failed = since >= 0 && f->mtime > since;
     }
     int rc;
@@ -757,7 +746,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         not_modified = etag_listed(inm, vlen, f->etag, false);
     } else {
         const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
-        time_t since = ims != NULL ? parse_date(ims, vlen) : -1;
+        time_t since = parse_date(c, ims, vlen);
         not_modified = since >= 0 && f->mtime <= since;
     }
     if (not_modified) {
@@ -778,7 +767,7 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         if (ifr != NULL && ifr[0] == '"')
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
-            applies = parse_date(ifr, irlen) == f->mtime; /* W/ tags never match */
+            applies = parse_date(c, ifr, irlen) == f->mtime; /* W/ tags never match */
         int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
         if (pr < 0) {
             char f416[FIELDS_MAX + 64];
