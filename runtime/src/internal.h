@@ -473,12 +473,15 @@ uint64_t mp__io_load(mp_io *io);
 /* The kernel said `bit` would block after the caller loaded `seen`: clear it unless an event
  * came in since. */
 void mp__io_clear(mp_io *io, uint64_t seen, uint64_t bit);
-/* Register the task's waker as reader (bit MP__IO_READ) or writer unless the bit is set, the
- * socket is no longer open, or (reader) an interrupt is pending: MP_PENDING when registered,
- * MP_READY when the caller should look again. */
-mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit);
 void mp__io_interrupt(mp_io *io);
 bool mp__io_take_interrupt(mp_io *io);
+/* The wait every poll that makes a system call on a socket starts with, for `bit`
+ * (MP__IO_READ or MP__IO_WRITE): MP_READY with *err -EBADF when the socket is not open (closed,
+ * or closing from another thread), -EINTR when (a reader only) an interrupt was pending, and
+ * taken; MP_READY with *err 0 and *seen the bits loaded, `bit` among them, to make the call
+ * (and clear `bit` from *seen with mp__io_clear() if the kernel says it would block);
+ * MP_PENDING, *err 0, with the task's waker left for the next edge. */
+mp_poll mp__io_poll(mp_io *io, mp_context *cx, uint64_t bit, uint64_t *seen, int *err);
 /* Drop the wakers left in io. */
 void mp__io_disown(mp_io *io);
 /* A system call on a socket that another thread may close (listener.c, udp.c): enter first
