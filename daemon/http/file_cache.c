@@ -10,6 +10,14 @@
  * Expiry: an entry is used until valid_ms after its open. Each lookup also closes up to two
  * expired entries at the cold end of the LRU list, so the descriptor of a file deleted or
  * replaced is not kept open long past valid_ms by a thread that goes on serving.
+ *
+ * The registration and the exit destructor have the shape of the runtime's per-thread caches
+ * (runtime/src/tcache.c, under readbuf.c and blockcache.c), written again here on purpose:
+ * that mechanism is libmagpie's internal (mp__), and the daemon reaches the runtime through
+ * its public API only (a magpied linked with libmagpie.so could not call it); the public
+ * mp_block_cache keeps free blocks of one size, where this keeps a hash table and an LRU list of
+ * reference-counted descriptors with expiry. Making the registry public for one user would
+ * add to libmagpie's ABI more than it removes here (about forty lines).
  */
 #include "http/file_cache.h"
 

@@ -498,6 +498,33 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb);
 void mp__io_closed(mp_io *io);
 void mp__io_close_all(mp__reactor *r);
 
+/* tcache.c: what every per-thread cache shares (see the file). A class, defined statically
+ * with MP__TCACHE_CLASS_INIT, holds the registry of its threads' caches; each thread's cache
+ * embeds an mp__tcache and registers it at its first use. */
+typedef struct mp__tcache mp__tcache;
+typedef struct mp__tcache_class {
+    /* Thread exit, under mu, the cache off the registry: fold its counters into the class's
+     * totals, which the class reads under mu too. NULL: nothing to fold. */
+    void (*retire_locked)(mp__tcache *tc);
+    /* Thread exit, after: free (or pass on) what the cache keeps. On the exiting thread. */
+    void (*drain)(mp__tcache *tc);
+    pthread_mutex_t mu; /* guards head and whatever retire_locked folds into */
+    mp__tcache *head;   /* guarded by mu: every live thread's cache, for stats */
+} mp__tcache_class;
+#define MP__TCACHE_CLASS_INIT(retire_locked, drain)                                                \
+    {                                                                                              \
+        (retire_locked), (drain), PTHREAD_MUTEX_INITIALIZER, NULL                                  \
+    }
+struct mp__tcache {
+    mp__tcache_class *cls;   /* owner only */
+    bool registered;         /* owner only: check it before each use */
+    mp__tcache *prev, *next; /* guarded by cls->mu */
+    mp__tcache *thread_next; /* owner only: the thread's other caches */
+};
+/* The calling thread's first use of tc (a thread-local struct's member): register it, and
+ * have it retired and drained when the thread exits. */
+void mp__tcache_register(mp__tcache_class *cls, mp__tcache *tc);
+
 /* readbuf.c: the streams' read buffers (see the file). Default-size buffers each thread keeps
  * for itself: */
 #define MP__TCP_LOCAL_BUFS  4
