@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "core/metrics.h"
+#include "list.h"
 #include "http/routes.h"
 
 static bool name_ok(const char *s, size_t n, size_t max)
@@ -623,14 +624,7 @@ bool md_upstream_fd_idle_ok(int fd)
 
 static void unlink_locked(md_upstream_peer *p, md_upstream_conn *c)
 {
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        p->idle = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    else
-        p->idle_tail = c->prev;
+    MP__LIST_UNLINK_TAIL(p->idle, p->idle_tail, c, prev, next);
     c->next = c->prev = NULL;
     p->nidle--;
 }
@@ -692,13 +686,7 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
     if (p->up->conf->keepalive != 0 && !p->up->closing) {
-        c->prev = NULL;
-        c->next = p->idle;
-        if (p->idle != NULL)
-            p->idle->prev = c;
-        else
-            p->idle_tail = c;
-        p->idle = c;
+        MP__LIST_PUSH_FRONT_TAIL(p->idle, p->idle_tail, c, prev, next);
         p->nidle++;
         c = NULL;
     }
