@@ -2,15 +2,25 @@
  *
  * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
  * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
- * lock), "immutable after start". Files: state.c (the task state word and its transitions),
- * task.c (wakers of tasks, spawn, run, join, mp_spawn_fn), waker.c (the waker handle,
- * blocking a plain thread), queue.c (the per-worker ring), inject.c (global queue), owned.c
- * (registry of live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
- * park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown, stats), reactor.c
- * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
- * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks), testhook.c
- * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
- * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
+ * lock), "immutable after start". Files (runtime/README.md's table says more):
+ *   tasks:     state.c (the task state word and its transitions), task.c (wakers of tasks,
+ *              spawn, run, join, mp_spawn_fn), waker.c (the waker handle, blocking a plain
+ *              thread), dump.c (slow-poll reports, mp_runtime_dump)
+ *   scheduler: queue.c (the per-worker ring), inject.c (global queue), owned.c (registry of
+ *              live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
+ *              park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown,
+ *              stats), blocking.c (the blocking pool)
+ *   reactor:   reactor.c (the libuv loop, the driver role, commands for the loop), timer.c
+ *              (timers for tasks, the uv_timer that drives them, the timer wheel)
+ *   I/O:       io.c (the readiness every socket shares, mp__io_poll, close), tcp.c (TCP
+ *              streams), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c (the
+ *              streams' read buffers), resolve.c (getaddrinfo on the blocking pool), file.c
+ *              (file reads, opens and stats)
+ *   memory:    tcache.c (what the per-thread caches share), blockcache.c (mp_block_cache)
+ *   the rest:  testhook.c (fault injection and probes for the suites: every test-only hook),
+ *              list.h (the intrusive list, which magpied uses too), sync/ (the sync primitives,
+ *              with waitq.h, their waiter list), pool/ (the fork-join pool, with its own
+ *              pool_internal.h on top of this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
@@ -151,6 +161,10 @@ unsigned mp__test_pool_spawn_publish_delay_us_value(void);
  * push of its command (reactor.c), for the race with the loop's close. */
 void mp__test_loop_call_delay_us(unsigned us);
 unsigned mp__test_loop_call_delay_us_value(void);
+/* The next thread start of this runtime's blocking pool fails as if pthread_create() had
+ * returned EAGAIN (blocking.c reads mp__blocking.fail_next_start under its mutex). */
+struct mp__blocking;
+void mp__test_blocking_fail_next_start(struct mp__blocking *b);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
@@ -228,8 +242,6 @@ void mp__slow_poll(mp_task *t, struct mp__worker *w, uint64_t ns);
 void mp__task_run_blocking(mp_task *t);
 /* Shutdown: cancel t inline if nobody runs it, else mark it cancelled for its runner. */
 void mp__task_shutdown(mp_task *t);
-/* Drop the reference a run queue held (the task was cancelled while queued). */
-void mp__task_drop_queue_ref(mp_task *t);
 /* Shutdown found t in a run queue: cancel it, or drop a stale entry. */
 void mp__task_shutdown_queued(mp_task *t);
 /* mp_task.shard of a task that has never suspended, so is in no registry shard. */
@@ -588,7 +600,6 @@ void mp__bjob_put(mp__bjob *j);
 /* Cancel (a job not started never runs), give up the join handle and the reference. */
 void mp__bjob_abandon(mp__bjob *j);
 /* The next thread start fails as with EAGAIN (tests). */
-void mp__blocking_test_fail_next_start(mp__blocking *b);
 
 /* worker.c */
 /* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up

@@ -111,7 +111,7 @@ int mp__io_register(mp_io *io, uint32_t events)
     return 0;
 }
 
-void mp__io_unlink(mp_io *io)
+static void io_unlink(mp_io *io)
 {
     mp__reactor *r = &io->rt->reactor;
     mp__spin_lock(&r->io_lock);
@@ -361,7 +361,7 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)
 
 void mp__io_closed(mp_io *io)
 {
-    mp__io_unlink(io);
+    io_unlink(io);
     mp__io_disown(io);
 }
 
