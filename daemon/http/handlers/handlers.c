@@ -30,7 +30,7 @@ const md_handler *md_handler_find(const char *name)
 /* "a, b or c" of the handlers that pass (every one when key is NULL); how many. */
 static unsigned list(const char *key, char *buf, size_t cap)
 {
-    const md_handler *hit[HANDLERS];
+    const md_handler *hit[HANDLERS] = {0}; /* zeroed: cppcheck cannot see n bounds the reads */
     unsigned n = 0;
     for (size_t i = 0; i < HANDLERS; i++)
         if (key == NULL || md_handler_has_key(registry[i], key))
