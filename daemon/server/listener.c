@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "list.h"
 #include "server/conn.h"
 #include "core/log.h"
 
@@ -66,21 +67,13 @@ void md_listener_conn_added(md_server *s, md_conn *c)
     s->open_by[c->kind]++;
     if (open > s->open_peak)
         s->open_peak = open;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    MP__LIST_PUSH_FRONT(s->conns, c, prev, next);
 }
 
 void md_listener_conn_removed(md_server *s, md_conn *c)
 {
     s->open_by[c->kind]--;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    MP__LIST_UNLINK(s->conns, c, prev, next);
     /* Relaxed: see md_listener_conn_added(). */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
     atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);

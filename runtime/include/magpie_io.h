@@ -1,6 +1,7 @@
-/* magpie_io.h: libmagpie's reactor (the runtime's libuv loop), timers for tasks and TCP
- * streams served to tasks. Includes <uv.h>, which needs the POSIX types a strict -std=c11
- * hides: compile with -D_DEFAULT_SOURCE (or -std=gnu11). Everything else is in
+/* magpie_io.h: libmagpie's reactor (the runtime's libuv loop) and what tasks wait on through
+ * it: timers, TCP streams, listeners and connects, UDP sockets, name resolution and file
+ * reads, opens and stats on the blocking pool. Includes <uv.h>, which needs the POSIX types a
+ * strict -std=c11 hides: compile with -D_DEFAULT_SOURCE (or -std=gnu11). Everything else is in
  * magpie_core.h, included here.
  */
 #ifndef MAGPIE_IO_H

@@ -7,8 +7,9 @@
  * Each cache gets a small number (its id) the first time it is used, by a CAS on the cache's
  * id from 0, from a process-wide counter; every thread has an array of slots indexed by it in
  * thread-local storage. A block given on another thread than the one that took it just moves
- * between caches. A thread's blocks are freed when it exits (a pthread key's destructor); the
- * main thread's stay reachable until the process ends. */
+ * between caches. A thread's blocks are freed when it exits (tcache.c's exit hook, which
+ * registers the thread at its first give that keeps a block); the main thread's stay
+ * reachable until the process ends. No statistics: the registry is only the exit hook's. */
 #include "internal.h"
 
 typedef struct slot {
@@ -16,28 +17,24 @@ typedef struct slot {
     unsigned n;
 } slot;
 
-static _Thread_local struct {
+typedef struct thread_slots {
+    mp__tcache tc;
     slot slots[MP_BLOCK_CACHES];
-    bool keyed; /* the exit destructor is registered for this thread */
-} local;
+} thread_slots;
 
-static pthread_key_t key;
-static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static _Thread_local thread_slots local;
 static _Atomic unsigned next_id; /* ids handed out, from 1 */
 
-static void drain(void *arg)
+/* The thread's exit (tcache.c), or mp_block_cache_trim() on it. */
+static void drain(mp__tcache *tc)
 {
-    (void)arg;
+    thread_slots *ts = mp_container_of(tc, thread_slots, tc);
     for (unsigned i = 0; i < MP_BLOCK_CACHES; i++)
-        while (local.slots[i].n != 0)
-            free(local.slots[i].blocks[--local.slots[i].n]);
+        while (ts->slots[i].n != 0)
+            free(ts->slots[i].blocks[--ts->slots[i].n]);
 }
 
-static void key_create(void)
-{
-    if (pthread_key_create(&key, drain) != 0)
-        MP__UNREACHABLE("%s", "pthread_key_create: no key left for the block caches");
-}
+static mp__tcache_class threads = MP__TCACHE_CLASS_INIT(NULL, drain);
 
 /* The cache's slot index, 0 .. MP_BLOCK_CACHES - 1; UINT_MAX when the process has used up its
  * caches (then the cache is plain malloc and free). */
@@ -77,15 +74,12 @@ void mp_block_cache_give(mp_block_cache *c, void *block)
         free(block);
         return;
     }
-    if (!local.keyed) {
-        pthread_once(&key_once, key_create);
-        pthread_setspecific(key, &local);
-        local.keyed = true;
-    }
+    if (!local.tc.registered)
+        mp__tcache_register(&threads, &local.tc);
     local.slots[id].blocks[local.slots[id].n++] = block;
 }
 
 void mp_block_cache_trim(void)
 {
-    drain(NULL);
+    drain(&local.tc);
 }

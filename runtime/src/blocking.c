@@ -300,13 +300,6 @@ void mp__blocking_stats(mp__blocking *b, mp_stats *out)
     pthread_mutex_unlock(&b->mu);
 }
 
-void mp__blocking_test_fail_next_start(mp__blocking *b)
-{
-    pthread_mutex_lock(&b->mu);
-    b->fail_next_start = true;
-    pthread_mutex_unlock(&b->mu);
-}
-
 /* The public calls. */
 
 static int spawn_blocking(mp_runtime *rt, mp_task *t, bool joinable)

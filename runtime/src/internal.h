@@ -2,15 +2,25 @@
  *
  * Ownership of shared state is marked on every field: "owner only" (one worker thread reads
  * and writes it), "atomic" (any thread, through the named protocol), "guarded by X" (under a
- * lock), "immutable after start". Files: state.c (the task state word and its transitions),
- * task.c (wakers of tasks, spawn, run, join, mp_spawn_fn), waker.c (the waker handle,
- * blocking a plain thread), queue.c (the per-worker ring), inject.c (global queue), owned.c
- * (registry of live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
- * park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown, stats), reactor.c
- * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
- * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks), testhook.c
- * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
- * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
+ * lock), "immutable after start". Files (runtime/README.md's table says more):
+ *   tasks:     state.c (the task state word and its transitions), task.c (wakers of tasks,
+ *              spawn, run, join, mp_spawn_fn), waker.c (the waker handle, blocking a plain
+ *              thread), dump.c (slow-poll reports, mp_runtime_dump)
+ *   scheduler: queue.c (the per-worker ring), inject.c (global queue), owned.c (registry of
+ *              live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
+ *              park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown,
+ *              stats), blocking.c (the blocking pool)
+ *   reactor:   reactor.c (the libuv loop, the driver role, commands for the loop), timer.c
+ *              (timers for tasks, the uv_timer that drives them, the timer wheel)
+ *   I/O:       io.c (the readiness every socket shares, mp__io_poll, close), tcp.c (TCP
+ *              streams), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c (the
+ *              streams' read buffers), resolve.c (getaddrinfo on the blocking pool), file.c
+ *              (file reads, opens and stats)
+ *   memory:    tcache.c (what the per-thread caches share), blockcache.c (mp_block_cache)
+ *   the rest:  testhook.c (fault injection and probes for the suites: every test-only hook),
+ *              list.h (the intrusive list, which magpied uses too), sync/ (the sync primitives,
+ *              with waitq.h, their waiter list), pool/ (the fork-join pool, with its own
+ *              pool_internal.h on top of this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
@@ -151,6 +161,10 @@ unsigned mp__test_pool_spawn_publish_delay_us_value(void);
  * push of its command (reactor.c), for the race with the loop's close. */
 void mp__test_loop_call_delay_us(unsigned us);
 unsigned mp__test_loop_call_delay_us_value(void);
+/* The next thread start of this runtime's blocking pool fails as if pthread_create() had
+ * returned EAGAIN (blocking.c reads mp__blocking.fail_next_start under its mutex). */
+struct mp__blocking;
+void mp__test_blocking_fail_next_start(struct mp__blocking *b);
 
 /* waker.c: blocking a plain thread until a waker fires. */
 typedef struct mp__thread_waiter {
@@ -228,8 +242,6 @@ void mp__slow_poll(mp_task *t, struct mp__worker *w, uint64_t ns);
 void mp__task_run_blocking(mp_task *t);
 /* Shutdown: cancel t inline if nobody runs it, else mark it cancelled for its runner. */
 void mp__task_shutdown(mp_task *t);
-/* Drop the reference a run queue held (the task was cancelled while queued). */
-void mp__task_drop_queue_ref(mp_task *t);
 /* Shutdown found t in a run queue: cancel it, or drop a stale entry. */
 void mp__task_shutdown_queued(mp_task *t);
 /* mp_task.shard of a task that has never suspended, so is in no registry shard. */
@@ -473,12 +485,15 @@ uint64_t mp__io_load(mp_io *io);
 /* The kernel said `bit` would block after the caller loaded `seen`: clear it unless an event
  * came in since. */
 void mp__io_clear(mp_io *io, uint64_t seen, uint64_t bit);
-/* Register the task's waker as reader (bit MP__IO_READ) or writer unless the bit is set, the
- * socket is no longer open, or (reader) an interrupt is pending: MP_PENDING when registered,
- * MP_READY when the caller should look again. */
-mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit);
 void mp__io_interrupt(mp_io *io);
 bool mp__io_take_interrupt(mp_io *io);
+/* The wait every poll that makes a system call on a socket starts with, for `bit`
+ * (MP__IO_READ or MP__IO_WRITE): MP_READY with *err -EBADF when the socket is not open (closed,
+ * or closing from another thread), -EINTR when (a reader only) an interrupt was pending, and
+ * taken; MP_READY with *err 0 and *seen the bits loaded, `bit` among them, to make the call
+ * (and clear `bit` from *seen with mp__io_clear() if the kernel says it would block);
+ * MP_PENDING, *err 0, with the task's waker left for the next edge. */
+mp_poll mp__io_poll(mp_io *io, mp_context *cx, uint64_t bit, uint64_t *seen, int *err);
 /* Drop the wakers left in io. */
 void mp__io_disown(mp_io *io);
 /* A system call on a socket that another thread may close (listener.c, udp.c): enter first
@@ -494,6 +509,33 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb);
 /* From the object's close callback, on the loop's thread: off the open list, wakers dropped. */
 void mp__io_closed(mp_io *io);
 void mp__io_close_all(mp__reactor *r);
+
+/* tcache.c: what every per-thread cache shares (see the file). A class, defined statically
+ * with MP__TCACHE_CLASS_INIT, holds the registry of its threads' caches; each thread's cache
+ * embeds an mp__tcache and registers it at its first use. */
+typedef struct mp__tcache mp__tcache;
+typedef struct mp__tcache_class {
+    /* Thread exit, under mu, the cache off the registry: fold its counters into the class's
+     * totals, which the class reads under mu too. NULL: nothing to fold. */
+    void (*retire_locked)(mp__tcache *tc);
+    /* Thread exit, after: free (or pass on) what the cache keeps. On the exiting thread. */
+    void (*drain)(mp__tcache *tc);
+    pthread_mutex_t mu; /* guards head and whatever retire_locked folds into */
+    mp__tcache *head;   /* guarded by mu: every live thread's cache, for stats */
+} mp__tcache_class;
+#define MP__TCACHE_CLASS_INIT(retire_locked, drain)                                                \
+    {                                                                                              \
+        (retire_locked), (drain), PTHREAD_MUTEX_INITIALIZER, NULL                                  \
+    }
+struct mp__tcache {
+    mp__tcache_class *cls;   /* owner only */
+    bool registered;         /* owner only: check it before each use */
+    mp__tcache *prev, *next; /* guarded by cls->mu */
+    mp__tcache *thread_next; /* owner only: the thread's other caches */
+};
+/* The calling thread's first use of tc (a thread-local struct's member): register it, and
+ * have it retired and drained when the thread exits. */
+void mp__tcache_register(mp__tcache_class *cls, mp__tcache *tc);
 
 /* readbuf.c: the streams' read buffers (see the file). Default-size buffers each thread keeps
  * for itself: */
@@ -558,7 +600,6 @@ void mp__bjob_put(mp__bjob *j);
 /* Cancel (a job not started never runs), give up the join handle and the reference. */
 void mp__bjob_abandon(mp__bjob *j);
 /* The next thread start fails as with EAGAIN (tests). */
-void mp__blocking_test_fail_next_start(mp__blocking *b);
 
 /* worker.c */
 /* Is a backlog of local tasks, avg_task_ns each, worth waking a helper for, when a wake-up

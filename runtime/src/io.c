@@ -23,6 +23,8 @@
  * came in between; then it reads again. Waiting is the other half: the task stores its waker
  * and re-checks the bit under the socket's lock, and the loop takes the waker under the same
  * lock after setting the bit, so either the task sees the bit or the loop sees the waker.
+ * Every poll that makes a system call on a socket (tcp.c, listener.c, udp.c) begins with
+ * mp__io_poll(), which does both halves and reports a close or an interrupt.
  *
  * Peer close and errors (EPOLLRDHUP, EPOLLHUP, EPOLLERR) set CLOSED, which is never cleared:
  * a short read can be followed by an EOF that raises no further edge.
@@ -109,7 +111,7 @@ int mp__io_register(mp_io *io, uint32_t events)
     return 0;
 }
 
-void mp__io_unlink(mp_io *io)
+static void io_unlink(mp_io *io)
 {
     mp__reactor *r = &io->rt->reactor;
     mp__spin_lock(&r->io_lock);
@@ -126,7 +128,7 @@ static bool open_state(uint32_t s)
 bool mp__io_is_open(const mp_io *io)
 {
     /* Relaxed: a hint for the owner's own calls; a close by another thread is seen by
-     * mp__io_enter() exactly, and by mp__io_wait() under the socket's lock. */
+     * mp__io_enter() exactly, and by wait_edge() under the socket's lock. */
     return open_state(atomic_load_explicit(&io->state, memory_order_relaxed));
 }
 
@@ -185,7 +187,7 @@ void mp__io_ready(mp_io *io, uint32_t events, uint64_t now_ns)
         bits |= MP__IO_CLOSED;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         bits |= MP__IO_WRITE;
-    /* Release: pairs with the acquire load in mp__io_load() and in mp__io_wait(): the task sees
+    /* Release: pairs with the acquire load in mp__io_load() and in wait_edge(): the task sees
      * the new tick and bits (its clear CAS fails) and retries. */
     uint64_t old = atomic_load_explicit(&io->bits, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&io->bits, &old, (old + MP__IO_TICK) | bits,
@@ -221,7 +223,10 @@ void mp__io_clear(mp_io *io, uint64_t seen, uint64_t bit)
                                             memory_order_relaxed);
 }
 
-mp_poll mp__io_wait(mp_io *io, mp_context *cx, uint64_t bit)
+/* Register the task's waker as reader (bit MP__IO_READ) or writer unless the bit is set, the
+ * socket is no longer open, or (reader) an interrupt is pending: MP_PENDING when registered,
+ * MP_READY when the caller should look again. */
+static mp_poll wait_edge(mp_io *io, mp_context *cx, uint64_t bit)
 {
     mp_waker *slot = bit == MP__IO_READ ? &io->reader : &io->writer;
     mp_waker old = {0};
@@ -260,7 +265,7 @@ void mp__io_interrupt(mp_io *io)
 {
     /* Release: pairs with the acquire exchange in mp__io_take_interrupt(). Set before taking
      * the waker under the lock, as mp__io_ready() does with its bits: either the task's
-     * mp__io_wait() sees the flag, or it registered its waker first and we wake it. */
+     * wait_edge() sees the flag, or it registered its waker first and we wake it. */
     atomic_store_explicit(&io->interrupted, true, memory_order_release);
     lock(io);
     mp_waker w = io->reader;
@@ -274,6 +279,44 @@ bool mp__io_take_interrupt(mp_io *io)
     /* Acquire: pairs with the release store in mp__io_interrupt(). */
     return atomic_load_explicit(&io->interrupted, memory_order_relaxed) &&
            atomic_exchange_explicit(&io->interrupted, false, memory_order_acquire);
+}
+
+/* mp__io_poll() without the wait: true when the poll is over (*err says how), false when the
+ * caller must wait for `bit`. */
+static bool poll_now(mp_io *io, uint64_t bit, uint64_t *seen, int *err)
+{
+    if (!mp__io_is_open(io)) {
+        *err = -EBADF;
+        return true;
+    }
+    /* Only a reader is interrupted (mp__io_interrupt() wakes the reader alone). */
+    if (bit == MP__IO_READ && mp__io_take_interrupt(io)) {
+        *err = -EINTR;
+        return true;
+    }
+    *err = 0;
+    *seen = mp__io_load(io);
+    return (*seen & bit) != 0;
+}
+
+/* Out of line: inlined, its lock and waker calls would give mp__io_poll() a stack frame on the
+ * path that finds the bit set, which every read and send takes. */
+static __attribute__((noinline)) mp_poll poll_wait(mp_io *io, mp_context *cx, uint64_t bit,
+                                                   uint64_t *seen, int *err)
+{
+    /* MP_READY from wait_edge(): an event, a close or an interrupt came in before the waker
+     * was left: look again. */
+    while (wait_edge(io, cx, bit) == MP_READY)
+        if (poll_now(io, bit, seen, err))
+            return MP_READY;
+    return MP_PENDING;
+}
+
+mp_poll mp__io_poll(mp_io *io, mp_context *cx, uint64_t bit, uint64_t *seen, int *err)
+{
+    if (poll_now(io, bit, seen, err))
+        return MP_READY;
+    return poll_wait(io, cx, bit, seen, err);
 }
 
 void mp__io_disown(mp_io *io)
@@ -318,7 +361,7 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)
 
 void mp__io_closed(mp_io *io)
 {
-    mp__io_unlink(io);
+    io_unlink(io);
     mp__io_disown(io);
 }
 

@@ -105,22 +105,13 @@ int mp_tcp_listener_fileno(const mp_tcp_listener *l)
 mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err)
 {
     for (;;) {
-        if (!mp__io_is_open(&l->io)) {
-            *err = -EBADF;
+        uint64_t seen;
+        if (mp__io_poll(&l->io, cx, MP__IO_READ, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
             return MP_READY;
-        }
-        if (mp__io_take_interrupt(&l->io)) {
-            *err = -EINTR;
-            return MP_READY;
-        }
-        uint64_t seen = mp__io_load(&l->io);
-        if (!(seen & MP__IO_READ)) {
-            if (mp__io_wait(&l->io, cx, MP__IO_READ) == MP_PENDING)
-                return MP_PENDING;
-            continue;
-        }
         if (!mp__io_enter(&l->io))
-            continue; /* closed meanwhile: reported above */
+            continue; /* closed meanwhile: mp__io_poll() reports it */
         int fd = accept4(l->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         int e = errno;
         mp__io_leave(&l->io);

@@ -8,7 +8,7 @@
  * pattern, since a task gives its buffer back before it waits), with no lock and no atomic
  * read-modify-write; past that to a process-wide free list of at most POOL_MAX under a spin
  * lock; past that to free(). Other sizes go straight to malloc and free. A thread's cache
- * goes to the free list when the thread exits (a pthread key's destructor). A buffer taken on
+ * goes to the free list when the thread exits (tcache.c's exit hook). A buffer taken on
  * one thread may be given on another (a stream handed between tasks, a task that moved
  * workers): each thread counts what it took minus what it gave, and only the sum means
  * anything.
@@ -23,26 +23,21 @@ static struct {
     void *head;
     size_t count;
 } pool;
-/* Relaxed: statistics (mp_tcp_buffer_stats), ordered by nothing. Buffers taken minus given
- * by threads that have exited, and by threads before they had a cache. */
-static _Atomic int64_t bufs_in_use;
+/* Buffers taken minus given by threads that have exited: guarded by caches.mu, which a thread's
+ * exit holds while it moves its count here and off the registry. */
+static int64_t bufs_in_use;
 
 /* A thread's cache. Written by its thread only; count and net are atomics so that
  * mp_tcp_buffer_stats() may read them, but the owner updates them with a relaxed load and
  * store (a plain add), never a read-modify-write. */
 typedef struct buf_cache {
+    mp__tcache tc;
     void *bufs[MP__TCP_LOCAL_BUFS];
     _Atomic size_t count;
     _Atomic int64_t net; /* taken minus given on this thread; negative when others took */
-    bool registered;
-    struct buf_cache *prev, *next; /* guarded by caches_mu */
 } buf_cache;
 
 static _Thread_local buf_cache local;
-static pthread_mutex_t caches_mu = PTHREAD_MUTEX_INITIALIZER;
-static buf_cache *caches; /* guarded by caches_mu: every registered thread's */
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
 static void pool_put(void *b)
 {
@@ -57,48 +52,25 @@ static void pool_put(void *b)
     free(b);
 }
 
-/* Thread exit: the cache's buffers to the free list, its count to the global one. */
-static void cache_retire(void *arg)
+/* Thread exit, under caches.mu: the cache's count to the exited threads' one. */
+static void cache_retire_locked(mp__tcache *tc)
 {
-    buf_cache *bc = arg;
-    pthread_mutex_lock(&caches_mu);
-    if (bc->prev)
-        bc->prev->next = bc->next;
-    else
-        caches = bc->next;
-    if (bc->next)
-        bc->next->prev = bc->prev;
-    bc->registered = false;
-    atomic_fetch_add_explicit(&bufs_in_use, atomic_load_explicit(&bc->net, memory_order_relaxed),
-                              memory_order_relaxed);
+    buf_cache *bc = mp_container_of(tc, buf_cache, tc);
+    bufs_in_use += atomic_load_explicit(&bc->net, memory_order_relaxed);
     atomic_store_explicit(&bc->net, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&caches_mu);
+}
+
+/* Thread exit, after: the cache's buffers to the free list. */
+static void cache_drain(mp__tcache *tc)
+{
+    buf_cache *bc = mp_container_of(tc, buf_cache, tc);
     size_t n = atomic_load_explicit(&bc->count, memory_order_relaxed);
     atomic_store_explicit(&bc->count, 0, memory_order_relaxed);
     while (n != 0)
         pool_put(bc->bufs[--n]);
 }
 
-static void cache_key_create(void)
-{
-    if (pthread_key_create(&cache_key, cache_retire) != 0)
-        MP__UNREACHABLE("%s", "pthread_key_create: no key left for the read-buffer caches");
-}
-
-/* The first take or give of a thread: register its cache. Once per thread. */
-static void cache_register(void)
-{
-    pthread_once(&cache_once, cache_key_create);
-    pthread_setspecific(cache_key, &local);
-    pthread_mutex_lock(&caches_mu);
-    local.prev = NULL;
-    local.next = caches;
-    if (caches)
-        caches->prev = &local;
-    caches = &local;
-    local.registered = true;
-    pthread_mutex_unlock(&caches_mu);
-}
+static mp__tcache_class caches = MP__TCACHE_CLASS_INIT(cache_retire_locked, cache_drain);
 
 /* Owner-only update of one of the cache's counters. */
 static void local_add(_Atomic int64_t *v, int64_t d)
@@ -110,8 +82,8 @@ static void local_add(_Atomic int64_t *v, int64_t d)
 char *mp__readbuf_take(size_t cap)
 {
     void *b = NULL;
-    if (!local.registered)
-        cache_register();
+    if (!local.tc.registered)
+        mp__tcache_register(&caches, &local.tc);
     if (cap == DEFAULT_BUF) {
         size_t n = atomic_load_explicit(&local.count, memory_order_relaxed);
         if (n != 0) {
@@ -138,8 +110,8 @@ void mp__readbuf_give(char *b, size_t cap)
 {
     if (b == NULL)
         return;
-    if (!local.registered)
-        cache_register();
+    if (!local.tc.registered)
+        mp__tcache_register(&caches, &local.tc);
     local_add(&local.net, -1);
     if (cap != DEFAULT_BUF) {
         free(b);
@@ -176,13 +148,14 @@ void mp_tcp_buffer_stats(size_t *in_use, size_t *pooled)
 {
     int64_t used = 0;
     size_t kept = 0;
-    pthread_mutex_lock(&caches_mu);
-    for (buf_cache *bc = caches; bc; bc = bc->next) {
+    pthread_mutex_lock(&caches.mu);
+    for (mp__tcache *tc = caches.head; tc; tc = tc->next) {
+        buf_cache *bc = mp_container_of(tc, buf_cache, tc);
         used += atomic_load_explicit(&bc->net, memory_order_relaxed);
         kept += atomic_load_explicit(&bc->count, memory_order_relaxed);
     }
-    used += atomic_load_explicit(&bufs_in_use, memory_order_relaxed);
-    pthread_mutex_unlock(&caches_mu);
+    used += bufs_in_use;
+    pthread_mutex_unlock(&caches.mu);
     if (in_use != NULL)
         *in_use = used > 0 ? (size_t)used : 0; /* racing counts may dip for a moment */
     if (pooled != NULL) {

@@ -315,11 +315,6 @@ void mp__task_shutdown(mp_task *t)
         mp__task_ref_dec(t, 1); /* a runner finishes it; it will not find it registered */
 }
 
-void mp__task_drop_queue_ref(mp_task *t)
-{
-    mp__task_ref_dec(t, 1);
-}
-
 void mp__task_shutdown_queued(mp_task *t)
 {
     if (mp__task_transition_to_shutdown(t))

@@ -148,29 +148,19 @@ mp_poll mp_tcp_connect_poll(mp_tcp *c, mp_context *cx, mp_timer *timer, uint64_t
         *err = mp__io_is_open(&c->io) ? c->err == UV_EOF ? 0 : c->err : -EBADF;
         return MP_READY;
     }
-    for (;;) {
-        if (!mp__io_is_open(&c->io)) {
-            *err = -EBADF;
-            break;
-        }
-        uint64_t seen = mp__io_load(&c->io);
-        if (seen & MP__IO_WRITE) {
-            int so = 0;
-            socklen_t sl = sizeof so;
-            if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &so, &sl) != 0)
-                so = errno;
-            c->err = -so;
-            *err = -so;
-            break;
-        }
-        if (mp__io_wait(&c->io, cx, MP__IO_WRITE) == MP_READY)
-            continue;
-        if (timer && mp_timer_poll(timer, deadline_ms, cx) == MP_READY) {
-            c->err = *err = -ETIMEDOUT;
-            mp__io_disown(&c->io);
-            break;
-        }
-        return MP_PENDING;
+    uint64_t seen;
+    if (mp__io_poll(&c->io, cx, MP__IO_WRITE, &seen, err) == MP_PENDING) {
+        if (!timer || mp_timer_poll(timer, deadline_ms, cx) != MP_READY)
+            return MP_PENDING;
+        c->err = *err = -ETIMEDOUT;
+        mp__io_disown(&c->io);
+    } else if (*err == 0) { /* the write edge: the handshake ended */
+        int so = 0;
+        socklen_t sl = sizeof so;
+        if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &so, &sl) != 0)
+            so = errno;
+        c->err = -so;
+        *err = -so;
     }
     c->connecting = false;
     if (timer)
@@ -277,6 +267,8 @@ static mp_poll view(mp_tcp *c, const char **data, size_t *len, int *err)
 
 mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err)
 {
+    /* An interrupt goes before bytes already read (mp__io_poll() sees one only once they are
+     * consumed). */
     if (mp__io_take_interrupt(&c->io)) {
         *data = NULL;
         *len = 0;
@@ -285,25 +277,20 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
     }
     if (c->tail > c->head || c->err != 0)
         return view(c, data, len, err);
-    if (!mp__io_is_open(&c->io)) {
-        *data = NULL;
-        *len = 0;
-        *err = -EBADF;
-        return MP_READY;
-    }
     c->head = c->tail = 0;
     for (;;) {
-        uint64_t seen = mp__io_load(&c->io);
-        if (!(seen & MP__IO_READ)) {
-            /* Everything read was consumed: an idle stream holds no buffer. */
+        uint64_t seen;
+        if (mp__io_poll(&c->io, cx, MP__IO_READ, &seen, err) == MP_PENDING) {
+            /* Everything read was consumed: an idle stream holds no buffer. The task is
+             * polled by one worker at a time, so its waker being out already is no race. */
             mp__readbuf_give(c->buf, c->cap);
             c->buf = NULL;
-            if (mp__io_wait(&c->io, cx, MP__IO_READ) == MP_PENDING)
-                return MP_PENDING;
-            if (atomic_load_explicit(&c->io.interrupted, memory_order_relaxed) ||
-                !mp__io_is_open(&c->io))
-                return mp_tcp_read_poll(c, cx, data, len, err);
-            continue;
+            return MP_PENDING;
+        }
+        if (*err != 0) { /* -EBADF, -EINTR */
+            *data = NULL;
+            *len = 0;
+            return MP_READY;
         }
         if (c->buf == NULL && (seen & MP__IO_CLOSED)) {
             /* The peer closed or failed: most often there is nothing left but the EOF, which
@@ -375,18 +362,14 @@ static mp_poll write_flags(mp_tcp *c, mp_context *cx, const char *data, size_t l
 {
     size_t done = c->write_done; /* > 0 only when continuing a write that would have blocked */
     while (done < len) {
-        if (!mp__io_is_open(&c->io)) {
-            c->write_done = 0;
-            *err = -EBADF;
-            return MP_READY;
+        uint64_t seen;
+        if (mp__io_poll(&c->io, cx, MP__IO_WRITE, &seen, err) == MP_PENDING) {
+            c->write_done = done;
+            return MP_PENDING;
         }
-        uint64_t seen = mp__io_load(&c->io);
-        if (!(seen & MP__IO_WRITE)) {
-            if (mp__io_wait(&c->io, cx, MP__IO_WRITE) == MP_PENDING) {
-                c->write_done = done;
-                return MP_PENDING;
-            }
-            continue;
+        if (*err != 0) { /* -EBADF */
+            c->write_done = 0;
+            return MP_READY;
         }
         ssize_t n =
             sock_send(c->io.fd, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
@@ -432,16 +415,11 @@ mp_poll mp_tcp_sendfile_poll(mp_tcp *c, mp_context *cx, int in_fd, off_t *offset
         return MP_READY;
     }
     while (count > 0) {
-        if (!mp__io_is_open(&c->io)) {
-            *err = -EBADF;
+        uint64_t seen;
+        if (mp__io_poll(&c->io, cx, MP__IO_WRITE, &seen, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0) /* -EBADF */
             return MP_READY;
-        }
-        uint64_t seen = mp__io_load(&c->io);
-        if (!(seen & MP__IO_WRITE)) {
-            if (mp__io_wait(&c->io, cx, MP__IO_WRITE) == MP_PENDING)
-                return MP_PENDING;
-            continue;
-        }
         /* A short count is not a full socket here (the file may have ended): the next call
          * finds out, with EAGAIN, and only then waits. */
         ssize_t n = sendfile(c->io.fd, in_fd, offset, count);

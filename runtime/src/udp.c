@@ -138,24 +138,6 @@ static int arm_write(mp_udp *u)
     return rc;
 }
 
-/* Wait for room to send (or the close): MP_READY with *err set when the caller must stop,
- * MP_READY with *err 0 to send, MP_PENDING to wait. */
-static mp_poll before_send(mp_udp *u, mp_context *cx, uint64_t *seen, int *err)
-{
-    *err = 0;
-    for (;;) {
-        if (!mp__io_is_open(&u->io)) {
-            *err = -EBADF;
-            return MP_READY;
-        }
-        *seen = mp__io_load(&u->io);
-        if (*seen & MP__IO_WRITE)
-            return MP_READY;
-        if (mp__io_wait(&u->io, cx, MP__IO_WRITE) == MP_PENDING)
-            return MP_PENDING;
-    }
-}
-
 /* Ends a send begun with mp__io_enter(); failed: it returned -1, and errno is its. true: send
  * again (EINTR, or EAGAIN once the write edge is asked for and WRITE cleared); false: stop,
  * with *err 0 or the error. */
@@ -181,38 +163,16 @@ mp_poll mp_udp_send_poll(mp_udp *u, mp_context *cx, const void *data, size_t len
 {
     for (;;) {
         uint64_t seen;
-        if (before_send(u, cx, &seen, err) == MP_PENDING)
+        if (mp__io_poll(&u->io, cx, MP__IO_WRITE, &seen, err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
         if (!mp__io_enter(&u->io))
-            continue; /* closed meanwhile: reported above */
+            continue; /* closed meanwhile: mp__io_poll() reports it */
         ssize_t n =
             sendto(u->io.fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT, to, to ? addr_len(to) : 0);
         if (!send_end(u, seen, n < 0, err))
             return MP_READY;
-    }
-}
-
-/* Wait for the read edge (or an interrupt, or the close): MP_READY with *err set when the
- * caller must stop, MP_READY with *err 0 to try again, MP_PENDING to wait. */
-static mp_poll before_recv(mp_udp *u, mp_context *cx, uint64_t *seen, int *err)
-{
-    *err = 0;
-    for (;;) {
-        if (!mp__io_is_open(&u->io)) {
-            *err = -EBADF;
-            return MP_READY;
-        }
-        if (mp__io_take_interrupt(&u->io)) {
-            *err = -EINTR;
-            return MP_READY;
-        }
-        *seen = mp__io_load(&u->io);
-        if (*seen & MP__IO_READ)
-            return MP_READY;
-        if (mp__io_wait(&u->io, cx, MP__IO_READ) == MP_PENDING)
-            return MP_PENDING;
     }
 }
 
@@ -224,7 +184,7 @@ mp_poll mp_udp_recv_poll(mp_udp *u, mp_context *cx, void *buf, size_t cap, size_
         *truncated = false;
     for (;;) {
         uint64_t seen;
-        if (before_recv(u, cx, &seen, err) == MP_PENDING)
+        if (mp__io_poll(&u->io, cx, MP__IO_READ, &seen, err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
@@ -266,7 +226,7 @@ mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsi
     struct iovec iov[MAX_BATCH];
     for (;;) {
         uint64_t seen;
-        if (before_recv(u, cx, &seen, err) == MP_PENDING)
+        if (mp__io_poll(&u->io, cx, MP__IO_READ, &seen, err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
@@ -313,7 +273,7 @@ mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs
     struct iovec iov[MAX_BATCH];
     while (*done < n) {
         uint64_t seen;
-        if (before_send(u, cx, &seen, err) == MP_PENDING)
+        if (mp__io_poll(&u->io, cx, MP__IO_WRITE, &seen, err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;

@@ -321,7 +321,7 @@ Test(blocking, errors, .timeout = 30)
     cr_assert_eq(mp_spawn_blocking(rt, NULL, &p, &h), -EINVAL);
     cr_assert_eq(mp_spawn_blocking(NULL, probe_fn, &p, &h), -EINVAL);
     /* No thread can start and none exists: the spawn fails, nothing is queued. */
-    mp__blocking_test_fail_next_start(&rt->blocking);
+    mp__test_blocking_fail_next_start(&rt->blocking);
     cr_assert_eq(mp_spawn_blocking(rt, probe_fn, &p, &h), -EAGAIN);
     mp_stats st;
     mp_runtime_stats(rt, &st);

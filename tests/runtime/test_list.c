@@ -61,3 +61,18 @@ Test(list, push_front_and_unlink_with_a_head_only)
     MP__LIST_UNLINK(head, &n[1], up, down);
     cr_assert_null(head);
 }
+
+Test(list, push_front_with_a_tail_keeps_an_lru_order)
+{
+    node n[3] = {{.v = 0}, {.v = 1}, {.v = 2}};
+    list l = {NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        MP__LIST_PUSH_FRONT_TAIL(l.head, l.tail, &n[i], up, down);
+    expect(&l, (int[]){2, 1, 0}, 3);
+    /* Used again: to the front (magpied's open-file cache does this on a hit). */
+    MP__LIST_UNLINK_TAIL(l.head, l.tail, &n[0], up, down);
+    MP__LIST_PUSH_FRONT_TAIL(l.head, l.tail, &n[0], up, down);
+    expect(&l, (int[]){0, 2, 1}, 3);
+    MP__LIST_UNLINK_TAIL(l.head, l.tail, &n[1], up, down); /* the least recent goes */
+    expect(&l, (int[]){0, 2}, 2);
+}

@@ -283,5 +283,5 @@ Test(state, join_handle_dropped_twice_aborts, .signal = SIGABRT)
 Test(state, reference_underflow_aborts, .signal = SIGABRT)
 {
     mp_task t = bare(C);
-    mp__task_drop_queue_ref(&t);
+    mp__task_ref_dec(&t, 1);
 }

@@ -156,10 +156,3 @@ bool mp__pool_deque_is_empty(mp__pool_deque *d)
     int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
     return b - t <= 0;
 }
-
-/* Owner only: the current buffer capacity (tests watch it grow). */
-size_t mp__pool_deque_capacity_owner(mp__pool_deque *d)
-{
-    /* Relaxed: only the owner writes buf. */
-    return (size_t)atomic_load_explicit(&d->buf, memory_order_relaxed)->mask + 1;
-}

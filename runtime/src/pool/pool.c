@@ -165,7 +165,7 @@ static void *worker_main(void *arg)
 {
     mp__pool_worker *w = arg;
     mp__pool_current = w;
-    /* Relaxed: read only by tests and stats, as a plain value. */
+    /* Relaxed: read only by the suites (mp__test_pool_worker_tid()), as a plain value. */
     atomic_store_explicit(&w->tid, (int)gettid(), memory_order_relaxed);
     mp__pool_wait_until(w, &w->terminate.core);
     mp__pool_current = NULL;
@@ -491,13 +491,4 @@ int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out)
 int mp_pool_worker_index(void)
 {
     return mp__pool_current != NULL ? (int)mp__pool_current->index : -1;
-}
-
-/* Tests: the kernel thread id of worker `index`, 0 if it has not started. */
-int mp__pool_worker_tid(mp_pool *pool, unsigned index)
-{
-    if (index >= pool->nworkers)
-        return 0;
-    /* Relaxed: see worker_main(). */
-    return atomic_load_explicit(&pool->workers[index].tid, memory_order_relaxed);
 }

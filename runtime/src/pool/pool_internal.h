@@ -140,7 +140,6 @@ static inline mp__pool_job *mp__pool_deque_pop_owner(mp__pool_deque *d)
 }
 mp__pool_steal mp__pool_deque_steal(mp__pool_deque *d, mp__pool_job **out);
 bool mp__pool_deque_is_empty(mp__pool_deque *d);
-size_t mp__pool_deque_capacity_owner(mp__pool_deque *d);
 
 /* latch.c */
 
@@ -374,6 +373,10 @@ static inline int mp__pool_worker_push(mp__pool_worker *w, mp__pool_job *job)
     return 0;
 }
 bool mp__pool_has_injected(mp_pool *pool);
-int mp__pool_worker_tid(mp_pool *pool, unsigned index);
+
+/* testhook.c, probes for the pool's suites: the owner's current deque capacity (tests watch
+ * it grow), and the kernel thread id of worker `index` (0 if it has not started). */
+size_t mp__test_pool_deque_capacity(mp__pool_deque *d);
+int mp__test_pool_worker_tid(mp_pool *pool, unsigned index);
 
 #endif /* MP_POOL_INTERNAL_H */

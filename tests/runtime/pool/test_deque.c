@@ -61,10 +61,10 @@ Test(deque, grows_when_full_and_keeps_order)
     mp__pool_job *out;
     bool was_empty;
     cr_assert_eq(mp__pool_deque_init(&d, 1), 0);
-    cr_assert_eq(mp__pool_deque_capacity_owner(&d), 2);
+    cr_assert_eq(mp__test_pool_deque_capacity(&d), 2);
     for (int i = 0; i < N; i++)
         cr_assert_eq(mp__pool_deque_push_owner(&d, &jobs[i], &was_empty), 0);
-    cr_assert_geq(mp__pool_deque_capacity_owner(&d), N);
+    cr_assert_geq(mp__test_pool_deque_capacity(&d), N);
     /* Steal a few from the top, pop the rest from the bottom: order survives the copies. */
     for (int i = 0; i < 100; i++) {
         cr_assert_eq(mp__pool_deque_steal(&d, &out), MP__POOL_STEAL_SUCCESS);

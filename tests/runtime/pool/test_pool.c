@@ -529,7 +529,7 @@ Test(pool, idle_pool_uses_no_cpu, .timeout = 60)
     /* A worker counts as sleeping from its registration on, a few instructions before it
      * blocks: wait until the kernel also shows every started worker blocked. */
     for (int i = 0; i < THREADS; i++) {
-        tids[i] = mp__pool_worker_tid(p, (unsigned)i);
+        tids[i] = mp__test_pool_worker_tid(p, (unsigned)i);
         while (tids[i] != 0 && thread_state(tids[i]) != 'S') {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);

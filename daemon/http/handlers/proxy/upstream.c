@@ -14,6 +14,7 @@
 
 #include "core/metrics.h"
 #include "core/text.h"
+#include "list.h"
 #include "http/routes.h"
 
 int md_upstream_find(const md_upstream_table *t, const char *name)
@@ -596,14 +597,7 @@ bool md_upstream_fd_idle_ok(int fd)
 
 static void unlink_locked(md_upstream_peer *p, md_upstream_conn *c)
 {
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        p->idle = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    else
-        p->idle_tail = c->prev;
+    MP__LIST_UNLINK_TAIL(p->idle, p->idle_tail, c, prev, next);
     c->next = c->prev = NULL;
     p->nidle--;
 }
@@ -665,13 +659,7 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
     if (p->up->conf->keepalive != 0 && !p->up->closing) {
-        c->prev = NULL;
-        c->next = p->idle;
-        if (p->idle != NULL)
-            p->idle->prev = c;
-        else
-            p->idle_tail = c;
-        p->idle = c;
+        MP__LIST_PUSH_FRONT_TAIL(p->idle, p->idle_tail, c, prev, next);
         p->nidle++;
         c = NULL;
     }

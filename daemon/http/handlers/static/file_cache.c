@@ -10,6 +10,14 @@
  * Expiry: an entry is used until valid_ms after its open. Each lookup also closes up to two
  * expired entries at the cold end of the LRU list, so the descriptor of a file deleted or
  * replaced is not kept open long past valid_ms by a thread that goes on serving.
+ *
+ * The registration and the exit destructor have the shape of the runtime's per-thread caches
+ * (runtime/src/tcache.c, under readbuf.c and blockcache.c), written again here on purpose:
+ * that mechanism is libmagpie's internal (mp__), and the daemon reaches the runtime through
+ * its public API only (a magpied linked with libmagpie.so could not call it); the public
+ * mp_block_cache keeps free blocks of one size, where this keeps a hash table and an LRU list of
+ * reference-counted descriptors with expiry. Making the registry public for one user would
+ * add to libmagpie's ABI more than it removes here (about forty lines).
  */
 #include "http/handlers/static/file_cache.h"
 
@@ -22,6 +30,7 @@
 
 #include "core/httpdate.h"
 #include "core/metrics.h"
+#include "list.h"
 
 typedef struct cache {
     md_file **buckets; /* owner only */
@@ -84,14 +93,7 @@ static void unlist(cache *c, md_file *f)
     while (*p != f)
         p = &(*p)->hnext;
     *p = f->hnext;
-    if (f->prev != NULL)
-        f->prev->next = f->next;
-    else
-        c->head = f->next;
-    if (f->next != NULL)
-        f->next->prev = f->prev;
-    else
-        c->tail = f->prev;
+    MP__LIST_UNLINK_TAIL(c->head, c->tail, f, prev, next);
     bump(&c->n, -1);
     md_file_put(f);
 }
@@ -112,12 +114,7 @@ static void cache_exit(void *arg)
     retired[1] += atomic_load_explicit(&c->misses, memory_order_relaxed);
     retired[2] += atomic_load_explicit(&c->evictions, memory_order_relaxed);
     retired[3] += atomic_load_explicit(&c->expired, memory_order_relaxed);
-    if (c->reg_prev != NULL)
-        c->reg_prev->reg_next = c->reg_next;
-    else
-        reg_head = c->reg_next;
-    if (c->reg_next != NULL)
-        c->reg_next->reg_prev = c->reg_prev;
+    MP__LIST_UNLINK(reg_head, c, reg_prev, reg_next);
     pthread_mutex_unlock(&reg_mu);
     free(c->buckets);
     free(c);
@@ -140,10 +137,7 @@ static cache *mine(void)
     if (c == NULL)
         return NULL;
     pthread_mutex_lock(&reg_mu);
-    c->reg_next = reg_head;
-    if (reg_head != NULL)
-        reg_head->reg_prev = c;
-    reg_head = c;
+    MP__LIST_PUSH_FRONT(reg_head, c, reg_prev, reg_next);
     pthread_mutex_unlock(&reg_mu);
     pthread_setspecific(exit_key, c);
     return self = c;
@@ -217,15 +211,8 @@ md_file *md_file_cache_get(const md_file_cache_limits *lim, uint64_t root, const
     }
     bump(&c->hits, 1);
     if (c->head != f) { /* to the front */
-        f->prev->next = f->next;
-        if (f->next != NULL)
-            f->next->prev = f->prev;
-        else
-            c->tail = f->prev;
-        f->prev = NULL;
-        f->next = c->head;
-        c->head->prev = f;
-        c->head = f;
+        MP__LIST_UNLINK_TAIL(c->head, c->tail, f, prev, next);
+        MP__LIST_PUSH_FRONT_TAIL(c->head, c->tail, f, prev, next);
     }
     /* Relaxed: the cache's reference keeps f alive; taking one publishes nothing. */
     atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
@@ -296,12 +283,7 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
     md_file **b = &c->buckets[f->hash & (c->nbuckets - 1)];
     f->hnext = *b;
     *b = f;
-    f->next = c->head;
-    if (c->head != NULL)
-        c->head->prev = f;
-    c->head = f;
-    if (c->tail == NULL)
-        c->tail = f;
+    MP__LIST_PUSH_FRONT_TAIL(c->head, c->tail, f, prev, next);
     bump(&c->n, 1);
     return 0;
 }
