@@ -1,5 +1,5 @@
-/* Tests for daemon/http/handlers/proxy/proxy_msg.c: the upstream request head (every hop-by-hop case, the
- * forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
+/* Tests for daemon/http/handlers/proxy/proxy_msg.c: the upstream request head (every hop-by-hop
+ * case, the forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
  * oversized head, 1xx passed on or not, trailers passed on or not, 204/304/HEAD,
  * close-delimited bodies, bytes after the response). */
 #include <criterion/criterion.h>

@@ -1,6 +1,6 @@
-/* Tests for daemon/http/handlers/proxy/upstream.c: [upstream] keys and their errors, the balancer (smooth
- * weights, least_conn, hash stability and spread), passive health, and the pool's check of an
- * idle socket. */
+/* Tests for daemon/http/handlers/proxy/upstream.c: [upstream] keys and their errors, the balancer
+ * (smooth weights, least_conn, hash stability and spread), passive health, and the pool's check of
+ * an idle socket. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>

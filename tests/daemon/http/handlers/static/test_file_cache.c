@@ -1,6 +1,6 @@
-/* Tests of daemon/http/handlers/static/file_cache.c: the per-thread open-file cache (hits, expiry, the entry
- * and descriptor bounds, references that outlive an entry, on other threads, and a thread's
- * exit), counted against /proc/self/fd so that no descriptor leaks. */
+/* Tests of daemon/http/handlers/static/file_cache.c: the per-thread open-file cache (hits, expiry,
+ * the entry and descriptor bounds, references that outlive an entry, on other threads, and a
+ * thread's exit), counted against /proc/self/fd so that no descriptor leaks. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
