@@ -11,6 +11,7 @@
  * order gives the sequential answer.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <magpie.h>
 #include <stdio.h>

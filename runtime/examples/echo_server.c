@@ -55,7 +55,7 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
         size_t len;
         if (mp_tcp_read_poll(&c->tcp, cx, &c->data, &len, &err) == MP_PENDING)
             return MP_PENDING;
-        if (len == 0) /* end of stream (err UV_EOF) or an error */
+        if (len == 0) /* end of stream (err MP_EOF) or an error */
             break;
         c->echoing = len;
     }

@@ -152,7 +152,7 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 return MP_PENDING;
             if (len == 0) { /* the server closed: the response is whole */
                 f->head[f->head_len < sizeof f->head ? f->head_len : sizeof f->head - 1] = 0;
-                report(f, err == UV_EOF ? NULL : strerror(-err));
+                report(f, err == MP_EOF ? NULL : strerror(-err));
                 f->step = TAKE;
                 continue;
             }

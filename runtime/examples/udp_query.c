@@ -7,6 +7,7 @@
  *                                    answer came back and was right
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <magpie.h>
 #include <stdatomic.h>
 #include <stdio.h>

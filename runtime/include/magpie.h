@@ -3,8 +3,8 @@
  *
  *   magpie_core.h  tasks, wakers, the runtime, sync primitives, the fork-join pool
  *                  (C11 and pthreads only)
- *   magpie_io.h    the loop, timers, TCP streams (includes <uv.h>: compile with
- *                  -D_DEFAULT_SOURCE or -std=gnu11)
+ *   magpie_io.h    the loop, timers, TCP and UDP sockets, name resolution, files
+ *                  (names libuv's types without including <uv.h>: -std=c11 suffices)
  *
  * A program that needs no I/O includes magpie_core.h alone.
  */

@@ -16,6 +16,7 @@
 #ifndef MAGPIE_CORE_H
 #define MAGPIE_CORE_H
 
+#include <errno.h> /* the E* codes the functions return, negated */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>

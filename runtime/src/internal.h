@@ -8,7 +8,8 @@
  * (registry of live tasks, for shutdown), idle.c (searching/parked accounting), park.c (futex
  * park word), worker.c (the loop), runtime.c (create, lazy spawn, shutdown, stats), reactor.c
  * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
- * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks), testhook.c
+ * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks; their libuv
+ * handle lives in private storage, MP__UV_TCP), testhook.c
  * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
  * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
  */
@@ -17,6 +18,8 @@
 
 #include "list.h"
 #include "magpie.h"
+
+#include <uv.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +85,18 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
                 __VA_ARGS__);                                                                      \
         abort();                                                                                   \
     } while (0)
+
+/* The libuv handle kept in a socket object's mp_uv_handle_space (magpie_io.h, which names no
+ * libuv type): the storage must hold the handle of the libuv this library is built with. */
+#define MP__UV_TCP(obj) ((uv_tcp_t *)(void *)&(obj)->handle)
+#define MP__UV_UDP(obj) ((uv_udp_t *)(void *)&(obj)->handle)
+_Static_assert(sizeof(uv_tcp_t) <= sizeof(mp_uv_handle_space) &&
+                   alignof(uv_tcp_t) <= alignof(mp_uv_handle_space),
+               "mp_uv_handle_space cannot hold a uv_tcp_t");
+_Static_assert(MP_EOF == UV_EOF, "MP_EOF is libuv's UV_EOF");
+_Static_assert(sizeof(uv_udp_t) <= sizeof(mp_uv_handle_space) &&
+                   alignof(uv_udp_t) <= alignof(mp_uv_handle_space),
+               "mp_uv_handle_space cannot hold a uv_udp_t");
 
 /* Statistics counters: written by one thread only, read by any; a relaxed load+store pair
  * compiles to a plain add (no locked instruction), and readers tolerate a stale value. */

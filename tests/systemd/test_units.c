@@ -272,7 +272,7 @@ Test(man, conf_5_matches_the_shipped_config, .timeout = 60)
 
 /* ------------------------------------------------------------------------------------------ */
 
-Test(install, destdir_tree_shared_lib_and_pkg_config, .timeout = 300)
+Test(install, stays_in_its_prefix_and_the_pc_files_suffice, .timeout = 300)
 {
     static char out[OUT_MAX];
     int rc = run("tests/systemd/install.sh " TEST_SANITIZE, out);
