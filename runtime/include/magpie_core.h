@@ -9,9 +9,11 @@
  * macros, so a program that uses the scheduler or the pool alone needs no libuv headers.
  * magpie_io.h adds the loop, timers and TCP streams; magpie.h includes both.
  *
- * Errors are 0 or a negative errno, as in libuv. Thread safety: every function may be called
- * from any thread unless its comment says otherwise. Fields under a "private" comment are the
- * library's: they are in the header only so that the caller can embed the struct.
+ * Errors are 0 or a negative errno, as in libuv, and a few codes of the library's own
+ * (MP_EOF, MP_ERESOLVE_*, in magpie_io.h); mp_strerror() gives the message of each. Thread
+ * safety: every function may be called from any thread unless its comment says otherwise.
+ * Fields under a "private" comment are the library's: they are in the header only so that the
+ * caller can embed the struct.
  */
 #ifndef MAGPIE_CORE_H
 #define MAGPIE_CORE_H
@@ -37,6 +39,13 @@ typedef struct mp_task mp_task;
 typedef struct mp_context mp_context;
 
 typedef enum mp_poll { MP_READY = 0, MP_PENDING = 1 } mp_poll;
+
+/* The message of a code any libmagpie function returns or reports: a negative errno (the
+ * system's text, as strerror(3) gives it), MP_EOF ("end of stream") and the MP_ERESOLVE_*
+ * codes of magpie_io.h (texts of their own), and libuv's codes that are not errnos (its
+ * UV_EAI_*, UV_ECHARSET, UV_EFTYPE: libuv's text). 0 gives "success", any other code
+ * "unknown error". The string is static (never freed); any thread. */
+const char *mp_strerror(int err);
 
 /* Wakers: a handle that makes a task (or a blocked thread) runnable again. A waker obtained
  * from mp_context_waker() is borrowed for the duration of one poll; keep it with

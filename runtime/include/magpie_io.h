@@ -381,6 +381,20 @@ typedef struct mp_resolve {
     void *job;
 } mp_resolve;
 
+/* The failures of name resolution, beside negative errnos (mp_strerror() prints each):
+ *   MP_ERESOLVE_NOTFOUND  no such name (getaddrinfo's EAI_NONAME)
+ *   MP_ERESOLVE_AGAIN     temporary failure: the name server did not answer, try later
+ *                         (EAI_AGAIN)
+ *   MP_ERESOLVE_NOFAMILY  the name exists but has no address of the family asked for, or
+ *                         none at all (EAI_NODATA, EAI_ADDRFAMILY): an IPv6-only name asked
+ *                         with AF_INET, say
+ *   MP_ERESOLVE_FAIL      the name server failed for good (EAI_FAIL)
+ * Their values lie outside errno's range and libuv's codes, inside (-4096, 0). */
+#define MP_ERESOLVE_NOTFOUND (-3100)
+#define MP_ERESOLVE_AGAIN    (-3101)
+#define MP_ERESOLVE_NOFAMILY (-3102)
+#define MP_ERESOLVE_FAIL     (-3103)
+
 /* Start resolving host and service (either may be NULL, as for getaddrinfo) with hints (NULL:
  * any family, SOCK_STREAM, AI_ADDRCONFIG). r starts zeroed ({0}). 0, -EINVAL, -ENOMEM,
  * -ESHUTDOWN, -EALREADY (r is in use). Any thread. */
@@ -388,9 +402,9 @@ int mp_resolve_start(mp_runtime *rt, mp_resolve *r, const char *host, const char
                      const struct addrinfo *hints);
 /* From the task that started it: MP_READY with *res the whole list in getaddrinfo's order
  * (RFC 6724's: try each in turn, falling back on failure; free it with freeaddrinfo()) and
- * *err = 0; or *res NULL and *err: -ENOENT (no such name, or no address of the family), -EAGAIN
- * (temporary failure: the name server did not answer), -ENOMEM, -EINVAL (bad hints or
- * service), -EIO (a permanent name server failure), -ETIMEDOUT (deadline_ms passed, with
+ * *err = 0; or *res NULL and *err: MP_ERESOLVE_NOTFOUND, MP_ERESOLVE_AGAIN, MP_ERESOLVE_NOFAMILY,
+ * MP_ERESOLVE_FAIL (above), -ENOMEM, -EINVAL (bad hints, or a service not known for the
+ * socket type), -ETIMEDOUT (deadline_ms passed, with
  * timer non-NULL, as mp_tcp_connect_poll), -ECANCELED (the runtime shut down first), or
  * another negative errno. r is free for another start after MP_READY. MP_PENDING until then. */
 mp_poll mp_resolve_poll(mp_resolve *r, mp_context *cx, mp_timer *timer, uint64_t deadline_ms,

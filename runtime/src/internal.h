@@ -10,8 +10,9 @@
  * (the libuv loop, the driver role, commands for the loop), timer.c (timers for tasks, the
  * uv_timer that drives them, the timer wheel), tcp.c (TCP streams for tasks; their libuv
  * handle lives in private storage, MP__UV_TCP), testhook.c
- * (fault injection for the suites), list.h (the intrusive list), sync/ (oneshot, channel,
- * notify), pool/ (the fork-join pool, with its own pool_internal.h on top of this one).
+ * (fault injection for the suites), error.c (mp_strerror), list.h (the intrusive list), sync/
+ * (oneshot, channel, notify), pool/ (the fork-join pool, with its own pool_internal.h on top of
+ * this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
