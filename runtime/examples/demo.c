@@ -40,7 +40,7 @@ int main(void)
     for (int i = 0; i < N; i++)
         mp_join(&tasks[i].task);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     printf("%d tasks x 100 polls = %lu polls on %u workers (%u started)\n", N, (unsigned long)total,
            st.workers, st.workers_started);
     printf("spawned %llu, polled %llu, stolen %llu in %llu steals, lifo hits %llu, "

@@ -146,7 +146,7 @@ Test(resolve, timeout_and_cancel_leave_the_lookup_to_free_itself, .timeout = 30)
     /* What the abandoned lookups found is freed by them (ASan's leak check sees to it). */
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.live_tasks, 0);
     mp_runtime_free(rt);
 }
