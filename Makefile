@@ -9,7 +9,8 @@
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
-#   make examples                   the tutorial's example programs (runtime/examples/)
+#   make examples                   the guide's example programs (runtime/examples/)
+#   make docs                       the reference: man pages from the public headers (build/VARIANT/docs/)
 #   make ... V=1                    print each full command, not one short line per step
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
@@ -46,6 +47,8 @@ LIBDIR   ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR   ?= $(PREFIX)/share/man
 DOCDIR   ?= $(PREFIX)/share/doc/magpied
+# libmagpie's guide (runtime/README.md, DESIGN.md) and its example programs.
+LIBDOCDIR ?= $(PREFIX)/share/doc/magpie
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 
 # libmagpie's version, in one place: MP_VERSION_MAJOR/MINOR/PATCH in magpie_core.h. The
@@ -131,10 +134,9 @@ RT_TEST_BINS := $(patsubst tests/runtime/%.c,$(B)/tests/runtime/%,$(RT_TESTS))
 Q4_TESTS := queue stress task worker api_stress api_stress_io
 Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 
-DEMO := $(B)/magpie-demo
-# The tutorial's programs (runtime/README.md), public headers only; tests/runtime/test_examples.c
-# runs each against loopback.
-EXAMPLES := echo_server http_get udp_query dir_checksum
+# The guide's programs (runtime/README.md), public headers only; tests/runtime/test_examples.c
+# runs each (the network ones against loopback).
+EXAMPLES := fan_out echo_server http_get udp_query dir_checksum
 EX_BINS  := $(EXAMPLES:%=$(B)/examples/%)
 
 # magpie-load (loadtest/load/): the load generator, public headers only. Its histogram and
@@ -192,13 +194,13 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # The release build is also reachable as build/magpied.
 PROGRAMS := $(MAGPIED)
 ifeq ($(VARIANT),release)
   PROGRAMS += build/magpied
 endif
-all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS) $(LOAD)
+all: $(LIB) $(SHLIB) $(PROGRAMS) $(LOAD)
 
 deps:
 	@$(DEPS) $(DEB_PKGS)
@@ -317,10 +319,6 @@ $(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
 	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
-$(DEMO): runtime/examples/demo.c $(LIB)
-	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
-
 examples: $(EX_BINS)
 $(B)/examples/%: runtime/examples/%.c $(LIB)
 	@mkdir -p $(@D)
@@ -351,7 +349,7 @@ $(B)/tests/loadtest/test_magpie_load: $(LOAD) $(PROGRAMS)
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(LT_TEST_BINS)
 build-tests: $(TEST_BINS) $(UPSTREAM) $(PROGRAMS) $(SHLIB) $(EX_BINS) $(LOAD)
 
-check: build-tests header-check
+check: build-tests header-check docs
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
 
 # The public headers need C11 and pthreads only, and no libuv header: tests/header/ builds
@@ -414,6 +412,17 @@ bench-http: all
 bench-all: all
 	loadtest/bench-all.sh
 
+# The reference: a man page per group of the public API (runtime/doc/pages.txt), generated
+# from the public headers' comments, and one per function that opens its group's.
+DOCS := $(B)/docs
+docs: $(DOCS)/man3/magpie.3
+$(DOCS)/man3/magpie.3: runtime/doc/gen-man.sh runtime/doc/pages.txt runtime/doc/magpie.3.in \
+		$(wildcard runtime/include/*.h)
+	$(call quiet,GEN,$(DOCS)/man3)
+	$(Q)rm -rf $(DOCS)/man3 && runtime/doc/gen-man.sh $(DOCS) $(VERSION)
+MAN3_PAGES = $(shell runtime/doc/gen-man.sh --list)
+EXAMPLE_SRCS := $(EXAMPLES:%=runtime/examples/%.c)
+
 # The installed magpied: the build's daemon, with its default -c at the installed configuration
 # ($(MAGPIED_CONF)) where the build's own keeps main.c's /etc/magpied/magpied.conf. A file holding
 # that path rebuilds it when an install names another, and the build's magpied, which the suites
@@ -443,10 +452,11 @@ INSTALL_FILES := $(LIBDIR)/libmagpie.a $(LIBDIR)/$(SHLIB_NAME) $(LIBDIR)/$(SHLIB
 	$(LIBDIR)/libmagpie.so $(addprefix $(INCLUDEDIR)/,magpie.h magpie_core.h magpie_io.h) \
 	$(LIBDIR)/pkgconfig/magpie.pc $(LIBDIR)/pkgconfig/magpie-static.pc $(SBINDIR)/magpied \
 	$(addprefix $(SYSTEMD_UNIT_DIR)/,$(UNITS)) $(MANDIR)/man8/magpied.8 \
-	$(MANDIR)/man5/magpied.conf.5 $(DOCDIR)/haproxy.cfg.example
+	$(MANDIR)/man5/magpied.conf.5 $(DOCDIR)/haproxy.cfg.example \
+	$(addprefix $(LIBDOCDIR)/,README.md DESIGN.md) $(addprefix $(LIBDOCDIR)/,$(EXAMPLE_SRCS:runtime/%=%))
 # The folders that are magpie's own, removed by uninstall once empty (lib/, include/ and the
 # like stay).
-INSTALL_OWN_DIRS := $(SYSCONFDIR)/magpied $(DOCDIR)
+INSTALL_OWN_DIRS := $(SYSCONFDIR)/magpied $(DOCDIR) $(LIBDOCDIR)/examples $(LIBDOCDIR)
 # The loader's cache is refreshed only when the library went to a folder the loader's cache
 # covers (/usr/lib, /lib, or one its configuration names: /usr/local/lib on Debian) and no
 # DESTDIR stages it: an install elsewhere writes nothing outside its prefix. LDCONFIG= skips it.
@@ -458,7 +468,7 @@ LDCONFIG_RUN = $(if $(DESTDIR),,$(if $(LDCONFIG),$(if $(LDCONFIG_COVERS),$(LDCON
 # A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
 # (no DESTDIR) keeps an existing $(MAGPIED_CONF), and leaves `systemctl daemon-reload` to
 # the administrator.
-install: $(LIB) $(SHLIB) $(INST)/magpied
+install: $(LIB) $(SHLIB) $(INST)/magpied docs
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libmagpie.a
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_NAME)
@@ -484,11 +494,16 @@ install: $(LIB) $(SHLIB) $(INST)/magpied
 	$(RENDER) config/magpied.conf.5 > $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
 	chmod 644 $(DESTDIR)$(MANDIR)/man8/magpied.8 $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
 	install -D -m 644 config/haproxy.cfg.example $(DESTDIR)$(DOCDIR)/haproxy.cfg.example
+	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(LIBDOCDIR)/examples
+	install -m 644 $(DOCS)/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 runtime/README.md runtime/DESIGN.md $(DESTDIR)$(LIBDOCDIR)/
+	install -m 644 $(EXAMPLE_SRCS) $(DESTDIR)$(LIBDOCDIR)/examples/
 	$(if $(LDCONFIG_RUN),-$(LDCONFIG_RUN))
 
 # The configuration goes only while it is the shipped one (an edited one is kept, and said so).
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(MAN3_PAGES))
 	@if [ -e $(DESTDIR)$(MAGPIED_CONF) ] && ! cmp -s config/magpied.conf $(DESTDIR)$(MAGPIED_CONF); then \
 	  echo "keeping $(DESTDIR)$(MAGPIED_CONF): it differs from the shipped one"; \
 	else \
@@ -499,11 +514,14 @@ uninstall:
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
 # check-refs.sh: every "pairs with f()" / "see f()" in a comment names something that exists;
-# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not.
+# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not. check-docs.sh:
+# every public function has a documentation comment (test-check-docs.sh: its failure).
 lint-check:
 	clang-format --dry-run --Werror $(LINT_SRCS)
 	tests/lint/check-refs.sh
 	tests/lint/test-check-refs.sh
+	tests/lint/check-docs.sh
+	tests/lint/test-check-docs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

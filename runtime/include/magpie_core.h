@@ -489,6 +489,7 @@ typedef struct mp_waiter {
     uint32_t n; /* permits asked for (semaphore, mutex, rwlock) */
 } mp_waiter;
 
+/* A wait node starts idle: {0}, or this. */
 static inline void mp_waiter_init(mp_waiter *w)
 {
     w->prev = w->next = NULL;
@@ -825,6 +826,7 @@ typedef struct mp_select_arm {
     void *arg;
 } mp_select_arm;
 
+/* Poll arms[0..n) in order, as above: MP_READY with *which, or MP_PENDING. */
 mp_poll mp_select_poll(const mp_select_arm *arms, size_t n, mp_context *cx, size_t *which);
 
 /* Fork-join pool, for CPU-bound parallel work beside the async runtime (Rayon beside Tokio).

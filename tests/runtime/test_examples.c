@@ -58,6 +58,15 @@ static int run(char *const argv[], char *out, size_t cap)
     return finish(pid, fd, out, cap);
 }
 
+Test(examples, fan_out_runs_every_task_to_the_end, .timeout = 60)
+{
+    char out[1024];
+    int rc = run((char *[]){"fan_out", "200", NULL}, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "200 tasks x 100 polls = 20000 polls on "), "%s", out);
+    cr_assert(strstr(out, "spawned 200, stolen "), "%s", out);
+}
+
 Test(examples, echo_server_echoes_and_stops_on_sigterm, .timeout = 60)
 {
     int fd;

@@ -32,7 +32,9 @@ for f in sbin/magpied lib/libmagpie.a lib/libmagpie.so.0.1.0 include/magpie.h \
     lib/pkgconfig/magpie.pc lib/pkgconfig/magpie-static.pc share/man/man8/magpied.8 share/man/man5/magpied.conf.5 \
     share/doc/magpied/haproxy.cfg.example lib/systemd/system/magpied.service \
     lib/systemd/system/magpied@.service lib/systemd/system/magpied.socket \
-    lib/systemd/system/magpied-echo.socket; do
+    lib/systemd/system/magpied-echo.socket share/man/man3/magpie.3 share/man/man3/mp_tcp.3 \
+    share/man/man3/mp_tcp_read_poll.3 share/doc/magpie/README.md share/doc/magpie/DESIGN.md \
+    share/doc/magpie/examples/fan_out.c; do
     [ -f "$root$prefix/$f" ] || fail "missing $prefix/$f"
 done
 [ -f "$root/etc/magpied/magpied.conf" ] || fail "missing /etc/magpied/magpied.conf"
@@ -65,6 +67,9 @@ out=$(cd "$tmp/units" && MANPATH="$root$prefix/share/man" systemd-analyze verify
     { echo "$out"; fail "systemd-analyze verify of the installed units"; }
 [ -z "$out" ] || { echo "$out"; fail "systemd-analyze verify printed something"; }
 grep -q '/etc/magpied/magpied.conf' "$root$prefix/share/man/man8/magpied.8" || fail "magpied.8 path"
+# The reference: a function's page opens its group's, from the installed tree.
+MANPATH="$root$prefix/share/man" man -P cat mp_tcp_read_poll 2>/dev/null | grep -q 'mp_tcp_read_poll(' ||
+    fail "man mp_tcp_read_poll does not show it"
 mk uninstall DESTDIR="$root" PREFIX="$prefix" >"$tmp/make.log" 2>&1 ||
     { cat "$tmp/make.log"; fail "make uninstall DESTDIR"; }
 left=$(find "$root" -not -type d)
