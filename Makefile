@@ -9,7 +9,8 @@
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
-#   make examples                   the tutorial's example programs (runtime/examples/)
+#   make examples                   the guide's example programs (runtime/examples/)
+#   make docs                       the reference: man pages from the public headers (build/VARIANT/docs/)
 #   make ... V=1                    print each full command, not one short line per step
 #   make check                      build and run every suite (installs nothing)
 #   make deps | test-deps | lint-deps   install only the missing Debian packages of each list
@@ -17,7 +18,8 @@
 #   make load                       magpie-load, the HTTP load generator (loadtest/load/)
 #   make bench-http                 HTTP servers under magpie-load, every scenario (BENCH_QUICK=1)
 #   make bench-all                  bench-http + runtime and fork-join comparisons, one folder
-#   make install PREFIX=/usr/local DESTDIR=...   (variables below: SBINDIR, SYSTEMD_UNIT_DIR, ...)
+#   make install PREFIX=/usr/local DESTDIR=...   (variables below: SYSCONFDIR, SBINDIR, ...)
+#   make uninstall PREFIX=... DESTDIR=...        remove what install put there
 #
 # Installing packages is a step of its own: run, test, test-repeat and lint run it as one make
 # and then build in another, so that no rule depends on files that appear while the same make
@@ -30,18 +32,33 @@ SANITIZE ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
-# Where `make install` puts things. /etc/magpied/magpied.conf is fixed: magpied's default -c
-# and the systemd units name it.
+# Where `make install` puts things: every path below is under $(PREFIX) unless set otherwise.
+# The configuration's folder is $(PREFIX)/etc, and /etc for PREFIX=/usr (a distribution's
+# package); the installed magpied's default -c, its man pages and the systemd units name the
+# configuration there (MAGPIED_CONF).
+ifeq ($(PREFIX),/usr)
+  SYSCONFDIR ?= /etc
+else
+  SYSCONFDIR ?= $(PREFIX)/etc
+endif
+MAGPIED_CONF := $(SYSCONFDIR)/magpied/magpied.conf
 SBINDIR  ?= $(PREFIX)/sbin
-LIBDIR   := $(PREFIX)/lib
-INCLUDEDIR := $(PREFIX)/include
+LIBDIR   ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 MANDIR   ?= $(PREFIX)/share/man
 DOCDIR   ?= $(PREFIX)/share/doc/magpied
+# libmagpie's guide (runtime/README.md, DESIGN.md) and its example programs.
+LIBDOCDIR ?= $(PREFIX)/share/doc/magpie
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 
-# libmagpie's version (also in runtime/magpie.pc.in and magpie-static.pc.in) and the shared
-# library's ABI version.
-VERSION   := 0.1.0
+# libmagpie's version, in one place: MP_VERSION_MAJOR/MINOR/PATCH in magpie_core.h. The
+# shared library's name and the .pc files take it from there. SOVERSION is the ABI's version,
+# raised when a release breaks the ABI.
+VERSION   := $(shell sed -n 's/^.define MP_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
+	       runtime/include/magpie_core.h | paste -sd.)
+ifeq ($(filter 3,$(words $(subst ., ,$(VERSION)))),)
+  $(error no MP_VERSION_MAJOR/MINOR/PATCH in runtime/include/magpie_core.h (read '$(VERSION)'))
+endif
 SOVERSION := 0
 
 # The variant follows SANITIZE; VARIANT=tsan alone would build release flags into build/tsan,
@@ -117,10 +134,9 @@ RT_TEST_BINS := $(patsubst tests/runtime/%.c,$(B)/tests/runtime/%,$(RT_TESTS))
 Q4_TESTS := queue stress task worker api_stress api_stress_io
 Q4_TEST_BINS := $(Q4_TESTS:%=$(B)/tests/runtime/test_%-q4)
 
-DEMO := $(B)/magpie-demo
-# The tutorial's programs (runtime/README.md), public headers only; tests/runtime/test_examples.c
-# runs each against loopback.
-EXAMPLES := echo_server http_get udp_query dir_checksum
+# The guide's programs (runtime/README.md), public headers only; tests/runtime/test_examples.c
+# runs each (the network ones against loopback).
+EXAMPLES := fan_out echo_server http_get udp_query dir_checksum
 EX_BINS  := $(EXAMPLES:%=$(B)/examples/%)
 
 # magpie-load (loadtest/load/): the load generator, public headers only. Its histogram and
@@ -172,7 +188,7 @@ DEPS ?= .ci/deps.sh
 
 # Targets that install or only recurse need nothing yet; any other goal builds, and stops
 # here when a package it builds from is missing (`make deps` installs them).
-NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress lint lint-check clean bench
+NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress lint lint-check clean bench uninstall
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   MISSING_DEB_PKGS := $(strip $(shell $(DEPS) --missing $(BUILD_DEB_PKGS)))
   ifneq ($(MISSING_DEB_PKGS),)
@@ -180,13 +196,13 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
 # The release build is also reachable as build/magpied.
 PROGRAMS := $(MAGPIED)
 ifeq ($(VARIANT),release)
   PROGRAMS += build/magpied
 endif
-all: $(LIB) $(SHLIB) $(DEMO) $(PROGRAMS) $(LOAD)
+all: $(LIB) $(SHLIB) $(PROGRAMS) $(LOAD)
 
 deps:
 	@$(DEPS) $(DEB_PKGS)
@@ -305,10 +321,6 @@ $(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
 	  $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
 
-$(DEMO): runtime/examples/demo.c $(LIB)
-	$(call quiet,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
-
 examples: $(EX_BINS)
 $(B)/examples/%: runtime/examples/%.c $(LIB)
 	@mkdir -p $(@D)
@@ -339,12 +351,13 @@ $(B)/tests/loadtest/test_magpie_load: $(LOAD) $(PROGRAMS)
 TEST_BINS := $(RT_TEST_BINS) $(Q4_TEST_BINS) $(D_TEST_BINS) $(SD_TEST_BINS) $(LT_TEST_BINS)
 build-tests: $(TEST_BINS) $(UPSTREAM) $(PROGRAMS) $(SHLIB) $(EX_BINS) $(LOAD)
 
-check: build-tests header-check
+check: build-tests header-check docs
 	@tests/run-suites.sh $(VARIANT) $(TEST_BINS)
 
-# magpie_core.h needs C11 and pthreads only: tests/header/ builds its users with -std=c11
-# -pedantic -Werror, no feature macros, and a uv.h first on the include path that fails the
-# build if anything reaches it; the pool-only one is linked without libuv and run.
+# The public headers need C11 and pthreads only, and no libuv header: tests/header/ builds
+# their users with -std=c11 -pedantic -Werror, no feature macros, and a uv.h first on the
+# include path that fails the build if anything reaches it; the pool-only one is linked without
+# libuv and run, the one of magpie.h (io_only.c) linked with it and run.
 HDR := $(B)/header-check
 HDR_CFLAGS := -std=c11 -pedantic -Wall -Wextra -Werror -g $(OPT) -I$(HDR) -Iruntime/include
 $(HDR)/uv.h:
@@ -357,9 +370,13 @@ $(HDR)/core_only.o: tests/header/core_only.c runtime/include/magpie_core.h $(HDR
 $(HDR)/pool_only: tests/header/pool_only.c runtime/include/magpie_core.h $(HDR)/uv.h $(LIB)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(HDR_CFLAGS) $< $(LIB) -o $@ -pthread $(OPT)
-header-check: $(HDR)/core_only.o $(HDR)/pool_only
+$(HDR)/io_only: tests/header/io_only.c $(wildcard runtime/include/*.h) $(HDR)/uv.h $(LIB)
+	$(call quiet,CCLD,$@)
+	$(Q)$(CC) $(HDR_CFLAGS) $< $(LIB) -o $@ -pthread $(OPT) -luv
+header-check: $(HDR)/core_only.o $(HDR)/pool_only $(HDR)/io_only
 	$(HDR)/pool_only
-	@echo "[$(VARIANT)] header check: magpie_core.h stands alone (C11, no libuv)"
+	$(HDR)/io_only
+	@echo "[$(VARIANT)] header check: magpie_core.h and magpie.h stand alone (C11, no uv.h)"
 
 # The suites whose tests start threads (a runtime, a pool, threads of their own, or magpied),
 # for `make test-repeat N=...`: a race that fails one run in fifty shows up before it lands.
@@ -397,10 +414,63 @@ bench-http: all
 bench-all: all
 	loadtest/bench-all.sh
 
+# The reference: a man page per group of the public API (runtime/doc/pages.txt), generated
+# from the public headers' comments, and one per function that opens its group's.
+DOCS := $(B)/docs
+docs: $(DOCS)/man3/magpie.3
+$(DOCS)/man3/magpie.3: runtime/doc/gen-man.sh runtime/doc/pages.txt runtime/doc/magpie.3.in \
+		$(wildcard runtime/include/*.h)
+	$(call quiet,GEN,$(DOCS)/man3)
+	$(Q)rm -rf $(DOCS)/man3 && runtime/doc/gen-man.sh $(DOCS) $(VERSION)
+MAN3_PAGES = $(shell runtime/doc/gen-man.sh --list)
+EXAMPLE_SRCS := $(EXAMPLES:%=runtime/examples/%.c)
+
+# The installed magpied: the build's daemon, with its default -c at the installed configuration
+# ($(MAGPIED_CONF)) where the build's own keeps main.c's /etc/magpied/magpied.conf. A file holding
+# that path rebuilds it when an install names another, and the build's magpied, which the suites
+# run, is never relinked by an install.
+INST := $(B)/install
+$(INST)/conf-path: FORCE
+	@mkdir -p $(@D)
+	@echo '$(MAGPIED_CONF)' | cmp -s - $@ || echo '$(MAGPIED_CONF)' > $@
+$(INST)/main.o: daemon/main.c $(INST)/conf-path
+	$(call quiet,CC,$< (-c $(MAGPIED_CONF)))
+	$(Q)$(CC) $(CFLAGS_ALL) $(D_INC) -DMAGPIED_CONF='"$(MAGPIED_CONF)"' -c $< -o $@
+$(INST)/magpied: $(INST)/main.o $(D_LIB) $(LIB)
+	$(call quiet,LD,$@)
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(LTO_LINK) $(D_LIBS)
+FORCE:
+
+# What names the installed paths: the units and man pages say /usr/sbin/magpied and
+# /etc/magpied/ (a PREFIX=/usr install); install writes them with SBINDIR and SYSCONFDIR.
+RENDER := sed -e 's|/usr/sbin/magpied|$(SBINDIR)/magpied|g' -e 's|/etc/magpied/|$(SYSCONFDIR)/magpied/|g'
+# The .pc files carry the paths, the version, and an rpath for a prefix outside the loader's
+# search path: cc prog.c $$(pkg-config --cflags --libs magpie) $$(pkg-config --variable=rpath magpie)
+RENDER_PC := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+# Every file install puts in place but the configuration (which it may keep, see below);
+# uninstall removes these.
+INSTALL_FILES := $(LIBDIR)/libmagpie.a $(LIBDIR)/$(SHLIB_NAME) $(LIBDIR)/$(SHLIB_SONAME) \
+	$(LIBDIR)/libmagpie.so $(addprefix $(INCLUDEDIR)/,magpie.h magpie_core.h magpie_io.h) \
+	$(LIBDIR)/pkgconfig/magpie.pc $(LIBDIR)/pkgconfig/magpie-static.pc $(SBINDIR)/magpied \
+	$(addprefix $(SYSTEMD_UNIT_DIR)/,$(UNITS)) $(MANDIR)/man8/magpied.8 \
+	$(MANDIR)/man5/magpied.conf.5 $(DOCDIR)/haproxy.cfg.example \
+	$(addprefix $(LIBDOCDIR)/,README.md DESIGN.md) $(addprefix $(LIBDOCDIR)/,$(EXAMPLE_SRCS:runtime/%=%))
+# The folders that are magpie's own, removed by uninstall once empty (lib/, include/ and the
+# like stay).
+INSTALL_OWN_DIRS := $(SYSCONFDIR)/magpied $(DOCDIR) $(LIBDOCDIR)/examples $(LIBDOCDIR)
+# The loader's cache is refreshed only when the library went to a folder the loader's cache
+# covers (/usr/lib, /lib, or one its configuration names: /usr/local/lib on Debian) and no
+# DESTDIR stages it: an install elsewhere writes nothing outside its prefix. LDCONFIG= skips it.
+LDCONFIG ?= ldconfig
+LDCONFIG_COVERS = $(filter /usr/lib /lib,$(LIBDIR))$(shell grep -qsx '$(LIBDIR)/\?' \
+	/etc/ld.so.conf /etc/ld.so.conf.d/*.conf && echo y)
+LDCONFIG_RUN = $(if $(DESTDIR),,$(if $(LDCONFIG),$(if $(LDCONFIG_COVERS),$(LDCONFIG))))
+
 # A packager's `make install DESTDIR=...` gets every file. Installing onto the live system
-# (no DESTDIR) keeps an existing /etc/magpied/magpied.conf, refreshes the linker cache, and
-# leaves `systemctl daemon-reload` to the administrator.
-install: $(LIB) $(SHLIB) $(PROGRAMS)
+# (no DESTDIR) keeps an existing $(MAGPIED_CONF), and leaves `systemctl daemon-reload` to
+# the administrator.
+install: $(LIB) $(SHLIB) $(INST)/magpied docs
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libmagpie.a
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB_NAME)
@@ -408,32 +478,52 @@ install: $(LIB) $(SHLIB) $(PROGRAMS)
 	ln -sf $(SHLIB_SONAME) $(DESTDIR)$(LIBDIR)/libmagpie.so
 	install -m 644 runtime/include/magpie.h runtime/include/magpie_core.h \
 	  runtime/include/magpie_io.h $(DESTDIR)$(INCLUDEDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
-	sed -e 's|@PREFIX@|$(PREFIX)|g' runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
-	install -D -m 755 $(MAGPIED) $(DESTDIR)$(SBINDIR)/magpied
-	@if [ -z "$(DESTDIR)" ] && [ -e /etc/magpied/magpied.conf ]; then \
-	  echo "keeping /etc/magpied/magpied.conf (the shipped default is config/magpied.conf)"; \
+	$(RENDER_PC) runtime/magpie.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie.pc
+	$(RENDER_PC) runtime/magpie-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/magpie-static.pc
+	install -D -m 755 $(INST)/magpied $(DESTDIR)$(SBINDIR)/magpied
+	@if [ -z "$(DESTDIR)" ] && [ -e $(MAGPIED_CONF) ]; then \
+	  echo "keeping $(MAGPIED_CONF) (the shipped default is config/magpied.conf)"; \
 	else \
-	  echo "install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf"; \
-	  install -D -m 644 config/magpied.conf $(DESTDIR)/etc/magpied/magpied.conf; \
+	  echo "install -D -m 644 config/magpied.conf $(DESTDIR)$(MAGPIED_CONF)"; \
+	  install -D -m 644 config/magpied.conf $(DESTDIR)$(MAGPIED_CONF); \
 	fi
-	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR)
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
 	for u in $(UNITS); do \
-	  sed -e 's|/usr/sbin/magpied|$(SBINDIR)/magpied|g' systemd/$$u > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u && \
+	  $(RENDER) systemd/$$u > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u && \
 	  chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u || exit 1; \
 	done
-	install -D -m 644 daemon/magpied.8 $(DESTDIR)$(MANDIR)/man8/magpied.8
-	install -D -m 644 config/magpied.conf.5 $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
+	$(RENDER) daemon/magpied.8 > $(DESTDIR)$(MANDIR)/man8/magpied.8
+	$(RENDER) config/magpied.conf.5 > $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
+	chmod 644 $(DESTDIR)$(MANDIR)/man8/magpied.8 $(DESTDIR)$(MANDIR)/man5/magpied.conf.5
 	install -D -m 644 config/haproxy.cfg.example $(DESTDIR)$(DOCDIR)/haproxy.cfg.example
-	$(if $(DESTDIR),,-ldconfig)
+	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(LIBDOCDIR)/examples
+	install -m 644 $(DOCS)/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 runtime/README.md runtime/DESIGN.md $(DESTDIR)$(LIBDOCDIR)/
+	install -m 644 $(EXAMPLE_SRCS) $(DESTDIR)$(LIBDOCDIR)/examples/
+	$(if $(LDCONFIG_RUN),-$(LDCONFIG_RUN))
+
+# The configuration goes only while it is the shipped one (an edited one is kept, and said so).
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(MAN3_PAGES))
+	@if [ -e $(DESTDIR)$(MAGPIED_CONF) ] && ! cmp -s config/magpied.conf $(DESTDIR)$(MAGPIED_CONF); then \
+	  echo "keeping $(DESTDIR)$(MAGPIED_CONF): it differs from the shipped one"; \
+	else \
+	  echo "rm -f $(DESTDIR)$(MAGPIED_CONF)"; rm -f $(DESTDIR)$(MAGPIED_CONF); \
+	fi
+	-rmdir $(addprefix $(DESTDIR),$(INSTALL_OWN_DIRS)) 2>/dev/null
+	$(if $(LDCONFIG_RUN),-$(LDCONFIG_RUN))
 
 LINT_SRCS := $(shell find runtime daemon tests loadtest -name '*.[ch]' 2>/dev/null)
 # check-refs.sh: every "pairs with f()" / "see f()" in a comment names something that exists;
-# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not.
+# test-check-refs.sh shows it fails, naming FILE:LINE, on one that does not. check-docs.sh:
+# every public function has a documentation comment (test-check-docs.sh: its failure).
 lint-check:
 	clang-format --dry-run --Werror $(LINT_SRCS)
 	tests/lint/check-refs.sh
 	tests/lint/test-check-refs.sh
+	tests/lint/check-docs.sh
+	tests/lint/test-check-docs.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE $(RT_INC) runtime/src
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

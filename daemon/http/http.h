@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#include <uv.h>
 
 #include "llhttp.h"
 #include "core/kinds.h"

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <uv.h>
 
 #include "server/generation.h"
 #include "magpie.h"

@@ -43,7 +43,7 @@ static int worker_metrics(md_server *s, md_outbuf *out)
 static int runtime_metrics(md_server *s, md_outbuf *out)
 {
     mp_stats st;
-    mp_runtime_stats(s->rt, &st);
+    mp_runtime_stats_get(s->rt, &st);
     size_t bufs_used = 0, bufs_pooled = 0;
     mp_tcp_buffer_stats(&bufs_used, &bufs_pooled);
     int rc = md_metrics_family(out, 0, "magpie_tcp_read_buffers", "gauge",

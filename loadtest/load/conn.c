@@ -338,7 +338,7 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
             now = ld_now_ns();
             if (len == 0) {
                 bool done = false;
-                bool clean = err == UV_EOF && ld_resp_eof(&c->resp, &done);
+                bool clean = err == MP_EOF && ld_resp_eof(&c->resp, &done);
                 if (done && c->qlen) {
                     record(c, s, now);
                     drop(c, s, -1, now);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "load.h"
@@ -591,7 +592,7 @@ int main(int argc, char **argv)
     struct addrinfo *ai;
     int rc = mp_resolve_blocking(host, port, &hints, &ai);
     if (rc != 0)
-        die("cannot resolve %s: %s", host, strerror(-rc));
+        die("cannot resolve %s: %s", host, mp_strerror(rc));
     /* Each address in getaddrinfo's order (localhost may be ::1 and 127.0.0.1): every one must
      * be allowed, and the first that takes a connection is the target. */
     char numeric[INET6_ADDRSTRLEN];

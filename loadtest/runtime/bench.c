@@ -88,9 +88,9 @@ static void (*g_progress)(char *buf, size_t len); /* the workload's own counters
 static void print_stats(FILE *f)
 {
     mp_stats s;
-    int rc = g_rt ? mp_runtime_stats(g_rt, &s) : -1;
+    int rc = g_rt ? mp_runtime_stats_get(g_rt, &s) : -1;
     if (rc != 0) {
-        fprintf(f, "  (mp_runtime_stats: %d)\n", rc);
+        fprintf(f, "  (mp_runtime_stats_get: %d)\n", rc);
         return;
     }
     fprintf(f,
@@ -333,7 +333,7 @@ static double measure(round_fn f, int warmup, int rounds)
         fail("out of memory");
     for (int i = -warmup; i < rounds; i++) {
         mp_stats a, b;
-        if (g_verbose && mp_runtime_stats(g_rt, &a) != 0)
+        if (g_verbose && mp_runtime_stats_get(g_rt, &a) != 0)
             memset(&a, 0, sizeof a);
         atomic_store(&g_round, i);
         atomic_store(&g_deadline, now_ns() + g_timeout_ns);
@@ -342,7 +342,7 @@ static double measure(round_fn f, int warmup, int rounds)
         if (i >= 0)
             v[i] = ns;
         if (g_verbose) {
-            if (mp_runtime_stats(g_rt, &b) != 0)
+            if (mp_runtime_stats_get(g_rt, &b) != 0)
                 memset(&b, 0, sizeof b);
             fprintf(stderr,
                     "%s %s %d: %.1f us; polled %" PRIu64 " stolen %" PRIu64 " steals %" PRIu64

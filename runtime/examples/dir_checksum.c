@@ -11,6 +11,7 @@
  * order gives the sequential answer.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <magpie.h>
 #include <stdio.h>
@@ -167,7 +168,7 @@ int main(int argc, char **argv)
         file *f = &files[i];
         mp_join(&f->task);
         if (f->err) {
-            printf("ERR %s  %s\n", strerror(-f->err), f->name);
+            printf("ERR %s  %s\n", mp_strerror(f->err), f->name);
             bad = 1;
             continue;
         }

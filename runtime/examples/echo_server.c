@@ -55,7 +55,7 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
         size_t len;
         if (mp_tcp_read_poll(&c->tcp, cx, &c->data, &len, &err) == MP_PENDING)
             return MP_PENDING;
-        if (len == 0) /* end of stream (err UV_EOF) or an error */
+        if (len == 0) /* end of stream (err MP_EOF) or an error */
             break;
         c->echoing = len;
     }
@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     mp_runtime *rt;
     int rc = mp_runtime_new(&rt, NULL);
     if (rc != 0) {
-        fprintf(stderr, "mp_runtime_new: %s\n", strerror(-rc));
+        fprintf(stderr, "mp_runtime_new: %s\n", mp_strerror(rc));
         return 1;
     }
     static acceptor a;
@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if ((rc = mp_tcp_listen(rt, &a.listener, (struct sockaddr *)&addr, 0, 0)) != 0) {
-        fprintf(stderr, "listen on 127.0.0.1:%d: %s\n", port, strerror(-rc));
+        fprintf(stderr, "listen on 127.0.0.1:%d: %s\n", port, mp_strerror(rc));
         mp_runtime_free(rt);
         return 1;
     }

@@ -31,7 +31,8 @@ typedef struct fetcher {
     mp_tcp *tcp; /* the connection in use, or NULL; freed by its close callback */
     mp_timer timer;
     uint64_t deadline;
-    char head[16]; /* the status line's start */
+    int connect_err; /* the last address's failure, for the report */
+    char head[16];   /* the status line's start */
     size_t head_len, bytes;
 } fetcher;
 
@@ -64,15 +65,21 @@ static bool parse_url(fetcher *f, const char *url)
     return n > 0 && (size_t)n < sizeof f->req;
 }
 
-static void report(fetcher *f, const char *what)
+/* One line per URL: "STATUS BYTES URL", or "ERR WHAT (REASON) URL" with the reason for the
+ * error code err (mp_strerror) when there is one. */
+static void report(fetcher *f, const char *what, int err)
 {
     int status = 0;
-    if (!what && sscanf(f->head, "HTTP/1.%*d %d", &status) != 1)
+    if (!what && !err && sscanf(f->head, "HTTP/1.%*d %d", &status) != 1)
         what = "malformed response";
-    if (what || status < 200 || status > 299)
+    if (what || err || status < 200 || status > 299)
         atomic_fetch_add(&failures, 1);
-    what ? printf("ERR %s %s\n", what, urls[f->url])
-         : printf("%d %zu %s\n", status, f->bytes, urls[f->url]);
+    if (what && err)
+        printf("ERR %s (%s) %s\n", what, mp_strerror(err), urls[f->url]);
+    else if (what || err)
+        printf("ERR %s %s\n", what ? what : mp_strerror(err), urls[f->url]);
+    else
+        printf("%d %zu %s\n", status, f->bytes, urls[f->url]);
 }
 
 static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
@@ -86,11 +93,11 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
             if ((f->url = atomic_fetch_add(&next_url, 1)) >= nurls)
                 return MP_READY;
             if (!parse_url(f, urls[f->url])) {
-                report(f, "not an http:// URL");
+                report(f, "not an http:// URL", 0);
                 continue;
             }
             if ((err = mp_resolve_start(f->rt, &f->resolve, f->host, f->port, NULL)) != 0) {
-                report(f, strerror(-err));
+                report(f, "cannot resolve", err);
                 continue;
             }
             f->deadline = mp_now_ms() + TIMEOUT_MS;
@@ -102,10 +109,11 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 return MP_PENDING;
             f->step = TAKE;
             if (err != 0) {
-                report(f, strerror(-err));
+                report(f, "cannot resolve", err); /* MP_ERESOLVE_NOTFOUND, say */
                 continue;
             }
             f->ai = f->addrs;
+            f->connect_err = 0;
             f->step = CONNECT;
             /* fall through */
         case CONNECT: /* each address in getaddrinfo's order until one answers */
@@ -113,12 +121,12 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 if (!f->ai) {
                     freeaddrinfo(f->addrs);
                     f->step = TAKE;
-                    report(f, "could not connect");
+                    report(f, "could not connect", f->connect_err);
                     continue;
                 }
                 if (!(f->tcp = malloc(sizeof *f->tcp)))
                     return MP_READY;
-                if (mp_tcp_connect(f->rt, f->tcp, f->ai->ai_addr, 0) != 0) {
+                if ((f->connect_err = mp_tcp_connect(f->rt, f->tcp, f->ai->ai_addr, 0)) != 0) {
                     free(f->tcp);
                     f->tcp = NULL;
                 }
@@ -129,6 +137,7 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
             if (mp_tcp_connect_poll(f->tcp, cx, &f->timer, f->deadline, &err) == MP_PENDING)
                 return MP_PENDING;
             if (err != 0) {
+                f->connect_err = err;
                 close_stream(f);
                 continue;
             }
@@ -141,7 +150,7 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 return MP_PENDING;
             f->step = err ? TAKE : RECV;
             if (err) {
-                report(f, strerror(-err));
+                report(f, "cannot send", err);
                 continue;
             }
             /* fall through */
@@ -152,7 +161,7 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 return MP_PENDING;
             if (len == 0) { /* the server closed: the response is whole */
                 f->head[f->head_len < sizeof f->head ? f->head_len : sizeof f->head - 1] = 0;
-                report(f, err == UV_EOF ? NULL : strerror(-err));
+                report(f, NULL, err == MP_EOF ? 0 : err);
                 f->step = TAKE;
                 continue;
             }

@@ -7,6 +7,7 @@
  *                                    answer came back and was right
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <magpie.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -132,7 +133,7 @@ int main(int argc, char **argv)
     int rc = mp_udp_bind(rt, &s.udp, (struct sockaddr *)&lo, 0);
     struct sockaddr_storage srv;
     if (rc != 0 || mp_udp_local_addr(&s.udp, &srv) != 0) {
-        fprintf(stderr, "bind: %s\n", strerror(-rc));
+        fprintf(stderr, "bind: %s\n", mp_strerror(rc));
         return 1;
     }
     mp_task_init(&s.task, &server_vt);
@@ -144,7 +145,7 @@ int main(int argc, char **argv)
         mp_timer_init(&c[i].timer, rt);
         if ((rc = mp_udp_bind(rt, &c[i].udp, (struct sockaddr *)&lo, 0)) != 0 ||
             (rc = mp_udp_connect(&c[i].udp, (struct sockaddr *)&srv)) != 0) {
-            fprintf(stderr, "client %d: %s\n", i, strerror(-rc));
+            fprintf(stderr, "client %d: %s\n", i, mp_strerror(rc));
             return 1;
         }
         mp_task_init(&c[i].task, &client_vt);

@@ -4,7 +4,7 @@
  *   magpie_core.h  tasks, wakers, the runtime, sync primitives, the fork-join pool
  *                  (C11 and pthreads only)
  *   magpie_io.h    the loop, timers, TCP and UDP sockets, name resolution, files
- *                  (includes <uv.h>: compile with -D_DEFAULT_SOURCE or -std=gnu11)
+ *                  (names libuv's types without including <uv.h>: -std=c11 suffices)
  *
  * A program that needs no I/O includes magpie_core.h alone.
  */

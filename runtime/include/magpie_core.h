@@ -9,13 +9,16 @@
  * macros, so a program that uses the scheduler or the pool alone needs no libuv headers.
  * magpie_io.h adds the loop, timers and TCP streams; magpie.h includes both.
  *
- * Errors are 0 or a negative errno, as in libuv. Thread safety: every function may be called
- * from any thread unless its comment says otherwise. Fields under a "private" comment are the
- * library's: they are in the header only so that the caller can embed the struct.
+ * Errors are 0 or a negative errno, as in libuv, and a few codes of the library's own
+ * (MP_EOF, MP_ERESOLVE_*, in magpie_io.h); mp_strerror() gives the message of each. Thread
+ * safety: every function may be called from any thread unless its comment says otherwise.
+ * Fields under a "private" comment are the library's: they are in the header only so that the
+ * caller can embed the struct.
  */
 #ifndef MAGPIE_CORE_H
 #define MAGPIE_CORE_H
 
+#include <errno.h> /* the E* codes the functions return, negated */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +32,13 @@ extern "C" {
 #define MP_VERSION_MINOR 1
 #define MP_VERSION_PATCH 0
 
+/* Marks a declaration kept only for compatibility: a warning where the compiler can give one. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MP_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define MP_DEPRECATED(msg)
+#endif
+
 #define mp_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 typedef struct mp_runtime mp_runtime;
@@ -36,6 +46,13 @@ typedef struct mp_task mp_task;
 typedef struct mp_context mp_context;
 
 typedef enum mp_poll { MP_READY = 0, MP_PENDING = 1 } mp_poll;
+
+/* The message of a code any libmagpie function returns or reports: a negative errno (the
+ * system's text, as strerror(3) gives it), MP_EOF ("end of stream") and the MP_ERESOLVE_*
+ * codes of magpie_io.h (texts of their own), and libuv's codes that are not errnos (its
+ * UV_EAI_*, UV_ECHARSET, UV_EFTYPE: libuv's text). 0 gives "success", any other code
+ * "unknown error". The string is static (never freed); any thread. */
+const char *mp_strerror(int err);
 
 /* Wakers: a handle that makes a task (or a blocked thread) runnable again. A waker obtained
  * from mp_context_waker() is borrowed for the duration of one poll; keep it with
@@ -309,6 +326,12 @@ typedef struct mp_stats {
     uint64_t blocking_jobs, blocking_threads_started, blocking_spawn_failures;
 } mp_stats;
 
+/* Fills *out with a snapshot of the runtime's counters. Returns 0. (The pool's twin is
+ * mp_pool_stats_get().) */
+int mp_runtime_stats_get(mp_runtime *rt, mp_stats *out);
+/* Deprecated: the old name of mp_runtime_stats_get(), kept for the programs that use it; it
+ * will go in a release that breaks the ABI. */
+MP_DEPRECATED("use mp_runtime_stats_get()")
 int mp_runtime_stats(mp_runtime *rt, mp_stats *out);
 /* A text dump of what the runtime is doing, as tokio-console shows it: each worker's state,
  * queue length and counters, the global queue, the blocking pool, and every live task that has
@@ -369,12 +392,15 @@ void mp_oneshot_close_tx(mp_oneshot *o); /* the sender will not send */
 void mp_oneshot_close_rx(mp_oneshot *o); /* the receiver will not receive; drops its waker */
 
 /* Bounded multi-producer single-consumer channel of pointers. Values are any pointer,
- * NULL included. */
+ * NULL included. With capacity 0 it is a rendezvous channel: it holds no value, and a send
+ * completes only when the receiver takes the value from the sender itself. */
 typedef struct mp_chan_waiter {
     /* private: the channel's while queued */
     struct mp_chan_waiter *prev, *next;
     mp_waker waker;
     bool queued; /* guarded by the channel lock */
+    bool taken;  /* rendezvous: the receiver took value; guarded by the channel lock */
+    void *value; /* rendezvous: the value offered while queued */
 } mp_chan_waiter;
 
 typedef struct mp_chan {
@@ -387,8 +413,7 @@ typedef struct mp_chan {
     mp_chan_waiter *tx_head, *tx_tail; /* senders waiting for room */
 } mp_chan;
 
-/* Allocates the slot array once. 0, -EINVAL for capacity 0 (a rendezvous channel is not
- * offered), -ENOMEM. */
+/* Allocates the slot array once (none for capacity 0: a rendezvous channel). 0, -ENOMEM. */
 int mp_chan_init(mp_chan *c, uint32_t capacity);
 /* A sender's wait node starts zeroed: {0} or this. */
 static inline void mp_chan_waiter_init(mp_chan_waiter *w)
@@ -396,16 +421,29 @@ static inline void mp_chan_waiter_init(mp_chan_waiter *w)
     w->prev = w->next = NULL;
     w->waker = (mp_waker){0};
     w->queued = false;
+    w->taken = false;
+    w->value = NULL;
 }
 void mp_chan_destroy(mp_chan *c);
-/* 0, -EAGAIN when full, -EPIPE when closed. */
+/* 0, -EAGAIN when full, -EPIPE when closed. A rendezvous channel is always full: its
+ * try_send never sends (-EAGAIN, or -EPIPE once closed); send with mp_chan_send_poll() or
+ * mp_chan_send_blocking(). */
 int mp_chan_try_send(mp_chan *c, void *value);
 /* Senders waiting for room. *w must stay put while PENDING; call mp_chan_cancel_send(c, w) if
- * the sender gives up. MP_READY with *err = 0 (sent) or -EPIPE (closed). */
+ * the sender gives up. MP_READY with *err = 0 (sent) or -EPIPE (closed). On a rendezvous
+ * channel the sender waits, queued with its value, until the receiver takes it (MP_READY, 0),
+ * and the receiver is woken when a sender queues; a close ends the wait of every sender whose
+ * value was not taken with -EPIPE. */
 mp_poll mp_chan_send_poll(mp_chan *c, mp_chan_waiter *w, void *value, mp_context *cx, int *err);
-void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w);
+/* The sender gives up (from its cancel callback): leaves the queue and drops its waker.
+ * Returns true when the value was received after all: on a rendezvous channel the receiver
+ * may have taken it between the sender's last poll and this call (then it is the receiver's);
+ * false otherwise, and always on a channel with capacity. */
+bool mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w);
 int mp_chan_send_blocking(mp_chan *c, void *value);
-/* 0, -EAGAIN when empty, -EPIPE when empty and closed. */
+/* 0, -EAGAIN when empty, -EPIPE when empty and closed. On a rendezvous channel a value is
+ * there while a sender waits with it; once closed, values of senders still waiting are not
+ * taken (their sends fail with -EPIPE). */
 int mp_chan_try_recv(mp_chan *c, void **value);
 mp_poll mp_chan_recv_poll(mp_chan *c, mp_context *cx, void **value, int *err);
 /* The receiver gives up waiting (from its cancel callback): drops the waker it left. */
@@ -458,6 +496,7 @@ typedef struct mp_waiter {
     uint32_t n; /* permits asked for (semaphore, mutex, rwlock) */
 } mp_waiter;
 
+/* A wait node starts idle: {0}, or this. */
 static inline void mp_waiter_init(mp_waiter *w)
 {
     w->prev = w->next = NULL;
@@ -712,13 +751,34 @@ void mp_cancel_token_cancel_wait(mp_cancel_token *t, mp_waiter *w);
 void mp_cancel_token_wait_blocking(mp_cancel_token *t); /* plain threads only */
 
 /* Task group (Tokio's JoinSet): joinable tasks spawned into a group, joined in the order they
- * finish. A member embeds mp_group_task (whose task field its poll receives) in place of a
- * bare mp_task. The group has one owner at a time, a task or a thread: spawn, join,
- * cancel_all and destroy are not called concurrently with each other (members finishing on
- * other threads meanwhile is what the group is for). Destroying the group cancels the
- * members still running and gives up their join handles: their cancel and release callbacks
- * still run, on the runtime, as for detached tasks; the group's memory is not touched after
- * mp_task_group_destroy() returns. */
+ * finish.
+ *
+ * A member's struct embeds an mp_group_task where a plain task embeds an mp_task (the group
+ * links its members through it, so a group spawns and joins without allocating):
+ *
+ *     typedef struct job { mp_group_task gt; int in, out; } job;
+ *
+ *     static mp_poll job_poll(mp_task *t, mp_context *cx)     (t is &j->gt.task)
+ *     {
+ *         job *j = mp_container_of(t, job, gt.task);
+ *         ...
+ *     }
+ *
+ *     mp_task_init(&j->gt.task, &job_vt);
+ *     mp_task_group_spawn(&g, &j->gt);
+ *     ...
+ *     mp_group_task *done;                                     (a finished member)
+ *     mp_task_group_join_next(&g, &done, &result);
+ *     job *j = mp_container_of(done, job, gt);
+ *
+ * The vtable's callbacks receive &gt.task; mp_task_group_join_next() gives back &gt. A member
+ * is the group's from its spawn until it is joined (or the group destroyed): its memory may
+ * be freed after the join, or in its release callback. The group has one owner at a time, a task or
+ * a thread: spawn, join, cancel_all and destroy are not called concurrently with each other
+ * (members finishing on other threads meanwhile is what the group is for). Destroying the group
+ * cancels the members still running and gives up their join handles: their cancel and release
+ * callbacks still run, on the runtime, as for detached tasks; the group's memory is not touched
+ * after mp_task_group_destroy() returns. */
 typedef struct mp_task_group mp_task_group;
 
 typedef struct mp_group_task {
@@ -773,6 +833,7 @@ typedef struct mp_select_arm {
     void *arg;
 } mp_select_arm;
 
+/* Poll arms[0..n) in order, as above: MP_READY with *which, or MP_PENDING. */
 mp_poll mp_select_poll(const mp_select_arm *arms, size_t n, mp_context *cx, size_t *which);
 
 /* Fork-join pool, for CPU-bound parallel work beside the async runtime (Rayon beside Tokio).
@@ -860,8 +921,8 @@ void mp_pool_free(mp_pool *pool);
  */
 int mp_pool_call(mp_pool *pool, mp_pool_fn fn, void *arg);
 
-/* Fills *out with a snapshot of the pool's counters. Returns 0. (mp_runtime_stats' twin; the
- * name mp_pool_stats is the type's.) */
+/* Fills *out with a snapshot of the pool's counters. Returns 0. (mp_runtime_stats_get()'s
+ * twin: mp_<object>_stats_get for both.) */
 int mp_pool_stats_get(mp_pool *pool, mp_pool_stats *out);
 
 /* Index of the calling pool worker (0 .. mp_pool_stats.workers - 1; the caller slot is the

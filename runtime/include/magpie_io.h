@@ -1,8 +1,14 @@
 /* magpie_io.h: libmagpie's reactor (the runtime's libuv loop) and what tasks wait on through
  * it: timers, TCP streams, listeners and connects, UDP sockets, name resolution and file
- * reads, opens and stats on the blocking pool. Includes <uv.h>, which needs the POSIX types a
- * strict -std=c11 hides: compile with -D_DEFAULT_SOURCE (or -std=gnu11). Everything else is in
- * magpie_core.h, included here.
+ * reads, opens and stats on the blocking pool. Everything else is in magpie_core.h,
+ * included here.
+ *
+ * This header does not include <uv.h> (whose pthread_rwlock_t a strict -std=c11 hides): it
+ * compiles with -std=c11 -pedantic and no feature macro. The libuv types it names are declared
+ * incomplete here (uv_loop_t, uv_stream_t), and the libuv handles the socket objects own are
+ * kept in private storage sized for them (mp_uv_handle_space). A program that calls libuv
+ * itself (on mp_runtime_loop()) includes <uv.h> with the feature macros libuv needs
+ * (-D_DEFAULT_SOURCE, or -std=gnu11), before or after this header.
  */
 #ifndef MAGPIE_IO_H
 #define MAGPIE_IO_H
@@ -10,13 +16,33 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <uv.h>
+#include <sys/types.h>
 
 #include "magpie_core.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* libuv's types, by name only (C11 allows <uv.h> to repeat these typedefs). */
+typedef struct uv_loop_s uv_loop_t;
+typedef struct uv_stream_s uv_stream_t;
+/* getaddrinfo's, which <netdb.h> defines only under POSIX feature macros. */
+struct addrinfo;
+
+/* The end of a stream: what mp_tcp_read_poll() reports once the peer has closed its side.
+ * The value is libuv's UV_EOF (the library checks that they agree), so either name compares
+ * equal to it. */
+#define MP_EOF (-4095)
+
+/* private: room for the libuv handle (uv_tcp_t, uv_udp_t) a socket object below owns once
+ * its close begins. libuv 1.x keeps the sizes of its handles fixed (they are its ABI); the
+ * library checks at its build that each fits (runtime/src/internal.h). */
+typedef union mp_uv_handle_space {
+    void *align_ptr_;
+    uint64_t align_u64_;
+    unsigned char bytes_[256];
+} mp_uv_handle_space;
 
 /* The reactor: one libuv loop per runtime, run by whichever worker holds the driver role.
  * libuv calls on this loop or its handles must be made on the thread that holds the role:
@@ -121,14 +147,15 @@ typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     /* private: the stream's, read through the functions below */
     mp_io io;
-    uv_tcp_t handle;        /* owns the socket once the close begins (or from a libuv accept) */
+    /* a uv_tcp_t: owns the socket once the close begins (or from a libuv accept) */
+    mp_uv_handle_space handle;
     bool uv_owned;          /* handle was initialised by mp_tcp_accept() */
     bool connecting;        /* the task's: mp_tcp_connect() started, not yet reported */
     uint64_t read_ns;       /* the task's: mp_tcp_read_time() */
     uint64_t read_ready_ns; /* the task's: io's ready_ns at its last read */
     char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
-    int err;           /* the task's: 0, UV_EOF, or a negative errno, sticky */
+    int err;           /* the task's: 0, MP_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
     void (*on_closed)(mp_tcp *c);
 };
@@ -138,7 +165,7 @@ struct mp_tcp {
  * is left closed: nothing to close, and mp_tcp_fileno() returns -EBADF. */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
- * with *len == 0 and *err = UV_EOF or a negative errno, or MP_PENDING until data arrives. */
+ * with *len == 0 and *err = MP_EOF or a negative errno, or MP_PENDING until data arrives. */
 mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *len, int *err);
 /* Any thread: the task's current or next mp_tcp_read_poll returns MP_READY with *len == 0 and
  * *err == -EINTR, once (e.g. a graceful stop reaching a connection waiting for its peer). */
@@ -257,7 +284,7 @@ typedef struct mp_tcp_listener mp_tcp_listener;
 struct mp_tcp_listener {
     /* private */
     mp_io io;
-    uv_tcp_t handle; /* owns the socket once the close begins */
+    mp_uv_handle_space handle; /* a uv_tcp_t: owns the socket once the close begins */
     void (*on_closed)(mp_tcp_listener *l);
 };
 
@@ -302,7 +329,8 @@ typedef struct mp_udp mp_udp;
 struct mp_udp {
     /* private */
     mp_io io;
-    uv_udp_t handle;          /* owns the socket once the close begins */
+    /* a uv_udp_t: owns the socket once the close begins */
+    mp_uv_handle_space handle;
     _Atomic bool write_armed; /* EPOLLOUT is in the socket's events (udp.c) */
     void (*on_closed)(mp_udp *u);
 };
@@ -355,6 +383,20 @@ typedef struct mp_resolve {
     void *job;
 } mp_resolve;
 
+/* The failures of name resolution, beside negative errnos (mp_strerror() prints each):
+ *   MP_ERESOLVE_NOTFOUND  no such name (getaddrinfo's EAI_NONAME)
+ *   MP_ERESOLVE_AGAIN     temporary failure: the name server did not answer, try later
+ *                         (EAI_AGAIN)
+ *   MP_ERESOLVE_NOFAMILY  the name exists but has no address of the family asked for, or
+ *                         none at all (EAI_NODATA, EAI_ADDRFAMILY): an IPv6-only name asked
+ *                         with AF_INET, say
+ *   MP_ERESOLVE_FAIL      the name server failed for good (EAI_FAIL)
+ * Their values lie outside errno's range and libuv's codes, inside (-4096, 0). */
+#define MP_ERESOLVE_NOTFOUND (-3100)
+#define MP_ERESOLVE_AGAIN    (-3101)
+#define MP_ERESOLVE_NOFAMILY (-3102)
+#define MP_ERESOLVE_FAIL     (-3103)
+
 /* Start resolving host and service (either may be NULL, as for getaddrinfo) with hints (NULL:
  * any family, SOCK_STREAM, AI_ADDRCONFIG). r starts zeroed ({0}). 0, -EINVAL, -ENOMEM,
  * -ESHUTDOWN, -EALREADY (r is in use). Any thread. */
@@ -362,9 +404,9 @@ int mp_resolve_start(mp_runtime *rt, mp_resolve *r, const char *host, const char
                      const struct addrinfo *hints);
 /* From the task that started it: MP_READY with *res the whole list in getaddrinfo's order
  * (RFC 6724's: try each in turn, falling back on failure; free it with freeaddrinfo()) and
- * *err = 0; or *res NULL and *err: -ENOENT (no such name, or no address of the family), -EAGAIN
- * (temporary failure: the name server did not answer), -ENOMEM, -EINVAL (bad hints or
- * service), -EIO (a permanent name server failure), -ETIMEDOUT (deadline_ms passed, with
+ * *err = 0; or *res NULL and *err: MP_ERESOLVE_NOTFOUND, MP_ERESOLVE_AGAIN, MP_ERESOLVE_NOFAMILY,
+ * MP_ERESOLVE_FAIL (above), -ENOMEM, -EINVAL (bad hints, or a service not known for the
+ * socket type), -ETIMEDOUT (deadline_ms passed, with
  * timer non-NULL, as mp_tcp_connect_poll), -ECANCELED (the runtime shut down first), or
  * another negative errno. r is free for another start after MP_READY. MP_PENDING until then. */
 mp_poll mp_resolve_poll(mp_resolve *r, mp_context *cx, mp_timer *timer, uint64_t deadline_ms,

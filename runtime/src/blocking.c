@@ -73,7 +73,7 @@ out_mu:
     return -rc;
 }
 
-/* Relaxed stores of counters read lock-free by mp_runtime_stats(); written under mu only. */
+/* Relaxed stores of counters read lock-free by mp_runtime_stats_get(); written under mu only. */
 static void set(_Atomic unsigned *v, unsigned x)
 {
     atomic_store_explicit(v, x, memory_order_relaxed);

@@ -120,7 +120,7 @@ int mp_runtime_dump(mp_runtime *rt, void (*line)(const char *text, void *arg), v
     out o = {line, arg};
     uint64_t now = mp__now_ns();
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     emit(&o,
          "magpie runtime %p: %u workers (%u started), %" PRIu64 " live tasks, global queue %zu, "
          "%" PRIu64 " slow polls",

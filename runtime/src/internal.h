@@ -13,11 +13,11 @@
  *   reactor:   reactor.c (the libuv loop, the driver role, commands for the loop), timer.c
  *              (timers for tasks, the uv_timer that drives them, the timer wheel)
  *   I/O:       io.c (the readiness every socket shares, mp__io_poll, close), tcp.c (TCP
- *              streams), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c (the
+ *              streams; their libuv handle lives in private storage, MP__UV_TCP), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c (the
  *              streams' read buffers), resolve.c (getaddrinfo on the blocking pool), file.c
  *              (file reads, opens and stats)
  *   memory:    tcache.c (what the per-thread caches share), blockcache.c (mp_block_cache)
- *   the rest:  testhook.c (fault injection and probes for the suites: every test-only hook),
+ *   the rest:  error.c (mp_strerror), testhook.c (fault injection and probes for the suites: every test-only hook),
  *              list.h (the intrusive list, which magpied uses too), sync/ (the sync primitives,
  *              with waitq.h, their waiter list), pool/ (the fork-join pool, with its own
  *              pool_internal.h on top of this one).
@@ -27,6 +27,8 @@
 
 #include "list.h"
 #include "magpie.h"
+
+#include <uv.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +94,18 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
                 __VA_ARGS__);                                                                      \
         abort();                                                                                   \
     } while (0)
+
+/* The libuv handle kept in a socket object's mp_uv_handle_space (magpie_io.h, which names no
+ * libuv type): the storage must hold the handle of the libuv this library is built with. */
+#define MP__UV_TCP(obj) ((uv_tcp_t *)(void *)&(obj)->handle)
+#define MP__UV_UDP(obj) ((uv_udp_t *)(void *)&(obj)->handle)
+_Static_assert(sizeof(uv_tcp_t) <= sizeof(mp_uv_handle_space) &&
+                   alignof(uv_tcp_t) <= alignof(mp_uv_handle_space),
+               "mp_uv_handle_space cannot hold a uv_tcp_t");
+_Static_assert(MP_EOF == UV_EOF, "MP_EOF is libuv's UV_EOF");
+_Static_assert(sizeof(uv_udp_t) <= sizeof(mp_uv_handle_space) &&
+                   alignof(uv_udp_t) <= alignof(mp_uv_handle_space),
+               "mp_uv_handle_space cannot hold a uv_udp_t");
 
 /* Statistics counters: written by one thread only, read by any; a relaxed load+store pair
  * compiles to a plain add (no locked instruction), and readers tolerate a stale value. */

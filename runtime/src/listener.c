@@ -27,10 +27,11 @@ static void close_cb(uv_handle_t *h)
 static void listener_close(mp_io *io)
 {
     mp_tcp_listener *l = mp_container_of(io, mp_tcp_listener, io);
-    if (uv_tcp_init(&io->rt->reactor.loop, &l->handle) != 0 || uv_tcp_open(&l->handle, io->fd) != 0)
+    if (uv_tcp_init(&io->rt->reactor.loop, MP__UV_TCP(l)) != 0 ||
+        uv_tcp_open(MP__UV_TCP(l), io->fd) != 0)
         MP__UNREACHABLE("libuv refused to adopt listening socket %d for its close", io->fd);
-    l->handle.data = l;
-    uv_close((uv_handle_t *)&l->handle, close_cb);
+    MP__UV_TCP(l)->data = l;
+    uv_close((uv_handle_t *)MP__UV_TCP(l), close_cb);
 }
 
 static int adopt(mp_runtime *rt, mp_tcp_listener *l, int fd)

@@ -22,19 +22,20 @@ int mp__resolve_error(int eai, int saved_errno)
     case 0:
         return 0;
     case EAI_NONAME:
+        return MP_ERESOLVE_NOTFOUND;
 #ifdef EAI_NODATA
     case EAI_NODATA:
 #endif
 #ifdef EAI_ADDRFAMILY
     case EAI_ADDRFAMILY:
 #endif
-        return -ENOENT;
+        return MP_ERESOLVE_NOFAMILY;
     case EAI_AGAIN:
-        return -EAGAIN;
+        return MP_ERESOLVE_AGAIN;
     case EAI_MEMORY:
         return -ENOMEM;
     case EAI_FAIL:
-        return -EIO;
+        return MP_ERESOLVE_FAIL;
     case EAI_SYSTEM:
         return saved_errno ? -saved_errno : -EIO;
     default: /* EAI_BADFLAGS, EAI_FAMILY, EAI_SOCKTYPE, EAI_SERVICE */

@@ -416,7 +416,7 @@ int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *ou
     return 0;
 }
 
-int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
+int mp_runtime_stats_get(mp_runtime *rt, mp_stats *out)
 {
     memset(out, 0, sizeof *out);
     for (unsigned i = 0; i < rt->nworkers; i++) {
@@ -444,4 +444,10 @@ int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
         out->total.spawned > out->total.completed ? out->total.spawned - out->total.completed : 0;
     mp__blocking_stats(&rt->blocking, out);
     return 0;
+}
+
+/* The deprecated old name (magpie_core.h): the same function, still exported. */
+int mp_runtime_stats(mp_runtime *rt, mp_stats *out)
+{
+    return mp_runtime_stats_get(rt, out);
 }

@@ -54,13 +54,13 @@ static void stream_close(mp_io *io)
     mp_tcp *c = mp_container_of(io, mp_tcp, io);
     if (!c->uv_owned) {
         /* A bare socket: a handle now, only to have libuv close the fd and call back. */
-        if (uv_tcp_init(&io->rt->reactor.loop, &c->handle) != 0 ||
-            uv_tcp_open(&c->handle, io->fd) != 0)
+        if (uv_tcp_init(&io->rt->reactor.loop, MP__UV_TCP(c)) != 0 ||
+            uv_tcp_open(MP__UV_TCP(c), io->fd) != 0)
             MP__UNREACHABLE("libuv refused to adopt socket %d for its close", io->fd);
         c->uv_owned = true;
     }
-    c->handle.data = c;
-    uv_close((uv_handle_t *)&c->handle, close_cb);
+    MP__UV_TCP(c)->data = c;
+    uv_close((uv_handle_t *)MP__UV_TCP(c), close_cb);
 }
 
 static void stream_init(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize, uint64_t bits)
@@ -77,18 +77,18 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     /* Optimistic: the first read is tried before any event (a client usually sends its
      * request with the handshake); the socket has room for a first write. */
     stream_init(rt, c, -1, bufsize, MP__IO_READ | MP__IO_WRITE);
-    int rc = uv_tcp_init(&rt->reactor.loop, &c->handle);
+    int rc = uv_tcp_init(&rt->reactor.loop, MP__UV_TCP(c));
     if (rc != 0)
         return rc;
-    c->handle.data = c;
+    MP__UV_TCP(c)->data = c;
     c->uv_owned = true;
-    rc = uv_accept(server, (uv_stream_t *)&c->handle); /* non-blocking: accept4(SOCK_NONBLOCK) */
+    rc = uv_accept(server, (uv_stream_t *)MP__UV_TCP(c)); /* non-blocking: accept4(SOCK_NONBLOCK) */
     if (rc == 0)
-        rc = uv_fileno((uv_handle_t *)&c->handle, &c->io.fd);
+        rc = uv_fileno((uv_handle_t *)MP__UV_TCP(c), &c->io.fd);
     if (rc == 0)
         rc = mp__io_register(&c->io, STREAM_EVENTS);
     if (rc != 0) {
-        uv_close((uv_handle_t *)&c->handle, NULL); /* nothing else refers to it yet */
+        uv_close((uv_handle_t *)MP__UV_TCP(c), NULL); /* nothing else refers to it yet */
         c->io.fd = -1;
         return rc;
     }

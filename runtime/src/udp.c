@@ -43,10 +43,11 @@ static void close_cb(uv_handle_t *h)
 static void udp_close(mp_io *io)
 {
     mp_udp *u = mp_container_of(io, mp_udp, io);
-    if (uv_udp_init(&io->rt->reactor.loop, &u->handle) != 0 || uv_udp_open(&u->handle, io->fd) != 0)
+    if (uv_udp_init(&io->rt->reactor.loop, MP__UV_UDP(u)) != 0 ||
+        uv_udp_open(MP__UV_UDP(u), io->fd) != 0)
         MP__UNREACHABLE("libuv refused to adopt UDP socket %d for its close", io->fd);
-    u->handle.data = u;
-    uv_close((uv_handle_t *)&u->handle, close_cb);
+    MP__UV_UDP(u)->data = u;
+    uv_close((uv_handle_t *)MP__UV_UDP(u), close_cb);
 }
 
 /* After a system call between mp__io_enter() and here: errno is the call's. */

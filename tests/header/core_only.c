@@ -31,7 +31,7 @@ int main(void)
     mp_task_init(&h.task, &hello_vt);
     int rc = mp_block_on(rt, &h.task);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     mp_runtime_free(rt);
     mp_oneshot o;
     mp_oneshot_init(&o);

@@ -594,7 +594,7 @@ static void print_stuck(run *r)
         if (open[k])
             fprintf(stderr, "  %u open %s tasks\n", open[k], kind_name[k]);
     mp_stats st;
-    mp_runtime_stats(r->rt, &st);
+    mp_runtime_stats_get(r->rt, &st);
     fprintf(stderr,
             "  runtime: started %u live %" PRIu64 " parks %" PRIu64 " unparks %" PRIu64
             " drives %" PRIu64 "\n",

@@ -92,7 +92,7 @@ Test(blocking, runs_on_a_thread_of_its_own_and_joins_from_a_plain_thread, .timeo
     cr_assert(!atomic_load(&p.on_worker), "a blocking job saw mp_runtime_current()");
     cr_assert(!atomic_load(&p.main_thread));
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.blocking_jobs, 1);
     cr_assert_eq(st.blocking_threads_started, 1);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
@@ -169,7 +169,7 @@ Test(blocking, jobs_past_the_thread_cap_wait_their_turn, .timeout = 60)
         cr_assert_eq(mp_spawn_blocking(rt, probe_fn, &p, &h[i]), 0);
     gate_wait_entered(&g, 3);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.blocking_threads, 3);
     cr_assert_eq(st.blocking_running, 3);
     cr_assert_eq(st.blocking_queued, N - 3);
@@ -177,7 +177,7 @@ Test(blocking, jobs_past_the_thread_cap_wait_their_turn, .timeout = 60)
     for (int i = 0; i < N; i++)
         cr_assert_eq(mp_join(h[i]), 0);
     cr_assert_eq(atomic_load(&p.ran), N);
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_leq(st.blocking_threads_started, 3);
     cr_assert_eq(st.blocking_jobs, N);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
@@ -199,12 +199,12 @@ Test(blocking, idle_threads_leave_after_the_keep_alive, .timeout = 60)
     mp_stats st;
     do {
         usleep(5000);
-        mp_runtime_stats(rt, &st);
+        mp_runtime_stats_get(rt, &st);
     } while (st.blocking_threads != 0); /* the timeout fails the test if it never leaves */
     /* A new job starts a new thread. */
     cr_assert_eq(mp_spawn_blocking(rt, probe_fn, &p, &h), 0);
     cr_assert_eq(mp_join(h), 0);
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.blocking_threads_started, 2);
     cr_assert_eq(atomic_load(&p.ran), 2);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
@@ -324,7 +324,7 @@ Test(blocking, errors, .timeout = 30)
     mp__test_blocking_fail_next_start(&rt->blocking);
     cr_assert_eq(mp_spawn_blocking(rt, probe_fn, &p, &h), -EAGAIN);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.blocking_queued, 0);
     cr_assert_eq(st.blocking_spawn_failures, 1);
     /* The next one starts a thread. */
@@ -396,7 +396,7 @@ Test(blocking, embedded_jobs_each_run_once_and_are_released, .timeout = 60)
         cr_assert_eq(atomic_load(&e[i].released), 1, "job %d", i);
     }
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.live_tasks, 0);
     mp_runtime_free(rt);
     free(e);

@@ -57,7 +57,7 @@ Test(dump, a_slow_poll_is_counted_each_time_and_reported_once_per_task, .timeout
     cr_assert_eq(mp_join(&slow.task), 0);
     cr_assert_eq(mp_join(&quick.task), 0);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     /* The quick task may count too, if this machine preempted it mid-poll: only at least. */
     cr_assert_geq(st.total.slow_polls, 3, "every slow poll counted: %" PRIu64, st.total.slow_polls);
     cr_assert(nreports >= 1 && nreports <= 2, "reported once per task: %d", nreports);
@@ -83,7 +83,7 @@ Test(dump, without_a_threshold_nothing_is_timed, .timeout = 30)
     cr_assert_eq(mp_spawn_joinable(rt, &slow.task), 0);
     cr_assert_eq(mp_join(&slow.task), 0);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.total.slow_polls, 0);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
@@ -137,7 +137,7 @@ Test(dump, lists_workers_the_pool_and_every_waiting_task, .timeout = 30)
     mp_stats st;
     do { /* every waiter has suspended (is in the registry) */
         usleep(1000);
-        mp_runtime_stats(rt, &st);
+        mp_runtime_stats_get(rt, &st);
     } while (st.total.polled < N);
     static text t;
     memset(&t, 0, sizeof t);

@@ -150,13 +150,13 @@ Test(file, a_file_without_nowait_reads_go_through_the_pool, .timeout = 30)
     ssize_t wn = pread(fd, want, sizeof want, 0);
     cr_assert_gt(wn, 0);
     mp_stats before, after;
-    mp_runtime_stats(rt, &before);
+    mp_runtime_stats_get(rt, &before);
     op_task r = {.kind = READ, .fd = fd, .buf = got, .len = sizeof got};
     run(rt, &r);
     cr_assert_eq(r.err, 0);
     cr_assert_eq(r.n, (size_t)wn);
     cr_assert_eq(memcmp(got, want, r.n), 0);
-    mp_runtime_stats(rt, &after);
+    mp_runtime_stats_get(rt, &after);
     cr_assert_eq(after.blocking_jobs, before.blocking_jobs + 1);
     close(fd);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);

@@ -88,7 +88,7 @@ static void loop_calls_all_run_once_on_the_loop(bool busy)
     uint64_t io_polls = 0;
     for (int i = 0; busy && io_polls == 0 && i < 10000; i++) {
         mp_stats s;
-        mp_runtime_stats(rt, &s);
+        mp_runtime_stats_get(rt, &s);
         io_polls = s.total.io_polls;
         if (io_polls == 0)
             usleep(1000);
@@ -412,7 +412,7 @@ Test(reactor, an_idle_worker_drives_the_loop, .timeout = 30)
     mp_stats s;
     do {
         sched_yield();
-        mp_runtime_stats(rt, &s);
+        mp_runtime_stats_get(rt, &s);
     } while (s.total.drives == 0);
     timer_setup *ts = calloc(1, sizeof *ts);
     cr_assert_eq(mp_loop_call(rt, &ts->cmd, start_timer, ts), 0);

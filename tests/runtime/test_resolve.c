@@ -83,14 +83,16 @@ Test(resolve, localhost_gives_every_loopback_address, .timeout = 30)
     mp_runtime_free(rt);
 }
 
-Test(resolve, errors_are_negative_errnos, .timeout = 30)
+Test(resolve, failures_have_codes_of_their_own, .timeout = 30)
 {
     mp_runtime *rt = test_runtime(1);
     /* A name under .invalid never exists (RFC 6761); resolving it may still ask a server, so
      * the outcome is one of the "no such name" or "could not ask" errors. */
     lookup l = {.host = "no-such-host.invalid", .timeout_ms = 20000};
     cr_assert_eq(run_lookup(rt, &l), 0);
-    cr_assert(l.err == -ENOENT || l.err == -EAGAIN || l.err == -EIO, "err %d", l.err);
+    cr_assert(l.err == MP_ERESOLVE_NOTFOUND || l.err == MP_ERESOLVE_NOFAMILY ||
+                  l.err == MP_ERESOLVE_AGAIN || l.err == MP_ERESOLVE_FAIL,
+              "err %d (%s)", l.err, mp_strerror(l.err));
     cr_assert_null(l.res);
     lookup bad = {.host = "127.0.0.1", .service = "no-such-service-name"};
     cr_assert_eq(run_lookup(rt, &bad), 0);
@@ -102,10 +104,13 @@ Test(resolve, errors_are_negative_errnos, .timeout = 30)
     cr_assert_eq(mp_resolve_start(rt, &r, "localhost", NULL, NULL), -EALREADY);
     mp_resolve_cancel(&r);
     mp_resolve_cancel(&r); /* idle: no-op */
-    cr_assert_eq(mp__resolve_error(EAI_NONAME, 0), -ENOENT);
-    cr_assert_eq(mp__resolve_error(EAI_AGAIN, 0), -EAGAIN);
+    cr_assert_eq(mp__resolve_error(EAI_NONAME, 0), MP_ERESOLVE_NOTFOUND);
+    cr_assert_eq(mp__resolve_error(EAI_NODATA, 0), MP_ERESOLVE_NOFAMILY);
+    cr_assert_eq(mp__resolve_error(EAI_ADDRFAMILY, 0), MP_ERESOLVE_NOFAMILY);
+    cr_assert_eq(mp__resolve_error(EAI_AGAIN, 0), MP_ERESOLVE_AGAIN);
     cr_assert_eq(mp__resolve_error(EAI_MEMORY, 0), -ENOMEM);
-    cr_assert_eq(mp__resolve_error(EAI_FAIL, 0), -EIO);
+    cr_assert_eq(mp__resolve_error(EAI_FAIL, 0), MP_ERESOLVE_FAIL);
+    cr_assert_eq(mp__resolve_error(EAI_SERVICE, 0), -EINVAL);
     cr_assert_eq(mp__resolve_error(EAI_SYSTEM, EMFILE), -EMFILE);
     cr_assert_eq(mp__resolve_error(EAI_FAMILY, 0), -EINVAL);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
@@ -141,7 +146,7 @@ Test(resolve, timeout_and_cancel_leave_the_lookup_to_free_itself, .timeout = 30)
     /* What the abandoned lookups found is freed by them (ASan's leak check sees to it). */
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.live_tasks, 0);
     mp_runtime_free(rt);
 }
@@ -156,4 +161,19 @@ Test(resolve, blocking_form_for_plain_threads, .timeout = 30)
     cr_assert_null(res);
     struct addrinfo hints = {.ai_family = AF_INET6, .ai_flags = AI_NUMERICHOST};
     cr_assert_neq(mp_resolve_blocking("127.0.0.1", NULL, &hints, &res), 0);
+}
+
+/* Outcomes the machine decides alone: an IPv6 address asked for as IPv4 has no address of
+ * that family; a name where only a numeric address is allowed is not found. */
+Test(resolve, no_address_of_the_family_and_not_found, .timeout = 30)
+{
+    struct addrinfo *res;
+    struct addrinfo v4 = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    int rc = mp_resolve_blocking("::1", NULL, &v4, &res);
+    cr_expect_eq(rc, MP_ERESOLVE_NOFAMILY, "%d (%s)", rc, mp_strerror(rc));
+    cr_expect_null(res);
+    struct addrinfo numeric = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    rc = mp_resolve_blocking("not-a-number", NULL, &numeric, &res);
+    cr_expect_eq(rc, MP_ERESOLVE_NOTFOUND, "%d (%s)", rc, mp_strerror(rc));
+    cr_expect_str_eq(mp_strerror(rc), "name not found");
 }

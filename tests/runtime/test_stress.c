@@ -164,7 +164,7 @@ static void run_round(uint64_t seed, size_t n, unsigned workers, bool lifo)
         pthread_join(th[i], NULL);
     cr_assert_not(atomic_load(&r->failed), "seed %llu", (unsigned long long)seed);
     mp_stats st;
-    mp_runtime_stats(r->rt, &st);
+    mp_runtime_stats_get(r->rt, &st);
     cr_assert_eq(st.total.spawned, n);
     fprintf(stderr,
             "round seed %llu: %zu tasks on %u workers: polled %llu (+inline), stolen %llu, steals "

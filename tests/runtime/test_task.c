@@ -240,7 +240,7 @@ Test(task, nested_join_on_workers, .timeout = 60)
     cr_assert_eq(mp_block_on(rt, &f.task), 0);
     cr_assert_eq(f.result, 6765);
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert_gt(s.total.lifo_hits, 0, "spawn from a worker goes to its LIFO slot");
     cr_assert_eq(s.live_tasks, 0);
     mp_runtime_free(rt);
@@ -321,7 +321,7 @@ Test(task, failed_first_worker_start_fails_the_spawn_and_is_retried, .timeout = 
     while (atomic_load(&n) < 1)
         sched_yield();
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert_eq(s.spawn_failures, 1);
     cr_assert_eq(s.workers_started, 1);
     mp_runtime_free(rt);
@@ -432,7 +432,7 @@ Test(task, join_from_a_small_stack_thread_does_not_nest, .timeout = 120)
     for (int i = 0; i < 2; i++)
         cr_assert_eq(mp_join(&hd[i].task), 0);
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert_eq(s.live_tasks, 0);
     mp_runtime_free(rt);
 }
@@ -566,7 +566,7 @@ Test(task, join_in_place_of_a_just_spawned_task, .timeout = 30)
     cr_assert_eq(mp_spawn(rt, &r.task), 0);
     wait_for(&r.finished, 1);
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert(r.on_worker);
 
     cr_assert_eq(r.done.rc, 0);

@@ -264,7 +264,7 @@ static void round_trips(unsigned workers, long total)
     while (atomic_load(&s->closed) < CONNS)
         sched_yield(); /* every task saw its EOF and closed */
     mp_stats st;
-    mp_runtime_stats(s->rt, &st);
+    mp_runtime_stats_get(s->rt, &st);
     cr_assert_gt(st.total.drives, 0);
     server_stop(s);
 }

@@ -86,7 +86,7 @@ static void idle_busy_idle_cycles(unsigned workers, bool disable_steal)
     /* The last task's worker counts its poll just after the release we waited for. */
     mp_stats s;
     for (int tries = 0; tries < 10000; tries++) {
-        mp_runtime_stats(rt, &s);
+        mp_runtime_stats_get(rt, &s);
         if (s.total.polled >= s.total.spawned)
             break;
         sched_yield();
@@ -168,16 +168,16 @@ Test(worker, idle_runtime_makes_no_wakeups, .timeout = 30)
     mp_stats before, after;
     int settled = 0;
     for (int tries = 0; tries < 50 && !settled; tries++) {
-        mp_runtime_stats(rt, &before);
+        mp_runtime_stats_get(rt, &before);
         sleep_ms(200);
-        mp_runtime_stats(rt, &after);
+        mp_runtime_stats_get(rt, &after);
         settled =
             after.total.parks == before.total.parks && after.total.unparks == before.total.unparks;
     }
     cr_assert(settled, "workers kept waking for 10 s after the work was done");
-    mp_runtime_stats(rt, &before);
+    mp_runtime_stats_get(rt, &before);
     sleep_ms(1000);
-    mp_runtime_stats(rt, &after);
+    mp_runtime_stats_get(rt, &after);
     cr_assert_eq(after.total.unparks, before.total.unparks, "a worker woke while idle");
     cr_assert_eq(after.total.parks, before.total.parks);
     cr_assert_eq(after.total.polled, before.total.polled);
@@ -188,7 +188,7 @@ Test(worker, workers_start_lazily, .timeout = 30)
 {
     mp_runtime *rt = test_runtime(4);
     mp_stats s;
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert_eq(s.workers_started, 0, "no thread before there is work");
     _Atomic int done = 0;
     one t;
@@ -197,7 +197,7 @@ Test(worker, workers_start_lazily, .timeout = 30)
     t.counter = &done;
     mp_spawn(rt, &t.task);
     wait_count(&done, 1);
-    mp_runtime_stats(rt, &s);
+    mp_runtime_stats_get(rt, &s);
     cr_assert_geq(s.workers_started, 1);
     cr_assert_leq(s.workers_started, 2, "one task needs one worker (and its searcher)");
     mp_runtime_free(rt);
@@ -321,7 +321,7 @@ Test(worker, idle_worker_steals_from_a_busy_one, .timeout = 30)
     mp_runtime *rt = test_runtime(2);
     run_spawner(rt);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_gt(st.total.steals, 0);
     cr_assert_gt(st.total.stolen, 0);
     mp_runtime_free(rt);
@@ -447,7 +447,7 @@ Test(worker, disable_lifo_and_steal_knobs, .timeout = 30)
     mp_runtime *rt = test_runtime_with(&cfg);
     run_spawner(rt);
     mp_stats st;
-    mp_runtime_stats(rt, &st);
+    mp_runtime_stats_get(rt, &st);
     cr_assert_eq(st.total.lifo_hits, 0);
     cr_assert_eq(st.total.steals, 0);
     for (unsigned i = 0; i < 2; i++)
@@ -497,11 +497,11 @@ Test(worker, without_stealing_busy_workers_queues_wake_nobody, .timeout = 30)
     h.done = &done;
     mp_task_init(&h.task, &hog_vt);
     mp_stats before, after;
-    mp_runtime_stats(rt, &before);
+    mp_runtime_stats_get(rt, &before);
     cr_assert_eq(mp_spawn(rt, &h.task), 0);
     while (!atomic_load(&done))
         sleep_ms(1);
-    mp_runtime_stats(rt, &after);
+    mp_runtime_stats_get(rt, &after);
     while (atomic_load(&h.ran) < 8) /* they run once their worker is free again */
         sleep_ms(1);
     cr_assert_lt(after.total.parks - before.total.parks, 200, "%llu parks in 100 ms",

@@ -208,6 +208,26 @@ Test(man, magpied_conf_5_renders_cleanly, .timeout = 60)
     lint("config/magpied.conf.5");
 }
 
+/* libmagpie's reference (make docs: runtime/doc/gen-man.sh): every group's page renders
+ * cleanly, and each function's page opens its group's. */
+Test(man, reference_pages_render_cleanly, .timeout = 120)
+{
+    static const char *const pages[] = {"magpie",      "mp_task",    "mp_runtime", "mp_sync",
+                                        "mp_blocking", "mp_pool",    "mp_loop",    "mp_tcp",
+                                        "mp_udp",      "mp_resolve", "mp_file"};
+    for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, TEST_BUILD_DIR "/docs/man3/%s.3", pages[i]);
+        cr_assert_eq(access(path, R_OK), 0, "%s: run make docs", path);
+        lint(path);
+    }
+    static char out[OUT_MAX];
+    int rc = run("cd " TEST_BUILD_DIR "/docs && man -l man3/mp_tcp_read_poll.3 2>&1 | "
+                 "grep -c 'mp_tcp_read_poll\\|MP_TCP(3)'",
+                 out);
+    cr_expect_eq(rc, 0, "mp_tcp_read_poll.3 does not open mp_tcp.3: %s", out);
+}
+
 /* magpied.conf(5) documents every key of config/magpied.conf, under its section, with the
  * same default and the same range as the file's comment. */
 Test(man, conf_5_matches_the_shipped_config, .timeout = 60)
@@ -272,7 +292,7 @@ Test(man, conf_5_matches_the_shipped_config, .timeout = 60)
 
 /* ------------------------------------------------------------------------------------------ */
 
-Test(install, destdir_tree_shared_lib_and_pkg_config, .timeout = 300)
+Test(install, stays_in_its_prefix_and_the_pc_files_suffice, .timeout = 300)
 {
     static char out[OUT_MAX];
     int rc = run("tests/systemd/install.sh " TEST_SANITIZE, out);

@@ -5,15 +5,18 @@
  * the head of the list wakes the next sender, so no capacity wake is lost when a waiting
  * sender gives up. The receiver's waker is taken out under the lock and woken after it; a
  * queued sender's is woken by reference under it (wake_next_sender_locked() says why).
+ *
+ * Capacity 0 is a rendezvous: there is no ring, a sender queues with its value in its wait
+ * node and wakes the receiver, and the receiver takes the value of the head sender, unlinks
+ * it, marks it taken and wakes it by reference under the lock (take_from_sender_locked()).
+ * The sender learns the outcome under the lock too: taken (sent), or the close (-EPIPE).
  */
 #include "internal.h"
 
 int mp_chan_init(mp_chan *c, uint32_t capacity)
 {
-    if (capacity == 0)
-        return -EINVAL;
-    c->slots = calloc(capacity, sizeof *c->slots);
-    if (!c->slots)
+    c->slots = NULL;
+    if (capacity > 0 && !(c->slots = calloc(capacity, sizeof *c->slots)))
         return -ENOMEM;
     atomic_init(&c->lock, 0);
     c->cap = capacity;
@@ -87,7 +90,12 @@ static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp
     mp_waker rx = {0}, old = {0};
     mp_poll r = MP_READY;
     mp__spin_lock(&c->lock);
-    if (c->closed) {
+    if (w->taken) { /* rendezvous: the receiver took the value (and unlinked w) */
+        w->taken = false;
+        old = w->waker;
+        w->waker = (mp_waker){0};
+        *err = 0;
+    } else if (c->closed) {
         if (w->queued)
             unlink_waiter(c, w);
         old = w->waker;
@@ -107,6 +115,12 @@ static mp_poll send_attempt(mp_chan *c, mp_chan_waiter *w, void *value, const mp
         if (!w->queued) {
             MP__LIST_PUSH_BACK(c->tx_head, c->tx_tail, w, prev, next);
             w->queued = true;
+            w->taken = false;
+            w->value = value;
+            if (c->cap == 0) { /* rendezvous: the receiver may take it now */
+                rx = c->rx_waker;
+                c->rx_waker = (mp_waker){0};
+            }
         }
         if (!mp_waker_will_wake(&w->waker, waker)) {
             old = w->waker;
@@ -125,7 +139,7 @@ mp_poll mp_chan_send_poll(mp_chan *c, mp_chan_waiter *w, void *value, mp_context
     return send_attempt(c, w, value, mp_context_waker(cx), err);
 }
 
-void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w)
+bool mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w)
 {
     mp_waker old = {0};
     mp__spin_lock(&c->lock);
@@ -135,10 +149,13 @@ void mp_chan_cancel_send(mp_chan *c, mp_chan_waiter *w)
         if (was_head)
             wake_next_sender_locked(c);
     }
+    bool taken = w->taken;
+    w->taken = false;
     old = w->waker;
     w->waker = (mp_waker){0};
     mp__spin_unlock(&c->lock);
     mp_waker_drop(&old);
+    return taken;
 }
 
 int mp_chan_send_blocking(mp_chan *c, void *value)
@@ -152,9 +169,25 @@ int mp_chan_send_blocking(mp_chan *c, void *value)
     return err;
 }
 
+/* Rendezvous, under the lock: take the head sender's value. The sender is woken by reference
+ * under the lock, as in wake_next_sender_locked(): it reads taken under the lock before it
+ * may return and free its node. */
+static void take_from_sender_locked(mp_chan *c, void **value)
+{
+    mp_chan_waiter *w = c->tx_head;
+    *value = w->value;
+    unlink_waiter(c, w);
+    w->taken = true;
+    mp_waker_wake_by_ref(&w->waker);
+}
+
 /* Under the lock. 0, -EAGAIN, -EPIPE; on 0 the head sender is woken. */
 static int recv_locked(mp_chan *c, void **value)
 {
+    if (c->len == 0 && c->cap == 0 && c->tx_head && !c->closed) {
+        take_from_sender_locked(c, value);
+        return 0;
+    }
     if (c->len == 0)
         return c->closed ? -EPIPE : -EAGAIN;
     *value = c->slots[c->head];

@@ -1,6 +1,7 @@
 /* Tests of daemon/core/notify.c: the systemd notify datagrams. */
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* Tests of runtime/src/sync/chan.c: the bounded MPSC channel. */
+/* Tests of runtime/src/sync/chan.c: the bounded MPSC channel, and with capacity 0 the
+ * rendezvous channel. */
 #include <criterion/criterion.h>
 
 #include "internal.h"
@@ -24,7 +25,6 @@ Test(chan, try_send_and_recv_in_order_with_backpressure)
     cr_assert_eq((uintptr_t)v, 5);
     cr_assert_eq(mp_chan_try_recv(&c, &v), -EPIPE);
     mp_chan_destroy(&c);
-    cr_assert_eq(mp_chan_init(&c, 0), -EINVAL);
 }
 
 /* Producer tasks and producer threads into one consumer task; per-producer order kept and
@@ -36,13 +36,13 @@ typedef struct producer {
     mp_task task;
     mp_chan *c;
     mp_chan_waiter w;
-    uintptr_t id, next;
+    uintptr_t id, next, msgs;
 } producer;
 
 static mp_poll producer_poll(mp_task *t, mp_context *cx)
 {
     producer *p = mp_container_of(t, producer, task);
-    while (p->next < MSGS) {
+    while (p->next < p->msgs) {
         int err;
         void *msg = (void *)((p->id << 32) | p->next);
         if (mp_chan_send_poll(p->c, &p->w, msg, cx, &err) == MP_PENDING)
@@ -86,22 +86,22 @@ static const mp_task_vtable consumer_vt = {.poll = consumer_poll};
 
 typedef struct thread_producer {
     mp_chan *c;
-    uintptr_t id;
+    uintptr_t id, msgs;
 } thread_producer;
 
 static void *thread_produce(void *arg)
 {
     thread_producer *p = arg;
-    for (uintptr_t i = 0; i < MSGS; i++)
+    for (uintptr_t i = 0; i < p->msgs; i++)
         cr_assert_eq(mp_chan_send_blocking(p->c, (void *)((p->id << 32) | i)), 0);
     return NULL;
 }
 
-Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
+static void tasks_and_threads_into_one_consumer(uint32_t capacity, uintptr_t msgs)
 {
     mp_runtime *rt = test_runtime(3);
     mp_chan c;
-    cr_assert_eq(mp_chan_init(&c, 8), 0);
+    cr_assert_eq(mp_chan_init(&c, capacity), 0);
     consumer k = {.c = &c};
     mp_task_init(&k.task, &consumer_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &k.task), 0);
@@ -111,12 +111,13 @@ Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
         mp_task_init(&p[i].task, &producer_vt);
         p[i].c = &c;
         p[i].id = i;
+        p[i].msgs = msgs;
         cr_assert_eq(mp_spawn_joinable(rt, &p[i].task), 0);
     }
     pthread_t th[PRODUCERS / 2];
     thread_producer tp[PRODUCERS / 2];
     for (uintptr_t i = 0; i < PRODUCERS / 2; i++) {
-        tp[i] = (thread_producer){.c = &c, .id = PRODUCERS / 2 + i};
+        tp[i] = (thread_producer){.c = &c, .id = PRODUCERS / 2 + i, .msgs = msgs};
         pthread_create(&th[i], NULL, thread_produce, &tp[i]);
     }
     for (int i = 0; i < PRODUCERS / 2; i++) {
@@ -125,8 +126,121 @@ Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
     }
     mp_chan_close(&c);
     cr_assert_eq(mp_join(&k.task), 0);
-    cr_assert_eq(k.got, (size_t)PRODUCERS * MSGS);
+    cr_assert_eq(k.got, (size_t)PRODUCERS * msgs);
     mp_chan_destroy(&c);
+    mp_runtime_free(rt);
+}
+
+Test(chan, tasks_and_threads_into_one_consumer, .timeout = 120)
+{
+    tasks_and_threads_into_one_consumer(8, MSGS);
+}
+
+/* Capacity 0: every message handed from a waiting sender to the consumer. */
+Test(chan, rendezvous_tasks_and_threads_into_one_consumer, .timeout = 120)
+{
+    tasks_and_threads_into_one_consumer(0, MSGS / 10);
+}
+
+typedef struct rdv_sender {
+    mp_chan *c;
+    void *value;
+    int err;
+    _Atomic bool returned;
+} rdv_sender;
+
+static void *rdv_send(void *arg)
+{
+    rdv_sender *s = arg;
+    s->err = mp_chan_send_blocking(s->c, s->value);
+    atomic_store(&s->returned, true);
+    return NULL;
+}
+
+/* A send on a rendezvous channel returns once the receiver has taken the value, not before;
+ * try_send never finds room. */
+Test(chan, rendezvous_send_waits_for_the_receiver, .timeout = 30)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 0), 0);
+    void *v;
+    cr_assert_eq(mp_chan_try_send(&c, (void *)1), -EAGAIN);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EAGAIN);
+    rdv_sender s = {.c = &c, .value = NULL}; /* NULL is a value too */
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, rdv_send, &s), 0);
+    usleep(20000); /* the sender queues: no time asserted, only that it has not returned */
+    cr_assert(!atomic_load(&s.returned), "a rendezvous send returned before any receive");
+    v = (void *)1;
+    cr_assert_eq(mp_chan_recv_blocking(&c, &v), 0);
+    cr_assert_null(v);
+    pthread_join(th, NULL);
+    cr_assert_eq(s.err, 0);
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EAGAIN, "the channel holds nothing");
+    mp_chan_destroy(&c);
+}
+
+/* A close ends the wait of a sender whose value was not taken, with -EPIPE; the receiver
+ * then sees the close, not the value. */
+Test(chan, rendezvous_close_fails_waiting_senders, .timeout = 30)
+{
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 0), 0);
+    rdv_sender s = {.c = &c, .value = (void *)7};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, rdv_send, &s), 0);
+    usleep(20000);
+    mp_chan_close(&c);
+    pthread_join(th, NULL);
+    cr_assert_eq(s.err, -EPIPE);
+    void *v;
+    cr_assert_eq(mp_chan_try_recv(&c, &v), -EPIPE);
+    cr_assert_eq(mp_chan_try_send(&c, (void *)8), -EPIPE);
+    mp_chan_destroy(&c);
+}
+
+/* A sender task that polls once, then stops looking: its cancel learns that the receiver
+ * took the value in between. */
+typedef struct once_sender {
+    mp_task task;
+    mp_chan *c;
+    mp_chan_waiter w;
+    _Atomic bool polled;
+    mp_poll first;
+} once_sender;
+
+static mp_poll once_sender_poll(mp_task *t, mp_context *cx)
+{
+    once_sender *s = mp_container_of(t, once_sender, task);
+    if (atomic_load(&s->polled))
+        return MP_READY; /* woken by the receiver's take; the test cancels */
+    int err;
+    s->first = mp_chan_send_poll(s->c, &s->w, (void *)42, cx, &err);
+    atomic_store(&s->polled, true);
+    return MP_PENDING;
+}
+
+static const mp_task_vtable once_sender_vt = {.poll = once_sender_poll};
+
+Test(chan, rendezvous_cancel_says_the_value_was_taken, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 0), 0);
+    once_sender s = {.c = &c};
+    mp_task_init(&s.task, &once_sender_vt);
+    cr_assert_eq(mp_spawn_joinable(rt, &s.task), 0);
+    while (!atomic_load(&s.polled))
+        sched_yield();
+    cr_assert_eq(s.first, MP_PENDING);
+    void *v;
+    cr_assert_eq(mp_chan_try_recv(&c, &v), 0);
+    cr_assert_eq((uintptr_t)v, 42);
+    cr_assert_eq(mp_join(&s.task), 0);
+    cr_assert(mp_chan_cancel_send(&c, &s.w), "taken: the value is the receiver's");
+    cr_assert(!mp_chan_cancel_send(&c, &s.w), "once");
+    mp_chan_destroy(&c);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
 }
 

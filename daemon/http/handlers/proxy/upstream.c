@@ -150,7 +150,7 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         rc = mp_resolve_blocking(host, port, &hints, &res);
     }
     if (rc != 0) {
-        md_say(msg, msg_len, "cannot resolve \"%s\": %s", host, strerror(-rc));
+        md_say(msg, msg_len, "cannot resolve \"%s\": %s", host, mp_strerror(rc));
         return -EINVAL;
     }
     unsigned naddr = 0;
