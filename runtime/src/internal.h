@@ -13,14 +13,15 @@
  *   reactor:   reactor.c (the libuv loop, the driver role, commands for the loop), timer.c
  *              (timers for tasks, the uv_timer that drives them, the timer wheel)
  *   I/O:       io.c (the readiness every socket shares, mp__io_poll, close), tcp.c (TCP
- *              streams; their libuv handle lives in private storage, MP__UV_TCP), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c (the
- *              streams' read buffers), resolve.c (getaddrinfo on the blocking pool), file.c
- *              (file reads, opens and stats)
+ *              streams; their libuv handle lives in private storage, MP__UV_TCP), listener.c
+ *              (listening sockets), udp.c (UDP sockets), readbuf.c (the streams' read
+ *              buffers), resolve.c (getaddrinfo on the blocking pool), file.c (file reads,
+ *              opens and stats)
  *   memory:    tcache.c (what the per-thread caches share), blockcache.c (mp_block_cache)
- *   the rest:  error.c (mp_strerror), testhook.c (fault injection and probes for the suites: every test-only hook),
- *              list.h (the intrusive list, which magpied uses too), sync/ (the sync primitives,
- *              with waitq.h, their waiter list), pool/ (the fork-join pool, with its own
- *              pool_internal.h on top of this one).
+ *   the rest:  error.c (mp_strerror), testhook.c (fault injection and probes for the suites:
+ *              every test-only hook), list.h (the intrusive list, which magpied uses too),
+ *              sync/ (the sync primitives, with waitq.h, their waiter list), pool/ (the
+ *              fork-join pool, with its own pool_internal.h on top of this one).
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
