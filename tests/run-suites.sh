@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run Criterion suites one after another; print each suite's synthesis and a closing total.
+# Run Criterion suites one after another; print each suite's synthesis and seconds, and a closing
+# total.
 # A suite fails on a failing or crashing test, a run that did not end, or any sanitizer report
 # in its output (a report in a forked test child does not always fail the test for Criterion).
 # For a failing suite it prints Criterion's report of what failed (the assertion, its file and
@@ -45,7 +46,7 @@ report() {
 passed=0 failed=0 bad_suites=()
 for bin in "$@"; do
     name=${bin#build/$variant/tests/}
-    run=0 suite_passed=0 bad=false summary=
+    run=0 suite_passed=0 bad=false summary= t0=$SECONDS
     while [ "$run" -lt "$repeat" ]; do
         run=$((run + 1))
         # Criterion's timeouts can fail to end a parallel run; a hard limit per suite cannot.
@@ -76,9 +77,10 @@ for bin in "$@"; do
     done
     $bad && continue
     if [ "$repeat" -gt 1 ]; then
-        printf '[%s] %-32s %d runs passed (%d tests)\n' "$variant" "$name" "$run" "$suite_passed"
+        printf '[%s] %-32s %d runs passed (%d tests) %ds\n' "$variant" "$name" "$run" \
+            "$suite_passed" $((SECONDS - t0))
     else
-        printf '[%s] %-32s %s\n' "$variant" "$name" "${summary#*Synthesis: }"
+        printf '[%s] %-32s %s %ds\n' "$variant" "$name" "${summary#*Synthesis: }" $((SECONDS - t0))
     fi
 done
 if [ ${#bad_suites[@]} -gt 0 ]; then

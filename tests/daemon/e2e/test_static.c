@@ -426,30 +426,48 @@ static bool drop_from_cache(const char *rel)
     return (in_core & 1) == 0;
 }
 
-/* A cold file, small or large, is read on the runtime's blocking pool, not on a worker; the
- * bytes are the file's. */
-Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
+static unsigned long long blocking_jobs(void)
 {
-    sh("cd %s/www && head -c 9000 /dev/urandom > cold.dat && head -c 2500000 /dev/urandom > "
-       "cold.bin",
-       dir);
-    bool dropped = drop_from_cache("cold.dat");
-    dropped |= drop_from_cache("cold.bin");
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "curl -s http://127.0.0.1:%d/cold.dat | cmp - %s/www/cold.dat && "
-             "curl -s http://127.0.0.1:%d/cold.bin | cmp - %s/www/cold.bin && echo same",
-             d.http, dir, d.http, dir);
-    cr_expect_str_eq(run(cmd), "same\n");
+    char cmd[256];
     snprintf(cmd, sizeof cmd,
              "curl -s http://127.0.0.1:%d/metrics | grep '^magpie_blocking_jobs_total '", d.http);
     const char *line = run(cmd);
     unsigned long long jobs = 0;
     cr_assert_eq(sscanf(line, "magpie_blocking_jobs_total %llu", &jobs), 1, "%s", line);
-    if (dropped) /* a page not in the cache is read on the pool */
-        cr_assert_geq(jobs, 1, "reads went to the blocking pool: %s", line);
-    else
+    return jobs;
+}
+
+/* A cold file, small or large, is read on the runtime's blocking pool, not on a worker; the
+ * bytes are the file's. A read with RWF_NOWAIT that finds no page starts the kernel's
+ * readahead, and on a fast disk the pages can be in by the next attempt (about one time in a
+ * hundred here, more under ThreadSanitizer), which then copies them without waiting: so fresh
+ * files are tried up to eight times, and one of the tries must have gone to the pool. */
+Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
+{
+    int dropped_tries = 0;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        sh("cd %s/www && head -c 9000 /dev/urandom > cold.dat && head -c 2500000 /dev/urandom > "
+           "cold.bin",
+           dir);
+        bool dropped = drop_from_cache("cold.dat");
+        dropped |= drop_from_cache("cold.bin");
+        unsigned long long before = blocking_jobs();
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "curl -s http://127.0.0.1:%d/cold.dat | cmp - %s/www/cold.dat && "
+                 "curl -s http://127.0.0.1:%d/cold.bin | cmp - %s/www/cold.bin && echo same",
+                 d.http, dir, d.http, dir);
+        cr_assert_str_eq(run(cmd), "same\n");
+        if (!dropped)
+            continue; /* DONTNEED is advice: the kernel kept a page */
+        dropped_tries++;
+        if (blocking_jobs() > before)
+            return;
+    }
+    if (dropped_tries == 0)
         cr_log_warn("the kernel kept the files' pages: only the bytes were checked");
+    else
+        cr_assert_fail("no read of %d cold tries went to the blocking pool", dropped_tries);
 }
 
 /* A file cut short while it is sent: the response ends short, with a close, never padded
