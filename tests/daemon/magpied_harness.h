@@ -53,6 +53,24 @@ static inline void kill_leftover(void)
     }
 }
 
+/* A suite's own folder (its configurations, roots and logs), from a suite's .init: name it
+ * /tmp/magpied-<name>-XXXXXX. harness_dir_remove, from the suite's .fini, first kills a daemon
+ * that an assertion left running. */
+static inline void harness_dir_make(char *dir, size_t len, const char *name)
+{
+    snprintf(dir, len, "/tmp/magpied-%s-XXXXXX", name);
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
+}
+
+static inline void harness_dir_remove(const char *dir)
+{
+    kill_leftover();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (dir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* build/<variant>/tests/<folders>/test_x -> build/<variant>/magpied, whatever the folders
  * (the daemon's suites, and others that run magpied: tests/loadtest/) */
 static inline void magpied_path(char *buf, size_t len)

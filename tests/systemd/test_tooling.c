@@ -8,30 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef TEST_SANITIZE
-#define TEST_SANITIZE ""
-#endif
-
-enum { OUT_MAX = 1 << 16 };
-
-/* Run `sh -c cmd` with stderr joined to stdout; keep the first OUT_MAX - 1 bytes of the output
- * in out (NUL-terminated). Returns the exit status, or -1 when it did not exit. */
-static int run(const char *cmd, char *out)
-{
-    char full[8192];
-    snprintf(full, sizeof full, "( %s ) 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    size_t n = 0, r;
-    char sink[4096];
-    while ((r = fread(out + n, 1, OUT_MAX - 1 - n, p)) > 0 && (n += r) < OUT_MAX - 1)
-        ;
-    while (fread(sink, 1, sizeof sink, p) > 0) /* the rest: let the command finish */
-        ;
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "systemd/run_cmd.h"
 
 /* A release build of a copy of the tree, whatever this build is: once, in the release pass. */
 Test(first_run, make_run_installs_in_a_make_of_its_own_then_builds_and_serves, .timeout = 400)

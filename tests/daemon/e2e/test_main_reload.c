@@ -32,17 +32,12 @@ static char dir[64];
 
 static void make_dir(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/magpied-reload-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    harness_dir_make(dir, sizeof dir, "reload");
 }
 
 static void remove_dir(void)
 {
-    kill_leftover();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_dir_remove(dir);
 }
 
 TestSuite(reload, .init = make_dir, .fini = remove_dir, .timeout = 90);

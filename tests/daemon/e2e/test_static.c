@@ -38,8 +38,7 @@ static void sh(const char *fmt, ...)
 /* The tree: www/ is the root; outside/ is beside it, for symlinks that leave the root. */
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/magpied-static-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    harness_dir_make(dir, sizeof dir, "static");
     sh("cd %s && mkdir -p www/sub www/empty www/.git outside 'www/a b%%c' && "
        "printf 'hello index\\n' > www/index.html && printf 'sub index\\n' > www/sub/index.html && "
        "printf 'a{}\\n' > www/sub/a.css && printf 'secret\\n' > www/.env && "
@@ -69,10 +68,7 @@ static void teardown(void)
 {
     if (d.pid > 0)
         stop(&d);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_dir_remove(dir);
 }
 
 TestSuite(static_e2e, .init = setup, .fini = teardown, .timeout = 60);
