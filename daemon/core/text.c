@@ -121,3 +121,17 @@ bool md_text_name_ok(const char *s, size_t n, size_t max)
     }
     return true;
 }
+
+bool md_words_next(const char **s, const char **word, size_t *len)
+{
+    const char *p = *s;
+    p += strspn(p, " ,\t");
+    if (*p == '\0') {
+        *s = p;
+        return false;
+    }
+    *word = p;
+    *len = strcspn(p, " ,\t");
+    *s = p + *len;
+    return true;
+}

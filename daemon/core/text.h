@@ -43,6 +43,11 @@ static inline md_list md_list_of(const char *s, size_t n)
 /* The next element in [*elem, *elem + *len), non-empty; false at the end. */
 bool md_list_next(md_list *l, const char **elem, size_t *len);
 
+/* The next word of a configuration value that lists several (methods, addresses), separated
+ * by commas, spaces or tabs: *s moves past it; false once no word is left.
+ *     const char *w; size_t n; while (md_words_next(&value, &w, &n)) ... */
+bool md_words_next(const char **s, const char **word, size_t *len);
+
 /* Decimal digits only (no sign, space, suffix or "0x"), within [min, max]: 0, -EINVAL for
  * anything else, -ERANGE for a number out of range. */
 int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);

@@ -466,9 +466,20 @@ void md_http_req_close_after(md_http_conn *c)
     c->req->keep_alive = false;
 }
 
+/* Whether route's allow and deny rules let this connection's client in: asked once per
+ * request, and only of a route with rules (a getpeername(2) each time: no bytes kept per
+ * connection for the few routes that restrict). */
+static bool client_permitted(md_http_conn *c, const md_route *route)
+{
+    struct sockaddr_storage ss;
+    bool have = c->srv->peer_addr != NULL && c->srv->peer_addr(c, &ss) == 0;
+    return md_acl_permits(&route->acl, have ? &ss : NULL);
+}
+
 /* The error the core answers a request with instead of its route's handler, known once the
- * route is (head_done()): 400 for a path that does not decode, 404, 405; 0 when the request
- * goes on (to its handler, or to the core's OPTIONS). */
+ * route is (head_done()): 400 for a path that does not decode, 404, 403 for a client the
+ * route's rules refuse, 405; 0 when the request goes on (to its handler, or to the core's
+ * OPTIONS). */
 static unsigned refusal(const md_http_conn *c)
 {
     const md_http_req *rq = c->req;
@@ -479,6 +490,8 @@ static unsigned refusal(const md_http_conn *c)
         return 400;
     if (r == NULL)
         return 404;
+    if (rq->forbidden)
+        return 403;
     if (c->parser.method != HTTP_OPTIONS && !md_route_allows(r, c->parser.method))
         return 405;
     return 0;
@@ -1046,6 +1059,7 @@ static int head_done(md_http_conn *c, bool content_here)
 
     const md_route *route = find_route(c, r);
     r->route = route;
+    r->forbidden = route != NULL && route->acl.n != 0 && !client_permitted(c, route);
     r->keep_alive =
         llhttp_should_keep_alive(p) && !c->draining && !p->upgrade &&
         l->keepalive_timeout_ms != 0 &&

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <uv.h>
 
@@ -108,6 +109,9 @@ typedef struct md_http_server {
     bool keep_fields;
     /* The client's address without port, for handlers (md_http_req_peer()); NULL: none. */
     const char *(*peer)(struct md_http_conn *c);
+    /* The client's socket address into *out, for a route's allow and deny rules: 0, or a
+     * negative errno (the peer is gone). NULL: not known (only "all" rules match). */
+    int (*peer_addr)(struct md_http_conn *c, struct sockaddr_storage *out);
     /* The runtime the connections' tasks run on (for a handler's timers and upstream
      * sockets); NULL in tests of the core alone. */
     struct mp_runtime *rt;
@@ -163,6 +167,7 @@ typedef struct md_http_req {
     bool body_done;     /* the whole body has been parsed */
     bool collect;       /* MD_BODY_GATHER: the body is gathered in conn.body */
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
+    bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
     bool asterisk;      /* the target is "*" */
     bool head_counting; /* counting its head bytes (from the method's first byte) */
     bool method_done;

@@ -133,13 +133,21 @@ static void set_handler(md_route *r, const md_handler *h)
         h->conf_init(r->conf);
 }
 
-static void builtin(md_route_table *t, const char *path, const char *handler)
+static md_route *builtin(md_route_table *t, const char *path, const char *handler)
 {
     md_route *r = &t->r[t->n++];
     memset(r, 0, sizeof *r);
     r->path_len = (uint16_t)md_text_set(r->path, sizeof r->path, path);
     r->exact = true;
     set_handler(r, md_handler_find(handler));
+    return r;
+}
+
+/* The built-in /echo and /metrics answer loopback clients alone, as the shipped file's do. */
+static void loopback_only(md_route *r)
+{
+    md_acl_add(&r->acl, true, MD_ACL_LOOPBACK, NULL, 0);
+    md_acl_add(&r->acl, false, "all", NULL, 0);
 }
 
 void md_routes_builtin(md_route_table *t)
@@ -147,8 +155,8 @@ void md_routes_builtin(md_route_table *t)
     memset(t, 0, sizeof *t);
     builtin(t, "/", "text");
     md_route_key(&t->r[0], "body", "Hello, World!", 0, NULL, 0);
-    builtin(t, "/echo", "echo");
-    builtin(t, "/metrics", "metrics");
+    loopback_only(builtin(t, "/echo", "echo"));
+    loopback_only(builtin(t, "/metrics", "metrics"));
     builtin(t, "/healthz", "health");
     md_routes_prepare(t);
 }
@@ -212,20 +220,17 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
 static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len)
 {
     uint64_t m = 0;
-    while (*s != '\0') {
-        while (*s == ' ' || *s == ',' || *s == '\t')
-            s++;
-        if (*s == '\0')
-            break;
-        size_t n = strcspn(s, " ,\t");
+    const char *w;
+    size_t n;
+    while (md_words_next(&s, &w, &n)) {
         unsigned i;
         for (i = 0; i < HTTP_METHODS; i++) {
             const char *name = llhttp_method_name((llhttp_method_t)i);
-            if (strlen(name) == n && memcmp(name, s, n) == 0)
+            if (strlen(name) == n && memcmp(name, w, n) == 0)
                 break;
         }
         if (i == HTTP_METHODS) {
-            md_say(msg, msg_len, "unknown method \"%.*s\" (upper case, as GET, POST)", (int)n, s);
+            md_say(msg, msg_len, "unknown method \"%.*s\" (upper case, as GET, POST)", (int)n, w);
             return -EINVAL;
         }
         if (i == HTTP_CONNECT) {
@@ -234,7 +239,6 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
         }
         if (i != HTTP_OPTIONS) /* always answered, from the table */
             m |= BIT(i);
-        s += n;
     }
     if (m & BIT(HTTP_GET))
         m |= BIT(HTTP_HEAD);
@@ -264,6 +268,8 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
         set_handler(r, h);
         return 0;
     }
+    if (strcmp(key, "allow") == 0 || strcmp(key, "deny") == 0)
+        return md_acl_add(&r->acl, key[0] == 'a', value, msg, msg_len);
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http/acl.h"
+
 struct md_handler;
 
 enum {
@@ -41,6 +43,7 @@ typedef struct md_route {
     uint32_t line;    /* of its [route] header in the configuration; 0: built in */
     uint64_t methods; /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
+    md_acl acl;                       /* who may use it ("allow" and "deny"; acl.h) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
@@ -64,7 +67,8 @@ typedef struct md_route_table {
 void md_say(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Fills t with the built-in routes (exact "/", "/echo", "/metrics", "/healthz", as the
- * shipped configuration spells them) and prepares it. */
+ * shipped configuration spells them: /echo and /metrics for loopback clients only) and
+ * prepares it. */
 void md_routes_builtin(md_route_table *t);
 
 /* Appends a route from a section header's text after "route" (" /p" or " = /p"). 0, or
@@ -72,7 +76,7 @@ void md_routes_builtin(md_route_table *t);
 int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg, size_t msg_len);
 
 /* Sets one option of route r from its section (line: where it is, for later messages):
- * handler and methods here, every other key by the route's handler. 0, or -EINVAL with msg
+ * handler, methods, allow and deny here, every other key by the route's handler. 0, or -EINVAL with msg
  * (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for a key that
  * neither the table nor the route's handler knows. */
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,

@@ -78,6 +78,12 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
     md_log_access(&e);
 }
 
+/* md_http_server.peer_addr: the client's address, for a route's allow and deny rules. */
+static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
+{
+    return mp_tcp_peer_addr(&mp_container_of(hc, md_conn, http)->tcp, out);
+}
+
 /* md_http_server.peer: the client's address, for the proxy's forwarding fields. */
 static const char *conn_peer(md_http_conn *hc)
 {
@@ -127,6 +133,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     g->http.metrics_arg = g;
     g->http.rt = s->rt;
     g->http.peer = conn_peer;
+    g->http.peer_addr = conn_peer_addr;
     for (uint32_t i = 0; i < g->routes.n; i++)
         if (g->routes.r[i].handler->keeps_fields)
             g->http.keep_fields = true;

@@ -145,23 +145,6 @@ bool mp__io_enter(mp_io *io)
     return true;
 }
 
-#ifdef __SANITIZE_THREAD__
-void __sanitizer_syscall_pre_impl_close(long fd);
-#endif
-
-/* Every close_fn has libuv close the descriptor before it returns (uv_close), and libuv closes
- * with syscall(SYS_close), which ThreadSanitizer does not see. Unaware of the close, it takes a
- * later descriptor of the same number opened where it does not look either (magpied's openat2)
- * for this socket, and reports the new owner's close as racing with this thread's epoll_ctl. */
-static inline void tsan_fd_closed(int fd)
-{
-#ifdef __SANITIZE_THREAD__
-    __sanitizer_syscall_pre_impl_close(fd);
-#else
-    (void)fd;
-#endif
-}
-
 static void close_cmd(uv_loop_t *loop, void *arg);
 
 /* CLOSING is set and no user is left: claim the close (once) and finish it. true: this call
@@ -354,9 +337,7 @@ static void close_cmd(uv_loop_t *loop, void *arg)
         return; /* shutdown's close_all got here first */
     io->close_started = true;
     epoll_ctl(io->rt->reactor.epfd, EPOLL_CTL_DEL, io->fd, NULL);
-    int fd = io->fd;
     io->close_fn(io);
-    tsan_fd_closed(fd);
 }
 
 int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)

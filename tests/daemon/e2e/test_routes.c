@@ -1,6 +1,7 @@
 /* End-to-end tests of configured routes against a real magpied: prefix and exact routes, the
  * handlers' options, 405 with Allow and OPTIONS from the table, the request-path rules on the
- * wire (raw sockets: curl would normalise the path itself), and a SIGHUP that swaps the table.
+ * wire (raw sockets: curl would normalise the path itself), allow and deny by the client's
+ * address (a client bound to 127.0.0.2 beside 127.0.0.1), and a SIGHUP that swaps the table.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -178,4 +179,76 @@ Test(routes_e2e, config_check_names_file_line_and_key)
     write_file(conf, HEAD_CONF "[route /a]\nhandler = text\n[route /a]\nhandler = echo\n");
     out = run(cmd);
     cr_assert(strstr(out, "bad.conf:9: [route /a]: the same route as line 7"), "%s", out);
+}
+
+/* A request from 127.0.0.2 to port, on a new connection asking for its close. */
+static char *get_from_127_0_0_2(int port, const char *target)
+{
+    static char resp[8192];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0, "bind 127.0.0.2");
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    char req[512];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    return resp;
+}
+
+/* allow and deny by the client's address: the first rule that matches decides, 403 before the
+ * handler (and before 405), the connection kept; routes without rules answer everyone. */
+Test(routes_e2e, allow_and_deny_by_client_address)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, HEAD_CONF "[route = /only2]\nhandler = text\nbody = two\n"
+                               "allow = 127.0.0.2\ndeny = all\n"
+                               "[route = /not2]\nhandler = text\nbody = not two\n"
+                               "deny = 127.0.0.2/32\n"
+                               "[route = /metrics]\nhandler = metrics\nallow = 127.0.0.0/8, ::1\n"
+                               "deny = all\n");
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/only2"), "HTTP/1.1 403", NULL);
+    expect(get_from_127_0_0_2(d.http, "/only2"), "HTTP/1.1 200", "\r\n\r\ntwo");
+    expect(get(d.http, "/not2"), "HTTP/1.1 200", "\r\n\r\nnot two");
+    expect(get_from_127_0_0_2(d.http, "/not2"), "HTTP/1.1 403", NULL);
+    expect(get(d.http, "/metrics"), "HTTP/1.1 200", "magpied_");
+    /* 403 before 405: a refused client learns nothing of the route's methods. */
+    expect(ask(d.http, "DELETE /only2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+           "HTTP/1.1 403", NULL);
+    /* A refused request keeps its connection: the next one on it is answered. */
+    char resp[8192];
+    int fd = test_connect(d.http);
+    const char *two = "GET /only2 HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /not2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    test_write_all(fd, two, strlen(two));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    expect(resp, "HTTP/1.1 403", "HTTP/1.1 200 OK");
+    cr_expect(strstr(resp, "not two") != NULL, "%s", resp);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* A file without routes serves the built-in four, /echo and /metrics to loopback clients
+ * (127.0.0.0/8 and ::1: 127.0.0.2 too). That others are refused is test_routes.c's and
+ * test_acl.c's (no other address reaches this machine's loopback listener). */
+Test(routes_e2e, builtin_metrics_and_echo_answer_loopback_clients)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, HEAD_CONF);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/metrics"), "HTTP/1.1 200", "magpied_");
+    expect(get_from_127_0_0_2(d.http, "/metrics"), "HTTP/1.1 200", "magpied_");
+    expect(ask(d.http, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Content-Length: 2\r\n\r\nhi"),
+           "HTTP/1.1 200", "\r\n\r\nhi");
+    expect(get(d.http, "/"), "HTTP/1.1 200", "Hello, World!");
+    cr_assert_eq(stop(&d), 0);
 }

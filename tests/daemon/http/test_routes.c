@@ -297,3 +297,29 @@ Test(routes, normal_paths_need_no_copy, .timeout = 5)
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         cr_assert_not(md_path_is_normal(other[i], strlen(other[i])), "%s", other[i]);
 }
+
+/* allow and deny are the table's keys, for any handler, in the order given; the built-in
+ * /echo and /metrics answer loopback clients alone. */
+Test(routes, allow_and_deny_are_route_keys, .timeout = 5)
+{
+    md_routes_builtin(&t);
+    cr_assert_eq(find("/echo")->acl.n, 3);
+    cr_assert_eq(find("/metrics")->acl.n, 3);
+    cr_assert_eq(find("/")->acl.n, 0);
+    cr_assert_eq(find("/healthz")->acl.n, 0);
+
+    memset(&t, 0, sizeof t);
+    char msg[160];
+    cr_assert_eq(md_routes_add(&t, " = /m", 1, msg, sizeof msg), 0);
+    md_route *r = &t.r[0];
+    cr_assert_eq(md_route_key(r, "deny", "10.1.0.0/16", 2, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(r, "handler", "metrics", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(r, "allow", "10.0.0.0/8, ::1", 4, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(r, "deny", "all", 5, msg, sizeof msg), 0);
+    cr_assert_eq(r->acl.n, 4);
+    cr_assert_eq(r->acl.r[0].allow, 0);
+    cr_assert_eq(r->acl.r[1].allow, 1);
+    cr_assert_eq(r->acl.r[3].family, 0);
+    cr_assert_eq(md_route_key(r, "allow", "10.0.0.1/8", 6, msg, sizeof msg), -EINVAL);
+    cr_assert(strstr(msg, "bits set past") != NULL, "%s", msg);
+}

@@ -218,6 +218,29 @@ struct static_send {
     char chunk[CHUNK];
 };
 
+/* openat2(2), a raw system call: ThreadSanitizer sees neither it nor libuv's closes (libuv
+ * closes with syscall(SYS_close)), so a descriptor it returns carries the history of the
+ * socket that last had its number, and closing it would be reported as racing with that
+ * socket's last use on the loop's thread. In a TSan build the file moves to a number TSan saw
+ * opened (of /dev/null), through system calls it does not see either, and the first number
+ * goes the way libuv's do. The runtime's file.c does the same for mp_file_open_poll(). */
+static long openat2_raw(int dirfd, const char *path, struct open_how *how)
+{
+    long fd = syscall(SYS_openat2, dirfd, path, how, sizeof *how);
+#ifdef __SANITIZE_THREAD__
+    if (fd >= 0) {
+        int seen = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (seen >= 0 && syscall(SYS_dup3, (int)fd, seen, O_CLOEXEC) == seen) {
+            syscall(SYS_close, (int)fd);
+            fd = seen;
+        } else if (seen >= 0) {
+            close(seen);
+        }
+    }
+#endif
+    return fd;
+}
+
 /* openat2 beneath dirfd, or the O_NOFOLLOW walk where the kernel has no openat2. */
 static int open_beneath(int dirfd, const char *rel, int flags)
 {
@@ -225,7 +248,7 @@ static int open_beneath(int dirfd, const char *rel, int flags)
         .flags = (uint64_t)(flags | O_CLOEXEC),
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
-    long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
+    long fd = openat2_raw(dirfd, rel, &how);
     if (fd >= 0)
         return (int)fd;
     if (errno != ENOSYS)
