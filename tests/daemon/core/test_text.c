@@ -124,3 +124,20 @@ Test(text, list_quoted_commas_belong_to_their_element, .timeout = 5)
     cr_assert_eq(n, 1);
     cr_assert_not(md_list_next(&l, &e, &n));
 }
+
+/* The configuration's lists: words between commas, spaces and tabs, none empty. */
+Test(text, words_of_a_configuration_list, .timeout = 5)
+{
+    const char *s = " GET,POST ,\tPUT,, 10.0.0.0/8 ", *w;
+    size_t n;
+    const char *want[] = {"GET", "POST", "PUT", "10.0.0.0/8"};
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert(md_words_next(&s, &w, &n), "word %zu", i);
+        cr_assert_eq(n, strlen(want[i]));
+        cr_assert(memcmp(w, want[i], n) == 0, "%.*s", (int)n, w);
+    }
+    cr_assert_not(md_words_next(&s, &w, &n));
+    cr_assert_not(md_words_next(&s, &w, &n), "the end stays the end");
+    const char *empty = " ,\t, ";
+    cr_assert_not(md_words_next(&empty, &w, &n));
+}
