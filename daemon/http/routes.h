@@ -76,9 +76,9 @@ void md_routes_builtin(md_route_table *t);
 int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg, size_t msg_len);
 
 /* Sets one option of route r from its section (line: where it is, for later messages):
- * handler, methods, allow and deny here, every other key by the route's handler. 0, or -EINVAL with msg
- * (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for a key that
- * neither the table nor the route's handler knows. */
+ * handler, methods, allow and deny here, every other key by the route's handler. 0, or
+ * -EINVAL with msg (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for
+ * a key that neither the table nor the route's handler knows. */
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
                  size_t msg_len);
 
