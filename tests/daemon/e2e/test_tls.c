@@ -475,3 +475,26 @@ Test(tls, shipped_example_serves, .timeout = 60)
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
 }
+
+/* Half-open handshakes fill the TLS listener's max_connections: the plaintext listener is not
+ * locked out, and the TLS one serves again once the handshake timeout frees the slots. */
+Test(tls, half_open_handshakes_hold_only_their_listener, .timeout = 60)
+{
+    setup("max_connections = 2\nhandshake_timeout_ms = 1500");
+    daemon_proc d = start_tls();
+    int silent[2];
+    for (int i = 0; i < 2; i++)
+        silent[i] = test_connect(d.https);
+    usleep(200000); /* accepted: the listener is at its mark */
+    char cmd[PKI_DIR_MAX + 200];
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 2 http://127.0.0.1:%d/", d.http);
+    cr_assert_str_eq(run(cmd), "Hello, World!");
+    /* A TLS client waits in the backlog until the silent ones time out, then is served. */
+    served(&d);
+    for (int i = 0; i < 2; i++) {
+        size_t got;
+        cr_assert_eq(wait_closed(silent[i], 5000, NULL, &got), 0);
+        close(silent[i]);
+    }
+    finish(&d);
+}
