@@ -8,15 +8,17 @@
 typedef enum md_listener {
     MD_LISTENER_HTTP,
     MD_LISTENER_ECHO,
+    MD_LISTENER_HTTPS, /* HTTP over TLS (server/tls.c) */
     MD_LISTENERS,
 } md_listener;
 
-/* "http", "echo": the section and the systemd socket name of each listener. */
+/* "http", "echo", "https": the section and the systemd socket name of each listener. */
 static inline const char *md_listener_name(md_listener kind)
 {
     static const char *const names[MD_LISTENERS] = {
         [MD_LISTENER_HTTP] = "http",
         [MD_LISTENER_ECHO] = "echo",
+        [MD_LISTENER_HTTPS] = "https",
     };
     return (unsigned)kind < MD_LISTENERS ? names[kind] : "?";
 }

@@ -25,7 +25,7 @@ static const char *const bucket_le[MD_METRICS_BUCKETS] = {
     "0.01",  "0.025",  "0.05",    "0.1",    "0.25",  "1",      "10",
 };
 
-static const char *const listener_names[MD_LISTENERS] = {"http", "echo"};
+static const char *const listener_names[MD_LISTENERS] = {"http", "echo", "https"};
 
 /* Process-wide: shards are handed out in order the first time a thread counts. */
 static atomic_uint next_shard;
@@ -76,6 +76,7 @@ static const char *const close_names[MD_CLOSE_REASONS] = {
     [MD_CLOSE_MIN_SEND_RATE] = "min_send_rate",
     [MD_CLOSE_SHUTDOWN] = "shutdown",
     [MD_CLOSE_NO_MEMORY] = "out_of_memory",
+    [MD_CLOSE_HANDSHAKE_TIMEOUT] = "handshake_timeout",
 };
 
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why)

@@ -32,6 +32,7 @@ typedef enum md_close_reason {
     MD_CLOSE_MIN_SEND_RATE,     /* [limits] min_send_rate */
     MD_CLOSE_SHUTDOWN,          /* a graceful stop, or the runtime cancelled the task */
     MD_CLOSE_NO_MEMORY,         /* out of memory for its output */
+    MD_CLOSE_HANDSHAKE_TIMEOUT, /* [https] handshake_timeout_ms */
     MD_CLOSE_REASONS,
 } md_close_reason;
 

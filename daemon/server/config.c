@@ -83,13 +83,17 @@ static const struct key keys[] = {
     {"static", "open_file_cache_entries", KEY_U32, FILE_CACHE(entries), 0, 1000000},
     {"static", "open_file_cache_max_fds", KEY_U32, FILE_CACHE(max_fds), 0, 1000000},
     {"static", "open_file_cache_valid_ms", KEY_U32, FILE_CACHE(valid_ms), 0, 3600000},
+    /* [https]: these three are the listener's; the TLS keys are tls.c's (md_tls_key). */
+    {"https", "listen", KEY_LISTEN_OFF, LISTENER(MD_LISTENER_HTTPS, listen), 0, 0},
+    {"https", "reuseport", KEY_BOOL, LISTENER(MD_LISTENER_HTTPS, reuseport), 0, 0},
+    {"https", "max_connections", KEY_U32, LISTENER(MD_LISTENER_HTTPS, max_connections), 1, 1000000},
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 _Static_assert(NKEYS <= (size_t)MD_CONFIG_MAX_KEYS, "md_config.key_line is too short");
 
 static const char *const sections[] = {"http", "echo",   "runtime", "limits",
-                                       "log",  "server", "static"};
+                                       "log",  "server", "static",  "https"};
 
 static void listen_set(md_listen *l, int family, const char *host, uint16_t port)
 {
@@ -112,6 +116,8 @@ void md_config_init(md_config *c)
     c->shutdown_timeout_ms = 10000;
     c->listeners[MD_LISTENER_ECHO].idle_timeout_ms = 60000;
     c->listeners[MD_LISTENER_ECHO].max_connections = 1000;
+    c->listeners[MD_LISTENER_HTTPS].max_connections = 10000; /* listen: off */
+    md_tls_config_init(&c->tls);
     c->file_cache = (md_file_cache_limits){MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS,
                                            MD_FILE_CACHE_VALID_MS};
     md_routes_builtin(&c->routes);
@@ -500,6 +506,16 @@ static char *read_line(char *str, int num, void *stream)
     return str;
 }
 
+/* An [https] key of tls.c's (md_tls_key); 1 or 0 as on_key(). */
+static int tls_key(struct parse_ctx *ctx, const char *name, const char *value)
+{
+    char msg[MD_ERROR_MAX - 64];
+    int rc = md_tls_key(&ctx->c->tls, name, value, ctx->line, msg, sizeof msg);
+    if (rc != 0)
+        ctx_error(ctx, "[https] %s: %s", name, rc == -ENOENT ? "unknown key" : msg);
+    return rc == 0;
+}
+
 static int on_key(void *user, const char *section, const char *name, const char *value)
 {
     struct parse_ctx *ctx = user;
@@ -539,6 +555,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
         return rc == 0;
     }
     const struct key *k = find_key(section, name);
+    if (k == NULL && strcmp(section, "https") == 0) /* TLS's own keys: tls.c */
+        return tls_key(ctx, name, value);
     if (k == NULL) {
         ctx_error(ctx, "[%s] %s: unknown key", section, name);
         return 0;
@@ -658,6 +676,13 @@ int md_config_set(md_config *c, const char *assignment, md_error *err)
         return -EINVAL;
     }
     const struct key *k = find_key(section, name);
+    if (k == NULL && strcmp(section, "https") == 0) {
+        char msg[MD_ERROR_MAX - 64];
+        int rc = md_tls_key(&c->tls, name, eq + 1, MD_CONFIG_LINE_SET, msg, sizeof msg);
+        if (rc != 0)
+            set_error(err, o, "[https] %s: %s", name, rc == -ENOENT ? "unknown key" : msg);
+        return rc == 0 ? 0 : -EINVAL;
+    }
     if (k == NULL) {
         set_error(err, o, "[%s] %s: unknown key", section, name);
         return -EINVAL;
@@ -701,5 +726,20 @@ int md_config_check(const md_config *c, md_error *err)
                   (unsigned)e->port);
         return -EINVAL;
     }
+    const md_listen *s = &c->listeners[MD_LISTENER_HTTPS].listen;
+    for (int i = 0; s->enabled && s->port != 0 && i < 2; i++) {
+        const md_listen *o = i == 0 ? h : e;
+        if (o->enabled && o->port == s->port && o->family == s->family &&
+            strcmp(o->host, s->host) == 0) {
+            set_error(err, key_origin(c, "https", "listen"),
+                      "[https] listen: %s%s%s:%u is also [%s] listen",
+                      s->family == AF_INET6 ? "[" : "", s->host, s->family == AF_INET6 ? "]" : "",
+                      (unsigned)s->port, i == 0 ? "http" : "echo");
+            return -EINVAL;
+        }
+    }
+    /* [https] on: the certificate and key, read and checked now (magpied -t, a reload). */
+    if (s->enabled || c->tls.cert[0][0] != '\0')
+        return md_tls_config_check(&c->tls, c->source, err);
     return 0;
 }

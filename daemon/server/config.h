@@ -22,6 +22,7 @@
 #include "http/http.h"
 #include "http/routes.h"
 #include "http/handlers/proxy/upstream.h"
+#include "server/tls.h"
 
 enum {
     MD_CONFIG_PATH_MAX = 4096,
@@ -63,6 +64,8 @@ typedef struct md_config {
     md_route_table routes;
     /* [upstream NAME] sections, for the proxy routes (a route's upstream_index points here). */
     md_upstream_table upstreams;
+    /* [https]'s TLS keys (server/tls.c parses and checks them). */
+    md_tls_config tls;
 
     /* Where each key's value came from, for messages: the file name, and per key the line
      * (0: the default, MD_CONFIG_LINE_SET: a --set override). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "server/conn.h"
+#include "server/tls.h"
 
 static void conn_unref(md_conn *c)
 {
@@ -43,6 +44,28 @@ static void http_closed(md_server *s)
     md_http_gens_sweep(&s->gens); /* after md_http_gen_leave() in http_finish() */
 }
 
+/* [https]: HTTP over the TLS transport (tls.c), made at accept; without it (no context in
+ * the generation: a listener passed by systemd with no certificate configured) nothing is
+ * served. */
+static void https_opened(md_server *s, md_conn *c)
+{
+    http_opened(s, c);
+    (void)md_tls_conn_new(md_http_gen_of(c->http.srv)->tls, &c->tls); /* NULL: closed below */
+}
+
+static mp_poll https_poll(md_conn *c, mp_context *cx)
+{
+    if (c->tls == NULL)
+        return md_conn_finish(c, MD_CLOSE_ERROR);
+    return md_conn_http_poll(c, cx);
+}
+
+static void https_finish(md_conn *c)
+{
+    md_tls_conn_free(c);
+    http_finish(c);
+}
+
 /* What each listener kind does with its connections, indexed by md_listener: a new kind is
  * one more entry here (and its settings one more entry of md_config.listeners). */
 static const struct conn_kind {
@@ -53,6 +76,7 @@ static const struct conn_kind {
 } kinds[MD_LISTENERS] = {
     [MD_LISTENER_HTTP] = {md_conn_http_poll, http_opened, http_finish, http_closed},
     [MD_LISTENER_ECHO] = {md_conn_echo_poll, NULL, NULL, NULL},
+    [MD_LISTENER_HTTPS] = {https_poll, https_opened, https_finish, http_closed},
 };
 
 /* On the loop's thread, once libuv is done with the stream. */

@@ -93,6 +93,7 @@ typedef struct md_conn {
     uint64_t send_progress_ms; /* when the kernel last took some of it */
     md_outbuf out;
     char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
+    struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
     md_http_conn http;
 } md_conn;
 

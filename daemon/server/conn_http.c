@@ -42,7 +42,31 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "http/handler.h"
+#include "server/tls.h"
 #include <string.h>
+
+/* The transport: the stream itself, or TLS over it on an [https] connection (tls.c). */
+static mp_poll conn_read(md_conn *c, mp_context *cx, const char **data, size_t *len, int *err)
+{
+    if (c->tls != NULL)
+        return md_tls_read_poll(c, cx, data, len, err);
+    return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
+}
+
+static void conn_consume(md_conn *c, size_t n)
+{
+    if (c->tls != NULL)
+        md_tls_consume(c, n);
+    else
+        mp_tcp_consume(&c->tcp, n);
+}
+
+static mp_poll conn_send(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    if (c->tls != NULL)
+        return md_tls_write(c, cx, data, len, err);
+    return md_conn_write(c, cx, data, len, err);
+}
 
 /* The client's address, looked up at the connection's first access-log line (or proxied
  * request), so that connections accepted while the access log was off have one too, and no
@@ -151,6 +175,12 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     if (cfg->log.access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;
     g->http.request_begin = md_http_gen_request_begin;
+    /* [https]: the certificate and key are read again with each generation (a reload). */
+    if (cfg->tls.cert[0][0] != '\0' &&
+        (rc = md_tls_ctx_new(&cfg->tls, cfg->source, &g->tls, err)) != 0) {
+        md_http_gen_free(g);
+        return rc;
+    }
     *out = g;
     return 0;
 }
@@ -164,13 +194,15 @@ struct conn_io {
 static mp_poll conn_io_write(md_http_io *io, mp_context *cx, const char *data, size_t len, int *err)
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
-    return md_conn_write(c, cx, data, len, err);
+    return conn_send(c, cx, data, len, err);
 }
 
 static mp_poll conn_io_sendfile(md_http_io *io, mp_context *cx, int in_fd, off_t *off, size_t count,
                                 size_t *sent, int *err)
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
+    if (c->tls != NULL) /* no kTLS: read and encrypted, head and file together */
+        return md_tls_sendfile(c, cx, &c->out, in_fd, off, count, sent, err);
     size_t pending = md_outbuf_pending(&c->out);
     if (pending != 0) {
         /* The response's head first, corked, so that it leaves in the file's first segment:
@@ -195,7 +227,7 @@ static mp_poll conn_io_read(md_http_io *io, mp_context *cx, const char **data, s
                             int *err)
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
-    return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
+    return conn_read(c, cx, data, len, err);
 }
 
 static void conn_io_nodelay(md_http_io *io)
@@ -208,7 +240,7 @@ static void conn_io_nodelay(md_http_io *io)
 
 static void conn_io_consume(md_http_io *io, size_t n)
 {
-    mp_tcp_consume(&((struct conn_io *)(void *)io)->c->tcp, n);
+    conn_consume(((struct conn_io *)(void *)io)->c, n);
 }
 
 static int conn_io_shutdown(md_http_io *io)
@@ -221,6 +253,8 @@ static int conn_io_shutdown(md_http_io *io)
  * The stream holds no read buffer while it waits (mp_tcp_read_poll gives it back). */
 static mp_poll linger(md_conn *c, mp_context *cx)
 {
+    if (!c->lingering && c->tls != NULL && md_tls_close_notify(c, cx) == MP_PENDING)
+        return MP_PENDING; /* TLS: close_notify before the FIN */
     if (!c->lingering) {
         c->lingering = true;
         md_outbuf_free(&c->out); /* all written: the flush before this succeeded */
@@ -270,8 +304,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (pending &&
             !(c->want == MD_HTTP_WANT_HANDLER && md_http_conn_pending_writes_output(&c->http))) {
             int err;
-            if (md_conn_write(c, cx, md_outbuf_pending_data(&c->out), pending, &err) ==
-                MP_PENDING) {
+            if (conn_send(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING) {
                 /* Lent bytes (outbuf.h) are this thread's, and only until its next feed. */
                 if (md_outbuf_own(&c->out) != 0)
                     return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
@@ -289,7 +322,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                                   .sendfile = conn_io_sendfile,
                                   .read = conn_io_read,
                                   .consume = conn_io_consume,
-                                  .shutdown = conn_io_shutdown,
+                                  .shutdown = c->tls == NULL ? conn_io_shutdown : NULL,
                                   .nodelay = conn_io_nodelay},
                                  c};
             int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
@@ -303,7 +336,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         const char *data;
         size_t len;
         int err;
-        if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
+        if (conn_read(c, cx, &data, &len, &err) == MP_PENDING) {
             /* Between requests the connection keeps no request state and no output buffer
              * (the stream has given its read buffer back already): an idle keep-alive
              * connection is its md_conn alone. */
@@ -312,12 +345,18 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
             /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
              * millisecond); when it passes, the core answers 408 or closes an idle one. */
             uint64_t deadline = md_http_conn_deadline(&c->http);
-            if (deadline == UINT64_MAX) {
+            uint64_t at = deadline == UINT64_MAX ? UINT64_MAX : (deadline + 999999) / 1000000;
+            uint64_t handshake_end = md_tls_handshake_deadline(c); /* TLS: UINT64_MAX once done */
+            if (handshake_end < at)
+                at = handshake_end;
+            if (at == UINT64_MAX) {
                 mp_timer_cancel(&c->timer);
                 return MP_PENDING;
             }
-            if (mp_timer_poll(&c->timer, (deadline + 999999) / 1000000, cx) == MP_PENDING)
+            if (mp_timer_poll(&c->timer, at, cx) == MP_PENDING)
                 return MP_PENDING;
+            if (handshake_end <= mp_now_ms())
+                return md_conn_finish(c, MD_CLOSE_HANDSHAKE_TIMEOUT);
             uint64_t now = uv_hrtime();
             md_http_expired expired = md_http_conn_expired(&c->http, now);
             int want = md_http_conn_timeout(&c->http, now, &c->out);
@@ -349,7 +388,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         } else {
             size_t used = 0;
             want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);
-            mp_tcp_consume(&c->tcp, used);
+            conn_consume(c, used);
         }
         if (want < 0)
             return md_conn_finish(c, MD_CLOSE_NO_MEMORY); /* close without flushing */

@@ -20,6 +20,7 @@
  */
 #include "server/generation.h"
 #include "http/handler.h"
+#include "server/tls.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ void md_http_gen_free(md_http_gen *g)
         if (h->gen_free != NULL && g->http.handler_state[i] != NULL)
             h->gen_free(g->http.handler_state[i]);
     md_routes_close(&g->routes);
+    md_tls_ctx_free(g->tls);
     free(g);
 }
 

@@ -24,6 +24,7 @@ typedef struct md_http_gen {
     md_http_server http;                 /* immutable once published */
     md_route_table routes;               /* http.routes; immutable once published */
     struct md_metrics *metrics;          /* the server's, for metrics_text */
+    struct md_tls_ctx *tls;              /* [https]'s (server/tls.h); NULL without it */
     _Atomic(struct md_http_gen *) newer; /* atomic: set once, by md_http_gens_publish() */
     _Atomic uint32_t conns;              /* atomic: connections at this generation */
     struct md_http_gen *older;           /* loop side */

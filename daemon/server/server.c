@@ -70,7 +70,11 @@ static void describe_cmd(uv_loop_t *loop, void *arg)
     describe_call *c = arg;
     const md_listener_state *h = c->srv->listeners[MD_LISTENER_HTTP];
     const md_listener_state *e = c->srv->listeners[MD_LISTENER_ECHO];
-    snprintf(c->buf, c->len, "http=%s echo=%s", h ? h->addr : "off", e ? e->addr : "off");
+    const md_listener_state *s = c->srv->listeners[MD_LISTENER_HTTPS];
+    int n = snprintf(c->buf, c->len, "http=%s echo=%s", h ? h->addr : "off", e ? e->addr : "off");
+    if (s != NULL && n >= 0 &&
+        (size_t)n < c->len) /* named only when on: the line stays as it was */
+        snprintf(c->buf + n, c->len - (size_t)n, " https=%s", s->addr);
 }
 
 void md_server_describe(md_server *s, char *buf, size_t len)

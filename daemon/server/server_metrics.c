@@ -10,6 +10,7 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "core/version.h"
+#include "server/tls.h"
 
 /* The worker counters, per worker. */
 static int worker_metrics(md_server *s, md_outbuf *out)
@@ -129,5 +130,7 @@ int md_server_metrics_text(void *arg, md_outbuf *out)
         rc = process_metrics(s, out);
     if (rc == 0)
         rc = md_file_cache_metrics(out);
+    if (rc == 0)
+        rc = md_tls_metrics_text(out); /* [https]: handshakes (tls.c) */
     return rc != 0 ? -ENOMEM : 0;
 }

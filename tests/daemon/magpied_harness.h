@@ -23,6 +23,7 @@
 typedef struct daemon_proc {
     pid_t pid;
     int http, echo;
+    int https; /* 0 when [https] is off */
     FILE *out;
     const char *err_path; /* its stderr, when redirected */
 } daemon_proc;
@@ -133,6 +134,8 @@ static inline daemon_proc start_with(const char *conf, const char *const *extra,
                  "line: %s", line);
     if (sscanf(echo, "127.0.0.1:%d", &d.echo) != 1)
         d.echo = 0;
+    const char *https = strstr(line, " https=127.0.0.1:");
+    d.https = https != NULL ? atoi(https + strlen(" https=127.0.0.1:")) : 0;
     return d;
 }
 

@@ -1,0 +1,777 @@
+/* tls.c: TLS termination for the [https] listener. OpenSSL does the protocol; this file owns
+ * its keys, one SSL_CTX per generation of settings, and the transport a connection's task
+ * reads and writes through.
+ *
+ * The transport. The SSL object sits on a BIO of our own with no buffer of its own: its read
+ * side hands OpenSSL the view mp_tcp_read_poll() gave (what OpenSSL takes is consumed from
+ * the stream at once), its write side appends ciphertext to a buffer that the task writes
+ * with md_conn_write(), within the send limits. So the stream's read buffer is the only
+ * ciphertext buffer, nothing is copied in a second time, and an idle connection holds no
+ * buffer: the plaintext buffer and the ciphertext buffer are freed when empty, and OpenSSL
+ * frees its record buffers (SSL_MODE_RELEASE_BUFFERS).
+ *
+ *   task (any worker)                       OpenSSL
+ *   md_tls_read_poll: SSL_read_ex  -------> BIO read: the stream's view, consumed
+ *     WANT_READ: output first (md_conn_write), then mp_tcp_read_poll, then SSL_read again
+ *   md_tls_write:     SSL_write_ex -------> BIO write: ciphertext appended
+ *                     md_conn_write(ciphertext) as one write, bounded
+ *
+ * The handshake is not a state of its own: SSL_read_ex runs it, on the worker that polls the
+ * task, never on the loop's thread. Everything the task may wait on (the peer's next flight,
+ * its reading of ours) goes through the same polls as plaintext, so a reader that stalls is
+ * bounded by the send limits, and the handshake by handshake_timeout_ms from the accept
+ * (conn_http.c arms it beside the core's deadline).
+ *
+ * Output made while reading (the handshake's flights, TLS 1.3's session tickets, an alert)
+ * is written before the next read. A response is one SSL_write_ex of everything the task has
+ * queued (head and body: records of up to 16 KiB) and one write of the records.
+ */
+#include "server/tls.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "core/log.h"
+#include "core/metrics.h"
+#include "core/text.h"
+#include "server/conn.h"
+
+/* Mozilla's "intermediate" configuration (server side TLS, version 5.7). */
+#define MOZ_CIPHERS                                                                                \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"     \
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"       \
+    "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305"
+#define MOZ_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+#define MOZ_GROUPS "X25519:prime256v1:secp384r1"
+
+/* Plaintext read per SSL_read_ex: one record's worth. */
+#define PLAIN_CAP 16384
+/* File bytes encrypted per md_tls_sendfile() call. */
+#define FILE_PIECE 65536
+
+#define LINE_SET UINT32_MAX /* MD_CONFIG_LINE_SET */
+
+/* ---- keys ---- */
+
+enum key_kind { K_PATH, K_LIST, K_U32, K_BOOL };
+
+static const struct tls_key {
+    const char *name;
+    enum key_kind kind;
+    size_t offset, size;
+    uint32_t min, max;
+} tls_keys[] = {
+#define F(f) offsetof(md_tls_config, f), sizeof(((md_tls_config *)0)->f)
+    {"certificate", K_PATH, F(cert[0]), 0, 0},
+    {"certificate_key", K_PATH, F(key[0]), 0, 0},
+    {"certificate2", K_PATH, F(cert[1]), 0, 0},
+    {"certificate_key2", K_PATH, F(key[1]), 0, 0},
+    {"ciphers", K_LIST, F(ciphers), 0, 0},
+    {"ciphersuites", K_LIST, F(ciphersuites), 0, 0},
+    {"groups", K_LIST, F(groups), 0, 0},
+    {"session_cache", K_U32, F(session_cache), 0, 10000000},
+    {"session_timeout_s", K_U32, F(session_timeout_s), 1, 86400},
+    {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
+    {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
+#undef F
+};
+#define NKEYS (sizeof tls_keys / sizeof tls_keys[0])
+_Static_assert(NKEYS <= sizeof(((md_tls_config *)0)->line) / sizeof(uint32_t),
+               "md_tls_config.line is too short");
+
+void md_tls_config_init(md_tls_config *t)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->ciphers, sizeof t->ciphers, "%s", MOZ_CIPHERS);
+    snprintf(t->ciphersuites, sizeof t->ciphersuites, "%s", MOZ_SUITES);
+    snprintf(t->groups, sizeof t->groups, "%s", MOZ_GROUPS);
+    t->session_cache = 20480;
+    t->session_timeout_s = 86400; /* Mozilla's: a day */
+    t->handshake_timeout_ms = 10000;
+    t->session_tickets = true;
+}
+
+int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t line, char *msg,
+               size_t len)
+{
+    size_t i = 0;
+    while (i < NKEYS && strcmp(tls_keys[i].name, name) != 0)
+        i++;
+    if (i == NKEYS)
+        return -ENOENT;
+    const struct tls_key *k = &tls_keys[i];
+    if (line != LINE_SET && t->line[i] != 0 && t->line[i] != LINE_SET) {
+        snprintf(msg, len, "set twice (first on line %u)", (unsigned)t->line[i]);
+        return -EINVAL;
+    }
+    char *field = (char *)t + k->offset;
+    uint64_t v;
+    switch (k->kind) {
+    case K_PATH:
+    case K_LIST:
+        if (strlen(value) >= k->size) {
+            snprintf(msg, len, "longer than %zu bytes", k->size - 1);
+            return -EINVAL;
+        }
+        if (k->kind == K_LIST && *value == '\0') {
+            snprintf(msg, len, "expected a list, got nothing");
+            return -EINVAL;
+        }
+        snprintf(field, k->size, "%s", value);
+        break;
+    case K_U32:
+        if (md_parse_u64(value, k->min, k->max, &v) != 0) {
+            snprintf(msg, len, "expected an integer in %u..%u, got \"%s\"", k->min, k->max, value);
+            return -EINVAL;
+        }
+        *(uint32_t *)(void *)field = (uint32_t)v;
+        break;
+    case K_BOOL:
+        if (md_parse_bool(value, (bool *)(void *)field) != 0) {
+            snprintf(msg, len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+            return -EINVAL;
+        }
+        break;
+    }
+    t->line[i] = line;
+    return 0;
+}
+
+/* "file:line: [https] key: " for key i, as config.c's messages begin. */
+static int key_prefix(const md_tls_config *t, const char *source, const char *name, char *buf,
+                      size_t len)
+{
+    size_t i = 0;
+    while (i < NKEYS && strcmp(tls_keys[i].name, name) != 0)
+        i++;
+    uint32_t line = i < NKEYS ? t->line[i] : 0;
+    if (line == LINE_SET)
+        return snprintf(buf, len, "--set: [https] %s: ", name);
+    if (line == 0)
+        return snprintf(buf, len, "%s: [https] %s: ", source, name);
+    return snprintf(buf, len, "%s:%u: [https] %s: ", source, (unsigned)line, name);
+}
+
+static void key_error(md_error *err, const md_tls_config *t, const char *source, const char *name,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void key_error(md_error *err, const md_tls_config *t, const char *source, const char *name,
+                      const char *fmt, ...)
+{
+    if (err == NULL)
+        return;
+    int n = key_prefix(t, source, name, err->msg, sizeof err->msg);
+    if (n < 0 || (size_t)n >= sizeof err->msg)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + n, sizeof err->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* OpenSSL's last reason, for a message; clears its error queue. */
+static const char *ssl_reason(char *buf, size_t len)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+    snprintf(buf, len, "%s", r != NULL ? r : "unknown error");
+    ERR_clear_error();
+    return buf;
+}
+
+/* A file that cannot be opened says so with the system's words, not OpenSSL's. */
+static int readable(const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(why, len, "cannot open %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The certificate and key pairs, loaded into ctx and checked: readable, matching, valid now,
+ * and of different key types (OpenSSL keeps one per type: RSA and ECDSA side by side). */
+static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, md_error *err)
+{
+    char why[300];
+    int types[MD_TLS_PAIRS] = {0};
+    for (int p = 0; p < MD_TLS_PAIRS; p++) {
+        const char *ck = p == 0 ? "certificate" : "certificate2";
+        const char *kk = p == 0 ? "certificate_key" : "certificate_key2";
+        if (t->cert[p][0] == '\0' && t->key[p][0] == '\0' && p > 0)
+            continue;
+        if (t->cert[p][0] == '\0') {
+            key_error(err, t, source, ck, "must be set with %s%s", p == 0 ? "[https] listen" : kk,
+                      "");
+            return -EINVAL;
+        }
+        if (t->key[p][0] == '\0') {
+            key_error(err, t, source, kk, "must be set with %s", ck);
+            return -EINVAL;
+        }
+        if (readable(t->cert[p], why, sizeof why) != 0) {
+            key_error(err, t, source, ck, "%s", why);
+            return -EINVAL;
+        }
+        if (readable(t->key[p], why, sizeof why) != 0) {
+            key_error(err, t, source, kk, "%s", why);
+            return -EINVAL;
+        }
+        ERR_clear_error();
+        if (SSL_CTX_use_certificate_chain_file(ctx, t->cert[p]) != 1) {
+            key_error(err, t, source, ck, "%s: not a PEM certificate chain: %s", t->cert[p],
+                      ssl_reason(why, sizeof why));
+            return -EINVAL;
+        }
+        X509 *x = SSL_CTX_get0_certificate(ctx);
+        EVP_PKEY *pub = x != NULL ? X509_get0_pubkey(x) : NULL;
+        int type = pub != NULL ? EVP_PKEY_get_base_id(pub) : 0;
+        if (p > 0 && type == types[0]) {
+            key_error(err, t, source, ck,
+                      "%s: a key of the same type as [https] certificate's (one RSA and one "
+                      "ECDSA pair may be served side by side)",
+                      t->cert[p]);
+            return -EINVAL;
+        }
+        types[p] = type;
+        if (X509_cmp_current_time(X509_get0_notBefore(x)) >= 0) {
+            key_error(err, t, source, ck, "%s: not valid yet", t->cert[p]);
+            return -EINVAL;
+        }
+        if (X509_cmp_current_time(X509_get0_notAfter(x)) <= 0) {
+            key_error(err, t, source, ck, "%s: expired", t->cert[p]);
+            return -EINVAL;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, t->key[p], SSL_FILETYPE_PEM) != 1) {
+            const char *r = ssl_reason(why, sizeof why);
+            /* OpenSSL loads the key first and compares after: a mismatch reads as such. */
+            key_error(err, t, source, kk, "%s: %s", t->key[p],
+                      strstr(r, "mismatch") != NULL ? "does not match its certificate"
+                                                    : "not a PEM private key");
+            if (strstr(r, "mismatch") == NULL && err != NULL) {
+                size_t n = strlen(err->msg);
+                snprintf(err->msg + n, sizeof err->msg - n, " (%s)", r);
+            }
+            return -EINVAL;
+        }
+        if (SSL_CTX_check_private_key(ctx) != 1) {
+            ERR_clear_error();
+            key_error(err, t, source, kk, "%s: does not match %s", t->key[p], t->cert[p]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ALPN: http/1.1 only (h2 once HTTP/2 lands). A client that offers ALPN without http/1.1 gets
+ * no_application_protocol (RFC 7301 3.2); one that offers none is served HTTP/1.1. */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg)
+{
+    (void)ssl;
+    (void)arg;
+    static const unsigned char ours[] = "\x08http/1.1";
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, ours, sizeof ours - 1, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+struct md_tls_ctx {
+    SSL_CTX *ssl;
+    uint32_t handshake_timeout_ms;
+};
+
+static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
+{
+    char why[300];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL) {
+        snprintf(err->msg, sizeof err->msg, "TLS: %s", ssl_reason(why, sizeof why));
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    /* No renegotiation (a client's request gets no_renegotiation), no compression (CRIME),
+     * the client's preference among our suites (Mozilla: all of them are good). */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
+                                 (t->session_tickets ? 0 : SSL_OP_NO_TICKET));
+    SSL_CTX_clear_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_max_early_data(ctx, 0); /* no 0-RTT: replayable */
+    SSL_CTX_set_dh_auto(ctx, 1);        /* the DHE suites' groups (RFC 7919) */
+    if (SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
+        key_error(err, t, source, "ciphers", "\"%s\": %s", t->ciphers, ssl_reason(why, sizeof why));
+        goto out_free;
+    }
+    if (SSL_CTX_set_ciphersuites(ctx, t->ciphersuites) != 1) {
+        key_error(err, t, source, "ciphersuites", "\"%s\": %s", t->ciphersuites,
+                  ssl_reason(why, sizeof why));
+        goto out_free;
+    }
+    if (SSL_CTX_set1_groups_list(ctx, t->groups) != 1) {
+        key_error(err, t, source, "groups", "\"%s\": %s", t->groups, ssl_reason(why, sizeof why));
+        goto out_free;
+    }
+    if (load_pairs(ctx, t, source, err) != 0)
+        goto out_free;
+    static const unsigned char sid_ctx[] = "magpied";
+    SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
+    if (t->session_cache == 0) {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    } else {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+        SSL_CTX_sess_set_cache_size(ctx, t->session_cache);
+    }
+    SSL_CTX_set_timeout(ctx, t->session_timeout_s);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+    return ctx;
+out_free:
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    return NULL;
+}
+
+int md_tls_config_check(const md_tls_config *t, const char *source, md_error *err)
+{
+    md_error scratch;
+    SSL_CTX *ctx = ctx_make(t, source, err != NULL ? err : &scratch);
+    if (ctx == NULL)
+        return -EINVAL;
+    SSL_CTX_free(ctx);
+    return 0;
+}
+
+int md_tls_ctx_new(const md_tls_config *t, const char *source, md_tls_ctx **out, md_error *err)
+{
+    md_tls_ctx *x = calloc(1, sizeof *x);
+    if (x == NULL) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -ENOMEM;
+    }
+    if ((x->ssl = ctx_make(t, source, err)) == NULL) {
+        free(x);
+        return -EINVAL;
+    }
+    x->handshake_timeout_ms = t->handshake_timeout_ms;
+    *out = x;
+    return 0;
+}
+
+void md_tls_ctx_free(md_tls_ctx *x)
+{
+    if (x == NULL)
+        return;
+    SSL_CTX_free(x->ssl); /* the connections' SSL objects hold references of their own */
+    free(x);
+}
+
+/* ---- metrics ---- */
+
+/* Process-wide, relaxed: independent monotonic counters for /metrics. */
+static _Atomic uint64_t hs_ok_12, hs_ok_13, hs_failed, hs_resumed;
+
+static void count(_Atomic uint64_t *n)
+{
+    /* Relaxed: a counter publishes nothing else. */
+    atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+}
+
+static uint64_t read_count(_Atomic uint64_t *n)
+{
+    return atomic_load_explicit(n, memory_order_relaxed); /* relaxed: see count() */
+}
+
+int md_tls_metrics_text(md_outbuf *out)
+{
+    int rc = md_metrics_family(out, 0, "magpied_tls_handshakes_total", "counter",
+                               "TLS handshakes completed, by protocol version.",
+                               "magpied_tls_handshakes_total{version=\"TLSv1.2\"} %llu\n"
+                               "magpied_tls_handshakes_total{version=\"TLSv1.3\"} %llu\n",
+                               (unsigned long long)read_count(&hs_ok_12),
+                               (unsigned long long)read_count(&hs_ok_13));
+    rc = md_metrics_family(out, rc, "magpied_tls_handshake_failures_total", "counter",
+                           "TLS handshakes begun that failed (an alert, a bad record, a close).",
+                           "magpied_tls_handshake_failures_total %llu\n",
+                           (unsigned long long)read_count(&hs_failed));
+    return md_metrics_family(out, rc, "magpied_tls_resumptions_total", "counter",
+                             "TLS handshakes that resumed a session (ticket or cache).",
+                             "magpied_tls_resumptions_total %llu\n",
+                             (unsigned long long)read_count(&hs_resumed));
+}
+
+/* ---- the transport ---- */
+
+struct md_tls_conn {
+    SSL *ssl;        /* made at the first read; NULL before */
+    SSL_CTX *ctx;    /* a reference of its own */
+    uint64_t hs_end; /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
+    /* The stream's view that the BIO reads from, during one SSL call. */
+    const char *in;
+    size_t in_len, in_used;
+    /* Ciphertext to write: the BIO appends, flush() writes. */
+    char *wbuf;
+    size_t wlen, wcap;
+    /* Plaintext read and not yet consumed by the task: pbuf[poff..plen). */
+    char *pbuf;
+    size_t poff, plen;
+    size_t file_sent; /* md_tls_sendfile: the file's bytes in wbuf */
+    int failed;       /* sticky: a fatal TLS or socket error (negative errno) */
+    bool writing;     /* wbuf holds the caller's write (md_tls_write, md_tls_sendfile) */
+    bool eof;         /* the peer's close_notify came */
+    bool began;       /* a byte of the handshake came */
+    bool notified;    /* our close_notify is made */
+};
+
+static int bio_write(BIO *b, const char *data, int len)
+{
+    md_tls_conn *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0)
+        return 0;
+    if (md_bytes_grow(&t->wbuf, &t->wcap, t->wlen + (size_t)len, 4096) != 0)
+        return -1;
+    memcpy(t->wbuf + t->wlen, data, (size_t)len);
+    t->wlen += (size_t)len;
+    return len;
+}
+
+static int bio_read(BIO *b, char *buf, int len)
+{
+    md_tls_conn *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    size_t left = t->in_len - t->in_used;
+    if (left == 0) {
+        BIO_set_retry_read(b); /* nothing now: more comes through mp_tcp_read_poll */
+        return -1;
+    }
+    size_t n = (size_t)len < left ? (size_t)len : left;
+    memcpy(buf, t->in + t->in_used, n);
+    t->in_used += n;
+    return (int)n;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static void bio_method_make(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "magpied conn");
+    if (m != NULL && (BIO_meth_set_write(m, bio_write) != 1 ||
+                      BIO_meth_set_read(m, bio_read) != 1 || BIO_meth_set_ctrl(m, bio_ctrl) != 1)) {
+        BIO_meth_free(m);
+        m = NULL;
+    }
+    bio_method = m;
+}
+
+int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
+{
+    if (x == NULL)
+        return -EINVAL;
+    md_tls_conn *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return -ENOMEM;
+    if (SSL_CTX_up_ref(x->ssl) != 1) {
+        free(t);
+        return -ENOMEM;
+    }
+    t->ctx = x->ssl;
+    t->hs_end = mp_now_ms() + x->handshake_timeout_ms;
+    *out = t;
+    return 0;
+}
+
+/* The SSL object, at the connection's first read (on its worker). */
+static int ssl_make(md_tls_conn *t)
+{
+    pthread_once(&bio_once, bio_method_make);
+    if (bio_method == NULL)
+        return -ENOMEM;
+    BIO *b = BIO_new(bio_method);
+    if (b == NULL)
+        return -ENOMEM;
+    BIO_set_data(b, t);
+    BIO_set_init(b, 1);
+    t->ssl = SSL_new(t->ctx);
+    if (t->ssl == NULL) {
+        BIO_free(b);
+        return -ENOMEM;
+    }
+    SSL_set_bio(t->ssl, b, b); /* one BIO both ways: one reference, SSL_free's */
+    SSL_set_accept_state(t->ssl);
+    return 0;
+}
+
+/* Writes wbuf within the send limits; it is empty after MP_READY (t->failed on an error). */
+static mp_poll flush(md_conn *c, mp_context *cx)
+{
+    md_tls_conn *t = c->tls;
+    int err = 0;
+    if (t->wlen != 0 && md_conn_write(c, cx, t->wbuf, t->wlen, &err) == MP_PENDING)
+        return MP_PENDING;
+    t->wlen = 0;
+    free(t->wbuf); /* an idle connection holds none */
+    t->wbuf = NULL;
+    t->wcap = 0;
+    if (err != 0 && t->failed == 0)
+        t->failed = err;
+    return MP_READY;
+}
+
+/* After each SSL call: the handshake's end, counted once. */
+static void handshake_check(md_tls_conn *t)
+{
+    if (t->hs_end == UINT64_MAX || !SSL_is_init_finished(t->ssl))
+        return;
+    t->hs_end = UINT64_MAX;
+    count(SSL_version(t->ssl) == TLS1_3_VERSION ? &hs_ok_13 : &hs_ok_12);
+    if (SSL_session_reused(t->ssl))
+        count(&hs_resumed);
+}
+
+static void fail(md_tls_conn *t, int err)
+{
+    if (t->failed != 0)
+        return;
+    t->failed = err;
+    if (t->hs_end != UINT64_MAX && t->began) {
+        count(&hs_failed);
+        if (md_log_enabled(MD_LOG_DEBUG)) {
+            char why[200];
+            md_log(MD_LOG_DEBUG, "TLS handshake failed: %s", ssl_reason(why, sizeof why));
+        }
+    }
+    ERR_clear_error();
+}
+
+mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *len, int *err)
+{
+    md_tls_conn *t = c->tls;
+    if (t->ssl == NULL) {
+        int rc = ssl_make(t);
+        if (rc != 0) {
+            *len = 0;
+            *err = rc;
+            return MP_READY;
+        }
+    }
+    const char *raw = NULL; /* the stream's view, valid until it is consumed */
+    size_t raw_len = 0;
+    for (;;) {
+        if (t->poff < t->plen) {
+            *data = t->pbuf + t->poff;
+            *len = t->plen - t->poff;
+            *err = 0;
+            return MP_READY;
+        }
+        if (t->wlen != 0 && !t->writing && flush(c, cx) == MP_PENDING)
+            return MP_PENDING;
+        if (t->failed != 0 || t->eof) {
+            *len = 0;
+            *err = t->eof ? MP_EOF : t->failed;
+            return MP_READY;
+        }
+        if (t->pbuf == NULL && (t->pbuf = malloc(PLAIN_CAP)) == NULL) {
+            *len = 0;
+            *err = -ENOMEM;
+            return MP_READY;
+        }
+        t->in = raw;
+        t->in_len = raw_len;
+        t->in_used = 0;
+        size_t n = 0;
+        ERR_clear_error();
+        int ok = SSL_read_ex(t->ssl, t->pbuf, PLAIN_CAP, &n);
+        int e = ok ? SSL_ERROR_NONE : SSL_get_error(t->ssl, 0);
+        if (t->in_used != 0)
+            mp_tcp_consume(&c->tcp, t->in_used);
+        t->in = NULL;
+        t->in_len = t->in_used = 0;
+        raw = NULL;
+        raw_len = 0;
+        handshake_check(t);
+        if (ok) {
+            t->poff = 0;
+            t->plen = n;
+            continue;
+        }
+        if (e == SSL_ERROR_ZERO_RETURN) {
+            t->eof = true; /* close_notify */
+            continue;
+        }
+        if (e != SSL_ERROR_WANT_READ) {
+            fail(t, -EPROTO); /* the alert OpenSSL made is written first */
+            continue;
+        }
+        if (t->wlen != 0 && !t->writing)
+            continue; /* our flight first */
+        int rerr;
+        if (mp_tcp_read_poll(&c->tcp, cx, &raw, &raw_len, &rerr) == MP_PENDING) {
+            free(t->pbuf); /* waiting: an idle connection holds no buffer */
+            t->pbuf = NULL;
+            t->poff = t->plen = 0;
+            return MP_PENDING;
+        }
+        if (raw_len == 0) {
+            if (rerr == -EINTR) { /* once: the caller decides */
+                *len = 0;
+                *err = rerr;
+                return MP_READY;
+            }
+            /* A close without close_notify: a truncation attack looks the same. */
+            fail(t, rerr == MP_EOF ? -EPROTO : rerr);
+            continue;
+        }
+        t->began = true;
+    }
+}
+
+void md_tls_consume(md_conn *c, size_t n)
+{
+    md_tls_conn *t = c->tls;
+    t->poff += n;
+    if (t->poff > t->plen) {
+        fprintf(stderr, "md_tls_consume: %zu past %zu\n", t->poff, t->plen);
+        abort();
+    }
+}
+
+mp_poll md_tls_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
+{
+    md_tls_conn *t = c->tls;
+    if (!t->writing) {
+        if (flush(c, cx) == MP_PENDING)
+            return MP_PENDING;
+        size_t n;
+        if (t->failed == 0 && len != 0 && SSL_write_ex(t->ssl, data, len, &n) != 1)
+            fail(t, -EPROTO);
+        if (t->failed != 0) {
+            *err = t->failed;
+            return MP_READY;
+        }
+        t->writing = true;
+    }
+    if (flush(c, cx) == MP_PENDING)
+        return MP_PENDING;
+    t->writing = false;
+    *err = t->failed;
+    return MP_READY;
+}
+
+mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, off_t *off,
+                        size_t count, size_t *sent, int *err)
+{
+    md_tls_conn *t = c->tls;
+    *sent = 0;
+    if (!t->writing) {
+        if (flush(c, cx) == MP_PENDING)
+            return MP_PENDING;
+        if (t->failed != 0) {
+            *err = t->failed;
+            return MP_READY;
+        }
+        /* The head and the piece in one buffer: one SSL_write_ex, records filled. */
+        size_t head = md_outbuf_pending(out);
+        size_t piece = count < FILE_PIECE ? count : FILE_PIECE;
+        char *buf = malloc(head + piece);
+        if (buf == NULL) {
+            *err = -ENOMEM;
+            return MP_READY;
+        }
+        memcpy(buf, md_outbuf_pending_data(out), head);
+        ssize_t got = piece != 0 ? pread(in_fd, buf + head, piece, *off) : 0;
+        if (got < 0) {
+            *err = -errno;
+            free(buf);
+            return MP_READY;
+        }
+        md_outbuf_consume(out, head);
+        size_t n;
+        if (head + (size_t)got != 0 && SSL_write_ex(t->ssl, buf, head + (size_t)got, &n) != 1)
+            fail(t, -EPROTO);
+        free(buf);
+        if (t->failed != 0) {
+            *err = t->failed;
+            return MP_READY;
+        }
+        t->file_sent = (size_t)got;
+        t->writing = true;
+    }
+    if (flush(c, cx) == MP_PENDING)
+        return MP_PENDING;
+    t->writing = false;
+    *err = t->failed;
+    if (*err == 0) {
+        *sent = t->file_sent;
+        *off += (off_t)t->file_sent;
+    }
+    return MP_READY;
+}
+
+mp_poll md_tls_close_notify(md_conn *c, mp_context *cx)
+{
+    md_tls_conn *t = c->tls;
+    if (!t->notified) {
+        t->notified = true;
+        if (t->ssl != NULL && t->failed == 0 && t->hs_end == UINT64_MAX && !t->writing) {
+            (void)SSL_shutdown(t->ssl);
+            ERR_clear_error();
+        }
+    }
+    if (t->writing)
+        return MP_READY; /* a write left unfinished: nothing may follow it */
+    return flush(c, cx);
+}
+
+uint64_t md_tls_handshake_deadline(const md_conn *c)
+{
+    return c->tls != NULL ? c->tls->hs_end : UINT64_MAX;
+}
+
+void md_tls_conn_free(md_conn *c)
+{
+    md_tls_conn *t = c->tls;
+    if (t == NULL)
+        return;
+    if (t->ssl != NULL && !t->notified && t->failed == 0 && t->hs_end == UINT64_MAX &&
+        t->wlen == 0 && !t->writing) {
+        /* Best effort, and without waiting: the close_notify if the socket takes it now. */
+        (void)SSL_shutdown(t->ssl);
+        int fd = mp_tcp_fileno(&c->tcp);
+        if (t->wlen != 0 && fd >= 0)
+            (void)send(fd, t->wbuf, t->wlen, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    ERR_clear_error();
+    SSL_free(t->ssl);
+    SSL_CTX_free(t->ctx);
+    free(t->wbuf);
+    free(t->pbuf);
+    free(t);
+    c->tls = NULL;
+}
