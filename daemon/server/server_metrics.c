@@ -10,6 +10,7 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "core/version.h"
+#include "http/handlers/static/file_cache.h"
 
 /* The worker counters, per worker. */
 static int worker_metrics(md_server *s, md_outbuf *out)

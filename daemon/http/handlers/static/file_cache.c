@@ -23,12 +23,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/httpdate.h"
+#include "core/ini.h"
 #include "core/metrics.h"
 #include "list.h"
 
@@ -345,3 +347,25 @@ int md_file_cache_metrics(md_outbuf *out)
     }
     return rc;
 }
+
+/* The [static] section (core/ini.h): the open-file cache's limits, which every static route
+ * shares (the cache is per worker, not per route). */
+
+static void static_section_init(void *conf)
+{
+    *(md_file_cache_limits *)conf = (md_file_cache_limits){
+        MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS, MD_FILE_CACHE_VALID_MS};
+}
+
+static const md_ini_key static_keys[] = {
+    {"open_file_cache_entries", MD_INI_U32, offsetof(md_file_cache_limits, entries), 0, 1000000,
+     NULL},
+    {"open_file_cache_max_fds", MD_INI_U32, offsetof(md_file_cache_limits, max_fds), 0, 1000000,
+     NULL},
+    {"open_file_cache_valid_ms", MD_INI_U32, offsetof(md_file_cache_limits, valid_ms), 0, 3600000,
+     NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+const md_ini_section md_section_static = {
+    .name = "static", .keys = static_keys, .init = static_section_init};

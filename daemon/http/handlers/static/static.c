@@ -64,9 +64,13 @@
 #include <unistd.h>
 
 #include "core/httpdate.h"
+#include "core/ini.h"
 #include "core/text.h"
 #include "http/handler.h"
+#include "http/handlers/static/file_cache.h"
 #include "http/handlers/static/mime.h"
+
+extern const md_handler md_handler_static; /* below: its state is found by it */
 
 /* The route's options, and what a generation opens from them. */
 enum {
@@ -388,7 +392,12 @@ enum {
 static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_t len,
                     mp_file_op *op, mp_context *cx, bool can_wait, md_file **f)
 {
-    const md_file_cache_limits *lim = &md_http_conn_server(c)->file_cache;
+    /* The generation's [static] limits (static_gen_new); none: the cache is off. */
+    static const md_file_cache_limits off = {0, 0, 0};
+    const md_file_cache_limits *lim =
+        md_http_server_state(md_http_conn_server(c), &md_handler_static);
+    if (lim == NULL)
+        lim = &off;
     if (!lk->looked) {
         lk->looked = true;
         if ((*f = md_file_cache_get(lim, opts(r)->root_id, lk->rel, len)) != NULL)
@@ -876,6 +885,31 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     return answer(c, r, &lk, NULL);
 }
 
+/* Per generation of settings: a copy of the [static] section's open-file cache limits, so a
+ * reload that changes them applies from the next request on, with the rest of the settings. */
+static int static_gen_new(const md_ini_conf *cfg, mp_runtime *rt, void **state, char *msg,
+                          size_t msg_len)
+{
+    (void)rt;
+    *state = NULL;
+    const md_file_cache_limits *lim = md_ini_find(cfg, &md_section_static);
+    if (lim == NULL)
+        return 0;
+    md_file_cache_limits *copy = malloc(sizeof *copy);
+    if (copy == NULL) {
+        md_say(msg, msg_len, "static: out of memory");
+        return -ENOMEM;
+    }
+    *copy = *lim;
+    *state = copy;
+    return 0;
+}
+
+static void static_gen_free(void *state)
+{
+    free(state);
+}
+
 const md_handler md_handler_static = {
     .name = "static",
     .methods = MD_METHODS_GET,
@@ -886,5 +920,7 @@ const md_handler md_handler_static = {
     .conf_check = static_check,
     .open = static_open,
     .close = static_close,
+    .gen_new = static_gen_new,
+    .gen_free = static_gen_free,
     .on_req = static_on_req,
 };
