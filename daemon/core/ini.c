@@ -64,6 +64,14 @@ void md_ini_init(const md_ini_conf *c)
     }
     for (size_t i = 0; i < c->n; i++) {
         const md_ini_section *s = c->registry[i].section;
+        size_t k = 0;
+        while (s->keys != NULL && s->keys[k].name != NULL)
+            k++;
+        if (k > MD_INI_KEYS_MAX) {
+            fprintf(stderr, "md_ini_init: [%s] has %zu keys, at most %d\n", s->name, k,
+                    MD_INI_KEYS_MAX);
+            abort();
+        }
         if (s->init != NULL)
             s->init(part(c, i));
         memset(c->lines[i], 0, sizeof c->lines[i]);
@@ -366,17 +374,17 @@ static int on_key(void *user, const char *section, const char *name, const char 
 {
     struct run *r = user;
     (void)section; /* read_line() took the header: inih's copy may be cut */
+    /* Errors are recorded here, in reading order; inih is always told the key went well, so
+     * that what it returns says only what it refused itself. */
     if (!r->header) {
         run_error(r, r->line, "%s: key outside any [section]", name);
-        return 0;
+        return 1;
     }
     if (r->cur < 0)
-        return 0; /* its header was refused, and said so */
+        return 1; /* its header was refused, and said so */
     char msg[MD_INI_MSG_MAX];
-    if (section_key(r->c, r->cur, r->inst, r->seen, name, value, r->line, msg, sizeof msg) != 0) {
+    if (section_key(r->c, r->cur, r->inst, r->seen, name, value, r->line, msg, sizeof msg) != 0)
         run_error(r, r->line, "%s %s: %s", r->label, name, msg);
-        return 0;
-    }
     return 1;
 }
 

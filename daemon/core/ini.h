@@ -41,7 +41,7 @@
 
 enum {
     MD_INI_SECTIONS_MAX = 16, /* kinds in one registry */
-    MD_INI_KEYS_MAX = 32,     /* keys in one kind's table */
+    MD_INI_KEYS_MAX = 32,     /* keys in one kind's table (md_ini_init() aborts past it) */
     /* Bytes a configuration file may have: the shipped file is a few KiB, and a cap makes a
      * stream that never ends (a device, a pipe) an error instead of a hang. */
     MD_INI_FILE_MAX = 1048576,

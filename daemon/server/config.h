@@ -57,7 +57,7 @@ typedef struct md_config {
     md_http_limits limits;        /* [limits] ..., everything but max_connections */
     md_log_config log;            /* [log] ... */
     uint32_t shutdown_timeout_ms; /* [server] shutdown_timeout_ms */
-    /* [static] open_file_cache_*: the static handler's section (static.c) */
+    /* [static] open_file_cache_*: the static handler's section (file_cache.c) */
     md_file_cache_limits file_cache;
     /* [route PATH] and [route = PATH] sections (http/routes.c), prepared; the built-in four
      * when the file has none. A value like the rest: a reload swaps it with the limits, as

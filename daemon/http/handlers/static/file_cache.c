@@ -18,6 +18,9 @@
  * mp_block_cache keeps free blocks of one size, where this keeps a hash table and an LRU list of
  * reference-counted descriptors with expiry. Making the registry public for one user would
  * add to libmagpie's ABI more than it removes here (about forty lines).
+ *
+ * Its limits are the [static] section's (md_section_static, at the end of this file), which
+ * the static handler copies into its state for each generation of settings (static.c).
  */
 #include "http/handlers/static/file_cache.h"
 

@@ -31,7 +31,8 @@
  *
  * Blocking: no open, stat or read of file data waits for the disk on the worker. A file is
  * first looked up in the worker's open-file cache (file_cache.h: descriptors and their stat,
- * kept for [static] open_file_cache_valid_ms); otherwise it is opened with openat2 from the
+ * kept for [static] open_file_cache_valid_ms; the limits are this handler's generation state,
+ * static_gen_new()); otherwise it is opened with openat2 from the
  * kernel's caches alone (RESOLVE_CACHED, through mp_file_open_poll), and where that would
  * wait the response goes pending and the open runs on the runtime's blocking pool. The fstat
  * that follows reads the open file's inode, already in memory. A small file is read with
