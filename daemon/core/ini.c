@@ -111,18 +111,28 @@ static const md_ini_key *find_key(const md_ini_section *s, const char *name, siz
     return NULL;
 }
 
-/* What follows ": unknown key" when another kind has the key: the section it belongs in. */
+/* What follows ": unknown key" when other kinds have the key: the sections it belongs in,
+ * " (a key of [echo] and [limits])". */
 static void key_elsewhere(const md_ini_conf *c, const md_ini_section *s, const char *name,
                           char *buf, size_t len)
 {
-    buf[0] = '\0';
-    size_t k;
-    for (size_t i = 0; i < c->n; i++) {
+    const md_ini_section *hit[MD_INI_SECTIONS_MAX] = {0};
+    size_t n = 0, k, used = 0;
+    for (size_t i = 0; i < c->n && i < MD_INI_SECTIONS_MAX; i++) {
         const md_ini_section *o = c->registry[i].section;
-        if (o != s && !o->repeats && find_key(o, name, &k) != NULL) {
-            snprintf(buf, len, " (a key of [%s])", o->name);
-            return;
-        }
+        if (o != s && !o->repeats && find_key(o, name, &k) != NULL)
+            hit[n++] = o;
+    }
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < len; i++) {
+        int w = snprintf(buf + used, len - used, "%s[%s]%s",
+                         i == 0       ? " (a key of "
+                         : i + 1 == n ? " and "
+                                      : ", ",
+                         hit[i]->name, i + 1 == n ? ")" : "");
+        if (w < 0)
+            break;
+        used += (size_t)w;
     }
 }
 
@@ -351,7 +361,7 @@ static int section_key(const md_ini_conf *c, int i, void *inst, uint32_t (*seen)
     if (key == NULL) {
         int rc = s->key != NULL ? s->key(inst, name, value, line, msg, msg_len) : -ENOENT;
         if (rc == -ENOENT) {
-            char where[64];
+            char where[128];
             key_elsewhere(c, s, name, where, sizeof where);
             snprintf(msg, msg_len, "unknown key%s", where);
         }

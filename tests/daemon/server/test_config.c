@@ -688,6 +688,8 @@ Test(config, registry_a_key_of_another_section, .timeout = 5)
 {
     expect_error("[http]\nmax_body_bytes = 1\n",
                  "test.conf:2: [http] max_body_bytes: unknown key (a key of [limits])");
+    expect_error("[http]\nmax_connections = 1\n",
+                 "test.conf:2: [http] max_connections: unknown key (a key of [echo] and [limits])");
     expect_error("[limits]\nopen_file_cache_entries = 1\n",
                  "test.conf:2: [limits] open_file_cache_entries: unknown key (a key of [static])");
     expect_error("[route = /]\nhandler = text\nworkers = 2\n",
