@@ -1,6 +1,7 @@
-/* log.c: the logs' configuration (see log.h): which targets, formats and level are in use,
- * changed by the control calls (open, apply, reopen, flush, close), which are serialized by
- * ctl.mu. The parts they drive:
+/* log.c: the logs' configuration (see log.h): the [log] section's keys (md_section_log, read
+ * by the INI engine, core/ini.h), and which targets, formats and level are in use, changed by
+ * the control calls (open, apply, reopen, flush, close), which are serialized by ctl.mu. The
+ * parts they drive:
  *
  *   errlog.c         the error log, written by the calling thread
  *   access_log.c     the access log's shared buffer and its writer thread
@@ -17,9 +18,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "core/ini.h"
 
 #include "core/log_internal.h"
 #include "core/logfd.h"
@@ -60,6 +64,103 @@ const char *md_log_level_name(md_log_level level)
         return "?";
     return level_names[level];
 }
+
+/* The [log] section: its keys and their defaults. */
+
+static void log_init(void *conf)
+{
+    md_log_config *l = conf;
+    memset(l, 0, sizeof *l);
+    l->level = MD_LOG_INFO;
+    l->access_log = MD_ACCESS_LOG_OFF;
+    l->access_format = MD_ACCESS_FORMAT_COMBINED;
+}
+
+static int parse_level(void *conf, const md_ini_key *k, const char *value, char *msg,
+                       size_t msg_len)
+{
+    (void)k;
+    for (unsigned i = MD_LOG_ERROR; i <= MD_LOG_DEBUG; i++) {
+        if (strcmp(value, md_log_level_name((md_log_level)i)) == 0) {
+            ((md_log_config *)conf)->level = (md_log_level)i;
+            return 0;
+        }
+    }
+    snprintf(msg, msg_len, "expected error, warn, info or debug, got \"%s\"", value);
+    return -EINVAL;
+}
+
+static int parse_format(void *conf, const md_ini_key *k, const char *value, char *msg,
+                        size_t msg_len)
+{
+    (void)k;
+    for (unsigned i = MD_ACCESS_FORMAT_COMBINED; i <= MD_ACCESS_FORMAT_JSON; i++) {
+        if (strcmp(value, md_access_format_name((md_access_format)i)) == 0) {
+            ((md_log_config *)conf)->access_format = (md_access_format)i;
+            return 0;
+        }
+    }
+    snprintf(msg, msg_len, "expected combined or json, got \"%s\"", value);
+    return -EINVAL;
+}
+
+/* A log file's path (MD_LOG_PATH_MAX bytes at dst): absolute, or relative to the working
+ * directory with a leading '.', so that a typo of a keyword is not taken for a file name. */
+static int set_path(char *dst, const char *value, const char *keywords, char *msg, size_t msg_len)
+{
+    if (value[0] != '/' && value[0] != '.') {
+        snprintf(msg, msg_len, "expected %s, or a path starting with / or ., got \"%s\"", keywords,
+                 value);
+        return -EINVAL;
+    }
+    if (strlen(value) >= MD_LOG_PATH_MAX) {
+        snprintf(msg, msg_len, "path longer than %d bytes", MD_LOG_PATH_MAX - 1);
+        return -EINVAL;
+    }
+    snprintf(dst, MD_LOG_PATH_MAX, "%s", value);
+    return 0;
+}
+
+static int parse_error_log(void *conf, const md_ini_key *k, const char *value, char *msg,
+                           size_t msg_len)
+{
+    (void)k;
+    md_log_config *l = conf;
+    if (strcmp(value, "stderr") == 0) {
+        l->error_log_path[0] = '\0';
+        return 0;
+    }
+    return set_path(l->error_log_path, value, "stderr", msg, msg_len);
+}
+
+static int parse_access_log(void *conf, const md_ini_key *k, const char *value, char *msg,
+                            size_t msg_len)
+{
+    (void)k;
+    md_log_config *l = conf;
+    if (strcmp(value, "off") == 0) {
+        l->access_log = MD_ACCESS_LOG_OFF;
+        return 0;
+    }
+    if (strcmp(value, "stderr") == 0) {
+        l->access_log = MD_ACCESS_LOG_STDERR;
+        return 0;
+    }
+    if (set_path(l->access_log_path, value, "off, stderr", msg, msg_len) != 0)
+        return -EINVAL;
+    l->access_log = MD_ACCESS_LOG_FILE;
+    return 0;
+}
+
+static const md_ini_key log_keys[] = {
+    {"level", MD_INI_PARSE, 0, 0, 0, parse_level},
+    {"access_log", MD_INI_PARSE, 0, 0, 0, parse_access_log},
+    {"access_format", MD_INI_PARSE, 0, 0, 0, parse_format},
+    {"error_log", MD_INI_PARSE, 0, 0, 0, parse_error_log},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+const md_ini_section md_section_log = {.name = "log", .keys = log_keys, .init = log_init};
 
 static uint64_t access_word(const md_log_config *cfg)
 {

@@ -52,7 +52,7 @@ typedef enum md_access_log {
 
 enum { MD_LOG_PATH_MAX = 4096 };
 
-/* The [log] section (its keys are read by server/config.c). */
+/* The [log] section: md_section_log (log.c) declares its keys and defaults. */
 typedef struct md_log_config {
     md_log_level level;       /* [log] level */
     md_access_log access_log; /* [log] access_log */
@@ -60,6 +60,10 @@ typedef struct md_log_config {
     md_access_format access_format;       /* [log] access_format */
     char error_log_path[MD_LOG_PATH_MAX]; /* [log] error_log; empty = stderr */
 } md_log_config;
+
+struct md_ini_section;
+/* The [log] section's kind for the INI engine (core/ini.h); its part is an md_log_config. */
+extern const struct md_ini_section md_section_log;
 
 const char *md_log_level_name(md_log_level level);
 const char *md_access_format_name(md_access_format format);

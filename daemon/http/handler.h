@@ -53,7 +53,7 @@ typedef enum md_body_mode {
 
 enum { MD_HANDLER_DONE = 0, MD_HANDLER_PENDING = 1 };
 
-struct md_config;
+struct md_ini_conf;
 
 /* Method sets for md_handler.methods, in llhttp's numbering. HEAD goes with GET. */
 #define MD_METHOD(m)    (UINT64_C(1) << (m))
@@ -81,9 +81,10 @@ typedef struct md_handler {
                     size_t msg_len);
     /* After the section's last key: what the handler requires. 0 or -EINVAL with msg. */
     int (*conf_check)(const void *conf, char *msg, size_t msg_len);
-    /* After the whole file: what the options name elsewhere in it (an [upstream]). 0, or
-     * -EINVAL with msg and *line set to the line to blame (0: the route's header). */
-    int (*conf_link)(void *conf, const struct md_config *cfg, uint32_t *line, char *msg,
+    /* After the whole file: what the options name elsewhere in it (an [upstream], found in
+     * the configuration with md_ini_find(), core/ini.h). 0, or -EINVAL with msg and *line set
+     * to the line to blame (0: the route's header). */
+    int (*conf_link)(void *conf, const struct md_ini_conf *cfg, uint32_t *line, char *msg,
                      size_t msg_len);
     /* For a table that serves, once per generation of settings: open what the options name
      * (a root directory), and close it when the generation goes. 0 or a negative errno with
@@ -97,7 +98,7 @@ typedef struct md_handler {
      * with msg; *state NULL: none); shut down while the runtime still runs (its tasks, its
      * sockets) when the server stops; freed once no connection uses the generation. The
      * handler finds it with md_http_server_state(). */
-    int (*gen_new)(const struct md_config *cfg, mp_runtime *rt, void **state, char *msg,
+    int (*gen_new)(const struct md_ini_conf *cfg, mp_runtime *rt, void **state, char *msg,
                    size_t msg_len);
     void (*gen_shutdown)(void *state);
     void (*gen_free)(void *state);

@@ -39,7 +39,6 @@
 #include "core/kinds.h"
 #include "core/log.h"
 #include "core/outbuf.h"
-#include "http/handlers/static/file_cache.h"
 
 struct md_metrics;
 struct md_http_conn;
@@ -84,8 +83,7 @@ typedef md_access_entry md_http_exchange;
  * request on while the one in flight finishes under the limits it started with. */
 typedef struct md_http_server {
     md_http_limits limits;
-    md_file_cache_limits file_cache; /* the static handler's open-file cache; zero: off */
-    struct md_metrics *metrics;      /* NULL: no accounting */
+    struct md_metrics *metrics; /* NULL: no accounting */
     /* The routes (routes.h); NULL: the built-in four. Immutable while in use. */
     const struct md_route_table *routes;
     /* Appends the GET /metrics body; NULL: /metrics is 404. md_metrics_text fits. */

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/ini.h"
 #include "core/text.h"
 #include "http/handler.h"
 #include "llhttp.h"
@@ -303,6 +304,69 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
     }
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
+
+/* The [route] section (core/ini.h): each header one route, its keys md_route_key()'s. */
+
+static void route_section_init(void *conf)
+{
+    md_routes_builtin(conf);
+}
+
+static int route_section_begin(void *conf, const char *arg, bool first, uint32_t line, void **inst,
+                               char *msg, size_t msg_len)
+{
+    md_route_table *t = conf;
+    if (first)
+        t->n = 0; /* the file's routes replace the built-in ones */
+    int rc = md_routes_add(t, arg, line, msg, msg_len);
+    if (rc == 0)
+        *inst = &t->r[t->n - 1];
+    return rc;
+}
+
+static int route_section_key(void *inst, const char *key, const char *value, uint32_t line,
+                             char *msg, size_t msg_len)
+{
+    return md_route_key(inst, key, value, line, msg, msg_len);
+}
+
+static int route_section_end(void *inst, char *msg, size_t msg_len)
+{
+    return md_route_check(inst, msg, msg_len);
+}
+
+/* After the whole file: what each route's options name elsewhere in it (a proxy route's
+ * [upstream]) exists; then the table is prepared. */
+static int route_section_done(void *conf, const md_ini_conf *all, uint32_t *line, char *msg,
+                              size_t msg_len)
+{
+    md_route_table *t = conf;
+    int rc = 0;
+    for (uint32_t i = 0; i < t->n && rc == 0; i++) {
+        md_route *r = &t->r[i];
+        if (r->handler == NULL || r->handler->conf_link == NULL)
+            continue;
+        char why[256];
+        uint32_t at = 0;
+        rc = r->handler->conf_link(r->conf, all, &at, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] %s", r->exact ? "= " : "", r->path, why);
+            *line = at != 0 ? at : r->line;
+        }
+    }
+    md_routes_prepare(t);
+    return rc;
+}
+
+const md_ini_section md_section_route = {
+    .name = "route",
+    .repeats = true,
+    .init = route_section_init,
+    .begin = route_section_begin,
+    .key = route_section_key,
+    .end = route_section_end,
+    .done = route_section_done,
+};
 
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {

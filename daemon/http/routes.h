@@ -8,7 +8,8 @@
  * in config/magpied.conf.5): an exact route ("[route = /p]") matches that path only; a prefix
  * route ("[route /p]") matches /p itself and every path below it ("/p/..."), and when several
  * match the longest wins. A table is built by md_routes_add() and md_route_key() (the
- * configuration's [route] sections), then md_routes_prepare().
+ * configuration's [route] sections, whose kind md_section_route declares), then
+ * md_routes_prepare().
  */
 #ifndef MD_ROUTES_H
 #define MD_ROUTES_H
@@ -61,6 +62,12 @@ typedef struct md_route_table {
     uint8_t order[MD_ROUTES_MAX]; /* indices into r, longest path first, exact before prefix */
     char allow_any[MD_ROUTE_ALLOW_MAX]; /* for OPTIONS *: every method some route allows */
 } md_route_table;
+
+struct md_ini_section;
+/* The [route PATH] / [route = PATH] section's kind for the INI engine (core/ini.h): its part
+ * is an md_route_table, each section one route (md_routes_add, md_route_key, md_route_check);
+ * at the end of the file each handler's conf_link, then md_routes_prepare(). */
+extern const struct md_ini_section md_section_route;
 
 /* A configuration error's message into msg (len bytes; nothing when msg is NULL), for the
  * parsers of routes and upstreams. */

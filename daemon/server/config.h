@@ -1,5 +1,6 @@
-/* magpied's configuration: the INI file (parsed by libinih), `--set section.key=value`
- * overrides, and the cross-key checks run after both.
+/* magpied's configuration: every layer's settings in one plain value, read from the INI file
+ * and `--set section.key=value` overrides by the INI engine (core/ini.h), each section by the
+ * layer that owns it (config.c's registry lists them), and the cross-key checks run after both.
  *
  * Order of use: md_config_load() (defaults, then the file), md_config_set() for each CLI
  * override, md_config_check(). Every rejected value is an error naming where it came from:
@@ -17,20 +18,19 @@
 #include <stdio.h>
 
 #include "core/error.h"
+#include "core/ini.h"
 #include "core/kinds.h"
 #include "core/log.h"
 #include "http/http.h"
 #include "http/routes.h"
 #include "http/handlers/proxy/upstream.h"
+#include "http/handlers/static/file_cache.h"
 #include "server/tls.h"
 
 enum {
     MD_CONFIG_PATH_MAX = 4096,
-    MD_CONFIG_HOST_MAX = 46, /* INET6_ADDRSTRLEN */
-    MD_CONFIG_MAX_KEYS = 64, /* keys of the fixed sections (config.c checks it) */
-    /* Bytes a configuration may have: the shipped file is a few KiB, and a cap makes a
-     * stream that never ends (a device, a pipe) an error instead of a hang. */
-    MD_CONFIG_FILE_MAX = 1048576,
+    MD_CONFIG_HOST_MAX = 46,              /* INET6_ADDRSTRLEN */
+    MD_CONFIG_FILE_MAX = MD_INI_FILE_MAX, /* bytes a configuration file may have */
 };
 
 /* A listening address. Numeric only: the listeners bind without resolving names. */
@@ -42,8 +42,8 @@ typedef struct md_listen {
 } md_listen;
 
 /* What each listener has of its own: one entry per listener, so that a new listener kind is
- * one more index, one more section of keys (config.c) and one more entry in the server's
- * table of kinds (server/conn.c). */
+ * one more index, one more section of keys (config.c's tables and registry) and one more entry
+ * in the server's table of kinds (server/conn.c). */
 typedef struct md_listener_config {
     md_listen listen;         /* [http] / [echo] listen */
     bool reuseport;           /* [http] / [echo] reuseport */
@@ -54,26 +54,30 @@ typedef struct md_listener_config {
 typedef struct md_config {
     md_listener_config listeners[MD_LISTENERS]; /* indexed by md_listener */
     uint32_t workers;                           /* [runtime] workers; 0 = one per CPU */
-    uint32_t slow_poll_us;           /* [runtime] slow_poll_us; 0 = polls are not timed */
-    md_http_limits limits;           /* [limits] ..., everything but max_connections */
-    md_log_config log;               /* [log] ... */
-    uint32_t shutdown_timeout_ms;    /* [server] shutdown_timeout_ms */
-    md_file_cache_limits file_cache; /* [static] open_file_cache_* */
-    /* [route PATH] and [route = PATH] sections, prepared; the built-in four when the file
-     * has none. A value like the rest: a reload swaps it with the limits, as one unit. */
+    uint32_t slow_poll_us;        /* [runtime] slow_poll_us; 0 = polls are not timed */
+    md_http_limits limits;        /* [limits] ..., everything but max_connections */
+    md_log_config log;            /* [log] ... */
+    uint32_t shutdown_timeout_ms; /* [server] shutdown_timeout_ms */
+    /* [static] open_file_cache_*: the static handler's section (file_cache.c) */
+    md_file_cache_limits file_cache;
+    /* [route PATH] and [route = PATH] sections (http/routes.c), prepared; the built-in four
+     * when the file has none. A value like the rest: a reload swaps it with the limits, as
+     * one unit. */
     md_route_table routes;
-    /* [upstream NAME] sections, for the proxy routes (a route's upstream_index points here). */
+    /* [upstream NAME] sections (the proxy handler's, upstream.c), which proxy routes name. */
     md_upstream_table upstreams;
     /* [https]'s TLS keys (server/tls.c parses and checks them). */
     md_tls_config tls;
 
-    /* Where each key's value came from, for messages: the file name, and per key the line
-     * (0: the default, MD_CONFIG_LINE_SET: a --set override). */
+    /* Where each key's value came from, for messages: the file name, and per section of the
+     * registry and key of its table the line (0: the default, MD_INI_LINE_SET: --set). */
     char source[MD_CONFIG_PATH_MAX];
-    uint32_t key_line[MD_CONFIG_MAX_KEYS];
+    uint32_t key_line[MD_INI_SECTIONS_MAX][MD_INI_KEYS_MAX];
 } md_config;
 
-#define MD_CONFIG_LINE_SET UINT32_MAX
+/* The engine's view of c: the registry of sections and where each keeps its part. Section
+ * owners find their part with md_ini_find(&view, &their_section). */
+md_ini_conf md_config_ini(const md_config *c);
 
 /* The shipped defaults (also documented in config/magpied.conf). */
 void md_config_init(md_config *c);

@@ -143,7 +143,6 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         return -ENOMEM;
     }
     g->http.limits = cfg->limits;
-    g->http.file_cache = cfg->file_cache;
     g->routes = cfg->routes;
     g->http.routes = &g->routes;
     int rc = md_routes_open(&g->routes, err->msg, sizeof err->msg);
@@ -162,10 +161,11 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         if (g->routes.r[i].handler->keeps_fields)
             g->http.keep_fields = true;
     const md_handler *h;
+    md_ini_conf ini = md_config_ini(cfg);
     for (size_t i = 0; (h = md_handler_at(i)) != NULL; i++) {
         if (h->gen_new == NULL)
             continue;
-        rc = h->gen_new(cfg, s->rt, &g->http.handler_state[i], err->msg, sizeof err->msg);
+        rc = h->gen_new(&ini, s->rt, &g->http.handler_state[i], err->msg, sizeof err->msg);
         if (rc != 0) {
             md_http_gen_free(g); /* what the handlers before this one made, and the routes */
             return rc;

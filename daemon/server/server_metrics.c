@@ -10,6 +10,7 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "core/version.h"
+#include "http/handlers/static/file_cache.h"
 #include "server/tls.h"
 
 /* The worker counters, per worker. */

@@ -44,6 +44,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "core/ini.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/text.h"
@@ -61,8 +62,6 @@
 #define PLAIN_CAP 16384
 /* File bytes encrypted per md_tls_sendfile() call. */
 #define FILE_PIECE 65536
-
-#define LINE_SET UINT32_MAX /* MD_CONFIG_LINE_SET */
 
 /* ---- keys ---- */
 
@@ -113,7 +112,7 @@ int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t l
     if (i == NKEYS)
         return -ENOENT;
     const struct tls_key *k = &tls_keys[i];
-    if (line != LINE_SET && t->line[i] != 0 && t->line[i] != LINE_SET) {
+    if (line != MD_INI_LINE_SET && t->line[i] != 0 && t->line[i] != MD_INI_LINE_SET) {
         snprintf(msg, len, "set twice (first on line %u)", (unsigned)t->line[i]);
         return -EINVAL;
     }
@@ -158,7 +157,7 @@ static int key_prefix(const md_tls_config *t, const char *source, const char *na
     while (i < NKEYS && strcmp(tls_keys[i].name, name) != 0)
         i++;
     uint32_t line = i < NKEYS ? t->line[i] : 0;
-    if (line == LINE_SET)
+    if (line == MD_INI_LINE_SET)
         return snprintf(buf, len, "--set: [https] %s: ", name);
     if (line == 0)
         return snprintf(buf, len, "%s: [https] %s: ", source, name);

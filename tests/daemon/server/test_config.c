@@ -1,5 +1,5 @@
-/* Tests for daemon/core/config.c: defaults, the shipped file, every key's range, the file:line:key
- * error messages, --set overrides, and the cross-key checks.
+/* Tests for daemon/server/config.c: defaults, the shipped file, every key's range, the
+ * file:line:key error messages, --set overrides, and the cross-key checks.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -106,8 +106,14 @@ Test(config, shipped_file_is_the_defaults, .timeout = 5)
     expect_same_routes(&c.routes, &d.routes);
     memcpy(&d.routes, &c.routes, sizeof(d.routes)); /* lines and ids differ */
     cr_assert_eq(memcmp(&c, &d, sizeof(c)), 0);
-    for (size_t i = 0; i < 15; i++)
-        cr_assert_neq(c.key_line[i], 0, "key %zu is not in the shipped file", i);
+    /* Every key of every section that does not repeat is spelt out in the shipped file. */
+    md_ini_conf ini = md_config_ini(&c);
+    for (size_t i = 0; i < ini.n; i++) {
+        const md_ini_section *s = ini.registry[i].section;
+        for (size_t k = 0; s->keys != NULL && s->keys[k].name != NULL; k++)
+            cr_assert_neq(c.key_line[i][k], 0, "[%s] %s is not in the shipped file", s->name,
+                          s->keys[k].name);
+    }
 }
 
 Test(config, load_missing_file, .timeout = 5)
@@ -636,4 +642,109 @@ Test(config, route_errors_name_file_line_and_key, .timeout = 5)
     md_config_init(&c);
     cr_assert_eq(md_config_set(&c, "route /a.handler=text", &err), -EINVAL);
     cr_assert_str_eq(err.msg, "--set: [route /a]: routes are set in the file only");
+}
+
+/* The section registry (config.c's, over core/ini.c): each header goes to the section's
+ * owner, and each error names the line and key that are wrong. */
+Test(config, registry_unknown_sections, .timeout = 5)
+{
+    expect_error("[http]\n[routes = /]\n", "test.conf:2: unknown section [routes = /]");
+    /* A repeating section's name alone, and a fixed one's with an argument, are no headers. */
+    expect_error("[route]\nhandler = text\n", "test.conf:1: unknown section [route]");
+    expect_error("[upstream]\n", "test.conf:1: unknown section [upstream]");
+    expect_error("[limits x]\n", "test.conf:1: unknown section [limits x]");
+    /* Names are case-sensitive, like the keys. */
+    expect_error("[Limits]\n", "test.conf:1: unknown section [Limits]");
+}
+
+Test(config, registry_repeated_sections, .timeout = 5)
+{
+    md_config c;
+    md_error err = {{0}};
+    /* A section that does not repeat continues where it is written again... */
+    cr_assert_eq(
+        parse(&c, "[limits]\nmax_headers = 10\n[http]\n[limits]\nmax_body_bytes = 5\n", &err), 0,
+        "%s", err.msg);
+    cr_assert_eq(c.limits.max_headers, 10);
+    cr_assert_eq(c.limits.max_body_bytes, 5);
+    /* ... and a key it had is still set twice. */
+    expect_error("[static]\nopen_file_cache_entries = 1\n[log]\n[static]\n"
+                 "open_file_cache_entries = 2\n",
+                 "test.conf:5: [static] open_file_cache_entries: set twice (first on line 2)");
+    /* Each repeating section is one of its own: the same key in two routes is no repeat. */
+    cr_assert_eq(parse(&c,
+                       "[route = /a]\nhandler = text\nbody = a\n[route = /b]\nhandler = text\n"
+                       "body = b\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(c.routes.n, 2);
+    expect_error("[route = /a]\nhandler = text\n[route = /a]\nhandler = echo\n",
+                 "test.conf:3: [route = /a]: the same route as line 1");
+    expect_error("[upstream app]\nserver = 127.0.0.1:9\n[upstream app]\nserver = 127.0.0.1:9\n",
+                 "test.conf:3: [upstream app]: defined twice (first on line 1)");
+}
+
+Test(config, registry_a_key_of_another_section, .timeout = 5)
+{
+    expect_error("[http]\nmax_body_bytes = 1\n",
+                 "test.conf:2: [http] max_body_bytes: unknown key (a key of [limits])");
+    expect_error(
+        "[http]\nmax_connections = 1\n",
+        "test.conf:2: [http] max_connections: unknown key (a key of [echo], [limits] and [https])");
+    expect_error("[limits]\nopen_file_cache_entries = 1\n",
+                 "test.conf:2: [limits] open_file_cache_entries: unknown key (a key of [static])");
+    expect_error("[route = /]\nhandler = text\nworkers = 2\n",
+                 "test.conf:3: [route = /] workers: unknown key (a key of [runtime])");
+    expect_error("[upstream app]\nserver = 127.0.0.1:9\nlevel = info\n",
+                 "test.conf:3: [upstream app] level: unknown key (a key of [log])");
+    /* A route's option in a section of its own is unknown there. */
+    expect_error("[static]\nroot = /srv\n", "test.conf:2: [static] root: unknown key");
+    md_config c;
+    md_error err = {{0}};
+    md_config_init(&c);
+    cr_assert_eq(md_config_set(&c, "echo.max_body_bytes=1", &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "--set: [echo] max_body_bytes: unknown key (a key of [limits])");
+}
+
+Test(config, registry_a_bad_value_names_its_line, .timeout = 5)
+{
+    expect_error(
+        "[http]\nlisten = 127.0.0.1:1\n\n[static]\n; the cache\nopen_file_cache_valid_ms = "
+        "-1\n",
+        "test.conf:6: [static] open_file_cache_valid_ms: expected an integer in "
+        "0..3600000, got \"-1\"");
+    expect_error("[route = /]\nhandler = text\n[upstream app]\nserver = 127.0.0.1:9\n"
+                 "balance = x\n",
+                 "test.conf:5: [upstream app] balance: expected round_robin, least_conn, hash_ip "
+                 "or hash_header NAME, got \"x\"");
+    expect_error("[log]\nlevel = info\naccess_format = xml\n",
+                 "test.conf:3: [log] access_format: expected combined or json, got \"xml\"");
+    expect_error("[route /a]\nhandler = redirect\nstatus = 200\n",
+                 "test.conf:3: [route /a] status: expected 301, 302, 303, 307 or 308, got \"200\"");
+}
+
+/* A bogus header right after a route is the error on its own line, not the route's missing
+ * handler on the line before (what a configuration fuzzer found): whether it names no section,
+ * or is no header at all. */
+Test(config, registry_a_bogus_header_after_a_route, .timeout = 5)
+{
+    static const char *const bogus[] = {"[]", "[ssssssss]", "[sss", "[", "[route]"};
+    for (size_t i = 0; i < sizeof bogus / sizeof bogus[0]; i++) {
+        char text[128], want[256];
+        snprintf(text, sizeof text, "[route = /metrics]\n%s\nhandler = metrics\n", bogus[i]);
+        if (strchr(bogus[i], ']') != NULL)
+            snprintf(want, sizeof want, "test.conf:2: unknown section %s", bogus[i]);
+        else
+            snprintf(want, sizeof want,
+                     "test.conf:2: syntax error: expected [section], key = value, or a ; or # "
+                     "comment");
+        expect_error(text, want);
+        /* The same after an upstream without a server. */
+        snprintf(text, sizeof text, "[upstream app]\n%s\n", bogus[i]);
+        expect_error(text, want);
+    }
+    /* With nothing wrong after it, the route's own error is on its header's line. */
+    expect_error("[route = /metrics]\n\n[http]\n",
+                 "test.conf:1: [route = /metrics] handler: required (text, echo, metrics, "
+                 "health, redirect, static or proxy)");
 }

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/config.h"
+#include "core/ini.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "http/handler.h"
@@ -118,10 +118,11 @@ static int proxy_check(const void *conf, char *msg, size_t msg_len)
 }
 
 /* After the whole file: the [upstream] the route names exists. */
-static int proxy_link(void *conf, const md_config *cfg, uint32_t *line, char *msg, size_t msg_len)
+static int proxy_link(void *conf, const md_ini_conf *cfg, uint32_t *line, char *msg, size_t msg_len)
 {
     proxy_conf *pc = conf;
-    int k = md_upstream_find(&cfg->upstreams, pc->upstream);
+    const md_upstream_table *t = md_ini_find(cfg, &md_section_upstream);
+    int k = t != NULL ? md_upstream_find(t, pc->upstream) : -1;
     if (k < 0) {
         md_say(msg, msg_len, "upstream: no [upstream %s] section", pc->upstream);
         *line = pc->upstream_line;
@@ -777,14 +778,15 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
 
 /* The generation's upstream groups (http/handlers/proxy/upstream.h): none without
  * [upstream] sections. */
-static int proxy_gen_new(const md_config *cfg, mp_runtime *rt, void **state, char *msg,
+static int proxy_gen_new(const md_ini_conf *cfg, mp_runtime *rt, void **state, char *msg,
                          size_t msg_len)
 {
     *state = NULL;
-    if (cfg->upstreams.n == 0)
+    const md_upstream_table *t = md_ini_find(cfg, &md_section_upstream);
+    if (t == NULL || t->n == 0)
         return 0;
     md_upstreams *us;
-    int rc = md_upstreams_new(&us, &cfg->upstreams, rt);
+    int rc = md_upstreams_new(&us, t, rt);
     if (rc != 0) {
         md_say(msg, msg_len, "upstreams: %s", strerror(-rc));
         return rc;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/ini.h"
 #include "core/metrics.h"
 #include "core/text.h"
 #include "list.h"
@@ -335,6 +336,46 @@ const char *md_upstream_reason_name(md_upstream_reason r)
 {
     return r < MD_UP_REASONS ? reason_names[r] : "unknown";
 }
+
+/* The [upstream NAME] section (core/ini.h): each header one group, its keys
+ * md_upstream_key()'s. */
+
+static void upstream_section_init(void *conf)
+{
+    memset(conf, 0, sizeof(md_upstream_table));
+}
+
+static int upstream_section_begin(void *conf, const char *arg, bool first, uint32_t line,
+                                  void **inst, char *msg, size_t msg_len)
+{
+    (void)first;
+    md_upstream_table *t = conf;
+    int rc = md_upstream_add(t, arg, line, msg, msg_len);
+    if (rc == 0)
+        *inst = &t->u[t->n - 1];
+    return rc;
+}
+
+static int upstream_section_key(void *inst, const char *key, const char *value, uint32_t line,
+                                char *msg, size_t msg_len)
+{
+    (void)line;
+    return md_upstream_key(inst, key, value, msg, msg_len);
+}
+
+static int upstream_section_end(void *inst, char *msg, size_t msg_len)
+{
+    return md_upstream_check(inst, msg, msg_len);
+}
+
+const md_ini_section md_section_upstream = {
+    .name = "upstream",
+    .repeats = true,
+    .init = upstream_section_init,
+    .begin = upstream_section_begin,
+    .key = upstream_section_key,
+    .end = upstream_section_end,
+};
 
 int md_upstream_health_start(md_upstreams *us); /* upstream_health.c */
 void md_upstreams_unref(md_upstreams *us);

@@ -75,6 +75,12 @@ typedef struct md_upstream_conf {
     uint32_t seen;                          /* bit per key set (not server), for duplicates */
 } md_upstream_conf;
 
+struct md_ini_section;
+/* The [upstream NAME] section's kind for the INI engine (core/ini.h): its part is an
+ * md_upstream_table, each section one group (md_upstream_add, md_upstream_key,
+ * md_upstream_check). */
+extern const struct md_ini_section md_section_upstream;
+
 typedef struct md_upstream_table {
     uint32_t n;
     md_upstream_conf u[MD_UPSTREAMS_MAX];

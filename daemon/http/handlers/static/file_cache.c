@@ -18,17 +18,22 @@
  * mp_block_cache keeps free blocks of one size, where this keeps a hash table and an LRU list of
  * reference-counted descriptors with expiry. Making the registry public for one user would
  * add to libmagpie's ABI more than it removes here (about forty lines).
+ *
+ * Its limits are the [static] section's (md_section_static, at the end of this file), which
+ * the static handler copies into its state for each generation of settings (static.c).
  */
 #include "http/handlers/static/file_cache.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/httpdate.h"
+#include "core/ini.h"
 #include "core/metrics.h"
 #include "list.h"
 
@@ -345,3 +350,25 @@ int md_file_cache_metrics(md_outbuf *out)
     }
     return rc;
 }
+
+/* The [static] section (core/ini.h): the open-file cache's limits, which every static route
+ * shares (the cache is per worker, not per route). */
+
+static void static_section_init(void *conf)
+{
+    *(md_file_cache_limits *)conf = (md_file_cache_limits){
+        MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS, MD_FILE_CACHE_VALID_MS};
+}
+
+static const md_ini_key static_keys[] = {
+    {"open_file_cache_entries", MD_INI_U32, offsetof(md_file_cache_limits, entries), 0, 1000000,
+     NULL},
+    {"open_file_cache_max_fds", MD_INI_U32, offsetof(md_file_cache_limits, max_fds), 0, 1000000,
+     NULL},
+    {"open_file_cache_valid_ms", MD_INI_U32, offsetof(md_file_cache_limits, valid_ms), 0, 3600000,
+     NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+const md_ini_section md_section_static = {
+    .name = "static", .keys = static_keys, .init = static_section_init};

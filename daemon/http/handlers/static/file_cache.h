@@ -49,6 +49,12 @@ typedef struct md_file_cache_limits {
     uint32_t valid_ms; /* an entry is used this long after its open; 0 turns the cache off */
 } md_file_cache_limits;
 
+struct md_ini_section;
+/* The [static] section's kind for the INI engine (core/ini.h): open_file_cache_entries,
+ * _max_fds and _valid_ms; its part is an md_file_cache_limits. The static handler keeps a
+ * copy per generation of settings (static.c's gen_new). */
+extern const struct md_ini_section md_section_static;
+
 /* The shipped values (config/magpied.conf). */
 #define MD_FILE_CACHE_ENTRIES  1024
 #define MD_FILE_CACHE_MAX_FDS  4096

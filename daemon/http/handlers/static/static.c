@@ -31,7 +31,8 @@
  *
  * Blocking: no open, stat or read of file data waits for the disk on the worker. A file is
  * first looked up in the worker's open-file cache (file_cache.h: descriptors and their stat,
- * kept for [static] open_file_cache_valid_ms); otherwise it is opened with openat2 from the
+ * kept for [static] open_file_cache_valid_ms; the limits are this handler's generation state,
+ * static_gen_new()); otherwise it is opened with openat2 from the
  * kernel's caches alone (RESOLVE_CACHED, through mp_file_open_poll), and where that would
  * wait the response goes pending and the open runs on the runtime's blocking pool. The fstat
  * that follows reads the open file's inode, already in memory. A small file is read with
@@ -64,9 +65,13 @@
 #include <unistd.h>
 
 #include "core/httpdate.h"
+#include "core/ini.h"
 #include "core/text.h"
 #include "http/handler.h"
+#include "http/handlers/static/file_cache.h"
 #include "http/handlers/static/mime.h"
+
+extern const md_handler md_handler_static; /* below: its state is found by it */
 
 /* The route's options, and what a generation opens from them. */
 enum {
@@ -411,7 +416,12 @@ enum {
 static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_t len,
                     mp_file_op *op, mp_context *cx, bool can_wait, md_file **f)
 {
-    const md_file_cache_limits *lim = &md_http_conn_server(c)->file_cache;
+    /* The generation's [static] limits (static_gen_new); none: the cache is off. */
+    static const md_file_cache_limits off = {0, 0, 0};
+    const md_file_cache_limits *lim =
+        md_http_server_state(md_http_conn_server(c), &md_handler_static);
+    if (lim == NULL)
+        lim = &off;
     if (!lk->looked) {
         lk->looked = true;
         if ((*f = md_file_cache_get(lim, opts(r)->root_id, lk->rel, len)) != NULL)
@@ -899,6 +909,31 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     return answer(c, r, &lk, NULL);
 }
 
+/* Per generation of settings: a copy of the [static] section's open-file cache limits, so a
+ * reload that changes them applies from the next request on, with the rest of the settings. */
+static int static_gen_new(const md_ini_conf *cfg, mp_runtime *rt, void **state, char *msg,
+                          size_t msg_len)
+{
+    (void)rt;
+    *state = NULL;
+    const md_file_cache_limits *lim = md_ini_find(cfg, &md_section_static);
+    if (lim == NULL)
+        return 0;
+    md_file_cache_limits *copy = malloc(sizeof *copy);
+    if (copy == NULL) {
+        md_say(msg, msg_len, "static: out of memory");
+        return -ENOMEM;
+    }
+    *copy = *lim;
+    *state = copy;
+    return 0;
+}
+
+static void static_gen_free(void *state)
+{
+    free(state);
+}
+
 const md_handler md_handler_static = {
     .name = "static",
     .methods = MD_METHODS_GET,
@@ -909,5 +944,7 @@ const md_handler md_handler_static = {
     .conf_check = static_check,
     .open = static_open,
     .close = static_close,
+    .gen_new = static_gen_new,
+    .gen_free = static_gen_free,
     .on_req = static_on_req,
 };
