@@ -1,4 +1,4 @@
-/* A driver for daemon/http.c in tests: a fixed clock, a server with the default limits, and a
+/* A driver for daemon/http/http1.c in tests: a fixed clock, a server with the default limits, and a
  * session that feeds bytes the way the I/O layer will (re-feeding after MD_HTTP_WANT_WRITE)
  * and compares what comes out.
  */
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "http/http1.h"
 #include "core/metrics.h"
 
 #ifdef __SANITIZE_ADDRESS__
