@@ -35,8 +35,6 @@
 #include "http/http1.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -44,12 +44,17 @@ void md_http_limits_default(md_http_limits *l)
 
 void md__http_req_fini(md_http_req *r)
 {
-    free(r->body);
-    r->body = NULL;
-    r->body_cap = 0;
-    free(r->kept);
-    r->kept = NULL;
-    r->kept_len = r->kept_cap = 0;
+    /* Tested first: on the keep-alive path neither is held, and free(NULL) is still a call. */
+    if (r->body != NULL) {
+        free(r->body);
+        r->body = NULL;
+        r->body_cap = 0;
+    }
+    if (r->kept != NULL) {
+        free(r->kept);
+        r->kept = NULL;
+        r->kept_len = r->kept_cap = 0;
+    }
 }
 
 static bool http10(const md_http_req *r)
