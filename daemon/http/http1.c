@@ -171,11 +171,11 @@ static bool keeping(const md_http_conn *c)
  * request. */
 static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(struct md_http1_req), 4);
 
-static struct md_http1_req *req_take(void)
+static struct md_http1_req *req_take(md_http_conn *c)
 {
     struct md_http1_req *q = mp_block_cache_take(&req_cache);
     if (q != NULL)
-        md__http_req_init(&q->r);
+        md__http_req_init(&q->r, c->srv, c);
     return q;
 }
 
@@ -279,7 +279,6 @@ static int on_message_begin(llhttp_t *p)
      * from here on). Everything below reads c->srv afresh. */
     if (c->srv->request_begin != NULL)
         c->srv->request_begin(c);
-    r->srv = c->srv;
     if (!c->req_zeroed)
         memset(c->req, 0, REQ_ZEROED);
     c->req_zeroed = false;
@@ -677,7 +676,7 @@ static int on_header_value_complete(llhttp_t *p)
  * content_here: bytes after the head came in the same feed (known only when the parser
  * paused at the head's end: always for Expect: 100-continue). Returns 0, or HPE_USER having
  * called reject(). */
-static int head_done(md_http_conn *c, bool content_here)
+static inline int head_done(md_http_conn *c, bool content_here)
 {
     llhttp_t *p = &c->parser;
     h1_state *h = &c->req->h;
@@ -731,9 +730,9 @@ static int head_done(md_http_conn *c, bool content_here)
      * refuses gets its final status at once instead of the 100, and the connection closes
      * after it (fail()): the client may or may not send the body now, so nothing after this
      * head can be read as the next request. */
-    unsigned refused = md__http_req_refusal(r);
     if (h->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
         !content_here) {
+        unsigned refused = md__http_req_refusal(r);
         if (refused != 0)
             return reject(c, refused);
         if (md_outbuf_append(r->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
@@ -744,8 +743,9 @@ static int head_done(md_http_conn *c, bool content_here)
         r->continued = true;
     }
 
-    /* The handler says what becomes of the body (handler.h). */
-    if (refused == 0 && md__http_req_head(r, chunked ? 0 : length, chunked) != 0) {
+    /* The handler says what becomes of the body (handler.h); a request the core refuses never
+     * reaches it (md__http_req_wants_head()). */
+    if (md__http_req_wants_head(r) && md__http_req_head(r, chunked ? 0 : length, chunked) != 0) {
         c->oom = true;
         return HPE_USER;
     }
@@ -817,7 +817,7 @@ static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 
 /* The request is over and its response complete (or, streamed, under way): on to the next.
  * 0, or HPE_PAUSED with c->pause set. */
-static int request_done(md_http_conn *c)
+static inline int request_done(md_http_conn *c)
 {
     md_http_req *r = &c->req->r;
     c->requests++;
@@ -907,18 +907,22 @@ void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
 {
     c->srv = srv;
+    if (c->req != NULL)
+        c->req->r.srv = srv;
 }
 
-/* Every entry point with a request starts here... */
-static void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+/* Every entry point with a request starts here... (enter, leave, head_done and request_done
+ * are inline: each has two or three callers, and out of line they cost a call per request on
+ * the keep-alive path, loadtest/http/instructions.sh.) */
+static inline void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
     c->now_ns = now_ns;
-    md__http_req_enter(&c->req->r, c->srv, c, now_ns, out);
+    md__http_req_enter(&c->req->r, now_ns, out);
     md_http_date_refresh(c->srv->clock);
 }
 
 /* ...and ends here: the bytes in and out go to the thread's metrics shard. */
-static void leave(md_http_conn *c, size_t in, size_t out_before)
+static inline void leave(md_http_conn *c, size_t in, size_t out_before)
 {
     md_http_req *r = &c->req->r;
     size_t out_now = md_outbuf_pending(r->out);
@@ -937,7 +941,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         return MD_HTTP_WANT_READ;
     if (c->req == NULL) {
         /* Bytes after an idle spell: a request begins. Only its fixed part is zeroed. */
-        c->req = req_take();
+        c->req = req_take(c);
         if (c->req == NULL)
             return -ENOMEM;
         memset(c->req, 0, REQ_ZEROED);

@@ -2,12 +2,13 @@
  * answers with, over the md_http_req a protocol fills (request_internal.h).
  *
  * A request's way through here, whatever protocol parsed it: at its head the protocol calls
- * md__http_req_route() (the target's path, decoded and normalised, picks the route) and
- * md__http_req_refusal() (400, 404, 405 before any handler), then md__http_req_head(): the
- * handler's on_head says what becomes of the body, whose spans md__http_req_body() passes on
- * (to the handler, or gathered). Once the request is complete, md__http_req_answer() answers
- * what needs no handler (OPTIONS *, the refusals, OPTIONS from the route's Allow) and gives the
- * rest to the handler's on_req, which answers through md_http_respond*() or pends.
+ * md__http_req_route() (the target's path, decoded and normalised, picks the route), then, if
+ * the route's handler has an on_head for the method (md__http_req_wants_head()),
+ * md__http_req_head(): on_head says what becomes of the body, whose spans md__http_req_body()
+ * passes on (to the handler, or gathered). Once the request is complete,
+ * md__http_req_answer() answers what needs no handler (OPTIONS *, the refusals of
+ * md__http_req_refusal(): 400, 404, 405; OPTIONS from the route's Allow) and gives the rest to
+ * the handler's on_req, which answers through md_http_respond*() or pends.
  *
  * The answering calls write the response into the exchange's output: an HTTP/1.x head
  * (response.c) and the body. That is the one place that knows the wire form of a response;
@@ -330,7 +331,6 @@ void md__http_req_route(md_http_req *r)
 {
     const char *t = r->target;
     size_t n = r->path_done ? r->path_len : r->target_len;
-    r->route = NULL;
     if (n > r->target_len || (r->target_full && !r->path_done))
         return; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
@@ -381,8 +381,6 @@ unsigned md__http_req_refusal(const md_http_req *r)
 int md__http_req_head(md_http_req *r, uint64_t length, bool chunked)
 {
     const md_route *route = r->route;
-    if (route == NULL || route->handler->on_head == NULL || !md_route_allows(route, r->method))
-        return 0;
     int mode = route->handler->on_head(r, route, length, chunked);
     if (mode < 0)
         return -ENOMEM;

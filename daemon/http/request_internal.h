@@ -55,7 +55,9 @@ struct md_http_req {
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
     char field[MD_HTTP_FIELDS][MD_HTTP_COND_KEEP];
 
-    /* Not zeroed: the exchange's context, set by md__http_req_enter() at every entry point. */
+    /* Not zeroed: the exchange's context. srv and conn from md__http_req_init() on (srv kept
+     * the connection's by the protocol), the rest set by md__http_req_enter() at every entry
+     * point. */
     md_http_server *srv;       /* the connection's settings */
     md_outbuf *out;            /* where responses go; NULL outside an entry point */
     struct md_http_conn *conn; /* the protocol's connection, for the server's hooks */
@@ -72,20 +74,20 @@ struct md_http_req {
     uint32_t kept_target; /* bytes of the target at the start of kept */
 };
 
-/* Every entry point of a protocol starts here: the exchange's context. */
-static inline void md__http_req_enter(md_http_req *r, md_http_server *srv,
-                                      struct md_http_conn *conn, uint64_t now_ns, md_outbuf *out)
+/* Every entry point of a protocol starts here: the entry point's part of the context. */
+static inline void md__http_req_enter(md_http_req *r, uint64_t now_ns, md_outbuf *out)
 {
-    r->srv = srv;
-    r->conn = conn;
     r->now_ns = now_ns;
     r->done_ns = 0;
     r->out = out;
 }
 
-/* A request state just taken (from a cache: its bytes are stale). */
-static inline void md__http_req_init(md_http_req *r)
+/* A request state just taken (from a cache: its bytes are stale), for conn under srv (which
+ * the protocol sets again whenever the connection's settings change). */
+static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct md_http_conn *conn)
 {
+    r->srv = srv;
+    r->conn = conn;
     r->body = NULL;
     r->body_cap = 0;
     r->kept = NULL;
@@ -103,14 +105,23 @@ static inline bool md__http_req_closes(const md_http_req *r)
 }
 
 /* Finds the route for the target: origin-form "/path", or absolute-form "http://host/path";
- * sets r->route, r->path (normalised: routes.h) or r->path_bad. */
+ * sets r->route, r->path (normalised: routes.h) or r->path_bad. r->route is NULL before (the
+ * request's fixed part zeroed) and stays NULL when no route matches. */
 void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
  * known: 400 for a path that does not decode, 404, 405; 0 when the request goes on (to its
  * handler, or to the core's OPTIONS). */
 unsigned md__http_req_refusal(const md_http_req *r);
-/* The head is complete and the request goes on: its handler's on_head says what becomes of
- * the body. 0 or -ENOMEM. */
+/* Whether the head goes to the route's handler: it has an on_head and the route takes the
+ * method. Then md__http_req_refusal() is 0 (a route was found, so the path decoded and the
+ * target is not "*"), and the protocol need not ask it. */
+static inline bool md__http_req_wants_head(const md_http_req *r)
+{
+    const struct md_route *route = r->route;
+    return route != NULL && route->handler->on_head != NULL && md_route_allows(route, r->method);
+}
+/* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes
+ * of the body. 0 or -ENOMEM. */
 int md__http_req_head(md_http_req *r, uint64_t length, bool chunked);
 /* A span of the body, by that mode: to the handler (stream, pipe) or gathered. 0, -ENOMEM (the
  * handler failed), or 500 (a gathered body could not grow). */
