@@ -1,8 +1,9 @@
 /* md_outbuf: the bytes a connection owes its peer.
  *
- * The sans-I/O core (http.c) appends whole responses here; the I/O layer writes the pending
- * bytes with one write, reports how much the kernel took with md_outbuf_consume(), and appends
- * never move bytes that are still owed. One buffer per connection is enough, and it is reused.
+ * The sans-I/O core (http/http1.c, through http/request.c) appends whole responses here; the I/O
+ * layer writes the pending bytes with one write, reports how much the kernel took with
+ * md_outbuf_consume(), and appends never move bytes that are still owed. One buffer per connection
+ * is enough, and it is reused.
  *
  * A response that is already whole in memory elsewhere (a canned one, response.c) is lent
  * rather than copied when nothing else is owed: the buffer then points at it, and the first
@@ -26,9 +27,9 @@ typedef struct md_outbuf {
 
 /* The one growth rule of the daemon's byte buffers: md_outbuf's storage, and the plain
  * (data, cap) buffers that gather bytes rather than owe them: the request's kept fields and
- * gathered body (http.c), a proxied response's kept fields (proxy_msg.c), the proxy's framed
- * body span (handlers/proxy.c). Those stay plain on purpose: an md_outbuf is 40 bytes, with a
- * write position and lending they never use, and two of them sit in every connection's
+ * gathered body (http/request.c), a proxied response's kept fields (proxy_msg.c), the proxy's
+ * framed body span (handlers/proxy.c). Those stay plain on purpose: an md_outbuf is 40 bytes, with
+ * a write position and lending they never use, and two of them sit in every connection's
  * md_http_conn. Makes *data hold at least need bytes, keeping its contents: the first
  * capacity is first (or need, if more), after that at least double the last. 0 or -ENOMEM
  * (*data and *cap unchanged). */

@@ -1,29 +1,31 @@
 /* The handler interface: what a route's handler gets, and the ways it may answer.
  *
- * Modelled on h2o's h2o_handler_t.on_req. The core (http.c) parses the request, finds its
- * route (routes.h), and answers what needs no handler itself: 404, OPTIONS (from the route's
- * Allow), 405 with Allow, OPTIONS *. Everything else goes to the route's handler:
+ * Modelled on h2o's h2o_handler_t.on_req. A protocol (http1.c) parses the request into an
+ * md_http_req (request.h), the request layer (request.c) finds its route (routes.h) and
+ * answers what needs no handler itself: 404, OPTIONS (from the route's Allow), 405 with Allow,
+ * OPTIONS *. Everything else goes to the route's handler, which sees the request only through
+ * request.h, never the protocol that carried it:
  *
- *   on_head(c, r)  optional, when the request head is complete: says what to do with the body
+ *   on_head(req, r) optional, when the request head is complete: says what to do with the body
  *                  (MD_BODY_DISCARD by default; MD_BODY_GATHER collects it for on_req;
  *                  MD_BODY_STREAM after the handler wrote a response head itself, each span
  *                  of the body then goes to on_body as it arrives, and on_req is not called;
- *                  MD_BODY_PIPE after it md_http_conn_pend()ed: the response comes from the
+ *                  MD_BODY_PIPE after it md_http_req_pend()ed: the response comes from the
  *                  pending poll, and each span goes to on_body, parsing stopping after it
  *                  until the poll has passed the span on and returns MD_PENDING_READ, so
  *                  a slow sink holds the client back with one span in hand; on_req is not
  *                  called, md_http_req_body_done() says when the body is complete)
- *   on_req(c, r)   when the request is complete: answers now with md_http_respond*()
- *                  (returns MD_HANDLER_DONE), or md_http_conn_pend()s and returns
+ *   on_req(req, r) when the request is complete: answers now with md_http_respond*()
+ *                  (returns MD_HANDLER_DONE), or md_http_req_pend()s and returns
  *                  MD_HANDLER_PENDING to finish later. Negative: -ENOMEM, the connection
  *                  closes without flushing.
  *
- * Pending: the core stops parsing (pipelined requests behind wait, answered in order) and the
- * feed returns MD_HTTP_WANT_HANDLER. The I/O layer flushes what is queued, then calls
- * md_http_conn_resume(), which polls the handler's md_http_pending from the connection's task:
- * the handler appends to out (a head, then its body in pieces) and says whether it waits for
- * a waker it holds (a task it joins: a file read on the blocking pool, an upstream), has
- * queued output to flush before it is polled again (back-pressure: the next poll comes only
+ * Pending: the protocol stops parsing (over HTTP/1.1, pipelined requests behind wait, answered
+ * in order, and the feed returns MD_HTTP_WANT_HANDLER). The I/O layer flushes what is queued,
+ * then calls md_http_conn_resume() (http1.h), which polls the handler's md_http_pending from the
+ * connection's task: the handler appends to out (a head, then its body in pieces) and says whether
+ * it waits for a waker it holds (a task it joins: a file read on the blocking pool, an upstream),
+ * has queued output to flush before it is polled again (back-pressure: the next poll comes only
  * once the peer has taken the last piece), or is done. A handler that fails half way through
  * a body returns a negative errno: the response ends short and the connection closes, so that
  * nothing past the failure is presented as content. A handler that went pending before it
@@ -40,7 +42,8 @@
 #include <stdint.h>
 
 #include "http/http.h"
-#include "http/response.h"
+#include "http/request.h"
+#include "http/response.h" /* the status table (md_http_status_of) */
 #include "http/routes.h"
 #include "magpie.h"
 
@@ -55,10 +58,10 @@ enum { MD_HANDLER_DONE = 0, MD_HANDLER_PENDING = 1 };
 
 struct md_ini_conf;
 
-/* Method sets for md_handler.methods, in llhttp's numbering. HEAD goes with GET. */
+/* Method sets for md_handler.methods, of enum md_method (request.h). HEAD goes with GET. */
 #define MD_METHOD(m)    (UINT64_C(1) << (m))
-#define MD_METHODS_GET  (MD_METHOD(HTTP_GET) | MD_METHOD(HTTP_HEAD))
-#define MD_METHODS_POST MD_METHOD(HTTP_POST)
+#define MD_METHODS_GET  (MD_METHOD(MD_GET) | MD_METHOD(MD_HEAD))
+#define MD_METHODS_POST MD_METHOD(MD_POST)
 
 /* A handler: its configurator (what h2o splits into a handler and its configurator, nginx
  * into a module's commands), then its entry points. The route holds the handler and its
@@ -105,10 +108,10 @@ typedef struct md_handler {
     /* Appends the state's /metrics series. 0 or -ENOMEM. */
     int (*gen_metrics)(void *state, md_outbuf *out);
     /* NULL: MD_BODY_DISCARD. length: the Content-Length (0 for chunked); negative: -ENOMEM. */
-    int (*on_head)(md_http_conn *c, const md_route *r, uint64_t length, bool chunked);
+    int (*on_head)(md_http_req *req, const md_route *r, uint64_t length, bool chunked);
     /* MD_BODY_STREAM and MD_BODY_PIPE: a span of the body. 0 or -ENOMEM. */
-    int (*on_body)(md_http_conn *c, const md_route *r, const char *at, size_t len);
-    int (*on_req)(md_http_conn *c, const md_route *r);
+    int (*on_body)(md_http_req *req, const md_route *r, const char *at, size_t len);
+    int (*on_req)(md_http_req *req, const md_route *r);
 } md_handler;
 
 /* The registry (http/handlers/handlers.c): the handler a route names, or NULL. */
@@ -174,7 +177,7 @@ typedef struct md_http_pending {
     /* From the connection's task: append to out. 0 when the response is complete,
      * MD_PENDING_WAIT, MD_PENDING_MORE, or a negative errno (the response ends there and the
      * connection closes). After 0 or an error it is not called again, nor cancel. */
-    int (*poll)(struct md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+    int (*poll)(struct md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                 md_outbuf *out);
     /* The connection closes while the response is pending: release what it holds. */
     void (*cancel)(struct md_http_pending *p);
@@ -186,58 +189,10 @@ typedef struct md_http_pending {
     bool writes_output;
 } md_http_pending;
 
-/* From on_req: the response will come from p, and on_req returns MD_HANDLER_PENDING. */
-void md_http_conn_pend(md_http_conn *c, md_http_pending *p);
-/* The pending response's writes_output (false when there is none). */
-bool md_http_conn_pending_writes_output(const md_http_conn *c);
-
-/* The request, as a handler sees it (during on_head, on_body, on_req and a pending poll). */
-unsigned md_http_req_method(const md_http_conn *c); /* llhttp's number */
-bool md_http_req_is_head(const md_http_conn *c);    /* HEAD: answer with the head alone */
-/* The decoded, normalised path the route was found by (routes.h). */
-const char *md_http_req_path(const md_http_conn *c, size_t *len);
-/* The body gathered by MD_BODY_GATHER (NULL when empty). */
-const char *md_http_req_body(const md_http_conn *c, size_t *len);
-/* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
- * longer than MD_HTTP_COND_KEEP. */
-const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len);
-const md_http_server *md_http_conn_server(const md_http_conn *c);
-/* With md_http_server.keep_fields: the target as sent (target_len bytes), then CRLF and each
- * header field as "name: value" CRLF, len bytes in all; valid until the response is done. */
-const char *md_http_req_head(const md_http_conn *c, size_t *target_len, size_t *len);
-/* The client's address without port (md_http_server.peer), or NULL. */
-const char *md_http_req_peer(md_http_conn *c);
-/* MD_BODY_PIPE: the whole body has been parsed (and given to on_body). */
-bool md_http_req_body_done(const md_http_conn *c);
-unsigned md_http_req_version_minor(const md_http_conn *c); /* 0: HTTP/1.0 */
-/* The response closes the connection (the request's Connection, a drain, the limits). */
-bool md_http_req_closes(const md_http_conn *c);
-void md_http_req_close_after(md_http_conn *c); /* ... and from now on it will */
-bool md_http_req_has_length(const md_http_conn *c);
-bool md_http_req_upgrade(const md_http_conn *c); /* Connection: upgrade with Upgrade */
-/* The core sent this request's client a 100 Continue (Expect: 100-continue, HTTP/1.1, a body). */
-bool md_http_req_continued(const md_http_conn *c);
-
-/* A whole response with a body from memory (none for HEAD). fields: more header lines, each
- * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */
-int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
-                    const char *body, size_t len);
-/* A 200 with a body (and ctype) that never changes for this route: from the thread's canned
- * cache, lent when nothing else is owed (response.h). 0 or -ENOMEM. */
-int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *ctype, const char *body,
-                           size_t len);
-/* A 200 whose body produce() appends to out (the length is known once it is there). 0,
- * -ENOMEM, or 500 answered when produce fails. */
-int md_http_respond_produced(md_http_conn *c, const char *ctype,
-                             int (*produce)(void *arg, md_outbuf *out), void *arg);
-/* Only a head, for a body that follows (length bytes of it, unless HEAD): from on_head with
- * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
-int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
-                         uint64_t length);
-/* A response whose head the handler wrote into out itself (a proxied one): counted, and
- * logged, as one of status with body_bytes of body. */
-void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes);
-/* Where a streamed body goes: the connection's output (valid during the call only). */
-md_outbuf *md_http_conn_out(md_http_conn *c);
+/* From on_req (or on_head, MD_BODY_PIPE): the response will come from p, and on_req returns
+ * MD_HANDLER_PENDING. */
+void md_http_req_pend(md_http_req *req, md_http_pending *p);
+/* The pending response set by md_http_req_pend(), or NULL. */
+md_http_pending *md_http_req_pending(const md_http_req *req);
 
 #endif

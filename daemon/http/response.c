@@ -1,5 +1,5 @@
-/* Response heads for the connection core (http.c): the status table, the Date block cached
- * per thread and per second (RFC 9110 IMF-fixdate), and the head writer.
+/* HTTP/1.x response heads for the request layer (request.c): the status table, the Date block
+ * cached per thread and per second (RFC 9110 IMF-fixdate), and the head writer.
  *
  * The Date block is thread-local: every connection a worker serves shares one, and no thread
  * ever writes another's, so it needs no synchronisation.

@@ -23,8 +23,14 @@
 #include "llhttp.h"
 
 #define BIT(m) (UINT64_C(1) << (m))
-/* HTTP's methods in llhttp's numbering (HTTP_METHOD_MAP: DELETE 0 .. SOURCE 33). */
+/* HTTP's methods in llhttp's numbering (HTTP_METHOD_MAP: DELETE 0 .. SOURCE 33), which is
+ * magpied's for every protocol (enum md_method, request.h). */
 #define HTTP_METHODS 34
+
+const char *md_method_name(unsigned method)
+{
+    return llhttp_method_name((llhttp_method_t)method);
+}
 
 void md_say(char *msg, size_t len, const char *fmt, ...)
 {

@@ -105,8 +105,9 @@ void md_routes_prepare(md_route_table *t);
 /* The route for a normalised path, or NULL (404). */
 const md_route *md_routes_find(const md_route_table *t, const char *path, size_t len);
 
-/* method is an llhttp method number. HEAD is allowed wherever GET is. OPTIONS, which every
- * route answers (http.c, before this check), is not in methods but is in allow. */
+/* method is an enum md_method (request.h: llhttp's numbers). HEAD is allowed wherever GET is.
+ * OPTIONS, which every route answers (request.c, before this check), is not in methods but is in
+ * allow. */
 static inline bool md_route_allows(const md_route *r, unsigned method)
 {
     return method < 64 && (r->methods >> method) & 1;

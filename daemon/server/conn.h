@@ -5,7 +5,7 @@
  *   listener.c        listening sockets (bound, or passed by systemd), accepting under each
  *                     listener's max_connections, the count of open connections
  *   conn.c            one connection: accept, bounded writes, close
- *   conn_http.c       the HTTP connection task, over the sans-I/O core (http.h)
+ *   conn_http.c       the HTTP connection task, over the sans-I/O core (http1.h)
  *   conn_echo.c       the echo connection task (RFC 862)
  *   reload.c          the reload transaction
  *   generation.c      the HTTP settings' generations (generation.h)
@@ -28,6 +28,7 @@
 #include "magpie.h"
 #include "core/metrics.h"
 #include "core/outbuf.h"
+#include "http/http1.h"
 #include "server/server.h"
 
 /* A listening socket; heap-allocated because a reload may replace it while libuv still has

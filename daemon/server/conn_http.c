@@ -1,4 +1,4 @@
-/* conn_http.c: the HTTP connection task, which drives the sans-I/O core (http.h) over its
+/* conn_http.c: the HTTP connection task, which drives the sans-I/O core (http1.h) over its
  * stream.
  *
  * The task loops: flush pending output (one write for every response parsed from one read),
@@ -42,6 +42,7 @@
 #include "server/conn.h"
 #include "core/log.h"
 #include "http/handler.h"
+#include "http/http1.h"
 #include "server/tls.h"
 #include <string.h>
 

@@ -20,6 +20,7 @@
  */
 #include "server/generation.h"
 #include "http/handler.h"
+#include "http/http1.h"
 #include "server/tls.h"
 
 #include <stddef.h>

@@ -64,6 +64,6 @@ void md_http_gen_leave(md_http_gen *at);
 
 /* md_http_server.request_begin for servers that are md_http_gen's http: moves the connection
  * to the newest generation. */
-void md_http_gen_request_begin(md_http_conn *c);
+void md_http_gen_request_begin(struct md_http_conn *c);
 
 #endif

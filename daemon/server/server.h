@@ -1,5 +1,5 @@
 /* The serving side of magpied: listeners on the runtime's loop, and one task per accepted
- * connection (HTTP over the sans-I/O core in http.c, or RFC 862 echo).
+ * connection (HTTP over the sans-I/O core in http/http1.c, or RFC 862 echo).
  *
  * Listeners and accepting live on the loop's thread; a connection's task runs on any worker
  * and does its own reads (from the stream's buffer) and writes (straight to the socket). A

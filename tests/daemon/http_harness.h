@@ -1,4 +1,4 @@
-/* A driver for daemon/http.c in tests: a fixed clock, a server with the default limits, and a
+/* A driver for daemon/http/http1.c in tests: a fixed clock, a server with the default limits, and a
  * session that feeds bytes the way the I/O layer will (re-feeding after MD_HTTP_WANT_WRITE)
  * and compares what comes out.
  */
@@ -6,12 +6,13 @@
 #define TESTS_DAEMON_HTTP_HARNESS_H
 
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "http/http1.h"
 #include "core/metrics.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -36,6 +37,21 @@ static inline time_t fixed_clock(void)
     return 1763714220;
 }
 
+/* The client every test's requests come from (md_http_server.peer_addr): a loopback address,
+ * which the built-in /echo and /metrics let in; a test of the allow and deny rules sets
+ * another. */
+static uint32_t peer_ipv4 = 0x7f000001;
+
+static inline int test_peer_addr(struct md_http_conn *c, struct sockaddr_storage *out)
+{
+    (void)c;
+    memset(out, 0, sizeof *out);
+    struct sockaddr_in *in = (struct sockaddr_in *)out;
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(peer_ipv4);
+    return 0;
+}
+
 static md_http_server srv;
 
 static inline void server_setup(void)
@@ -43,6 +59,8 @@ static inline void server_setup(void)
     memset(&srv, 0, sizeof(srv));
     md_http_limits_default(&srv.limits);
     srv.clock = fixed_clock;
+    srv.peer_addr = test_peer_addr;
+    peer_ipv4 = 0x7f000001;
 }
 
 struct session {

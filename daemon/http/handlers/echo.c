@@ -31,27 +31,27 @@ static int echo_key(void *conf, const char *key, const char *value, uint32_t lin
     return md_handler_conf_ctype(e->content_type, value, msg, msg_len);
 }
 
-static int echo_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
+static int echo_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
 {
     if (chunked || length <= MD_HTTP_ECHO_GATHER)
         return MD_BODY_GATHER;
     const echo_conf *e = md_route_conf(r);
-    int rc = md_http_respond_head(c, 200, NULL, e->content_type, length);
+    int rc = md_http_respond_head(req, 200, NULL, e->content_type, length);
     return rc != 0 ? rc : MD_BODY_STREAM;
 }
 
-static int echo_on_body(md_http_conn *c, const md_route *r, const char *at, size_t len)
+static int echo_on_body(md_http_req *req, const md_route *r, const char *at, size_t len)
 {
     (void)r; /* the handler's shape: the head said everything about the route */
-    return md_outbuf_append(md_http_conn_out(c), at, len);
+    return md_outbuf_append(md_http_req_out(req), at, len);
 }
 
-static int echo_on_req(md_http_conn *c, const md_route *r)
+static int echo_on_req(md_http_req *req, const md_route *r)
 {
     const echo_conf *e = md_route_conf(r);
     size_t len;
-    const char *body = md_http_req_body(c, &len);
-    return md_http_respond(c, 200, NULL, e->content_type, body, len);
+    const char *body = md_http_req_body(req, &len);
+    return md_http_respond(req, 200, NULL, e->content_type, body, len);
 }
 
 const md_handler md_handler_echo = {

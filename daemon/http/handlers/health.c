@@ -3,9 +3,9 @@
  */
 #include "http/handler.h"
 
-static int health_on_req(md_http_conn *c, const md_route *r)
+static int health_on_req(md_http_req *req, const md_route *r)
 {
-    return md_http_respond_canned(c, r, "text/plain", "ok", 2);
+    return md_http_respond_canned(req, r, "text/plain", "ok", 2);
 }
 
 const md_handler md_handler_health = {

@@ -3,15 +3,15 @@
  */
 #include "http/handler.h"
 
-static int metrics_on_req(md_http_conn *c, const md_route *r)
+static int metrics_on_req(md_http_req *req, const md_route *r)
 {
     (void)r;
-    const md_http_server *srv = md_http_conn_server(c);
+    const md_http_server *srv = md_http_req_server(req);
     if (srv->metrics_text == NULL) {
         const md_http_status *st = md_http_status_of(404);
-        return md_http_respond(c, 404, NULL, "text/plain", st->body, st->body_len);
+        return md_http_respond(req, 404, NULL, "text/plain", st->body, st->body_len);
     }
-    return md_http_respond_produced(c, "text/plain; version=0.0.4; charset=utf-8",
+    return md_http_respond_produced(req, "text/plain; version=0.0.4; charset=utf-8",
                                     srv->metrics_text, srv->metrics_arg);
 }
 

@@ -57,13 +57,13 @@ static int redirect_check(const void *conf, char *msg, size_t msg_len)
     return 0;
 }
 
-static int redirect_on_req(md_http_conn *c, const md_route *r)
+static int redirect_on_req(md_http_req *req, const md_route *r)
 {
     const redirect_conf *d = md_route_conf(r);
     char fields[LOCATION_MAX + 16];
     snprintf(fields, sizeof fields, "Location: %s\r\n", d->location);
     const md_http_status *st = md_http_status_of(d->status);
-    return md_http_respond(c, d->status, fields, "text/plain", st->body, st->body_len);
+    return md_http_respond(req, d->status, fields, "text/plain", st->body, st->body_len);
 }
 
 const md_handler md_handler_redirect = {

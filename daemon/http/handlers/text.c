@@ -56,12 +56,12 @@ static int text_key(void *conf, const char *key, const char *value, uint32_t lin
     return 0;
 }
 
-static int text_on_req(md_http_conn *c, const md_route *r)
+static int text_on_req(md_http_req *req, const md_route *r)
 {
     const text_conf *t = md_route_conf(r);
     if (t->status == 200)
-        return md_http_respond_canned(c, r, t->content_type, t->body, t->body_len);
-    return md_http_respond(c, t->status, NULL, t->content_type, t->body, t->body_len);
+        return md_http_respond_canned(req, r, t->content_type, t->body, t->body_len);
+    return md_http_respond(req, t->status, NULL, t->content_type, t->body, t->body_len);
 }
 
 const md_handler md_handler_text = {

@@ -1,6 +1,6 @@
-/* Tests for the handler interface (daemon/http/handler.h, implemented in http.c): a handler
- * that answers later, polled through md_http_conn_resume() the way the connection task does;
- * pipelined requests behind it wait and are answered in order; a handler that fails half way
+/* Tests for the handler interface (daemon/http/handler.h, implemented in request.c and http1.c): a
+ * handler that answers later, polled through md_http_conn_resume() the way the connection task
+ * does; pipelined requests behind it wait and are answered in order; a handler that fails half way
  * ends the response with a close; a connection closed while a response is pending cancels it;
  * and the redirect handler's Location. */
 #include <criterion/criterion.h>
@@ -23,7 +23,7 @@ struct slow {
 
 static struct slow slow;
 
-static int slow_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int slow_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                      md_outbuf *out)
 {
     (void)cx; /* nothing to wait for in a sans-I/O test */
@@ -39,7 +39,7 @@ static int slow_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_htt
         return -EIO;
     switch (s->step) {
     case 1:
-        return md_http_respond_head(c, 200, "X-Slow: 1\r\n", "text/plain", 6) != 0
+        return md_http_respond_head(req, 200, "X-Slow: 1\r\n", "text/plain", 6) != 0
                    ? -ENOMEM
                    : MD_PENDING_MORE;
     case 2:
@@ -54,12 +54,12 @@ static void slow_cancel(md_http_pending *p)
     ((struct slow *)p)->cancelled++;
 }
 
-static int slow_on_req(md_http_conn *c, const md_route *r)
+static int slow_on_req(md_http_req *req, const md_route *r)
 {
     (void)r; /* one route uses it */
     slow.p.poll = slow_poll;
     slow.p.cancel = slow_cancel;
-    md_http_conn_pend(c, &slow.p);
+    md_http_req_pend(req, &slow.p);
     return MD_HANDLER_PENDING;
 }
 
@@ -199,12 +199,13 @@ struct pipe {
     char got[256];
     size_t got_len;
     int spans;
-    bool held; /* a span not yet passed on */
+    bool held;        /* a span not yet passed on */
+    md_http_req *req; /* the request, from on_head */
 };
 
 static struct pipe pipe_h;
 
-static int pipe_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int pipe_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                      md_outbuf *out)
 {
     (void)p; /* the one static instance */
@@ -212,10 +213,10 @@ static int pipe_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_htt
     (void)io;
     (void)out;
     pipe_h.held = false;
-    if (!md_http_req_body_done(c))
+    if (!md_http_req_body_done(req))
         return MD_PENDING_READ;
-    return md_http_respond(c, 200, NULL, "text/plain", pipe_h.got, pipe_h.got_len) != 0 ? -ENOMEM
-                                                                                        : 0;
+    return md_http_respond(req, 200, NULL, "text/plain", pipe_h.got, pipe_h.got_len) != 0 ? -ENOMEM
+                                                                                          : 0;
 }
 
 static void pipe_cancel(md_http_pending *p)
@@ -223,20 +224,21 @@ static void pipe_cancel(md_http_pending *p)
     (void)p; /* nothing held */
 }
 
-static int pipe_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
+static int pipe_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
 {
     (void)r; /* one route */
     (void)length;
     (void)chunked;
     pipe_h.p.poll = pipe_poll;
     pipe_h.p.cancel = pipe_cancel;
-    md_http_conn_pend(c, &pipe_h.p);
+    pipe_h.req = req;
+    md_http_req_pend(req, &pipe_h.p);
     return MD_BODY_PIPE;
 }
 
-static int pipe_on_body(md_http_conn *c, const md_route *r, const char *at, size_t len)
+static int pipe_on_body(md_http_req *req, const md_route *r, const char *at, size_t len)
 {
-    (void)c;
+    (void)req;
     (void)r;
     cr_assert_not(pipe_h.held, "a second span before the first was passed on");
     memcpy(pipe_h.got + pipe_h.got_len, at, len);
@@ -246,9 +248,9 @@ static int pipe_on_body(md_http_conn *c, const md_route *r, const char *at, size
     return 0;
 }
 
-static int pipe_on_req(md_http_conn *c, const md_route *r)
+static int pipe_on_req(md_http_req *req, const md_route *r)
 {
-    (void)c;
+    (void)req;
     (void)r;
     cr_assert_fail("on_req is not called for a piped body");
     return 0;
@@ -261,7 +263,7 @@ Test(handler, piped_body_goes_span_by_span_with_back_pressure)
 {
     memset(&pipe_h, 0, sizeof pipe_h);
     table.r[1].handler = &pipe_handler;
-    table.r[1].methods |= UINT64_C(1) << HTTP_POST;
+    table.r[1].methods |= UINT64_C(1) << MD_POST;
     struct session s;
     session_open(&s);
     const char *in = "POST /slow HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -272,7 +274,7 @@ Test(handler, piped_body_goes_span_by_span_with_back_pressure)
     while (want != MD_HTTP_WANT_CLOSE && rounds++ < 20) {
         at += used;
         if (want == MD_HTTP_WANT_HANDLER) {
-            cr_assert(pipe_h.held || md_http_req_body_done(&s.c));
+            cr_assert(pipe_h.held || md_http_req_body_done(pipe_h.req));
             want = md_http_conn_resume(&s.c, NULL, NULL, T0, &s.out);
             used = 0;
             continue;

@@ -215,15 +215,14 @@ static bool timed_out_reason(md_upstream_reason r)
 
 /* The attempt on p->peer failed before the response head: log, count, and either go on to
  * another server (ST_PICK) or not (false). */
-static bool attempt_failed(proxy *p, md_http_conn *c, md_upstream_reason why, bool sent_any)
+static bool attempt_failed(proxy *p, md_http_req *req, md_upstream_reason why, bool sent_any)
 {
     md_upstream_peer *peer = p->peer;
     size_t plen;
-    const char *path = md_http_req_path(c, &plen);
+    const char *path = md_http_req_path(req, &plen);
     md_log(MD_LOG_ERROR, "upstream %s server %s: %s (%s %.*s, attempt %u)", p->up->conf->name,
-           peer->conf->label, md_upstream_reason_name(why),
-           llhttp_method_name((llhttp_method_t)md_http_req_method(c)), (int)plen, path,
-           p->attempts);
+           peer->conf->label, md_upstream_reason_name(why), md_method_name(md_http_req_method(req)),
+           (int)plen, path, p->attempts);
     /* Relaxed: a counter for /metrics. */
     atomic_fetch_add_explicit(&peer->failures[why], 1, memory_order_relaxed);
     p->last_reason = (uint8_t)why;
@@ -257,14 +256,14 @@ static void stale_retry(proxy *p)
 }
 
 /* No response will come from upstream: answer the client ourselves. */
-static int answer_error(proxy *p, md_http_conn *c, unsigned status)
+static int answer_error(proxy *p, md_http_req *req, unsigned status)
 {
     /* The client's body is not all read: what is left of it must not be taken for a
      * request. */
-    if (p->piped && !md_http_req_body_done(c))
-        md_http_req_close_after(c);
+    if (p->piped && !md_http_req_body_done(req))
+        md_http_req_close_after(req);
     const md_http_status *st = md_http_status_of(status);
-    int rc = md_http_respond(c, status, NULL, "text/plain", st->body, st->body_len);
+    int rc = md_http_respond(req, status, NULL, "text/plain", st->body, st->body_len);
     proxy_free(p);
     return rc;
 }
@@ -289,7 +288,7 @@ static void finish(proxy *p, bool extra)
     release_conn(p, false);
 }
 
-static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
                       md_outbuf *out);
 
 /* The upstream request head for an attempt on peer: built once, again only when Host names
@@ -319,13 +318,13 @@ static int build_head(proxy *p, md_upstream_peer *peer)
 
 static bool is_idempotent(unsigned m)
 {
-    return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_PUT || m == HTTP_DELETE ||
-           m == HTTP_OPTIONS || m == HTTP_TRACE;
+    return m == MD_GET || m == MD_HEAD || m == MD_PUT || m == MD_DELETE || m == MD_OPTIONS ||
+           m == MD_TRACE;
 }
 
-static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bool chunked)
+static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
 {
-    const md_http_server *srv = md_http_conn_server(c);
+    const md_http_server *srv = md_http_req_server(req);
     md_upstreams *ups = md_http_server_state(srv, &md_handler_proxy);
     if (ups == NULL || opts(r)->upstream_index >= ups->conf.n || srv->rt == NULL)
         return MD_BODY_DISCARD; /* on_req answers 502 */
@@ -336,7 +335,7 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
     p->up = &ups->u[opts(r)->upstream_index];
     mp_timer_init(&p->timer, srv->rt);
     p->start_ms = mp_now_ms();
-    p->idempotent = is_idempotent(md_http_req_method(c));
+    p->idempotent = is_idempotent(md_http_req_method(req));
     p->piped = chunked || length != 0;
     p->chunked = chunked;
     if (chunked) { /* room for the last chunk of a body with none before it */
@@ -347,10 +346,10 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
     }
 
     size_t tlen, len;
-    const char *kept = md_http_req_head(c, &tlen, &len);
-    const char *peer = md_http_req_peer(c);
+    const char *kept = md_http_req_head(req, &tlen, &len);
+    const char *peer = md_http_req_peer(req);
     p->rq = (md_proxy_req){
-        .method = llhttp_method_name((llhttp_method_t)md_http_req_method(c)),
+        .method = md_method_name(md_http_req_method(req)),
         .target = kept,
         .target_len = tlen,
         .fields = kept + tlen + 2,
@@ -360,12 +359,13 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
         .forwarded = opts(r)->forwarded,
         .via = opts(r)->via,
         .keepalive = p->up->conf->keepalive != 0,
-        .framing = chunked                     ? MD_PROXY_BODY_CHUNKED
-                   : md_http_req_has_length(c) ? MD_PROXY_BODY_LENGTH
-                                               : MD_PROXY_BODY_NONE,
+        .framing = chunked                       ? MD_PROXY_BODY_CHUNKED
+                   : md_http_req_has_length(req) ? MD_PROXY_BODY_LENGTH
+                                                 : MD_PROXY_BODY_NONE,
         .length = length,
     };
-    p->upgrade = opts(r)->websocket && md_http_req_upgrade(c) && md_http_req_version_minor(c) != 0;
+    p->upgrade =
+        opts(r)->websocket && md_http_req_upgrade(req) && md_http_req_version_minor(req) != 0;
     p->rq.upgrade = p->upgrade;
     md_proxy_req rq = p->rq;
     const md_upstream_conf *uc = p->up->conf;
@@ -388,16 +388,16 @@ static int proxy_on_head(md_http_conn *c, const md_route *r, uint64_t length, bo
     }
     p->pending.poll = proxy_poll;
     p->pending.cancel = proxy_cancel;
-    md_http_conn_pend(c, &p->pending);
+    md_http_req_pend(req, &p->pending);
     return MD_BODY_PIPE;
 }
 
 /* A span of the request body: framed for upstream, and held until the poll has written it
  * (the core parses no further meanwhile). */
-static int proxy_on_body(md_http_conn *c, const md_route *r, const char *at, size_t len)
+static int proxy_on_body(md_http_req *req, const md_route *r, const char *at, size_t len)
 {
     (void)r; /* the handler's shape */
-    proxy *p = (proxy *)(void *)c->req->pending;
+    proxy *p = (proxy *)(void *)md_http_req_pending(req);
     size_t need = len + 32;
     if (md_bytes_grow(&p->span, &p->span_cap, need, 64) != 0)
         return -ENOMEM;
@@ -414,10 +414,10 @@ static int proxy_on_body(md_http_conn *c, const md_route *r, const char *at, siz
     return 0;
 }
 
-static int proxy_on_req(md_http_conn *c, const md_route *r)
+static int proxy_on_req(md_http_req *req, const md_route *r)
 {
     (void)r; /* reached only when the route names no upstream state (a test's table) */
-    return md_http_respond(c, 502, NULL, "text/plain", "Bad Gateway\n", 12);
+    return md_http_respond(req, 502, NULL, "text/plain", "Bad Gateway\n", 12);
 }
 
 /* Waits on the timer for the current deadline; true when it has passed. */
@@ -431,15 +431,15 @@ static bool expired(proxy *p, mp_context *cx)
  * close (RFC 9112 9.5: a client monitors the connection for an error response while it sends a
  * body). true: there is a response (or an end) to read, and the rest of the body is dropped:
  * the client's connection closes after the response, and this one is not pooled. */
-static bool early_response(proxy *p, md_http_conn *c, mp_context *cx)
+static bool early_response(proxy *p, md_http_req *req, mp_context *cx)
 {
     const char *data;
     size_t len;
     int err;
     if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) != MP_READY || len == 0)
         return false;
-    if (!md_http_req_body_done(c))
-        md_http_req_close_after(c);
+    if (!md_http_req_body_done(req))
+        md_http_req_close_after(req);
     p->body_released = true;
     p->request_sent = false; /* never pooled */
     p->head_deadline_ms = mp_now_ms() + p->up->conf->header_timeout_ms;
@@ -507,7 +507,7 @@ end:
     return -EPIPE;
 }
 
-static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
                       md_outbuf *out)
 {
     (void)io; /* the handler writes through out */
@@ -521,9 +521,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             if (peer == NULL) {
                 if (p->attempts == 0) {
                     md_log(MD_LOG_ERROR, "upstream %s: no server available", conf->name);
-                    return answer_error(p, c, 502);
+                    return answer_error(p, req, 502);
                 }
-                return answer_error(p, c, fail_status(p));
+                return answer_error(p, req, fail_status(p));
             }
             if (p->attempts != 0) /* relaxed: a counter for /metrics */
                 atomic_fetch_add_explicit(&p->up->retries, 1, memory_order_relaxed);
@@ -547,9 +547,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 if (rc == -ENOMEM)
                     return rc;
                 if (!attempt_failed(
-                        p, c, rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED : MD_UP_CONNECT_ERROR,
+                        p, req, rc == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED : MD_UP_CONNECT_ERROR,
                         false))
-                    return answer_error(p, c, fail_status(p));
+                    return answer_error(p, req, fail_status(p));
                 break;
             }
             p->state = ST_CONNECT;
@@ -564,8 +564,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 md_upstream_reason why = err == -ETIMEDOUT      ? MD_UP_CONNECT_TIMEOUT
                                          : err == -ECONNREFUSED ? MD_UP_CONNECT_REFUSED
                                                                 : MD_UP_CONNECT_ERROR;
-                if (!attempt_failed(p, c, why, false))
-                    return answer_error(p, c, fail_status(p));
+                if (!attempt_failed(p, req, why, false))
+                    return answer_error(p, req, fail_status(p));
                 break;
             }
             p->state = ST_SEND_HEAD;
@@ -585,9 +585,9 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 break;
             }
             if (err != 0) {
-                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
-                                    true))
-                    return answer_error(p, c, fail_status(p));
+                if (!attempt_failed(
+                        p, req, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR, true))
+                    return answer_error(p, req, fail_status(p));
                 break;
             }
             p->state = p->piped ? ST_SEND_BODY : ST_READ;
@@ -600,7 +600,7 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
         }
         case ST_SEND_BODY: {
             if (p->span_len == 0) {
-                if (!md_http_req_body_done(c)) {
+                if (!md_http_req_body_done(req)) {
                     /* let go of nothing yet: the core parses the next span for us */
                     return MD_PENDING_READ;
                 }
@@ -618,19 +618,19 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             int err;
             if (mp_tcp_write_poll(&p->uc->tcp, cx, p->span, p->span_len, &err) == MP_PENDING) {
                 /* The server takes no more: it may have answered already (RFC 9112 9.5). */
-                if (early_response(p, c, cx))
+                if (early_response(p, req, cx))
                     break;
                 if (!expired(p, cx))
                     return MD_PENDING_WAIT;
                 err = -ETIMEDOUT;
             }
-            if (err != 0 && early_response(p, c, cx))
+            if (err != 0 && early_response(p, req, cx))
                 break;
             if (err != 0) {
                 p->last_chunk = false;
-                if (!attempt_failed(p, c, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR,
-                                    true))
-                    return answer_error(p, c, fail_status(p));
+                if (!attempt_failed(
+                        p, req, err == -ETIMEDOUT ? MD_UP_SEND_TIMEOUT : MD_UP_SEND_ERROR, true))
+                    return answer_error(p, req, fail_status(p));
                 break;
             }
             p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
@@ -643,21 +643,21 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 break;
             }
             p->span_len = 0;
-            if (!md_http_req_body_done(c))
+            if (!md_http_req_body_done(req))
                 return MD_PENDING_READ;
             break;
         }
         case ST_READ: {
             if (!p->resp_on) {
                 md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
-                                   md_http_req_is_head(c), md_http_req_version_minor(c) == 0,
-                                   md_http_req_closes(c));
+                                   md_http_req_is_head(req), md_http_req_version_minor(req) == 0,
+                                   md_http_req_closes(req));
                 p->resp.via = opts(p->route)->via;
                 p->resp.tunnel_ok = p->upgrade;
                 /* The core answered Expect: 100-continue itself at the head (Expect never goes
                  * upstream, so no client waits on a server that ignores it): a server's own
                  * 100 would be a second one, and is dropped (proxy_msg.h). */
-                p->resp.client_continued = md_http_req_continued(c);
+                p->resp.client_continued = md_http_req_continued(req);
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
                 p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
@@ -684,15 +684,15 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                     proxy_free(p);
                     return -ETIMEDOUT;
                 }
-                if (!attempt_failed(p, c, why, true))
-                    return answer_error(p, c, fail_status(p));
+                if (!attempt_failed(p, req, why, true))
+                    return answer_error(p, req, fail_status(p));
                 break;
             }
             if (len == 0) {
                 int rc = err == UV_EOF ? md_proxy_resp_eof(&p->resp, out) : MD_RESP_GARBAGE;
                 if (rc == MD_RESP_DONE) {
                     if (!p->resp.head_sent)
-                        return answer_error(p, c, 502);
+                        return answer_error(p, req, 502);
                     finish(p, true); /* close-delimited: the connection is spent */
                     proxy_free(p);
                     return 0;
@@ -707,8 +707,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                         stale_retry(p);
                         break;
                     }
-                    if (!attempt_failed(p, c, silent ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
-                        return answer_error(p, c, 502);
+                    if (!attempt_failed(p, req, silent ? MD_UP_RESET : MD_UP_BAD_RESPONSE, true))
+                        return answer_error(p, req, 502);
                     break;
                 }
                 md_log(MD_LOG_ERROR, "upstream %s server %s: response cut short", conf->name,
@@ -724,15 +724,15 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
                 mp_tcp_consume(&p->uc->tcp, used);
             if (!had_head && p->resp.head_sent) {
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
-                    md_http_req_close_after(c);
-                md_http_count_response(c, p->resp.status,
+                    md_http_req_close_after(req);
+                md_http_count_response(req, p->resp.status,
                                        p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length
                                                                                   : 0);
             }
             if (rc == MD_RESP_UPGRADE && p->upgrade) {
                 /* The 101 goes out first; what follows it, both ways, is the tunnel's. */
-                md_http_count_response(c, 101, 0);
-                md_http_req_close_after(c);
+                md_http_count_response(req, 101, 0);
+                md_http_req_close_after(req);
                 p->state = ST_TUNNEL;
                 p->deadline_ms = mp_now_ms() + conf->read_timeout_ms;
                 return MD_PENDING_MORE;
@@ -758,8 +758,8 @@ static int proxy_poll(md_http_pending *pd, md_http_conn *c, mp_context *cx, md_h
             md_upstream_reason why =
                 rc == MD_RESP_TOO_BIG ? MD_UP_HEADER_TOO_BIG : MD_UP_BAD_RESPONSE;
             if (!p->resp.head_sent) {
-                attempt_failed(p, c, why, true);
-                return answer_error(p, c, 502); /* a broken server is not retried */
+                attempt_failed(p, req, why, true);
+                return answer_error(p, req, 502); /* a broken server is not retried */
             }
             md_log(MD_LOG_ERROR, "upstream %s server %s: %s in the response body", conf->name,
                    p->peer->conf->label, md_upstream_reason_name(why));
@@ -813,8 +813,8 @@ static int proxy_gen_metrics(void *state, md_outbuf *out)
 const md_handler md_handler_proxy = {
     .name = "proxy",
     /* What the application takes is the application's affair. */
-    .methods = MD_METHODS_GET | MD_METHOD(HTTP_POST) | MD_METHOD(HTTP_PUT) |
-               MD_METHOD(HTTP_DELETE) | MD_METHOD(HTTP_PATCH),
+    .methods = MD_METHODS_GET | MD_METHOD(MD_POST) | MD_METHOD(MD_PUT) | MD_METHOD(MD_DELETE) |
+               MD_METHOD(MD_PATCH),
     .passes_options = true,
     .keeps_fields = true,
     .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket", NULL},

@@ -350,11 +350,11 @@ static bool etag_listed(const char *v, size_t n, const char *etag, bool strong)
 
 /* An HTTP-date in any of its three forms (core/httpdate.h), or -1 (absent, or not a date: the
  * field is ignored). RFC 850's two-digit year is placed from the server's clock. */
-static time_t parse_date(const md_http_conn *c, const char *v, size_t n)
+static time_t parse_date(const md_http_req *req, const char *v, size_t n)
 {
     if (v == NULL)
         return -1;
-    const md_http_server *srv = md_http_conn_server(c);
+    const md_http_server *srv = md_http_req_server(req);
     time_t t;
     return md_httpdate_parse(v, n, srv->clock != NULL ? srv->clock() : time(NULL), &t) == 0 ? t
                                                                                             : -1;
@@ -413,13 +413,13 @@ enum {
  * blocking pool, which only a poll with a task (cx) can do: on_req (can_wait false) gets
  * OPEN_WAIT and goes pending. Polled outside a task (cx NULL: the handler suites) it opens in
  * place. 0 with *f (a reference), OPEN_WAIT, or a negative errno. */
-static int open_one(md_http_conn *c, const md_route *r, struct lookup *lk, size_t len,
+static int open_one(md_http_req *req, const md_route *r, struct lookup *lk, size_t len,
                     mp_file_op *op, mp_context *cx, bool can_wait, md_file **f)
 {
     /* The generation's [static] limits (static_gen_new); none: the cache is off. */
     static const md_file_cache_limits off = {0, 0, 0};
     const md_file_cache_limits *lim =
-        md_http_server_state(md_http_conn_server(c), &md_handler_static);
+        md_http_server_state(md_http_req_server(req), &md_handler_static);
     if (lim == NULL)
         lim = &off;
     if (!lk->looked) {
@@ -472,11 +472,11 @@ static unsigned open_status(int err)
 
 /* Finds lk's file, then its variant: 0 (lk->file set, lk->alt maybe), OPEN_WAIT, -ENOMEM, or
  * the status to answer instead (301 for a directory without its '/'). */
-static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_file_op *op,
+static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_file_op *op,
                    mp_context *cx, bool can_wait)
 {
     if (lk->step == STEP_FILE) {
-        int rc = open_one(c, r, lk, lk->rlen, op, cx, can_wait, &lk->file);
+        int rc = open_one(req, r, lk, lk->rlen, op, cx, can_wait, &lk->file);
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
         if (rc < 0)
@@ -489,7 +489,7 @@ static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_fil
         lk->looked = false;
     }
     size_t alen = 0;
-    const char *ae = md_http_req_field(c, MD_FIELD_ACCEPT_ENCODING, &alen);
+    const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
     /* FILE.br, then FILE.gz, for a client that takes that coding. */
     for (; lk->step != STEP_DONE; lk->step++, lk->looked = false) {
         unsigned i = lk->step - STEP_BR;
@@ -497,7 +497,7 @@ static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_fil
             continue;
         memcpy(lk->rel + lk->rlen, codings[i][1], 4);
         md_file *v;
-        int rc = open_one(c, r, lk, lk->rlen + 3, op, cx, can_wait, &v);
+        int rc = open_one(req, r, lk, lk->rlen + 3, op, cx, can_wait, &v);
         lk->rel[lk->rlen] = '\0';
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
@@ -513,19 +513,19 @@ static int resolve(md_http_conn *c, const md_route *r, struct lookup *lk, mp_fil
     return 0;
 }
 
-static int error(md_http_conn *c, unsigned code)
+static int error(md_http_req *req, unsigned code)
 {
     const md_http_status *st = md_http_status_of(code);
-    return md_http_respond(c, code, NULL, "text/plain", st->body, st->body_len);
+    return md_http_respond(req, code, NULL, "text/plain", st->body, st->body_len);
 }
 
 /* resolve()'s answer other than a file: an error, or a directory's redirect. */
-static int respond_status(md_http_conn *c, int code)
+static int respond_status(md_http_req *req, int code)
 {
     if (code != 301)
-        return error(c, (unsigned)code);
+        return error(req, (unsigned)code);
     size_t plen;
-    const char *path = md_http_req_path(c, &plen);
+    const char *path = md_http_req_path(req, &plen);
     /* The decoded path, encoded again for a URI (RFC 3986 pchar and '/'): a directory named
      * with a space, a '%' or a control character gives a valid Location, never a broken or
      * injected field. */
@@ -544,7 +544,7 @@ static int respond_status(md_http_conn *c, int code)
         }
     }
     snprintf(fields + n, sizeof fields - n, "/\r\n");
-    return md_http_respond(c, 301, fields, "text/plain", "Moved Permanently\n", 18);
+    return md_http_respond(req, 301, fields, "text/plain", "Moved Permanently\n", 18);
 }
 
 static void lookup_release(struct lookup *lk)
@@ -596,23 +596,23 @@ static bool resident(md_file *f, uint64_t off, uint64_t len)
     return true;
 }
 
-static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct static_send *s);
+static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct static_send *s);
 
-static int static_poll(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                        md_outbuf *out)
 {
     struct static_send *s = (struct static_send *)p;
     s->p.writes_output = false; /* only this poll was concerned */
     if (s->opening) {           /* an open went to the pool: the rest of on_req, from here */
-        int rc = resolve(c, s->r, &s->lk, &s->op, cx, true);
+        int rc = resolve(req, s->r, &s->lk, &s->op, cx, true);
         if (rc == OPEN_WAIT)
             return MD_PENDING_WAIT;
         if (rc != 0) {
             lookup_release(&s->lk);
-            return rc < 0 ? rc : respond_status(c, rc);
+            return rc < 0 ? rc : respond_status(req, rc);
         }
         s->opening = false;
-        rc = answer(c, s->r, &s->lk, s);
+        rc = answer(req, s->r, &s->lk, s);
         if (rc != MD_HANDLER_PENDING)
             return rc; /* answered whole (0), or -ENOMEM */
     }
@@ -701,10 +701,10 @@ static void static_cancel(md_http_pending *p)
 }
 
 /* poll's wrapper: the state goes once the response is complete or failed. */
-static int static_poll_once(md_http_pending *p, md_http_conn *c, mp_context *cx, md_http_io *io,
+static int static_poll_once(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                             md_outbuf *out)
 {
-    int rc = static_poll(p, c, cx, io, out);
+    int rc = static_poll(p, req, cx, io, out);
     if (rc != MD_PENDING_WAIT && rc != MD_PENDING_MORE)
         static_cancel(p);
     return rc;
@@ -731,7 +731,7 @@ static struct static_send *send_new(const md_route *r)
  * on_req (s NULL) or from the poll that finished lk's opens (s): MD_HANDLER_DONE when it is
  * all in the output, MD_HANDLER_PENDING when s (made here if need be, and pended) sends the
  * rest, or -ENOMEM. */
-static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct static_send *s)
+static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct static_send *s)
 {
     md_file *f = lk->file;
     const char *ctype = md_mime_type(lk->rel, lk->rlen);
@@ -757,33 +757,33 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     /* Conditionals in RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (false:
      * 412); then If-None-Match, else If-Modified-Since (false: 304); then If-Range. */
     size_t vlen = 0;
-    const char *im = md_http_req_field(c, MD_FIELD_IF_MATCH, &vlen);
+    const char *im = md_http_req_field(req, MD_FIELD_IF_MATCH, &vlen);
     bool failed = false;
     if (im != NULL) {
         failed = !etag_listed(im, vlen, f->etag, true);
     } else {
-        const char *ius = md_http_req_field(c, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
-        time_t since = parse_date(c, ius, vlen); /* not a date: ignored */
+        const char *ius = md_http_req_field(req, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
+        time_t since = parse_date(req, ius, vlen); /* not a date: ignored */
         failed = since >= 0 && f->mtime > since;
     }
     int rc;
     if (failed) {
         const md_http_status *s412 = md_http_status_of(412);
         fields[fl] = '\0';
-        rc = md_http_respond(c, 412, fields, "text/plain", s412->body, s412->body_len);
+        rc = md_http_respond(req, 412, fields, "text/plain", s412->body, s412->body_len);
         goto out_put;
     }
-    const char *inm = md_http_req_field(c, MD_FIELD_IF_NONE_MATCH, &vlen);
+    const char *inm = md_http_req_field(req, MD_FIELD_IF_NONE_MATCH, &vlen);
     bool not_modified = false;
     if (inm != NULL) {
         not_modified = etag_listed(inm, vlen, f->etag, false);
     } else {
-        const char *ims = md_http_req_field(c, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
-        time_t since = parse_date(c, ims, vlen);
+        const char *ims = md_http_req_field(req, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
+        time_t since = parse_date(req, ims, vlen);
         not_modified = since >= 0 && f->mtime <= since;
     }
     if (not_modified) {
-        rc = md_http_respond_head(c, 304, fields, ctype, size);
+        rc = md_http_respond_head(req, 304, fields, ctype, size);
         goto out_put;
     }
 
@@ -792,22 +792,22 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     fields[fl] = '\0';
     uint64_t from = 0, to = size != 0 ? size - 1 : 0;
     unsigned status = 200;
-    const char *range = md_http_req_field(c, MD_FIELD_RANGE, &vlen);
+    const char *range = md_http_req_field(req, MD_FIELD_RANGE, &vlen);
     if (range != NULL) {
         size_t irlen;
-        const char *ifr = md_http_req_field(c, MD_FIELD_IF_RANGE, &irlen);
+        const char *ifr = md_http_req_field(req, MD_FIELD_IF_RANGE, &irlen);
         bool applies = true;
         if (ifr != NULL && ifr[0] == '"')
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
-            applies = parse_date(c, ifr, irlen) == f->mtime; /* W/ tags never match */
+            applies = parse_date(req, ifr, irlen) == f->mtime; /* W/ tags never match */
         int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
         if (pr < 0) {
             char f416[FIELDS_MAX + 64];
             snprintf(f416, sizeof f416, "%sContent-Range: bytes */%llu\r\n", fields,
                      (unsigned long long)size);
             const md_http_status *s416 = md_http_status_of(416);
-            rc = md_http_respond(c, 416, f416, "text/plain", s416->body, s416->body_len);
+            rc = md_http_respond(req, 416, f416, "text/plain", s416->body, s416->body_len);
             goto out_put;
         }
         if (pr > 0) {
@@ -818,12 +818,12 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
         }
     }
     uint64_t len = size != 0 ? to - from + 1 : 0;
-    rc = md_http_respond_head(c, status, fields, ctype, len);
-    if (rc != 0 || len == 0 || md_http_req_is_head(c))
+    rc = md_http_respond_head(req, status, fields, ctype, len);
+    if (rc != 0 || len == 0 || md_http_req_is_head(req))
         goto out_put;
     if (len <= SMALL) {
         /* After the head in the same output: one send for both. */
-        md_outbuf *out = md_http_conn_out(c);
+        md_outbuf *out = md_http_req_out(req);
         char *w = md_outbuf_reserve(out, (size_t)len);
         if (w == NULL) {
             rc = -ENOMEM;
@@ -854,24 +854,24 @@ static int answer(md_http_conn *c, const md_route *r, struct lookup *lk, struct 
     /* Polled first, before the connection flushes the head: sendfile writes it corked. */
     s->p.writes_output = !s->small;
     if (fresh)
-        md_http_conn_pend(c, &s->p);
+        md_http_req_pend(req, &s->p);
     return MD_HANDLER_PENDING;
 out_put:
     md_file_put(f);
     return rc;
 }
 
-static int static_on_req(md_http_conn *c, const md_route *r)
+static int static_on_req(md_http_req *req, const md_route *r)
 {
     size_t plen;
-    const char *path = md_http_req_path(c, &plen);
+    const char *path = md_http_req_path(req, &plen);
     /* Dotfiles: no segment may start with '.' (the path is normalised: no "." or ".."). */
     for (size_t i = 0; i + 1 < plen; i++)
         if (path[i] == '/' && path[i + 1] == '.')
-            return error(c, 404);
+            return error(req, 404);
     struct lookup lk;
     if (plen - 1 + sizeof opts(r)->index_file + 4 > sizeof lk.rel)
-        return error(c, 404);
+        return error(req, 404);
     memcpy(lk.rel, path + 1, plen - 1);
     lk.rlen = plen - 1;
     lk.dir = path[plen - 1] == '/';
@@ -882,14 +882,14 @@ static int static_on_req(md_http_conn *c, const md_route *r)
     }
     lk.rel[lk.rlen] = '\0';
     if (lk.rlen == 0)
-        return error(c, 404);
+        return error(req, 404);
     lk.looked = false;
     lk.step = STEP_FILE;
     lk.coding = -1;
     lk.file = lk.alt = NULL;
 
     mp_file_op op = {0};
-    int rc = resolve(c, r, &lk, &op, NULL, false);
+    int rc = resolve(req, r, &lk, &op, NULL, false);
     if (rc == OPEN_WAIT) {
         /* The open would wait for the disk: the pending response does it on the pool. */
         struct static_send *s = send_new(r);
@@ -899,14 +899,14 @@ static int static_on_req(md_http_conn *c, const md_route *r)
         }
         s->lk = lk;
         s->opening = true;
-        md_http_conn_pend(c, &s->p);
+        md_http_req_pend(req, &s->p);
         return MD_HANDLER_PENDING;
     }
     if (rc != 0) {
         lookup_release(&lk);
-        return rc < 0 ? rc : respond_status(c, rc);
+        return rc < 0 ? rc : respond_status(req, rc);
     }
-    return answer(c, r, &lk, NULL);
+    return answer(req, r, &lk, NULL);
 }
 
 /* Per generation of settings: a copy of the [static] section's open-file cache limits, so a

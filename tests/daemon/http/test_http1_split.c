@@ -1,4 +1,4 @@
-/* Stream invariants of daemon/http/http.c: the same bytes, however the reads split them, give
+/* Stream invariants of daemon/http/http1.c: the same bytes, however the reads split them, give
  * byte-identical output and the same final want (split at every offset, byte by byte, and at
  * random multi-way splits of mutated input); output past the high-water mark pauses parsing
  * and resumes where it stopped.
@@ -6,7 +6,7 @@
 #include "daemon/http_harness.h"
 #include "test_util.h"
 
-TestSuite(http_split, .init = server_setup, .timeout = 60);
+TestSuite(http1_split, .init = server_setup, .timeout = 60);
 
 struct result {
     char *out;
@@ -84,7 +84,7 @@ static const char mixed[] =
     "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
     "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
 
-Test(http_split, mixed_pipeline)
+Test(http1_split, mixed_pipeline)
 {
     check_splits(mixed, sizeof(mixed) - 1);
     expect_no_leaks();
@@ -94,7 +94,7 @@ Test(http_split, mixed_pipeline)
  * refused target, its final status and a close) goes out only when a read ends exactly at the
  * head, since a client that sent body bytes with its head is not waiting for one (RFC 9110
  * 10.1.1). Every other split gives the whole's output. */
-Test(http_split, expect_100_continue_shows_only_where_a_read_ends_at_the_head)
+Test(http1_split, expect_100_continue_shows_only_where_a_read_ends_at_the_head)
 {
     static const char in[] =
         "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi"
@@ -140,7 +140,7 @@ Test(http_split, expect_100_continue_shows_only_where_a_read_ends_at_the_head)
     expect_no_leaks();
 }
 
-Test(http_split, malformed_and_smuggling)
+Test(http1_split, malformed_and_smuggling)
 {
     char in[4096];
     /* A HEAD whose target is bad: whether its 400 has a body must not depend on the split. */
@@ -159,7 +159,7 @@ Test(http_split, malformed_and_smuggling)
 
 /* The request-line and field checks that look at bytes one span at a time: Host values,
  * target bytes, "*", OPTIONS, CONNECT, versions, chunk ends, an empty Transfer-Encoding. */
-Test(http_split, rfc_rules)
+Test(http1_split, rfc_rules)
 {
     static const char *const tails[] = {
         "GET / HTTP/1.1\r\nHost: user@host\r\n\r\n",
@@ -189,7 +189,7 @@ Test(http_split, rfc_rules)
     expect_no_leaks();
 }
 
-Test(http_split, limits)
+Test(http1_split, limits)
 {
     char in[4096];
     srv.limits.max_header_bytes = 300;
@@ -220,7 +220,7 @@ Test(http_split, limits)
 }
 
 /* Output past MD_HTTP_OUT_HIGH_WATER stops the parser; the rest is fed again. */
-Test(http_split, high_water_pauses_and_resumes)
+Test(http1_split, high_water_pauses_and_resumes)
 {
     enum { BODY = 64 * 1024, N = 8 };
     static char in[N * (BODY + 128)];
@@ -321,7 +321,7 @@ static size_t mutate(char *buf, size_t len, size_t cap)
     return len;
 }
 
-Test(http_split, fuzzed_input_splits_the_same)
+Test(http1_split, fuzzed_input_splits_the_same)
 {
     static char buf[4096];
     rng_seed();
@@ -360,7 +360,7 @@ Test(http_split, fuzzed_input_splits_the_same)
 }
 
 /* Arbitrary bytes: nothing crashes, nothing leaks (under ASan), and the connection ends. */
-Test(http_split, random_bytes)
+Test(http1_split, random_bytes)
 {
     static char buf[2048];
     rng_seed();

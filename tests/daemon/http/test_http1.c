@@ -1,4 +1,4 @@
-/* Tests for daemon/http/http.c: responses, keep-alive, pipelining, bodies, 100-continue, HTTP/1.0,
+/* Tests for daemon/http/http1.c: responses, keep-alive, pipelining, bodies, 100-continue, HTTP/1.0,
  * every limit, the request-smuggling shapes, timers, drain, and the same byte streams split at
  * every offset producing byte-identical output.
  */
@@ -7,9 +7,9 @@
 #include "daemon/http_harness.h"
 #include "http/handler.h"
 
-TestSuite(http, .init = server_setup, .timeout = 10);
+TestSuite(http1, .init = server_setup, .timeout = 10);
 
-Test(http, get_root)
+Test(http1, get_root)
 {
     struct session s;
     session_open(&s);
@@ -20,7 +20,7 @@ Test(http, get_root)
     expect_no_leaks();
 }
 
-Test(http, head_has_length_but_no_body)
+Test(http1, head_has_length_but_no_body)
 {
     struct session s;
     struct sb b = {0};
@@ -34,7 +34,7 @@ Test(http, head_has_length_but_no_body)
     expect_no_leaks();
 }
 
-Test(http, routes_404_405)
+Test(http1, routes_404_405)
 {
     struct session s;
     struct sb b = {0};
@@ -67,7 +67,7 @@ Test(http, routes_404_405)
     expect_no_leaks();
 }
 
-Test(http, keep_alive_across_feeds)
+Test(http1, keep_alive_across_feeds)
 {
     struct session s;
     struct sb b = {0};
@@ -82,7 +82,7 @@ Test(http, keep_alive_across_feeds)
     expect_no_leaks();
 }
 
-Test(http, pipelined_16_in_one_write_in_order)
+Test(http1, pipelined_16_in_one_write_in_order)
 {
     static const char *paths[] = {"/", "/healthz", "/x"};
     char in[4096];
@@ -116,7 +116,7 @@ static void expect_empty_echo(struct session *s, const char *req)
     expect_sb(s, &b);
 }
 
-Test(http, echo_content_length)
+Test(http1, echo_content_length)
 {
     struct session s;
     struct sb b = {0};
@@ -130,7 +130,7 @@ Test(http, echo_content_length)
     expect_no_leaks();
 }
 
-Test(http, echo_chunked_with_extensions_and_trailers)
+Test(http1, echo_chunked_with_extensions_and_trailers)
 {
     struct session s;
     struct sb b = {0};
@@ -146,7 +146,7 @@ Test(http, echo_chunked_with_extensions_and_trailers)
     expect_no_leaks();
 }
 
-Test(http, bodies_on_other_routes_are_read_and_dropped)
+Test(http1, bodies_on_other_routes_are_read_and_dropped)
 {
     struct session s;
     struct sb b = {0};
@@ -163,7 +163,7 @@ Test(http, bodies_on_other_routes_are_read_and_dropped)
     expect_no_leaks();
 }
 
-Test(http, expect_100_continue)
+Test(http1, expect_100_continue)
 {
     struct session s;
     struct sb b = {0};
@@ -193,7 +193,7 @@ Test(http, expect_100_continue)
 
 /* A target the core refuses gets its final status in place of the 100, and the connection
  * closes: the client may send the body or not, so nothing after the head is a request. */
-Test(http, expect_100_continue_to_a_refused_target_is_its_final_status_and_a_close)
+Test(http1, expect_100_continue_to_a_refused_target_is_its_final_status_and_a_close)
 {
     static const struct {
         const char *req, *status, *allow;
@@ -234,7 +234,7 @@ Test(http, expect_100_continue_to_a_refused_target_is_its_final_status_and_a_clo
 /* A client that sent some of the body with the head is not waiting for a 100 (RFC 9110
  * 10.1.1 lets a server omit it then), and a refused target's body, already on its way, is read
  * and dropped like any other: the connection goes on. */
-Test(http, expect_100_continue_omitted_when_the_body_came_with_the_head)
+Test(http1, expect_100_continue_omitted_when_the_body_came_with_the_head)
 {
     struct session s;
     struct sb b = {0};
@@ -264,7 +264,7 @@ Test(http, expect_100_continue_omitted_when_the_body_came_with_the_head)
     expect_no_leaks();
 }
 
-Test(http, expect_100_continue_too_large_is_413_without_100)
+Test(http1, expect_100_continue_too_large_is_413_without_100)
 {
     struct session s;
     struct sb b = {0};
@@ -279,7 +279,7 @@ Test(http, expect_100_continue_too_large_is_413_without_100)
     expect_no_leaks();
 }
 
-Test(http, expect_other_is_417_and_http10_ignores_expect)
+Test(http1, expect_other_is_417_and_http10_ignores_expect)
 {
     struct session s;
     struct sb b = {0};
@@ -302,7 +302,7 @@ Test(http, expect_other_is_417_and_http10_ignores_expect)
 
 /* An error about a request the server did not understand as sent ends the connection, as
  * nginx's do: Connection: close, and nothing pipelined behind it is answered. */
-Test(http, errors_about_the_request_close_the_connection)
+Test(http1, errors_about_the_request_close_the_connection)
 {
     static const char *const reqs[] = {
         /* a path above the root, a bad escape with a chunked body */
@@ -341,7 +341,7 @@ static int produce_fails(void *arg, md_outbuf *out)
 }
 
 /* A 500, whoever answers it, closes too; a 404 or 405 about a request read whole does not. */
-Test(http, internal_error_closes_and_not_found_keeps)
+Test(http1, internal_error_closes_and_not_found_keeps)
 {
     struct session s;
     struct sb b = {0};
@@ -361,7 +361,7 @@ Test(http, internal_error_closes_and_not_found_keeps)
     expect_no_leaks();
 }
 
-Test(http, http10_closes_unless_keep_alive)
+Test(http1, http10_closes_unless_keep_alive)
 {
     struct session s;
     struct sb b = {0};
@@ -380,7 +380,7 @@ Test(http, http10_closes_unless_keep_alive)
     expect_no_leaks();
 }
 
-Test(http, connection_close_stops_parsing)
+Test(http1, connection_close_stops_parsing)
 {
     struct session s;
     struct sb b = {0};
@@ -395,7 +395,7 @@ Test(http, connection_close_stops_parsing)
     expect_no_leaks();
 }
 
-Test(http, absolute_form_and_queries)
+Test(http1, absolute_form_and_queries)
 {
     struct session s;
     struct sb b = {0};
@@ -417,7 +417,7 @@ Test(http, absolute_form_and_queries)
     expect_no_leaks();
 }
 
-Test(http, long_target_is_404_not_overflow)
+Test(http1, long_target_is_404_not_overflow)
 {
     struct session s;
     struct sb b = {0};
@@ -469,7 +469,7 @@ static void expect_rejected_after_good(const char *bad, const char *status)
     session_close(&s);
 }
 
-Test(http, malformed_is_400_then_close)
+Test(http1, malformed_is_400_then_close)
 {
     for (size_t i = 0; i < NMALFORMED; i++) {
         expect_rejected(malformed[i], "400 Bad Request");
@@ -478,7 +478,7 @@ Test(http, malformed_is_400_then_close)
     expect_no_leaks();
 }
 
-Test(http, nul_in_value_is_400)
+Test(http1, nul_in_value_is_400)
 {
     static const char in[] = "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n";
     struct session s;
@@ -491,7 +491,7 @@ Test(http, nul_in_value_is_400)
     expect_no_leaks();
 }
 
-Test(http, smuggling_shapes_are_400)
+Test(http1, smuggling_shapes_are_400)
 {
     for (size_t i = 0; i < NSMUGGLING; i++) {
         expect_rejected(smuggling[i], "400 Bad Request");
@@ -500,7 +500,7 @@ Test(http, smuggling_shapes_are_400)
     expect_no_leaks();
 }
 
-Test(http, http10_needs_no_host_and_other_versions_are_505)
+Test(http1, http10_needs_no_host_and_other_versions_are_505)
 {
     struct session s;
     struct sb b = {0};
@@ -527,7 +527,7 @@ static void head_of_size(char *buf, size_t size)
 }
 
 /* The head is counted exactly, whether it arrives whole or in pieces. */
-Test(http, max_header_bytes_is_exact)
+Test(http1, max_header_bytes_is_exact)
 {
     static char head[5000];
     head_of_size(head, 4000);
@@ -556,7 +556,7 @@ Test(http, max_header_bytes_is_exact)
 }
 
 /* Whitespace llhttp skips without a callback still counts. */
-Test(http, max_header_bytes_counts_skipped_whitespace)
+Test(http1, max_header_bytes_counts_skipped_whitespace)
 {
     static char in[8192];
     srv.limits.max_header_bytes = 1024;
@@ -567,7 +567,7 @@ Test(http, max_header_bytes_counts_skipped_whitespace)
     expect_no_leaks();
 }
 
-Test(http, max_headers)
+Test(http1, max_headers)
 {
     char in[4096];
     srv.limits.max_headers = 5;
@@ -584,7 +584,7 @@ Test(http, max_headers)
     expect_no_leaks();
 }
 
-Test(http, max_request_line_is_414)
+Test(http1, max_request_line_is_414)
 {
     char in[4096];
     srv.limits.max_request_line = 100;
@@ -618,7 +618,7 @@ Test(http, max_request_line_is_414)
     expect_no_leaks();
 }
 
-Test(http, max_body_bytes)
+Test(http1, max_body_bytes)
 {
     srv.limits.max_body_bytes = 8;
     struct session s;
@@ -650,7 +650,7 @@ Test(http, max_body_bytes)
     expect_no_leaks();
 }
 
-Test(http, max_requests_per_connection)
+Test(http1, max_requests_per_connection)
 {
     srv.limits.max_requests_per_connection = 3;
     struct session s;
@@ -668,7 +668,7 @@ Test(http, max_requests_per_connection)
     expect_no_leaks();
 }
 
-Test(http, keepalive_timeout_zero_turns_keep_alive_off)
+Test(http1, keepalive_timeout_zero_turns_keep_alive_off)
 {
     srv.limits.keepalive_timeout_ms = 0;
     struct session s;
@@ -681,7 +681,7 @@ Test(http, keepalive_timeout_zero_turns_keep_alive_off)
     expect_no_leaks();
 }
 
-Test(http, upgrade_and_connect_close_after_response)
+Test(http1, upgrade_and_connect_close_after_response)
 {
     struct session s;
     struct sb b = {0};
@@ -701,7 +701,7 @@ Test(http, upgrade_and_connect_close_after_response)
     expect_no_leaks();
 }
 
-Test(http, timers_idle_first_request)
+Test(http1, timers_idle_first_request)
 {
     struct session s;
     session_open(&s);
@@ -714,7 +714,7 @@ Test(http, timers_idle_first_request)
     expect_no_leaks();
 }
 
-Test(http, timers_header_timeout_is_408)
+Test(http1, timers_header_timeout_is_408)
 {
     struct session s;
     struct sb b = {0};
@@ -731,7 +731,7 @@ Test(http, timers_header_timeout_is_408)
     expect_no_leaks();
 }
 
-Test(http, timers_keep_alive_then_header_then_body)
+Test(http1, timers_keep_alive_then_header_then_body)
 {
     struct session s;
     struct sb b = {0};
@@ -763,7 +763,7 @@ Test(http, timers_keep_alive_then_header_then_body)
 
 /* A body that keeps trickling (each pause under body_timeout_ms) still ends once it averages
  * less than min_body_rate after the grace: 408, reason BODY_RATE. */
-Test(http, timers_min_body_rate)
+Test(http1, timers_min_body_rate)
 {
     struct session s;
     struct sb b = {0};
@@ -801,7 +801,7 @@ Test(http, timers_min_body_rate)
 
 /* Between requests the core keeps no request state; mid-request md_http_conn_idle() frees
  * nothing and parsing goes on where it stopped. */
-Test(http, idle_frees_the_request_state_between_requests_only)
+Test(http1, idle_frees_the_request_state_between_requests_only)
 {
     struct session s;
     struct sb b = {0};
@@ -823,7 +823,7 @@ Test(http, idle_frees_the_request_state_between_requests_only)
     expect_no_leaks();
 }
 
-Test(http, timers_body_timeout_is_408)
+Test(http1, timers_body_timeout_is_408)
 {
     struct session s;
     struct sb b = {0};
@@ -838,7 +838,7 @@ Test(http, timers_body_timeout_is_408)
     expect_no_leaks();
 }
 
-Test(http, keep_alive_idle_closes_silently)
+Test(http1, keep_alive_idle_closes_silently)
 {
     struct session s;
     session_open(&s);
@@ -853,7 +853,7 @@ Test(http, keep_alive_idle_closes_silently)
     expect_no_leaks();
 }
 
-Test(http, drain)
+Test(http1, drain)
 {
     struct session s;
     struct sb b = {0};
@@ -871,7 +871,7 @@ Test(http, drain)
     expect_no_leaks();
 }
 
-Test(http, eof)
+Test(http1, eof)
 {
     struct session s;
     session_open(&s);
@@ -884,7 +884,7 @@ Test(http, eof)
     expect_no_leaks();
 }
 
-Test(http, date_follows_the_clock)
+Test(http1, date_follows_the_clock)
 {
     struct session s;
     session_open(&s);
@@ -901,9 +901,9 @@ static time_t next_second(void)
 }
 
 /* GET / is lent from this thread's canned copy, which the thread's next feed rewrites when the
- * second changes: the I/O layer owns the bytes before it waits (http.h), and then they stay
+ * second changes: the I/O layer owns the bytes before it waits (http1.h), and then they stay
  * the response it owed, whatever the thread serves meanwhile. */
-Test(http, lent_response_stays_once_owned)
+Test(http1, lent_response_stays_once_owned)
 {
     struct session a, b;
     session_open(&a);
@@ -926,7 +926,7 @@ Test(http, lent_response_stays_once_owned)
 
 /* Pipelined after something already owed, or followed by more, the canned bytes are copied:
  * one buffer, in request order. */
-Test(http, lent_response_copied_behind_others)
+Test(http1, lent_response_copied_behind_others)
 {
     struct session s;
     struct sb b = {0};
@@ -949,7 +949,7 @@ static void expect_has(const char *p, size_t n, const char *want)
     cr_assert_not_null(memmem(p, n, want, strlen(want)), "no %s in\n%.*s", want, (int)n, p);
 }
 
-Test(http, metrics_route_and_counters)
+Test(http1, metrics_route_and_counters)
 {
     md_metrics_init(&metrics);
     srv.metrics = &metrics;
@@ -990,7 +990,7 @@ Test(http, metrics_route_and_counters)
 }
 
 /* Garbage right after a streamed echo still gets its 400: the echo's state is over. */
-Test(http, garbage_after_streamed_echo)
+Test(http1, garbage_after_streamed_echo)
 {
     struct session s;
     struct sb b = {0};
@@ -1004,14 +1004,14 @@ Test(http, garbage_after_streamed_echo)
     expect_no_leaks();
 }
 
-Test(http, http2_preface_is_refused)
+Test(http1, http2_preface_is_refused)
 {
     expect_rejected("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "400 Bad Request");
     expect_no_leaks();
 }
 
 /* chunked framing with a coding we do not decode: 501 (RFC 9112 6.1); any case of the names. */
-Test(http, transfer_codings)
+Test(http1, transfer_codings)
 {
     expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
                     "0\r\n\r\n",
@@ -1032,7 +1032,7 @@ Test(http, transfer_codings)
 
 /* The names we look at match in any case and nothing else does: a name one byte off, or of
  * the same length, is some other field (known_header() compares whole words). */
-Test(http, known_names_in_any_case_and_only_those)
+Test(http1, known_names_in_any_case_and_only_those)
 {
     expect_rejected("GET / HTTP/1.1\r\nhOsT: a\r\nHOST: b\r\n\r\n", "400 Bad Request");
     expect_rejected("GET / HTTP/1.1\r\nHosu: a\r\n\r\n", "400 Bad Request"); /* no Host */
@@ -1057,7 +1057,7 @@ Test(http, known_names_in_any_case_and_only_those)
 }
 
 /* An error answering a HEAD has no body either. */
-Test(http, head_error_has_no_body)
+Test(http1, head_error_has_no_body)
 {
     struct session s;
     struct sb b = {0};
@@ -1099,7 +1099,7 @@ static void record_exchange(void *arg, const md_http_conn *c, const md_http_exch
     s->minor = x->http_minor;
 }
 
-Test(http, access_hook_sees_every_response)
+Test(http1, access_hook_sees_every_response)
 {
     static struct seen seen[8];
     memset(seen, 0, sizeof(seen));
@@ -1144,7 +1144,7 @@ Test(http, access_hook_sees_every_response)
     expect_no_leaks();
 }
 
-Test(http, malformed_request_is_logged_without_method)
+Test(http1, malformed_request_is_logged_without_method)
 {
     static struct seen seen[2];
     memset(seen, 0, sizeof(seen));
@@ -1172,7 +1172,7 @@ static void switch_at_begin(md_http_conn *c)
         md_http_conn_set_server(c, switch_to);
 }
 
-Test(http, request_begin_may_switch_the_settings_at_a_request_boundary)
+Test(http1, request_begin_may_switch_the_settings_at_a_request_boundary)
 {
     static md_http_server next;
     srv.request_begin = switch_at_begin;
@@ -1217,7 +1217,7 @@ static void switch_at_second_begin(md_http_conn *c)
         md_http_conn_set_server(c, second_to);
 }
 
-Test(http, lent_response_stays_across_a_new_table_in_the_same_feed)
+Test(http1, lent_response_stays_across_a_new_table_in_the_same_feed)
 {
     static md_route_table table;
     static md_http_server next;
@@ -1249,7 +1249,7 @@ Test(http, lent_response_stays_across_a_new_table_in_the_same_feed)
 
 /* The two bytes after chunk data must be CRLF: "3\r\nabcXY0\r\n\r\n" is not a chunk followed
  * by the last chunk, and the GET after it must never be answered. */
-Test(http, chunk_data_must_end_in_crlf)
+Test(http1, chunk_data_must_end_in_crlf)
 {
     expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
                     "3\r\nabcXY0\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -1264,7 +1264,7 @@ Test(http, chunk_data_must_end_in_crlf)
 }
 
 /* A CR that is not followed by LF ends no line (llhttp's loose mode takes any byte). */
-Test(http, bare_cr_is_400)
+Test(http1, bare_cr_is_400)
 {
     expect_rejected("GET / HTTP/1.1\rXHost: a\r\n\r\n", "400 Bad Request");
     expect_rejected("GET / HTTP/1.1\r\nHost: a\r\rX: b\r\n\r\n", "400 Bad Request");
@@ -1277,7 +1277,7 @@ Test(http, bare_cr_is_400)
 
 /* Several chunk extensions, with and without values, quoted too (RFC 9112 7.1.1), as far as
  * llhttp 8.1 takes them: not one after an unquoted value ("3;a=b;c=d", daemon/README.md). */
-Test(http, several_chunk_extensions)
+Test(http1, several_chunk_extensions)
 {
     struct session s;
     struct sb b = {0};
@@ -1298,7 +1298,7 @@ Test(http, several_chunk_extensions)
 }
 
 /* Host must be one uri-host [":" port] (RFC 9112 3.2, RFC 9110 7.2). */
-Test(http, host_value_is_checked)
+Test(http1, host_value_is_checked)
 {
     static const char *const bad[] = {
         "",     " ",     "user@host", "u:p@host", "host/path", "a, b", "a,b", "a b",
@@ -1334,7 +1334,7 @@ Test(http, host_value_is_checked)
 
 /* "*" is for OPTIONS only; OPTIONS * lists what the server implements, OPTIONS on a route
  * what the route allows. */
-Test(http, asterisk_form_and_options)
+Test(http1, asterisk_form_and_options)
 {
     expect_rejected("GET * HTTP/1.1\r\nHost: a\r\n\r\n", "400 Bad Request");
     expect_rejected("DELETE * HTTP/1.1\r\nHost: a\r\n\r\n", "400 Bad Request");
@@ -1369,7 +1369,7 @@ Test(http, asterisk_form_and_options)
 }
 
 /* magpied is no forward proxy: CONNECT is not implemented, whatever its target. */
-Test(http, connect_is_501)
+Test(http1, connect_is_501)
 {
     expect_rejected("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", "501 Not Implemented");
     expect_rejected("CONNECT localhost:80 HTTP/1.1\r\nHost: localhost:80\r\n\r\n",
@@ -1381,7 +1381,7 @@ Test(http, connect_is_501)
 
 /* Raw bytes outside RFC 3986's set in a target: controls, DEL, non-ASCII, and the printable
  * ones it leaves out. */
-Test(http, target_bytes_outside_rfc3986_are_400)
+Test(http1, target_bytes_outside_rfc3986_are_400)
 {
     static const char *const bad[] = {
         "/\x80",
@@ -1425,7 +1425,7 @@ Test(http, target_bytes_outside_rfc3986_are_400)
     expect_no_leaks();
 }
 
-Test(http, empty_transfer_encoding_is_400)
+Test(http1, empty_transfer_encoding_is_400)
 {
     expect_rejected("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n",
                     "400 Bad Request");
@@ -1440,7 +1440,7 @@ Test(http, empty_transfer_encoding_is_400)
 
 /* Any major version but 1 is 505 (RFC 9110 15.6.6); a later 1.x minor is served as 1.1
  * (RFC 9110 2.5); a version that is not DIGIT "." DIGIT is malformed. */
-Test(http, versions)
+Test(http1, versions)
 {
     expect_rejected("GET / HTTP/9.9\r\nHost: a\r\n\r\n", "505 HTTP Version Not Supported");
     expect_rejected("GET / HTTP/2.0\r\nHost: a\r\n\r\n", "505 HTTP Version Not Supported");
@@ -1468,7 +1468,7 @@ Test(http, versions)
 
 /* A body that never completes never gets a response that looks complete: a small echo body is
  * gathered, so its 200 waits for the last byte (and a timeout is a 408)... */
-Test(http, incomplete_echo_body_gets_no_200)
+Test(http1, incomplete_echo_body_gets_no_200)
 {
     struct session s;
     struct sb b = {0};
@@ -1499,7 +1499,7 @@ Test(http, incomplete_echo_body_gets_no_200)
 
 /* ...and a body past MD_HTTP_ECHO_GATHER streams, so an incomplete one ends short of its
  * Content-Length: the connection closes with no further byte. */
-Test(http, incomplete_large_echo_body_ends_short)
+Test(http1, incomplete_large_echo_body_ends_short)
 {
     enum { LEN = MD_HTTP_ECHO_GATHER + 1 };
     static char body[LEN];
@@ -1535,7 +1535,7 @@ static uint64_t ticking_clock(void)
 /* A request whose bytes come in one read takes the time until its response is queued, not
  * 0: durations end at srv.mono_clock, read once per entry point at its first response. Two
  * pipelined in one read share that reading; the next read reads the clock again. */
-Test(http, request_duration_runs_to_the_response_within_one_read)
+Test(http1, request_duration_runs_to_the_response_within_one_read)
 {
     md_metrics_init(&metrics);
     srv.metrics = &metrics;

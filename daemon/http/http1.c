@@ -1,14 +1,20 @@
-/* The HTTP/1.1 connection state machine over llhttp, without I/O (the driving protocol is in
- * http.h).
+/* HTTP/1.1 on the wire, over llhttp, without I/O (the driving protocol is in http1.h): the
+ * parser's callbacks, framing (Content-Length, chunked), keep-alive and pipelining, Expect:
+ * 100-continue, the connection's deadlines, and the errors that close it (400, 408, 413, 414,
+ * 417, 431, 501, 505).
  *
  * Phases: IDLE (between requests) -> HEAD (first byte seen) -> BODY (head complete; also for
  * requests without a body, until llhttp reports the message complete) -> IDLE. Responses are
  * appended to the caller's md_outbuf as each request completes, so everything parsed from one
- * read is answered by one write. What a response is, the route's handler decides
- * (http/handler.h): the core finds the route on the normalised path (routes.h), answers 404,
- * 405 and OPTIONS itself, and calls the handler at the request head (what to do with the body:
- * discard, gather, or stream it into a response the handler has started) and when the request
- * is complete (answer now, or pend and finish from the connection's task).
+ * read is answered by one write.
+ *
+ * Per request, one block from the thread's cache: this file's parse state (h1_state), then
+ * the md_http_req handlers see (request_internal.h), which the callbacks fill (method,
+ * version, target, kept fields) and pass to request.c at the head (route, refusal, the
+ * handler's on_head), for each body span, and when the request is complete (the core's own
+ * answers, else the handler's on_req). What the response is, request.c and the handler decide;
+ * this file decides only what the wire forces: that a refused head closes, that pipelined
+ * requests wait behind a pending one, when the parser stops for output to drain.
  *
  * llhttp does most of the checking. The Makefile builds Debian's llhttp 8.1 with
  * LLHTTP_STRICT_MODE (CRLF after chunk data, LF after every CR, no tab, form feed or byte over
@@ -26,19 +32,25 @@
  * to the end of the current feed already fit, the exact count does not matter; otherwise
  * on_headers_complete pauses the parser, and llhttp_get_error_pos() gives the exact end.
  */
-#include "http/http.h"
+#include "http/http1.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/metrics.h"
+#include "core/kinds.h"
 #include "core/text.h"
-#include "http/handler.h"
+#include "http/request_internal.h"
 #include "http/response.h"
 #include "http/routes.h"
+
+/* llhttp's method numbers are magpied's (request.h). */
+#define SAME_METHOD(m) ((int)MD_##m == (int)HTTP_##m)
+_Static_assert(SAME_METHOD(DELETE) && SAME_METHOD(GET) && SAME_METHOD(HEAD) && SAME_METHOD(POST) &&
+                   SAME_METHOD(PUT) && SAME_METHOD(CONNECT) && SAME_METHOD(OPTIONS) &&
+                   SAME_METHOD(TRACE) && SAME_METHOD(PATCH),
+               "enum md_method follows llhttp");
+#undef SAME_METHOD
 
 enum phase { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
 
@@ -96,31 +108,54 @@ enum expect { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER, EXPECT_SENT };
 enum host_pos { HOST_EMPTY, HOST_NAME, HOST_TRAIL };
 #define TOKEN_BAD 0xff /* token_pos: the value is not the expected token */
 
-void md_http_limits_default(md_http_limits *l)
-{
-    l->max_request_line = 8192;
-    l->max_header_bytes = 65536;
-    l->max_headers = 100;
-    l->max_body_bytes = 1048576;
-    l->header_timeout_ms = 10000;
-    l->body_timeout_ms = 10000;
-    l->keepalive_timeout_ms = 75000;
-    l->max_requests_per_connection = 0;
-    l->min_body_rate = 240;
-    l->min_rate_grace_ms = 5000;
-    l->send_timeout_ms = 30000;
-    l->min_send_rate = 240;
-    l->send_buffer = 65536;
-}
+/* llhttp's side of a request: what the callbacks track between them. Zeroed together with
+ * the md_http_req's fixed part when the request's first byte arrives. */
+typedef struct h1_state {
+    uint16_t status;    /* the error a callback decided on */
+    bool head_counting; /* counting its head bytes (from the method's first byte) */
+    bool value_open;    /* a header value has started and not completed */
+    bool value_cut;     /* ... and its last span ended exactly at the end of a feed */
+    bool gap_open;      /* between a field's colon and its value's first span */
+    bool gap_newline;   /* ... and a line ended in there: an obs-fold */
+    uint8_t name_len;   /* bytes of the current name, saturating at 255 */
+    char name[20];      /* its first bytes, enough for the names we look at */
+    uint8_t header;     /* which known header the current value belongs to */
+    uint8_t expect;     /* what the Expect fields asked for */
+    uint8_t token_pos;  /* bytes of the expected token matched in the current value */
+    bool te_other;      /* a Transfer-Encoding value other than "chunked" */
+    bool te_empty;      /* an empty Transfer-Encoding value */
+    uint8_t hosts;      /* Host fields, saturating */
+    uint8_t host_pos;   /* how far the current Host value is */
+    bool host_bad;      /* a Host value that is not uri-host [":" port] */
+    uint8_t method_len;
+    uint32_t fields;       /* header fields */
+    uint64_t url_len;      /* bytes of the whole target */
+    uint64_t head_bytes;   /* head bytes in earlier feeds */
+    uint64_t body_bytes;   /* body, chunk extensions and trailers so far */
+    uint64_t body_ns;      /* when the head completed (min_body_rate's base) */
+    const char *head_from; /* where this feed's share of the head starts */
+    const char *value_end; /* end of the last value span (this feed) */
+    const char *field_end; /* end of the last field-name span (this feed) */
+    const char *gap_from;  /* where this feed's share of the gap starts */
+} h1_state;
+
+/* One request's block: the parse state, then the request. */
+struct md_http1_req {
+    h1_state h;
+    md_http_req r;
+};
+
+/* Zeroed at a request's first byte: the parse state and the request up to its buffers. */
+#define REQ_ZEROED (offsetof(struct md_http1_req, r) + offsetof(md_http_req, target))
 
 /* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
-static bool keep(md_http_conn *c, const char *at, size_t len)
+static bool keep(md_http_req *r, const char *at, size_t len)
 {
-    if (md_bytes_grow(&c->kept, &c->kept_cap, c->kept_len + len, 1024) != 0)
+    if (md_bytes_grow(&r->kept, &r->kept_cap, r->kept_len + len, 1024) != 0)
         return false;
     if (len != 0)
-        memcpy(c->kept + c->kept_len, at, len);
-    c->kept_len += len;
+        memcpy(r->kept + r->kept_len, at, len);
+    r->kept_len += len;
     return true;
 }
 
@@ -134,16 +169,23 @@ static bool keeping(const md_http_conn *c)
  * next request's first byte. A few go back to a cache of the thread's (libmagpie's
  * mp_block_cache) rather than to malloc, whose large-chunk path cost ~450 instructions per
  * request. */
-static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(md_http_req), 4);
+static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(struct md_http1_req), 4);
 
-static md_http_req *req_take(void)
+static struct md_http1_req *req_take(md_http_conn *c)
 {
-    return mp_block_cache_take(&req_cache);
+    struct md_http1_req *q = mp_block_cache_take(&req_cache);
+    if (q != NULL)
+        md__http_req_init(&q->r, c->srv, c);
+    return q;
 }
 
-static void req_give(md_http_req *r)
+/* Releases what the request holds and gives its block back (NULL: nothing). */
+static void req_give(struct md_http1_req *q)
 {
-    mp_block_cache_give(&req_cache, r);
+    if (q == NULL)
+        return;
+    md__http_req_fini(&q->r);
+    mp_block_cache_give(&req_cache, q);
 }
 
 static md_http_conn *conn_of(llhttp_t *p)
@@ -151,390 +193,35 @@ static md_http_conn *conn_of(llhttp_t *p)
     return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
 }
 
-static void log_exchange(md_http_conn *c, unsigned code, uint64_t body_bytes, uint64_t ns)
+/* The version as llhttp has read it so far, for the response's head and the access log: at
+ * the head, and before an error answers a request whose head was never complete. */
+static void take_version(md_http_conn *c)
 {
-    const md_http_req *r = c->req;
-    const llhttp_t *p = &c->parser;
-    md_http_exchange x = {
-        .target = r->target,
-        .target_len = r->target_len,
-        .target_cut = r->target_full,
-        .http_major = p->http_major,
-        .http_minor = p->http_minor,
-        .status = (uint16_t)code,
-        .body_bytes = body_bytes,
-        .referer = r->referer,
-        .referer_len = r->referer_len,
-        .user_agent = r->user_agent,
-        .user_agent_len = r->user_agent_len,
-        .duration_ns = ns,
-    };
-    if (r->method_done) {
-        x.method = llhttp_method_name((llhttp_method_t)p->method);
-        x.method_len = strlen(x.method);
-    }
-    c->srv->access_log(c->srv->access_log_arg, c, &x);
-}
-
-/* Every response passes here once, with the bytes of its body (0 for HEAD). Its duration: from
- * the entry point that brought the request's first byte (req.start_ns) to now, read once per
- * entry point as its first response is queued (a pipelined batch shares that reading). */
-static void count_response(md_http_conn *c, unsigned code, uint64_t body_bytes)
-{
-    const md_http_server *srv = c->srv;
-    if (c->done_ns == 0)
-        c->done_ns = srv->mono_clock != NULL ? srv->mono_clock() : c->now_ns;
-    uint64_t ns = c->done_ns > c->req->start_ns ? c->done_ns - c->req->start_ns : 0;
-    if (srv->access_log != NULL)
-        log_exchange(c, code, body_bytes, ns);
-    if (srv->metrics == NULL)
-        return;
-    /* Plain adds on the thread's own shard (metrics.h): nothing to batch per connection. */
-    md_metrics_shard *s = md_metrics_local(srv->metrics);
-    unsigned cls = code / 100 - 1;
-    md_metrics_add(&s->responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1],
-                   1);
-    md_metrics_add(&s->latency[md_metrics_bucket(ns)], 1);
-    md_metrics_add(&s->latency_sum_ns, ns);
-}
-
-static bool http10(const md_http_conn *c)
-{
-    return c->parser.http_minor == 0;
-}
-
-static bool is_head_request(const md_http_conn *c)
-{
-    return c->req->method_done && c->parser.method == HTTP_HEAD;
-}
-
-/* The routes when the server names none: the built-in four, built once. */
-static md_route_table builtin_routes;
-static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
-
-static void builtin_init(void)
-{
-    md_routes_builtin(&builtin_routes);
-}
-
-static const md_route_table *routes_of(const md_http_conn *c)
-{
-    if (c->srv->routes != NULL)
-        return c->srv->routes;
-    pthread_once(&builtin_once, builtin_init);
-    return &builtin_routes;
-}
-
-static bool closes(const md_http_conn *c)
-{
-    return !c->req->keep_alive || c->draining;
-}
-
-/* Whether a response of this status ends the connection, whoever produced it (the core, a
- * handler, a text route's configured status): those that say the request was not understood
- * as sent, so that what follows it on the connection cannot be trusted to start a request
- * (400, 413, 414, 431, 417, 501, 505: its head or framing was refused, its body may still be on
- * the wire), or that the server may be in a state it did not plan for (500), or that come
- * when the request is already known to be broken (408). nginx ends keep-alive after the same
- * (ngx_http_special_response_handler: 400, 413, 414, 500, 501; 408 and 494 close). Errors
- * about a request that was read whole and understood keep it: 404, 405, 403, 412, 416, 304,
- * and 502/503/504 (the upstream failed, not the request). */
-static bool status_closes(unsigned code)
-{
-    switch (code) {
-    case 400:
-    case 408:
-    case 413:
-    case 414:
-    case 417:
-    case 431:
-    case 500:
-    case 501:
-    case 505:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* The response about to be written for code: closing, and from now on the connection closes
- * after it (request_done() stops parsing: nothing behind it is answered). */
-static bool closes_with(md_http_conn *c, unsigned code)
-{
-    if (status_closes(code))
-        c->req->keep_alive = false;
-    return closes(c);
-}
-
-/* A complete response with a body from memory. 0 or -ENOMEM. */
-static int respond_fields(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
-                          const char *fields, const char *ctype, const char *body, size_t len)
-{
-    bool head = is_head_request(c);
-    size_t flen = fields != NULL ? strlen(fields) : 0;
-    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
-    if (w == NULL)
-        return -ENOMEM;
-    close = closes_with(c, st->code) || close;
-    w = md_http_put_head_fields(w, st, close, http10(c), allow, fields, flen, ctype, len);
-    if (!head && len != 0) {
-        memcpy(w, body, len);
-        w += len;
-    }
-    md_outbuf_commit(c->out, w);
-    count_response(c, st->code, head ? 0 : len);
-    return 0;
-}
-
-static int respond(md_http_conn *c, const md_http_status *st, bool close, const char *allow,
-                   const char *ctype, const char *body, size_t len)
-{
-    return respond_fields(c, st, close, allow, NULL, ctype, body, len);
-}
-
-static int respond_error(md_http_conn *c, unsigned code, bool close, const char *allow)
-{
-    const md_http_status *st = md_http_status_of(code);
-    return respond(c, st, close, allow, "text/plain", st->body, st->body_len);
-}
-
-int md_http_respond(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
-                    const char *body, size_t len)
-{
-    return respond_fields(c, md_http_status_of(status), closes(c), NULL, fields, ctype, body, len);
-}
-
-int md_http_respond_canned(md_http_conn *c, const md_route *r, const char *ctype, const char *body,
-                           size_t len)
-{
-    if (!closes(c) && !http10(c) && c->parser.method == HTTP_GET) {
-        /* An earlier response of this feed lent from the same slot is copied out first:
-         * md_http_canned() rewrites the slot in place for another table (a reload between
-         * two pipelined requests), and the bytes owed would become the new table's. */
-        if (md_outbuf_own(c->out) != 0)
-            return -ENOMEM;
-        size_t n;
-        const char *whole = md_http_canned(r->index, routes_of(c)->id, ctype, body, len, &n);
-        if (whole != NULL) {
-            /* Lent, not copied, when it is all that is owed (outbuf.h). */
-            if (md_outbuf_lend(c->out, whole, n) != 0)
-                return -ENOMEM;
-            count_response(c, 200, len);
-            return 0;
-        }
-    }
-    return respond(c, md_http_status_of(200), closes(c), NULL, ctype, body, len);
-}
-
-/* The body is produced first, then its head is slid in front of it. */
-int md_http_respond_produced(md_http_conn *c, const char *ctype,
-                             int (*produce)(void *arg, md_outbuf *out), void *arg)
-{
-    md_outbuf *out = c->out;
-    bool close = closes(c);
-    size_t mark = md_outbuf_pending(out); /* relative to head: appends may compact */
-    if (produce(arg, out) != 0) {
-        out->len = out->head + mark;
-        return respond_error(c, 500, true, NULL);
-    }
-    size_t n = md_outbuf_pending(out) - mark;
-    char head[MD_HTTP_HEAD_MAX];
-    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(c), NULL, ctype, n);
-    size_t hlen = (size_t)(end - head);
-    if (md_outbuf_reserve(out, hlen) == NULL) {
-        out->len = out->head + mark;
-        return -ENOMEM;
-    }
-    char *at = out->data + out->head + mark;
-    memmove(at + hlen, at, n);
-    memcpy(at, head, hlen);
-    bool is_head = is_head_request(c);
-    out->len = out->head + mark + hlen + (is_head ? 0 : n);
-    count_response(c, 200, is_head ? 0 : n);
-    return 0;
-}
-
-int md_http_respond_head(md_http_conn *c, unsigned status, const char *fields, const char *ctype,
-                         uint64_t length)
-{
-    size_t flen = fields != NULL ? strlen(fields) : 0;
-    char *w = md_outbuf_reserve(c->out, MD_HTTP_HEAD_MAX + flen);
-    if (w == NULL)
-        return -ENOMEM;
-    const md_http_status *st = md_http_status_of(status);
-    md_outbuf_commit(c->out, md_http_put_head_fields(w, st, closes_with(c, st->code), http10(c),
-                                                     NULL, fields, flen, ctype, length));
-    count_response(c, st->code, is_head_request(c) || st->code == 304 ? 0 : length);
-    return 0;
-}
-
-md_outbuf *md_http_conn_out(md_http_conn *c)
-{
-    return c->out;
-}
-
-void md_http_conn_pend(md_http_conn *c, md_http_pending *p)
-{
-    c->req->pending = p;
-}
-
-unsigned md_http_req_method(const md_http_conn *c)
-{
-    return c->parser.method;
-}
-
-bool md_http_req_is_head(const md_http_conn *c)
-{
-    return is_head_request(c);
-}
-
-const char *md_http_req_path(const md_http_conn *c, size_t *len)
-{
-    *len = c->req->npath;
-    return c->req->path;
-}
-
-const char *md_http_req_body(const md_http_conn *c, size_t *len)
-{
-    *len = c->req->body_len;
-    return c->body;
-}
-
-const char *md_http_req_field(const md_http_conn *c, md_http_field f, size_t *len)
-{
-    const md_http_req *r = c->req;
-    if (r->field_len[f] == 0 || (r->field_cut >> f) & 1)
-        return NULL;
-    *len = r->field_len[f];
-    return r->field[f];
-}
-
-const md_http_server *md_http_conn_server(const md_http_conn *c)
-{
-    return c->srv;
-}
-
-const char *md_http_req_head(const md_http_conn *c, size_t *target_len, size_t *len)
-{
-    *target_len = c->kept_target;
-    *len = c->kept_len;
-    return c->kept;
-}
-
-const char *md_http_req_peer(md_http_conn *c)
-{
-    return c->srv->peer != NULL ? c->srv->peer(c) : NULL;
-}
-
-bool md_http_req_body_done(const md_http_conn *c)
-{
-    return c->req->body_done;
-}
-
-unsigned md_http_req_version_minor(const md_http_conn *c)
-{
-    return c->parser.http_minor;
-}
-
-bool md_http_req_closes(const md_http_conn *c)
-{
-    return closes(c);
-}
-
-bool md_http_req_has_length(const md_http_conn *c)
-{
-    return (c->parser.flags & F_CONTENT_LENGTH) != 0;
-}
-
-bool md_http_req_upgrade(const md_http_conn *c)
-{
-    return c->parser.upgrade != 0;
-}
-
-bool md_http_req_continued(const md_http_conn *c)
-{
-    return c->req->expect == EXPECT_SENT;
-}
-
-void md_http_count_response(md_http_conn *c, unsigned status, uint64_t body_bytes)
-{
-    count_response(c, status, body_bytes);
-}
-
-void md_http_req_close_after(md_http_conn *c)
-{
-    c->req->keep_alive = false;
-}
-
-/* Whether route's allow and deny rules let this connection's client in: asked once per
- * request, and only of a route with rules (a getpeername(2) each time: no bytes kept per
- * connection for the few routes that restrict). */
-static bool client_permitted(md_http_conn *c, const md_route *route)
-{
-    struct sockaddr_storage ss;
-    bool have = c->srv->peer_addr != NULL && c->srv->peer_addr(c, &ss) == 0;
-    return md_acl_permits(&route->acl, have ? &ss : NULL);
-}
-
-/* The error the core answers a request with instead of its route's handler, known once the
- * route is (head_done()): 400 for a path that does not decode, 404, 403 for a client the
- * route's rules refuse, 405; 0 when the request goes on (to its handler, or to the core's
- * OPTIONS). */
-static unsigned refusal(const md_http_conn *c)
-{
-    const md_http_req *rq = c->req;
-    const md_route *r = rq->route;
-    if (rq->asterisk)
-        return 0;
-    if (rq->path_bad)
-        return 400;
-    if (r == NULL)
-        return 404;
-    if (rq->forbidden)
-        return 403;
-    if (c->parser.method != HTTP_OPTIONS && !md_route_allows(r, c->parser.method))
-        return 405;
-    return 0;
-}
-
-/* The response for a complete request that was not streamed: what the core answers itself,
- * else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
-static int answer(md_http_conn *c)
-{
-    const md_http_req *rq = c->req;
-    const md_route *r = rq->route;
-    bool close = closes(c);
-
-    if (rq->asterisk)
-        return respond(c, md_http_status_of(200), close, routes_of(c)->allow_any, "text/plain",
-                       NULL, 0);
-    unsigned code = refusal(c);
-    if (code != 0) /* a 400 closes (status_closes()), 404 and 405 keep the connection */
-        return respond_error(c, code, close, code == 405 ? r->allow : NULL);
-    if (c->parser.method == HTTP_OPTIONS)
-        return respond(c, md_http_status_of(200), close, r->allow, "text/plain", NULL, 0);
-    return r->handler->on_req(c, r);
+    c->req->r.http_major = c->parser.http_major;
+    c->req->r.http_minor = c->parser.http_minor;
 }
 
 /* A callback's verdict: stop parsing and answer with code, then close. */
 static int reject(md_http_conn *c, unsigned code)
 {
-    c->req->status = (uint16_t)code;
+    c->req->h.status = (uint16_t)code;
     return HPE_USER;
 }
 
 /* After a parse error or a rejection: the error response, then close. */
 static int fail(md_http_conn *c)
 {
+    md_http_req *r = &c->req->r;
     c->closing = true;
     if (c->oom)
         return -ENOMEM;
-    if (c->req->streaming)
+    if (r->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
-    unsigned code = c->req->status != 0 ? c->req->status : 400;
+    unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
     /* A 405 refused at the head (head_done()) still says what the route allows. */
-    const char *allow = code == 405 && c->req->route != NULL ? c->req->route->allow : NULL;
-    if (respond_error(c, code, true, allow) != 0)
+    const char *allow = code == 405 && r->route != NULL ? r->route->allow : NULL;
+    take_version(c);
+    if (md__http_respond_error(r, code, true, allow) != 0)
         return -ENOMEM;
     return MD_HTTP_WANT_CLOSE;
 }
@@ -587,16 +274,17 @@ static unsigned class_of(char ch)
 static int on_message_begin(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
+    md_http_req *r = &c->req->r;
     /* The request boundary: the I/O layer may switch the settings (a reload's limits apply
      * from here on). Everything below reads c->srv afresh. */
     if (c->srv->request_begin != NULL)
         c->srv->request_begin(c);
     if (!c->req_zeroed)
-        memset(c->req, 0, offsetof(md_http_req, target));
+        memset(c->req, 0, REQ_ZEROED);
     c->req_zeroed = false;
-    c->req->start_ns = c->now_ns;
-    c->kept_len = 0;
-    c->kept_target = 0;
+    r->start_ns = c->now_ns;
+    r->kept_len = 0;
+    r->kept_target = 0;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
     if (c->requests != 0)
@@ -607,30 +295,34 @@ static int on_message_begin(llhttp_t *p)
 
 static int on_method(llhttp_t *p, const char *at, size_t len)
 {
-    md_http_conn *c = conn_of(p);
-    if (!c->req->head_counting) {
-        c->req->head_counting = true;
-        c->req->head_from = at;
+    h1_state *h = &conn_of(p)->req->h;
+    if (!h->head_counting) {
+        h->head_counting = true;
+        h->head_from = at;
     }
-    c->req->method_len = (uint8_t)(c->req->method_len + len > 255 ? 255 : c->req->method_len + len);
+    h->method_len = (uint8_t)(h->method_len + len > 255 ? 255 : h->method_len + len);
     return 0;
 }
 
-/* From here on parser.method is the request's. Not inferred from on_url, whose empty span
- * at the end of a feed would make the answer depend on where reads split. */
+/* From here on parser.method is the request's, and the request API's (request.h). Not
+ * inferred from on_url, whose empty span at the end of a feed would make the answer depend on
+ * where reads split. */
 static int on_method_complete(llhttp_t *p)
 {
-    conn_of(p)->req->method_done = true;
+    md_http_req *r = &conn_of(p)->req->r;
+    r->method = (uint8_t)p->method;
+    r->method_done = true;
     return 0;
 }
 
 static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
-    r->url_len += len;
+    h1_state *h = &c->req->h;
+    md_http_req *r = &c->req->r;
+    h->url_len += len;
     /* method SP target SP HTTP/1.1 */
-    if (r->method_len + r->url_len + 10 > c->srv->limits.max_request_line)
+    if (h->method_len + h->url_len + 10 > c->srv->limits.max_request_line)
         return reject(c, 414);
     /* llhttp takes tabs, form feeds, bytes over 0x7f and some printable bytes that RFC 3986
      * leaves out; a target is made of its characters only (RFC 9112 3.2), and never has a
@@ -647,7 +339,7 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
                 query = i;
         }
     }
-    if (c->srv->keep_fields && !keep(c, at, len)) {
+    if (c->srv->keep_fields && !keep(r, at, len)) {
         c->oom = true;
         return HPE_USER;
     }
@@ -670,8 +362,9 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 static int on_url_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    c->kept_target = (uint32_t)c->kept_len;
-    if (c->srv->keep_fields && !keep(c, "\r\n", 2)) {
+    md_http_req *r = &c->req->r;
+    r->kept_target = (uint32_t)r->kept_len;
+    if (c->srv->keep_fields && !keep(r, "\r\n", 2)) {
         c->oom = true;
         return HPE_USER;
     }
@@ -681,8 +374,8 @@ static int on_url_complete(llhttp_t *p)
 /* Chunk extensions and trailers count toward the body limit: they are as unbounded. */
 static int count_body(md_http_conn *c, size_t len)
 {
-    c->req->body_bytes += len;
-    if (c->req->body_bytes > c->srv->limits.max_body_bytes)
+    c->req->h.body_bytes += len;
+    if (c->req->h.body_bytes > c->srv->limits.max_body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -690,8 +383,8 @@ static int count_body(md_http_conn *c, size_t len)
 static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
-    r->field_end = at + len;
+    h1_state *h = &c->req->h;
+    h->field_end = at + len;
     /* "Host : x" and "Bad Name: x" are fields named "Host " and "Bad Name" to llhttp, but a
      * field name is a token (RFC 9112 5.1). */
     unsigned ws = 0;
@@ -699,12 +392,12 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
         ws |= class_of(at[i]);
     if (ws & NAME_WS)
         return reject(c, 400);
-    if (r->name_len < sizeof(r->name)) {
-        size_t n = sizeof(r->name) - r->name_len;
-        memcpy(r->name + r->name_len, at, len < n ? len : n);
+    if (h->name_len < sizeof(h->name)) {
+        size_t n = sizeof(h->name) - h->name_len;
+        memcpy(h->name + h->name_len, at, len < n ? len : n);
     }
-    r->name_len = (uint8_t)(r->name_len + len > 255 ? 255 : r->name_len + len);
-    if (keeping(c) && !keep(c, at, len)) {
+    h->name_len = (uint8_t)(h->name_len + len > 255 ? 255 : h->name_len + len);
+    if (keeping(c) && !keep(&c->req->r, at, len)) {
         c->oom = true;
         return HPE_USER;
     }
@@ -752,13 +445,13 @@ static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
     r->field_len[f] = (uint8_t)(have + len);
 }
 
-/* Which header the name in r->name (its first name_len bytes, any case) is, by length first:
+/* Which header the name in s->name (its first name_len bytes, any case) is, by length first:
  * one compare at most (two for the lengths of two known names). Referer and User-Agent only when
  * they are kept (logging). */
-static uint8_t known_header(const md_http_req *r, bool logging)
+static uint8_t known_header(const h1_state *s, bool logging)
 {
     unsigned h;
-    switch (r->name_len) {
+    switch (s->name_len) {
     case 4:
         h = HDR_HOST;
         break;
@@ -766,7 +459,7 @@ static uint8_t known_header(const md_http_req *r, bool logging)
         h = HDR_RANGE;
         break;
     case 8:
-        if (is_known_name(r->name, known[HDR_IF_MATCH].name, 8))
+        if (is_known_name(s->name, known[HDR_IF_MATCH].name, 8))
             return HDR_IF_MATCH;
         h = HDR_IF_RANGE;
         break;
@@ -789,7 +482,7 @@ static uint8_t known_header(const md_http_req *r, bool logging)
         h = HDR_USER_AGENT;
         break;
     case 17:
-        if (is_known_name(r->name, known[HDR_TE].name, 17))
+        if (is_known_name(s->name, known[HDR_TE].name, 17))
             return HDR_TE;
         h = HDR_IF_MODIFIED_SINCE;
         break;
@@ -798,36 +491,37 @@ static uint8_t known_header(const md_http_req *r, bool logging)
     }
     if (!logging && (h == HDR_REFERER || h == HDR_USER_AGENT))
         return HDR_OTHER;
-    return is_known_name(r->name, known[h].name, known[h].len) ? (uint8_t)h : HDR_OTHER;
+    return is_known_name(s->name, known[h].name, known[h].len) ? (uint8_t)h : HDR_OTHER;
 }
 
 static int on_header_field_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
-    if (r->name_len == 0)
+    h1_state *h = &c->req->h;
+    md_http_req *r = &c->req->r;
+    if (h->name_len == 0)
         return reject(c, 400); /* ": x", which llhttp takes for a field with an empty name */
-    r->gap_open = true;
-    r->gap_newline = false;
-    r->gap_from = r->field_end;
-    r->header = known_header(r, c->srv->access_log != NULL);
+    h->gap_open = true;
+    h->gap_newline = false;
+    h->gap_from = h->field_end;
+    h->header = known_header(h, c->srv->access_log != NULL);
     /* Only the first Referer or User-Agent is kept. */
-    if ((r->header == HDR_REFERER && r->referer_len != 0) ||
-        (r->header == HDR_USER_AGENT && r->user_agent_len != 0))
-        r->header = HDR_OTHER;
-    r->name_len = 0;
+    if ((h->header == HDR_REFERER && r->referer_len != 0) ||
+        (h->header == HDR_USER_AGENT && r->user_agent_len != 0))
+        h->header = HDR_OTHER;
+    h->name_len = 0;
     if (c->phase == PHASE_BODY) {
-        r->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
+        h->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
         return 0;
     }
     /* A second field of a kept name: its value joins the first's as a list element. */
-    if (IS_FIELD(r->header) && r->field_len[r->header - HDR_IF_NONE_MATCH] != 0)
-        keep_list(r, r->header - HDR_IF_NONE_MATCH, ", ", 2);
-    if (keeping(c) && !keep(c, ": ", 2)) {
+    if (IS_FIELD(h->header) && r->field_len[h->header - HDR_IF_NONE_MATCH] != 0)
+        keep_list(r, h->header - HDR_IF_NONE_MATCH, ", ", 2);
+    if (keeping(c) && !keep(r, ": ", 2)) {
         c->oom = true;
         return HPE_USER;
     }
-    if (++r->fields > c->srv->limits.max_headers)
+    if (++h->fields > c->srv->limits.max_headers)
         return reject(c, 431);
     return 0;
 }
@@ -835,16 +529,16 @@ static int on_header_field_complete(llhttp_t *p)
 /* Does the value, span by span, read token (any case) with nothing but whitespace after?
  * Not a list read with md_list_next() (core/text.h): the value is never kept whole, and one
  * token is all Expect or Transfer-Encoding may say here (anything else is refused). */
-static void match_token(md_http_req *r, const char *token, size_t token_len, const char *at,
+static void match_token(h1_state *h, const char *token, size_t token_len, const char *at,
                         size_t len)
 {
-    for (size_t i = 0; i < len && r->token_pos != TOKEN_BAD; i++) {
+    for (size_t i = 0; i < len && h->token_pos != TOKEN_BAD; i++) {
         unsigned ch = md_ascii_lower((unsigned char)at[i]);
-        if (r->token_pos < token_len)
-            r->token_pos =
-                ch == (unsigned char)token[r->token_pos] ? (uint8_t)(r->token_pos + 1) : TOKEN_BAD;
+        if (h->token_pos < token_len)
+            h->token_pos =
+                ch == (unsigned char)token[h->token_pos] ? (uint8_t)(h->token_pos + 1) : TOKEN_BAD;
         else if (ch != ' ' && ch != '\t')
-            r->token_pos = TOKEN_BAD;
+            h->token_pos = TOKEN_BAD;
     }
 }
 
@@ -860,10 +554,10 @@ static bool has_newline(const char *from, const char *to)
 /* A Host value, span by span: uri-host [":" port] and trailing whitespace (llhttp has taken
  * the leading whitespace). Not parsed further: it only has to be one plausible authority.
  * false: a NUL, refused at once like in any other value. */
-static bool check_host(md_http_req *r, const char *at, size_t len)
+static bool check_host(h1_state *h, const char *at, size_t len)
 {
-    /* In locals: stores through r might alias at[] (char), and would be reloaded per byte. */
-    unsigned pos = r->host_pos;
+    /* In locals: stores through h might alias at[] (char), and would be reloaded per byte. */
+    unsigned pos = h->host_pos;
     size_t i = 0;
     if (pos != HOST_TRAIL) {
         /* The whole value, nearly always: host bytes only, four at a time. */
@@ -882,7 +576,7 @@ static bool check_host(md_http_req *r, const char *at, size_t len)
         if (ch == ' ' || ch == '\t') {
             pos = pos == HOST_EMPTY ? HOST_EMPTY : HOST_TRAIL;
         } else if (pos == HOST_TRAIL || !(class_of(at[i]) & URI_HOST)) {
-            r->host_bad = true;
+            h->host_bad = true;
             if (memchr(at + i, '\0', len - i) != NULL)
                 return false;
             break;
@@ -890,7 +584,7 @@ static bool check_host(md_http_req *r, const char *at, size_t len)
             pos = HOST_NAME;
         }
     }
-    r->host_pos = (uint8_t)pos;
+    h->host_pos = (uint8_t)pos;
     return true;
 }
 
@@ -906,134 +600,102 @@ static void keep_field(char *buf, uint16_t *kept, const char *at, size_t len)
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
+    h1_state *h = &c->req->h;
+    md_http_req *r = &c->req->r;
     /* obs-fold, which llhttp accepts. It splits one value into several spans only at the end
      * of a feed, so any other second span is a continuation line. An empty value continued
      * on the next line arrives as one span whose gap after the colon holds the line break
      * (a value that stays empty arrives as an empty span, after the line break). */
-    if (r->value_open) {
-        if (!r->value_cut || at != c->feed_start)
+    if (h->value_open) {
+        if (!h->value_cut || at != c->feed_start)
             return reject(c, 400);
-    } else if (r->gap_open && len != 0 && (r->gap_newline || has_newline(r->gap_from, at))) {
+    } else if (h->gap_open && len != 0 && (h->gap_newline || has_newline(h->gap_from, at))) {
         return reject(c, 400);
     }
-    r->gap_open = false;
-    r->value_open = true;
-    r->value_cut = false;
-    r->value_end = at + len;
-    if (keeping(c) && !keep(c, at, len)) {
+    h->gap_open = false;
+    h->value_open = true;
+    h->value_cut = false;
+    h->value_end = at + len;
+    if (keeping(c) && !keep(r, at, len)) {
         c->oom = true;
         return HPE_USER;
     }
-    if (r->header == HDR_HOST) /* never set for a trailer */
-        return check_host(r, at, len) ? 0 : reject(c, 400);
+    if (h->header == HDR_HOST) /* never set for a trailer */
+        return check_host(h, at, len) ? 0 : reject(c, 400);
     if (len != 0 && memchr(at, '\0', len) != NULL)
         return reject(c, 400);
     if (c->phase == PHASE_BODY)
         return count_body(c, len);
-    if (r->header == HDR_EXPECT || r->header == HDR_TE)
-        match_token(r, known[r->header].token, known[r->header].token_len, at, len);
-    else if (r->header == HDR_REFERER)
+    if (h->header == HDR_EXPECT || h->header == HDR_TE)
+        match_token(h, known[h->header].token, known[h->header].token_len, at, len);
+    else if (h->header == HDR_REFERER)
         keep_field(r->referer, &r->referer_len, at, len);
-    else if (r->header == HDR_USER_AGENT)
+    else if (h->header == HDR_USER_AGENT)
         keep_field(r->user_agent, &r->user_agent_len, at, len);
-    else if (IS_FIELD(r->header))
-        keep_list(r, r->header - HDR_IF_NONE_MATCH, at, len);
+    else if (IS_FIELD(h->header))
+        keep_list(r, h->header - HDR_IF_NONE_MATCH, at, len);
     return 0;
 }
 
 static int on_header_value_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
-    r->value_open = false;
+    h1_state *h = &c->req->h;
+    md_http_req *r = &c->req->r;
+    h->value_open = false;
     if (keeping(c)) {
         /* A value ends without its trailing whitespace (RFC 9110 5.5). */
-        while (c->kept_len != 0 &&
-               (c->kept[c->kept_len - 1] == ' ' || c->kept[c->kept_len - 1] == '\t'))
-            c->kept_len--;
-        if (!keep(c, "\r\n", 2)) {
+        while (r->kept_len != 0 &&
+               (r->kept[r->kept_len - 1] == ' ' || r->kept[r->kept_len - 1] == '\t'))
+            r->kept_len--;
+        if (!keep(r, "\r\n", 2)) {
             c->oom = true;
             return HPE_USER;
         }
     }
-    if (r->header == HDR_HOST) {
-        if (r->host_pos == HOST_EMPTY)
-            r->host_bad = true; /* names no host: our targets always have an authority */
-        r->host_pos = HOST_EMPTY;
-        if (r->hosts < 255)
-            r->hosts++;
-    } else if (r->header == HDR_EXPECT) {
-        bool ok = r->token_pos == known[HDR_EXPECT].token_len;
-        r->expect = ok && r->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
-    } else if (r->header == HDR_TE && r->token_pos == 0) {
-        r->te_empty = true; /* nothing to frame the body with; not some other coding */
-    } else if (r->header == HDR_TE && r->token_pos != known[HDR_TE].token_len) {
-        r->te_other = true;
+    if (h->header == HDR_HOST) {
+        if (h->host_pos == HOST_EMPTY)
+            h->host_bad = true; /* names no host: our targets always have an authority */
+        h->host_pos = HOST_EMPTY;
+        if (h->hosts < 255)
+            h->hosts++;
+    } else if (h->header == HDR_EXPECT) {
+        bool ok = h->token_pos == known[HDR_EXPECT].token_len;
+        h->expect = ok && h->expect != EXPECT_OTHER ? EXPECT_CONTINUE : EXPECT_OTHER;
+    } else if (h->header == HDR_TE && h->token_pos == 0) {
+        h->te_empty = true; /* nothing to frame the body with; not some other coding */
+    } else if (h->header == HDR_TE && h->token_pos != known[HDR_TE].token_len) {
+        h->te_other = true;
     }
-    r->token_pos = 0;
-    r->header = HDR_OTHER;
+    h->token_pos = 0;
+    h->header = HDR_OTHER;
     return 0;
-}
-
-/* The route for the target: origin-form "/path", or absolute-form "http://host/path". Sets
- * r->path (normalised: routes.h) or r->path_bad. */
-static const md_route *find_route(const md_http_conn *c, md_http_req *r)
-{
-    const char *t = r->target;
-    size_t n = r->path_done ? r->path_len : r->target_len;
-    if (n > r->target_len || (r->target_full && !r->path_done))
-        return NULL; /* a path longer than we keep names no route */
-    if (n == 0 || t[0] != '/') {
-        size_t skip;
-        if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
-            skip = 7;
-        else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
-            skip = 8;
-        else
-            return NULL; /* "*", or CONNECT's authority-form */
-        const char *slash = memchr(t + skip, '/', n - skip);
-        if (slash == NULL) {
-            t = "/"; /* an empty path is "/" (RFC 9112 3.2.2) */
-            n = 1;
-        } else {
-            n -= (size_t)(slash - t);
-            t = slash;
-        }
-    }
-    if (!md_path_is_normal(t, n)) {
-        size_t len;
-        if (md_path_normalise(t, n, r->path_buf, &len) != 0) {
-            r->path_bad = true;
-            return NULL;
-        }
-        t = r->path_buf;
-        n = len;
-    }
-    r->path = t;
-    r->npath = (uint32_t)n;
-    return md_routes_find(routes_of(c), t, n);
 }
 
 /* The head is complete and within its limits: decide what to do with the request.
  * content_here: bytes after the head came in the same feed (known only when the parser
  * paused at the head's end: always for Expect: 100-continue). Returns 0, or HPE_USER having
  * called reject(). */
-static int head_done(md_http_conn *c, bool content_here)
+static inline int head_done(md_http_conn *c, bool content_here)
 {
     llhttp_t *p = &c->parser;
-    md_http_req *r = c->req;
+    h1_state *h = &c->req->h;
+    md_http_req *r = &c->req->r;
     const md_http_limits *l = &c->srv->limits;
 
+    /* What the request API reads of the head (request.h), llhttp's until now. */
+    take_version(c);
+    r->has_length = (p->flags & F_CONTENT_LENGTH) != 0;
+    r->upgrade = p->upgrade != 0;
     /* Any DIGIT.DIGIT gets here (LENIENT_VERSION, see md_http_conn_init()); a later 1.x is
      * served as 1.1 (RFC 9110 2.5). */
     if (p->http_major != 1)
         return reject(c, 505);
-    if (r->hosts > 1 || (p->http_minor != 0 && r->hosts == 0) || r->host_bad)
+    if (h->hosts > 1 || (p->http_minor != 0 && h->hosts == 0) || h->host_bad)
         return reject(c, 400);
     /* Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp would say so
      * only after this callback, when a streamed echo head would be out already). */
-    if (r->te_empty ||
+    if (h->te_empty ||
         ((p->flags & F_TRANSFER_ENCODING) && (p->http_minor == 0 || !(p->flags & F_CHUNKED))))
         return reject(c, 400);
     /* Not a proxy: there is nothing to tunnel to (RFC 9110 9.3.6). */
@@ -1042,24 +704,21 @@ static int head_done(md_http_conn *c, bool content_here)
     /* The asterisk form is OPTIONS' only (RFC 9112 3.2.4); any other target that is not
      * origin-form ("/...") has passed llhttp as absolute-form ("scheme://..."). */
     if (r->target_len != 0 && r->target[0] == '*') {
-        if (r->url_len != 1 || p->method != HTTP_OPTIONS)
+        if (h->url_len != 1 || p->method != HTTP_OPTIONS)
             return reject(c, 400);
         r->asterisk = true;
     }
     /* Framed by chunked, but also coded some way we do not decode (RFC 9112 6.1). */
-    if (r->te_other)
+    if (h->te_other)
         return reject(c, 501);
     bool chunked = (p->flags & F_CHUNKED) != 0;
     uint64_t length = (p->flags & F_CONTENT_LENGTH) ? p->content_length : 0;
     if (length > l->max_body_bytes)
         return reject(c, 413);
-    r->body_length = length;
-    if (r->expect == EXPECT_OTHER && p->http_minor != 0)
+    if (h->expect == EXPECT_OTHER && p->http_minor != 0)
         return reject(c, 417);
 
-    const md_route *route = find_route(c, r);
-    r->route = route;
-    r->forbidden = route != NULL && route->acl.n != 0 && !client_permitted(c, route);
+    md__http_req_route(r);
     r->keep_alive =
         llhttp_should_keep_alive(p) && !c->draining && !p->upgrade &&
         l->keepalive_timeout_ms != 0 &&
@@ -1071,29 +730,24 @@ static int head_done(md_http_conn *c, bool content_here)
      * refuses gets its final status at once instead of the 100, and the connection closes
      * after it (fail()): the client may or may not send the body now, so nothing after this
      * head can be read as the next request. */
-    unsigned refused = refusal(c);
-    if (r->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
+    if (h->expect == EXPECT_CONTINUE && p->http_minor != 0 && (chunked || length != 0) &&
         !content_here) {
+        unsigned refused = md__http_req_refusal(r);
         if (refused != 0)
             return reject(c, refused);
-        if (md_outbuf_append(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+        if (md_outbuf_append(r->out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
             c->oom = true;
             return HPE_USER;
         }
-        r->expect = EXPECT_SENT;
+        h->expect = EXPECT_SENT;
+        r->continued = true;
     }
 
-    /* The handler says what becomes of the body (handler.h). */
-    if (refused == 0 && route != NULL && route->handler->on_head != NULL &&
-        md_route_allows(route, p->method)) {
-        int mode = route->handler->on_head(c, route, chunked ? 0 : length, chunked);
-        if (mode < 0) {
-            c->oom = true;
-            return HPE_USER;
-        }
-        r->collect = mode == MD_BODY_GATHER;
-        r->streaming = mode == MD_BODY_STREAM;
-        r->piping = mode == MD_BODY_PIPE;
+    /* The handler says what becomes of the body (handler.h); a request the core refuses never
+     * reaches it (md__http_req_wants_head()). */
+    if (md__http_req_wants_head(r) && md__http_req_head(r, chunked ? 0 : length, chunked) != 0) {
+        c->oom = true;
+        return HPE_USER;
     }
     return 0;
 }
@@ -1101,16 +755,16 @@ static int head_done(md_http_conn *c, bool content_here)
 static int on_headers_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
+    h1_state *h = &c->req->h;
     c->phase = PHASE_BODY;
     c->since_ns = c->now_ns;
-    r->body_ns = c->now_ns;
+    h->body_ns = c->now_ns;
     /* Whether to send 100 Continue depends on what follows the head in this feed, which
      * only a pause tells (head_done()); Expect is rare enough for it to cost nothing. */
-    bool exact = r->expect == EXPECT_CONTINUE;
-    if (r->head_counting) {
-        r->head_counting = false;
-        uint64_t upper = r->head_bytes + (uint64_t)(c->feed_end - r->head_from);
+    bool exact = h->expect == EXPECT_CONTINUE;
+    if (h->head_counting) {
+        h->head_counting = false;
+        uint64_t upper = h->head_bytes + (uint64_t)(c->feed_end - h->head_from);
         exact = exact || upper > c->srv->limits.max_header_bytes;
     }
     if (exact) {
@@ -1123,32 +777,25 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     md_http_conn *c = conn_of(p);
-    md_http_req *r = c->req;
+    md_http_req *r = &c->req->r;
     int rc = count_body(c, len);
     if (rc != 0)
         return rc;
-    if (r->streaming) {
-        if (r->route->handler->on_body(c, r->route, at, len) != 0) {
-            c->oom = true;
-            return HPE_USER;
-        }
-    } else if (r->piping) {
-        /* The pending handler takes this span, and parsing waits until it has passed it on
+    if (r->piping && len == 0)
+        return 0;
+    rc = md__http_req_body(r, at, len);
+    if (rc == 500)
+        return reject(c, 500);
+    if (rc != 0) {
+        c->oom = true;
+        return HPE_USER;
+    }
+    if (r->piping) {
+        /* The pending handler took this span, and parsing waits until it has passed it on
          * and asks for the next (MD_PENDING_READ): back-pressure from its sink to our peer. */
-        if (len == 0)
-            return 0;
-        if (r->route->handler->on_body(c, r->route, at, len) != 0) {
-            c->oom = true;
-            return HPE_USER;
-        }
         r->pipe_read = false;
         c->pause = PAUSE_PENDING;
         return HPE_PAUSED;
-    } else if (r->collect) {
-        if (md_bytes_grow(&c->body, &c->body_cap, r->body_len + len, 4096) != 0)
-            return reject(c, 500);
-        memcpy(c->body + r->body_len, at, len);
-        r->body_len += len;
     }
     return 0;
 }
@@ -1157,7 +804,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 static int on_chunk_header(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (p->content_length > c->srv->limits.max_body_bytes - c->req->body_bytes)
+    if (p->content_length > c->srv->limits.max_body_bytes - c->req->h.body_bytes)
         return reject(c, 413);
     return 0;
 }
@@ -1170,27 +817,28 @@ static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
 
 /* The request is over and its response complete (or, streamed, under way): on to the next.
  * 0, or HPE_PAUSED with c->pause set. */
-static int request_done(md_http_conn *c)
+static inline int request_done(md_http_conn *c)
 {
+    md_http_req *r = &c->req->r;
     c->requests++;
     c->phase = PHASE_IDLE;
     c->since_ns = c->now_ns;
     /* Garbage before the next request fails before on_message_begin clears these. */
-    c->req->streaming = false;
-    c->req->piping = false;
-    c->req->pipe_read = false;
-    c->req->method_done = false;
-    if (c->body != NULL) {
-        free(c->body);
-        c->body = NULL;
-        c->body_cap = 0;
+    r->streaming = false;
+    r->piping = false;
+    r->pipe_read = false;
+    r->method_done = false;
+    if (r->body != NULL) {
+        free(r->body);
+        r->body = NULL;
+        r->body_cap = 0;
     }
-    if (!c->req->keep_alive || c->draining) {
+    if (!r->keep_alive || c->draining) {
         c->closing = true;
         c->pause = PAUSE_STOP;
         return HPE_PAUSED;
     }
-    if (md_outbuf_pending(c->out) >= MD_HTTP_OUT_HIGH_WATER) {
+    if (md_outbuf_pending(r->out) >= MD_HTTP_OUT_HIGH_WATER) {
         c->pause = PAUSE_FLUSH;
         return HPE_PAUSED;
     }
@@ -1200,15 +848,16 @@ static int request_done(md_http_conn *c)
 static int on_message_complete(llhttp_t *p)
 {
     md_http_conn *c = conn_of(p);
-    if (c->req->piping) {
+    md_http_req *r = &c->req->r;
+    if (r->piping) {
         /* The handler pended at the head: it finishes the response from here. */
-        c->req->body_done = true;
-        c->req->pipe_read = false;
+        r->body_done = true;
+        r->pipe_read = false;
         c->pause = PAUSE_PENDING;
         return HPE_PAUSED;
     }
-    if (!c->req->streaming) {
-        int rc = answer(c);
+    if (!r->streaming) {
+        int rc = md__http_req_answer(r);
         if (rc < 0) {
             c->oom = true;
             return HPE_USER;
@@ -1258,30 +907,28 @@ void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
 {
     c->srv = srv;
+    if (c->req != NULL)
+        c->req->r.srv = srv;
 }
 
-/* Every entry point starts here... */
-static void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
+/* Every entry point with a request starts here... (enter, leave, head_done and request_done
+ * are inline: each has two or three callers, and out of line they cost a call per request on
+ * the keep-alive path, loadtest/http/instructions.sh.) */
+static inline void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
     c->now_ns = now_ns;
-    c->done_ns = 0;
-    c->out = out;
+    md__http_req_enter(&c->req->r, now_ns, out);
     md_http_date_refresh(c->srv->clock);
 }
 
 /* ...and ends here: the bytes in and out go to the thread's metrics shard. */
-static void leave(md_http_conn *c, size_t in, size_t out_before)
+static inline void leave(md_http_conn *c, size_t in, size_t out_before)
 {
-    md_metrics *m = c->srv->metrics;
-    size_t out_now = md_outbuf_pending(c->out);
-    c->out = NULL;
-    if (m == NULL)
-        return;
-    md_metrics_shard *s = md_metrics_local(m);
-    if (in != 0)
-        md_metrics_add(&s->bytes_in[MD_LISTENER_HTTP], in);
-    if (out_now > out_before)
-        md_metrics_add(&s->bytes_out[MD_LISTENER_HTTP], out_now - out_before);
+    md_http_req *r = &c->req->r;
+    size_t out_now = md_outbuf_pending(r->out);
+    r->out = NULL;
+    md__http_account_bytes(c->srv, MD_LISTENER_HTTP, in,
+                           out_now > out_before ? out_now - out_before : 0);
 }
 
 int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t len, size_t *used,
@@ -1294,22 +941,22 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         return MD_HTTP_WANT_READ;
     if (c->req == NULL) {
         /* Bytes after an idle spell: a request begins. Only its fixed part is zeroed. */
-        c->req = req_take();
+        c->req = req_take(c);
         if (c->req == NULL)
             return -ENOMEM;
-        memset(c->req, 0, offsetof(md_http_req, target));
+        memset(c->req, 0, REQ_ZEROED);
         c->req_zeroed = true; /* on_message_begin need not do it again */
     }
-    md_http_req *r = c->req;
+    h1_state *h = &c->req->h;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
     c->feed_start = data;
     c->feed_end = data + len;
-    if (r->head_counting)
-        r->head_from = data;
+    if (h->head_counting)
+        h->head_from = data;
     /* Pointers into the last feed are stale; the bytes they marked were scanned already. */
-    r->field_end = data;
-    r->gap_from = data;
+    h->field_end = data;
+    h->gap_from = data;
     if (c->phase == PHASE_BODY && len != 0)
         c->since_ns = now_ns;
 
@@ -1348,27 +995,27 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
             goto out;
         }
         /* PAUSE_HEAD: the exact head size is known now, and what follows it in this feed. */
-        if (r->head_bytes + (uint64_t)(at - r->head_from) > c->srv->limits.max_header_bytes)
+        if (h->head_bytes + (uint64_t)(at - h->head_from) > c->srv->limits.max_header_bytes)
             reject(c, 431);
         else
             head_done(c, at < c->feed_end);
-        if (r->status != 0 || c->oom) {
+        if (h->status != 0 || c->oom) {
             want = fail(c);
             goto out;
         }
         pos = at;
     }
-    if (r->head_counting) {
-        r->head_bytes += (uint64_t)(c->feed_end - r->head_from);
-        if (r->head_bytes > c->srv->limits.max_header_bytes) {
+    if (h->head_counting) {
+        h->head_bytes += (uint64_t)(c->feed_end - h->head_from);
+        if (h->head_bytes > c->srv->limits.max_header_bytes) {
             reject(c, 431);
             want = fail(c);
             goto out;
         }
     }
-    r->value_cut = r->value_open && r->value_end == c->feed_end;
-    if (r->gap_open && has_newline(r->gap_from, c->feed_end))
-        r->gap_newline = true;
+    h->value_cut = h->value_open && h->value_end == c->feed_end;
+    if (h->gap_open && has_newline(h->gap_from, c->feed_end))
+        h->gap_newline = true;
 out:
     leave(c, *used, out_before);
     return want;
@@ -1395,41 +1042,42 @@ static int pipe_continue(md_http_conn *c)
 
 bool md_http_conn_pending_writes_output(const md_http_conn *c)
 {
-    return c->req != NULL && c->req->pending != NULL && c->req->pending->writes_output;
+    return c->req != NULL && c->req->r.pending != NULL && c->req->r.pending->writes_output;
 }
 
 int md_http_conn_resume(md_http_conn *c, struct mp_context *cx, md_http_io *io, uint64_t now_ns,
                         md_outbuf *out)
 {
-    md_http_pending *p = c->req != NULL ? c->req->pending : NULL;
+    md_http_pending *p = c->req != NULL ? c->req->r.pending : NULL;
     if (p == NULL)
         return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
+    md_http_req *r = &c->req->r;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
     int want;
-    int rc = p->poll(p, c, cx, io, out);
+    int rc = p->poll(p, r, cx, io, out);
     if (rc == MD_PENDING_WAIT) {
         want = MD_HTTP_WANT_WAIT;
-    } else if (rc == MD_PENDING_READ && c->req->piping && !c->req->body_done) {
+    } else if (rc == MD_PENDING_READ && r->piping && !r->body_done) {
         /* The handler passed the last span on: parse the body's next (the input left over,
          * or the next read, under the body's timeouts). */
-        c->req->pipe_read = true;
+        r->pipe_read = true;
         want = pipe_continue(c);
     } else if (rc == MD_PENDING_READ) {
         want = MD_HTTP_WANT_HANDLER; /* the body is all there: poll on */
     } else if (rc == MD_PENDING_MORE) {
         want = MD_HTTP_WANT_HANDLER;
     } else if (rc == -ENOMEM) {
-        c->req->pending = NULL;
+        r->pending = NULL;
         c->closing = true;
         want = -ENOMEM;
     } else if (rc < 0) {
         /* Ended short: what was sent stands, nothing more is presented as its content. */
-        c->req->pending = NULL;
+        r->pending = NULL;
         c->closing = true;
         want = MD_HTTP_WANT_CLOSE;
     } else {
-        c->req->pending = NULL;
+        r->pending = NULL;
         c->pause = PAUSE_NONE;
         want = request_done(c) == HPE_PAUSED && c->pause == PAUSE_STOP ? MD_HTTP_WANT_CLOSE
                                                                        : MD_HTTP_WANT_READ;
@@ -1455,10 +1103,11 @@ static uint64_t body_rate_deadline(const md_http_conn *c)
     if (c->phase != PHASE_BODY || l->min_body_rate == 0)
         return UINT64_MAX;
     uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
-    uint64_t earned = c->req->body_bytes >= UINT64_MAX / UINT64_C(1000000000)
+    const h1_state *h = &c->req->h;
+    uint64_t earned = h->body_bytes >= UINT64_MAX / UINT64_C(1000000000)
                           ? UINT64_MAX / 2
-                          : c->req->body_bytes * UINT64_C(1000000000) / l->min_body_rate;
-    return c->req->body_ns + (earned > grace ? earned : grace) + 1;
+                          : h->body_bytes * UINT64_C(1000000000) / l->min_body_rate;
+    return h->body_ns + (earned > grace ? earned : grace) + 1;
 }
 
 uint64_t md_http_conn_deadline(const md_http_conn *c)
@@ -1466,7 +1115,7 @@ uint64_t md_http_conn_deadline(const md_http_conn *c)
     const md_http_limits *l = &c->srv->limits;
     uint64_t ms;
     /* A pending handler keeps its own time, but while it waits for more of the body. */
-    if (c->closing || (c->req != NULL && c->req->pending != NULL && !c->req->pipe_read))
+    if (c->closing || (c->req != NULL && c->req->r.pending != NULL && !c->req->r.pipe_read))
         return UINT64_MAX;
     switch (c->phase) {
     case PHASE_IDLE:
@@ -1504,11 +1153,13 @@ int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
     if (now_ns < md_http_conn_deadline(c))
         return MD_HTTP_WANT_READ;
     c->closing = true;
-    if (c->phase == PHASE_IDLE || c->req->streaming)
+    if (c->phase == PHASE_IDLE || c->req->r.streaming)
         return MD_HTTP_WANT_CLOSE;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
-    int want = respond_error(c, 408, true, NULL) == 0 ? MD_HTTP_WANT_CLOSE : -ENOMEM;
+    take_version(c);
+    int want =
+        md__http_respond_error(&c->req->r, 408, true, NULL) == 0 ? MD_HTTP_WANT_CLOSE : -ENOMEM;
     leave(c, 0, out_before);
     return want;
 }
@@ -1516,6 +1167,10 @@ int md_http_conn_timeout(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 int md_http_conn_drain(md_http_conn *c)
 {
     c->draining = true;
+    /* A response under way closes; one whose head is still to come is kept from keep_alive by
+     * head_done(). */
+    if (c->req != NULL)
+        c->req->r.keep_alive = false;
     if (c->phase == PHASE_IDLE)
         c->closing = true;
     return c->closing ? MD_HTTP_WANT_CLOSE : MD_HTTP_WANT_READ;
@@ -1525,9 +1180,6 @@ bool md_http_conn_idle(md_http_conn *c)
 {
     if (c->phase != PHASE_IDLE)
         return false;
-    free(c->kept);
-    c->kept = NULL;
-    c->kept_len = c->kept_cap = 0;
     req_give(c->req);
     c->req = NULL;
     return true;
@@ -1535,17 +1187,11 @@ bool md_http_conn_idle(md_http_conn *c)
 
 void md_http_conn_close(md_http_conn *c)
 {
-    if (c->req != NULL && c->req->pending != NULL) {
-        md_http_pending *p = c->req->pending;
-        c->req->pending = NULL;
+    if (c->req != NULL && c->req->r.pending != NULL) {
+        md_http_pending *p = c->req->r.pending;
+        c->req->r.pending = NULL;
         p->cancel(p);
     }
-    free(c->body);
-    c->body = NULL;
-    c->body_cap = 0;
-    free(c->kept);
-    c->kept = NULL;
-    c->kept_len = c->kept_cap = 0;
     req_give(c->req);
     c->req = NULL;
     c->closing = true;

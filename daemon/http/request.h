@@ -1,0 +1,104 @@
+/* The request/response API handlers see, whatever protocol brought the request.
+ *
+ * A protocol (http1.c today; an HTTP/2 stream later) parses a request into an md_http_req,
+ * finds its route, and hands it to the route's handler (handler.h). The handler reads the
+ * request through the calls below (method, path, target and fields, the body by the mode it
+ * chose) and answers through them: a whole response from memory, a canned one, one whose body
+ * it produces, or a head followed by a body it streams or sends from a pending poll. None of
+ * them says how the response is framed on the wire: the protocol does that (an HTTP/1.x head
+ * with Content-Length and Connection today, written by response.c).
+ *
+ * md_http_req is opaque here: its fields, and the protocol's parser state, are private to
+ * http/ (request_internal.h). A handler never sees llhttp.
+ *
+ * Every call runs on the connection's task, during one of the handler's hooks or a pending
+ * poll: one thread at a time, no locking.
+ */
+#ifndef MD_REQUEST_H
+#define MD_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/outbuf.h"
+#include "http/http.h"
+
+struct md_route;
+
+/* The request: valid from the handler's first hook until its response is done. */
+typedef struct md_http_req md_http_req;
+
+/* Methods, numbered as llhttp numbers them (http1.c checks it), which is magpied's numbering
+ * for every protocol: the route table's method sets are bits of these (routes.h). The ones
+ * handlers name; md_method_name() (in routes.c, with the method table the configuration's
+ * method lists are read by) spells any of them. */
+enum md_method {
+    MD_DELETE = 0,
+    MD_GET = 1,
+    MD_HEAD = 2,
+    MD_POST = 3,
+    MD_PUT = 4,
+    MD_CONNECT = 5,
+    MD_OPTIONS = 6,
+    MD_TRACE = 7,
+    MD_PATCH = 28,
+};
+/* "GET" for MD_GET: any method a request can carry (llhttp aborts past its table). */
+const char *md_method_name(unsigned method);
+
+unsigned md_http_req_method(const md_http_req *req); /* enum md_method */
+bool md_http_req_is_head(const md_http_req *req);    /* HEAD: answer with the head alone */
+/* 0 for HTTP/1.0, 1 for HTTP/1.1 (and a later 1.x, served as 1.1). */
+unsigned md_http_req_version_minor(const md_http_req *req);
+/* The decoded, normalised path the route was found by (routes.h). */
+const char *md_http_req_path(const md_http_req *req, size_t *len);
+/* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
+ * longer than MD_HTTP_COND_KEEP. */
+const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len);
+/* With md_http_server.keep_fields: the target as sent (target_len bytes), then CRLF and each
+ * header field as "name: value" CRLF, len bytes in all; valid until the response is done. */
+const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t *len);
+/* The request had a Content-Length (a body of known length, possibly 0). */
+bool md_http_req_has_length(const md_http_req *req);
+/* It asked to switch protocols (Connection: upgrade with Upgrade). */
+bool md_http_req_upgrade(const md_http_req *req);
+/* The client was told to send its body (HTTP/1.1's 100 Continue went out). */
+bool md_http_req_continued(const md_http_req *req);
+/* The body gathered by MD_BODY_GATHER (NULL when empty). */
+const char *md_http_req_body(const md_http_req *req, size_t *len);
+/* MD_BODY_PIPE: the whole body has been parsed (and given to on_body). */
+bool md_http_req_body_done(const md_http_req *req);
+/* The client's address without port (md_http_server.peer), or NULL. */
+const char *md_http_req_peer(md_http_req *req);
+/* The settings the request is served under (its generation's). */
+const md_http_server *md_http_req_server(const md_http_req *req);
+
+/* Whether the connection ends after this response (the request asked, a drain, the limits). */
+bool md_http_req_closes(const md_http_req *req);
+/* ... and from now on it will. */
+void md_http_req_close_after(md_http_req *req);
+
+/* A whole response with a body from memory (none for HEAD). fields: more header lines, each
+ * ending in CRLF ("Location: /x\r\n"), or NULL. 0 or -ENOMEM. */
+int md_http_respond(md_http_req *req, unsigned status, const char *fields, const char *ctype,
+                    const char *body, size_t len);
+/* A 200 with a body (and ctype) that never changes for this route: from the thread's canned
+ * cache, lent when nothing else is owed (response.h). 0 or -ENOMEM. */
+int md_http_respond_canned(md_http_req *req, const struct md_route *r, const char *ctype,
+                           const char *body, size_t len);
+/* A 200 whose body produce() appends to out (the length is known once it is there). 0,
+ * -ENOMEM, or 500 answered when produce fails. */
+int md_http_respond_produced(md_http_req *req, const char *ctype,
+                             int (*produce)(void *arg, md_outbuf *out), void *arg);
+/* Only a head, for a body that follows (length bytes of it, unless HEAD): from on_head with
+ * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
+int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, const char *ctype,
+                         uint64_t length);
+/* A response whose head the handler wrote into out itself (a proxied one): counted, and
+ * logged, as one of status with body_bytes of body. */
+void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes);
+/* Where a streamed body goes: the connection's output (valid during the call only). */
+md_outbuf *md_http_req_out(md_http_req *req);
+
+#endif

@@ -1,0 +1,144 @@
+/* Inside http/: the request as the protocols fill it and request.c and accounting.c read it.
+ *
+ * A protocol (http1.c) owns the md_http_req it hands to handlers: it sets the exchange's
+ * context at each entry point (md__http_req_enter), zeroes the per-request part when a request
+ * begins, fills in what it parses (method, version, target, kept fields, the body), and calls
+ * the md__http_req_* steps below at the request's head, for each body span, and when it is
+ * complete. Nothing here is llhttp's; handlers (http/handlers/) never include this header.
+ */
+#ifndef MD_REQUEST_INTERNAL_H
+#define MD_REQUEST_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http/handler.h"
+#include "http/request.h"
+
+struct md_http_conn;
+
+struct md_http_req {
+    /* Zeroed when the request's first byte arrives, up to target[]. */
+    bool keep_alive;    /* its response keeps the connection */
+    bool method_done;   /* method is the request's */
+    bool streaming;     /* MD_BODY_STREAM: the handler's response head is already out */
+    bool piping;        /* MD_BODY_PIPE: the pending handler takes the body span by span */
+    bool pipe_read;     /* ... and has asked for the next span (MD_PENDING_READ) */
+    bool body_done;     /* the whole body has been parsed */
+    bool collect;       /* MD_BODY_GATHER: the body is gathered in body */
+    bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
+    bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
+    bool asterisk;      /* the target is "*" */
+    bool target_full;   /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
+    bool path_done;     /* saw '?': path_len is the path's length */
+    bool has_length;    /* a Content-Length came */
+    bool upgrade;       /* Connection: upgrade with Upgrade */
+    bool continued;     /* the protocol told the client to send its body (100 Continue) */
+    uint8_t method;     /* enum md_method, once method_done */
+    uint8_t http_major; /* the version, as the protocol last read it */
+    uint8_t http_minor;
+    uint8_t field_len[MD_HTTP_FIELDS]; /* bytes kept in field[] */
+    uint8_t field_cut;                 /* bit per md_http_field: longer than kept */
+    uint16_t referer_len;              /* bytes kept in referer[] (only with an access log) */
+    uint16_t user_agent_len;
+    uint32_t target_len; /* bytes kept in target[] */
+    uint32_t path_len;   /* bytes of target[] before the '?', once path_done */
+    uint32_t npath;
+    size_t body_len;                 /* bytes gathered in body */
+    const struct md_route *route;    /* NULL: 404 */
+    const char *path;                /* the normalised path: into target[] or path_buf[] */
+    struct md_http_pending *pending; /* a handler's response still to come (handler.h) */
+    uint64_t start_ns;               /* the entry point's now when its first byte came */
+    char target[MD_HTTP_TARGET_MAX];
+    char referer[MD_HTTP_FIELD_KEEP];
+    char user_agent[MD_HTTP_FIELD_KEEP];
+    char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
+    char field[MD_HTTP_FIELDS][MD_HTTP_COND_KEEP];
+
+    /* Not zeroed: the exchange's context. srv and conn from md__http_req_init() on (srv kept
+     * the connection's by the protocol), the rest set by md__http_req_enter() at every entry
+     * point. */
+    md_http_server *srv;       /* the connection's settings */
+    md_outbuf *out;            /* where responses go; NULL outside an entry point */
+    struct md_http_conn *conn; /* the protocol's connection, for the server's hooks */
+    uint64_t now_ns;           /* the entry point's now */
+    uint64_t done_ns; /* srv->mono_clock() at this entry point's first response; 0: not read */
+    /* Set to NULL and 0 when the protocol takes the request (md__http_req_init) and released
+     * when it gives it back (md__http_req_fini). */
+    char *body; /* a gathered body (MD_BODY_GATHER), until its response */
+    size_t body_cap;
+    /* With srv->keep_fields: the request's target, CRLF, then each header field as
+     * "name: value" CRLF (values without their surrounding whitespace), until its response. */
+    char *kept;
+    size_t kept_len, kept_cap;
+    uint32_t kept_target; /* bytes of the target at the start of kept */
+};
+
+/* Every entry point of a protocol starts here: the entry point's part of the context. */
+static inline void md__http_req_enter(md_http_req *r, uint64_t now_ns, md_outbuf *out)
+{
+    r->now_ns = now_ns;
+    r->done_ns = 0;
+    r->out = out;
+}
+
+/* A request state just taken (from a cache: its bytes are stale), for conn under srv (which
+ * the protocol sets again whenever the connection's settings change). */
+static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct md_http_conn *conn)
+{
+    r->srv = srv;
+    r->conn = conn;
+    r->body = NULL;
+    r->body_cap = 0;
+    r->kept = NULL;
+    r->kept_len = r->kept_cap = 0;
+    r->kept_target = 0;
+}
+
+/* Releases what the request holds before its state is given back. */
+void md__http_req_fini(md_http_req *r);
+
+/* Whether the response now being written ends the connection. */
+static inline bool md__http_req_closes(const md_http_req *r)
+{
+    return !r->keep_alive;
+}
+
+/* Finds the route for the target: origin-form "/path", or absolute-form "http://host/path";
+ * sets r->route, r->path (normalised: routes.h) or r->path_bad. r->route is NULL before (the
+ * request's fixed part zeroed) and stays NULL when no route matches. */
+void md__http_req_route(md_http_req *r);
+/* The error the core answers a request with instead of its route's handler, once the route is
+ * known: 400 for a path that does not decode, 404, 403 for a client the route's allow and deny
+ * rules refuse (http/acl.h), 405; 0 when the request goes on (to its handler, or to the core's
+ * OPTIONS). */
+unsigned md__http_req_refusal(const md_http_req *r);
+/* Whether the head goes to the route's handler: it has an on_head, the client is let in and
+ * the route takes the method. Then md__http_req_refusal() is 0 (a route was found, so the path
+ * decoded and the target is not "*"), and the protocol need not ask it. */
+static inline bool md__http_req_wants_head(const md_http_req *r)
+{
+    const struct md_route *route = r->route;
+    return route != NULL && route->handler->on_head != NULL && !r->forbidden &&
+           md_route_allows(route, r->method);
+}
+/* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes
+ * of the body. 0 or -ENOMEM. */
+int md__http_req_head(md_http_req *r, uint64_t length, bool chunked);
+/* A span of the body, by that mode: to the handler (stream, pipe) or gathered. 0, -ENOMEM (the
+ * handler failed), or 500 (a gathered body could not grow). */
+int md__http_req_body(md_http_req *r, const char *at, size_t len);
+/* The request is complete and was not streamed: what the core answers itself (OPTIONS *, the
+ * refusals, OPTIONS), else the route's handler. 0, MD_HANDLER_PENDING, or -ENOMEM. */
+int md__http_req_answer(md_http_req *r);
+/* An error response (its status table body, text/plain), with Allow when allow is set; close
+ * forces "Connection: close". 0 or -ENOMEM. */
+int md__http_respond_error(md_http_req *r, unsigned code, bool close, const char *allow);
+
+/* accounting.c: every response passes here once, with the bytes of its body (0 for HEAD). */
+void md__http_account_response(md_http_req *r, unsigned code, uint64_t body_bytes);
+/* ... and the bytes in and out of each entry point, by listener kind (core/kinds.h). */
+void md__http_account_bytes(const md_http_server *srv, unsigned listener, size_t in, size_t out);
+
+#endif

@@ -1,0 +1,285 @@
+/* Tests for daemon/http/request.c and accounting.c without a wire protocol: each test builds an
+ * md_http_req by hand, as a protocol would (HTTP/2 will, from a stream's fields), and drives
+ * the request layer's steps (route, refusal, head, body, answer) and the handlers behind them.
+ * Nothing here parses bytes: the handlers answer through request.h alone, and the responses
+ * come out as the request layer writes them.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "http/request_internal.h"
+#include "http/response.h"
+#include "http/routes.h"
+
+#define T0   UINT64_C(1000000000000)
+#define DATE "Date: Fri, 21 Nov 2025 08:37:00 GMT\r\nServer: magpied\r\n"
+
+static time_t fixed_clock(void)
+{
+    return 1763714220;
+}
+
+/* The client every test's requests come from (md_http_server.peer_addr): a loopback address,
+ * which the built-in /echo and /metrics let in; a test of the allow and deny rules sets
+ * another. */
+static uint32_t peer_ipv4 = 0x7f000001;
+
+static int test_peer_addr(struct md_http_conn *c, struct sockaddr_storage *out)
+{
+    (void)c;
+    memset(out, 0, sizeof *out);
+    struct sockaddr_in *in = (struct sockaddr_in *)out;
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(peer_ipv4);
+    return 0;
+}
+
+static md_http_server srv;
+static md_outbuf out;
+
+static void setup(void)
+{
+    memset(&srv, 0, sizeof srv);
+    md_http_limits_default(&srv.limits);
+    srv.clock = fixed_clock;
+    srv.peer_addr = test_peer_addr;
+    peer_ipv4 = 0x7f000001;
+    md_outbuf_init(&out);
+    md_http_date_refresh(fixed_clock);
+}
+
+static void teardown(void)
+{
+    md_outbuf_free(&out);
+}
+
+TestSuite(request, .init = setup, .fini = teardown, .timeout = 10);
+
+/* A request as a protocol hands it over once its head is parsed. */
+static md_http_req *req_new(unsigned method, unsigned minor, const char *target)
+{
+    md_http_req *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    md__http_req_init(r, &srv, NULL);
+    md__http_req_enter(r, T0, &out);
+    r->method = (uint8_t)method;
+    r->method_done = true;
+    r->http_major = 1;
+    r->http_minor = (uint8_t)minor;
+    r->keep_alive = true;
+    r->start_ns = T0;
+    size_t n = strlen(target);
+    memcpy(r->target, target, n);
+    r->target_len = (uint32_t)n;
+    const char *q = strchr(target, '?');
+    if (q != NULL) {
+        r->path_done = true;
+        r->path_len = (uint32_t)(q - target);
+    }
+    md__http_req_route(r);
+    return r;
+}
+
+static void req_free(md_http_req *r)
+{
+    md__http_req_fini(r);
+    free(r);
+}
+
+static void expect_out(const char *want)
+{
+    size_t have = md_outbuf_pending(&out);
+    const char *p = md_outbuf_pending_data(&out);
+    cr_assert(have == strlen(want) && memcmp(p, want, have) == 0, "got %.*s\nwant %s", (int)have, p,
+              want);
+    md_outbuf_consume(&out, have);
+}
+
+Test(request, a_handler_answers_a_request_no_protocol_parsed)
+{
+    md_http_req *r = req_new(MD_GET, 1, "/");
+    cr_assert_not_null(r->route, "the built-in / route");
+    cr_assert_eq(md__http_req_refusal(r), 0);
+    cr_assert_not(md__http_req_wants_head(r), "text answers from on_req alone");
+    cr_assert_eq(md__http_req_answer(r), MD_HANDLER_DONE);
+    expect_out("HTTP/1.1 200 OK\r\n" DATE "Content-Type: text/plain\r\nContent-Length: 13\r\n\r\n"
+               "Hello, World!");
+    cr_assert_not(md_http_req_closes(r));
+    req_free(r);
+}
+
+Test(request, the_path_is_decoded_and_normalised_for_the_route)
+{
+    md_http_req *r = req_new(MD_GET, 1, "http://example.com/a/..//healthz?x=1");
+    size_t len;
+    const char *path = md_http_req_path(r, &len);
+    cr_assert_eq(len, 8);
+    cr_assert_arr_eq(path, "/healthz", 8);
+    cr_assert_not_null(r->route);
+    cr_assert_eq(md__http_req_refusal(r), 0);
+    req_free(r);
+
+    r = req_new(MD_GET, 1, "/a%00b");
+    cr_assert(r->path_bad);
+    cr_assert_eq(md__http_req_refusal(r), 400);
+    req_free(r);
+}
+
+Test(request, refusals_and_options_need_no_handler)
+{
+    md_http_req *r = req_new(MD_GET, 1, "/nothing-here");
+    cr_assert_eq(md__http_req_refusal(r), 404);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 404 Not Found\r\n" DATE "Content-Type: text/plain\r\n"
+               "Content-Length: 10\r\n\r\nNot Found\n");
+    cr_assert_not(md_http_req_closes(r), "404 keeps the connection");
+    req_free(r);
+
+    r = req_new(MD_POST, 1, "/");
+    cr_assert_eq(md__http_req_refusal(r), 405);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_not_null(strstr(md_outbuf_pending_data(&out), "\r\nAllow: GET, HEAD, OPTIONS\r\n"));
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+
+    r = req_new(MD_OPTIONS, 1, "/");
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_eq(strncmp(md_outbuf_pending_data(&out), "HTTP/1.1 200 OK\r\n", 17), 0);
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+}
+
+Test(request, a_gathered_body_goes_back_to_the_echo_handler)
+{
+    md_http_req *r = req_new(MD_POST, 1, "/echo");
+    cr_assert(md__http_req_wants_head(r));
+    cr_assert_eq(md__http_req_head(r, 5, false), 0);
+    cr_assert(r->collect, "echo gathers a short body");
+    cr_assert_eq(md__http_req_body(r, "he", 2), 0);
+    cr_assert_eq(md__http_req_body(r, "llo", 3), 0);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 200 OK\r\n" DATE "Content-Type: application/octet-stream\r\n"
+               "Content-Length: 5\r\n\r\nhello");
+    req_free(r);
+}
+
+Test(request, head_and_http10_shape_the_response_not_the_handler)
+{
+    md_http_req *r = req_new(MD_HEAD, 1, "/");
+    cr_assert(md_http_req_is_head(r));
+    cr_assert_eq(md_http_respond(r, 200, "X-A: 1\r\n", "text/plain", "body", 4), 0);
+    expect_out("HTTP/1.1 200 OK\r\n" DATE "X-A: 1\r\nContent-Type: text/plain\r\n"
+               "Content-Length: 4\r\n\r\n");
+    req_free(r);
+
+    r = req_new(MD_GET, 0, "/");
+    cr_assert_eq(md_http_req_version_minor(r), 0);
+    cr_assert_eq(md_http_respond(r, 200, NULL, "text/plain", "x", 1), 0);
+    expect_out("HTTP/1.1 200 OK\r\n" DATE "Connection: keep-alive\r\nContent-Type: text/plain\r\n"
+               "Content-Length: 1\r\n\r\nx");
+    req_free(r);
+}
+
+Test(request, a_status_that_closes_closes_whoever_answers)
+{
+    md_http_req *r = req_new(MD_GET, 1, "/");
+    cr_assert_not(md_http_req_closes(r));
+    cr_assert_eq(md_http_respond(r, 400, NULL, "text/plain", NULL, 0), 0);
+    cr_assert(md_http_req_closes(r), "400 ends the connection");
+    cr_assert_not_null(strstr(md_outbuf_pending_data(&out), "\r\nConnection: close\r\n"));
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+
+    r = req_new(MD_GET, 1, "/");
+    md_http_req_close_after(r);
+    cr_assert(md_http_req_closes(r));
+    req_free(r);
+}
+
+static int produce_fails(void *arg, md_outbuf *o)
+{
+    (void)arg;
+    (void)md_outbuf_append(o, "partial", 7);
+    return -EIO;
+}
+
+Test(request, a_failed_producer_is_a_500_and_a_close)
+{
+    md_http_req *r = req_new(MD_GET, 1, "/metrics");
+    cr_assert_eq(md_http_respond_produced(r, "text/plain", produce_fails, NULL), 0);
+    expect_out("HTTP/1.1 500 Internal Server Error\r\n" DATE "Connection: close\r\n"
+               "Content-Type: text/plain\r\nContent-Length: 22\r\n\r\nInternal Server Error\n");
+    cr_assert(md_http_req_closes(r));
+    req_free(r);
+}
+
+static md_http_exchange logged;
+static int logs;
+
+static void record(void *arg, const struct md_http_conn *c, const md_http_exchange *x)
+{
+    (void)arg;
+    cr_assert_null(c, "the protocol's connection, passed through untouched");
+    logged = *x;
+    logs++;
+}
+
+Test(request, every_response_is_accounted_once)
+{
+    static md_metrics metrics;
+    md_metrics *m = &metrics;
+    md_metrics_init(m);
+    srv.metrics = m;
+    srv.access_log = record;
+    logs = 0;
+    md_http_req *r = req_new(MD_GET, 1, "/x?y");
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_eq(logs, 1);
+    cr_assert_eq(logged.status, 404);
+    cr_assert_eq(logged.method_len, 3);
+    cr_assert_arr_eq(logged.method, "GET", 3);
+    cr_assert_eq(logged.target_len, 4);
+    cr_assert_eq(logged.http_minor, 1);
+    cr_assert_eq(logged.body_bytes, 10);
+    md_metrics_shard *s = md_metrics_local(m);
+    cr_assert_eq(atomic_load_explicit(&s->responses[3], memory_order_relaxed), 1, "one 4xx");
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+    srv.metrics = NULL;
+}
+
+/* A route's allow and deny rules answer 403 before its handler, its body and its methods: the
+ * built-in /echo and /metrics let loopback clients in alone; a client whose address is not
+ * known matches "all" alone. */
+Test(request, a_client_the_rules_refuse_gets_403_before_anything_else)
+{
+    peer_ipv4 = 0x0a000001; /* 10.0.0.1 */
+    md_http_req *r = req_new(MD_GET, 1, "/metrics");
+    cr_assert_eq(md__http_req_refusal(r), 403);
+    cr_assert_not(md__http_req_wants_head(r));
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 403 Forbidden\r\n" DATE "Content-Type: text/plain\r\n"
+               "Content-Length: 10\r\n\r\nForbidden\n");
+    cr_assert_not(md_http_req_closes(r), "403 keeps the connection");
+    req_free(r);
+    r = req_new(MD_DELETE, 1, "/echo");
+    cr_assert_eq(md__http_req_refusal(r), 403, "403, not 405: nothing of the route is told");
+    req_free(r);
+    r = req_new(MD_GET, 1, "/healthz");
+    cr_assert_eq(md__http_req_refusal(r), 0, "a route without rules lets everyone in");
+    req_free(r);
+
+    peer_ipv4 = 0x7f000002;
+    r = req_new(MD_POST, 1, "/echo");
+    cr_assert_eq(md__http_req_refusal(r), 0);
+    req_free(r);
+    srv.peer_addr = NULL;
+    r = req_new(MD_POST, 1, "/echo");
+    cr_assert_eq(md__http_req_refusal(r), 403);
+    req_free(r);
+}
