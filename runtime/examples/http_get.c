@@ -46,8 +46,8 @@ static void tcp_closed(mp_tcp *t)
 
 static void close_stream(fetcher *f)
 {
-    if (f->tcp && mp_tcp_close(f->tcp, tcp_closed) != 0)
-        free(f->tcp); /* -ESHUTDOWN: shutdown closed it already, nobody calls back */
+    if (f->tcp)
+        mp_tcp_close(f->tcp, tcp_closed); /* tcp_closed runs once, whatever it returns */
     f->tcp = NULL;
 }
 

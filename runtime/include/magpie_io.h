@@ -90,7 +90,7 @@ typedef struct mp_timer {
     mp_runtime *rt;
 } mp_timer;
 
-uint64_t mp_now_ms(void);
+/* mp_now_ms(), the clock of timers and deadlines, is in magpie_core.h. */
 void mp_timer_init(mp_timer *t, mp_runtime *rt);
 /* MP_READY once mp_now_ms() >= deadline_ms; MP_PENDING, and the task is woken then. The
  * deadline may change between polls; moving it later is cheap (no clock read, no wheel
@@ -100,14 +100,16 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
 
-/* A deadline around any poll: poll(arg, cx) first, then the timer t. MP_READY with *err = 0
- * when the inner poll is ready (the timer is disarmed), or -ETIMEDOUT when deadline_ms passed
- * first: the inner wait is then still registered, and the caller must cancel it (its
- * primitive's cancel_wait) before giving it up. MP_PENDING: both will wake the task. t is the
- * caller's, initialised with mp_timer_init(); mp_timer_cancel() it in the task's cancel
- * callback as for any timer. */
-mp_poll mp_timeout_poll(mp_timer *t, uint64_t deadline_ms,
-                        mp_poll (*poll)(void *arg, mp_context *cx), void *arg, mp_context *cx,
+/* A deadline around any wait of a task (tokio::time::timeout): w->poll first, then the timer
+ * t. MP_READY with *err = 0 when the wait is over (its result wherever w->arg says; the timer
+ * is disarmed), or with *err = -ETIMEDOUT when deadline_ms passed first: w->cancel has then
+ * run, so nothing of the wait stays registered and nothing handed to it is kept (if the cancel
+ * reports the wait complete after all, *err is 0 instead). MP_PENDING: both the wait and the
+ * timer will wake the task. A wait that is ready wins over a deadline that passed at the same
+ * moment. t is the caller's, initialised with mp_timer_init() (one per task serves every wait
+ * in turn); mp_timer_cancel() it, and w->cancel the wait, in the task's cancel callback as for
+ * any wait. mp_wait and the race it settles: magpie_core.h, "Deadlines". */
+mp_poll mp_timeout_poll(mp_timer *t, uint64_t deadline_ms, const mp_wait *w, mp_context *cx,
                         int *err);
 
 /* Readiness of one socket, as the runtime's edge-triggered epoll set reports it: embedded in
@@ -170,6 +172,14 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
 /* Any thread: the task's current or next mp_tcp_read_poll returns MP_READY with *len == 0 and
  * *err == -EINTR, once (e.g. a graceful stop reaching a connection waiting for its peer). */
 void mp_tcp_interrupt(mp_tcp *c);
+/* The reader stops waiting (a timeout, a select's other arm): withdraws the waker that a
+ * mp_tcp_read_poll() returning MP_PENDING left; what arrives meanwhile stays for the next
+ * read. mp_tcp_cancel_write() does the same for a write or sendfile that returned MP_PENDING
+ * (the bytes it sent are sent; mp_tcp_write_progress() says how many; call it again with the
+ * same arguments to go on, or close). Neither closes the stream. The reader's, the writer's
+ * call. */
+void mp_tcp_cancel_read(mp_tcp *c);
+void mp_tcp_cancel_write(mp_tcp *c);
 /* The task is done with n bytes of the view. */
 void mp_tcp_consume(mp_tcp *c, size_t n);
 /* Write all of data[0..len): MP_READY with *err = 0 or a negative errno (EPIPE, ECONNRESET);
@@ -316,6 +326,9 @@ int mp_tcp_listener_fileno(const mp_tcp_listener *l);
 mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err);
 /* Any thread: the acceptor's current or next poll returns -EINTR, once. */
 void mp_tcp_listener_interrupt(mp_tcp_listener *l);
+/* The acceptor stops waiting (a timeout): withdraws the waker mp_tcp_accept_poll() left;
+ * connections that arrive stay queued for the next accept. The acceptor's call. */
+void mp_tcp_listener_cancel_accept(mp_tcp_listener *l);
 /* Stop listening; a task waiting in mp_tcp_accept_poll() is woken and sees -EBADF. on_closed(l)
  * runs on the loop's thread once the socket is closed (after mp_runtime_shutdown at the
  * latest); l may be freed then if no task will poll it again. 0, -EBADF (not open), or
@@ -374,6 +387,11 @@ mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsi
 mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs, unsigned n,
                                unsigned *done, int *err);
 void mp_udp_interrupt(mp_udp *u);
+/* The receiver (sender) stops waiting (a timeout): withdraws the waker a receive (send) poll
+ * that returned MP_PENDING left. The socket stays open; a datagram that arrives stays for the
+ * next receive. The receiver's, the sender's call. */
+void mp_udp_cancel_recv(mp_udp *u);
+void mp_udp_cancel_send(mp_udp *u);
 /* As mp_tcp_listener_close(): a task waiting to send or receive sees -EBADF. */
 int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u));
 

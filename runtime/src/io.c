@@ -52,16 +52,39 @@
  * it. Both sides change the one word with read-modify-writes, so whichever comes second sees
  * the other: the close never runs while a call is in progress, and no call starts after it.
  * A stream (mp_tcp) is closed by its owner only, and skips the count on its hot path.
+ *
+ * Who calls on_closed: one rule for every socket object, whatever the close returns: every
+ * mp_*_close() call that is not refused as a second one (-EALREADY) has its on_closed run once,
+ * after which the runtime never touches the object; the memory may go there. Usually the loop
+ * runs it from libuv's close callback. But the runtime's shutdown closes every socket still
+ * open, with no callback of the user's, and a close may come after that or during it:
+ *
+ *   user's close (any thread)                  shutdown's close (the loop's thread)
+ *                                              close_all: close_fn, then libuv's callback
+ *   CLOSE_REQ; on_closed = cb                  close_cb: no callback set -> none called
+ *   the loop refuses (-ESHUTDOWN)              (the old rule said "on_closed will not run,
+ *   free(c) at once                             free at once"; a callback already looking
+ *                                               at on_closed read a freed object)
+ *
+ * Fixed with two bits of the state word, both set by read-modify-writes, so whichever comes
+ * second sees the other: the closer publishes its callback with NOTIFY (A), and the loop's
+ * close callback, its last touch of the object, sets DONE (B). Whoever comes second runs
+ * on_closed: the loop if it sees NOTIFY, the closer (inline, before it returns -ESHUTDOWN) if
+ * it sees DONE. A socket that was never open (zeroed, a failed open or connect) has nothing to
+ * close: its close runs on_closed inline at once (-EBADF). A failed mp_tcp_accept() leaves a
+ * libuv handle closing in the object: it is marked CLOSING|CLAIMED (open for nobody, but a
+ * close of its own under way) and its close callback sets DONE as any other.
  */
 #include "internal.h"
 
 #include <sys/epoll.h>
 
 /* mp_io.state: zero (a zeroed or failed socket) is closed. OPEN once registered; then a closer
- * sets CLOSE_REQ (it won: it may write close_cb), then CLOSING (polls stop), and whoever sees
- * CLOSING with no user first sets CLAIMED and finishes the close. USER counts system calls in
- * progress (mp__io_enter). */
-enum { OPEN = 1, CLOSE_REQ = 2, CLOSING = 4, CLAIMED = 8, USER = 16 };
+ * sets CLOSE_REQ (it won: it may write close_cb), then CLOSING|NOTIFY (polls stop; its
+ * callback is published), and whoever sees CLOSING with no user first sets CLAIMED and
+ * finishes the close. DONE: the loop finished closing the socket (never unset until the object
+ * is opened again). USER counts system calls in progress (mp__io_enter). */
+enum { OPEN = 1, CLOSE_REQ = 2, CLOSING = 4, CLAIMED = 8, NOTIFY = 16, DONE = 32, USER = 64 };
 
 static void lock(mp_io *io)
 {
@@ -346,6 +369,18 @@ void mp__io_disown(mp_io *io)
     mp_waker_drop(&w);
 }
 
+void mp__io_cancel(mp_io *io, bool reader)
+{
+    /* Under the lock the loop takes the waker under (mp__io_ready()): after this it can wake
+     * only a waker registered by a later poll. */
+    lock(io);
+    mp_waker *slot = reader ? &io->reader : &io->writer;
+    mp_waker w = *slot;
+    *slot = (mp_waker){0};
+    unlock(io);
+    mp_waker_drop(&w);
+}
+
 static void close_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
@@ -359,29 +394,69 @@ static void close_cmd(uv_loop_t *loop, void *arg)
     tsan_fd_closed(fd);
 }
 
-int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)
+int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
+                 void (*run_cb)(mp_io *io))
 {
     uint32_t s = atomic_load_explicit(&io->state, memory_order_relaxed);
     do {
-        if (!(s & OPEN) || (s & CLOSE_REQ))
+        if (!(s & OPEN)) {
+            /* Never open (zeroed, a failed open, connect or accept): nothing to close, and
+             * nothing of the runtime's refers to it. */
+            set_cb(io, cb);
+            run_cb(io);
             return -EBADF;
+        }
+        if (s & CLOSE_REQ)
+            return -EALREADY; /* the first close's on_closed runs, not this one's */
         /* Relaxed: only decides which closer wins; what it writes is published below. */
     } while (!atomic_compare_exchange_weak_explicit(&io->state, &s, s | CLOSE_REQ,
                                                     memory_order_relaxed, memory_order_relaxed));
+    bool failed_accept = (s & CLAIMED) != 0; /* a close of its own under way, never open */
     set_cb(io, cb);
-    /* Release: publishes the callback to whoever finishes the close (pairs with the acquire
-     * CAS in finish_if_idle()). */
-    s = atomic_fetch_or_explicit(&io->state, CLOSING, memory_order_release) | CLOSING;
+    /* (A) acq_rel. Release: publishes the callback to whoever finishes the close (pairs with
+     * the acquire CAS in finish_if_idle()) and to the loop's close callback (pairs with the
+     * acquire of (B) in mp__io_closed()). Acquire: when DONE is already set, the loop's last
+     * touches of the object happened before our inline callback (pairs with the release of
+     * (B)). */
+    s = atomic_fetch_or_explicit(&io->state, CLOSING | NOTIFY, memory_order_acq_rel) | CLOSING;
+    if (s & DONE) {
+        /* The shutdown closed the socket and its close callback ran before (A): it saw no
+         * NOTIFY, so the callback is ours to run. */
+        run_cb(io);
+        return -ESHUTDOWN;
+    }
     wake_all(io);
     int rc = 0; /* a user still in a system call finishes it when it leaves */
+    /* -ESHUTDOWN here: the loop refused the close because the shutdown closes (or closed)
+     * every open socket; its close callback comes after (A) and runs on_closed. */
     finish_if_idle(io, s, &rc);
-    return rc;
+    return failed_accept ? -EBADF : rc;
 }
 
-void mp__io_closed(mp_io *io)
+static bool io_done(mp_io *io)
+{
+    /* (B) acq_rel. Acquire: a callback published by (A) is visible (pairs with its release).
+     * Release: everything the loop did to the object happens before a closer that sees DONE
+     * runs on_closed inline and frees it (pairs with the acquire of (A)). */
+    return atomic_fetch_or_explicit(&io->state, DONE, memory_order_acq_rel) & NOTIFY;
+}
+
+bool mp__io_closed(mp_io *io)
 {
     io_unlink(io);
     mp__io_disown(io);
+    return io_done(io);
+}
+
+bool mp__io_failed_closed(mp_io *io)
+{
+    return io_done(io);
+}
+
+void mp__io_mark_failed(mp_io *io)
+{
+    /* Relaxed: the object is still the caller's alone; whatever hands it on orders it. */
+    atomic_store_explicit(&io->state, OPEN | CLOSING | CLAIMED, memory_order_relaxed);
 }
 
 /* Shutdown, with the role held and every worker stopped: close every socket still open.
