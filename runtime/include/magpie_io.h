@@ -164,7 +164,8 @@ struct mp_tcp {
 
 /* On the loop's thread (a connection callback): accept a connection from server into c,
  * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. On an error c
- * is left closed: nothing to close, and mp_tcp_fileno() returns -EBADF. */
+ * is not open (mp_tcp_fileno() returns -EBADF) but is closed with mp_tcp_close() all the same,
+ * and freed in its on_closed: libuv may still hold the handle c holds (mp_tcp_close's rule). */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = MP_EOF or a negative errno, or MP_PENDING until data arrives. */
@@ -244,13 +245,19 @@ uint64_t mp_tcp_read_time(const mp_tcp *c);
 size_t mp_tcp_write_progress(const mp_tcp *c);
 /* Close the stream: the owner's call (the read buffer goes back at once), from its poll, its
  * cancel callback, or after the hand-off rules above a thread that holds it. A task that
- * waits on it is woken and sees -EBADF. on_closed(c) runs on the loop's thread once the
- * socket is closed (and after mp_runtime_shutdown at the latest), possibly before the
- * closing poll has returned: c may be freed then if no task will poll it again (count the
- * two, as the examples do). Returns 0, or -EBADF when c is not open (never accepted, a failed
- * accept or connect, closed already: on_closed will not run for this call), or -ESHUTDOWN
- * once the runtime has shut down (its shutdown closed the socket already; on_closed will not
- * run). */
+ * waits on it is woken and sees -EBADF.
+ *
+ * The one rule for freeing a socket object (mp_tcp, mp_tcp_listener, mp_udp alike): close
+ * every object that was zeroed or handed to an open (accept, connect, listen, bind), whether
+ * that open succeeded or not, once; free it in on_closed, once no task will poll it again
+ * (count the two, as the examples do). on_closed(c) (may be NULL) runs exactly once for the
+ * close, whatever it returns, and the runtime does not touch c after it: on the loop's thread
+ * once the socket is closed (after mp_runtime_shutdown at the latest), possibly before the
+ * closing poll has returned; or at once, on the caller's thread before the close returns, when
+ * nothing is left to close. Returns 0 (closed, or closing); -EBADF: c was not open (zeroed, a
+ * failed accept or connect), on_closed ran; -ESHUTDOWN: the runtime's shutdown had closed it,
+ * on_closed ran or runs from that close; -EALREADY: c was closed before (a second close: this
+ * on_closed is not recorded and does not run; the first close's does). */
 int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
 
 /* Give back the wakers the calling task left in the stream (a read or write that returned
@@ -266,7 +273,8 @@ void mp_tcp_disown(mp_tcp *c);
  * what leaks no socket and no waker. bufsize as for mp_tcp_accept(). Returns 0, -EINVAL (addr
  * NULL or of a family other than AF_INET/AF_INET6, or addrlen too short), -ESHUTDOWN, or the
  * socket's or connect()'s immediate error as a negative errno (-EMFILE, -ENETUNREACH, ...);
- * on an error the stream is left closed (nothing to close). Any thread. */
+ * on an error the stream is not open, and is closed as after a failed mp_tcp_connect_poll():
+ * mp_tcp_close() runs its on_closed at once (-EBADF). Any thread. */
 int mp_tcp_connect(mp_runtime *rt, mp_tcp *c, const struct sockaddr *addr, size_t bufsize);
 /* From the task that owns c: MP_READY with *err = 0 once connected, or a negative errno
  * (-ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, ...); MP_PENDING until then. With timer non-NULL
@@ -307,7 +315,7 @@ enum {
 /* Bind to addr (AF_INET or AF_INET6; port 0 picks one, see mp_tcp_listener_addr) with
  * SO_REUSEADDR and the flags above, and listen with backlog (0: SOMAXCONN). 0, -EINVAL, or
  * the negative errno of socket/bind/listen (-EADDRINUSE, -EACCES, -EMFILE...); on an error l
- * is left closed. Any thread. */
+ * is not open (its close runs on_closed at once). Any thread. */
 int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *addr, int backlog,
                   unsigned flags);
 /* Adopt a socket already bound and listening (systemd's LISTEN_FDS): l owns fd from then on,
@@ -318,10 +326,11 @@ int mp_tcp_listener_addr(mp_tcp_listener *l, struct sockaddr_storage *out);
 int mp_tcp_listener_fileno(const mp_tcp_listener *l);
 /* Accept one connection into c (its storage, not open), with a read buffer of bufsize bytes
  * (0: 16 KiB): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY with a
- * negative errno and c closed: -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out of descriptors or
- * memory: the pending connection stays queued in the kernel; wait, e.g. on a timer, before
- * polling again, or this is a busy loop), -EBADF once the listener is closed (also to a task
- * waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();
+ * negative errno and c not open (close it as any: mp_tcp_close() runs on_closed at once;
+ * while this returns MP_PENDING c is not the stream's yet): -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out
+ * of descriptors or memory: the pending connection stays queued in the kernel; wait, e.g. on a
+ * timer, before polling again, or this is a busy loop), -EBADF once the listener is closed (also to
+ * a task waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();
  * MP_PENDING until a connection comes. One task accepts at a time. */
 mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err);
 /* Any thread: the acceptor's current or next poll returns -EINTR, once. */
@@ -330,9 +339,9 @@ void mp_tcp_listener_interrupt(mp_tcp_listener *l);
  * connections that arrive stay queued for the next accept. The acceptor's call. */
 void mp_tcp_listener_cancel_accept(mp_tcp_listener *l);
 /* Stop listening; a task waiting in mp_tcp_accept_poll() is woken and sees -EBADF. on_closed(l)
- * runs on the loop's thread once the socket is closed (after mp_runtime_shutdown at the
- * latest); l may be freed then if no task will poll it again. 0, -EBADF (not open), or
- * -ESHUTDOWN (the runtime's shutdown closed it already; on_closed will not run). Any thread. */
+ * runs exactly once, whatever this returns, and l may be freed there if no task will poll it
+ * again: mp_tcp_close()'s rule and return values (0, -EBADF, -ESHUTDOWN, -EALREADY). Any
+ * thread. */
 int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l));
 
 /* UDP sockets for tasks, with the readiness design of the streams: the task sends and receives
@@ -349,8 +358,8 @@ struct mp_udp {
 };
 
 /* A UDP socket bound to addr (port 0: any; the address family decides the socket's), with
- * MP_TCP_REUSEPORT / MP_TCP_IPV6ONLY as flags. 0, -EINVAL, or -errno; on an error u is left
- * closed. Any thread. */
+ * MP_TCP_REUSEPORT / MP_TCP_IPV6ONLY as flags. 0, -EINVAL, or -errno; on an error u is not
+ * open (its close runs on_closed at once). Any thread. */
 int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned flags);
 /* Set the default peer (connect(2)): sends without an address go there, and only its
  * datagrams are received. 0 or -errno. */
@@ -392,7 +401,8 @@ void mp_udp_interrupt(mp_udp *u);
  * next receive. The receiver's, the sender's call. */
 void mp_udp_cancel_recv(mp_udp *u);
 void mp_udp_cancel_send(mp_udp *u);
-/* As mp_tcp_listener_close(): a task waiting to send or receive sees -EBADF. */
+/* As mp_tcp_listener_close(), mp_tcp_close()'s rule: a task waiting to send or receive sees
+ * -EBADF; on_closed(u) runs exactly once whatever this returns; -EALREADY for a second close. */
 int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u));
 
 /* Name resolution on the blocking pool (getaddrinfo(3)), so it never blocks a worker. */

@@ -67,13 +67,18 @@
  *                                               at on_closed read a freed object)
  *
  * Fixed with two bits of the state word, both set by read-modify-writes, so whichever comes
- * second sees the other: the closer publishes its callback with NOTIFY (A), and the loop's
- * close callback, its last touch of the object, sets DONE (B). Whoever comes second runs
- * on_closed: the loop if it sees NOTIFY, the closer (inline, before it returns -ESHUTDOWN) if
- * it sees DONE. A socket that was never open (zeroed, a failed open or connect) has nothing to
- * close: its close runs on_closed inline at once (-EBADF). A failed mp_tcp_accept() leaves a
- * libuv handle closing in the object: it is marked CLOSING|CLAIMED (open for nobody, but a
- * close of its own under way) and its close callback sets DONE as any other.
+ * second sees the other: the closer sets NOTIFY as its last touch of the object (A), after
+ * waking the waiters and asking the loop for the close, and the loop's close callback, its
+ * last touch, sets DONE (B). Whoever comes second runs on_closed: the loop if it sees NOTIFY,
+ * the closer (inline, before it returns) if it sees DONE. NOTIFY must be the closer's last
+ * touch: set earlier, the shutdown's close callback could free the object while the closer
+ * still asks the loop for the close (ThreadSanitizer saw exactly that in
+ * test_io.c's closes_racing_the_shutdown_run_on_closed_once). A user leaving a system call
+ * may finish a close too (mp__io_leave()), but the shutdown's close comes only after every
+ * worker has stopped, so no task is inside one then. A socket that was never open (zeroed, a failed
+ * open or connect) has nothing to close: its close runs on_closed inline at once (-EBADF). A failed
+ * mp_tcp_accept() leaves a libuv handle closing in the object: it is marked CLOSING|CLAIMED (open
+ * for nobody, but a close of its own under way) and its close callback sets DONE as any other.
  */
 #include "internal.h"
 
@@ -413,23 +418,27 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
                                                     memory_order_relaxed, memory_order_relaxed));
     bool failed_accept = (s & CLAIMED) != 0; /* a close of its own under way, never open */
     set_cb(io, cb);
-    /* (A) acq_rel. Release: publishes the callback to whoever finishes the close (pairs with
-     * the acquire CAS in finish_if_idle()) and to the loop's close callback (pairs with the
-     * acquire of (B) in mp__io_closed()). Acquire: when DONE is already set, the loop's last
-     * touches of the object happened before our inline callback (pairs with the release of
-     * (B)). */
-    s = atomic_fetch_or_explicit(&io->state, CLOSING | NOTIFY, memory_order_acq_rel) | CLOSING;
+    /* acq_rel. Release: publishes the callback to whoever finishes the close (pairs with the
+     * acquire CAS in finish_if_idle()). Acquire: as (A), for the case below. */
+    s = atomic_fetch_or_explicit(&io->state, CLOSING, memory_order_acq_rel) | CLOSING;
     if (s & DONE) {
-        /* The shutdown closed the socket and its close callback ran before (A): it saw no
-         * NOTIFY, so the callback is ours to run. */
+        /* The shutdown closed the socket, and its close callback, the loop's last touch, ran
+         * already (it saw no NOTIFY): the callback is ours, and the runtime may be gone. */
         run_cb(io);
         return -ESHUTDOWN;
     }
     wake_all(io);
     int rc = 0; /* a user still in a system call finishes it when it leaves */
     /* -ESHUTDOWN here: the loop refused the close because the shutdown closes (or closed)
-     * every open socket; its close callback comes after (A) and runs on_closed. */
+     * every open socket; that close's callback runs on_closed if it comes after (A). */
     finish_if_idle(io, s, &rc);
+    /* (A) acq_rel, our last touch of the object: once NOTIFY is set, the loop's close callback
+     * may run on_closed and the object go. Release: publishes the callback to the loop's close
+     * callback (pairs with the acquire of (B) in io_done()). Acquire: when DONE is already set,
+     * the loop's last touches of the object happened before our inline callback (pairs with
+     * the release of (B)). */
+    if (atomic_fetch_or_explicit(&io->state, NOTIFY, memory_order_acq_rel) & DONE)
+        run_cb(io); /* the socket's close finished before (A): the loop left it to us */
     return failed_accept ? -EBADF : rc;
 }
 
