@@ -178,9 +178,10 @@ void __sanitizer_syscall_pre_impl_close(long fd);
 #endif
 
 /* Every close_fn has libuv close the descriptor before it returns (uv_close), and libuv closes
- * with syscall(SYS_close), which ThreadSanitizer does not see. Unaware of the close, it takes a
- * later descriptor of the same number opened where it does not look either (magpied's openat2)
- * for this socket, and reports the new owner's close as racing with this thread's epoll_ctl. */
+ * with syscall(SYS_close), which ThreadSanitizer does not see; so it is told just before. Unaware
+ * of the close, it takes a later descriptor of the same number opened where it does not look either
+ * (magpied's openat2) for this socket, and reports the new owner's close as racing with this
+ * thread's epoll_ctl. */
 static inline void tsan_fd_closed(int fd)
 {
 #ifdef __SANITIZE_THREAD__
@@ -394,9 +395,11 @@ static void close_cmd(uv_loop_t *loop, void *arg)
         return; /* shutdown's close_all got here first */
     io->close_started = true;
     epoll_ctl(io->rt->reactor.epfd, EPOLL_CTL_DEL, io->fd, NULL);
-    int fd = io->fd;
+    /* Told before the close, as the hook's name says: after it, another thread may already
+     * have the number back from socket(), and the late annotation looked like a race with
+     * that new socket (test_api_stress_io under TSan). */
+    tsan_fd_closed(io->fd);
     io->close_fn(io);
-    tsan_fd_closed(fd);
 }
 
 int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
