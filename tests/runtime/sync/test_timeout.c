@@ -389,6 +389,59 @@ Test(timeout, wait_until_grant_racing_the_deadline, .timeout = 120)
     }
 }
 
+/* A send racing the deadline of a plain thread's receive: the sender takes the receiver's waker
+ * out under the channel's lock and wakes it after, possibly after the receiver has timed out
+ * (or taken the value in its last poll) and returned. The wake must not write into the
+ * returned frame (mp_wait_until waits for it), and the value is received exactly once. */
+typedef struct late_sender {
+    mp_chan *c;
+    unsigned delay_us;
+} late_sender;
+
+static void *send_late(void *arg)
+{
+    late_sender *l = arg;
+    usleep(l->delay_us);
+    cr_assert_eq(mp_chan_try_send(l->c, (void *)0x77), 0);
+    return NULL;
+}
+
+static int recv_with_deadline(mp_chan *c, uint64_t deadline, void **value)
+{
+    recv_wait r = {.c = c, .err = 1};
+    mp_wait w = {recv_poll, recv_cancel, &r};
+    int rc = mp_wait_until(&w, deadline);
+    *value = r.value;
+    return rc == 0 ? r.err : rc;
+}
+
+Test(timeout, wait_until_send_racing_the_deadline, .timeout = 120)
+{
+    uint64_t seed = test_seed();
+    mp_chan c;
+    cr_assert_eq(mp_chan_init(&c, 1), 0);
+    unsigned got = 0;
+    for (int round = 0; round < 300; round++) {
+        late_sender l = {.c = &c, .delay_us = (unsigned)(test_rand(&seed) % 3000)};
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, send_late, &l), 0);
+        void *v = NULL;
+        int rc = recv_with_deadline(&c, mp_now_ms() + 1 + test_rand(&seed) % 2, &v);
+        pthread_join(th, NULL);
+        if (rc == 0) {
+            cr_assert_eq(v, (void *)0x77);
+            got++;
+        } else {
+            cr_assert_eq(rc, -ETIMEDOUT);
+            cr_assert_eq(mp_chan_try_recv(&c, &v), 0, "round %d: the value was lost", round);
+        }
+        cr_assert_eq(mp_chan_try_recv(&c, &v), -EAGAIN, "round %d: received twice", round);
+        cr_assert(mp_waker_is_empty(&c.rx_waker));
+    }
+    (void)got;
+    mp_chan_destroy(&c);
+}
+
 /* From a worker, a blocking wait would stall it: refused. */
 static _Atomic int worker_rc;
 
