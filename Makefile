@@ -52,14 +52,19 @@ LIBDOCDIR ?= $(PREFIX)/share/doc/magpie
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 
 # libmagpie's version, in one place: MP_VERSION_MAJOR/MINOR/PATCH in magpie_core.h. The
-# shared library's name and the .pc files take it from there. SOVERSION is the ABI's version,
-# raised when a release breaks the ABI.
+# shared library's name, its SONAME and the .pc files take it from there. SOVERSION is the
+# ABI's version, derived by semver: from 1.0 the major (a release that breaks the ABI raises
+# it); before 1.0 any minor may break it (0.2 did: mp_tcp and the other socket objects no
+# longer hold libuv's types, mp_task grew its deadline), so it is 0.MINOR, as libuv 0.10's
+# libuv.so.0.10 was, and a program linked against 0.1 is not loaded with 0.2.
 VERSION   := $(shell sed -n 's/^.define MP_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
 	       runtime/include/magpie_core.h | paste -sd.)
 ifeq ($(filter 3,$(words $(subst ., ,$(VERSION)))),)
   $(error no MP_VERSION_MAJOR/MINOR/PATCH in runtime/include/magpie_core.h (read '$(VERSION)'))
 endif
-SOVERSION := 0
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
+SOVERSION := $(if $(filter 0,$(VERSION_MAJOR)),0.$(VERSION_MINOR),$(VERSION_MAJOR))
 
 # The variant follows SANITIZE; VARIANT=tsan alone would build release flags into build/tsan,
 # and a later SANITIZE=thread build would link those uninstrumented objects.

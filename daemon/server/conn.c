@@ -222,6 +222,14 @@ static void conn_release(mp_task *t)
 
 static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
 
+/* A connection whose accept failed: its stream's close is done with it. */
+static void accept_failed_closed(mp_tcp *t)
+{
+    md_conn *c = mp_container_of(t, md_conn, tcp);
+    md_outbuf_free(&c->out);
+    free(c);
+}
+
 int md_conn_accept(md_listener_state *l)
 {
     md_server *s = l->srv;
@@ -236,8 +244,9 @@ int md_conn_accept(md_listener_state *l)
     /* The stream's default read buffer. */
     int rc = mp_tcp_accept(s->rt, &c->tcp, (uv_stream_t *)&l->handle, 0);
     if (rc != 0) {
-        md_outbuf_free(&c->out);
-        free(c);
+        /* libuv may still hold the handle in c: closed like any stream, freed in the callback
+         * (libmagpie's one rule for freeing a stream). */
+        mp_tcp_close(&c->tcp, accept_failed_closed);
         return rc;
     }
     md_listener_conn_added(s, c);

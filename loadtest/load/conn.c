@@ -143,8 +143,8 @@ static void tcp_closed(mp_tcp *t)
 
 static void close_stream(conn *c)
 {
-    if (c->tcp && mp_tcp_close(c->tcp, tcp_closed) != 0)
-        free(c->tcp); /* -ESHUTDOWN: the runtime closed it, nobody calls back */
+    if (c->tcp)
+        mp_tcp_close(c->tcp, tcp_closed); /* tcp_closed runs once, whatever it returns */
     c->tcp = NULL;
 }
 

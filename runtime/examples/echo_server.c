@@ -64,13 +64,12 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
     return MP_READY;
 }
 
-/* Cancelled (the runtime shuts down): close the stream; at shutdown it is closed already and
- * this returns -ESHUTDOWN, with no callback, so drop that reference here. */
+/* Cancelled (the runtime shuts down): close the stream. conn_closed runs once whatever the
+ * close returns (-ESHUTDOWN when the shutdown closed it already: then before it returns). */
 static void conn_cancel(mp_task *t)
 {
     conn *c = mp_container_of(t, conn, task);
-    if (mp_tcp_close(&c->tcp, conn_closed) != 0)
-        conn_unref(c);
+    mp_tcp_close(&c->tcp, conn_closed);
 }
 
 static void conn_release(mp_task *t)

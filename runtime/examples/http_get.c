@@ -1,5 +1,6 @@
 /* Fetch URLs over HTTP/1.1, several at once: name resolution on the blocking pool, connect
- * with a timeout (trying each address in turn), then the request and the whole response.
+ * with a timeout (trying each address in turn), then the request and the whole response, read
+ * by a deadline (mp_timeout_poll around the read: one way to bound any wait).
  *
  *   http_get [-c CONNS] URL...    at most CONNS connections in flight (default 4); prints
  *                                 "STATUS BYTES URL" per URL; exit 0 when every status is 2xx
@@ -34,6 +35,9 @@ typedef struct fetcher {
     int connect_err; /* the last address's failure, for the report */
     char head[16];   /* the status line's start */
     size_t head_len, bytes;
+    const char *data; /* the read's view, its length and error (read_poll below) */
+    size_t len;
+    int read_err;
 } fetcher;
 
 enum { TAKE, RESOLVE, CONNECT, SEND, RECV };
@@ -46,9 +50,23 @@ static void tcp_closed(mp_tcp *t)
 
 static void close_stream(fetcher *f)
 {
-    if (f->tcp && mp_tcp_close(f->tcp, tcp_closed) != 0)
-        free(f->tcp); /* -ESHUTDOWN: shutdown closed it already, nobody calls back */
+    if (f->tcp)
+        mp_tcp_close(f->tcp, tcp_closed); /* tcp_closed runs once, whatever it returns */
     f->tcp = NULL;
+}
+
+/* The read as an mp_wait, for mp_timeout_poll: its poll, and its cancel, which withdraws the
+ * waker the read left in the stream when the deadline passes first. */
+static mp_poll read_poll(void *arg, mp_context *cx)
+{
+    fetcher *f = arg;
+    return mp_tcp_read_poll(f->tcp, cx, &f->data, &f->len, &f->read_err);
+}
+
+static bool read_cancel(void *arg)
+{
+    mp_tcp_cancel_read(((fetcher *)arg)->tcp);
+    return false; /* nothing was handed over */
 }
 
 /* http://HOST[:PORT][/PATH] into host, port and the request. */
@@ -126,10 +144,8 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
                 }
                 if (!(f->tcp = malloc(sizeof *f->tcp)))
                     return MP_READY;
-                if ((f->connect_err = mp_tcp_connect(f->rt, f->tcp, f->ai->ai_addr, 0)) != 0) {
-                    free(f->tcp);
-                    f->tcp = NULL;
-                }
+                if ((f->connect_err = mp_tcp_connect(f->rt, f->tcp, f->ai->ai_addr, 0)) != 0)
+                    close_stream(f); /* as after a failed connect_poll: tcp_closed frees it */
                 f->ai = f->ai->ai_next;
                 f->deadline = mp_now_ms() + TIMEOUT_MS;
                 continue;
@@ -143,6 +159,7 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
             }
             freeaddrinfo(f->addrs);
             f->head_len = f->bytes = 0;
+            f->deadline = mp_now_ms() + TIMEOUT_MS; /* for the whole response */
             f->step = SEND;
             /* fall through */
         case SEND:
@@ -155,13 +172,19 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
             }
             /* fall through */
         case RECV: {
-            const char *data;
-            size_t len;
-            if (mp_tcp_read_poll(f->tcp, cx, &data, &len, &err) == MP_PENDING)
+            mp_wait read = {read_poll, read_cancel, f};
+            if (mp_timeout_poll(&f->timer, f->deadline, &read, cx, &err) == MP_PENDING)
                 return MP_PENDING;
+            if (err != 0) { /* -ETIMEDOUT: the read's waker is withdrawn already */
+                report(f, "no response in time", err);
+                f->step = TAKE;
+                continue;
+            }
+            const char *data = f->data;
+            size_t len = f->len;
             if (len == 0) { /* the server closed: the response is whole */
                 f->head[f->head_len < sizeof f->head ? f->head_len : sizeof f->head - 1] = 0;
-                report(f, NULL, err == MP_EOF ? 0 : err);
+                report(f, NULL, f->read_err == MP_EOF ? 0 : f->read_err);
                 f->step = TAKE;
                 continue;
             }
@@ -176,7 +199,18 @@ static mp_poll fetcher_poll(mp_task *t, mp_context *cx)
     }
 }
 
-static const mp_task_vtable fetcher_vt = {.poll = fetcher_poll};
+/* Cancelled (a shutdown): give back every wait the task left and what it holds. */
+static void fetcher_cancel(mp_task *t)
+{
+    fetcher *f = mp_container_of(t, fetcher, task);
+    mp_timer_cancel(&f->timer);
+    mp_resolve_cancel(&f->resolve);
+    if (f->step == CONNECT)
+        freeaddrinfo(f->addrs);
+    close_stream(f);
+}
+
+static const mp_task_vtable fetcher_vt = {.poll = fetcher_poll, .cancel = fetcher_cancel};
 
 int main(int argc, char **argv)
 {

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define MP_VERSION_MAJOR 0
-#define MP_VERSION_MINOR 1
+#define MP_VERSION_MINOR 2
 #define MP_VERSION_PATCH 0
 
 /* Marks a declaration kept only for compatibility: a warning where the compiler can give one. */
@@ -167,6 +167,12 @@ int mp_join(mp_task *task);
 mp_poll mp_join_poll(mp_task *task, mp_context *cx, int *result);
 /* Give up the join handle without waiting. */
 void mp_detach(mp_task *task);
+/* A task that awaited task with mp_join_poll() gives up that wait but keeps the join handle
+ * (its timeout fired, a select's other arm won): the waker it left is withdrawn, and a later
+ * mp_join_poll(), mp_join() or mp_detach() goes on from there. Returns true when the task had
+ * completed meanwhile (the join handle is still to be given up: mp_join() or mp_join_poll()
+ * returns its result at once), false otherwise. The joiner's call. */
+bool mp_join_cancel_wait(mp_task *task);
 /* Cancel a task that has not completed: it will not be polled again (a running poll is let
  * finish), its cancel callback runs and its joiner sees -ECANCELED. If the poll that was
  * running when the cancel came returns MP_READY, the task completed: no cancel callback, and
@@ -176,6 +182,79 @@ void mp_detach(mp_task *task);
 void mp_task_cancel(mp_task *task);
 /* Completed or cancelled (the join result tells which). */
 bool mp_task_is_complete(const mp_task *task);
+
+/* Deadlines: one way to bound any wait in time (libuv and Tokio users: this is
+ * tokio::time::timeout, and uv_timer plus uv_cancel, in one place).
+ *
+ * Times are milliseconds of the monotonic clock, mp_now_ms(); a deadline is a time, not a
+ * duration (mp_now_ms() + 250), so a loop that waits again after a spurious wake-up or a
+ * partial read keeps the same one. A wait that times out reports -ETIMEDOUT.
+ *
+ * Every wait of the library is a poll that leaves a waker with its primitive, and each has a
+ * call that withdraws that waker and gives back whatever the primitive handed to it meanwhile
+ * (the cancels listed in mp_task_vtable.cancel). An mp_wait names the two, so that one helper
+ * can bound any of them:
+ *   - in a task, mp_timeout_poll() (magpie_io.h, it needs a timer) polls the wait and a timer,
+ *     and when the deadline wins it calls the cancel: nothing stays registered;
+ *   - on a plain thread, mp_wait_until() blocks on the wait with a deadline, and
+ *     mp_join_until() / mp_block_on_until() bound the joins.
+ * The race every one of them handles: the wait becomes ready (a value sent, a permit
+ * granted, a lock handed over) just as the deadline passes. The cancel is called after the
+ * deadline, under the primitive's own lock, and decides: what was handed to the wait is given
+ * back (permits and locks go to the next waiter, a receiver's turn passes on), or, where it
+ * cannot be (a rendezvous value already taken by the receiver), the cancel reports that the
+ * wait completed and the helper reports success. No wake is lost and none arrives after the
+ * helper returned: the waker is withdrawn under the lock its waker is woken under.
+ *
+ *     typedef struct recv_wait { mp_chan *c; void *value; int err; } recv_wait;
+ *     static mp_poll recv_poll(void *arg, mp_context *cx)
+ *     {
+ *         recv_wait *r = arg;
+ *         return mp_chan_recv_poll(r->c, cx, &r->value, &r->err);
+ *     }
+ *     static bool recv_cancel(void *arg)
+ *     {
+ *         mp_chan_cancel_recv(((recv_wait *)arg)->c);
+ *         return false;                      (nothing was handed over)
+ *     }
+ *     ...
+ *     recv_wait r = {.c = &chan};
+ *     mp_wait w = {recv_poll, recv_cancel, &r};
+ *     int rc = mp_wait_until(&w, mp_now_ms() + 100);   (a thread; in a task: mp_timeout_poll)
+ *     if (rc == 0 && r.err == 0) ... r.value ...
+ */
+typedef struct mp_wait {
+    /* Poll the wait once, as its primitive's *_poll does: MP_READY when it is over (its
+     * result wherever arg says), MP_PENDING with the waker of cx registered. A poll that
+     * returns MP_READY keeps no waker (every primitive's does so). */
+    mp_poll (*poll)(void *arg, mp_context *cx);
+    /* Give the wait up: withdraw the waker the last poll left and give back what the
+     * primitive handed to the wait since. true: the wait had completed after all and could
+     * not be undone (a rendezvous send whose value was taken, a joined task that completed):
+     * its result is valid and the helper reports success. false: withdrawn. Called only
+     * after a poll returned MP_PENDING. */
+    bool (*cancel)(void *arg);
+    void *arg;
+} mp_wait;
+
+/* The monotonic clock in milliseconds: the clock of every deadline. */
+uint64_t mp_now_ms(void);
+
+/* Plain threads (not a worker: -EDEADLK there, nothing polled): block on w until it is ready
+ * or deadline_ms passes. 0: ready (or its cancel reported it complete), the result wherever
+ * w->arg says. -ETIMEDOUT: the deadline passed first; w's cancel has run, nothing of the wait
+ * stays registered and nothing was taken. The wait is polled once more at the deadline, so a
+ * wait that became ready just before it is not reported as timed out. The waker the polls see
+ * is the calling thread's: a poll that needs a task (mp_yield) has none. */
+int mp_wait_until(const mp_wait *w, uint64_t deadline_ms);
+/* mp_join() with a deadline, for plain threads. 0 or -ECANCELED as mp_join(), the join handle
+ * given up. -ETIMEDOUT: deadline_ms passed first; the task goes on and the join handle is
+ * still the caller's: join again, mp_task_cancel() then mp_join(), or mp_detach(). A task that
+ * completes just as the deadline passes is joined (its result, not -ETIMEDOUT). Like mp_join()
+ * it runs queued tasks inline while it waits, and checks the deadline between them. From a
+ * worker it returns -EDEADLK at once (a worker must not block): await the task with
+ * mp_join_poll() and mp_timeout_poll() there. */
+int mp_join_until(mp_task *task, uint64_t deadline_ms);
 
 /* Convenience: allocate and spawn a task that calls fn(arg) once. With out non-NULL the task
  * is joinable and *out is its handle, for mp_join / mp_join_poll / mp_detach; storage is freed
@@ -276,6 +355,12 @@ int mp_runtime_shutdown(mp_runtime *rt);
 void mp_runtime_free(mp_runtime *rt);
 /* Spawn a joinable task and join it. */
 int mp_block_on(mp_runtime *rt, mp_task *task);
+/* mp_block_on() with a deadline, for plain threads (tokio's block_on(timeout(..))): spawn
+ * task and join it by deadline_ms. If the deadline passes first the task is cancelled (its
+ * cancel callback withdraws what it waits on) and joined: -ETIMEDOUT, or 0 when it completed
+ * all the same (its last poll returned MP_READY). Either way nothing of the task runs once it
+ * returns. mp_spawn_joinable()'s errors, and -EDEADLK from a worker (nothing spawned). */
+int mp_block_on_until(mp_runtime *rt, mp_task *task, uint64_t deadline_ms);
 /* The runtime whose task the calling thread is polling (a worker's, or a task a plain
  * thread runs inline in mp_join), or whose worker the calling thread is; else NULL. */
 mp_runtime *mp_runtime_current(void);
@@ -390,6 +475,9 @@ mp_poll mp_oneshot_poll(mp_oneshot *o, mp_context *cx, void **value, int *err);
 int mp_oneshot_recv_blocking(mp_oneshot *o, void **value);
 void mp_oneshot_close_tx(mp_oneshot *o); /* the sender will not send */
 void mp_oneshot_close_rx(mp_oneshot *o); /* the receiver will not receive; drops its waker */
+/* The receiver stops waiting for now (a timeout): drops the waker mp_oneshot_poll() left; the
+ * oneshot stays open and a later poll receives. The receiver's call. */
+void mp_oneshot_cancel_recv(mp_oneshot *o);
 
 /* Bounded multi-producer single-consumer channel of pointers. Values are any pointer,
  * NULL included. With capacity 0 it is a rendezvous channel: it holds no value, and a send

@@ -90,7 +90,7 @@ typedef struct mp_timer {
     mp_runtime *rt;
 } mp_timer;
 
-uint64_t mp_now_ms(void);
+/* mp_now_ms(), the clock of timers and deadlines, is in magpie_core.h. */
 void mp_timer_init(mp_timer *t, mp_runtime *rt);
 /* MP_READY once mp_now_ms() >= deadline_ms; MP_PENDING, and the task is woken then. The
  * deadline may change between polls; moving it later is cheap (no clock read, no wheel
@@ -100,14 +100,16 @@ mp_poll mp_timer_poll(mp_timer *t, uint64_t deadline_ms, mp_context *cx);
 /* Disarm (no-op if not armed). Call before the timer's memory goes away. */
 void mp_timer_cancel(mp_timer *t);
 
-/* A deadline around any poll: poll(arg, cx) first, then the timer t. MP_READY with *err = 0
- * when the inner poll is ready (the timer is disarmed), or -ETIMEDOUT when deadline_ms passed
- * first: the inner wait is then still registered, and the caller must cancel it (its
- * primitive's cancel_wait) before giving it up. MP_PENDING: both will wake the task. t is the
- * caller's, initialised with mp_timer_init(); mp_timer_cancel() it in the task's cancel
- * callback as for any timer. */
-mp_poll mp_timeout_poll(mp_timer *t, uint64_t deadline_ms,
-                        mp_poll (*poll)(void *arg, mp_context *cx), void *arg, mp_context *cx,
+/* A deadline around any wait of a task (tokio::time::timeout): w->poll first, then the timer
+ * t. MP_READY with *err = 0 when the wait is over (its result wherever w->arg says; the timer
+ * is disarmed), or with *err = -ETIMEDOUT when deadline_ms passed first: w->cancel has then
+ * run, so nothing of the wait stays registered and nothing handed to it is kept (if the cancel
+ * reports the wait complete after all, *err is 0 instead). MP_PENDING: both the wait and the
+ * timer will wake the task. A wait that is ready wins over a deadline that passed at the same
+ * moment. t is the caller's, initialised with mp_timer_init() (one per task serves every wait
+ * in turn); mp_timer_cancel() it, and w->cancel the wait, in the task's cancel callback as for
+ * any wait. mp_wait and the race it settles: magpie_core.h, "Deadlines". */
+mp_poll mp_timeout_poll(mp_timer *t, uint64_t deadline_ms, const mp_wait *w, mp_context *cx,
                         int *err);
 
 /* Readiness of one socket, as the runtime's edge-triggered epoll set reports it: embedded in
@@ -162,7 +164,8 @@ struct mp_tcp {
 
 /* On the loop's thread (a connection callback): accept a connection from server into c,
  * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. On an error c
- * is left closed: nothing to close, and mp_tcp_fileno() returns -EBADF. */
+ * is not open (mp_tcp_fileno() returns -EBADF) but is closed with mp_tcp_close() all the same,
+ * and freed in its on_closed: libuv may still hold the handle c holds (mp_tcp_close's rule). */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = MP_EOF or a negative errno, or MP_PENDING until data arrives. */
@@ -170,6 +173,14 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
 /* Any thread: the task's current or next mp_tcp_read_poll returns MP_READY with *len == 0 and
  * *err == -EINTR, once (e.g. a graceful stop reaching a connection waiting for its peer). */
 void mp_tcp_interrupt(mp_tcp *c);
+/* The reader stops waiting (a timeout, a select's other arm): withdraws the waker that a
+ * mp_tcp_read_poll() returning MP_PENDING left; what arrives meanwhile stays for the next
+ * read. mp_tcp_cancel_write() does the same for a write or sendfile that returned MP_PENDING
+ * (the bytes it sent are sent; mp_tcp_write_progress() says how many; call it again with the
+ * same arguments to go on, or close). Neither closes the stream. The reader's, the writer's
+ * call. */
+void mp_tcp_cancel_read(mp_tcp *c);
+void mp_tcp_cancel_write(mp_tcp *c);
 /* The task is done with n bytes of the view. */
 void mp_tcp_consume(mp_tcp *c, size_t n);
 /* Write all of data[0..len): MP_READY with *err = 0 or a negative errno (EPIPE, ECONNRESET);
@@ -234,13 +245,19 @@ uint64_t mp_tcp_read_time(const mp_tcp *c);
 size_t mp_tcp_write_progress(const mp_tcp *c);
 /* Close the stream: the owner's call (the read buffer goes back at once), from its poll, its
  * cancel callback, or after the hand-off rules above a thread that holds it. A task that
- * waits on it is woken and sees -EBADF. on_closed(c) runs on the loop's thread once the
- * socket is closed (and after mp_runtime_shutdown at the latest), possibly before the
- * closing poll has returned: c may be freed then if no task will poll it again (count the
- * two, as the examples do). Returns 0, or -EBADF when c is not open (never accepted, a failed
- * accept or connect, closed already: on_closed will not run for this call), or -ESHUTDOWN
- * once the runtime has shut down (its shutdown closed the socket already; on_closed will not
- * run). */
+ * waits on it is woken and sees -EBADF.
+ *
+ * The one rule for freeing a socket object (mp_tcp, mp_tcp_listener, mp_udp alike): close
+ * every object that was zeroed or handed to an open (accept, connect, listen, bind), whether
+ * that open succeeded or not, once; free it in on_closed, once no task will poll it again
+ * (count the two, as the examples do). on_closed(c) (may be NULL) runs exactly once for the
+ * close, whatever it returns, and the runtime does not touch c after it: on the loop's thread
+ * once the socket is closed (after mp_runtime_shutdown at the latest), possibly before the
+ * closing poll has returned; or at once, on the caller's thread before the close returns, when
+ * nothing is left to close. Returns 0 (closed, or closing); -EBADF: c was not open (zeroed, a
+ * failed accept or connect), on_closed ran; -ESHUTDOWN: the runtime's shutdown had closed it,
+ * on_closed ran or runs from that close; -EALREADY: c was closed before (a second close: this
+ * on_closed is not recorded and does not run; the first close's does). */
 int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c));
 
 /* Give back the wakers the calling task left in the stream (a read or write that returned
@@ -256,7 +273,8 @@ void mp_tcp_disown(mp_tcp *c);
  * what leaks no socket and no waker. bufsize as for mp_tcp_accept(). Returns 0, -EINVAL (addr
  * NULL or of a family other than AF_INET/AF_INET6, or addrlen too short), -ESHUTDOWN, or the
  * socket's or connect()'s immediate error as a negative errno (-EMFILE, -ENETUNREACH, ...);
- * on an error the stream is left closed (nothing to close). Any thread. */
+ * on an error the stream is not open, and is closed as after a failed mp_tcp_connect_poll():
+ * mp_tcp_close() runs its on_closed at once (-EBADF). Any thread. */
 int mp_tcp_connect(mp_runtime *rt, mp_tcp *c, const struct sockaddr *addr, size_t bufsize);
 /* From the task that owns c: MP_READY with *err = 0 once connected, or a negative errno
  * (-ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, ...); MP_PENDING until then. With timer non-NULL
@@ -297,7 +315,7 @@ enum {
 /* Bind to addr (AF_INET or AF_INET6; port 0 picks one, see mp_tcp_listener_addr) with
  * SO_REUSEADDR and the flags above, and listen with backlog (0: SOMAXCONN). 0, -EINVAL, or
  * the negative errno of socket/bind/listen (-EADDRINUSE, -EACCES, -EMFILE...); on an error l
- * is left closed. Any thread. */
+ * is not open (its close runs on_closed at once). Any thread. */
 int mp_tcp_listen(mp_runtime *rt, mp_tcp_listener *l, const struct sockaddr *addr, int backlog,
                   unsigned flags);
 /* Adopt a socket already bound and listening (systemd's LISTEN_FDS): l owns fd from then on,
@@ -308,18 +326,22 @@ int mp_tcp_listener_addr(mp_tcp_listener *l, struct sockaddr_storage *out);
 int mp_tcp_listener_fileno(const mp_tcp_listener *l);
 /* Accept one connection into c (its storage, not open), with a read buffer of bufsize bytes
  * (0: 16 KiB): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY with a
- * negative errno and c closed: -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out of descriptors or
- * memory: the pending connection stays queued in the kernel; wait, e.g. on a timer, before
- * polling again, or this is a busy loop), -EBADF once the listener is closed (also to a task
- * waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();
+ * negative errno and c not open (close it as any: mp_tcp_close() runs on_closed at once;
+ * while this returns MP_PENDING c is not the stream's yet): -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out
+ * of descriptors or memory: the pending connection stays queued in the kernel; wait, e.g. on a
+ * timer, before polling again, or this is a busy loop), -EBADF once the listener is closed (also to
+ * a task waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();
  * MP_PENDING until a connection comes. One task accepts at a time. */
 mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err);
 /* Any thread: the acceptor's current or next poll returns -EINTR, once. */
 void mp_tcp_listener_interrupt(mp_tcp_listener *l);
+/* The acceptor stops waiting (a timeout): withdraws the waker mp_tcp_accept_poll() left;
+ * connections that arrive stay queued for the next accept. The acceptor's call. */
+void mp_tcp_listener_cancel_accept(mp_tcp_listener *l);
 /* Stop listening; a task waiting in mp_tcp_accept_poll() is woken and sees -EBADF. on_closed(l)
- * runs on the loop's thread once the socket is closed (after mp_runtime_shutdown at the
- * latest); l may be freed then if no task will poll it again. 0, -EBADF (not open), or
- * -ESHUTDOWN (the runtime's shutdown closed it already; on_closed will not run). Any thread. */
+ * runs exactly once, whatever this returns, and l may be freed there if no task will poll it
+ * again: mp_tcp_close()'s rule and return values (0, -EBADF, -ESHUTDOWN, -EALREADY). Any
+ * thread. */
 int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l));
 
 /* UDP sockets for tasks, with the readiness design of the streams: the task sends and receives
@@ -336,8 +358,8 @@ struct mp_udp {
 };
 
 /* A UDP socket bound to addr (port 0: any; the address family decides the socket's), with
- * MP_TCP_REUSEPORT / MP_TCP_IPV6ONLY as flags. 0, -EINVAL, or -errno; on an error u is left
- * closed. Any thread. */
+ * MP_TCP_REUSEPORT / MP_TCP_IPV6ONLY as flags. 0, -EINVAL, or -errno; on an error u is not
+ * open (its close runs on_closed at once). Any thread. */
 int mp_udp_bind(mp_runtime *rt, mp_udp *u, const struct sockaddr *addr, unsigned flags);
 /* Set the default peer (connect(2)): sends without an address go there, and only its
  * datagrams are received. 0 or -errno. */
@@ -374,7 +396,13 @@ mp_poll mp_udp_recv_batch_poll(mp_udp *u, mp_context *cx, mp_udp_msg *msgs, unsi
 mp_poll mp_udp_send_batch_poll(mp_udp *u, mp_context *cx, const mp_udp_msg *msgs, unsigned n,
                                unsigned *done, int *err);
 void mp_udp_interrupt(mp_udp *u);
-/* As mp_tcp_listener_close(): a task waiting to send or receive sees -EBADF. */
+/* The receiver (sender) stops waiting (a timeout): withdraws the waker a receive (send) poll
+ * that returned MP_PENDING left. The socket stays open; a datagram that arrives stays for the
+ * next receive. The receiver's, the sender's call. */
+void mp_udp_cancel_recv(mp_udp *u);
+void mp_udp_cancel_send(mp_udp *u);
+/* As mp_tcp_listener_close(), mp_tcp_close()'s rule: a task waiting to send or receive sees
+ * -EBADF; on_closed(u) runs exactly once whatever this returns; -EALREADY for a second close. */
 int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u));
 
 /* Name resolution on the blocking pool (getaddrinfo(3)), so it never blocks a worker. */

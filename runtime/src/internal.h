@@ -131,6 +131,18 @@ static inline void mp__futex_wait(_Atomic uint32_t *word, uint32_t expected)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
 
+/* The same, returning by deadline_ms of the monotonic clock (mp_now_ms()'s) at the latest:
+ * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time, so a loop that re-waits after a
+ * spurious wake-up does not stretch the deadline. */
+static inline void mp__futex_wait_until(_Atomic uint32_t *word, uint32_t expected,
+                                        uint64_t deadline_ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                          .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET_PRIVATE, expected, &ts, NULL,
+            FUTEX_BITSET_MATCH_ANY);
+}
+
 static inline void mp__futex_wake(_Atomic uint32_t *word, int n)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
@@ -189,6 +201,9 @@ typedef struct mp__thread_waiter {
 mp_waker mp__thread_waiter_init(mp__thread_waiter *tw);
 /* Returns after the waker fired (at least once since the last return). */
 void mp__thread_waiter_wait(mp__thread_waiter *tw);
+/* The same, or by deadline_ms (mp_now_ms()'s clock): true when the waker fired, false when the
+ * deadline passed first (the caller then takes its waker back from wherever it left it). */
+bool mp__thread_waiter_wait_until(mp__thread_waiter *tw, uint64_t deadline_ms);
 
 /* state.c: the task state word; state.c documents each bit. */
 #define MP__T_RUNNING       ((uint64_t)1 << 0)
@@ -517,13 +532,24 @@ bool mp__io_enter(mp_io *io);
 void mp__io_leave(mp_io *io);
 /* Close: set_cb(io, cb) records the object's callback (once the close is this caller's), the
  * socket is marked closing and its waiters woken, and once no system call is in progress the
- * loop takes it out of the set and calls its close_fn. -EBADF: not open (or closed already);
- * -ESHUTDOWN: the shutdown closed it; 0. Any thread. */
+ * loop takes it out of the set and calls its close_fn. run_cb(io) runs the recorded callback
+ * inline where the close has nothing left to wait for. 0; -EBADF: it was not open (the
+ * callback ran); -ESHUTDOWN: the shutdown closed it (the callback ran, or runs from the
+ * shutdown's close); -EALREADY: a close was asked before (this callback is not recorded).
+ * Any thread. See "Who calls on_closed" at the top of io.c. */
 typedef void (*mp__fn)(void); /* any function pointer, cast back before the call */
-int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb);
-/* From the object's close callback, on the loop's thread: off the open list, wakers dropped. */
-void mp__io_closed(mp_io *io);
+int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
+                 void (*run_cb)(mp_io *io));
+/* From the object's close callback, on the loop's thread, as its last touch of the object: off
+ * the open list, wakers dropped. true: a close published its callback, run it now. */
+bool mp__io_closed(mp_io *io);
+/* A failed mp_tcp_accept() whose libuv handle is closing: mark it (never open, a close of its
+ * own under way), and from its close callback, as mp__io_closed() (it was never listed). */
+void mp__io_mark_failed(mp_io *io);
+bool mp__io_failed_closed(mp_io *io);
 void mp__io_close_all(mp__reactor *r);
+/* Withdraw the reader's (reader true) or the writer's waker: the owner gives up a wait. */
+void mp__io_cancel(mp_io *io, bool reader);
 
 /* tcache.c: what every per-thread cache shares (see the file). A class, defined statically
  * with MP__TCACHE_CLASS_INIT, holds the registry of its threads' caches; each thread's cache

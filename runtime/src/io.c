@@ -52,16 +52,44 @@
  * it. Both sides change the one word with read-modify-writes, so whichever comes second sees
  * the other: the close never runs while a call is in progress, and no call starts after it.
  * A stream (mp_tcp) is closed by its owner only, and skips the count on its hot path.
+ *
+ * Who calls on_closed: one rule for every socket object, whatever the close returns: every
+ * mp_*_close() call that is not refused as a second one (-EALREADY) has its on_closed run once,
+ * after which the runtime never touches the object; the memory may go there. Usually the loop
+ * runs it from libuv's close callback. But the runtime's shutdown closes every socket still
+ * open, with no callback of the user's, and a close may come after that or during it:
+ *
+ *   user's close (any thread)                  shutdown's close (the loop's thread)
+ *                                              close_all: close_fn, then libuv's callback
+ *   CLOSE_REQ; on_closed = cb                  close_cb: no callback set -> none called
+ *   the loop refuses (-ESHUTDOWN)              (the old rule said "on_closed will not run,
+ *   free(c) at once                             free at once"; a callback already looking
+ *                                               at on_closed read a freed object)
+ *
+ * Fixed with two bits of the state word, both set by read-modify-writes, so whichever comes
+ * second sees the other: the closer sets NOTIFY as its last touch of the object (A), after
+ * waking the waiters and asking the loop for the close, and the loop's close callback, its
+ * last touch, sets DONE (B). Whoever comes second runs on_closed: the loop if it sees NOTIFY,
+ * the closer (inline, before it returns) if it sees DONE. NOTIFY must be the closer's last
+ * touch: set earlier, the shutdown's close callback could free the object while the closer
+ * still asks the loop for the close (ThreadSanitizer saw exactly that in
+ * test_io.c's closes_racing_the_shutdown_run_on_closed_once). A user leaving a system call
+ * may finish a close too (mp__io_leave()), but the shutdown's close comes only after every
+ * worker has stopped, so no task is inside one then. A socket that was never open (zeroed, a failed
+ * open or connect) has nothing to close: its close runs on_closed inline at once (-EBADF). A failed
+ * mp_tcp_accept() leaves a libuv handle closing in the object: it is marked CLOSING|CLAIMED (open
+ * for nobody, but a close of its own under way) and its close callback sets DONE as any other.
  */
 #include "internal.h"
 
 #include <sys/epoll.h>
 
 /* mp_io.state: zero (a zeroed or failed socket) is closed. OPEN once registered; then a closer
- * sets CLOSE_REQ (it won: it may write close_cb), then CLOSING (polls stop), and whoever sees
- * CLOSING with no user first sets CLAIMED and finishes the close. USER counts system calls in
- * progress (mp__io_enter). */
-enum { OPEN = 1, CLOSE_REQ = 2, CLOSING = 4, CLAIMED = 8, USER = 16 };
+ * sets CLOSE_REQ (it won: it may write close_cb), then CLOSING|NOTIFY (polls stop; its
+ * callback is published), and whoever sees CLOSING with no user first sets CLAIMED and
+ * finishes the close. DONE: the loop finished closing the socket (never unset until the object
+ * is opened again). USER counts system calls in progress (mp__io_enter). */
+enum { OPEN = 1, CLOSE_REQ = 2, CLOSING = 4, CLAIMED = 8, NOTIFY = 16, DONE = 32, USER = 64 };
 
 static void lock(mp_io *io)
 {
@@ -329,6 +357,18 @@ void mp__io_disown(mp_io *io)
     mp_waker_drop(&w);
 }
 
+void mp__io_cancel(mp_io *io, bool reader)
+{
+    /* Under the lock the loop takes the waker under (mp__io_ready()): after this it can wake
+     * only a waker registered by a later poll. */
+    lock(io);
+    mp_waker *slot = reader ? &io->reader : &io->writer;
+    mp_waker w = *slot;
+    *slot = (mp_waker){0};
+    unlock(io);
+    mp_waker_drop(&w);
+}
+
 static void close_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
@@ -340,29 +380,73 @@ static void close_cmd(uv_loop_t *loop, void *arg)
     io->close_fn(io);
 }
 
-int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb)
+int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
+                 void (*run_cb)(mp_io *io))
 {
     uint32_t s = atomic_load_explicit(&io->state, memory_order_relaxed);
     do {
-        if (!(s & OPEN) || (s & CLOSE_REQ))
+        if (!(s & OPEN)) {
+            /* Never open (zeroed, a failed open, connect or accept): nothing to close, and
+             * nothing of the runtime's refers to it. */
+            set_cb(io, cb);
+            run_cb(io);
             return -EBADF;
+        }
+        if (s & CLOSE_REQ)
+            return -EALREADY; /* the first close's on_closed runs, not this one's */
         /* Relaxed: only decides which closer wins; what it writes is published below. */
     } while (!atomic_compare_exchange_weak_explicit(&io->state, &s, s | CLOSE_REQ,
                                                     memory_order_relaxed, memory_order_relaxed));
+    bool failed_accept = (s & CLAIMED) != 0; /* a close of its own under way, never open */
     set_cb(io, cb);
-    /* Release: publishes the callback to whoever finishes the close (pairs with the acquire
-     * CAS in finish_if_idle()). */
-    s = atomic_fetch_or_explicit(&io->state, CLOSING, memory_order_release) | CLOSING;
+    /* acq_rel. Release: publishes the callback to whoever finishes the close (pairs with the
+     * acquire CAS in finish_if_idle()). Acquire: as (A), for the case below. */
+    s = atomic_fetch_or_explicit(&io->state, CLOSING, memory_order_acq_rel) | CLOSING;
+    if (s & DONE) {
+        /* The shutdown closed the socket, and its close callback, the loop's last touch, ran
+         * already (it saw no NOTIFY): the callback is ours, and the runtime may be gone. */
+        run_cb(io);
+        return -ESHUTDOWN;
+    }
     wake_all(io);
     int rc = 0; /* a user still in a system call finishes it when it leaves */
+    /* -ESHUTDOWN here: the loop refused the close because the shutdown closes (or closed)
+     * every open socket; that close's callback runs on_closed if it comes after (A). */
     finish_if_idle(io, s, &rc);
-    return rc;
+    /* (A) acq_rel, our last touch of the object: once NOTIFY is set, the loop's close callback
+     * may run on_closed and the object go. Release: publishes the callback to the loop's close
+     * callback (pairs with the acquire of (B) in io_done()). Acquire: when DONE is already set,
+     * the loop's last touches of the object happened before our inline callback (pairs with
+     * the release of (B)). */
+    if (atomic_fetch_or_explicit(&io->state, NOTIFY, memory_order_acq_rel) & DONE)
+        run_cb(io); /* the socket's close finished before (A): the loop left it to us */
+    return failed_accept ? -EBADF : rc;
 }
 
-void mp__io_closed(mp_io *io)
+static bool io_done(mp_io *io)
+{
+    /* (B) acq_rel. Acquire: a callback published by (A) is visible (pairs with its release).
+     * Release: everything the loop did to the object happens before a closer that sees DONE
+     * runs on_closed inline and frees it (pairs with the acquire of (A)). */
+    return atomic_fetch_or_explicit(&io->state, DONE, memory_order_acq_rel) & NOTIFY;
+}
+
+bool mp__io_closed(mp_io *io)
 {
     io_unlink(io);
     mp__io_disown(io);
+    return io_done(io);
+}
+
+bool mp__io_failed_closed(mp_io *io)
+{
+    return io_done(io);
+}
+
+void mp__io_mark_failed(mp_io *io)
+{
+    /* Relaxed: the object is still the caller's alone; whatever hands it on orders it. */
+    atomic_store_explicit(&io->state, OPEN | CLOSING | CLAIMED, memory_order_relaxed);
 }
 
 /* Shutdown, with the role held and every worker stopped: close every socket still open.

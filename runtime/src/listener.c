@@ -19,9 +19,8 @@
 static void close_cb(uv_handle_t *h)
 {
     mp_tcp_listener *l = h->data;
-    mp__io_closed(&l->io);
-    if (l->on_closed)
-        l->on_closed(l);
+    if (mp__io_closed(&l->io) && l->on_closed)
+        l->on_closed(l); /* the last touch: it may free l */
 }
 
 static void listener_close(mp_io *io)
@@ -109,8 +108,11 @@ mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t
         uint64_t seen;
         if (mp__io_poll(&l->io, cx, MP__IO_READ, &seen, err) == MP_PENDING)
             return MP_PENDING;
-        if (*err != 0)
+        if (*err != 0) {
+            memset(c, 0, sizeof *c); /* closed: its close runs on_closed at once */
+            c->io.fd = -1;
             return MP_READY;
+        }
         if (!mp__io_enter(&l->io))
             continue; /* closed meanwhile: mp__io_poll() reports it */
         int fd = accept4(l->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -148,12 +150,24 @@ void mp_tcp_listener_interrupt(mp_tcp_listener *l)
     mp__io_interrupt(&l->io);
 }
 
+void mp_tcp_listener_cancel_accept(mp_tcp_listener *l)
+{
+    mp__io_cancel(&l->io, true);
+}
+
 static void set_closed_cb(mp_io *io, mp__fn cb)
 {
     mp_container_of(io, mp_tcp_listener, io)->on_closed = (void (*)(mp_tcp_listener *))cb;
 }
 
+static void run_closed_cb(mp_io *io)
+{
+    mp_tcp_listener *l = mp_container_of(io, mp_tcp_listener, io);
+    if (l->on_closed)
+        l->on_closed(l);
+}
+
 int mp_tcp_listener_close(mp_tcp_listener *l, void (*on_closed)(mp_tcp_listener *l))
 {
-    return mp__io_close(&l->io, set_closed_cb, (mp__fn)on_closed);
+    return mp__io_close(&l->io, set_closed_cb, (mp__fn)on_closed, run_closed_cb);
 }

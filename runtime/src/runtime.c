@@ -389,6 +389,22 @@ int mp_block_on(mp_runtime *rt, mp_task *task)
     return mp_join(task);
 }
 
+int mp_block_on_until(mp_runtime *rt, mp_task *task, uint64_t deadline_ms)
+{
+    if (mp__tls_worker)
+        return -EDEADLK;
+    int rc = mp_spawn_joinable(rt, task);
+    if (rc != 0)
+        return rc;
+    rc = mp_join_until(task, deadline_ms);
+    if (rc != -ETIMEDOUT)
+        return rc;
+    /* The deadline passed: cancel it, and wait for its running poll (if any) to end, so that
+     * nothing of it runs once we return. A poll that returned MP_READY meanwhile completed it. */
+    mp_task_cancel(task);
+    return mp_join(task) == 0 ? 0 : -ETIMEDOUT;
+}
+
 mp_runtime *mp_runtime_current(void)
 {
     return mp__tls_worker ? mp__tls_worker->rt : mp__tls_inline_rt;

@@ -469,6 +469,59 @@ int mp_join(mp_task *task)
     return finish_join(task);
 }
 
+/* A join with a deadline, on a plain thread: mp_join()'s loop with a timed futex wait. The race
+ * it must not lose is the completion at the deadline:
+ *
+ *   joiner (plain thread)                      the task's runner
+ *   futex wait times out
+ *                                              complete: COMPLETE, JOIN_WAKER set -> wake
+ *   return -ETIMEDOUT, frame gone              wake_by_ref(join_waker): writes into the
+ *                                              joiner's stack frame -> use after return
+ *
+ * So the joiner takes its waker back with the JOIN_WAKER transition, which fails once COMPLETE
+ * is set: then the runtime owns the field until it clears the bit, and the join is finished
+ * as an ordinary one (finish_join() waits for the bit), reporting the task's result. */
+int mp_join_until(mp_task *task, uint64_t deadline_ms)
+{
+    if (mp__tls_worker)
+        return -EDEADLK;
+    mp__thread_waiter tw;
+    mp_waker waker = mp__thread_waiter_init(&tw);
+    bool help = mp__tls_inline_rt == NULL, registered = false;
+    while (!mp__task_is_complete(task)) {
+        if (mp_now_ms() >= deadline_ms)
+            goto timed_out;
+        if (help && mp__runtime_run_inline(task->rt))
+            continue;
+        if (!register_join_waker(task, &waker))
+            break;
+        registered = true;
+        if (!mp__thread_waiter_wait_until(&tw, deadline_ms))
+            goto timed_out;
+    }
+    return finish_join(task);
+timed_out:
+    if (registered && !mp__task_transition_unset_join_waker(task))
+        return finish_join(task); /* completed at the deadline: the runtime has our waker */
+    if (registered)
+        mp_waker_drop(&task->join_waker); /* ours again (the bit is clear) */
+    return -ETIMEDOUT;
+}
+
+bool mp_join_cancel_wait(mp_task *task)
+{
+    /* Acquire: pairs with the release in mp__task_transition_to_complete(). */
+    uint64_t s = mp__task_state_load(task, memory_order_acquire);
+    if (s & MP__T_COMPLETE)
+        return true;
+    if (!(s & MP__T_JOIN_WAKER))
+        return false; /* nothing registered: only the joiner sets the bit */
+    if (!mp__task_transition_unset_join_waker(task))
+        return true; /* completed meanwhile: the runtime wakes the waker and clears the bit */
+    mp_waker_drop(&task->join_waker);
+    return false;
+}
+
 /* Called by the worker's help loop to be woken when t completes. */
 bool mp__task_register_join_waker(mp_task *t, const mp_waker *waker)
 {

@@ -41,10 +41,17 @@ static ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
 static void close_cb(uv_handle_t *h)
 {
     mp_tcp *c = h->data;
-    mp__io_closed(&c->io);
-    mp__readbuf_give(c->buf, c->cap);
-    c->buf = NULL;
-    if (c->on_closed)
+    /* The read buffer is the owner's, given back by its mp_tcp_close() (set_closed_cb): a
+     * close by the shutdown alone must not race with the owner's close for it. */
+    if (mp__io_closed(&c->io) && c->on_closed)
+        c->on_closed(c); /* the last touch: it may free c */
+}
+
+/* A failed mp_tcp_accept()'s handle has closed: the owner's close may be waiting for it. */
+static void failed_accept_close_cb(uv_handle_t *h)
+{
+    mp_tcp *c = h->data;
+    if (mp__io_failed_closed(&c->io) && c->on_closed)
         c->on_closed(c);
 }
 
@@ -88,8 +95,11 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     if (rc == 0)
         rc = mp__io_register(&c->io, STREAM_EVENTS);
     if (rc != 0) {
-        uv_close((uv_handle_t *)MP__UV_TCP(c), NULL); /* nothing else refers to it yet */
+        /* libuv touches the handle until its close callback: the object's close waits for it
+         * (io.c, "Who calls on_closed"). */
         c->io.fd = -1;
+        mp__io_mark_failed(&c->io);
+        uv_close((uv_handle_t *)MP__UV_TCP(c), failed_accept_close_cb);
         return rc;
     }
     return 0;
@@ -447,7 +457,24 @@ static void set_closed_cb(mp_io *io, mp__fn cb)
     c->on_closed = (void (*)(mp_tcp *))cb;
 }
 
+void mp_tcp_cancel_read(mp_tcp *c)
+{
+    mp__io_cancel(&c->io, true);
+}
+
+void mp_tcp_cancel_write(mp_tcp *c)
+{
+    mp__io_cancel(&c->io, false);
+}
+
+static void run_closed_cb(mp_io *io)
+{
+    mp_tcp *c = mp_container_of(io, mp_tcp, io);
+    if (c->on_closed)
+        c->on_closed(c);
+}
+
 int mp_tcp_close(mp_tcp *c, void (*on_closed)(mp_tcp *c))
 {
-    return mp__io_close(&c->io, set_closed_cb, (mp__fn)on_closed);
+    return mp__io_close(&c->io, set_closed_cb, (mp__fn)on_closed, run_closed_cb);
 }

@@ -35,9 +35,8 @@ enum { MAX_BATCH = 64 };
 static void close_cb(uv_handle_t *h)
 {
     mp_udp *u = h->data;
-    mp__io_closed(&u->io);
-    if (u->on_closed)
-        u->on_closed(u);
+    if (mp__io_closed(&u->io) && u->on_closed)
+        u->on_closed(u); /* the last touch: it may free u */
 }
 
 static void udp_close(mp_io *io)
@@ -311,12 +310,29 @@ void mp_udp_interrupt(mp_udp *u)
     mp__io_interrupt(&u->io);
 }
 
+void mp_udp_cancel_recv(mp_udp *u)
+{
+    mp__io_cancel(&u->io, true);
+}
+
+void mp_udp_cancel_send(mp_udp *u)
+{
+    mp__io_cancel(&u->io, false);
+}
+
 static void set_closed_cb(mp_io *io, mp__fn cb)
 {
     mp_container_of(io, mp_udp, io)->on_closed = (void (*)(mp_udp *))cb;
 }
 
+static void run_closed_cb(mp_io *io)
+{
+    mp_udp *u = mp_container_of(io, mp_udp, io);
+    if (u->on_closed)
+        u->on_closed(u);
+}
+
 int mp_udp_close(mp_udp *u, void (*on_closed)(mp_udp *u))
 {
-    return mp__io_close(&u->io, set_closed_cb, (mp__fn)on_closed);
+    return mp__io_close(&u->io, set_closed_cb, (mp__fn)on_closed, run_closed_cb);
 }

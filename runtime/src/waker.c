@@ -72,6 +72,18 @@ mp_waker mp__thread_waiter_init(mp__thread_waiter *tw)
     return (mp_waker){.vt = &thread_waker_vt, .data = tw};
 }
 
+bool mp__thread_waiter_wait_until(mp__thread_waiter *tw, uint64_t deadline_ms)
+{
+    /* Acquire: pairs with the release store in thread_wake(), as in mp__thread_waiter_wait(). */
+    while (atomic_load_explicit(&tw->word, memory_order_acquire) == 0) {
+        if (mp_now_ms() >= deadline_ms)
+            return false;
+        mp__futex_wait_until(&tw->word, 0, deadline_ms);
+    }
+    atomic_store_explicit(&tw->word, 0, memory_order_relaxed);
+    return true;
+}
+
 void mp__thread_waiter_wait(mp__thread_waiter *tw)
 {
     /* Acquire: pairs with the release store in thread_wake(). */

@@ -7,8 +7,14 @@
  * on a notify, await a child with mp_join_poll, spawn children, and hand their waker to plain
  * threads that wake them by reference twice and then by value. After a while the runtime is
  * shut down in the middle of all that, by cancelling or by draining; knobs (disable_lifo,
- * disable_steal), worker counts and failing thread starts vary with the seed. Other scenarios:
- * idle-then-sleep timer cycles, and bursts of work between idle periods.
+ * disable_steal), worker counts and failing thread starts vary with the seed. The outside
+ * spawners also join with deadlines: mp_block_on_until() of 0-3 ms (a task cancelled when it
+ * passes first) and mp_join_until() of 0-2 ms on tasks spawned earlier, racing their completion
+ * and the shutdown. Other scenarios: idle-then-sleep timer cycles, bursts of work between idle
+ * periods, and the sync primitives, where half the semaphore, mutex and MPMC waits, of tasks
+ * (mp_timeout_poll) and plain threads (mp_wait_until), have a deadline of a few ms and retry
+ * after it: a grant that races the deadline must be neither lost nor given twice, which the
+ * exact counts of permits, lock updates and values show.
  *
  * Every task checks that it is never polled concurrently or after it finished, cancelled at
  * most once and never after READY, and released exactly once, after it finished. Every run
@@ -511,16 +517,35 @@ static void *spawner_main(void *arg)
             utask *u = new_task(r, K_YIELD, test_rand(&s->rng));
             if (u) {
                 u->joinable = true;
-                int rc = mp_block_on(r->rt, &u->task);
+                /* Half of them with a deadline of 0-3 ms: cancelled when it passes first. */
+                bool timed = (x >> 8) % 2 == 0;
+                int rc = timed ? mp_block_on_until(r->rt, &u->task, mp_now_ms() + (x >> 9) % 4)
+                               : mp_block_on(r->rt, &u->task);
                 if (rc == -ESHUTDOWN || rc == -EAGAIN) {
                     atomic_store(&u->done, -1);
                 } else {
                     atomic_fetch_add(&r->spawned, 1);
-                    if (rc != 0 && rc != -ECANCELED)
+                    if (rc != 0 && rc != -ECANCELED && !(timed && rc == -ETIMEDOUT))
                         fail(r, "block_on: %d", rc);
                     if ((rc == 0) != (atomic_load(&u->done) == 1))
                         fail(r, "block_on %d but done %d", rc, atomic_load(&u->done));
+                    if (rc != 0 && atomic_load(&u->cancels) != 1)
+                        fail(r, "block_on %d but cancels %d", rc, atomic_load(&u->cancels));
                 }
+            }
+        } else if (x % 64 == 2 && s->njoin > 0) {
+            /* A join with a deadline of 0-2 ms on a task spawned earlier, racing its
+             * completion (and, in cancel mode, the shutdown): a timed-out join keeps the
+             * handle, which is joined later (here again, or after the run). */
+            size_t j = (size_t)((x >> 8) % s->njoin);
+            utask *u = s->joinables[j];
+            int rc = mp_join_until(&u->task, mp_now_ms() + (x >> 20) % 3);
+            if (rc != -ETIMEDOUT) {
+                if (!((rc == 0 && atomic_load(&u->done) == 1) ||
+                      (rc == -ECANCELED && atomic_load(&u->cancels) == 1)))
+                    fail(r, "join_until %d, done %d, cancels %d", rc, atomic_load(&u->done),
+                         atomic_load(&u->cancels));
+                s->joinables[j] = s->joinables[--s->njoin];
             }
         } else {
             utask *u = new_task(r, random_kind(&s->rng), test_rand(&s->rng));
@@ -943,6 +968,14 @@ typedef struct stask {
     mp_broadcast_rx brx;
     uint64_t bgot, bmissed, bnext;
     mp_cancel_token child;
+    /* Timed waits (S_SEM, S_MUTEX, S_CONSUME, one task in two): the wait under
+     * mp_timeout_poll() with a deadline of 1-3 ms, retried after each timeout. */
+    bool timed, waiting;
+    mp_timer timer;
+    uint64_t deadline;
+    mp_wait wait;
+    void *value;
+    int werr;
     _Atomic int in_poll, cancels, released;
 } stask;
 
@@ -957,6 +990,7 @@ struct sync_run {
     mp_broadcast bc;
     mp_cancel_token root;
     _Atomic long held;
+    _Atomic uint64_t timeouts; /* timed waits that gave up (tasks and threads) */
     _Atomic int bad;
     _Atomic size_t released;
     char why[160];
@@ -989,6 +1023,65 @@ static void bcast_count(sync_run *r, uint64_t *got, uint64_t *missed, uint64_t *
     (*got)++;
 }
 
+/* The waits a timed task bounds, as mp_wait: each cancel gives back what was handed over. */
+static mp_poll sem_wait_poll(void *arg, mp_context *cx)
+{
+    stask *s = arg;
+    return mp_semaphore_acquire_poll(&s->r->sem, &s->w, s->n, cx, &s->werr);
+}
+static bool sem_wait_cancel(void *arg)
+{
+    stask *s = arg;
+    mp_semaphore_cancel_wait(&s->r->sem, &s->w);
+    return false;
+}
+static mp_poll mutex_wait_poll(void *arg, mp_context *cx)
+{
+    stask *s = arg;
+    s->werr = 0;
+    return mp_mutex_lock_poll(&s->r->mu, &s->w, cx);
+}
+static bool mutex_wait_cancel(void *arg)
+{
+    stask *s = arg;
+    mp_mutex_cancel_wait(&s->r->mu, &s->w);
+    return false;
+}
+static mp_poll mpmc_wait_poll(void *arg, mp_context *cx)
+{
+    stask *s = arg;
+    return mp_mpmc_recv_poll(&s->r->q, &s->w, cx, &s->value, &s->werr);
+}
+static bool mpmc_wait_cancel(void *arg)
+{
+    stask *s = arg;
+    mp_mpmc_cancel_recv(&s->r->q, &s->w);
+    return false;
+}
+
+/* Poll the task's wait: plainly, or under a deadline; a timeout is counted and the task
+ * yields, then waits again with a new deadline. MP_READY: the wait is over, its error in
+ * s->werr. */
+static mp_poll stask_wait(stask *s, mp_context *cx)
+{
+    if (!s->timed)
+        return s->wait.poll(s->wait.arg, cx);
+    if (!s->waiting) {
+        s->deadline = mp_now_ms() + 1 + test_rand(&s->rng) % 3;
+        s->waiting = true;
+    }
+    int err;
+    if (mp_timeout_poll(&s->timer, s->deadline, &s->wait, cx, &err) == MP_PENDING)
+        return MP_PENDING;
+    s->waiting = false;
+    if (err == -ETIMEDOUT) {
+        atomic_fetch_add(&s->r->timeouts, 1);
+        mp_yield(cx);
+        return MP_PENDING;
+    }
+    return MP_READY;
+}
+
 static mp_poll stask_step(stask *s, mp_context *cx)
 {
     sync_run *r = s->r;
@@ -1004,9 +1097,9 @@ static mp_poll stask_step(stask *s, mp_context *cx)
                     return MP_READY;
                 s->n = 1 + (uint32_t)(test_rand(&s->rng) % 3);
             }
-            if (mp_semaphore_acquire_poll(&r->sem, &s->w, s->n, cx, &err) == MP_PENDING)
+            if (stask_wait(s, cx) == MP_PENDING)
                 return MP_PENDING;
-            if (err != 0)
+            if (s->werr != 0)
                 sync_fail(r, "semaphore acquire failed");
             if (atomic_fetch_add(&r->held, s->n) + s->n > S_CAP)
                 sync_fail(r, "more permits held than exist");
@@ -1022,7 +1115,7 @@ static mp_poll stask_step(stask *s, mp_context *cx)
             if (--s->left == 0)
                 return MP_READY;
         }
-        if (mp_mutex_lock_poll(&r->mu, &s->w, cx) == MP_PENDING)
+        if (stask_wait(s, cx) == MP_PENDING)
             return MP_PENDING;
         s->read = r->counter;
         s->holding = true;
@@ -1040,12 +1133,11 @@ static mp_poll stask_step(stask *s, mp_context *cx)
         return MP_READY;
     case S_CONSUME:
         for (;;) {
-            void *v;
-            if (mp_mpmc_recv_poll(&r->q, &s->w, cx, &v, &err) == MP_PENDING)
+            if (stask_wait(s, cx) == MP_PENDING)
                 return MP_PENDING;
-            if (err == -EPIPE)
+            if (s->werr == -EPIPE)
                 return MP_READY;
-            mpmc_take(r, v);
+            mpmc_take(r, s->value);
             if (test_rand(&s->rng) % 8 == 0)
                 return mp_yield(cx);
         }
@@ -1082,6 +1174,7 @@ static void stask_cancel(mp_task *t)
     sync_run *r = s->r;
     if (atomic_fetch_add(&s->cancels, 1) != 0)
         sync_fail(r, "cancelled twice");
+    mp_timer_cancel(&s->timer);
     switch (s->kind) {
     case S_SEM:
         mp_semaphore_cancel_wait(&r->sem, &s->w);
@@ -1130,6 +1223,16 @@ static void stask_init(stask *s, sync_run *r, int kind, int id, uint64_t seed)
     s->n = 1 + (uint32_t)(test_rand(&s->rng) % 3);
     s->left = kind == S_PRODUCE ? S_PER_PROD : 100;
     mp_waiter_init(&s->w);
+    mp_timer_init(&s->timer, r->rt);
+    s->timed = test_rand(&s->rng) % 2 == 0;
+    if (kind == S_SEM)
+        s->wait = (mp_wait){sem_wait_poll, sem_wait_cancel, s};
+    else if (kind == S_MUTEX)
+        s->wait = (mp_wait){mutex_wait_poll, mutex_wait_cancel, s};
+    else if (kind == S_CONSUME)
+        s->wait = (mp_wait){mpmc_wait_poll, mpmc_wait_cancel, s};
+    else
+        s->timed = false;
     if (kind == S_BCAST)
         mp_broadcast_subscribe(&r->bc, &s->brx);
     if (kind == S_TOKEN)
@@ -1143,18 +1246,79 @@ typedef struct sync_thread {
     uint64_t got, missed, next;
 } sync_thread;
 
+/* A plain thread's timed waits: mp_wait_until() with a deadline of 0-2 ms, retried after each
+ * timeout, racing the grants of the tasks. */
+typedef struct thread_wait {
+    sync_run *r;
+    mp_waiter w;
+    uint32_t n;
+    void *value;
+    int err;
+} thread_wait;
+static mp_poll tsem_poll(void *arg, mp_context *cx)
+{
+    thread_wait *t = arg;
+    return mp_semaphore_acquire_poll(&t->r->sem, &t->w, t->n, cx, &t->err);
+}
+static bool tsem_cancel(void *arg)
+{
+    thread_wait *t = arg;
+    mp_semaphore_cancel_wait(&t->r->sem, &t->w);
+    return false;
+}
+static mp_poll tmutex_poll(void *arg, mp_context *cx)
+{
+    thread_wait *t = arg;
+    return mp_mutex_lock_poll(&t->r->mu, &t->w, cx);
+}
+static bool tmutex_cancel(void *arg)
+{
+    thread_wait *t = arg;
+    mp_mutex_cancel_wait(&t->r->mu, &t->w);
+    return false;
+}
+static mp_poll tmpmc_poll(void *arg, mp_context *cx)
+{
+    thread_wait *t = arg;
+    return mp_mpmc_recv_poll(&t->r->q, &t->w, cx, &t->value, &t->err);
+}
+static bool tmpmc_cancel(void *arg)
+{
+    thread_wait *t = arg;
+    mp_mpmc_cancel_recv(&t->r->q, &t->w);
+    return false;
+}
+
+static void thread_wait_retrying(thread_wait *t, mp_wait *w, uint64_t *rng)
+{
+    mp_waiter_init(&t->w);
+    while (mp_wait_until(w, mp_now_ms() + test_rand(rng) % 3) == -ETIMEDOUT)
+        atomic_fetch_add(&t->r->timeouts, 1);
+}
+
 static void *sync_sem_thread(void *arg)
 {
     sync_run *r = ((sync_thread *)arg)->r;
+    uint64_t rng = (uint64_t)(uintptr_t)arg | 1;
     for (uint32_t i = 0; i < 300; i++) {
         uint32_t n = 1 + i % 3;
-        if (mp_semaphore_acquire_blocking(&r->sem, n) != 0)
+        bool timed = i % 2 == 0;
+        thread_wait t = {.r = r, .n = n};
+        mp_wait sem_w = {tsem_poll, tsem_cancel, &t}, mu_w = {tmutex_poll, tmutex_cancel, &t};
+        if (timed)
+            thread_wait_retrying(&t, &sem_w, &rng);
+        else
+            t.err = mp_semaphore_acquire_blocking(&r->sem, n);
+        if (t.err != 0)
             sync_fail(r, "blocking acquire failed");
         if (atomic_fetch_add(&r->held, n) + n > S_CAP)
             sync_fail(r, "more permits held than exist");
         atomic_fetch_sub(&r->held, n);
         mp_semaphore_release(&r->sem, n);
-        mp_mutex_lock_blocking(&r->mu);
+        if (timed)
+            thread_wait_retrying(&t, &mu_w, &rng);
+        else
+            mp_mutex_lock_blocking(&r->mu);
         r->counter++;
         r->increments++;
         mp_mutex_unlock(&r->mu);
@@ -1174,10 +1338,18 @@ static void *sync_producer_thread(void *arg)
 static void *sync_consumer_thread(void *arg)
 {
     sync_thread *t = arg;
-    void *v;
-    while (mp_mpmc_recv_blocking(&t->r->q, &v) == 0)
-        mpmc_take(t->r, v);
-    return NULL;
+    uint64_t rng = (uint64_t)(uintptr_t)arg | 1;
+    for (unsigned i = 0;; i++) {
+        thread_wait w = {.r = t->r};
+        mp_wait mw = {tmpmc_poll, tmpmc_cancel, &w};
+        if (i % 2 == 0)
+            thread_wait_retrying(&w, &mw, &rng);
+        else
+            w.err = mp_mpmc_recv_blocking(&t->r->q, &w.value);
+        if (w.err != 0)
+            return NULL;
+        mpmc_take(t->r, w.value);
+    }
 }
 
 static void *sync_bcast_sender(void *arg)
@@ -1312,8 +1484,9 @@ static void sync_run_one(unsigned workers, uint64_t seed)
     }
     cr_assert_eq(mp_cancel_token_destroy(&r->root), 0);
     mp_task_group_destroy(&g);
-    fprintf(stderr, "api_stress sync: %u workers, %zu of %d cancelled\n", workers, cancelled,
-            S_TASKS);
+    fprintf(stderr,
+            "api_stress sync: %u workers, %zu of %d cancelled, %" PRIu64 " timed waits gave up\n",
+            workers, cancelled, S_TASKS, atomic_load(&r->timeouts));
     mp_broadcast_destroy(&r->bc);
     mp_mpmc_destroy(&r->q);
     free((void *)r->seen);

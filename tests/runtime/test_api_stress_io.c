@@ -137,18 +137,19 @@ static void lst_closed(mp_tcp_listener *l)
 
 static void sock_close(sock *k)
 {
-    int rc = k->udp ? mp_udp_close(&k->u, udp_closed) : mp_tcp_listener_close(&k->l, lst_closed);
-    if (rc != 0) { /* the shutdown closed it: no callback comes */
-        atomic_fetch_add(&closing_run->closes, 1);
-        sock_unref(k);
-    }
+    /* One rule whatever the close returns (0, or -ESHUTDOWN when the shutdown closed it):
+     * the callback runs once, and is where the reference goes. */
+    if (k->udp)
+        mp_udp_close(&k->u, udp_closed);
+    else
+        mp_tcp_listener_close(&k->l, lst_closed);
 }
 
 /* Close what the task holds (each object once: the pointer is taken) and let go of it. */
 static void release_io(iotask *t)
 {
-    if (t->tcp && mp_tcp_close(t->tcp, tcp_closed) != 0)
-        tcp_closed(t->tcp);
+    if (t->tcp)
+        mp_tcp_close(t->tcp, tcp_closed); /* tcp_closed runs once, whatever it returns */
     t->tcp = NULL;
     sock *k = atomic_exchange(&t->shut, NULL);
     if (k)
@@ -540,8 +541,7 @@ static mp_poll conn_poll(mp_task *tk, mp_context *cx)
         if (e->pending == 0)
             break;
     }
-    if (mp_tcp_close(e->c, tcp_closed) != 0)
-        tcp_closed(e->c);
+    mp_tcp_close(e->c, tcp_closed);
     e->c = NULL;
     return MP_READY;
 }
@@ -549,8 +549,8 @@ static mp_poll conn_poll(mp_task *tk, mp_context *cx)
 static void echo_cancel(mp_task *tk)
 {
     echo *e = mp_container_of(tk, echo, task);
-    if (e->c && mp_tcp_close(e->c, tcp_closed) != 0)
-        tcp_closed(e->c);
+    if (e->c)
+        mp_tcp_close(e->c, tcp_closed);
     e->c = NULL;
 }
 

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -37,7 +39,7 @@ Test(io, a_close_waits_for_the_system_call_in_progress, .timeout = 30)
     usleep(20000);
     cr_assert_neq(fcntl(fd, F_GETFD), -1, "the fd was closed under a call in progress");
     cr_assert_eq(atomic_load(&closed_calls), 0);
-    cr_assert_eq(mp_udp_close(&u, on_udp_closed), -EBADF, "closed once");
+    cr_assert_eq(mp_udp_close(&u, on_udp_closed), -EALREADY, "closed once");
     /* The call returns: its leave finishes the close. */
     mp__io_leave(&u.io);
     while (atomic_load(&closed_calls) == 0)
@@ -57,7 +59,7 @@ Test(io, a_close_with_no_call_in_progress_is_at_once_and_once, .timeout = 30)
     cr_assert(mp__io_enter(&u.io));
     mp__io_leave(&u.io);
     cr_assert_eq(mp_udp_close(&u, on_udp_closed), 0);
-    cr_assert_eq(mp_udp_close(&u, on_udp_closed), -EBADF);
+    cr_assert_eq(mp_udp_close(&u, on_udp_closed), -EALREADY);
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
     cr_assert_eq(atomic_load(&closed_calls), 1);
@@ -111,4 +113,113 @@ Test(io, racing_closes_and_calls, .timeout = 60)
     }
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
+}
+
+/* One rule for freeing a socket object, whatever its close returns: on_closed runs exactly once
+ * for the close, and the runtime does not touch the object after it. Never opened (zeroed, a
+ * failed bind, connect or listen): at once, before the close returns, -EBADF. Closed by the
+ * shutdown already: at once, -ESHUTDOWN. A second close: -EALREADY, no second callback. */
+static _Atomic int tcp_closed_calls, lst_closed_calls;
+static void on_tcp_closed(mp_tcp *t)
+{
+    (void)t;
+    atomic_fetch_add(&tcp_closed_calls, 1);
+}
+static void on_lst_closed(mp_tcp_listener *l)
+{
+    (void)l;
+    atomic_fetch_add(&lst_closed_calls, 1);
+}
+
+Test(io, on_closed_runs_once_whatever_the_close_returns, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    atomic_store(&closed_calls, 0);
+    atomic_store(&tcp_closed_calls, 0);
+    atomic_store(&lst_closed_calls, 0);
+    /* Never opened. */
+    mp_tcp zeroed = {0};
+    cr_assert_eq(mp_tcp_close(&zeroed, on_tcp_closed), -EBADF);
+    cr_assert_eq(atomic_load(&tcp_closed_calls), 1, "on_closed ran before the close returned");
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    mp_tcp failed;
+    cr_assert_eq(mp_tcp_connect(rt, &failed, (struct sockaddr *)&un, 0), -EINVAL);
+    cr_assert_eq(mp_tcp_close(&failed, on_tcp_closed), -EBADF);
+    cr_assert_eq(atomic_load(&tcp_closed_calls), 2, "a failed connect: the same rule");
+    mp_udp bad;
+    cr_assert_eq(mp_udp_bind(rt, &bad, (struct sockaddr *)&un, 0), -EINVAL);
+    cr_assert_eq(mp_udp_close(&bad, on_udp_closed), -EBADF);
+    cr_assert_eq(atomic_load(&closed_calls), 1);
+    /* Open: closed by the loop, once, however often close is called. */
+    mp_udp u;
+    bind_udp(rt, &u);
+    cr_assert_eq(mp_udp_close(&u, on_udp_closed), 0);
+    cr_assert_eq(mp_udp_close(&u, on_udp_closed), -EALREADY);
+    while (atomic_load(&closed_calls) < 2)
+        usleep(1000);
+    /* Closed by the shutdown, with no close of the user's before: the close after it runs
+     * on_closed at once. */
+    mp_tcp_listener l;
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&lo, 0, 0), 0);
+    mp_udp v;
+    bind_udp(rt, &v);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    cr_assert_eq(mp_tcp_listener_close(&l, on_lst_closed), -ESHUTDOWN);
+    cr_assert_eq(atomic_load(&lst_closed_calls), 1, "on_closed ran before the close returned");
+    cr_assert_eq(mp_udp_close(&v, on_udp_closed), -ESHUTDOWN);
+    cr_assert_eq(atomic_load(&closed_calls), 3);
+    cr_assert_eq(mp_udp_close(&v, on_udp_closed), -EALREADY);
+    mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&closed_calls), 3);
+    cr_assert_eq(atomic_load(&lst_closed_calls), 1);
+}
+
+/* Closes racing the shutdown's own close of every open socket, from plain threads: whichever
+ * finishes second runs on_closed, exactly once per socket, and a socket freed in on_closed is
+ * never touched after (ASan). */
+#define RACE_SOCKS 16
+static _Atomic int raced_closes;
+static void free_udp_closed(mp_udp *u)
+{
+    atomic_fetch_add(&raced_closes, 1);
+    free(u);
+}
+
+typedef struct closer {
+    mp_udp **socks;
+    unsigned delay_us;
+} closer;
+
+static void *close_all_main(void *arg)
+{
+    closer *c = arg;
+    usleep(c->delay_us);
+    for (int i = 0; i < RACE_SOCKS; i++) {
+        int rc = mp_udp_close(c->socks[i], free_udp_closed);
+        cr_assert(rc == 0 || rc == -ESHUTDOWN, "close: %d", rc);
+    }
+    return NULL;
+}
+
+Test(io, closes_racing_the_shutdown_run_on_closed_once, .timeout = 120)
+{
+    uint64_t seed = test_seed();
+    for (int round = 0; round < 40; round++) {
+        mp_runtime *rt = test_runtime(2);
+        mp_udp *socks[RACE_SOCKS];
+        for (int i = 0; i < RACE_SOCKS; i++) {
+            socks[i] = malloc(sizeof *socks[i]);
+            bind_udp(rt, socks[i]);
+        }
+        atomic_store(&raced_closes, 0);
+        closer c = {.socks = socks, .delay_us = (unsigned)(test_rand(&seed) % 2000)};
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, close_all_main, &c), 0);
+        usleep((unsigned)(test_rand(&seed) % 2000));
+        cr_assert_eq(mp_runtime_shutdown(rt), 0);
+        pthread_join(th, NULL);
+        mp_runtime_free(rt); /* the loop's close callbacks have all run */
+        cr_assert_eq(atomic_load(&raced_closes), RACE_SOCKS, "round %d", round);
+    }
 }

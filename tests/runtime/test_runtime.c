@@ -434,3 +434,54 @@ Test(runtime, stats_old_name_is_an_alias, .timeout = 30)
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
 }
+
+/* mp_block_on_until(): spawn, join by a deadline, cancel on timeout. */
+typedef struct forever {
+    mp_task task;
+    mp_notify gate;
+    mp_notify_waiter w;
+    bool complete_at_once;
+    _Atomic int cancels, releases;
+} forever;
+
+static mp_poll forever_poll(mp_task *t, mp_context *cx)
+{
+    forever *f = mp_container_of(t, forever, task);
+    if (f->complete_at_once)
+        return MP_READY;
+    return mp_notify_poll(&f->gate, &f->w, cx);
+}
+
+static void forever_cancel(mp_task *t)
+{
+    forever *f = mp_container_of(t, forever, task);
+    mp_notify_cancel(&f->gate, &f->w);
+    atomic_fetch_add(&f->cancels, 1);
+}
+
+static void forever_release(mp_task *t)
+{
+    atomic_fetch_add(&mp_container_of(t, forever, task)->releases, 1);
+}
+
+static const mp_task_vtable forever_vt = {
+    .poll = forever_poll, .cancel = forever_cancel, .release = forever_release};
+
+Test(runtime, block_on_until_cancels_at_the_deadline, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    forever f = {0};
+    mp_notify_init(&f.gate);
+    mp_notify_waiter_init(&f.w);
+    mp_task_init(&f.task, &forever_vt);
+    uint64_t t0 = mp_now_ms();
+    cr_assert_eq(mp_block_on_until(rt, &f.task, t0 + 20), -ETIMEDOUT);
+    cr_assert_geq(mp_now_ms(), t0 + 20);
+    cr_assert_eq(atomic_load(&f.cancels), 1, "the task was cancelled and its cancel ran");
+    cr_assert_eq(atomic_load(&f.releases), 1, "and nothing of it is left");
+    forever g = {.complete_at_once = true};
+    mp_task_init(&g.task, &forever_vt);
+    cr_assert_eq(mp_block_on_until(rt, &g.task, mp_now_ms() + 60 * 60 * 1000), 0);
+    cr_assert_eq(atomic_load(&g.releases), 1);
+    mp_runtime_free(rt);
+}

@@ -776,3 +776,201 @@ Test(task, shutdown_while_a_worker_joins_an_idle_task, .timeout = 30)
     mp_waker_drop(&p.keep);
     mp_runtime_free(rt);
 }
+
+/* mp_join_until(): a join with a deadline, from plain threads. */
+
+typedef struct gated {
+    mp_task task;
+    mp_notify *gate;
+    mp_notify_waiter w;
+    unsigned yields; /* then wait on the gate (gate NULL: complete) */
+    _Atomic int cancels, releases;
+} gated;
+
+static mp_poll gated_poll(mp_task *t, mp_context *cx)
+{
+    gated *g = mp_container_of(t, gated, task);
+    if (g->yields > 0) {
+        g->yields--;
+        return mp_yield(cx);
+    }
+    if (!g->gate)
+        return MP_READY;
+    return mp_notify_poll(g->gate, &g->w, cx);
+}
+
+static void gated_cancel(mp_task *t)
+{
+    gated *g = mp_container_of(t, gated, task);
+    if (g->gate)
+        mp_notify_cancel(g->gate, &g->w);
+    atomic_fetch_add(&g->cancels, 1);
+}
+
+static void gated_release(mp_task *t)
+{
+    atomic_fetch_add(&mp_container_of(t, gated, task)->releases, 1);
+}
+
+static const mp_task_vtable gated_vt = {
+    .poll = gated_poll, .cancel = gated_cancel, .release = gated_release};
+
+static void gated_init(gated *g, mp_notify *gate, unsigned yields)
+{
+    memset(g, 0, sizeof *g);
+    g->gate = gate;
+    g->yields = yields;
+    mp_notify_waiter_init(&g->w);
+    mp_task_init(&g->task, &gated_vt);
+}
+
+Test(task, join_until_times_out_and_keeps_the_handle, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_notify gate;
+    mp_notify_init(&gate);
+    gated g;
+    gated_init(&g, &gate, 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &g.task), 0);
+    uint64_t t0 = mp_now_ms();
+    cr_assert_eq(mp_join_until(&g.task, t0 + 20), -ETIMEDOUT);
+    cr_assert_geq(mp_now_ms(), t0 + 20);
+    cr_assert_eq(st(&g.task) & MP__T_JOIN_WAKER, 0, "the joiner's waker was left in the task");
+    cr_assert(st(&g.task) & MP__T_JOIN_INTEREST, "the handle is still the caller's");
+    cr_assert_eq(mp_join_until(&g.task, 0), -ETIMEDOUT, "a past deadline: no wait");
+    mp_notify_one(&gate);
+    cr_assert_eq(mp_join_until(&g.task, mp_now_ms() + 60 * 60 * 1000), 0);
+    cr_assert_eq(atomic_load(&g.releases), 1);
+    /* Complete already: a past deadline still joins it. */
+    gated h;
+    gated_init(&h, NULL, 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &h.task), 0);
+    while (!mp_task_is_complete(&h.task))
+        sched_yield();
+    cr_assert_eq(mp_join_until(&h.task, 0), 0);
+    cr_assert_eq(atomic_load(&h.releases), 1);
+    mp_runtime_free(rt);
+}
+
+Test(task, join_until_a_cancelled_task_and_a_cancel_after_the_timeout, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_notify gate;
+    mp_notify_init(&gate);
+    gated g;
+    gated_init(&g, &gate, 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &g.task), 0);
+    cr_assert_eq(mp_join_until(&g.task, mp_now_ms() + 10), -ETIMEDOUT);
+    mp_task_cancel(&g.task);
+    cr_assert_eq(mp_join_until(&g.task, mp_now_ms() + 60 * 60 * 1000), -ECANCELED);
+    cr_assert_eq(atomic_load(&g.cancels), 1);
+    cr_assert_eq(atomic_load(&g.releases), 1);
+    mp_runtime_free(rt);
+}
+
+/* The completion races the deadline: the joiner's stack waker must never be woken after it
+ * returned -ETIMEDOUT (ThreadSanitizer and ASan see the write into a dead frame), and a
+ * timed-out join is finished by a plain one. */
+Test(task, join_until_completion_racing_the_deadline, .timeout = 120)
+{
+    uint64_t seed = test_seed();
+    mp_runtime *rt = test_runtime(2);
+    unsigned timed_out = 0;
+    for (int round = 0; round < 300; round++) {
+        gated g;
+        gated_init(&g, NULL, (unsigned)(test_rand(&seed) % 64));
+        cr_assert_eq(mp_spawn_joinable(rt, &g.task), 0);
+        int rc = mp_join_until(&g.task, mp_now_ms() + test_rand(&seed) % 2);
+        if (rc == -ETIMEDOUT) {
+            timed_out++;
+            rc = mp_join(&g.task);
+        }
+        cr_assert_eq(rc, 0, "round %d", round);
+        cr_assert_eq(atomic_load(&g.releases), 1, "round %d", round);
+    }
+    mp_runtime_free(rt);
+    (void)timed_out;
+}
+
+/* Shutdown while a plain thread waits in mp_join_until(): the task is cancelled, the join
+ * answers -ECANCELED before its deadline. */
+typedef struct until_joiner {
+    mp_task *t;
+    _Atomic int rc;
+} until_joiner;
+
+static void *join_until_main(void *arg)
+{
+    until_joiner *j = arg;
+    atomic_store(&j->rc, mp_join_until(j->t, mp_now_ms() + 60 * 60 * 1000));
+    return NULL;
+}
+
+Test(task, shutdown_during_join_until, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(2);
+    mp_notify gate;
+    mp_notify_init(&gate);
+    gated g;
+    gated_init(&g, &gate, 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &g.task), 0);
+    until_joiner j = {.t = &g.task, .rc = 1};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, join_until_main, &j), 0);
+    usleep(20000);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&j.rc), -ECANCELED);
+    cr_assert_eq(atomic_load(&g.cancels), 1);
+    cr_assert_eq(atomic_load(&g.releases), 1);
+    mp_runtime_free(rt);
+}
+
+/* From a worker, a blocking join with a deadline is refused. mp_join_cancel_wait() withdraws
+ * a task's join waker and keeps the handle. */
+typedef struct outer {
+    mp_task task;
+    mp_task *inner;
+    _Atomic int step;
+    int until_rc, result;
+    bool cancelled_done;
+} outer;
+
+static mp_poll outer_poll(mp_task *t, mp_context *cx)
+{
+    outer *o = mp_container_of(t, outer, task);
+    switch (atomic_load(&o->step)) {
+    case 0:
+        o->until_rc = mp_join_until(o->inner, mp_now_ms() + 1000);
+        if (mp_join_poll(o->inner, cx, &o->result) == MP_READY)
+            return MP_READY; /* cannot be: the inner task waits on its gate */
+        o->cancelled_done = mp_join_cancel_wait(o->inner);
+        atomic_store(&o->step, 2);
+        return MP_READY;
+    }
+    return MP_READY;
+}
+
+static const mp_task_vtable outer_vt = {.poll = outer_poll};
+
+Test(task, join_until_on_a_worker_is_refused_and_join_cancel_wait, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_notify gate;
+    mp_notify_init(&gate);
+    gated g;
+    gated_init(&g, &gate, 0);
+    cr_assert_eq(mp_spawn_joinable(rt, &g.task), 0);
+    outer o = {.inner = &g.task, .step = 0};
+    mp_task_init(&o.task, &outer_vt);
+    cr_assert_eq(mp_spawn(rt, &o.task), 0);
+    while (atomic_load(&o.step) != 2)
+        usleep(1000);
+    usleep(1000); /* its completion, after the store */
+    cr_assert_eq(o.until_rc, -EDEADLK);
+    cr_assert(!o.cancelled_done);
+    cr_assert_eq(st(&g.task) & MP__T_JOIN_WAKER, 0, "the join waker was withdrawn");
+    mp_notify_one(&gate);
+    cr_assert_eq(mp_join(&g.task), 0);
+    mp_runtime_free(rt);
+}

@@ -75,7 +75,7 @@ static mp_poll conn_finish(conn *c)
     cr_assert_geq(mp_tcp_fileno(&c->tcp), 0);
     cr_assert_eq(mp_tcp_close(&c->tcp, on_closed), 0);
     /* Misuse is an error, not an abort: the stream is closing already. */
-    if (mp_tcp_close(&c->tcp, on_closed) == -EBADF && mp_tcp_fileno(&c->tcp) == -EBADF)
+    if (mp_tcp_close(&c->tcp, on_closed) == -EALREADY && mp_tcp_fileno(&c->tcp) == -EBADF)
         atomic_fetch_add(&S->misuse_refused, 1);
     return MP_READY;
 }
@@ -362,7 +362,7 @@ Test(tcp, read_time_of_a_first_read_after_a_write_event_is_the_read, .timeout = 
 }
 
 /* A stream that was never accepted (zeroed), or whose accept failed, is closed: no fd, and
- * closing it is an error the caller can handle. */
+ * its close says so (-EBADF), with on_closed run at once (test_io.c). */
 Test(tcp, a_stream_never_opened_has_no_fd_and_refuses_close, .timeout = 10)
 {
     mp_tcp c = {0};
@@ -1197,7 +1197,7 @@ Test(tcp, connect_errors_and_options, .timeout = 30)
     cr_assert_eq(ss.ss_family, AF_INET);
     /* Closed from a plain thread before anyone polled it: fine, and once only. */
     cr_assert_eq(mp_tcp_close(&t, NULL), 0);
-    cr_assert_eq(mp_tcp_close(&t, NULL), -EBADF);
+    cr_assert_eq(mp_tcp_close(&t, NULL), -EALREADY);
     (void)closed;
     usleep(20000);
     echo_server_stop(s);
@@ -1333,4 +1333,107 @@ Test(tcp, a_stream_handed_from_task_to_task_serves_both, .timeout = 30)
     mp_chan_destroy(&ch);
     free(tcp);
     free(s);
+}
+
+/* Deadlines on stream waits, from a plain thread that owns the listener and the stream
+ * (mp_wait_until): an accept and a read that time out withdraw their wakers
+ * (mp_tcp_listener_cancel_accept, mp_tcp_cancel_read), and the connection or the bytes that
+ * come later are there for the next wait. */
+typedef struct io_wait {
+    mp_tcp_listener *l;
+    mp_tcp *c;
+    const char *data;
+    size_t len;
+    int err;
+} io_wait;
+
+/* Whether a waker is left in the socket, read under its lock (the loop writes it there). */
+static bool waker_left(mp_io *io)
+{
+    mp__spin_lock(&io->lock);
+    bool left = !mp_waker_is_empty(&io->reader) || !mp_waker_is_empty(&io->writer);
+    mp__spin_unlock(&io->lock);
+    return left;
+}
+
+static mp_poll accept_wait_poll(void *arg, mp_context *cx)
+{
+    io_wait *w = arg;
+    return mp_tcp_accept_poll(w->l, cx, w->c, 0, &w->err);
+}
+
+static bool accept_wait_cancel(void *arg)
+{
+    mp_tcp_listener_cancel_accept(((io_wait *)arg)->l);
+    return false;
+}
+
+static mp_poll read_wait_poll(void *arg, mp_context *cx)
+{
+    io_wait *w = arg;
+    return mp_tcp_read_poll(w->c, cx, &w->data, &w->len, &w->err);
+}
+
+static bool read_wait_cancel(void *arg)
+{
+    mp_tcp_cancel_read(((io_wait *)arg)->c);
+    return false;
+}
+
+static _Atomic int deadline_closes;
+static void deadline_tcp_closed(mp_tcp *t)
+{
+    (void)t;
+    atomic_fetch_add(&deadline_closes, 1);
+}
+static void deadline_lst_closed(mp_tcp_listener *l)
+{
+    (void)l;
+    atomic_fetch_add(&deadline_closes, 1);
+}
+
+static void nothing(void *arg)
+{
+    (void)arg;
+}
+
+Test(tcp, accept_and_read_with_a_deadline_withdraw_their_wakers, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    /* A spawn starts the worker, which then sleeps in the loop as its driver: the readiness
+     * of the sockets this thread waits on comes from there. */
+    mp_task *h;
+    cr_assert_eq(mp_spawn_fn(rt, nothing, NULL, &h), 0);
+    cr_assert_eq(mp_join(h), 0);
+    mp_tcp_listener l;
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&lo, 0, 0), 0);
+    mp_tcp c;
+    io_wait w = {.l = &l, .c = &c, .err = 1};
+    mp_wait acc = {accept_wait_poll, accept_wait_cancel, &w};
+    cr_assert_eq(mp_wait_until(&acc, mp_now_ms() + 20), -ETIMEDOUT);
+    cr_assert(!waker_left(&l.io), "the accept's waker stayed in the listener");
+    struct sockaddr_storage addr;
+    cr_assert_eq(mp_tcp_listener_addr(&l, &addr), 0);
+    int peer = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_eq(connect(peer, (struct sockaddr *)&addr, sizeof(struct sockaddr_in)), 0);
+    int rc = mp_wait_until(&acc, mp_now_ms() + 5000);
+    cr_assert_eq(rc, 0, "accept: %d %d", rc, w.err);
+    cr_assert_eq(w.err, 0);
+    mp_wait rd = {read_wait_poll, read_wait_cancel, &w};
+    cr_assert_eq(mp_wait_until(&rd, mp_now_ms() + 20), -ETIMEDOUT);
+    cr_assert(!waker_left(&c.io), "the read's waker stayed in the stream");
+    cr_assert_eq(write(peer, "hi", 2), 2);
+    cr_assert_eq(mp_wait_until(&rd, mp_now_ms() + 5000), 0);
+    cr_assert_eq(w.err, 0);
+    cr_assert_eq(w.len, 2);
+    cr_assert_eq(memcmp(w.data, "hi", 2), 0);
+    mp_tcp_consume(&c, 2);
+    atomic_store(&deadline_closes, 0);
+    cr_assert_eq(mp_tcp_close(&c, deadline_tcp_closed), 0);
+    cr_assert_eq(mp_tcp_listener_close(&l, deadline_lst_closed), 0);
+    close(peer);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
+    cr_assert_eq(atomic_load(&deadline_closes), 2);
 }

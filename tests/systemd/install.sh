@@ -22,12 +22,19 @@ fail() { echo "FAIL: $*"; exit 1; }
 # Not the jobserver of the make that runs the tests.
 mk() { env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory "$@" SANITIZE="$san"; }
 sanflags=${san:+-fsanitize=$san}
+# The version, from the one place it is kept (magpie_core.h), and the SONAME the Makefile derives
+# from it: 0.MINOR before 1.0 (any 0.x minor may break the ABI), the major after.
+ver() { sed -n "s/^#define MP_VERSION_$1 \([0-9]*\)$/\1/p" runtime/include/magpie_core.h; }
+version=$(ver MAJOR).$(ver MINOR).$(ver PATCH) hversion=$version
+if [ "$(ver MAJOR)" = 0 ]; then sover=0.$(ver MINOR); else sover=$(ver MAJOR); fi
+[ "$version" != .. ] || fail "no MP_VERSION_* in runtime/include/magpie_core.h"
+so=libmagpie.so.$sover
 
 # ---- the packager's: DESTDIR, PREFIX=/usr ----
 root=$tmp/root prefix=/usr
 mk install DESTDIR="$root" PREFIX="$prefix" >"$tmp/make.log" 2>&1 ||
     { cat "$tmp/make.log"; fail "make install DESTDIR"; }
-for f in sbin/magpied lib/libmagpie.a lib/libmagpie.so.0.1.0 include/magpie.h \
+for f in sbin/magpied lib/libmagpie.a lib/libmagpie.so.$version include/magpie.h \
     include/magpie_core.h include/magpie_io.h \
     lib/pkgconfig/magpie.pc lib/pkgconfig/magpie-static.pc share/man/man8/magpied.8 share/man/man5/magpied.conf.5 \
     share/doc/magpied/haproxy.cfg.example lib/systemd/system/magpied.service \
@@ -42,13 +49,13 @@ cmp -s config/magpied.conf "$root/etc/magpied/magpied.conf" || fail "magpied.con
 [ -x "$root$prefix/sbin/magpied" ] || fail "magpied is not executable"
 "$root$prefix/sbin/magpied" -h | grep -q '(default /etc/magpied/magpied.conf)' ||
     fail "the installed magpied's default -c is not /etc/magpied/magpied.conf"
-[ "$(readlink "$root$prefix/lib/libmagpie.so.0")" = libmagpie.so.0.1.0 ] || fail "libmagpie.so.0 link"
-[ "$(readlink "$root$prefix/lib/libmagpie.so")" = libmagpie.so.0 ] || fail "libmagpie.so link"
-soname=$(readelf -d "$root$prefix/lib/libmagpie.so.0.1.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libmagpie.so.0 ] || fail "SONAME is '$soname', not libmagpie.so.0"
+[ "$(readlink "$root$prefix/lib/$so")" = "libmagpie.so.$version" ] || fail "$so link"
+[ "$(readlink "$root$prefix/lib/libmagpie.so")" = "$so" ] || fail "libmagpie.so link"
+soname=$(readelf -d "$root$prefix/lib/libmagpie.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "$so" ] || fail "SONAME is '$soname', not $so"
 grep -q "^prefix=$prefix\$" "$root$prefix/lib/pkgconfig/magpie.pc" || fail "magpie.pc prefix"
 grep -q "^prefix=$prefix\$" "$root$prefix/lib/pkgconfig/magpie-static.pc" || fail "magpie-static.pc prefix"
-if nm -D --defined-only "$root$prefix/lib/libmagpie.so.0.1.0" | grep -q ' mp__'; then
+if nm -D --defined-only "$root$prefix/lib/libmagpie.so.$version" | grep -q ' mp__'; then
     fail "libmagpie.so exports mp__ internals"
 fi
 
@@ -111,7 +118,7 @@ outside=$(grep -o '"/[^"]*"' "$tmp/writes" | tr -d '"' | sort -u | while read -r
     esac
 done)
 [ -z "$outside" ] || { grep -F "$outside" "$tmp/writes" | head -20; fail "make install wrote outside \$PREFIX: $outside"; }
-grep -q "\"$prefix/lib/libmagpie.so.0.1.0\"" "$tmp/writes" || fail "the trace missed the library's install"
+grep -q "\"$prefix/lib/libmagpie.so.$version\"" "$tmp/writes" || fail "the trace missed the library's install"
 
 # A program of magpie.h, built from the .pc files alone, -std=c11 -pedantic, no feature macro.
 cat >"$tmp/hello.c" <<'C'
@@ -146,17 +153,18 @@ int main(void)
 C
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 version=$(pkg-config --modversion magpie) || fail "pkg-config --modversion magpie"
+[ "$version" = "$hversion" ] || fail "magpie.pc says $version, magpie_core.h $hversion"
 want="hello from a task, libmagpie $version"
 flags=$(pkg-config --cflags --libs magpie) || fail "pkg-config magpie"
 rpath=$(pkg-config --variable=rpath magpie) || fail "pkg-config --variable=rpath magpie"
 [ "$rpath" = "-Wl,-rpath,$prefix/lib" ] || fail "magpie.pc rpath is '$rpath'"
 cc -std=c11 -pedantic -Werror $sanflags "$tmp/hello.c" $flags $rpath -o "$tmp/hello" 2>"$tmp/cc.log" ||
     { cat "$tmp/cc.log"; fail "cc -std=c11 hello.c \$(pkg-config --cflags --libs magpie)"; }
-readelf -d "$tmp/hello" | grep -q 'NEEDED.*\[libmagpie.so.0\]' || fail "hello does not need libmagpie.so.0"
+readelf -d "$tmp/hello" | grep NEEDED | grep -qF "[$so]" || fail "hello does not need $so"
 out=$(env -u LD_LIBRARY_PATH "$tmp/hello" 2>&1) || { echo "$out"; fail "hello exited $?"; }
 [ "$out" = "$want" ] || { echo "$out"; fail "hello printed the wrong thing (want: $want)"; }
-env -u LD_LIBRARY_PATH ldd "$tmp/hello" | grep -q "libmagpie.so.0 => $prefix/lib/" ||
-    fail "hello did not load the installed libmagpie.so.0"
+env -u LD_LIBRARY_PATH ldd "$tmp/hello" | grep -qF "$so => $prefix/lib/" ||
+    fail "hello did not load the installed $so"
 
 # The static line: libmagpie.a inside the program, no libmagpie.so needed at run time.
 flags=$(pkg-config --static --cflags --libs magpie-static) || fail "pkg-config --static magpie-static"

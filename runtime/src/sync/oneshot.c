@@ -110,6 +110,15 @@ void mp_oneshot_close_tx(mp_oneshot *o)
     mp_waker_wake(&w);
 }
 
+void mp_oneshot_cancel_recv(mp_oneshot *o)
+{
+    uint32_t s = lock(o);
+    mp_waker w = o->rx_waker;
+    o->rx_waker = (mp_waker){0};
+    unlock(o, s);
+    mp_waker_drop(&w);
+}
+
 void mp_oneshot_close_rx(mp_oneshot *o)
 {
     uint32_t s = lock(o);

@@ -607,8 +607,7 @@ static void conn_closed(mp_tcp *t)
 
 void md_upstream_conn_close(md_upstream_conn *c)
 {
-    if (mp_tcp_close(&c->tcp, conn_closed) != 0)
-        free(c); /* not open, or the runtime closed it already: on_closed will not run */
+    mp_tcp_close(&c->tcp, conn_closed); /* conn_closed runs once, whatever it returns */
 }
 
 int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out)

@@ -55,8 +55,8 @@ static void conn_closed(mp_tcp *t)
 
 static void close_conn(md_health *h)
 {
-    if (h->conn != NULL && mp_tcp_close(h->conn, conn_closed) != 0)
-        free(h->conn);
+    if (h->conn != NULL)
+        mp_tcp_close(h->conn, conn_closed); /* conn_closed runs once, whatever it returns */
     h->conn = NULL;
 }
 
