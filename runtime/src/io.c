@@ -175,6 +175,14 @@ bool mp__io_enter(mp_io *io)
 
 static void close_cmd(uv_loop_t *loop, void *arg);
 
+/* The loop-side run of an on_closed the loop left to its closer (mp__io_close()). */
+static void closed_cmd(uv_loop_t *loop, void *arg)
+{
+    (void)loop;
+    mp_io *io = arg;
+    io->close_fn(io);
+}
+
 /* CLOSING is set and no user is left: claim the close (once) and finish it. true: this call
  * finished it, and *rc is mp_loop_call's result. */
 static bool finish_if_idle(mp_io *io, uint32_t s, int *rc)
@@ -418,8 +426,17 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
      * callback (pairs with the acquire of (B) in io_done()). Acquire: when DONE is already set,
      * the loop's last touches of the object happened before our inline callback (pairs with
      * the release of (B)). */
-    if (atomic_fetch_or_explicit(&io->state, NOTIFY, memory_order_acq_rel) & DONE)
-        run_cb(io); /* the socket's close finished before (A): the loop left it to us */
+    if (atomic_fetch_or_explicit(&io->state, NOTIFY, memory_order_acq_rel) & DONE) {
+        /* The socket's close finished before (A) and the loop left on_closed to us. It still
+         * runs on the loop's side (under the role: at once if this thread can take it), as
+         * every other on_closed does: its owner may touch what only the loop's side touches
+         * (magpied's connection lists did, racing the loop's thread). close_fn is done with,
+         * so it carries run_cb to the command. Only a loop the shutdown closed leaves it to
+         * this thread. */
+        io->close_fn = run_cb;
+        if (mp_loop_call(io->rt, &io->cmd_close, closed_cmd, io) != 0)
+            run_cb(io);
+    }
     return failed_accept ? -EBADF : rc;
 }
 
