@@ -18,11 +18,33 @@ if [ "${1:-}" = --repeat ]; then
 fi
 variant=$1
 shift
-# Criterion's parallel runner leaks 48 bytes in the parent process (libcriterion itself) when
-# a .timeout test ends while another runs; this is the one workaround for it in the tree:
-# LeakSanitizer would report it on every suite, so the ASan build runs one test at a time.
 jobs=2
-[ "$variant" = asan ] && jobs=1
+
+# Criterion's parallel runner leaks 48 bytes in its own process (libcriterion itself, not a
+# test) when a .timeout test ends while another runs, and LeakSanitizer then fails the suite
+# with exit 1. Such a report is dropped here, and only such a report: every stack in it is the
+# allocator's interceptor and then libcriterion.so frames alone, which no allocation of ours
+# can be (the tree is built with frame pointers, so our code always shows in its stacks). A
+# test's own leak is reported by its child process and still fails the suite.
+drop_criterion_leaks() {
+    awk '
+        function flush(   i) {
+            if (!own) for (i = 1; i <= n; i++) print buf[i]
+            n = 0; inside = 0
+        }
+        /ERROR: LeakSanitizer: detected memory leaks/ { inside = 1; own = 1; n = 0 }
+        inside {
+            buf[++n] = $0
+            if ($0 ~ /^ +#[0-9]+ / && $0 !~ /libcriterion\.so/ &&
+                !($0 ~ /^ +#0 / && $0 ~ /interceptor_/))
+                own = 0
+            if ($0 ~ /^SUMMARY: /) flush()
+            next
+        }
+        /^=+$/ { next }
+        { print }
+        END { if (inside) flush() }'
+}
 
 sanitizer_start='WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:'
 
@@ -52,6 +74,11 @@ for bin in "$@"; do
         # Criterion's timeouts can fail to end a parallel run; a hard limit per suite cannot.
         out=$(timeout --kill-after=10 900 "$bin" --jobs=$jobs 2>&1)
         rc=$?
+        if [ "$variant" = asan ] && printf '%s\n' "$out" | grep -aq 'ERROR: LeakSanitizer'; then
+            out=$(printf '%s\n' "$out" | drop_criterion_leaks)
+            # Exit 1 was the dropped report's when nothing else is wrong (checked below).
+            [ "$rc" -eq 1 ] && ! printf '%s\n' "$out" | grep -aqE "$sanitizer_start" && rc=0
+        fi
         summary=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
         t=$(printf '%s' "$summary" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
         p=$(printf '%s' "$summary" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
