@@ -113,16 +113,23 @@ static void count_dropped(uint64_t n)
 
 void md_log_access(const md_access_entry *e)
 {
-    /* Relaxed: which format to try first; checked against acc.word under acc.mu below (the
-     * second race in the file comment), so a stale value costs a second formatting only. */
-    uint64_t word = atomic_load_explicit(&acc.word_hint, memory_order_relaxed);
+    /* Acquire: which format to try first; checked against acc.word under acc.mu below (the
+     * second race in the file comment), so a stale value costs a second formatting only. It
+     * may name a template, whose bytes the control call wrote before the writer published
+     * the word (pairs with the release stores of word_hint). */
+    uint64_t word = atomic_load_explicit(&acc.word_hint, memory_order_acquire);
     char buf[MD_LOG_ACCESS_LINE_MAX];
     for (;;) {
         if (!(word & MD_ACCESS_WORD_ON))
             return;
-        size_t n = md_log_access_format(
-            buf, (word & MD_ACCESS_WORD_JSON) ? MD_ACCESS_FORMAT_JSON : MD_ACCESS_FORMAT_COMBINED,
-            word & MD_ACCESS_WORD_PREFIXED, e);
+        const md_access_template *t = md_access_word_template(word);
+        bool prefixed = word & MD_ACCESS_WORD_PREFIXED;
+        size_t n = t != NULL ? md_log_access_format_template(buf, t, prefixed, e)
+                             : md_log_access_format(buf,
+                                                    (word & MD_ACCESS_WORD_JSON)
+                                                        ? MD_ACCESS_FORMAT_JSON
+                                                        : MD_ACCESS_FORMAT_COMBINED,
+                                                    prefixed, e);
         pthread_mutex_lock(&acc.mu);
         if (acc.word != word) {
             word = acc.word;
@@ -196,8 +203,9 @@ static void *writer_main(void *arg)
         acc.req = NULL;
         if (r != NULL) {
             acc.word = r->word; /* in the swap's critical section: see the file comment */
-            /* Relaxed: a hint only, see md_log_access. */
-            atomic_store_explicit(&acc.word_hint, r->word, memory_order_relaxed);
+            /* Release: a hint, but it may name a template a worker reads without the mutex
+             * (pairs with the acquire load in md_log_access). */
+            atomic_store_explicit(&acc.word_hint, r->word, memory_order_release);
         }
         pthread_mutex_unlock(&acc.mu);
 
@@ -279,8 +287,8 @@ int md_accesslog_start(int fd, uint64_t word)
     pthread_mutex_lock(&acc.mu);
     if (rc == 0) {
         acc.word = word;
-        /* Relaxed: a hint only, see md_log_access. */
-        atomic_store_explicit(&acc.word_hint, word, memory_order_relaxed);
+        /* Release: as at the swap (pairs with the acquire load in md_log_access). */
+        atomic_store_explicit(&acc.word_hint, word, memory_order_release);
     } else {
         acc.front = acc.back = NULL;
     }

@@ -49,6 +49,7 @@ static const char *const level_names[] = {
 static const char *const format_names[] = {
     [MD_ACCESS_FORMAT_COMBINED] = "combined",
     [MD_ACCESS_FORMAT_JSON] = "json",
+    [MD_ACCESS_FORMAT_TEMPLATE] = "template",
 };
 
 const char *md_access_format_name(md_access_format format)
@@ -94,14 +95,25 @@ static int parse_format(void *conf, const md_ini_key *k, const char *value, char
                         size_t msg_len)
 {
     (void)k;
+    md_log_config *l = conf;
     for (unsigned i = MD_ACCESS_FORMAT_COMBINED; i <= MD_ACCESS_FORMAT_JSON; i++) {
         if (strcmp(value, md_access_format_name((md_access_format)i)) == 0) {
-            ((md_log_config *)conf)->access_format = (md_access_format)i;
+            l->access_format = (md_access_format)i;
+            l->access_template[0] = '\0';
             return 0;
         }
     }
-    snprintf(msg, msg_len, "expected combined or json, got \"%s\"", value);
-    return -EINVAL;
+    /* A template names at least one field: a word without "$" is a mistyped preset. */
+    if (strchr(value, '$') == NULL) {
+        snprintf(msg, msg_len, "expected combined, json, or a template of $fields, got \"%s\"",
+                 value);
+        return -EINVAL;
+    }
+    if (md_access_template_check(value, msg, msg_len) != 0)
+        return -EINVAL;
+    l->access_format = MD_ACCESS_FORMAT_TEMPLATE;
+    snprintf(l->access_template, sizeof l->access_template, "%s", value);
+    return 0;
 }
 
 /* A log file's path (MD_LOG_PATH_MAX bytes at dst): absolute, or relative to the working
@@ -162,19 +174,39 @@ static const md_ini_key log_keys[] = {
 
 const md_ini_section md_section_log = {.name = "log", .keys = log_keys, .init = log_init};
 
-static uint64_t access_word(const md_log_config *cfg)
+/* The access log's word for cfg (log_internal.h): 0 when it is off. -ENOMEM with err when a
+ * template cannot be made. */
+static int access_word(const md_log_config *cfg, uint64_t *word, md_error *err)
 {
+    *word = 0;
     if (cfg->access_log == MD_ACCESS_LOG_OFF)
         return 0;
-    return MD_ACCESS_WORD_ON |
-           (cfg->access_log == MD_ACCESS_LOG_STDERR ? MD_ACCESS_WORD_PREFIXED : 0) |
-           (cfg->access_format == MD_ACCESS_FORMAT_JSON ? MD_ACCESS_WORD_JSON : 0);
+    uint64_t t = 0;
+    if (cfg->access_format == MD_ACCESS_FORMAT_TEMPLATE) {
+        char msg[256];
+        const md_access_template *tpl =
+            md_access_template_intern(cfg->access_template, msg, sizeof msg);
+        if (tpl == NULL) {
+            if (err)
+                snprintf(err->msg, sizeof(err->msg), "[log] access_format: %s", msg);
+            return -ENOMEM; /* it was checked when read: only memory can be short */
+        }
+        t = (uint64_t)(uintptr_t)tpl;
+    }
+    *word = MD_ACCESS_WORD_ON | t |
+            (cfg->access_log == MD_ACCESS_LOG_STDERR ? MD_ACCESS_WORD_PREFIXED : 0) |
+            (cfg->access_format == MD_ACCESS_FORMAT_JSON ? MD_ACCESS_WORD_JSON : 0);
+    return 0;
 }
 
 /* Everything that can fail (opening files, starting the writer) happens before anything
  * changes, so a failure leaves the old settings. ctl.mu held. */
 static int apply_locked(const md_log_config *cfg, md_error *err)
 {
+    uint64_t word;
+    int rc = access_word(cfg, &word, err);
+    if (rc != 0)
+        return rc;
     int efd = -1; /* -1: the error log stays where it is */
     if (strcmp(cfg->error_log_path, ctl.err_path) != 0) {
         efd = cfg->error_log_path[0] ? md_logfd_open(cfg->error_log_path, err) : STDERR_FILENO;
@@ -182,7 +214,6 @@ static int apply_locked(const md_log_config *cfg, md_error *err)
             return efd;
     }
 
-    uint64_t word = access_word(cfg);
     bool to_file = cfg->access_log == MD_ACCESS_LOG_FILE;
     int afd = -1; /* -1: the access log keeps its target */
     if (word != 0 && to_file &&
@@ -197,7 +228,7 @@ static int apply_locked(const md_log_config *cfg, md_error *err)
     }
 
     if (word != 0 && !ctl.running) {
-        int rc = md_accesslog_start(afd, word);
+        rc = md_accesslog_start(afd, word);
         if (rc == 0)
             ctl.running = true;
         if (rc != 0) {

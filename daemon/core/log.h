@@ -42,6 +42,7 @@ typedef enum md_log_level {
 typedef enum md_access_format {
     MD_ACCESS_FORMAT_COMBINED, /* nginx's and Apache's "combined" */
     MD_ACCESS_FORMAT_JSON,     /* one JSON object per line */
+    MD_ACCESS_FORMAT_TEMPLATE, /* the operator's line of named fields (md_log_config) */
 } md_access_format;
 
 typedef enum md_access_log {
@@ -50,15 +51,19 @@ typedef enum md_access_log {
     MD_ACCESS_LOG_FILE, /* md_log_config.access_log_path */
 } md_access_log;
 
-enum { MD_LOG_PATH_MAX = 4096 };
+enum {
+    MD_LOG_PATH_MAX = 4096,
+    MD_LOG_TEMPLATE_MAX = 1024, /* an access_format template's text, NUL included */
+};
 
 /* The [log] section: md_section_log (log.c) declares its keys and defaults. */
 typedef struct md_log_config {
     md_log_level level;       /* [log] level */
     md_access_log access_log; /* [log] access_log */
     char access_log_path[MD_LOG_PATH_MAX];
-    md_access_format access_format;       /* [log] access_format */
-    char error_log_path[MD_LOG_PATH_MAX]; /* [log] error_log; empty = stderr */
+    md_access_format access_format;            /* [log] access_format */
+    char access_template[MD_LOG_TEMPLATE_MAX]; /* its text, for MD_ACCESS_FORMAT_TEMPLATE */
+    char error_log_path[MD_LOG_PATH_MAX];      /* [log] error_log; empty = stderr */
 } md_log_config;
 
 struct md_ini_section;
@@ -86,6 +91,12 @@ typedef struct md_access_entry {
     const char *referer, *user_agent; /* cut by the HTTP core */
     size_t referer_len, user_agent_len;
     uint64_t duration_ns; /* from the request's first byte */
+    /* The upstream server that answered a proxied request ("HOST:PORT" as configured) and the
+     * milliseconds from the proxy's first attempt to that server's response head; NULL: the
+     * request was not proxied, or no server answered. */
+    const char *upstream;
+    size_t upstream_len;
+    uint64_t upstream_ms;
 } md_access_entry;
 
 /* At start: level, error log ([log] error_log: empty = stderr), access log ([log] access_log,
@@ -129,8 +140,24 @@ void md_log_access(const md_access_entry *e);
 uint64_t md_log_access_dropped(void);
 
 /* Formats e as one access line into buf (at least MD_LOG_ACCESS_LINE_MAX bytes), with the
- * "<6>" priority prefix when prefixed; returns its length, newline included, no NUL. */
+ * "<6>" priority prefix when prefixed; returns its length, newline included, no NUL. format is
+ * a preset (combined or JSON). */
 size_t md_log_access_format(char *buf, md_access_format format, bool prefixed,
                             const md_access_entry *e);
+
+/* An access_format template, as nginx's log_format: literal text and named fields ("$status"
+ * or "${status}"; magpied.conf(5) lists them), compiled once. Immutable once made, and never
+ * freed: a template is interned by its text, so a reload that keeps or brings back a format
+ * reuses it, and a worker still formatting with an old one never sees it go. */
+typedef struct md_access_template md_access_template;
+/* Checks text as a template: 0, or -EINVAL with msg naming the field or byte that is wrong,
+ * or saying that its fields could outgrow an access line. */
+int md_access_template_check(const char *text, char *msg, size_t msg_len);
+/* The template for text, compiled the first time it is asked for: NULL when text does not
+ * check (msg says why) or memory runs out (msg says so). Any thread. */
+const md_access_template *md_access_template_intern(const char *text, char *msg, size_t msg_len);
+/* As md_log_access_format(), with a template. */
+size_t md_log_access_format_template(char *buf, const md_access_template *t, bool prefixed,
+                                     const md_access_entry *e);
 
 #endif

@@ -8,12 +8,21 @@
 
 #include "core/log.h"
 
-/* acc.word: how lines are formatted now. 0: the access log is off. */
+/* acc.word: how lines are formatted now. 0: the access log is off. The bits above the flags
+ * are the template's address (md_access_template, at least 8-aligned: it comes from calloc),
+ * or zero for a preset. */
 enum {
     MD_ACCESS_WORD_ON = 1,
     MD_ACCESS_WORD_PREFIXED = 2, /* "<6>" in front: the target is stderr */
     MD_ACCESS_WORD_JSON = 4,
+    MD_ACCESS_WORD_FLAGS = 7,
 };
+
+/* The template a word formats with; NULL: a preset. */
+static inline const md_access_template *md_access_word_template(uint64_t word)
+{
+    return (const md_access_template *)(uintptr_t)(word & ~(uint64_t)MD_ACCESS_WORD_FLAGS);
+}
 
 /* errlog.c: points the error log at fd (STDERR_FILENO or a file) and closes the old one. */
 void md_errlog_switch(int fd);

@@ -28,6 +28,9 @@ static void log_exchange(md_http_req *r, unsigned code, uint64_t body_bytes, uin
         .user_agent = r->user_agent,
         .user_agent_len = r->user_agent_len,
         .duration_ns = ns,
+        .upstream = r->upstream,
+        .upstream_len = r->upstream != NULL ? strlen(r->upstream) : 0,
+        .upstream_ms = r->upstream_ms,
     };
     if (r->method_done) {
         x.method = md_method_name(r->method);

@@ -230,6 +230,12 @@ void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_byt
     md__http_account_response(req, status, body_bytes);
 }
 
+void md_http_req_set_upstream(md_http_req *req, const char *addr, uint64_t ms)
+{
+    req->upstream = addr;
+    req->upstream_ms = ms;
+}
+
 md_outbuf *md_http_req_out(md_http_req *req)
 {
     return req->out;

@@ -98,6 +98,10 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
 /* A response whose head the handler wrote into out itself (a proxied one): counted, and
  * logged, as one of status with body_bytes of body. */
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes);
+/* The upstream server that answers this request (addr: "HOST:PORT", which must outlive the
+ * response: a configuration string) and the milliseconds its response head took, for the
+ * access log ($upstream_addr, $upstream_header_time); before the response is counted. */
+void md_http_req_set_upstream(md_http_req *req, const char *addr, uint64_t ms);
 /* Where a streamed body goes: the connection's output (valid during the call only). */
 md_outbuf *md_http_req_out(md_http_req *req);
 

@@ -49,7 +49,9 @@ struct md_http_req {
     const struct md_route *route;    /* NULL: 404 */
     const char *path;                /* the normalised path: into target[] or path_buf[] */
     struct md_http_pending *pending; /* a handler's response still to come (handler.h) */
-    uint64_t start_ns;               /* the entry point's now when its first byte came */
+    const char *upstream;            /* md_http_req_set_upstream(), for the access log */
+    uint64_t upstream_ms;
+    uint64_t start_ns; /* the entry point's now when its first byte came */
     char target[MD_HTTP_TARGET_MAX];
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];

@@ -933,6 +933,30 @@ Test(log, apply_switches_target_and_format, .timeout = 20)
     tmp_remove();
 }
 
+/* A template is applied as a preset is, and a reload to another template or back to a preset
+ * switches at the same boundary. */
+Test(log, apply_templates, .timeout = 20)
+{
+    tmp_make();
+    md_access_entry e = sample();
+    md_log_config c =
+        config(MD_LOG_INFO, NULL, MD_ACCESS_LOG_FILE, in_dir("t.log"), MD_ACCESS_FORMAT_TEMPLATE);
+    snprintf(c.access_template, sizeof c.access_template, "$status $request_uri");
+    open_ok(&c);
+    md_log_access(&e);
+    snprintf(c.access_template, sizeof c.access_template, "[$time_iso8601] $remote_addr");
+    apply_ok(&c);
+    md_log_access(&e);
+    c.access_format = MD_ACCESS_FORMAT_COMBINED;
+    apply_ok(&c);
+    md_log_access(&e);
+    md_log_close();
+    char *t = slurp(in_dir("t.log"));
+    cr_assert_str_eq(t, "200 /x?a=1\n[2026-11-21T10:11:12Z] 127.0.0.1\n" SAMPLE_COMBINED);
+    free(t);
+    tmp_remove();
+}
+
 /* A JSON line written by log_ids. */
 static bool parse_id_json(const char *line, int *thread, int *id)
 {

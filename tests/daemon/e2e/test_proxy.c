@@ -364,6 +364,37 @@ Test(proxy_e2e, get_and_head_pass_through)
     upstream_stop(&u);
 }
 
+/* The access log names the server that answered a proxied request and how long its head
+ * took; a request the proxy did not handle shows dashes there. */
+Test(proxy_e2e, the_access_log_names_the_upstream)
+{
+    upstream u;
+    upstream_start(&u);
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "[log]\naccess_log = %s/access.log\n"
+             "access_format = $status $request_uri $upstream_addr $upstream_header_time\n",
+             dir);
+    daemon_proc d = start_proxy(one_server(&u, extra));
+    char *r = ask(d.http, "GET /a?q=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    r = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_eq(stop(&d), 0); /* the log is written out at exit */
+    char path[160], log[4096] = "";
+    snprintf(path, sizeof path, "%s/access.log", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(log, 1, sizeof log - 1, f);
+    log[n] = '\0';
+    fclose(f);
+    char want[128];
+    snprintf(want, sizeof want, "200 /a?q=1 127.0.0.1:%d 0.", u.port);
+    cr_assert_eq(strncmp(log, want, strlen(want)), 0, "%s", log);
+    cr_assert_not_null(strstr(log, "\n200 /metrics - -\n"), "%s", log);
+    upstream_stop(&u);
+}
+
 Test(proxy_e2e, post_bodies_are_reframed)
 {
     upstream u;

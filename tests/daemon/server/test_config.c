@@ -269,7 +269,11 @@ Test(config, bad_enums, .timeout = 5)
                  "test.conf:2: [log] error_log: expected stderr, or a path starting with / or ., "
                  "got \"journal\"");
     expect_error("[log]\naccess_format = common\n",
-                 "test.conf:2: [log] access_format: expected combined or json, got \"common\"");
+                 "test.conf:2: [log] access_format: expected combined, json, or a template of "
+                 "$fields, got \"common\"");
+    expect_error("[log]\naccess_format = $remote_addr $upstream\n",
+                 "test.conf:2: [log] access_format: unknown field \"$upstream\" (magpied.conf(5) "
+                 "lists the fields: $remote_addr, $request, $status, $request_time, ...)");
     expect_error("[http]\nlisten = 127.0.0.1:1\nreuseport = 2\n",
                  "test.conf:3: [http] reuseport: expected on, yes, true or 1, or off, no, false "
                  "or 0 (any case), got \"2\"");
@@ -293,6 +297,16 @@ Test(config, log_files_format_and_reuseport, .timeout = 5)
     cr_assert_str_eq(c.log.error_log_path, "");
     cr_assert_eq(md_config_set(&c, "http.reuseport=off", &err), 0, "%s", err.msg);
     cr_assert_not(c.listeners[MD_LISTENER_HTTP].reuseport);
+
+    /* A template, quotes and all, then a preset again. */
+    cr_assert_eq(
+        parse(&c, "[log]\naccess_format = $remote_addr \"$request\" $upstream_addr\n", &err), 0,
+        "%s", err.msg);
+    cr_assert_eq(c.log.access_format, MD_ACCESS_FORMAT_TEMPLATE);
+    cr_assert_str_eq(c.log.access_template, "$remote_addr \"$request\" $upstream_addr");
+    cr_assert_eq(md_config_set(&c, "log.access_format=combined", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.log.access_format, MD_ACCESS_FORMAT_COMBINED);
+    cr_assert_str_eq(c.log.access_template, "");
 }
 
 Test(config, unknown_section_and_key, .timeout = 5)
@@ -718,7 +732,8 @@ Test(config, registry_a_bad_value_names_its_line, .timeout = 5)
                  "test.conf:5: [upstream app] balance: expected round_robin, least_conn, hash_ip "
                  "or hash_header NAME, got \"x\"");
     expect_error("[log]\nlevel = info\naccess_format = xml\n",
-                 "test.conf:3: [log] access_format: expected combined or json, got \"xml\"");
+                 "test.conf:3: [log] access_format: expected combined, json, or a template of "
+                 "$fields, got \"xml\"");
     expect_error("[route /a]\nhandler = redirect\nstatus = 200\n",
                  "test.conf:3: [route /a] status: expected 301, 302, 303, 307 or 308, got \"200\"");
 }

@@ -725,6 +725,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             if (!had_head && p->resp.head_sent) {
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(req);
+                md_http_req_set_upstream(req, p->peer->conf->label, mp_now_ms() - p->start_ms);
                 md_http_count_response(req, p->resp.status,
                                        p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length
                                                                                   : 0);
