@@ -50,6 +50,23 @@ void md_metrics_set_extra(md_metrics *m, md_metrics_extra_fn fn, void *arg)
     m->extra_arg = arg;
 }
 
+unsigned md_metrics_route_slot(md_metrics *m, const char *label)
+{
+    /* Relaxed: the one thread that assigns slots reads its own writes. */
+    uint32_t n = atomic_load_explicit(&m->nroutes, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(m->route_label[i], label) == 0)
+            return i;
+    if (n == MD_METRICS_ROUTES)
+        return MD_METRICS_ROUTES - 1;
+    const char *name = n == MD_METRICS_ROUTES - 1 ? "other" : label;
+    snprintf(m->route_label[n], MD_METRICS_LABEL_MAX, "%s", name);
+    /* Release: the label's bytes before the count that shows it (pairs with the acquire in
+     * md_metrics_format). */
+    atomic_store_explicit(&m->nroutes, n + 1, memory_order_release);
+    return n;
+}
+
 unsigned md_metrics_bucket(uint64_t ns)
 {
     unsigned i = 0;
@@ -164,6 +181,64 @@ static int put_per_listener(md_outbuf *out, const md_metrics *m, const char *nam
     return rc;
 }
 
+/* A label value as the exposition format wants it: \\, \" and \n escaped. */
+static void label_text(const char *s, char *buf, size_t len)
+{
+    size_t j = 0;
+    for (; *s != '\0' && j + 3 < len; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n')
+            buf[j++] = '\\';
+        buf[j++] = *s == '\n' ? 'n' : *s;
+    }
+    buf[j] = '\0';
+}
+
+/* Per route: responses by status class, and the latency histogram. */
+static int put_routes(md_outbuf *out, const md_metrics *m)
+{
+    /* Acquire: every label counted is written (pairs with md_metrics_route_slot's release). */
+    uint32_t n = atomic_load_explicit(&m->nroutes, memory_order_acquire);
+    if (n == 0)
+        return 0;
+    char label[2 * MD_METRICS_LABEL_MAX];
+    int rc = md_metrics_put_head(out, "magpied_route_responses_total", "counter",
+                                 "HTTP responses per route (its [route] header), by status class.");
+    for (uint32_t r = 0; rc == 0 && r < n; r++) {
+        label_text(m->route_label[r], label, sizeof label);
+        for (unsigned i = 0; rc == 0 && i < MD_HTTP_STATUS_CLASSES; i++)
+            rc = md_metrics_put(out,
+                                "magpied_route_responses_total{route=\"%s\",code=\"%uxx\"} "
+                                "%llu\n",
+                                label, i + 1, (unsigned long long)SUM(m, routes[r].responses[i]));
+    }
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_route_request_duration_seconds", "histogram",
+                                 "Per route: from a request's first byte to its response.");
+    for (uint32_t r = 0; rc == 0 && r < n; r++) {
+        label_text(m->route_label[r], label, sizeof label);
+        uint64_t cumulative = 0;
+        for (unsigned i = 0; rc == 0 && i <= MD_METRICS_BUCKETS; i++) {
+            cumulative += SUM(m, routes[r].latency[i]);
+            rc = md_metrics_put(
+                out, "magpied_route_request_duration_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n",
+                label, i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf",
+                (unsigned long long)cumulative);
+        }
+        uint64_t ns = SUM(m, routes[r].latency_sum_ns);
+        if (rc == 0)
+            rc = md_metrics_put(out,
+                                "magpied_route_request_duration_seconds_sum{route=\"%s\"} "
+                                "%llu.%09llu\n",
+                                label, (unsigned long long)(ns / 1000000000u),
+                                (unsigned long long)(ns % 1000000000u));
+        if (rc == 0)
+            rc = md_metrics_put(out,
+                                "magpied_route_request_duration_seconds_count{route=\"%s\"} %llu\n",
+                                label, (unsigned long long)cumulative);
+    }
+    return rc;
+}
+
 int md_metrics_format(md_metrics *m, md_outbuf *out)
 {
     int rc;
@@ -214,6 +289,8 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
                             (unsigned long long)(ns / 1000000000u),
                             (unsigned long long)(ns % 1000000000u), (unsigned long long)cumulative);
     }
+    if (rc == 0)
+        rc = put_routes(out, m);
     if (rc == 0 && m->extra != NULL)
         rc = m->extra(m->extra_arg, out);
     return rc;

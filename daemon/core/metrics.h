@@ -39,7 +39,16 @@ typedef enum md_close_reason {
 enum {
     MD_METRICS_SHARDS = 16,
     MD_METRICS_BUCKETS = 14, /* finite latency buckets; +Inf is one more */
+    MD_METRICS_ROUTES = 64,  /* routes counted apart, over the process's life (the last: "other") */
+    MD_METRICS_LABEL_MAX = 256, /* a route's label, NUL included */
 };
+
+/* One route's responses and latency (magpied_route_*), in each shard. */
+typedef struct md_metrics_route {
+    atomic_uint_fast64_t responses[MD_HTTP_STATUS_CLASSES];
+    atomic_uint_fast64_t latency[MD_METRICS_BUCKETS + 1];
+    atomic_uint_fast64_t latency_sum_ns;
+} md_metrics_route;
 
 typedef struct md_metrics_shard {
     /* All atomic, relaxed: independent monotonic counters (see the file comment). */
@@ -51,6 +60,7 @@ typedef struct md_metrics_shard {
     atomic_uint_fast64_t responses[MD_HTTP_STATUS_CLASSES];
     atomic_uint_fast64_t latency[MD_METRICS_BUCKETS + 1];
     atomic_uint_fast64_t latency_sum_ns;
+    md_metrics_route routes[MD_METRICS_ROUTES]; /* by md_metrics_route_slot() */
 } md_metrics_shard;
 
 /* Appends more exposition text (the runtime's and the process's, server_metrics.c) after the
@@ -61,6 +71,10 @@ typedef struct md_metrics {
     md_metrics_shard shards[MD_METRICS_SHARDS];
     md_metrics_extra_fn extra; /* immutable after start */
     void *extra_arg;           /* immutable after start */
+    /* The routes' labels by slot: each written once, before nroutes counts it (release), and
+     * never changed, so a scrape reads labels[0..nroutes) without a lock. */
+    char route_label[MD_METRICS_ROUTES][MD_METRICS_LABEL_MAX];
+    _Atomic uint32_t nroutes;
 } md_metrics;
 
 void md_metrics_init(md_metrics *m);
@@ -101,6 +115,22 @@ static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
         atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
+/* The slot of the route labelled label: the same slot for the same label for the process's
+ * life, so that a route's counters stay monotonic across reloads that keep it. Once
+ * MD_METRICS_ROUTES - 1 labels have slots, every new label shares the last, "other". Called
+ * when settings are made (start, reload), from one thread at a time. */
+unsigned md_metrics_route_slot(md_metrics *m, const char *label);
+
+/* A response of the route in slot, of status class cls (0 for 1xx .. 4 for 5xx), that took ns. */
+static inline void md_metrics_route_response(md_metrics_shard *s, unsigned slot, unsigned cls,
+                                             unsigned bucket, uint64_t ns)
+{
+    md_metrics_route *r = &s->routes[slot < MD_METRICS_ROUTES ? slot : MD_METRICS_ROUTES - 1];
+    md_metrics_add(&r->responses[cls], 1);
+    md_metrics_add(&r->latency[bucket], 1);
+    md_metrics_add(&r->latency_sum_ns, ns);
+}
+
 void md_metrics_conn_opened(md_metrics *m, md_listener l);
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why);
 void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out);
@@ -114,7 +144,7 @@ int md_metrics_text(void *arg, md_outbuf *out);
 /* The one writer of exposition text, for every part of /metrics: appends printf-style text
  * of at most MD_METRICS_PUT_MAX bytes (a line or a few). 0, -ENOMEM, or -EINVAL when the text
  * would be longer. */
-enum { MD_METRICS_PUT_MAX = 255 };
+enum { MD_METRICS_PUT_MAX = 1023 }; /* a label escaped from MD_METRICS_LABEL_MAX fits */
 int md_metrics_put(md_outbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A metric's "# HELP name help" and "# TYPE name type" lines. */
 int md_metrics_put_head(md_outbuf *out, const char *name, const char *type, const char *help);

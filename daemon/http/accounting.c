@@ -54,8 +54,13 @@ void md__http_account_response(md_http_req *r, unsigned code, uint64_t body_byte
     unsigned cls = code / 100 - 1;
     md_metrics_add(&s->responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1],
                    1);
-    md_metrics_add(&s->latency[md_metrics_bucket(ns)], 1);
+    unsigned bucket = md_metrics_bucket(ns);
+    md_metrics_add(&s->latency[bucket], 1);
     md_metrics_add(&s->latency_sum_ns, ns);
+    if (r->route != NULL)
+        md_metrics_route_response(s, r->route->metric_slot,
+                                  cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1,
+                                  bucket, ns);
 }
 
 void md__http_account_bytes(const md_http_server *srv, unsigned listener, size_t in, size_t out)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/ini.h"
+#include "core/metrics.h"
 #include "core/text.h"
 #include "http/handler.h"
 #include "llhttp.h"
@@ -391,6 +392,19 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
         }
     }
     return 0;
+}
+
+_Static_assert(MD_ROUTE_PATH_MAX + 2 <= MD_METRICS_LABEL_MAX, "a route's label must fit");
+_Static_assert(MD_METRICS_ROUTES <= 256, "a route keeps its slot in a byte");
+
+void md_routes_count_in(md_route_table *t, md_metrics *m)
+{
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route *r = &t->r[i];
+        char label[MD_METRICS_LABEL_MAX];
+        snprintf(label, sizeof label, "%s%s", r->exact ? "= " : "", r->path);
+        r->metric_slot = (uint8_t)md_metrics_route_slot(m, label);
+    }
 }
 
 void md_routes_close(md_route_table *t)

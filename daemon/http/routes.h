@@ -38,11 +38,12 @@ enum {
 typedef struct md_route {
     char path[MD_ROUTE_PATH_MAX];
     uint16_t path_len;
-    bool exact;       /* "[route = /p]": this path only */
-    bool has_methods; /* methods were given; otherwise the handler's default */
-    uint8_t index;    /* position in the table (the canned-response slot of a text route) */
-    uint32_t line;    /* of its [route] header in the configuration; 0: built in */
-    uint64_t methods; /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
+    bool exact;          /* "[route = /p]": this path only */
+    bool has_methods;    /* methods were given; otherwise the handler's default */
+    uint8_t index;       /* position in the table (the canned-response slot of a text route) */
+    uint8_t metric_slot; /* its magpied_route_* counters (md_routes_count_in) */
+    uint32_t line;       /* of its [route] header in the configuration; 0: built in */
+    uint64_t methods;    /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
     md_acl acl;                       /* who may use it ("allow" and "deny"; acl.h) */
     const struct md_handler *handler; /* NULL until the section names one */
@@ -98,6 +99,11 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len);
  * error); a table copied from a configuration holds none. */
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len);
 void md_routes_close(md_route_table *t);
+
+struct md_metrics;
+/* Gives each route of a table that serves its magpied_route_* counters in m, labelled as its
+ * [route] header spells it ("/api", "= /metrics"): a reload that keeps a route keeps them. */
+void md_routes_count_in(md_route_table *t, struct md_metrics *m);
 
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */
 void md_routes_prepare(md_route_table *t);

@@ -153,6 +153,7 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     }
     g->http.metrics = &s->metrics;
     g->metrics = &s->metrics;
+    md_routes_count_in(&g->routes, &s->metrics);
     g->http.metrics_text = gen_metrics_text;
     g->http.metrics_arg = g;
     g->http.rt = s->rt;

@@ -248,3 +248,48 @@ Test(metrics, family_chains_and_bounds)
     cr_assert_eq(md_metrics_family(&out, 0, "z", "gauge", "Z.", "%s\n", big), -EINVAL);
     md_outbuf_free(&out);
 }
+
+/* Per-route counters: one slot per label for the process's life, "other" once they run out,
+ * labels escaped, and the families valid exposition. */
+Test(metrics, route_slots_and_their_families)
+{
+    cr_assert_eq(md_metrics_route_slot(&m, "/api"), 0);
+    cr_assert_eq(md_metrics_route_slot(&m, "= /metrics"), 1);
+    cr_assert_eq(md_metrics_route_slot(&m, "/api"), 0, "the same label, the same slot");
+    cr_assert_eq(md_metrics_route_slot(&m, "/q\"\\\n"), 2);
+    md_metrics_shard *s = md_metrics_local(&m);
+    md_metrics_route_response(s, 0, 1, md_metrics_bucket(2000000), 2000000); /* 2xx, 2 ms */
+    md_metrics_route_response(s, 0, 3, md_metrics_bucket(30000), 30000);     /* 4xx */
+    md_metrics_route_response(s, 2, 4, 0, 1);
+    size_t len;
+    char *t = format(&len);
+    static char problems[8192];
+    cr_assert_eq(prom_check(t, problems, sizeof problems), 0, "%s\n%s", problems, t);
+    cr_assert_eq(sample(t, "magpied_route_responses_total{route=\"/api\",code=\"2xx\"}"), 1);
+    cr_assert_eq(sample(t, "magpied_route_responses_total{route=\"/api\",code=\"4xx\"}"), 1);
+    cr_assert_eq(sample(t, "magpied_route_responses_total{route=\"= /metrics\",code=\"2xx\"}"), 0);
+    cr_assert_eq(sample(t, "magpied_route_responses_total{route=\"/q\\\"\\\\\\n\",code=\"5xx\"}"),
+                 1, "%s", t);
+    cr_assert_eq(
+        sample(t, "magpied_route_request_duration_seconds_bucket{route=\"/api\",le=\"0.001\"}"), 1);
+    cr_assert_eq(
+        sample(t, "magpied_route_request_duration_seconds_bucket{route=\"/api\",le=\"+Inf\"}"), 2);
+    cr_assert_eq(sample(t, "magpied_route_request_duration_seconds_count{route=\"/api\"}"), 2);
+    free(t);
+
+    /* Slots run out: the last is "other", shared by every later label. */
+    char label[32];
+    unsigned last = 0;
+    for (int i = 0; i < MD_METRICS_ROUTES + 5; i++) {
+        snprintf(label, sizeof label, "/r%d", i);
+        last = md_metrics_route_slot(&m, label);
+        cr_assert_lt(last, MD_METRICS_ROUTES);
+    }
+    cr_assert_eq(last, MD_METRICS_ROUTES - 1);
+    cr_assert_str_eq(m.route_label[MD_METRICS_ROUTES - 1], "other");
+    cr_assert_eq(md_metrics_route_slot(&m, "/api"), 0, "an early label keeps its slot");
+    t = format(&len);
+    cr_assert_eq(prom_check(t, problems, sizeof problems), 0, "%s", problems);
+    cr_assert_geq(sample(t, "magpied_route_responses_total{route=\"other\",code=\"2xx\"}"), 0);
+    free(t);
+}

@@ -112,6 +112,9 @@ Test(signals, reload_applies_new_limits_from_the_next_request_and_keeps_the_list
     char *m = metrics(d.http);
     cr_assert(strstr(m, "magpied_reloads_total{result=\"success\"} 1\n"), "%s", m);
     cr_assert(strstr(m, "magpied_config_last_reload_successful 1\n"));
+    /* A route the reload kept keeps its counters: one 200 before it, one after. */
+    cr_assert(strstr(m, "magpied_route_responses_total{route=\"= /\",code=\"2xx\"} 2\n"), "%s", m);
+    cr_assert(strstr(m, "magpied_route_responses_total{route=\"= /\",code=\"4xx\"} 0\n"), "%s", m);
     cr_assert_eq(stop(&d), 0);
 }
 
