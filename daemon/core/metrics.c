@@ -67,6 +67,11 @@ unsigned md_metrics_route_slot(md_metrics *m, const char *label)
     return n;
 }
 
+const char *md_metrics_bucket_le(unsigned i)
+{
+    return i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf";
+}
+
 unsigned md_metrics_bucket(uint64_t ns)
 {
     unsigned i = 0;
@@ -221,8 +226,7 @@ static int put_routes(md_outbuf *out, const md_metrics *m)
             cumulative += SUM(m, routes[r].latency[i]);
             rc = md_metrics_put(
                 out, "magpied_route_request_duration_seconds_bucket{route=\"%s\",le=\"%s\"} %llu\n",
-                label, i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf",
-                (unsigned long long)cumulative);
+                label, md_metrics_bucket_le(i), (unsigned long long)cumulative);
         }
         uint64_t ns = SUM(m, routes[r].latency_sum_ns);
         if (rc == 0)
@@ -278,8 +282,7 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
     for (unsigned i = 0; rc == 0 && i <= MD_METRICS_BUCKETS; i++) {
         cumulative += SUM(m, latency[i]);
         rc = md_metrics_put(out, "magpied_http_request_duration_seconds_bucket{le=\"%s\"} %llu\n",
-                            i < MD_METRICS_BUCKETS ? bucket_le[i] : "+Inf",
-                            (unsigned long long)cumulative);
+                            md_metrics_bucket_le(i), (unsigned long long)cumulative);
     }
     if (rc == 0) {
         uint64_t ns = SUM(m, latency_sum_ns);

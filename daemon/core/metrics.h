@@ -101,6 +101,8 @@ static inline md_metrics_shard *md_metrics_local(md_metrics *m)
 
 /* Which histogram bucket a latency falls in; MD_METRICS_BUCKETS for +Inf. */
 unsigned md_metrics_bucket(uint64_t ns);
+/* Bucket i's le label ("0.001", "+Inf" for MD_METRICS_BUCKETS). */
+const char *md_metrics_bucket_le(unsigned i);
 
 /* Adds n to a counter of the calling thread's shard (md_metrics_local()). */
 static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)

@@ -5,6 +5,7 @@
  * for a silent upstream, and a retry on the second server when the first refuses.
  */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/magpied_harness.h"
+#include "daemon/promtext.h"
 #include "test_net.h"
 
 static char dir[64];
@@ -442,6 +444,48 @@ Test(proxy_e2e, upstream_connection_is_reused)
                  atomic_load(&u.accepts));
     char *m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     cr_assert_not_null(strstr(m, "magpied_upstream_idle_connections{upstream=\"app\""), "%s", m);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* Per server: responses by class and the header time, counted on across a reload that keeps
+ * the server (the counters outlive the generation). */
+Test(proxy_e2e, upstream_counters_survive_a_reload)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, ""));
+    char *r = ask(d.http, "GET /k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    kill(d.pid, SIGHUP); /* the same file: a new generation of the same group */
+    char *m = NULL;
+    for (int i = 0; i < 250; i++) {
+        m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if (strstr(m, "magpied_reloads_total{result=\"success\"} 1\n") != NULL)
+            break;
+        usleep(20000);
+    }
+    cr_assert_not_null(strstr(m, "magpied_reloads_total{result=\"success\"} 1\n"), "%s", m);
+    r = ask(d.http, "GET /k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    char want[256];
+    snprintf(want, sizeof want,
+             "magpied_upstream_responses_total{upstream=\"app\",server=\"127.0.0.1:%d\","
+             "code=\"2xx\"} 2\n",
+             u.port);
+    cr_assert_not_null(strstr(m, want), "%s", m);
+    snprintf(want, sizeof want,
+             "magpied_upstream_requests_total{upstream=\"app\",server=\"127.0.0.1:%d\"} 2\n",
+             u.port);
+    cr_assert_not_null(strstr(m, want), "%s", m);
+    snprintf(want, sizeof want,
+             "magpied_upstream_header_duration_seconds_count{upstream=\"app\",server=\"127.0.0.1:"
+             "%d\"} 2\n",
+             u.port);
+    cr_assert_not_null(strstr(m, want), "%s", m);
+    static char problems[8192];
+    cr_assert_eq(prom_check(body_of(m), problems, sizeof problems), 0, "%s\n%s", problems, m);
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }

@@ -224,7 +224,7 @@ static bool attempt_failed(proxy *p, md_http_req *req, md_upstream_reason why, b
            peer->conf->label, md_upstream_reason_name(why), md_method_name(md_http_req_method(req)),
            (int)plen, path, p->attempts);
     /* Relaxed: a counter for /metrics. */
-    atomic_fetch_add_explicit(&peer->failures[why], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&peer->n->failures[why], 1, memory_order_relaxed);
     p->last_reason = (uint8_t)why;
     release_conn(p, true);
     if (p->resp_on) {
@@ -526,7 +526,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 return answer_error(p, req, fail_status(p));
             }
             if (p->attempts != 0) /* relaxed: a counter for /metrics */
-                atomic_fetch_add_explicit(&p->up->retries, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->up->n->retries, 1, memory_order_relaxed);
             p->attempts++;
             p->peer = peer;
             p->tried |= UINT64_C(1) << (peer - p->up->peers);
@@ -680,7 +680,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                     md_log(MD_LOG_ERROR, "upstream %s server %s: %s in the response body",
                            conf->name, p->peer->conf->label, md_upstream_reason_name(why));
                     /* Relaxed: a counter for /metrics. */
-                    atomic_fetch_add_explicit(&p->peer->failures[why], 1, memory_order_relaxed);
+                    atomic_fetch_add_explicit(&p->peer->n->failures[why], 1, memory_order_relaxed);
                     proxy_free(p);
                     return -ETIMEDOUT;
                 }
@@ -713,7 +713,8 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 }
                 md_log(MD_LOG_ERROR, "upstream %s server %s: response cut short", conf->name,
                        p->peer->conf->label);
-                atomic_fetch_add_explicit(&p->peer->failures[MD_UP_RESET], 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->peer->n->failures[MD_UP_RESET], 1,
+                                          memory_order_relaxed);
                 proxy_free(p);
                 return -EPIPE;
             }
@@ -725,7 +726,9 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             if (!had_head && p->resp.head_sent) {
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(req);
-                md_http_req_set_upstream(req, p->peer->conf->label, mp_now_ms() - p->start_ms);
+                uint64_t header_ms = mp_now_ms() - p->start_ms;
+                md_http_req_set_upstream(req, p->peer->conf->label, header_ms);
+                md_upstream_count_response(p->peer, p->resp.status, header_ms);
                 md_http_count_response(req, p->resp.status,
                                        p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length
                                                                                   : 0);
@@ -764,7 +767,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             }
             md_log(MD_LOG_ERROR, "upstream %s server %s: %s in the response body", conf->name,
                    p->peer->conf->label, md_upstream_reason_name(why));
-            atomic_fetch_add_explicit(&p->peer->failures[why], 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->peer->n->failures[why], 1, memory_order_relaxed);
             proxy_free(p);
             return -EPROTO;
         }

@@ -393,9 +393,18 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
         up->conf = &us->conf.u[i];
         up->rt = rt;
         pthread_mutex_init(&up->mu, NULL);
+        up->n = md_upstream_counters_of(up->conf->name, "");
+        bool counted = up->n != NULL;
         for (uint32_t j = 0; j < up->conf->nservers; j++) {
             up->peers[j].conf = &up->conf->servers[j];
             up->peers[j].up = up;
+            up->peers[j].n = md_upstream_counters_of(up->conf->name, up->conf->servers[j].label);
+            counted = counted && up->peers[j].n != NULL;
+        }
+        if (!counted) {
+            us->conf.n = i + 1; /* the groups made so far, for the free */
+            md_upstreams_unref(us);
+            return -ENOMEM;
         }
     }
     if (rt != NULL) {
@@ -552,7 +561,7 @@ md_upstream_peer *md_upstream_pick(md_upstream *up, uint64_t tried, const char *
         p->active++;
     pthread_mutex_unlock(&up->mu);
     if (p != NULL) /* relaxed: a counter for /metrics */
-        atomic_fetch_add_explicit(&p->requests, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->n->requests, 1, memory_order_relaxed);
     return p;
 }
 
@@ -749,65 +758,4 @@ uint32_t md_upstream_pool_idle(md_upstream_peer *p)
     uint32_t n = p->nidle;
     pthread_mutex_unlock(&p->up->mu);
     return n;
-}
-
-/* --- /metrics ---------------------------------------------------------------------------- */
-
-int md_upstreams_metrics_text(md_upstreams *us, md_outbuf *out)
-{
-    if (us == NULL || us->conf.n == 0)
-        return 0;
-    uint64_t now = mp_now_ms();
-    int rc = md_metrics_put_head(out, "magpied_upstream_requests_total", "counter",
-                                 "Attempts sent to each upstream server.");
-    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
-        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(
-                out,
-                "magpied_upstream_requests_total{upstream=\"%s\",server=\"%s\"} "
-                "%" PRIu64 "\n",
-                us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                atomic_load_explicit(&us->u[i].peers[j].requests, memory_order_relaxed));
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_upstream_failures_total", "counter",
-                                 "Failed attempts, by upstream server and reason.");
-    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
-        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            for (unsigned r = 0; rc == 0 && r < MD_UP_REASONS; r++) {
-                uint64_t v =
-                    atomic_load_explicit(&us->u[i].peers[j].failures[r], memory_order_relaxed);
-                if (v != 0 || r == MD_UP_CONNECT_REFUSED)
-                    rc = md_metrics_put(out,
-                                        "magpied_upstream_failures_total{upstream=\"%s\",server="
-                                        "\"%s\",reason=\"%s\"} %" PRIu64 "\n",
-                                        us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                                        reason_names[r], v);
-            }
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_upstream_retries_total", "counter",
-                                 "Attempts after the first, per upstream.");
-    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
-        rc = md_metrics_put(out, "magpied_upstream_retries_total{upstream=\"%s\"} %" PRIu64 "\n",
-                            us->u[i].conf->name,
-                            atomic_load_explicit(&us->u[i].retries, memory_order_relaxed));
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_upstream_server_up", "gauge",
-                                 "1 while a server takes requests (passive and active health).");
-    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
-        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out,
-                                "magpied_upstream_server_up{upstream=\"%s\",server=\"%s\"} %d\n",
-                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                                md_upstream_peer_up(&us->u[i].peers[j], now) ? 1 : 0);
-    if (rc == 0)
-        rc = md_metrics_put_head(out, "magpied_upstream_idle_connections", "gauge",
-                                 "Pooled keep-alive connections to each server.");
-    for (uint32_t i = 0; rc == 0 && i < us->conf.n; i++)
-        for (uint32_t j = 0; rc == 0 && j < us->u[i].conf->nservers; j++)
-            rc = md_metrics_put(out,
-                                "magpied_upstream_idle_connections{upstream=\"%s\",server=\"%s\"} "
-                                "%u\n",
-                                us->u[i].conf->name, us->u[i].peers[j].conf->label,
-                                (unsigned)md_upstream_pool_idle(&us->u[i].peers[j]));
-    return rc;
 }

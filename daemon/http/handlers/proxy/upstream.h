@@ -8,8 +8,9 @@
  * the loop nor a worker), each of its addresses becoming one server, as nginx does.
  *
  * State: md_upstreams_new() builds it for one generation of settings (server/generation.h);
- * it lives as long as that generation, so a request in flight finishes with the servers,
- * pools and counters it started with, and a reload starts afresh (health included).
+ * it lives as long as that generation, so a request in flight finishes with the servers and
+ * pools it started with, and a reload starts afresh (health included). Only the /metrics
+ * counters outlive it, kept by group and server name (upstream_metrics.c).
  *
  * Pools are shared by every worker, one per server under its group's mutex, not one per
  * worker: a connection's task moves between workers (work stealing), and a per-worker pool
@@ -30,6 +31,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/kinds.h"
+#include "core/metrics.h"
 #include "core/outbuf.h"
 #include "magpie.h"
 
@@ -118,8 +121,28 @@ const char *md_upstream_reason_name(md_upstream_reason r);
 struct md_upstream;
 
 /* One server's state. */
+/* The counters of one server of one group (or, with server "", of the group itself), kept for
+ * the process's life by (group, server), so that /metrics stays monotonic across reloads that
+ * keep them (upstream_metrics.c). Relaxed atomics: monotonic counters publish nothing else. */
+typedef struct md_upstream_counters {
+    struct md_upstream_counters *next; /* the registry's list */
+    char group[MD_UPSTREAM_NAME_MAX];
+    char server[MD_UPSTREAM_LABEL_MAX];
+    _Atomic uint64_t requests; /* attempts sent */
+    _Atomic uint64_t failures[MD_UP_REASONS];
+    _Atomic uint64_t retries;                           /* the group's: attempts after the first */
+    _Atomic uint64_t responses[MD_HTTP_STATUS_CLASSES]; /* response heads passed on, by class */
+    _Atomic uint64_t header_ms[MD_METRICS_BUCKETS + 1]; /* their header time, bucketed */
+    _Atomic uint64_t header_ms_sum;
+} md_upstream_counters;
+
+/* The counters of (group, server), made at the first ask; NULL when memory runs out. Any
+ * thread. */
+md_upstream_counters *md_upstream_counters_of(const char *group, const char *server);
+
 typedef struct md_upstream_peer {
     const md_upstream_server_conf *conf;
+    md_upstream_counters *n; /* its /metrics counters */
     struct md_upstream *up;
     /* guarded by up->mu: */
     int64_t current_weight; /* smooth weighted round robin */
@@ -132,10 +155,11 @@ typedef struct md_upstream_peer {
     struct md_upstream_conn *idle;      /* the pool, most recently used first */
     struct md_upstream_conn *idle_tail; /* its least recently used, the first to close */
     uint32_t nidle;
-    /* relaxed atomics, for /metrics: */
-    _Atomic uint64_t requests;
-    _Atomic uint64_t failures[MD_UP_REASONS];
 } md_upstream_peer;
+
+/* A response head from peer passed on to the client, status, ms after the first attempt
+ * began: for /metrics. */
+void md_upstream_count_response(md_upstream_peer *peer, unsigned status, uint64_t ms);
 
 /* A connection to a server: a pooled one, or one a request is using. */
 typedef struct md_upstream_conn {
@@ -151,7 +175,7 @@ typedef struct md_upstream {
     pthread_mutex_t mu;
     uint32_t rr;  /* guarded by mu: where least_conn's ties start */
     bool closing; /* guarded by mu: md_upstreams_shutdown() ran, nothing is pooled any more */
-    _Atomic uint64_t retries; /* relaxed, for /metrics */
+    md_upstream_counters *n; /* the group's /metrics counters (retries) */
     md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
 } md_upstream;
 
