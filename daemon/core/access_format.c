@@ -143,24 +143,30 @@ static void put_protocol(line *l, const md_access_entry *e)
     put_u64(l, e->http_minor);
 }
 
+/* "METHOD TARGET PROTOCOL", CLF-escaped, or "-": nothing that could be called a request line. */
+static void put_request_line(line *l, const md_access_entry *e)
+{
+    if (e->method == NULL) {
+        PUT_LIT(l, "-");
+        return;
+    }
+    put_escaped(l, e->method, e->method_len, CAP_METHOD, ESCAPE_CLF, false);
+    PUT_LIT(l, " ");
+    if (e->target == NULL)
+        PUT_LIT(l, "-");
+    else
+        put_escaped(l, e->target, e->target_len, CAP_TARGET, ESCAPE_CLF, e->target_cut);
+    PUT_LIT(l, " ");
+    put_protocol(l, e);
+}
+
 static void format_combined(line *l, const md_access_entry *e)
 {
     put_field(l, e->peer, e->peer ? strlen(e->peer) : 0, CAP_PEER, ESCAPE_CLF, "-");
     PUT_LIT(l, " - - [");
     put(l, times.clf, strlen(times.clf));
     PUT_LIT(l, "] \"");
-    if (e->method == NULL) {
-        PUT_LIT(l, "-"); /* nothing that could be called a request line */
-    } else {
-        put_escaped(l, e->method, e->method_len, CAP_METHOD, ESCAPE_CLF, false);
-        PUT_LIT(l, " ");
-        if (e->target == NULL)
-            PUT_LIT(l, "-");
-        else
-            put_escaped(l, e->target, e->target_len, CAP_TARGET, ESCAPE_CLF, e->target_cut);
-        PUT_LIT(l, " ");
-        put_protocol(l, e);
-    }
+    put_request_line(l, e);
     PUT_LIT(l, "\" ");
     put_u64(l, e->status);
     PUT_LIT(l, " ");
@@ -405,18 +411,7 @@ static void put_template_field(line *l, enum field f, const md_access_entry *e)
         put(l, times.iso, strlen(times.iso));
         break;
     case F_REQUEST:
-        if (e->method == NULL) {
-            PUT_LIT(l, "-");
-            break;
-        }
-        put_escaped(l, e->method, e->method_len, CAP_METHOD, ESCAPE_CLF, false);
-        PUT_LIT(l, " ");
-        if (e->target == NULL)
-            PUT_LIT(l, "-");
-        else
-            put_escaped(l, e->target, e->target_len, CAP_TARGET, ESCAPE_CLF, e->target_cut);
-        PUT_LIT(l, " ");
-        put_protocol(l, e);
+        put_request_line(l, e);
         break;
     case F_REQUEST_METHOD:
         put_field(l, e->method, e->method_len, CAP_METHOD, ESCAPE_CLF, "-");
