@@ -217,6 +217,14 @@ static int put_routes(md_outbuf *out, const md_metrics *m)
                                 label, i + 1, (unsigned long long)SUM(m, routes[r].responses[i]));
     }
     if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_route_rate_limited_total", "counter",
+                                 "Requests per route refused by its limit_rate (429).");
+    for (uint32_t r = 0; rc == 0 && r < n; r++) {
+        label_text(m->route_label[r], label, sizeof label);
+        rc = md_metrics_put(out, "magpied_route_rate_limited_total{route=\"%s\"} %llu\n", label,
+                            (unsigned long long)SUM(m, routes[r].limited));
+    }
+    if (rc == 0)
         rc = md_metrics_put_head(out, "magpied_route_request_duration_seconds", "histogram",
                                  "Per route: from a request's first byte to its response.");
     for (uint32_t r = 0; rc == 0 && r < n; r++) {

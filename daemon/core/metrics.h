@@ -48,6 +48,7 @@ typedef struct md_metrics_route {
     atomic_uint_fast64_t responses[MD_HTTP_STATUS_CLASSES];
     atomic_uint_fast64_t latency[MD_METRICS_BUCKETS + 1];
     atomic_uint_fast64_t latency_sum_ns;
+    atomic_uint_fast64_t limited; /* refused by its limit_rate */
 } md_metrics_route;
 
 typedef struct md_metrics_shard {
@@ -131,6 +132,12 @@ static inline void md_metrics_route_response(md_metrics_shard *s, unsigned slot,
     md_metrics_add(&r->responses[cls], 1);
     md_metrics_add(&r->latency[bucket], 1);
     md_metrics_add(&r->latency_sum_ns, ns);
+}
+
+/* A request of the route in slot refused by its rate limit. */
+static inline void md_metrics_route_limited(md_metrics_shard *s, unsigned slot)
+{
+    md_metrics_add(&s->routes[slot < MD_METRICS_ROUTES ? slot : MD_METRICS_ROUTES - 1].limited, 1);
 }
 
 void md_metrics_conn_opened(md_metrics *m, md_listener l);

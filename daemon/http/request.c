@@ -18,10 +18,12 @@
 #include "http/request_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/metrics.h"
 #include "core/text.h"
 #include "http/response.h"
 #include "http/routes.h"
@@ -333,14 +335,32 @@ bool md_http_req_continued(const md_http_req *req)
     return req->continued;
 }
 
-/* Whether route's allow and deny rules let this request's client in: asked once per request,
- * and only of a route with rules (a getpeername(2) each time: no bytes kept per connection for
- * the few routes that restrict). */
-static bool client_permitted(const md_http_req *r, const md_route *route)
+/* The request's client address for a route's rules, into *ss: NULL when it is not known (the
+ * peer is gone). Asked only of a route with rules or a rate limit, once per request (a
+ * getpeername(2) each time: no bytes kept per connection for the few routes that restrict). */
+static const struct sockaddr_storage *client_addr(const md_http_req *r, struct sockaddr_storage *ss)
 {
+    bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->conn, ss) == 0;
+    return have ? ss : NULL;
+}
+
+/* The route's rate limit (first, as nginx's limit_req comes before its access rules: a
+ * client refused is refused cheaply), then its allow and deny rules. */
+static void admit(md_http_req *r, const md_route *route)
+{
+    if (route->limiter == NULL && route->acl.n == 0)
+        return;
     struct sockaddr_storage ss;
-    bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->conn, &ss) == 0;
-    return md_acl_permits(&route->acl, have ? &ss : NULL);
+    const struct sockaddr_storage *at = client_addr(r, &ss);
+    uint32_t retry = 0;
+    if (route->limiter != NULL && !md_ratelimit_take(route->limiter, at, r->now_ns, &retry)) {
+        r->limited = true;
+        r->retry_s = (uint16_t)(retry < UINT16_MAX ? retry : UINT16_MAX);
+        if (r->srv->metrics != NULL)
+            md_metrics_route_limited(md_metrics_local(r->srv->metrics), route->metric_slot);
+        return;
+    }
+    r->forbidden = route->acl.n != 0 && !md_acl_permits(&route->acl, at);
 }
 
 void md__http_req_route(md_http_req *r)
@@ -378,7 +398,8 @@ void md__http_req_route(md_http_req *r)
     r->path = t;
     r->npath = (uint32_t)n;
     r->route = md_routes_find(routes_of(r), t, n);
-    r->forbidden = r->route != NULL && r->route->acl.n != 0 && !client_permitted(r, r->route);
+    if (r->route != NULL)
+        admit(r, r->route);
 }
 
 unsigned md__http_req_refusal(const md_http_req *r)
@@ -390,6 +411,8 @@ unsigned md__http_req_refusal(const md_http_req *r)
         return 400;
     if (route == NULL)
         return 404;
+    if (r->limited)
+        return 429;
     if (r->forbidden)
         return 403;
     if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
@@ -431,6 +454,12 @@ int md__http_req_answer(md_http_req *r)
         return respond(r, md_http_status_of(200), close, routes_of(r)->allow_any, "text/plain",
                        NULL, 0);
     unsigned code = md__http_req_refusal(r);
+    if (code == 429) {
+        char retry[40];
+        snprintf(retry, sizeof retry, "Retry-After: %u\r\n", (unsigned)r->retry_s);
+        const md_http_status *st = md_http_status_of(429);
+        return respond_fields(r, st, close, NULL, retry, "text/plain", st->body, st->body_len);
+    }
     if (code != 0) /* a 400 closes (status_closes()), 404, 403 and 405 keep the connection */
         return md__http_respond_error(r, code, close, code == 405 ? route->allow : NULL);
     if (r->method == MD_OPTIONS)

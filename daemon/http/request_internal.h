@@ -29,6 +29,7 @@ struct md_http_req {
     bool collect;       /* MD_BODY_GATHER: the body is gathered in body */
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
+    bool limited;       /* its route's limit_rate refuses the client now: 429 */
     bool asterisk;      /* the target is "*" */
     bool target_full;   /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
     bool path_done;     /* saw '?': path_len is the path's length */
@@ -42,6 +43,7 @@ struct md_http_req {
     uint8_t field_cut;                 /* bit per md_http_field: longer than kept */
     uint16_t referer_len;              /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
+    uint16_t retry_s;    /* limited: Retry-After's seconds */
     uint32_t target_len; /* bytes kept in target[] */
     uint32_t path_len;   /* bytes of target[] before the '?', once path_done */
     uint32_t npath;
@@ -112,9 +114,9 @@ static inline bool md__http_req_closes(const md_http_req *r)
  * request's fixed part zeroed) and stays NULL when no route matches. */
 void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
- * known: 400 for a path that does not decode, 404, 403 for a client the route's allow and deny
- * rules refuse (http/acl.h), 405; 0 when the request goes on (to its handler, or to the core's
- * OPTIONS). */
+ * known: 400 for a path that does not decode, 404, 429 for a client over the route's rate
+ * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
+ * 405; 0 when the request goes on (to its handler, or to the core's OPTIONS). */
 unsigned md__http_req_refusal(const md_http_req *r);
 /* Whether the head goes to the route's handler: it has an on_head, the client is let in and
  * the route takes the method. Then md__http_req_refusal() is 0 (a route was found, so the path
@@ -122,7 +124,7 @@ unsigned md__http_req_refusal(const md_http_req *r);
 static inline bool md__http_req_wants_head(const md_http_req *r)
 {
     const struct md_route *route = r->route;
-    return route != NULL && route->handler->on_head != NULL && !r->forbidden &&
+    return route != NULL && route->handler->on_head != NULL && !r->forbidden && !r->limited &&
            md_route_allows(route, r->method);
 }
 /* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes

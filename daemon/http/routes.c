@@ -221,6 +221,7 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     r->path_len = (uint16_t)len;
     r->exact = exact;
     r->line = line;
+    md_ratelimit_conf_init(&r->limit);
     return 0;
 }
 
@@ -278,6 +279,9 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     }
     if (strcmp(key, "allow") == 0 || strcmp(key, "deny") == 0)
         return md_acl_add(&r->acl, key[0] == 'a', value, msg, msg_len);
+    int rc = md_ratelimit_key(&r->limit, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -309,6 +313,8 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         md_say(msg, msg_len, "handler: required (%s)", names);
         return -EINVAL;
     }
+    if (md_ratelimit_conf_check(&r->limit, msg, msg_len) != 0)
+        return -EINVAL;
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
 
@@ -377,8 +383,16 @@ const md_ini_section md_section_route = {
 
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
+    for (uint32_t i = 0; i < t->n; i++)
+        t->r[i].limiter = NULL; /* a copied table holds none of its own yet */
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
+        if (r->limit.interval_ns != 0 && (r->limiter = md_ratelimit_new(&r->limit)) == NULL) {
+            md_say(msg, msg_len, "[route %s%s] out of memory for limit_table", r->exact ? "= " : "",
+                   r->path);
+            md_routes_close(t);
+            return -ENOMEM;
+        }
         if (r->handler == NULL || r->handler->open == NULL)
             continue;
         char why[256] = "";
@@ -409,6 +423,10 @@ void md_routes_count_in(md_route_table *t, md_metrics *m)
 
 void md_routes_close(md_route_table *t)
 {
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_ratelimit_free(t->r[i].limiter);
+        t->r[i].limiter = NULL;
+    }
     for (uint32_t i = 0; i < t->n; i++)
         if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)
             t->r[i].handler->close(t->r[i].conf);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "http/acl.h"
+#include "http/ratelimit.h"
 
 struct md_handler;
 
@@ -46,6 +47,8 @@ typedef struct md_route {
     uint64_t methods;    /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
     md_acl acl;                       /* who may use it ("allow" and "deny"; acl.h) */
+    md_ratelimit_conf limit;          /* requests per client ("limit_*"; ratelimit.h) */
+    struct md_ratelimit *limiter;     /* its clients, in a table that serves (md_routes_open) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;

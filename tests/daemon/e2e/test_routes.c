@@ -179,6 +179,9 @@ Test(routes_e2e, config_check_names_file_line_and_key)
     write_file(conf, HEAD_CONF "[route /a]\nhandler = text\n[route /a]\nhandler = echo\n");
     out = run(cmd);
     cr_assert(strstr(out, "bad.conf:9: [route /a]: the same route as line 7"), "%s", out);
+    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nlimit_rate = 10/h\n");
+    out = run(cmd);
+    cr_assert(strstr(out, "bad.conf:9: [route /a] limit_rate: expected N/s or N/m"), "%s", out);
 }
 
 /* A request from 127.0.0.2 to port, on a new connection asking for its close. */
@@ -250,5 +253,41 @@ Test(routes_e2e, builtin_metrics_and_echo_answer_loopback_clients)
                        "Content-Length: 2\r\n\r\nhi"),
            "HTTP/1.1 200", "\r\n\r\nhi");
     expect(get(d.http, "/"), "HTTP/1.1 200", "Hello, World!");
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* limit_rate per client: past the rate and burst, 429 with Retry-After before the handler, the
+ * connection kept, another client untouched, and the refusals counted per route. */
+Test(routes_e2e, limit_rate_per_client)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, HEAD_CONF "[route = /slow]\nhandler = text\nbody = ok\n"
+                               "limit_rate = 1/m\nlimit_burst = 1\n"
+                               "[route = /metrics]\nhandler = metrics\n");
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/slow"), "HTTP/1.1 200", "\r\n\r\nok");
+    expect(get(d.http, "/slow"), "HTTP/1.1 200", "\r\n\r\nok");
+    char *r = get(d.http, "/slow");
+    expect(r, "HTTP/1.1 429 Too Many Requests", "\r\nRetry-After: ");
+    int retry = 0;
+    const char *ra = strstr(r, "\r\nRetry-After: ");
+    cr_assert(ra != NULL && sscanf(ra, "\r\nRetry-After: %d", &retry) == 1, "%s", r);
+    cr_assert(retry >= 1 && retry <= 60, "Retry-After: %d", retry);
+    expect(get_from_127_0_0_2(d.http, "/slow"), "HTTP/1.1 200", "\r\n\r\nok");
+    /* A refused request keeps its connection (and a POST's body is read and dropped). */
+    char resp[8192];
+    int fd = test_connect(d.http);
+    const char *two = "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+                      "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    test_write_all(fd, two, strlen(two));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    expect(resp, "HTTP/1.1 429", "HTTP/1.1 200 OK");
+    cr_expect(strstr(resp, "magpied_route_rate_limited_total{route=\"= /slow\"} 2\n") != NULL, "%s",
+              resp);
+    cr_expect(strstr(resp, "magpied_route_responses_total{route=\"= /slow\",code=\"2xx\"} 3\n") !=
+                  NULL,
+              "%s", resp);
     cr_assert_eq(stop(&d), 0);
 }
