@@ -21,10 +21,11 @@
  * MD_H2_MAX_OUTBOUND_ACK ACKs owed to a peer that does not read, more than 8 CONTINUATION
  * frames, the stream reset rate limit against Rapid Reset, CVE-2023-44487), and a token bucket
  * of ours for frames that cost us work but carry no request: PING, SETTINGS, PRIORITY,
- * RST_STREAM, empty DATA without END_STREAM, WINDOW_UPDATE of a stream (CVE-2019-9512, -9515,
- * -9518). A header block larger than max_header_bytes (counted as RFC 9113 6.5.2 does, 32
- * bytes per field more, after HPACK: an HPACK bomb is counted decoded) or with more than
- * max_headers fields gets 431 on its stream.
+ * RST_STREAM, empty DATA without END_STREAM (CVE-2019-9512, -9515, -9518). WINDOW_UPDATE is
+ * not counted: a client reading large bodies on many streams sends thousands, legitimately. A
+ * header block larger than max_header_bytes (counted as RFC 9113 6.5.2 does, 32 bytes per field
+ * more, after HPACK: an HPACK bomb is counted decoded) or with more than max_headers fields gets
+ * 431 on its stream.
  */
 #include "http/http2.h"
 
@@ -556,10 +557,6 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
         if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && !cheap_frame(h))
             return 0;
         break;
-    case NGHTTP2_WINDOW_UPDATE:
-        if (f->hd.stream_id != 0 && !cheap_frame(h))
-            return 0;
-        break;
     case NGHTTP2_DATA:
         if (f->hd.length == 0 && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !cheap_frame(h))
             return 0;
@@ -617,6 +614,18 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     return 0;
 }
 
+/* A GOAWAY with an error, whoever decided it (nghttp2's own limits too): refused. */
+static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    (void)s;
+    md_h2_conn *h = user;
+    if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR && !h->refused) {
+        h->refused = true;
+        atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
+    }
+    return 0;
+}
+
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
 {
     (void)s;
@@ -655,6 +664,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_settings(opt, MD_H2_MAX_SETTINGS);
     nghttp2_option_set_max_outbound_ack(opt, MD_H2_MAX_OUTBOUND_ACK);
