@@ -563,3 +563,161 @@ Test(http2, bad_preface_closes)
     cr_assert_not(md_h2_is_preface("GET / HTTP/1.1\r\n", 16));
     expect_no_leaks();
 }
+
+/* ---- pending handlers: one that waits holds no other stream up ---- */
+
+struct held {
+    md_http_pending p;
+    bool released;
+    int fail_at; /* the step that fails (-EIO), 0: none */
+    int step, cancelled;
+};
+
+static struct held held[4];
+static int nheld;
+
+static int held_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
+                     md_outbuf *out)
+{
+    (void)cx; /* nothing to wait for in a sans-I/O test: released by the test */
+    (void)io;
+    struct held *h = (struct held *)p;
+    if (!h->released)
+        return MD_PENDING_WAIT;
+    h->step++;
+    if (h->step == h->fail_at)
+        return -EIO;
+    switch (h->step) {
+    case 1:
+        return md_http_respond_head(req, 200, "X-Slow: 1\r\nCache-Control: no-store\r\n",
+                                    "text/plain", 6) != 0
+                   ? -ENOMEM
+                   : MD_PENDING_MORE;
+    case 2:
+        return md_outbuf_append(out, "abc", 3) != 0 ? -ENOMEM : MD_PENDING_MORE;
+    default:
+        return md_outbuf_append(out, "def", 3) != 0 ? -ENOMEM : 0;
+    }
+}
+
+static void held_cancel(md_http_pending *p)
+{
+    ((struct held *)p)->cancelled++;
+}
+
+static int held_on_req(md_http_req *req, const md_route *r)
+{
+    (void)r; /* one route uses it */
+    cr_assert_lt(nheld, 4);
+    struct held *h = &held[nheld++];
+    h->p.poll = held_poll;
+    h->p.cancel = held_cancel;
+    md_http_req_pend(req, &h->p);
+    return MD_HANDLER_PENDING;
+}
+
+static const md_handler held_handler = {.name = "held", .on_req = held_on_req};
+static const md_handler h1_handler = {.name = "h1", .on_req = held_on_req, .http1_only = true};
+
+static md_route_table table;
+
+static void held_setup(void)
+{
+    server_setup();
+    memset(held, 0, sizeof held);
+    nheld = 0;
+    memset(&table, 0, sizeof table);
+    char msg[128];
+    cr_assert_eq(md_routes_add(&table, " = /", 1, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /slow", 2, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[1], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /h1", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "handler", "text", 0, msg, sizeof msg), 0);
+    md_routes_prepare(&table);
+    table.r[1].handler = &held_handler; /* a test's own handlers on the interface */
+    table.r[2].handler = &h1_handler;
+    srv.routes = &table;
+}
+
+TestSuite(http2_pending, .init = held_setup, .timeout = 20);
+
+Test(http2_pending, a_waiting_handler_holds_no_other_stream_up)
+{
+    struct client c;
+    client_open(&c);
+    int32_t slow = request(&c, "GET", "/slow/a", NULL, 0, false);
+    int32_t fast[5];
+    for (int i = 0; i < 5; i++)
+        fast[i] = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 5; i++) {
+        cr_assert(resp_of(&c, fast[i])->closed, "stream %d answered while /slow waits", fast[i]);
+        cr_assert_eq(resp_of(&c, fast[i])->status, 200);
+    }
+    cr_assert_not(resp_of(&c, slow)->closed);
+    cr_assert_eq(resp_of(&c, slow)->status, 0);
+    /* More streams come and go while it still waits. */
+    int32_t later = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, later)->status, 200);
+    held[0].released = true;
+    cr_assert_eq(pump(&c), 0);
+    struct resp *r = resp_of(&c, slow);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0);
+    cr_assert_eq(r->status, 200);
+    cr_assert_eq(r->len, 6);
+    cr_assert_eq(memcmp(r->body, "abcdef", 6), 0);
+    cr_assert_eq(held[0].cancelled, 0);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, a_failing_handler_resets_its_stream_only)
+{
+    struct client c;
+    client_open(&c);
+    int32_t bad = request(&c, "GET", "/slow/a", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    held[0].fail_at = 2; /* after its head */
+    held[0].released = true;
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(resp_of(&c, bad)->closed);
+    cr_assert_eq(resp_of(&c, bad)->rst, NGHTTP2_INTERNAL_ERROR);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, closing_cancels_waiting_handlers)
+{
+    struct client c;
+    client_open(&c);
+    (void)request(&c, "GET", "/slow/a", NULL, 0, false);
+    (void)request(&c, "GET", "/slow/b", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(nheld, 2);
+    client_close(&c);
+    cr_assert_eq(held[0].cancelled, 1);
+    cr_assert_eq(held[1].cancelled, 1);
+    expect_no_leaks();
+}
+
+Test(http2_pending, an_http1_only_handler_is_reset_with_http_1_1_required)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/h1/x", NULL, 0, false);
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(resp_of(&c, id)->closed);
+    cr_assert_eq(resp_of(&c, id)->rst, NGHTTP2_HTTP_1_1_REQUIRED);
+    cr_assert_eq(nheld, 0, "the handler never ran");
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    client_close(&c);
+    expect_no_leaks();
+}
