@@ -190,7 +190,8 @@ static int32_t request(struct client *c, const char *method, const char *path,
         {(uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0},
     };
     cr_assert_leq(nmore, 296);
-    memcpy(nv + 4, more, nmore * sizeof *more);
+    if (nmore != 0)
+        memcpy(nv + 4, more, nmore * sizeof *more);
     nghttp2_data_provider prd = {.read_callback = c_read_body};
     int32_t id = nghttp2_submit_request(c->cl, NULL, nv, 4 + nmore, body ? &prd : NULL, NULL);
     cr_assert_gt(id, 0);
@@ -308,7 +309,7 @@ Test(http2, header_list_too_large_is_431)
     struct client c;
     client_open(&c);
     static nghttp2_nv many[200];
-    static char names[200][8];
+    static char names[200][16];
     for (int i = 0; i < 200; i++) {
         snprintf(names[i], sizeof names[i], "x-%d", i);
         many[i] = (nghttp2_nv){(uint8_t *)names[i], (uint8_t *)"v", strlen(names[i]), 1, 0};
@@ -409,7 +410,8 @@ static size_t frame(char *w, uint8_t type, uint8_t flags, uint32_t sid, const vo
     w[6] = (char)(sid >> 16);
     w[7] = (char)(sid >> 8);
     w[8] = (char)sid;
-    memcpy(w + 9, p, n);
+    if (n != 0)
+        memcpy(w + 9, p, n);
     return 9 + n;
 }
 
