@@ -483,6 +483,13 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     h->requests++;
     atomic_fetch_add_explicit(&h2_streams, 1, memory_order_relaxed);
     nghttp2_session_set_stream_user_data(h->s, st->id, st);
+    /* The last request a connection may make ([limits] max_requests_per_connection): GOAWAY
+     * names this stream last; it finishes, later ones are refused, then the close. */
+    uint32_t max = h->srv->limits.max_requests_per_connection;
+    if (max != 0 && h->requests >= max && !h->draining) {
+        h->draining = true;
+        (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR, NULL, 0);
+    }
     return 0;
 }
 
@@ -824,8 +831,8 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h)
     if (h->nstreams == 0) {
         uint32_t t = h->requests == 0 || l->keepalive_timeout_ms == 0 ? l->header_timeout_ms
                                                                       : l->keepalive_timeout_ms;
-        uint64_t from = h->idle_ns > h->recv_ns ? h->idle_ns : h->recv_ns;
-        return from + t * ms;
+        /* From the last stream's end, not the last frame: PINGs do not keep it open. */
+        return h->idle_ns + t * ms;
     }
     bool reading, sending;
     waits(h, &reading, &sending);

@@ -383,6 +383,40 @@ Test(http2, idle_deadline_sends_goaway)
     expect_no_leaks();
 }
 
+Test(http2, max_requests_per_connection_sends_goaway)
+{
+    srv.limits.max_requests_per_connection = 3;
+    struct client c;
+    client_open(&c);
+    int32_t ids[5];
+    for (int i = 0; i < 3; i++) {
+        ids[i] = request(&c, "GET", "/", NULL, 0, false);
+        cr_assert_eq(pump(&c), 0);
+        cr_assert_eq(resp_of(&c, ids[i])->status, 200);
+    }
+    cr_assert(c.goaway);
+    cr_assert_eq(c.goaway_code, NGHTTP2_NO_ERROR);
+    cr_assert_eq(c.goaway_last, ids[2]);
+    cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, pings_do_not_hold_an_idle_connection)
+{
+    struct client c;
+    client_open(&c);
+    cr_assert_eq(pump(&c), 0);
+    uint64_t at = md_h2_conn_deadline(c.h);
+    cr_assert_eq(at, T0 + srv.limits.header_timeout_ms * MS);
+    c.now = at - MS;
+    cr_assert_eq(nghttp2_submit_ping(c.cl, NGHTTP2_FLAG_NONE, NULL), 0);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(md_h2_conn_deadline(c.h), at, "a PING is not a request");
+    client_close(&c);
+    expect_no_leaks();
+}
+
 Test(http2, ping_flood_ends_with_goaway)
 {
     struct client c;
