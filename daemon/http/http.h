@@ -40,6 +40,8 @@ typedef struct md_http_limits {
     uint32_t max_requests_per_connection; /* 0 = unlimited */
     uint32_t min_body_rate;               /* bytes/s a body must average after the grace; 0 = off */
     uint32_t min_rate_grace_ms; /* before min_body_rate (and the I/O layer's send rate) apply */
+    uint32_t http2_max_streams; /* HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS */
+    uint32_t http2_window;      /* HTTP/2 receive window of each stream (request bodies) */
     /* For the I/O layer (conn.c), not the core: */
     uint32_t send_timeout_ms; /* longest a write may make no progress; 0 = never */
     uint32_t min_send_rate;   /* bytes/s a blocked write must average after the grace; 0 = off */

@@ -11,8 +11,10 @@
  * the handler's on_req, which answers through md_http_respond*() or pends.
  *
  * The answering calls write the response into the exchange's output: an HTTP/1.x head
- * (response.c) and the body. That is the one place that knows the wire form of a response;
- * HTTP/2 (issue 34) gives the request its own head writer there. Which statuses end a
+ * (response.c) and the body. That is the one place that knows the wire form of a response:
+ * a protocol with heads of another form sets md_http_req.wire (request_internal.h), and each
+ * answering call hands it the head instead (HTTP/2's HEADERS, http2.c), the body going to out
+ * as ever. HTTP/1.x keeps its inline writer: no indirect call on its hot path. Which statuses end a
  * connection (status_closes()) is decided here, for every producer of a response alike.
  */
 #include "http/request_internal.h"
@@ -40,6 +42,8 @@ void md_http_limits_default(md_http_limits *l)
     l->max_requests_per_connection = 0;
     l->min_body_rate = 240;
     l->min_rate_grace_ms = 5000;
+    l->http2_max_streams = 100;
+    l->http2_window = 65535;
     l->send_timeout_ms = 30000;
     l->min_send_rate = 240;
     l->send_buffer = 65536;
@@ -129,6 +133,14 @@ static int respond_fields(md_http_req *r, const md_http_status *st, bool close, 
 {
     bool head = is_head_request(r);
     size_t flen = fields != NULL ? strlen(fields) : 0;
+    if (r->wire != NULL) {
+        (void)closes_with(r, st->code); /* the protocol decides what a close means */
+        if (r->wire->head(r, st->code, allow, fields, flen, ctype, len) != 0 ||
+            (!head && len != 0 && md_outbuf_append(r->out, body, len) != 0))
+            return -ENOMEM;
+        md__http_account_response(r, st->code, head ? 0 : len);
+        return 0;
+    }
     char *w = md_outbuf_reserve(r->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
     if (w == NULL)
         return -ENOMEM;
@@ -165,7 +177,7 @@ int md_http_respond(md_http_req *req, unsigned status, const char *fields, const
 int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctype, const char *body,
                            size_t len)
 {
-    if (!md__http_req_closes(req) && !http10(req) && req->method == MD_GET) {
+    if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET) {
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
@@ -196,6 +208,17 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         return md__http_respond_error(req, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
+    bool is_head = is_head_request(req);
+    if (req->wire != NULL) {
+        if (req->wire->head(req, 200, NULL, NULL, 0, ctype, n) != 0) {
+            out->len = out->head + mark;
+            return -ENOMEM;
+        }
+        if (is_head)
+            out->len = out->head + mark;
+        md__http_account_response(req, 200, is_head ? 0 : n);
+        return 0;
+    }
     char head[MD_HTTP_HEAD_MAX];
     char *end = md_http_put_head(head, md_http_status_of(200), close, http10(req), NULL, ctype, n);
     size_t hlen = (size_t)(end - head);
@@ -206,7 +229,6 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
     char *at = out->data + out->head + mark;
     memmove(at + hlen, at, n);
     memcpy(at, head, hlen);
-    bool is_head = is_head_request(req);
     out->len = out->head + mark + hlen + (is_head ? 0 : n);
     md__http_account_response(req, 200, is_head ? 0 : n);
     return 0;
@@ -216,10 +238,18 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
                          uint64_t length)
 {
     size_t flen = fields != NULL ? strlen(fields) : 0;
+    const md_http_status *st = md_http_status_of(status);
+    if (req->wire != NULL) {
+        (void)closes_with(req, st->code);
+        if (req->wire->head(req, st->code, NULL, fields, flen, ctype, length) != 0)
+            return -ENOMEM;
+        md__http_account_response(req, st->code,
+                                  is_head_request(req) || st->code == 304 ? 0 : length);
+        return 0;
+    }
     char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
     if (w == NULL)
         return -ENOMEM;
-    const md_http_status *st = md_http_status_of(status);
     md_outbuf_commit(req->out,
                      md_http_put_head_fields(w, st, closes_with(req, st->code), http10(req), NULL,
                                              fields, flen, ctype, length));

@@ -18,6 +18,18 @@
 
 struct md_http_conn;
 
+/* How a protocol puts a response head on the wire, when it is not HTTP/1.x text (response.c,
+ * appended to out: the default, md_http_req.wire NULL). The request layer calls head() once
+ * per response with what every answering call knows: the status, the handler's more fields
+ * ("Name: value" CRLF lines, fields_len bytes; NULL when none), Allow (or NULL), the content
+ * type and the content length (the body's, also for HEAD; none is sent for 304); whatever
+ * body follows is then appended to out by the request layer or the handler, as over HTTP/1.1.
+ * 0 or -ENOMEM. HTTP/2 (http2.c) submits its HEADERS frame here. */
+typedef struct md_http_wire {
+    int (*head)(md_http_req *r, unsigned status, const char *allow, const char *fields,
+                size_t fields_len, const char *ctype, uint64_t length);
+} md_http_wire;
+
 struct md_http_req {
     /* Zeroed when the request's first byte arrives, up to target[]. */
     bool keep_alive;    /* its response keeps the connection */
@@ -64,6 +76,7 @@ struct md_http_req {
      * the connection's by the protocol), the rest set by md__http_req_enter() at every entry
      * point. */
     md_http_server *srv;       /* the connection's settings */
+    const md_http_wire *wire;  /* the protocol's head writer; NULL: HTTP/1.x (response.c) */
     md_outbuf *out;            /* where responses go; NULL outside an entry point */
     struct md_http_conn *conn; /* the protocol's connection, for the server's hooks */
     uint64_t now_ns;           /* the entry point's now */
@@ -93,6 +106,7 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
 {
     r->srv = srv;
     r->conn = conn;
+    r->wire = NULL;
     r->body = NULL;
     r->body_cap = 0;
     r->kept = NULL;

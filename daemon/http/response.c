@@ -80,6 +80,12 @@ void md_http_date_refresh(time_t (*clock)(void))
     date_block.sec = now;
 }
 
+const char *md_http_date_value(size_t *len)
+{
+    *len = MD_HTTPDATE_LEN;
+    return date_block.text + sizeof "Date: " - 1;
+}
+
 #define PUT(w, lit) (memcpy((w), (lit), sizeof(lit) - 1), (w) + sizeof(lit) - 1)
 
 static char *put_bytes(char *w, const void *p, size_t n)

@@ -29,6 +29,9 @@ const md_http_status *md_http_status_of(unsigned code);
  * has not changed; call once per batch of responses. */
 void md_http_date_refresh(time_t (*clock)(void));
 
+/* The Date block's IMF-fixdate alone (*len bytes, not NUL-terminated): HTTP/2's date field. */
+const char *md_http_date_value(size_t *len);
+
 /* Writes a head at w (MD_HTTP_HEAD_MAX bytes of room) and returns its end. close: say
  * "Connection: close"; otherwise http10 says "Connection: keep-alive". allow may be NULL. */
 char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,

@@ -113,12 +113,14 @@ static void http_init(void *conf)
     md_config *c = conf;
     listen_set(&c->listeners[MD_LISTENER_HTTP].listen, AF_INET, "127.0.0.1", 8080);
     c->listeners[MD_LISTENER_HTTP].reuseport = false;
+    c->listeners[MD_LISTENER_HTTP].http2 = false; /* plaintext: HTTP/1.1 unless asked */
 }
 
 static const md_ini_key http_keys[] = {
     /* min 0: the listener may not be off */
     {"listen", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTP, listen), 0, 0, parse_listen},
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTP, reuseport)),
+    BOOL("http2", LISTENER(MD_LISTENER_HTTP, http2)),
     END,
 };
 
@@ -176,6 +178,8 @@ static const md_ini_key limits_keys[] = {
     U32("send_timeout_ms", LIMIT(send_timeout_ms), 0, 3600000),
     U32("min_send_rate", LIMIT(min_send_rate), 0, 1073741824),
     U32("send_buffer", LIMIT(send_buffer), 0, 67108864),
+    U32("http2_max_concurrent_streams", LIMIT(http2_max_streams), 1, 1000),
+    U32("http2_window", LIMIT(http2_window), 65535, 16777216),
     END,
 };
 
@@ -197,6 +201,7 @@ static void https_init(void *conf)
     memset(&l->listen, 0, sizeof l->listen); /* off */
     l->reuseport = false;
     l->max_connections = 10000;
+    l->http2 = true; /* offered by ALPN: a client that does not ask for h2 gets HTTP/1.1 */
     md_tls_config_init(&c->tls);
 }
 
@@ -211,6 +216,7 @@ static const md_ini_key https_keys[] = {
     {"listen", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, listen), 1, 0, parse_listen},
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTPS, reuseport)),
     U32("max_connections", LISTENER(MD_LISTENER_HTTPS, max_connections), 1, 1000000),
+    BOOL("http2", LISTENER(MD_LISTENER_HTTPS, http2)),
     END,
 };
 

@@ -49,6 +49,7 @@ typedef struct md_listener_config {
     bool reuseport;           /* [http] / [echo] reuseport */
     uint32_t max_connections; /* [limits] max_connections (HTTP), [echo] max_connections */
     uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
+    bool http2;               /* [http] http2 (h2c, prior knowledge), [https] http2 (ALPN h2) */
 } md_listener_config;
 
 typedef struct md_config {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "server/conn.h"
+#include "http/http2.h"
 #include "server/tls.h"
 
 static void conn_unref(md_conn *c)
@@ -34,7 +35,9 @@ static void http_opened(md_server *s, md_conn *c)
 
 static void http_finish(md_conn *c)
 {
-    md_http_gen *g = md_http_gen_of(c->http.srv);
+    md_http_gen *g = md_http_gen_of(c->http.srv); /* HTTP/2 keeps it current too */
+    md_h2_conn_free(c->h2);
+    c->h2 = NULL;
     md_http_conn_close(&c->http);
     md_http_gen_leave(g);
 }
@@ -264,6 +267,7 @@ int md_conn_accept(md_listener_state *l)
     c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
     c->min_send_rate = s->cfg.limits.min_send_rate;
     c->grace_ms = s->cfg.limits.min_rate_grace_ms;
+    c->h2c = c->kind == MD_LISTENER_HTTP && s->cfg.listeners[c->kind].http2;
     c->why = MD_CLOSE_DONE;
     c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;

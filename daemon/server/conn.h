@@ -5,7 +5,7 @@
  *   listener.c        listening sockets (bound, or passed by systemd), accepting under each
  *                     listener's max_connections, the count of open connections
  *   conn.c            one connection: accept, bounded writes, close
- *   conn_http.c       the HTTP connection task, over the sans-I/O core (http1.h)
+ *   conn_http.c       the HTTP connection task, over the sans-I/O cores (http1.h, http2.h)
  *   conn_echo.c       the echo connection task (RFC 862)
  *   reload.c          the reload transaction
  *   generation.c      the HTTP settings' generations (generation.h)
@@ -82,6 +82,7 @@ typedef struct md_conn {
     bool nodelay;      /* TCP_NODELAY is set (md_http_io.nodelay: once, when a handler asks) */
     int8_t want;       /* md_http_want */
     bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
+    bool h2c;          /* HTTP: [http] http2, taken at accept: a client preface starts HTTP/2 */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
     uint32_t idle_ms;  /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
     /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
@@ -95,6 +96,7 @@ typedef struct md_conn {
     md_outbuf out;
     char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
     struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
+    struct md_h2_conn *h2;   /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
     md_http_conn http;
 } md_conn;
 

@@ -43,6 +43,7 @@
 #include "core/log.h"
 #include "http/handler.h"
 #include "http/http1.h"
+#include "http/http2.h"
 #include "server/tls.h"
 #include <string.h>
 
@@ -183,6 +184,8 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
         md_http_gen_free(g);
         return rc;
     }
+    if (g->tls != NULL)
+        md_tls_ctx_offer_h2(g->tls, cfg->listeners[MD_LISTENER_HTTPS].http2);
     *out = g;
     return 0;
 }
@@ -298,8 +301,100 @@ static md_close_reason expired_reason(md_http_expired e)
     }
 }
 
+/* HTTP/2's frames owed at most, per write: nghttp2 is asked for more once they are written. */
+#define H2_OUT_BATCH (64u * 1024u)
+
+/* The HTTP/2 task (http/http2.h): the same transport, timer and close as HTTP/1.1's, around
+ * an nghttp2 session. Each pass polls the streams' pending handlers (each holds its waker on
+ * this task: any of them wakes it, and every stream that can move is polled), writes the
+ * frames nghttp2 has for the peer (one write per H2_OUT_BATCH), then reads; it waits only when
+ * a pass moved nothing. A write the peer does not take is bounded by the send limits; nothing
+ * is read meanwhile, as over HTTP/1.1. */
+static mp_poll h2_poll(md_conn *c, mp_context *cx)
+{
+    md_h2_conn *h = c->h2;
+    for (;;) {
+        bool moved = md_h2_conn_run(h, cx, uv_hrtime());
+        for (;;) {
+            /* Only into an empty buffer: a write that waited is called again with the same
+             * bytes (TLS has encrypted them already; a longer buffer may have moved). */
+            if (md_outbuf_pending(&c->out) == 0 && md_h2_conn_send(h, &c->out, H2_OUT_BATCH) != 0)
+                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+            size_t pending = md_outbuf_pending(&c->out);
+            if (pending == 0)
+                break;
+            moved = true;
+            int err;
+            if (conn_send(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING)
+                return MP_PENDING;
+            if (err != 0)
+                return md_conn_finish(c, md_conn_write_error(c, err));
+            md_outbuf_consume(&c->out, pending);
+        }
+        if (md_h2_conn_done(h)) {
+            if (c->why == MD_CLOSE_DONE && md_h2_conn_refused(h))
+                c->why = MD_CLOSE_ERROR;
+            return linger(c, cx); /* the GOAWAY is out: let the peer read it */
+        }
+        const char *data;
+        size_t len;
+        int err;
+        if (conn_read(c, cx, &data, &len, &err) == MP_PENDING) {
+            if (moved)
+                continue;
+            if (c->out.data != NULL)
+                md_outbuf_free(&c->out); /* all written: an idle HTTP/2 connection holds none */
+            uint64_t deadline = md_h2_conn_deadline(h);
+            uint64_t at = deadline == UINT64_MAX ? UINT64_MAX : (deadline + 999999) / 1000000;
+            if (at == UINT64_MAX) {
+                mp_timer_cancel(&c->timer);
+                return MP_PENDING;
+            }
+            if (mp_timer_poll(&c->timer, at, cx) == MP_PENDING)
+                return MP_PENDING;
+            bool stall;
+            md_http_expired e = md_h2_conn_timeout(h, uv_hrtime(), &stall);
+            if (e != MD_HTTP_EXPIRED_NONE)
+                c->why = expired_reason(e);
+            else if (stall)
+                c->why = MD_CLOSE_SEND_TIMEOUT;
+            continue; /* the GOAWAY goes out, then the close */
+        }
+        if (len == 0 && err == -EINTR) {
+            md_h2_conn_drain(h); /* graceful stop: GOAWAY, the streams in flight finish */
+            c->why = MD_CLOSE_SHUTDOWN;
+            continue;
+        }
+        if (len == 0)
+            return md_conn_finish(c, err == UV_EOF ? MD_CLOSE_PEER : MD_CLOSE_ERROR);
+        uint64_t now = mp_tcp_read_time(&c->tcp);
+        int rc = md_h2_conn_feed(h, now, data, len);
+        conn_consume(c, len);
+        if (rc != 0)
+            return md_conn_finish(c, rc == -ENOMEM ? MD_CLOSE_NO_MEMORY : MD_CLOSE_ERROR);
+    }
+}
+
+/* Whether the connection's first bytes choose HTTP/2: h2 by ALPN on [https], the client
+ * preface on a plaintext listener with h2c on. Then its session starts (our SETTINGS queued);
+ * the bytes stay for h2_poll's first read. */
+static bool h2_start(md_conn *c, const char *data, size_t len)
+{
+    if (c->h2 != NULL || c->http.requests != 0 || c->http.req != NULL)
+        return false;
+    if (c->tls != NULL ? !md_tls_alpn_h2(c) : !(c->h2c && md_h2_is_preface(data, len)))
+        return false;
+    if (md_h2_conn_new(&c->h2, c->http.srv, &c->http, uv_hrtime()) != 0) {
+        c->h2 = NULL;
+        return false; /* no memory: HTTP/1.1 answers (with an error) */
+    }
+    return true;
+}
+
 mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
 {
+    if (c->h2 != NULL)
+        return h2_poll(c, cx);
     for (;;) {
         size_t pending = md_outbuf_pending(&c->out);
         /* A handler about to send its body by sendfile writes the head itself, corked. */
@@ -387,6 +482,8 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
              * answered at EOF. */
             (void)md_http_conn_eof(&c->http, now, &c->out);
             return md_conn_finish(c, MD_CLOSE_PEER);
+        } else if (h2_start(c, data, len)) {
+            return h2_poll(c, cx);
         } else {
             size_t used = 0;
             want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);

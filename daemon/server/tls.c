@@ -277,17 +277,20 @@ static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, 
     return 0;
 }
 
-/* ALPN: http/1.1 only (h2 once HTTP/2 lands). A client that offers ALPN without http/1.1 gets
- * no_application_protocol (RFC 7301 3.2); one that offers none is served HTTP/1.1. */
+/* ALPN: h2 first when [https] http2 is on (arg: the context's h2 flag), then http/1.1 (RFC
+ * 7301: the server picks; SSL_select_next_proto walks our list in order, so a client offering
+ * both gets h2). A client that offers ALPN with neither gets no_application_protocol (RFC 7301
+ * 3.2); one that offers none is served HTTP/1.1. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
     (void)ssl;
-    (void)arg;
-    static const unsigned char ours[] = "\x08http/1.1";
+    static const unsigned char both[] = "\x02h2\x08http/1.1";
+    const bool *h2 = arg;
+    const unsigned char *ours = h2 != NULL && *h2 ? both : both + 3;
+    unsigned int ours_len = (unsigned)(sizeof both - 1) - (unsigned)(ours - both);
     unsigned char *sel = NULL;
-    if (SSL_select_next_proto(&sel, outlen, ours, sizeof ours - 1, in, inlen) !=
-        OPENSSL_NPN_NEGOTIATED)
+    if (SSL_select_next_proto(&sel, outlen, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_ALERT_FATAL;
     *out = sel;
     return SSL_TLSEXT_ERR_OK;
@@ -296,6 +299,7 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 struct md_tls_ctx {
     SSL_CTX *ssl;
     uint32_t handshake_timeout_ms;
+    bool h2; /* ALPN offers h2 (md_tls_ctx_offer_h2), read by alpn_select */
 };
 
 static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
@@ -340,7 +344,6 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
         SSL_CTX_sess_set_cache_size(ctx, t->session_cache);
     }
     SSL_CTX_set_timeout(ctx, t->session_timeout_s);
-    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
     return ctx;
 out_free:
     SSL_CTX_free(ctx);
@@ -370,8 +373,14 @@ int md_tls_ctx_new(const md_tls_config *t, const char *source, md_tls_ctx **out,
         return -EINVAL;
     }
     x->handshake_timeout_ms = t->handshake_timeout_ms;
+    SSL_CTX_set_alpn_select_cb(x->ssl, alpn_select, &x->h2);
     *out = x;
     return 0;
+}
+
+void md_tls_ctx_offer_h2(md_tls_ctx *x, bool on)
+{
+    x->h2 = on;
 }
 
 void md_tls_ctx_free(md_tls_ctx *x)
@@ -773,4 +782,15 @@ void md_tls_conn_free(md_conn *c)
     free(t->pbuf);
     free(t);
     c->tls = NULL;
+}
+
+bool md_tls_alpn_h2(const struct md_conn *c)
+{
+    const md_tls_conn *t = c->tls;
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
+    if (t == NULL || t->ssl == NULL)
+        return false;
+    SSL_get0_alpn_selected(t->ssl, &p, &n);
+    return n == 2 && memcmp(p, "h2", 2) == 0;
 }

@@ -59,6 +59,11 @@ void md_tls_ctx_free(md_tls_ctx *x); /* NULL: nothing; the connections keep thei
 struct md_conn;
 /* A connection's TLS state. Made on the loop's thread at accept (a reference to x and a few
  * words; no SSL object yet), used by the connection's task alone. */
+/* Before any connection uses x: whether ALPN offers h2 ([https] http2). */
+void md_tls_ctx_offer_h2(md_tls_ctx *x, bool on);
+/* Whether the connection's handshake chose h2 by ALPN (false before it is done). */
+bool md_tls_alpn_h2(const struct md_conn *c);
+
 typedef struct md_tls_conn md_tls_conn;
 int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out);
 /* At the connection's close (the task, or its cancel): a close_notify if the handshake is

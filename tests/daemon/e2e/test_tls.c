@@ -180,9 +180,12 @@ Test(tls, s_client_sni_alpn_and_protocols, .timeout = 60)
     cr_assert(strstr(out, "ALPN protocol: http/1.1"), "%s", out);
     cr_assert(strstr(out, "Verify return code: 0 (ok)"), "%s", out);
     cr_assert(strstr(out, "Hello, World!"), "%s", out);
-    /* ALPN without http/1.1: no_application_protocol. */
-    out = s_client(&d, "sleep 1", "-alpn h2");
+    /* ALPN with neither h2 nor http/1.1: no_application_protocol. */
+    out = s_client(&d, "sleep 1", "-alpn spdy/3");
     cr_assert(strstr(out, "no application protocol"), "%s", out);
+    /* h2 offered ([https] http2 is on by default) and preferred when both are. */
+    out = s_client(&d, "sleep 1", "-alpn http/1.1,h2");
+    cr_assert(strstr(out, "ALPN protocol: h2"), "%s", out);
     /* TLS 1.2 serves, with an intermediate suite; 1.1 and 1.0 are refused. */
     out = s_client(&d, "sleep 1", "-tls1_2");
     cr_assert(strstr(out, "New, TLSv1.2, Cipher is ECDHE-ECDSA-"), "%s", out);

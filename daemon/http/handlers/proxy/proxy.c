@@ -821,6 +821,7 @@ const md_handler md_handler_proxy = {
                MD_METHOD(MD_PATCH),
     .passes_options = true,
     .keeps_fields = true,
+    .http1_only = true, /* its heads are HTTP/1.x text (proxy_msg.c) */
     .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket", NULL},
     .conf_size = sizeof(proxy_conf),
     .conf_key = proxy_key,

@@ -1,0 +1,917 @@
+/* HTTP/2 over nghttp2 (http2.h): the session's callbacks, streams as md_http_req, the head
+ * writer, flow control of request bodies, the deadlines and the defences.
+ *
+ * A stream's way: HEADERS begin it (on_begin_headers: a block of its own, the request zeroed),
+ * each field fills the request as http1.c's callbacks do (method, target, the kept fields,
+ * Content-Length), the end of the block is the head (head_done: the refusals, the route, the
+ * handler's on_head), DATA spans go to md__http_req_body, END_STREAM completes it
+ * (md__http_req_answer). The response head goes to nghttp2 from h2_head (md_http_wire), with a
+ * data source that reads the stream's output buffer; a source with nothing to give yet defers,
+ * and is resumed once the handler appended more or finished. A handler that fails resets the
+ * stream (RST_STREAM INTERNAL_ERROR); a route whose handler writes HTTP/1 heads itself (the
+ * proxy) is reset with HTTP_1_1_REQUIRED, which clients answer by retrying over HTTP/1.1.
+ *
+ * Request bodies: nghttp2's automatic WINDOW_UPDATE is off. Bytes a handler has taken (gathered
+ * up to max_body_bytes, discarded) are given back at once; bytes a streaming handler turned
+ * into output (echo) only once that output has left, so a peer that sends but does not read
+ * is held back by its own window.
+ *
+ * Defences, each ending the session with GOAWAY, never holding up other connections: nghttp2's
+ * own (a SETTINGS frame of more than MD_H2_MAX_SETTINGS entries, more than
+ * MD_H2_MAX_OUTBOUND_ACK ACKs owed to a peer that does not read, more than 8 CONTINUATION
+ * frames, the stream reset rate limit against Rapid Reset, CVE-2023-44487), and a token bucket
+ * of ours for frames that cost us work but carry no request: PING, SETTINGS, PRIORITY,
+ * RST_STREAM, empty DATA without END_STREAM (CVE-2019-9512, -9515, -9518). WINDOW_UPDATE is
+ * not counted: a client reading large bodies on many streams sends thousands, legitimately. A
+ * header block larger than max_header_bytes (counted as RFC 9113 6.5.2 does, 32 bytes per field
+ * more, after HPACK: an HPACK bomb is counted decoded) or with more than max_headers fields gets
+ * 431 on its stream.
+ */
+#include "http/http2.h"
+
+#include <errno.h>
+#include <nghttp2/nghttp2.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/text.h"
+#include "http/request_internal.h"
+#include "http/response.h"
+#include "http/routes.h"
+
+/* A stream's output past which its handler is not polled (its io->write says pending) and a
+ * streaming one's request body is not given back to the peer's window. */
+#define STREAM_OUT_HIGH (64u * 1024u)
+/* SETTINGS entries one frame may carry. */
+#define MD_H2_MAX_SETTINGS 32
+/* ACKs (SETTINGS, PING) queued for a peer that does not read them. */
+#define MD_H2_MAX_OUTBOUND_ACK 1000
+/* Rapid Reset: streams the peer may reset in a burst, then per second. */
+#define RESET_BURST 200
+#define RESET_RATE  50
+/* Cheap frames (see the top): a burst, then per second. */
+#define CHEAP_BURST 1000
+#define CHEAP_RATE  100
+/* The connection's receive window, for all its streams' bodies together. */
+#define CONN_WINDOW (1u << 20)
+
+static _Atomic uint64_t h2_conns, h2_streams, h2_refused;
+
+typedef struct h2_stream {
+    struct md_h2_conn *h;
+    struct h2_stream *prev, *next;
+    int32_t id;
+    uint16_t status;   /* an error decided while the head came (431, 414, 400, 501, 413) */
+    bool head_done;    /* the header block is complete */
+    bool req_done;     /* END_STREAM came */
+    bool early;        /* answered (or reset) before its body: the rest of it is dropped */
+    bool answered;     /* the response's HEADERS were submitted */
+    bool has_body;     /* ... with a data source */
+    bool resp_done;    /* the handler is done: the source ends once out is drained */
+    bool deferred;     /* the source said NGHTTP2_ERR_DEFERRED */
+    bool blocked;      /* its handler's io->write found out full */
+    bool more;         /* its handler said MD_PENDING_MORE */
+    bool reset;        /* RST_STREAM submitted */
+    bool has_length;   /* content-length came */
+    uint32_t fields;   /* header fields */
+    uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
+    uint64_t length;   /* content-length */
+    uint64_t body;     /* DATA bytes so far */
+    size_t unconsumed; /* DATA bytes not yet given back to the windows */
+    md_outbuf out;     /* the response body owed */
+    md_http_req r;     /* last: the large part */
+} h2_stream;
+
+struct md_h2_conn {
+    nghttp2_session *s;
+    md_http_server *srv;
+    md_http_conn *hc;
+    uint64_t now_ns;
+    uint64_t recv_ns;   /* the last bytes read */
+    uint64_t sent_ns;   /* the last DATA a stream sent, or when its wait for a window began */
+    uint64_t idle_ns;   /* when the last stream closed (or the session began) */
+    uint64_t tokens_ns; /* the cheap-frame bucket's last refill */
+    uint32_t tokens;    /* the cheap-frame bucket */
+    uint32_t nstreams;  /* streams with a block */
+    uint64_t requests;  /* streams begun */
+    bool refused;       /* ended on the peer's account (flood, abuse) */
+    bool draining;      /* GOAWAY for a graceful stop went */
+    h2_stream *streams; /* every stream with a block */
+};
+
+bool md_h2_is_preface(const char *data, size_t len)
+{
+    if (len < 4)
+        return false;
+    return memcmp(data, MD_H2_PREFACE, len < MD_H2_PREFACE_LEN ? len : MD_H2_PREFACE_LEN) == 0;
+}
+
+static h2_stream *stream_of(const md_http_req *r)
+{
+    return (h2_stream *)(void *)((char *)r - offsetof(h2_stream, r));
+}
+
+static void enter(md_h2_conn *h, h2_stream *st)
+{
+    md__http_req_enter(&st->r, h->now_ns, &st->out);
+}
+
+static void reset(h2_stream *st, uint32_t code)
+{
+    if (st->reset)
+        return;
+    st->reset = true;
+    st->early = true;
+    (void)nghttp2_submit_rst_stream(st->h->s, NGHTTP2_FLAG_NONE, st->id, code);
+}
+
+/* Gives n bytes of DATA back to the stream's and the connection's windows. */
+static void consume(md_h2_conn *h, int32_t id, size_t n)
+{
+    if (n != 0)
+        (void)nghttp2_session_consume(h->s, id, n);
+}
+
+/* ---- the head writer (md_http_wire) ---- */
+
+static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                         uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    (void)s; /* nghttp2's shape: the stream is the source */
+    (void)id;
+    h2_stream *st = src->ptr;
+    md_h2_conn *h = user;
+    size_t have = md_outbuf_pending(&st->out);
+    size_t n = have < length ? have : length;
+    if (n != 0) {
+        memcpy(buf, md_outbuf_pending_data(&st->out), n);
+        md_outbuf_consume(&st->out, n);
+        h->sent_ns = h->now_ns;
+    }
+    if (md_outbuf_pending(&st->out) == 0) {
+        if (st->out.data != NULL && st->out.cap > STREAM_OUT_HIGH)
+            md_outbuf_free(&st->out); /* a whole large body left: its buffer goes too */
+        if (st->resp_done) {
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+        } else if (n == 0) {
+            st->deferred = true;
+            return NGHTTP2_ERR_DEFERRED;
+        }
+    }
+    return (ssize_t)n;
+}
+
+/* Fields a response over HTTP/2 never carries (RFC 9113 8.2.2). */
+static bool connection_specific(const char *name, size_t len)
+{
+    static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
+                                        "transfer-encoding", "upgrade"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+#define NV(n, v, vl)                                                                               \
+    ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE})
+
+static int h2_head(md_http_req *r, unsigned status, const char *allow, const char *fields,
+                   size_t fields_len, const char *ctype, uint64_t length)
+{
+    h2_stream *st = stream_of(r);
+    md_h2_conn *h = st->h;
+    if (st->answered || st->reset)
+        return 0; /* a second head (a handler's error after its head): the stream is reset */
+    /* The handler's fields as name/value pairs, names lower-cased (RFC 9113 8.2.1) into one
+     * buffer: nghttp2 copies them all at the submit. */
+    size_t nfields = 0;
+    for (size_t i = 0; i + 1 < fields_len; i++)
+        nfields += fields[i] == '\r' && fields[i + 1] == '\n';
+    nghttp2_nv stack_nv[16];
+    char stack_names[512];
+    nghttp2_nv *nv = stack_nv;
+    char *names = stack_names;
+    if (nfields + 7 > sizeof stack_nv / sizeof stack_nv[0] || fields_len > sizeof stack_names) {
+        nv = malloc((nfields + 7) * sizeof *nv);
+        names = malloc(fields_len + 1);
+        if (nv == NULL || names == NULL) {
+            free(nv);
+            free(names);
+            return -ENOMEM;
+        }
+    }
+    size_t n = 0;
+    char code[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10),
+                    (char)('0' + status % 10), 0};
+    nv[n++] = NV(":status", code, 3);
+    size_t dlen;
+    const char *date = md_http_date_value(&dlen);
+    nv[n++] = NV("date", date, dlen);
+    nv[n++] = NV("server", "magpied", 7);
+    const char *p = fields, *end = fields != NULL ? fields + fields_len : NULL;
+    char *w = names;
+    while (p != NULL && p < end) {
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (eol == NULL)
+            eol = end;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon != NULL && colon > p) {
+            size_t nlen = (size_t)(colon - p);
+            for (size_t i = 0; i < nlen; i++)
+                w[i] = (char)md_ascii_lower((unsigned char)p[i]);
+            const char *v = colon + 1;
+            while (v < eol && (*v == ' ' || *v == '\t'))
+                v++;
+            if (!connection_specific(w, nlen))
+                nv[n++] = (nghttp2_nv){(uint8_t *)w, (uint8_t *)(uintptr_t)v, nlen,
+                                       (size_t)(eol - v), NGHTTP2_NV_FLAG_NONE};
+            w += nlen;
+        }
+        p = eol + 2;
+    }
+    if (allow != NULL)
+        nv[n++] = NV("allow", allow, strlen(allow));
+    nv[n++] = NV("content-type", ctype, strlen(ctype));
+    char len_text[24];
+    if (status != 304) {
+        size_t l = 0;
+        char tmp[20];
+        uint64_t v = length;
+        do {
+            tmp[l++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v != 0);
+        for (size_t i = 0; i < l; i++)
+            len_text[i] = tmp[l - 1 - i];
+        nv[n++] = NV("content-length", len_text, l);
+    }
+    bool body = !md_http_req_is_head(r) && status != 304 && status != 204 && length != 0;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read};
+    int rc = nghttp2_submit_response(h->s, st->id, nv, n, body ? &prd : NULL);
+    if (nv != stack_nv) {
+        free(nv);
+        free(names);
+    }
+    if (rc != 0)
+        return -ENOMEM;
+    st->answered = true;
+    st->has_body = body;
+    return 0;
+}
+
+static const md_http_wire h2_wire = {.head = h2_head};
+
+/* ---- streams ---- */
+
+static void stream_free(md_h2_conn *h, h2_stream *st)
+{
+    if (st->r.pending != NULL) {
+        md_http_pending *p = st->r.pending;
+        st->r.pending = NULL;
+        p->cancel(p);
+    }
+    md__http_req_fini(&st->r);
+    md_outbuf_free(&st->out);
+    if (st->prev != NULL)
+        st->prev->next = st->next;
+    else
+        h->streams = st->next;
+    if (st->next != NULL)
+        st->next->prev = st->prev;
+    h->nstreams--;
+    if (h->nstreams == 0)
+        h->idle_ns = h->now_ns;
+    free(st);
+}
+
+/* The handler is done with the response (or will write no more of it): its source ends. */
+static void finish(h2_stream *st)
+{
+    st->resp_done = true;
+    if (!st->answered)
+        reset(st, NGHTTP2_INTERNAL_ERROR); /* done without a head: nothing to send */
+    else if (!st->has_body)
+        md_outbuf_free(&st->out);
+}
+
+/* An error response of the core's, on a stream whose body is then dropped. */
+static void answer_error(h2_stream *st, unsigned code)
+{
+    st->early = true;
+    if (st->answered) {
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    if (md__http_respond_error(&st->r, code, false, NULL) != 0) {
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    finish(st);
+}
+
+/* The request is complete: what the core answers, else the handler's on_req. */
+static void answer(h2_stream *st)
+{
+    md_http_req *r = &st->r;
+    if (r->streaming) {
+        finish(st);
+        return;
+    }
+    int rc = md__http_req_answer(r);
+    if (rc < 0)
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+    else if (rc != MD_HANDLER_PENDING)
+        finish(st);
+}
+
+static void head_done(md_h2_conn *h, h2_stream *st)
+{
+    md_http_req *r = &st->r;
+    const md_http_limits *l = &h->srv->limits;
+    st->head_done = true;
+    if (st->status == 0 && !r->method_done)
+        st->status = 501; /* a method magpied does not know */
+    if (st->status == 0 && r->method == MD_CONNECT)
+        st->status = 501; /* not a proxy: nothing to tunnel to */
+    if (st->status == 0 && st->has_length && st->length > l->max_body_bytes)
+        st->status = 413;
+    if (st->status != 0) {
+        answer_error(st, st->status);
+        return;
+    }
+    md__http_req_route(r);
+    if (r->route != NULL && r->route->handler->http1_only && md__http_req_refusal(r) == 0) {
+        reset(st, NGHTTP2_HTTP_1_1_REQUIRED);
+        return;
+    }
+    if (md__http_req_wants_head(r) &&
+        md__http_req_head(r, st->has_length ? st->length : 0, !st->has_length) != 0) {
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    if (r->piping) { /* only the proxy pipes, and it was refused above */
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+}
+
+/* ---- the request's fields ---- */
+
+/* Header names kept for handlers, in md_http_field's order. */
+static const char *const kept_names[MD_HTTP_FIELDS] = {
+    [MD_FIELD_IF_NONE_MATCH] = "if-none-match",
+    [MD_FIELD_IF_MODIFIED_SINCE] = "if-modified-since",
+    [MD_FIELD_RANGE] = "range",
+    [MD_FIELD_IF_RANGE] = "if-range",
+    [MD_FIELD_ACCEPT_ENCODING] = "accept-encoding",
+    [MD_FIELD_IF_MATCH] = "if-match",
+    [MD_FIELD_IF_UNMODIFIED_SINCE] = "if-unmodified-since",
+};
+
+static bool name_is(const uint8_t *name, size_t len, const char *lit)
+{
+    return strlen(lit) == len && memcmp(name, lit, len) == 0;
+}
+
+static void keep_field(md_http_req *r, md_http_field f, const uint8_t *v, size_t len)
+{
+    size_t have = r->field_len[f], sep = have != 0 ? 2 : 0;
+    if (have + sep + len > MD_HTTP_COND_KEEP) {
+        r->field_cut |= (uint8_t)(1u << f);
+        return;
+    }
+    if (sep != 0)
+        memcpy(r->field[f] + have, ", ", 2);
+    memcpy(r->field[f] + have + sep, v, len);
+    r->field_len[f] = (uint8_t)(have + sep + len);
+}
+
+static void set_method(md_http_req *r, const uint8_t *v, size_t len)
+{
+    /* llhttp's HTTP methods, 0 .. 33 (routes.c's HTTP_METHODS): past them it has RTSP's. */
+    for (unsigned m = 0; m < 34; m++) {
+        const char *name = md_method_name(m);
+        if (strlen(name) == len && memcmp(name, v, len) == 0) {
+            r->method = (uint8_t)m;
+            r->method_done = true;
+            return;
+        }
+    }
+}
+
+/* :path, as http1.c's on_url keeps a target: the bytes of RFC 3986 (nghttp2 has checked
+ * there are no controls or spaces), no fragment, the path before '?'. 0 or an error status. */
+static unsigned set_target(md_h2_conn *h, md_http_req *r, const uint8_t *v, size_t len)
+{
+    if (len + 16 > h->srv->limits.max_request_line)
+        return 414;
+    if (memchr(v, '#', len) != NULL)
+        return 400;
+    const uint8_t *q = memchr(v, '?', len);
+    if (q != NULL) {
+        r->path_done = true;
+        r->path_len = (uint32_t)(q - v);
+    }
+    size_t keep = len < MD_HTTP_TARGET_MAX ? len : MD_HTTP_TARGET_MAX;
+    memcpy(r->target, v, keep);
+    r->target_len = (uint32_t)keep;
+    r->target_full = keep < len;
+    if (len == 1 && v[0] == '*')
+        r->asterisk = true;
+    return 0;
+}
+
+/* ---- nghttp2's callbacks ---- */
+
+static h2_stream *stream_get(md_h2_conn *h, int32_t id)
+{
+    return nghttp2_session_get_stream_user_data(h->s, id);
+}
+
+/* Frames that cost us work and carry no request: false once the peer has sent too many. */
+static bool cheap_frame(md_h2_conn *h)
+{
+    uint64_t refill = (h->now_ns - h->tokens_ns) / (UINT64_C(1000000000) / CHEAP_RATE);
+    if (refill != 0) {
+        h->tokens = h->tokens + refill > CHEAP_BURST ? CHEAP_BURST : h->tokens + (uint32_t)refill;
+        h->tokens_ns = h->now_ns;
+    }
+    if (h->tokens == 0) {
+        if (!h->refused) {
+            h->refused = true;
+            atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
+            (void)nghttp2_session_terminate_session(h->s, NGHTTP2_ENHANCE_YOUR_CALM);
+        }
+        return false;
+    }
+    h->tokens--;
+    return true;
+}
+
+static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    (void)s; /* the session is h's */
+    md_h2_conn *h = user;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers: counted by nghttp2's limits, dropped */
+    /* The request boundary, with no stream open: the connection may move to the newest
+     * generation of settings (a reload's), as an HTTP/1.1 one does between requests. */
+    if (h->nstreams == 0 && h->srv->request_begin != NULL) {
+        h->srv->request_begin(h->hc);
+        h->srv = h->hc->srv;
+    }
+    h2_stream *st = malloc(sizeof *st);
+    if (st == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+    memset(st, 0, offsetof(h2_stream, r) + offsetof(md_http_req, target));
+    md__http_req_init(&st->r, h->srv, h->hc);
+    st->r.wire = &h2_wire;
+    st->r.keep_alive = true;
+    st->r.http_major = 2;
+    st->r.http_minor = 0;
+    st->r.start_ns = h->now_ns;
+    md_outbuf_init(&st->out);
+    st->h = h;
+    st->id = f->hd.stream_id;
+    st->next = h->streams;
+    if (h->streams != NULL)
+        h->streams->prev = st;
+    h->streams = st;
+    h->nstreams++;
+    h->requests++;
+    atomic_fetch_add_explicit(&h2_streams, 1, memory_order_relaxed);
+    nghttp2_session_set_stream_user_data(h->s, st->id, st);
+    /* The last request a connection may make ([limits] max_requests_per_connection): GOAWAY
+     * names this stream last; it finishes, later ones are refused, then the close. */
+    uint32_t max = h->srv->limits.max_requests_per_connection;
+    if (max != 0 && h->requests >= max && !h->draining) {
+        h->draining = true;
+        (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR, NULL, 0);
+    }
+    return 0;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user)
+{
+    (void)s;
+    (void)flags;
+    md_h2_conn *h = user;
+    h2_stream *st = stream_get(h, f->hd.stream_id);
+    if (st == NULL || st->head_done || st->status != 0)
+        return 0; /* trailers, or a head already refused: only nghttp2's limits count */
+    const md_http_limits *l = &h->srv->limits;
+    st->hbytes += namelen + valuelen + 32;
+    if (++st->fields > l->max_headers || st->hbytes > l->max_header_bytes) {
+        st->status = 431;
+        return 0;
+    }
+    md_http_req *r = &st->r;
+    if (namelen != 0 && name[0] == ':') {
+        if (name_is(name, namelen, ":method"))
+            set_method(r, value, valuelen);
+        else if (name_is(name, namelen, ":path"))
+            st->status = (uint16_t)set_target(h, r, value, valuelen);
+        return 0;
+    }
+    if (name_is(name, namelen, "content-length")) {
+        uint64_t v;
+        /* nghttp2 NUL-terminates values, and has checked the field is one number. */
+        if (md_parse_u64((const char *)value, 0, UINT64_MAX, &v) == 0) {
+            st->has_length = true;
+            st->length = v;
+            r->has_length = true;
+        }
+        return 0;
+    }
+    if (h->srv->access_log != NULL) {
+        if (name_is(name, namelen, "referer")) {
+            size_t n = valuelen < MD_HTTP_FIELD_KEEP ? valuelen : MD_HTTP_FIELD_KEEP;
+            memcpy(r->referer, value, n);
+            r->referer_len = (uint16_t)n;
+            return 0;
+        }
+        if (name_is(name, namelen, "user-agent")) {
+            size_t n = valuelen < MD_HTTP_FIELD_KEEP ? valuelen : MD_HTTP_FIELD_KEEP;
+            memcpy(r->user_agent, value, n);
+            r->user_agent_len = (uint16_t)n;
+            return 0;
+        }
+    }
+    for (unsigned i = 0; i < MD_HTTP_FIELDS; i++)
+        if (name_is(name, namelen, kept_names[i])) {
+            keep_field(r, (md_http_field)i, value, valuelen);
+            break;
+        }
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    (void)s;
+    md_h2_conn *h = user;
+    switch (f->hd.type) {
+    case NGHTTP2_PING:
+    case NGHTTP2_PRIORITY:
+    case NGHTTP2_RST_STREAM:
+        if (!cheap_frame(h))
+            return 0;
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && !cheap_frame(h))
+            return 0;
+        break;
+    case NGHTTP2_DATA:
+        if (f->hd.length == 0 && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !cheap_frame(h))
+            return 0;
+        break;
+    default:
+        break;
+    }
+    h2_stream *st = f->hd.stream_id != 0 ? stream_get(h, f->hd.stream_id) : NULL;
+    if (st == NULL)
+        return 0;
+    enter(h, st);
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
+        head_done(h, st);
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->req_done) {
+        st->req_done = true;
+        st->r.body_done = true;
+        if (!st->early)
+            answer(st);
+    }
+    return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                   void *user)
+{
+    (void)s;
+    (void)flags;
+    md_h2_conn *h = user;
+    h2_stream *st = stream_get(h, id);
+    if (st == NULL || st->early || !st->head_done) {
+        consume(h, id, len); /* dropped, but the window is the peer's again */
+        return 0;
+    }
+    enter(h, st);
+    st->body += len;
+    if (st->body > h->srv->limits.max_body_bytes) {
+        consume(h, id, len);
+        answer_error(st, 413);
+        return 0;
+    }
+    int rc = md__http_req_body(&st->r, (const char *)data, len);
+    if (rc != 0) {
+        consume(h, id, len);
+        if (rc == 500)
+            answer_error(st, 500);
+        else
+            reset(st, NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
+    if (st->r.streaming)
+        st->unconsumed += len; /* given back once its echo has left (md_h2_conn_run) */
+    else
+        consume(h, id, len);
+    return 0;
+}
+
+/* A GOAWAY with an error, whoever decided it (nghttp2's own limits too): refused. */
+static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    (void)s;
+    md_h2_conn *h = user;
+    if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR && !h->refused) {
+        h->refused = true;
+        atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
+    }
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
+{
+    (void)s;
+    (void)code;
+    md_h2_conn *h = user;
+    h2_stream *st = stream_get(h, id);
+    if (st != NULL)
+        stream_free(h, st);
+    return 0;
+}
+
+/* ---- the driving API ---- */
+
+int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint64_t now_ns)
+{
+    md_h2_conn *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return -ENOMEM;
+    h->srv = srv;
+    h->hc = hc;
+    h->now_ns = h->recv_ns = h->sent_ns = h->idle_ns = h->tokens_ns = now_ns;
+    h->tokens = CHEAP_BURST;
+    nghttp2_session_callbacks *cb;
+    nghttp2_option *opt;
+    if (nghttp2_session_callbacks_new(&cb) != 0) {
+        free(h);
+        return -ENOMEM;
+    }
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cb);
+        free(h);
+        return -ENOMEM;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_option_set_max_settings(opt, MD_H2_MAX_SETTINGS);
+    nghttp2_option_set_max_outbound_ack(opt, MD_H2_MAX_OUTBOUND_ACK);
+    nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
+    nghttp2_option_set_max_continuations(opt, 8);
+    int rc = nghttp2_session_server_new2(&h->s, cb, h, opt);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_option_del(opt);
+    if (rc != 0) {
+        free(h);
+        return -ENOMEM;
+    }
+    const md_http_limits *l = &srv->limits;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, l->http2_max_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, l->http2_window},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, l->max_header_bytes},
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+    };
+    if (nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]) != 0 ||
+        nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW) != 0) {
+        nghttp2_session_del(h->s);
+        free(h);
+        return -ENOMEM;
+    }
+    atomic_fetch_add_explicit(&h2_conns, 1, memory_order_relaxed);
+    *out = h;
+    return 0;
+}
+
+int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len)
+{
+    h->now_ns = h->recv_ns = now_ns;
+    md_http_date_refresh(h->srv->clock);
+    md__http_account_bytes(h->srv, MD_LISTENER_HTTP, len, 0);
+    ssize_t rc = nghttp2_session_mem_recv(h->s, (const uint8_t *)data, len);
+    if (rc >= 0)
+        return 0;
+    if (rc == NGHTTP2_ERR_NOMEM)
+        return -ENOMEM;
+    /* A bad preface, a flood (ACKs a peer does not read), a callback's failure: a GOAWAY is
+     * tried on the way out, nothing more is read. */
+    if (!h->refused) {
+        h->refused = true;
+        atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
+    }
+    (void)nghttp2_session_terminate_session(
+        h->s, rc == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+    return rc == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? -EPROTO : 0;
+}
+
+/* The io a stream's pending handler gets: writes go to the stream's output, which DATA frames
+ * drain; no socket, no sendfile (the static handler copies). */
+struct h2_io {
+    md_http_io io;
+    h2_stream *st;
+};
+
+static mp_poll stream_write(md_http_io *io, mp_context *cx, const char *data, size_t len, int *err)
+{
+    (void)cx; /* the connection's task polls the stream again once its output drained */
+    h2_stream *st = ((struct h2_io *)(void *)io)->st;
+    if (md_outbuf_pending(&st->out) >= STREAM_OUT_HIGH) {
+        st->blocked = true;
+        return MP_PENDING;
+    }
+    *err = md_outbuf_append(&st->out, data, len);
+    return MP_READY;
+}
+
+bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
+{
+    h->now_ns = now_ns;
+    md_http_date_refresh(h->srv->clock);
+    bool moved = false;
+    for (h2_stream *st = h->streams; st != NULL; st = st->next) {
+        size_t owed = md_outbuf_pending(&st->out);
+        if (st->unconsumed != 0 && owed < STREAM_OUT_HIGH) {
+            consume(h, st->id, st->unconsumed);
+            st->unconsumed = 0;
+            moved = true;
+        }
+        md_http_pending *p = st->r.pending;
+        if (p == NULL || st->reset)
+            continue;
+        if ((st->blocked && owed >= STREAM_OUT_HIGH / 2) || (st->more && owed != 0))
+            continue;
+        st->blocked = st->more = false;
+        bool answered = st->answered;
+        struct h2_io io = {{.fd = -1, .write = stream_write}, st};
+        enter(h, st);
+        int rc = p->poll(p, &st->r, cx, &io.io, &st->out);
+        if (rc == MD_PENDING_WAIT) {
+            if (md_outbuf_pending(&st->out) != owed || st->answered != answered)
+                moved = true;
+            continue;
+        }
+        moved = true;
+        if (rc == MD_PENDING_MORE || rc == MD_PENDING_READ) {
+            st->more = true;
+        } else if (rc < 0) {
+            st->r.pending = NULL;
+            reset(st, NGHTTP2_INTERNAL_ERROR); /* ended short: nothing more is its content */
+        } else {
+            st->r.pending = NULL;
+            finish(st);
+        }
+    }
+    return moved;
+}
+
+int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
+{
+    for (h2_stream *st = h->streams; st != NULL; st = st->next)
+        if (st->deferred && (md_outbuf_pending(&st->out) != 0 || st->resp_done)) {
+            st->deferred = false;
+            (void)nghttp2_session_resume_data(h->s, st->id);
+        }
+    size_t before = md_outbuf_pending(out);
+    while (md_outbuf_pending(out) < max) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(h->s, &data);
+        if (n < 0)
+            return n == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EPROTO;
+        if (n == 0)
+            break;
+        if (md_outbuf_append(out, data, (size_t)n) != 0)
+            return -ENOMEM;
+    }
+    size_t after = md_outbuf_pending(out);
+    md__http_account_bytes(h->srv, MD_LISTENER_HTTP, 0, after > before ? after - before : 0);
+    return 0;
+}
+
+bool md_h2_conn_done(const md_h2_conn *h)
+{
+    return !nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s);
+}
+
+/* Whether a stream waits for the peer: for more of its request, or for a window to send its
+ * response in (its handler is not what it waits for). */
+static void waits(const md_h2_conn *h, bool *reading, bool *sending)
+{
+    *reading = *sending = false;
+    for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
+        if (!st->req_done && !st->early)
+            *reading = true;
+        if (st->answered && st->has_body && md_outbuf_pending(&st->out) != 0)
+            *sending = true;
+    }
+}
+
+uint64_t md_h2_conn_deadline(const md_h2_conn *h)
+{
+    const md_http_limits *l = &h->srv->limits;
+    const uint64_t ms = UINT64_C(1000000);
+    if (h->nstreams == 0) {
+        uint32_t t = h->requests == 0 || l->keepalive_timeout_ms == 0 ? l->header_timeout_ms
+                                                                      : l->keepalive_timeout_ms;
+        /* From the last stream's end, not the last frame: PINGs do not keep it open. */
+        return h->idle_ns + t * ms;
+    }
+    bool reading, sending;
+    waits(h, &reading, &sending);
+    uint64_t at = UINT64_MAX;
+    if (reading)
+        at = h->recv_ns + l->body_timeout_ms * ms;
+    if (sending && l->send_timeout_ms != 0) {
+        uint64_t s = h->sent_ns + l->send_timeout_ms * ms;
+        at = s < at ? s : at;
+    }
+    return at;
+}
+
+md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_stall)
+{
+    *send_stall = false;
+    h->now_ns = now_ns;
+    if (now_ns < md_h2_conn_deadline(h))
+        return MD_HTTP_EXPIRED_NONE;
+    md_http_expired why;
+    if (h->nstreams == 0) {
+        why = h->requests == 0 ? MD_HTTP_EXPIRED_HEADER : MD_HTTP_EXPIRED_KEEPALIVE;
+    } else {
+        bool reading, sending;
+        waits(h, &reading, &sending);
+        const md_http_limits *l = &h->srv->limits;
+        if (reading && now_ns >= h->recv_ns + l->body_timeout_ms * UINT64_C(1000000)) {
+            why = MD_HTTP_EXPIRED_BODY;
+        } else {
+            why = MD_HTTP_EXPIRED_NONE;
+            *send_stall = true; /* a window held at zero for send_timeout_ms */
+        }
+    }
+    (void)nghttp2_session_terminate_session(h->s, NGHTTP2_NO_ERROR);
+    return why;
+}
+
+void md_h2_conn_drain(md_h2_conn *h)
+{
+    if (h->draining)
+        return;
+    h->draining = true;
+    (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE,
+                                nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR,
+                                NULL, 0);
+}
+
+bool md_h2_conn_refused(const md_h2_conn *h)
+{
+    return h->refused;
+}
+
+void md_h2_conn_free(md_h2_conn *h)
+{
+    if (h == NULL)
+        return;
+    while (h->streams != NULL)
+        stream_free(h, h->streams);
+    nghttp2_session_del(h->s); /* the streams' user data is gone: no callback runs now */
+    free(h);
+}
+
+int md_h2_metrics_text(md_outbuf *out)
+{
+    char buf[640];
+    int n = snprintf(
+        buf, sizeof buf,
+        "# HELP magpied_http2_connections_total Connections that spoke HTTP/2 (h2, h2c).\n"
+        "# TYPE magpied_http2_connections_total counter\n"
+        "magpied_http2_connections_total %llu\n"
+        "# HELP magpied_http2_streams_total HTTP/2 requests (streams) begun.\n"
+        "# TYPE magpied_http2_streams_total counter\n"
+        "magpied_http2_streams_total %llu\n"
+        "# HELP magpied_http2_refused_total HTTP/2 sessions ended for a flood or a protocol "
+        "error (GOAWAY).\n"
+        "# TYPE magpied_http2_refused_total counter\n"
+        "magpied_http2_refused_total %llu\n",
+        (unsigned long long)atomic_load_explicit(&h2_conns, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&h2_streams, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&h2_refused, memory_order_relaxed));
+    return md_outbuf_append(out, buf, (size_t)n);
+}

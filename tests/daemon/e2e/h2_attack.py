@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Hostile HTTP/2 clients for tests/daemon/e2e/test_http2.c (run with /usr/bin/python3, which
+has python3-h2's hyperframe and hpack).
+
+    h2_attack.py PORT MODE      MODE: rapid_reset, ping_flood, settings_flood, continuation,
+                                empty_data, hpack_bomb, no_read
+
+Sends the attack over h2c (prior knowledge), then reads until the server closes or 10 s pass,
+and prints one line: "goaway CODE" when a GOAWAY came (CODE its error code), "rst CODE" for a
+stream reset without one, "status N" for a response, "closed" for a close without either, or
+"open" when the connection is still open at the end.
+"""
+import socket
+import sys
+import time
+
+from hpack import Encoder
+from hyperframe.frame import (ContinuationFrame, DataFrame, Frame, GoAwayFrame, HeadersFrame,
+                              PingFrame, RstStreamFrame, SettingsFrame, WindowUpdateFrame)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def headers(enc, sid, end_stream=True, path="/"):
+    f = HeadersFrame(sid)
+    f.data = enc.encode([(":method", "GET"), (":scheme", "http"), (":authority", "a"),
+                         (":path", path)])
+    f.flags.add("END_HEADERS")
+    if end_stream:
+        f.flags.add("END_STREAM")
+    return f.serialize()
+
+
+def send_all(s, data):
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+
+
+def verdict(s, deadline):
+    buf = b""
+    status = None
+    rst = None
+    s.settimeout(0.5)
+    while time.time() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9:
+            f, length = Frame.parse_frame_header(memoryview(buf[:9]))
+            if len(buf) < 9 + length:
+                break
+            f.parse_body(memoryview(buf[9:9 + length]))
+            buf = buf[9 + length:]
+            if isinstance(f, GoAwayFrame):
+                return "goaway %d" % f.error_code
+            if isinstance(f, RstStreamFrame) and rst is None:
+                rst = f.error_code
+            if isinstance(f, HeadersFrame) and status is None:
+                status = "status ?"
+                try:
+                    from hpack import Decoder
+                    for k, v in Decoder().decode(f.data):
+                        if k in (b":status", ":status"):
+                            status = "status %s" % (v.decode() if isinstance(v, bytes) else v)
+                except Exception:  # noqa: BLE001 - a later block needs the earlier table
+                    pass
+    else:
+        return "open" if status is None and rst is None else (status or "rst %d" % rst)
+    if rst is not None:
+        return "rst %d" % rst
+    return status or "closed"
+
+
+def main():
+    port, mode = int(sys.argv[1]), sys.argv[2]
+    s = socket.create_connection(("127.0.0.1", port))
+    enc = Encoder()
+    out = [PREFACE, SettingsFrame(0).serialize()]
+    if mode == "rapid_reset":
+        for i in range(5000):
+            sid = 1 + 2 * i
+            out.append(headers(enc, sid, end_stream=False))
+            out.append(RstStreamFrame(sid, error_code=8).serialize())
+    elif mode == "ping_flood":
+        for i in range(20000):
+            out.append(PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize())
+    elif mode == "settings_flood":
+        for _ in range(20000):
+            out.append(SettingsFrame(0, settings={4: 65535}).serialize())
+    elif mode == "continuation":
+        f = HeadersFrame(1)
+        f.data = enc.encode([(":method", "GET"), (":scheme", "http"), (":path", "/")])
+        out.append(f.serialize())
+        for i in range(5000):
+            c = ContinuationFrame(1)
+            c.data = enc.encode([("x-%d" % i, "y" * 10)])
+            out.append(c.serialize())
+    elif mode == "empty_data":
+        h = HeadersFrame(1)
+        h.data = enc.encode([(":method", "POST"), (":scheme", "http"), (":authority", "a"),
+                             (":path", "/echo")])
+        h.flags.add("END_HEADERS")
+        out.append(h.serialize())
+        for _ in range(20000):
+            out.append(DataFrame(1, data=b"").serialize())
+    elif mode == "hpack_bomb":
+        # One 4000-byte entry in the dynamic table, then a block that names it again and
+        # again: a few bytes on the wire, megabytes decoded.
+        big = ("x-bomb", "z" * 4000)
+        block = enc.encode([(":method", "GET"), (":scheme", "http"), (":authority", "a"),
+                            (":path", "/"), big])
+        block += enc.encode([big] * 3000)
+        for i in range(0, len(block), 16384):
+            piece = block[i:i + 16384]
+            last = i + 16384 >= len(block)
+            f = HeadersFrame(1) if i == 0 else ContinuationFrame(1)
+            f.data = piece
+            if i == 0:
+                f.flags.add("END_STREAM")
+            if last:
+                f.flags.add("END_HEADERS")
+            out.append(f.serialize())
+    elif mode == "no_read":
+        # Many large responses asked for, none read: the server's writes hit the send limits.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        out.append(SettingsFrame(0, settings={4: 2147483647 - 1}).serialize())
+        out.append(WindowUpdateFrame(0, window_increment=2147483647 - 65535).serialize())
+        for i in range(50):
+            out.append(headers(enc, 1 + 2 * i, path="/files/big.bin"))
+        send_all(s, b"".join(out))
+        time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 3)
+        print("slept")
+        return
+    send_all(s, b"".join(out))
+    print(verdict(s, time.time() + 10))
+    s.close()
+
+
+if __name__ == "__main__":
+    main()

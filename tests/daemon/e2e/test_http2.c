@@ -1,0 +1,320 @@
+/* End-to-end tests of HTTP/2 (http/http2.c, server/conn_http.c): the built magpied with h2c on
+ * its plaintext listener and h2 by ALPN on [https] (a test PKI, tls_pki.h), driven with curl
+ * (--http2-prior-knowledge, --http2), nghttp (many streams at once) and hostile clients in
+ * /usr/bin/python3 (tests/daemon/e2e/h2_attack.py: Rapid Reset, PING, SETTINGS, CONTINUATION
+ * and empty-DATA floods, an HPACK bomb, a peer that never reads), each answered with GOAWAY
+ * (or 431) while another client is served; a proxy route over h2 (reset with
+ * HTTP_1_1_REQUIRED, curl retries over HTTP/1.1); "Upgrade: h2c" ignored; the access log's
+ * HTTP/2.0; GOAWAY at a graceful stop; `magpied -t` on the new keys. */
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/magpied_harness.h"
+#include "daemon/tls_pki.h"
+
+TestSuite(http2, .fini = kill_leftover);
+
+static char dir[PKI_DIR_MAX];
+static char conf[PKI_DIR_MAX + 16];
+static char errlog[PKI_DIR_MAX + 16];
+static char accesslog[PKI_DIR_MAX + 16];
+
+/* The PKI, a www tree, and a configuration with h2c on [http] and [https] on (extra: more
+ * keys, appended: a section of their own). */
+static void setup(const char *extra)
+{
+    pki_make(dir);
+    char cmd[PKI_DIR_MAX + 256];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mkdir -p www/files && printf 'small file\\n' > www/files/small.txt && "
+             "head -c 1048576 /dev/urandom > www/files/big.bin && "
+             "head -c 300000 /dev/urandom > body.bin",
+             dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    snprintf(errlog, sizeof errlog, "%s/err.log", dir);
+    snprintf(accesslog, sizeof accesslog, "%s/access.log", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n"
+            "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = %s/ec.key\n"
+            "[runtime]\nworkers = 2\n"
+            "[log]\naccess_log = %s\n"
+            "[route = /]\nhandler = text\nbody = Hello, World!\n"
+            "[route = /echo]\nhandler = echo\nmethods = POST\n"
+            "[route = /metrics]\nhandler = metrics\n"
+            "[route = /healthz]\nhandler = health\n"
+            "[route = /old]\nhandler = redirect\nlocation = /new\n"
+            "[route /files]\nhandler = static\nroot = %s/www\n"
+            "%s\n",
+            dir, dir, accesslog, dir, extra ? extra : "");
+    fclose(f);
+}
+
+static daemon_proc start_h2(void)
+{
+    daemon_proc d = start_with(conf, NULL, errlog);
+    cr_assert_gt(d.https, 0, "no https= in the listening line");
+    return d;
+}
+
+static void finish(daemon_proc *d)
+{
+    cr_assert_eq(stop(d), 0);
+    pki_remove(dir);
+}
+
+/* curl over h2c with prior knowledge; args before the URL's path. */
+static const char *h2c(const daemon_proc *d, const char *args, const char *path)
+{
+    char cmd[PKI_DIR_MAX + 600];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && curl -sS --max-time 10 --http2-prior-knowledge %s http://127.0.0.1:%d%s",
+             dir, args, d->http, path);
+    return run(cmd);
+}
+
+/* curl over TLS, ALPN h2 offered. */
+static const char *h2s(const daemon_proc *d, const char *args, const char *path)
+{
+    char cmd[PKI_DIR_MAX + 600];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && curl -sS --max-time 10 --http2 --cacert ca.pem %s https://127.0.0.1:%d%s",
+             dir, args, d->https, path);
+    return run(cmd);
+}
+
+/* A sample's value in /metrics (-1 when absent). */
+static long long metric(const daemon_proc *d, const char *series)
+{
+    const char *out = h2c(d, "", "/metrics");
+    char line[300];
+    snprintf(line, sizeof line, "\n%s ", series);
+    const char *at = strstr(out, line);
+    return at != NULL ? atoll(at + strlen(line)) : -1;
+}
+
+Test(http2, h2c_routes_bodies_and_the_access_log, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_version} %{http_code}'", "/"), "2 200");
+    cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
+    cr_assert_str_eq(h2c(&d, "", "/healthz"), "ok");
+    const char *redir = h2c(&d, "-o /dev/null -w '%{http_code}'", "/old");
+    cr_assert(strstr(redir, "30") == redir, "redirect: %s", redir);
+    cr_assert_str_eq(h2c(&d, "", "/files/small.txt"), "small file\n");
+    cr_assert_str_eq(h2c(&d, "-r 0-4", "/files/small.txt"), "small");
+    cr_assert_str_eq(h2c(&d, "-o big.out -w '%{http_code}'", "/files/big.bin"), "200");
+    char cmd[PKI_DIR_MAX + 200];
+    snprintf(cmd, sizeof cmd, "cmp '%s/big.out' '%s/www/files/big.bin' && echo same", dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    /* HEAD: the length, no body. */
+    const char *head = h2c(&d, "-I", "/files/big.bin");
+    cr_assert(strstr(head, "HTTP/2 200") && strstr(head, "content-length: 1048576"), "%s", head);
+    /* A body both ways, larger than every window: echoed whole. */
+    cr_assert_str_eq(h2c(&d, "--data-binary @body.bin -o echo.out -w '%{http_code}'", "/echo"),
+                     "200");
+    snprintf(cmd, sizeof cmd, "cmp '%s/echo.out' '%s/body.bin' && echo same", dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    cr_assert_str_eq(h2c(&d, "--data-binary abc", "/echo"), "abc");
+    /* 404 and 405 keep the connection. */
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/nope"), "404");
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}' -X DELETE", "/"), "405");
+    cr_assert_gt(metric(&d, "magpied_http2_streams_total"), 10);
+    cr_assert(file_has(accesslog, "\"GET /files/small.txt HTTP/2.0\" 200 11", 3000));
+    cr_assert(file_has(accesslog, "\"POST /echo HTTP/2.0\" 200 300000", 3000));
+    finish(&d);
+}
+
+Test(http2, many_streams_at_once_with_nghttp, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    char cmd[PKI_DIR_MAX + 400];
+    /* 100 requests over one connection, all in flight together: big files and small. */
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 nghttp -ns -m 50 http://127.0.0.1:%d/files/big.bin "
+             "http://127.0.0.1:%d/ 2>&1 | grep -c ' 200 '",
+             d.http, d.http);
+    const char *n = run(cmd);
+    cr_assert_eq(atoi(n), 100, "%s", n);
+    snprintf(
+        cmd, sizeof cmd,
+        "timeout 20 nghttp -ns -m 20 https://127.0.0.1:%d/files/big.bin 2>&1 | grep -c ' 200 '",
+        d.https);
+    cr_assert_eq(atoi(run(cmd)), 20);
+    finish(&d);
+}
+
+Test(http2, alpn_h2_over_tls_and_http11_still_served, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    cr_assert_str_eq(h2s(&d, "-o /dev/null -w '%{http_version} %{http_code}'", "/"), "2 200");
+    cr_assert_str_eq(h2s(&d, "--http1.1 -o /dev/null -w '%{http_version}'", "/"), "1.1");
+    cr_assert_str_eq(h2s(&d, "-o big.out -w '%{http_code}'", "/files/big.bin"), "200");
+    char cmd[PKI_DIR_MAX + 200];
+    snprintf(cmd, sizeof cmd, "cmp '%s/big.out' '%s/www/files/big.bin' && echo same", dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    cr_assert_str_eq(h2s(&d, "--data-binary @body.bin -o echo.out -w '%{http_code}'", "/echo"),
+                     "200");
+    snprintf(cmd, sizeof cmd, "cmp '%s/echo.out' '%s/body.bin' && echo same", dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    /* Plaintext without prior knowledge: HTTP/1.1, and "Upgrade: h2c" is ignored. */
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --max-time 10 --http2 -o /dev/null -w '%%{http_version}' "
+             "http://127.0.0.1:%d/",
+             d.http);
+    cr_assert_str_eq(run(cmd), "1.1");
+    finish(&d);
+}
+
+Test(http2, http2_off_keeps_http11, .timeout = 60)
+{
+    setup("[limits]\nhttp2_max_concurrent_streams = 10\n");
+    /* [https] http2 = off: ALPN offers http/1.1 only; [http] http2 = off: no h2c. */
+    char cmd[PKI_DIR_MAX * 2 + 200];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/^http2 = on$/http2 = off/; s/^\\[https\\]$/[https]\\nhttp2 = off/' '%s'",
+             conf);
+    cr_assert_eq(system(cmd), 0);
+    daemon_proc d = start_h2();
+    cr_assert_str_eq(h2s(&d, "-o /dev/null -w '%{http_version}'", "/"), "1.1");
+    snprintf(cmd, sizeof cmd,
+             "curl -s --max-time 10 --http2-prior-knowledge -o /dev/null -w '%%{http_code}' "
+             "http://127.0.0.1:%d/; true",
+             d.http);
+    const char *out = run(cmd);
+    cr_assert_neq(strcmp(out, "200"), 0, "h2c is off: %s", out);
+    finish(&d);
+}
+
+Test(http2, proxy_route_is_http11_only, .timeout = 60)
+{
+    int port = free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             "[upstream app]\nserver = 127.0.0.1:%d\n[route /app]\nhandler = proxy\nupstream = "
+             "app\n",
+             port);
+    setup(extra);
+    daemon_proc d = start_h2();
+    /* Reset with HTTP_1_1_REQUIRED: curl retries over HTTP/1.1 (a new TLS connection), and the
+     * upstream nobody listens on makes it a 502. */
+    cr_assert_str_eq(h2s(&d, "-o /dev/null -w '%{http_version} %{http_code}'", "/app/x"),
+                     "1.1 502");
+    /* Prior knowledge cannot go back: the stream's reset is all curl gets. */
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --max-time 10 --http2-prior-knowledge http://127.0.0.1:%d/app/x 2>&1; true",
+             d.http);
+    const char *out = run(cmd);
+    cr_assert(strstr(out, "HTTP_1_1_REQUIRED") || strstr(out, "Bad Gateway"), "%s", out);
+    finish(&d);
+}
+
+/* An attack by h2_attack.py in the background, a normal client served meanwhile, and the
+ * attack's verdict. */
+static void attack(const daemon_proc *d, const char *mode, const char *expect)
+{
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && (timeout 30 /usr/bin/python3 %s/tests/daemon/e2e/h2_attack.py %d %s "
+             "> attack.%s 2>&1 &)",
+             dir, getenv("PWD") != NULL ? getenv("PWD") : ".", d->http, mode, mode);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_str_eq(h2c(d, "", "/"), "Hello, World!", "served during %s", mode);
+    cr_assert_str_eq(h2s(d, "", "/"), "Hello, World!");
+    char path[PKI_DIR_MAX + 64];
+    snprintf(path, sizeof path, "%s/attack.%s", dir, mode);
+    cr_assert(file_has(path, expect, 25000), "%s: %s", mode, expect);
+}
+
+Test(http2, floods_end_with_goaway_while_others_are_served, .timeout = 120)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    attack(&d, "rapid_reset", "goaway");
+    attack(&d, "ping_flood", "goaway 11");
+    attack(&d, "settings_flood", "goaway 11");
+    attack(&d, "continuation", "goaway");
+    attack(&d, "empty_data", "goaway 11");
+    attack(&d, "hpack_bomb", "status 431");
+    cr_assert_geq(metric(&d, "magpied_http2_refused_total"), 5);
+    cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
+    finish(&d);
+}
+
+Test(http2, peer_that_never_reads_hits_the_send_limits, .timeout = 60)
+{
+    setup("[limits]\nsend_timeout_ms = 1000\nmin_rate_grace_ms = 500\n");
+    daemon_proc d = start_h2();
+    char cmd[PKI_DIR_MAX + 300];
+    /* 50 requests for a 1 MiB file with every window open, never read, held for 6 s: the
+     * server's writes block on the socket and the send limits close the connection. */
+    snprintf(cmd, sizeof cmd,
+             "(timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_attack.py %d no_read 6 > /dev/null "
+             "2>&1 &)",
+             d.http);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
+    long long closed = 0;
+    for (int i = 0; i < 100 && closed < 1; i++) {
+        closed = metric(&d, "magpied_connections_closed_total{listener=\"http\",reason=\"send_"
+                            "timeout\"}") +
+                 metric(&d, "magpied_connections_closed_total{listener=\"http\",reason=\"min_"
+                            "send_rate\"}");
+        if (closed < 1)
+            usleep(100000);
+    }
+    cr_assert_geq(closed, 1, "the reader that never reads was closed by the send limits");
+    finish(&d);
+}
+
+Test(http2, graceful_stop_sends_goaway, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    char cmd[PKI_DIR_MAX + 300];
+    /* nghttp keeps its connection open for a second after its response (-w is not a wait:
+     * a second request of a slow file holds it); SIGTERM while it is open. */
+    snprintf(cmd, sizeof cmd,
+             "(timeout 10 nghttp -nv http://127.0.0.1:%d/ http://127.0.0.1:%d/files/big.bin "
+             "> '%s/nghttp.out' 2>&1 &) ; sleep 0.3; kill -TERM %d",
+             d.http, d.http, dir, (int)d.pid);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(wait_exit(&d, 15000), 0);
+    running = -1;
+    char path[PKI_DIR_MAX + 64];
+    snprintf(path, sizeof path, "%s/nghttp.out", dir);
+    /* Either the requests were answered before the stop, or a GOAWAY said where it stopped. */
+    cr_assert(file_has(path, "GOAWAY", 5000) || file_has(path, ":status: 200", 100),
+              "no answer and no GOAWAY");
+    pki_remove(dir);
+}
+
+Test(http2, check_mode_knows_the_keys, .timeout = 30)
+{
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    char cmd[PATH_MAX + 200];
+    snprintf(cmd, sizeof cmd, "%s -t -c config/magpied.conf --set http.http2=on 2>&1", exe);
+    cr_assert(strstr(run(cmd), "valid"));
+    snprintf(cmd, sizeof cmd, "%s -t -c config/magpied.conf --set https.http2=sometimes 2>&1; true",
+             exe);
+    cr_assert(strstr(run(cmd), "[https] http2: expected on"), "%s", run(cmd));
+    snprintf(cmd, sizeof cmd,
+             "%s -t -c config/magpied.conf --set limits.http2_max_concurrent_streams=0 2>&1; true",
+             exe);
+    cr_assert(strstr(run(cmd), "http2_max_concurrent_streams: expected an integer in 1..1000"));
+    snprintf(cmd, sizeof cmd,
+             "%s -t -c config/magpied.conf --set limits.http2_window=100 2>&1; true", exe);
+    cr_assert(strstr(run(cmd), "http2_window: expected an integer in 65535..16777216"));
+}

@@ -1,0 +1,759 @@
+/* Tests for daemon/http/http2.c: an nghttp2 client session in memory drives md_h2_conn as the
+ * connection task does (feed, run, send), over the built-in routes: responses and their heads,
+ * HEAD, the core's refusals, concurrent streams, request bodies both ways with flow control
+ * (an echo larger than every window), the limits (431, 413), GOAWAY on drain and on the idle
+ * deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
+#include <errno.h>
+#include <nghttp2/nghttp2.h>
+
+#include "daemon/http_harness.h"
+#include "http/handler.h"
+#include "http/http2.h"
+
+TestSuite(http2, .init = server_setup, .timeout = 20);
+
+#define MAXS 1200
+
+struct resp {
+    int status;
+    char ctype[64];
+    long long clen;
+    bool has_date, has_connection;
+    char allow[64];
+    char *body;
+    size_t len, cap;
+    bool closed;
+    uint32_t rst; /* the stream's close code */
+};
+
+struct client {
+    nghttp2_session *cl;
+    md_h2_conn *h;
+    md_http_conn hc;
+    md_outbuf out;
+    uint64_t now;
+    struct resp r[MAXS];
+    bool goaway;
+    uint32_t goaway_code;
+    int32_t goaway_last;
+    /* A request body to send: the data source. */
+    const char *up;
+    size_t up_len, up_off;
+    bool no_read; /* the client does not give its window back */
+};
+
+static struct resp *resp_of(struct client *c, int32_t id)
+{
+    cr_assert(id > 0 && id < 2 * MAXS, "stream %d", id);
+    return &c->r[id / 2];
+}
+
+static int c_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                       size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                       void *user)
+{
+    (void)s;
+    (void)flags;
+    (void)namelen;
+    struct resp *r = resp_of(user, f->hd.stream_id);
+    if (strcmp((const char *)name, ":status") == 0)
+        r->status = atoi((const char *)value);
+    else if (strcmp((const char *)name, "content-type") == 0)
+        snprintf(r->ctype, sizeof r->ctype, "%.*s", (int)valuelen, value);
+    else if (strcmp((const char *)name, "content-length") == 0)
+        r->clen = atoll((const char *)value);
+    else if (strcmp((const char *)name, "date") == 0)
+        r->has_date = true;
+    else if (strcmp((const char *)name, "connection") == 0)
+        r->has_connection = true;
+    else if (strcmp((const char *)name, "allow") == 0)
+        snprintf(r->allow, sizeof r->allow, "%.*s", (int)valuelen, value);
+    return 0;
+}
+
+static int c_on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                     void *user)
+{
+    (void)s;
+    (void)flags;
+    struct resp *r = resp_of(user, id);
+    cr_assert_eq(md_bytes_grow(&r->body, &r->cap, r->len + len, 4096), 0);
+    memcpy(r->body + r->len, data, len);
+    r->len += len;
+    return 0;
+}
+
+static int c_on_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
+{
+    (void)s;
+    struct resp *r = resp_of(user, id);
+    r->closed = true;
+    r->rst = code;
+    return 0;
+}
+
+static int c_on_frame(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    (void)s;
+    struct client *c = user;
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+        c->goaway = true;
+        c->goaway_code = f->goaway.error_code;
+        c->goaway_last = f->goaway.last_stream_id;
+    }
+    return 0;
+}
+
+static ssize_t c_read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                           uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    (void)s;
+    (void)id;
+    (void)src;
+    struct client *c = user;
+    size_t n = c->up_len - c->up_off < length ? c->up_len - c->up_off : length;
+    memcpy(buf, c->up + c->up_off, n);
+    c->up_off += n;
+    if (c->up_off == c->up_len)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+static void client_open(struct client *c)
+{
+    memset(c, 0, sizeof *c);
+    c->now = T0;
+    md_outbuf_init(&c->out);
+    md_http_conn_init(&c->hc, &srv, T0);
+    nghttp2_session_callbacks *cb;
+    cr_assert_eq(nghttp2_session_callbacks_new(&cb), 0);
+    nghttp2_session_callbacks_set_on_header_callback(cb, c_on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_on_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, c_on_frame);
+    cr_assert_eq(nghttp2_session_client_new(&c->cl, cb, c), 0);
+    nghttp2_session_callbacks_del(cb);
+    cr_assert_eq(nghttp2_submit_settings(c->cl, NGHTTP2_FLAG_NONE, NULL, 0), 0);
+    cr_assert_eq(md_h2_conn_new(&c->h, &srv, &c->hc, T0), 0);
+}
+
+static void client_close(struct client *c)
+{
+    md_h2_conn_free(c->h);
+    md_http_conn_close(&c->hc);
+    nghttp2_session_del(c->cl);
+    md_outbuf_free(&c->out);
+    for (int i = 0; i < MAXS; i++)
+        free(c->r[i].body);
+}
+
+/* Client to server, the server's handlers, server to client, until neither has anything to
+ * say. Returns the server's last feed result. */
+static int pump(struct client *c)
+{
+    int rc = 0;
+    for (int round = 0; round < 10000; round++) {
+        bool moved = false;
+        const uint8_t *data;
+        ssize_t n;
+        while ((n = nghttp2_session_mem_send(c->cl, &data)) > 0) {
+            moved = true;
+            rc = md_h2_conn_feed(c->h, c->now, (const char *)data, (size_t)n);
+            if (rc != 0)
+                return rc;
+        }
+        if (md_h2_conn_run(c->h, NULL, c->now))
+            moved = true;
+        cr_assert_eq(md_h2_conn_send(c->h, &c->out, SIZE_MAX), 0);
+        size_t pending = md_outbuf_pending(&c->out);
+        if (pending != 0) {
+            moved = true;
+            ssize_t used = nghttp2_session_mem_recv(
+                c->cl, (const uint8_t *)md_outbuf_pending_data(&c->out), pending);
+            cr_assert_eq(used, (ssize_t)pending, "client mem_recv: %zd", used);
+            md_outbuf_consume(&c->out, pending);
+        }
+        if (!moved)
+            return rc;
+    }
+    cr_assert_fail("pump never settled");
+    return rc;
+}
+
+static int32_t request(struct client *c, const char *method, const char *path,
+                       const nghttp2_nv *more, size_t nmore, bool body)
+{
+    nghttp2_nv nv[300] = {
+        {(uint8_t *)":method", (uint8_t *)method, 7, strlen(method), 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
+        {(uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0},
+    };
+    cr_assert_leq(nmore, 296);
+    if (nmore != 0)
+        memcpy(nv + 4, more, nmore * sizeof *more);
+    nghttp2_data_provider prd = {.read_callback = c_read_body};
+    int32_t id = nghttp2_submit_request(c->cl, NULL, nv, 4 + nmore, body ? &prd : NULL, NULL);
+    cr_assert_gt(id, 0);
+    return id;
+}
+
+Test(http2, get_root)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    struct resp *r = resp_of(&c, id);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0);
+    cr_assert_eq(r->status, 200);
+    cr_assert_str_eq(r->ctype, "text/plain");
+    cr_assert_eq(r->clen, 13);
+    cr_assert(r->has_date);
+    cr_assert_not(r->has_connection, "no connection-specific field over HTTP/2");
+    cr_assert_eq(r->len, 13);
+    cr_assert_eq(memcmp(r->body, "Hello, World!", 13), 0);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, head_refusals_and_options)
+{
+    struct client c;
+    client_open(&c);
+    int32_t head = request(&c, "HEAD", "/", NULL, 0, false);
+    int32_t nope = request(&c, "GET", "/nope", NULL, 0, false);
+    int32_t post = request(&c, "POST", "/healthz", NULL, 0, false);
+    int32_t opt = request(&c, "OPTIONS", "/echo", NULL, 0, false);
+    int32_t dots = request(&c, "GET", "/a/%2e%2e/%2e%2e/x", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, head)->status, 200);
+    cr_assert_eq(resp_of(&c, head)->clen, 13);
+    cr_assert_eq(resp_of(&c, head)->len, 0, "HEAD: no body");
+    cr_assert_eq(resp_of(&c, nope)->status, 404);
+    cr_assert_eq(resp_of(&c, post)->status, 405);
+    cr_assert_str_eq(resp_of(&c, post)->allow, "GET, HEAD, OPTIONS");
+    cr_assert_eq(resp_of(&c, opt)->status, 200);
+    cr_assert_str_eq(resp_of(&c, opt)->allow, "POST, OPTIONS");
+    cr_assert_eq(resp_of(&c, dots)->status, 400);
+    /* A 400 on one stream leaves the connection to the others. */
+    int32_t again = request(&c, "GET", "/healthz", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, again)->status, 200);
+    cr_assert_not(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, concurrent_streams)
+{
+    struct client c;
+    client_open(&c);
+    int32_t ids[50];
+    for (int i = 0; i < 50; i++)
+        ids[i] = request(&c, "GET", i % 2 ? "/" : "/healthz", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 50; i++) {
+        struct resp *r = resp_of(&c, ids[i]);
+        cr_assert(r->closed, "stream %d", ids[i]);
+        cr_assert_eq(r->status, 200);
+        cr_assert_eq(r->len, i % 2 ? 13u : 2u);
+    }
+    client_close(&c);
+    expect_no_leaks();
+}
+
+static void echo_of(size_t n, bool with_length)
+{
+    struct client c;
+    client_open(&c);
+    char *body = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        body[i] = (char)('a' + i * 7 % 26);
+    c.up = body;
+    c.up_len = n;
+    char len[24];
+    snprintf(len, sizeof len, "%zu", n);
+    nghttp2_nv cl[] = {{(uint8_t *)"content-length", (uint8_t *)len, 14, strlen(len), 0}};
+    int32_t id = request(&c, "POST", "/echo", cl, with_length ? 1 : 0, true);
+    cr_assert_eq(pump(&c), 0);
+    struct resp *r = resp_of(&c, id);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0, "reset %u", r->rst);
+    cr_assert_eq(r->status, 200);
+    cr_assert_eq(r->len, n);
+    cr_assert_eq(memcmp(r->body, body, n), 0);
+    free(body);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, echo_small_gathered)
+{
+    echo_of(1000, true);
+}
+
+Test(http2, echo_without_length_gathered)
+{
+    echo_of(100000, false); /* more than the stream's window: WINDOW_UPDATEs as it is taken */
+}
+
+Test(http2, echo_large_streamed_through_the_windows)
+{
+    echo_of(600000, true); /* streamed: the body's window comes back as the echo leaves */
+}
+
+Test(http2, header_list_too_large_is_431)
+{
+    struct client c;
+    client_open(&c);
+    static nghttp2_nv many[200];
+    static char names[200][16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(names[i], sizeof names[i], "x-%d", i);
+        many[i] = (nghttp2_nv){(uint8_t *)names[i], (uint8_t *)"v", strlen(names[i]), 1, 0};
+    }
+    int32_t id = request(&c, "GET", "/", many, 200, false); /* max_headers is 100 */
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 431);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, body_over_the_limit_is_413)
+{
+    srv.limits.max_body_bytes = 1000;
+    struct client c;
+    client_open(&c);
+    char *body = calloc(1, 5000);
+    c.up = body;
+    c.up_len = 5000;
+    nghttp2_nv cl[] = {{(uint8_t *)"content-length", (uint8_t *)"5000", 14, 4, 0}};
+    int32_t id = request(&c, "POST", "/echo", cl, 1, true);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 413);
+    /* Without a length: refused once the body passes it. */
+    c.up_off = 0;
+    int32_t id2 = request(&c, "POST", "/echo", NULL, 0, true);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id2)->status, 413);
+    free(body);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, drain_sends_goaway_and_finishes_in_flight)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    md_h2_conn_drain(c.h);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(c.goaway);
+    cr_assert_eq(c.goaway_code, NGHTTP2_NO_ERROR);
+    cr_assert_eq(c.goaway_last, id);
+    cr_assert(md_h2_conn_done(c.h));
+    cr_assert_not(md_h2_conn_refused(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, idle_deadline_sends_goaway)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    uint64_t at = md_h2_conn_deadline(c.h);
+    cr_assert_eq(at, T0 + srv.limits.keepalive_timeout_ms * MS);
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, at - 1, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_not(stall);
+    cr_assert_eq(md_h2_conn_timeout(c.h, at, &stall), MD_HTTP_EXPIRED_KEEPALIVE);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(c.goaway);
+    cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, max_requests_per_connection_sends_goaway)
+{
+    srv.limits.max_requests_per_connection = 3;
+    struct client c;
+    client_open(&c);
+    int32_t ids[5];
+    for (int i = 0; i < 3; i++) {
+        ids[i] = request(&c, "GET", "/", NULL, 0, false);
+        cr_assert_eq(pump(&c), 0);
+        cr_assert_eq(resp_of(&c, ids[i])->status, 200);
+    }
+    cr_assert(c.goaway);
+    cr_assert_eq(c.goaway_code, NGHTTP2_NO_ERROR);
+    cr_assert_eq(c.goaway_last, ids[2]);
+    cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, pings_do_not_hold_an_idle_connection)
+{
+    struct client c;
+    client_open(&c);
+    cr_assert_eq(pump(&c), 0);
+    uint64_t at = md_h2_conn_deadline(c.h);
+    cr_assert_eq(at, T0 + srv.limits.header_timeout_ms * MS);
+    c.now = at - MS;
+    cr_assert_eq(nghttp2_submit_ping(c.cl, NGHTTP2_FLAG_NONE, NULL), 0);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(md_h2_conn_deadline(c.h), at, "a PING is not a request");
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, ping_flood_ends_with_goaway)
+{
+    struct client c;
+    client_open(&c);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 3000; i++)
+        cr_assert_eq(nghttp2_submit_ping(c.cl, NGHTTP2_FLAG_NONE, NULL), 0);
+    (void)pump(&c);
+    cr_assert(md_h2_conn_refused(c.h));
+    cr_assert(c.goaway, "a GOAWAY says why");
+    cr_assert_eq(c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+/* Raw frames, for what a well-behaved client library will not send. */
+static size_t frame(char *w, uint8_t type, uint8_t flags, uint32_t sid, const void *p, size_t n)
+{
+    w[0] = (char)(n >> 16);
+    w[1] = (char)(n >> 8);
+    w[2] = (char)n;
+    w[3] = (char)type;
+    w[4] = (char)flags;
+    w[5] = (char)(sid >> 24);
+    w[6] = (char)(sid >> 16);
+    w[7] = (char)(sid >> 8);
+    w[8] = (char)sid;
+    if (n != 0)
+        memcpy(w + 9, p, n);
+    return 9 + n;
+}
+
+/* Whether out holds a GOAWAY frame (after our SETTINGS and the rest), and its code. */
+static bool find_goaway(const md_outbuf *out, uint32_t *code)
+{
+    const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(out);
+    size_t n = md_outbuf_pending(out), at = 0;
+    while (at + 9 <= n) {
+        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
+        if (p[at + 3] == NGHTTP2_GOAWAY && at + 9 + 8 <= n) {
+            const unsigned char *e = p + at + 9 + 4;
+            *code = (uint32_t)e[0] << 24 | (uint32_t)e[1] << 16 | (uint32_t)e[2] << 8 | e[3];
+            return true;
+        }
+        at += 9 + len;
+    }
+    return false;
+}
+
+Test(http2, rapid_reset_ends_with_goaway)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1 << 20];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    /* GET / (static table: :method GET, :scheme http, :path /; :authority "a"), no
+     * END_STREAM, then at once RST_STREAM CANCEL: each stream starts a request and is gone. */
+    static const unsigned char block[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
+    static const unsigned char cancel[] = {0, 0, 0, NGHTTP2_CANCEL};
+    for (uint32_t i = 0; i < 2000; i++) {
+        n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1 + 2 * i, block,
+                   sizeof block);
+        n += frame(buf + n, NGHTTP2_RST_STREAM, 0, 1 + 2 * i, cancel, sizeof cancel);
+    }
+    (void)md_h2_conn_feed(h, T0, buf, n);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = 0;
+    cr_assert(find_goaway(&out, &code), "the resets stop with a GOAWAY");
+    cr_assert_neq(code, NGHTTP2_NO_ERROR);
+    cr_assert(md_h2_conn_done(h));
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    expect_no_leaks();
+}
+
+Test(http2, continuation_flood_ends_with_goaway)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1 << 16];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    static const unsigned char block[] = {0x82, 0x86, 0x84};
+    n += frame(buf + n, NGHTTP2_HEADERS, 0, 1, block, sizeof block);
+    /* CONTINUATION frames without END_HEADERS, never ending (CVE-2024-27316's shape). */
+    static const unsigned char more[] = {0x40, 0x01, 'x', 0x01, 'y'};
+    for (int i = 0; i < 1000; i++)
+        n += frame(buf + n, NGHTTP2_CONTINUATION, 0, 1, more, sizeof more);
+    (void)md_h2_conn_feed(h, T0, buf, n);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = 0;
+    cr_assert(find_goaway(&out, &code), "a GOAWAY ends it");
+    cr_assert(md_h2_conn_done(h));
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    expect_no_leaks();
+}
+
+Test(http2, empty_data_flood_ends_with_goaway)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1 << 18];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    static const unsigned char block[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a'}; /* POST / */
+    n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
+    for (int i = 0; i < 5000; i++)
+        n += frame(buf + n, NGHTTP2_DATA, 0, 1, NULL, 0);
+    (void)md_h2_conn_feed(h, T0, buf, n);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = 0;
+    cr_assert(find_goaway(&out, &code), "a GOAWAY ends it");
+    cr_assert_eq(code, NGHTTP2_ENHANCE_YOUR_CALM);
+    cr_assert(md_h2_conn_refused(h));
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    expect_no_leaks();
+}
+
+Test(http2, zero_window_hits_the_send_deadline)
+{
+    struct client c;
+    client_open(&c);
+    /* The client gives the server no window for its response. */
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
+    cr_assert_eq(pump(&c), 0);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    cr_assert_not(resp_of(&c, id)->closed, "its body waits for a window");
+    uint64_t at = md_h2_conn_deadline(c.h);
+    cr_assert_eq(at, T0 + srv.limits.send_timeout_ms * MS);
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, at, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert(stall);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(c.goaway);
+    cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2, bad_preface_closes)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static const char junk[] = "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n";
+    cr_assert_eq(md_h2_conn_feed(h, T0, junk, sizeof junk - 1), -EPROTO);
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    cr_assert(md_h2_is_preface(MD_H2_PREFACE, MD_H2_PREFACE_LEN));
+    cr_assert(md_h2_is_preface("PRI * HT", 8));
+    cr_assert_not(md_h2_is_preface("PRI", 3), "too short to tell");
+    cr_assert_not(md_h2_is_preface("GET / HTTP/1.1\r\n", 16));
+    expect_no_leaks();
+}
+
+/* ---- pending handlers: one that waits holds no other stream up ---- */
+
+struct held {
+    md_http_pending p;
+    bool released;
+    int fail_at; /* the step that fails (-EIO), 0: none */
+    int step, cancelled;
+};
+
+static struct held held[4];
+static int nheld;
+
+static int held_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
+                     md_outbuf *out)
+{
+    (void)cx; /* nothing to wait for in a sans-I/O test: released by the test */
+    (void)io;
+    struct held *h = (struct held *)p;
+    if (!h->released)
+        return MD_PENDING_WAIT;
+    h->step++;
+    if (h->step == h->fail_at)
+        return -EIO;
+    switch (h->step) {
+    case 1:
+        return md_http_respond_head(req, 200, "X-Slow: 1\r\nCache-Control: no-store\r\n",
+                                    "text/plain", 6) != 0
+                   ? -ENOMEM
+                   : MD_PENDING_MORE;
+    case 2:
+        return md_outbuf_append(out, "abc", 3) != 0 ? -ENOMEM : MD_PENDING_MORE;
+    default:
+        return md_outbuf_append(out, "def", 3) != 0 ? -ENOMEM : 0;
+    }
+}
+
+static void held_cancel(md_http_pending *p)
+{
+    ((struct held *)p)->cancelled++;
+}
+
+static int held_on_req(md_http_req *req, const md_route *r)
+{
+    (void)r; /* one route uses it */
+    cr_assert_lt(nheld, 4);
+    struct held *h = &held[nheld++];
+    h->p.poll = held_poll;
+    h->p.cancel = held_cancel;
+    md_http_req_pend(req, &h->p);
+    return MD_HANDLER_PENDING;
+}
+
+static const md_handler held_handler = {.name = "held", .on_req = held_on_req};
+static const md_handler h1_handler = {.name = "h1", .on_req = held_on_req, .http1_only = true};
+
+static md_route_table table;
+
+static void held_setup(void)
+{
+    server_setup();
+    memset(held, 0, sizeof held);
+    nheld = 0;
+    memset(&table, 0, sizeof table);
+    char msg[128];
+    cr_assert_eq(md_routes_add(&table, " = /", 1, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /slow", 2, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[1], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /h1", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[2], "handler", "text", 0, msg, sizeof msg), 0);
+    md_routes_prepare(&table);
+    table.r[1].handler = &held_handler; /* a test's own handlers on the interface */
+    table.r[2].handler = &h1_handler;
+    srv.routes = &table;
+}
+
+TestSuite(http2_pending, .init = held_setup, .timeout = 20);
+
+Test(http2_pending, a_waiting_handler_holds_no_other_stream_up)
+{
+    struct client c;
+    client_open(&c);
+    int32_t slow = request(&c, "GET", "/slow/a", NULL, 0, false);
+    int32_t fast[5];
+    for (int i = 0; i < 5; i++)
+        fast[i] = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 5; i++) {
+        cr_assert(resp_of(&c, fast[i])->closed, "stream %d answered while /slow waits", fast[i]);
+        cr_assert_eq(resp_of(&c, fast[i])->status, 200);
+    }
+    cr_assert_not(resp_of(&c, slow)->closed);
+    cr_assert_eq(resp_of(&c, slow)->status, 0);
+    /* More streams come and go while it still waits. */
+    int32_t later = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, later)->status, 200);
+    held[0].released = true;
+    cr_assert_eq(pump(&c), 0);
+    struct resp *r = resp_of(&c, slow);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0);
+    cr_assert_eq(r->status, 200);
+    cr_assert_eq(r->len, 6);
+    cr_assert_eq(memcmp(r->body, "abcdef", 6), 0);
+    cr_assert_eq(held[0].cancelled, 0);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, a_failing_handler_resets_its_stream_only)
+{
+    struct client c;
+    client_open(&c);
+    int32_t bad = request(&c, "GET", "/slow/a", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    held[0].fail_at = 2; /* after its head */
+    held[0].released = true;
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(resp_of(&c, bad)->closed);
+    cr_assert_eq(resp_of(&c, bad)->rst, NGHTTP2_INTERNAL_ERROR);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, closing_cancels_waiting_handlers)
+{
+    struct client c;
+    client_open(&c);
+    (void)request(&c, "GET", "/slow/a", NULL, 0, false);
+    (void)request(&c, "GET", "/slow/b", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(nheld, 2);
+    client_close(&c);
+    cr_assert_eq(held[0].cancelled, 1);
+    cr_assert_eq(held[1].cancelled, 1);
+    expect_no_leaks();
+}
+
+Test(http2_pending, an_http1_only_handler_is_reset_with_http_1_1_required)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/h1/x", NULL, 0, false);
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(resp_of(&c, id)->closed);
+    cr_assert_eq(resp_of(&c, id)->rst, NGHTTP2_HTTP_1_1_REQUIRED);
+    cr_assert_eq(nheld, 0, "the handler never ran");
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    client_close(&c);
+    expect_no_leaks();
+}
