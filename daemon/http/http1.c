@@ -78,6 +78,7 @@ enum header {
     HDR_ACCEPT_ENCODING,
     HDR_IF_MATCH,
     HDR_IF_UNMODIFIED_SINCE,
+    HDR_AUTHORIZATION,
 };
 #define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
 static const struct {
@@ -100,6 +101,7 @@ static const struct {
     [HDR_ACCEPT_ENCODING] = {"accept-encoding", 15, NULL, 0},
     [HDR_IF_MATCH] = {"if-match", 8, NULL, 0},
     [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
+    [HDR_AUTHORIZATION] = {"authorization", 13, NULL, 0},
 };
 
 /* EXPECT_SENT: 100-continue, and the 100 went out (head_done()). */
@@ -467,6 +469,8 @@ static uint8_t known_header(const h1_state *s, bool logging)
         h = HDR_IF_UNMODIFIED_SINCE;
         break;
     case 13:
+        if (is_known_name(s->name, known[HDR_AUTHORIZATION].name, 13))
+            return HDR_AUTHORIZATION;
         h = HDR_IF_NONE_MATCH;
         break;
     case 15:

@@ -121,12 +121,47 @@ static bool closes_with(md_http_req *r, unsigned code)
     return md__http_req_closes(r);
 }
 
-/* A complete response with a body from memory. 0 or -ENOMEM. */
-static int respond_fields(md_http_req *r, const md_http_status *st, bool close, const char *allow,
-                          const char *fields, const char *ctype, const char *body, size_t len)
+/* The filters around a route's handler that change a response's fields: the route's header
+ * rules (headers.h) on a response of code, and a 401's challenge (auth_basic.h). When they
+ * apply, *fields (and *flen) become a heap copy in *own, which the caller frees; otherwise
+ * *own is NULL. 0 or -ENOMEM. */
+static int route_fields(const md_http_req *r, unsigned code, const char **fields, size_t *flen,
+                        char **own)
+{
+    *own = NULL;
+    const md_route *route = r->route;
+    if (route == NULL)
+        return 0;
+    bool rules = md_headers_apply(&route->headers, code);
+    bool challenge = code == 401 && route->auth.realm[0] != '\0';
+    if (!rules && !challenge)
+        return 0;
+    size_t cap = *flen + MD_HEADERS_ADD_MAX + MD_AUTH_REALM_MAX + 64;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    if (rules) {
+        n = md_headers_filter(&route->headers, *fields != NULL ? *fields : "", *flen, buf);
+    } else if (*flen != 0) {
+        memcpy(buf, *fields, *flen);
+        n = *flen;
+    }
+    if (challenge)
+        n += md_auth_challenge(route->auth.realm, buf + n, cap - n);
+    buf[n] = '\0';
+    *own = buf;
+    *fields = buf;
+    *flen = n;
+    return 0;
+}
+
+/* A complete response with a body from memory, its fields filtered already. 0 or -ENOMEM. */
+static int respond_filtered(md_http_req *r, const md_http_status *st, bool close, const char *allow,
+                            const char *fields, size_t flen, const char *ctype, const char *body,
+                            size_t len)
 {
     bool head = is_head_request(r);
-    size_t flen = fields != NULL ? strlen(fields) : 0;
     char *w = md_outbuf_reserve(r->out, MD_HTTP_HEAD_MAX + flen + (head ? 0 : len));
     if (w == NULL)
         return -ENOMEM;
@@ -139,6 +174,19 @@ static int respond_fields(md_http_req *r, const md_http_status *st, bool close, 
     md_outbuf_commit(r->out, w);
     md__http_account_response(r, st->code, head ? 0 : len);
     return 0;
+}
+
+/* A complete response with a body from memory, through the route's filters. 0 or -ENOMEM. */
+static int respond_fields(md_http_req *r, const md_http_status *st, bool close, const char *allow,
+                          const char *fields, const char *ctype, const char *body, size_t len)
+{
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *own;
+    if (route_fields(r, st->code, &fields, &flen, &own) != 0)
+        return -ENOMEM;
+    int rc = respond_filtered(r, st, close, allow, fields, flen, ctype, body, len);
+    free(own);
+    return rc;
 }
 
 static int respond(md_http_req *r, const md_http_status *st, bool close, const char *allow,
@@ -163,7 +211,8 @@ int md_http_respond(md_http_req *req, unsigned status, const char *fields, const
 int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctype, const char *body,
                            size_t len)
 {
-    if (!md__http_req_closes(req) && !http10(req) && req->method == MD_GET) {
+    if (!md__http_req_closes(req) && !http10(req) && req->method == MD_GET &&
+        !md_headers_apply(&r->headers, 200)) {
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
@@ -194,8 +243,18 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         return md__http_respond_error(req, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
-    char head[MD_HTTP_HEAD_MAX];
-    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(req), NULL, ctype, n);
+    const char *fields = NULL;
+    size_t flen = 0;
+    char *own;
+    char head[MD_HTTP_HEAD_MAX + MD_HEADERS_ADD_MAX];
+    if (route_fields(req, 200, &fields, &flen, &own) != 0 || flen > MD_HEADERS_ADD_MAX) {
+        free(own);
+        out->len = out->head + mark;
+        return -ENOMEM;
+    }
+    char *end = md_http_put_head_fields(head, md_http_status_of(200), close, http10(req), NULL,
+                                        fields, flen, ctype, n);
+    free(own);
     size_t hlen = (size_t)(end - head);
     if (md_outbuf_reserve(out, hlen) == NULL) {
         out->len = out->head + mark;
@@ -214,13 +273,19 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
                          uint64_t length)
 {
     size_t flen = fields != NULL ? strlen(fields) : 0;
-    char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
-    if (w == NULL)
-        return -ENOMEM;
     const md_http_status *st = md_http_status_of(status);
+    char *own;
+    if (route_fields(req, st->code, &fields, &flen, &own) != 0)
+        return -ENOMEM;
+    char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
+    if (w == NULL) {
+        free(own);
+        return -ENOMEM;
+    }
     md_outbuf_commit(req->out,
                      md_http_put_head_fields(w, st, closes_with(req, st->code), http10(req), NULL,
                                              fields, flen, ctype, length));
+    free(own);
     md__http_account_response(req, st->code, is_head_request(req) || st->code == 304 ? 0 : length);
     return 0;
 }
@@ -337,6 +402,16 @@ static bool client_permitted(const md_http_req *r, const md_route *route)
     return md_acl_permits(&route->acl, have ? &ss : NULL);
 }
 
+/* Whether the request's Authorization passes route's auth_basic. A table that was not opened
+ * for serving has no users: nobody passes. Runs on the connection's task (a worker): a hash
+ * takes milliseconds when the generation's cache has not seen these credentials. */
+static bool authorized(const md_http_req *r, const md_route *route)
+{
+    size_t len;
+    const char *v = md_http_req_field(r, MD_FIELD_AUTHORIZATION, &len);
+    return v != NULL && route->auth.users != NULL && md_htpasswd_verify(route->auth.users, v, len);
+}
+
 void md__http_req_route(md_http_req *r)
 {
     const char *t = r->target;
@@ -373,6 +448,8 @@ void md__http_req_route(md_http_req *r)
     r->npath = (uint32_t)n;
     r->route = md_routes_find(routes_of(r), t, n);
     r->forbidden = r->route != NULL && r->route->acl.n != 0 && !client_permitted(r, r->route);
+    r->unauthorized = r->route != NULL && !r->forbidden && r->route->auth.realm[0] != '\0' &&
+                      !authorized(r, r->route);
 }
 
 unsigned md__http_req_refusal(const md_http_req *r)
@@ -386,6 +463,8 @@ unsigned md__http_req_refusal(const md_http_req *r)
         return 404;
     if (r->forbidden)
         return 403;
+    if (r->unauthorized)
+        return 401;
     if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
         return 405;
     return 0;
@@ -425,7 +504,7 @@ int md__http_req_answer(md_http_req *r)
         return respond(r, md_http_status_of(200), close, routes_of(r)->allow_any, "text/plain",
                        NULL, 0);
     unsigned code = md__http_req_refusal(r);
-    if (code != 0) /* a 400 closes (status_closes()), 404, 403 and 405 keep the connection */
+    if (code != 0) /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
         return md__http_respond_error(r, code, close, code == 405 ? route->allow : NULL);
     if (r->method == MD_OPTIONS)
         return respond(r, md_http_status_of(200), close, route->allow, "text/plain", NULL, 0);

@@ -18,6 +18,8 @@
 
 struct md_http_conn;
 
+_Static_assert(MD_HTTP_FIELDS <= 8, "field_cut has a bit per kept field");
+
 struct md_http_req {
     /* Zeroed when the request's first byte arrives, up to target[]. */
     bool keep_alive;    /* its response keeps the connection */
@@ -29,6 +31,7 @@ struct md_http_req {
     bool collect;       /* MD_BODY_GATHER: the body is gathered in body */
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
+    bool unauthorized;  /* its route's auth_basic refuses the credentials: 401 */
     bool asterisk;      /* the target is "*" */
     bool target_full;   /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
     bool path_done;     /* saw '?': path_len is the path's length */
@@ -111,7 +114,8 @@ static inline bool md__http_req_closes(const md_http_req *r)
 void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
  * known: 400 for a path that does not decode, 404, 403 for a client the route's allow and deny
- * rules refuse (http/acl.h), 405; 0 when the request goes on (to its handler, or to the core's
+ * rules refuse (http/acl.h), 401 for credentials its auth_basic refuses (http/auth_basic.h),
+ * 405; 0 when the request goes on (to its handler, or to the core's
  * OPTIONS). */
 unsigned md__http_req_refusal(const md_http_req *r);
 /* Whether the head goes to the route's handler: it has an on_head, the client is let in and
@@ -120,7 +124,7 @@ unsigned md__http_req_refusal(const md_http_req *r);
 static inline bool md__http_req_wants_head(const md_http_req *r)
 {
     const struct md_route *route = r->route;
-    return route != NULL && route->handler->on_head != NULL && !r->forbidden &&
+    return route != NULL && route->handler->on_head != NULL && !r->forbidden && !r->unauthorized &&
            md_route_allows(route, r->method);
 }
 /* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes

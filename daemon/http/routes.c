@@ -277,6 +277,13 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     }
     if (strcmp(key, "allow") == 0 || strcmp(key, "deny") == 0)
         return md_acl_add(&r->acl, key[0] == 'a', value, msg, msg_len);
+    /* Filters around the handler, whichever it is (request.c applies them). */
+    int rc = md_auth_key(&r->auth, key, value, line, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
+    rc = md_headers_key(&r->headers, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -308,6 +315,9 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         md_say(msg, msg_len, "handler: required (%s)", names);
         return -EINVAL;
     }
+    int rc = md_auth_check(&r->auth, msg, msg_len);
+    if (rc != 0)
+        return rc;
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
 
@@ -374,10 +384,39 @@ const md_ini_section md_section_route = {
     .done = route_section_done,
 };
 
-int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
+int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len)
 {
     for (uint32_t i = 0; i < t->n; i++) {
+        const md_route *r = &t->r[i];
+        if (r->auth.realm[0] == '\0')
+            continue;
+        md_htpasswd *h = NULL;
+        char why[320] = "";
+        int rc = md_htpasswd_load(r->auth.file, &h, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] auth_basic_user_file: %s", r->exact ? "= " : "",
+                   r->path, why);
+            *line = r->auth.file_line;
+            return rc;
+        }
+        md_htpasswd_free(h);
+    }
+    return 0;
+}
+
+int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        t->r[i].auth.users = NULL; /* a copy's pointers are not its own */
+    for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
+        char awhy[320] = "";
+        if (md_auth_open(&r->auth, awhy, sizeof awhy) != 0) {
+            md_say(msg, msg_len, "[route %s%s] auth_basic_user_file: %s", r->exact ? "= " : "",
+                   r->path, awhy);
+            md_routes_close(t);
+            return -EINVAL;
+        }
         if (r->handler == NULL || r->handler->open == NULL)
             continue;
         char why[256] = "";
@@ -395,6 +434,8 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 
 void md_routes_close(md_route_table *t)
 {
+    for (uint32_t i = 0; i < t->n; i++)
+        md_auth_close(&t->r[i].auth);
     for (uint32_t i = 0; i < t->n; i++)
         if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)
             t->r[i].handler->close(t->r[i].conf);

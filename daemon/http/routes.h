@@ -19,6 +19,8 @@
 #include <stdint.h>
 
 #include "http/acl.h"
+#include "http/auth_basic.h"
+#include "http/headers.h"
 
 struct md_handler;
 
@@ -45,6 +47,8 @@ typedef struct md_route {
     uint64_t methods; /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
     md_acl acl;                       /* who may use it ("allow" and "deny"; acl.h) */
+    md_route_auth auth;               /* auth_basic (auth_basic.h) */
+    md_route_headers headers;         /* header_add, _set, _remove (headers.h) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
@@ -83,7 +87,8 @@ void md_routes_builtin(md_route_table *t);
 int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg, size_t msg_len);
 
 /* Sets one option of route r from its section (line: where it is, for later messages):
- * handler, methods, allow and deny here, every other key by the route's handler. 0, or
+ * handler, methods, allow and deny, auth_basic and auth_basic_user_file, the header_ rules
+ * here, every other key by the route's handler. 0, or
  * -EINVAL with msg (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for
  * a key that neither the table nor the route's handler knows. */
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
@@ -93,11 +98,17 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
  * -EINVAL with msg. */
 int md_route_check(const md_route *r, char *msg, size_t msg_len);
 
-/* What each route's handler opens for a table that serves (a static root, say): 0, or a
- * negative errno with msg naming the route. md_routes_close() closes them (also after an
- * error); a table copied from a configuration holds none. */
+/* What each route's handler opens for a table that serves (a static root, say), and each
+ * route's auth_basic_user_file: 0, or a negative errno with msg naming the route.
+ * md_routes_close() closes them (also after an error); a table copied from a configuration
+ * holds none. */
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len);
 void md_routes_close(md_route_table *t);
+
+/* Reads every route's auth_basic_user_file and lets it go (md_config_check: magpied -t, the
+ * start, a reload): 0, or a negative errno with msg ("[route /p] auth_basic_user_file:
+ * FILE:LINE: why") and *line, the key's line in the configuration. */
+int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len);
 
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */
 void md_routes_prepare(md_route_table *t);

@@ -653,6 +653,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                                    md_http_req_is_head(req), md_http_req_version_minor(req) == 0,
                                    md_http_req_closes(req));
                 p->resp.via = opts(p->route)->via;
+                p->resp.headers = &p->route->headers;
                 p->resp.tunnel_ok = p->upgrade;
                 /* The core answered Expect: 100-continue itself at the head (Expect never goes
                  * upstream, so no client waits on a server that ignores it): a server's own
