@@ -28,6 +28,7 @@ static void log_exchange(md_http_req *r, unsigned code, uint64_t body_bytes, uin
         .user_agent = r->user_agent,
         .user_agent_len = r->user_agent_len,
         .duration_ns = ns,
+        .peer = r->client_set ? r->client_text : NULL, /* NULL: the I/O layer's peer */
     };
     if (r->method_done) {
         x.method = md_method_name(r->method);

@@ -79,6 +79,8 @@ enum header {
     HDR_IF_MATCH,
     HDR_IF_UNMODIFIED_SINCE,
     HDR_AUTHORIZATION,
+    HDR_X_FORWARDED_FOR,
+    HDR_FORWARDED,
 };
 #define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
 static const struct {
@@ -102,6 +104,8 @@ static const struct {
     [HDR_IF_MATCH] = {"if-match", 8, NULL, 0},
     [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
     [HDR_AUTHORIZATION] = {"authorization", 13, NULL, 0},
+    [HDR_X_FORWARDED_FOR] = {"x-forwarded-for", 15, NULL, 0},
+    [HDR_FORWARDED] = {"forwarded", 9, NULL, 0},
 };
 
 /* EXPECT_SENT: 100-continue, and the 100 went out (head_done()). */
@@ -439,8 +443,21 @@ static bool is_known_name(const char *name, const char *lower, size_t n)
 static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
 {
     size_t have = r->field_len[f];
-    if (len > MD_HTTP_COND_KEEP - have) {
-        r->field_cut |= (uint8_t)(1u << f);
+    if (len > MD_HTTP_COND_KEEP - have &&
+        (f == MD_FIELD_X_FORWARDED_FOR || f == MD_FIELD_FORWARDED)) {
+        /* The hops nearest us are on the right: keep the last bytes, the front marked cut. */
+        size_t drop = have + len - MD_HTTP_COND_KEEP;
+        if (drop >= have) {
+            at += drop - have;
+            len -= drop - have;
+            have = 0;
+        } else {
+            memmove(r->field[f], r->field[f] + drop, have - drop);
+            have -= drop;
+        }
+        r->field_cut |= (uint16_t)(1u << f);
+    } else if (len > MD_HTTP_COND_KEEP - have) {
+        r->field_cut |= (uint16_t)(1u << f);
         return;
     }
     memcpy(r->field[f] + have, at, len);
@@ -474,7 +491,12 @@ static uint8_t known_header(const h1_state *s, bool logging)
         h = HDR_IF_NONE_MATCH;
         break;
     case 15:
+        if (is_known_name(s->name, known[HDR_X_FORWARDED_FOR].name, 15))
+            return HDR_X_FORWARDED_FOR;
         h = HDR_ACCEPT_ENCODING;
+        break;
+    case 9:
+        h = HDR_FORWARDED;
         break;
     case 6:
         h = HDR_EXPECT;

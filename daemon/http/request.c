@@ -17,7 +17,9 @@
  */
 #include "http/request_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +361,8 @@ const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t 
 
 const char *md_http_req_peer(md_http_req *req)
 {
+    if (req->client_set)
+        return req->client_text;
     return req->srv->peer != NULL ? req->srv->peer(req->conn) : NULL;
 }
 
@@ -397,9 +401,30 @@ bool md_http_req_continued(const md_http_req *req)
  * the few routes that restrict). */
 static bool client_permitted(const md_http_req *r, const md_route *route)
 {
+    if (r->client_set)
+        return md_acl_permits(&route->acl, &r->client);
     struct sockaddr_storage ss;
     bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->conn, &ss) == 0;
     return md_acl_permits(&route->acl, have ? &ss : NULL);
+}
+
+/* A route with real_ip: the client's address from the header, when the peer is trusted (only
+ * then a getpeername(2), as for allow and deny). */
+static void real_client(md_http_req *r, const md_route *route)
+{
+    struct sockaddr_storage peer;
+    unsigned f =
+        route->real_ip.header == MD_REAL_IP_XFF ? MD_FIELD_X_FORWARDED_FOR : MD_FIELD_FORWARDED;
+    if (r->field_len[f] == 0 || r->srv->peer_addr == NULL || r->srv->peer_addr(r->conn, &peer) != 0)
+        return;
+    if (!md_real_ip(&route->real_ip, &peer, r->field[f], r->field_len[f], (r->field_cut >> f) & 1,
+                    &r->client))
+        return;
+    const void *a = r->client.ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)&r->client)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)&r->client)->sin6_addr;
+    if (inet_ntop(r->client.ss_family, a, r->client_text, sizeof r->client_text) != NULL)
+        r->client_set = true;
 }
 
 /* Whether the request's Authorization passes route's auth_basic. A table that was not opened
@@ -447,6 +472,8 @@ void md__http_req_route(md_http_req *r)
     r->path = t;
     r->npath = (uint32_t)n;
     r->route = md_routes_find(routes_of(r), t, n);
+    if (r->route != NULL && r->route->real_ip.header != MD_REAL_IP_NONE)
+        real_client(r, r->route);
     r->forbidden = r->route != NULL && r->route->acl.n != 0 && !client_permitted(r, r->route);
     r->unauthorized = r->route != NULL && !r->forbidden && r->route->auth.realm[0] != '\0' &&
                       !authorized(r, r->route);

@@ -18,7 +18,7 @@
 
 struct md_http_conn;
 
-_Static_assert(MD_HTTP_FIELDS <= 8, "field_cut has a bit per kept field");
+_Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
 
 struct md_http_req {
     /* Zeroed when the request's first byte arrives, up to target[]. */
@@ -32,6 +32,7 @@ struct md_http_req {
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
     bool unauthorized;  /* its route's auth_basic refuses the credentials: 401 */
+    bool client_set;    /* client and client_text hold the real_ip address */
     bool asterisk;      /* the target is "*" */
     bool target_full;   /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
     bool path_done;     /* saw '?': path_len is the path's length */
@@ -42,7 +43,7 @@ struct md_http_req {
     uint8_t http_major; /* the version, as the protocol last read it */
     uint8_t http_minor;
     uint8_t field_len[MD_HTTP_FIELDS]; /* bytes kept in field[] */
-    uint8_t field_cut;                 /* bit per md_http_field: longer than kept */
+    uint16_t field_cut;                /* bit per md_http_field: longer than kept */
     uint16_t referer_len;              /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
     uint32_t target_len; /* bytes kept in target[] */
@@ -58,6 +59,9 @@ struct md_http_req {
     char user_agent[MD_HTTP_FIELD_KEEP];
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
     char field[MD_HTTP_FIELDS][MD_HTTP_COND_KEEP];
+    /* With client_set: the client's address a route's real_ip found (http/real_ip.h). */
+    struct sockaddr_storage client;
+    char client_text[48];
 
     /* Not zeroed: the exchange's context. srv and conn from md__http_req_init() on (srv kept
      * the connection's by the protocol), the rest set by md__http_req_enter() at every entry

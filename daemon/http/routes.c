@@ -284,6 +284,9 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     rc = md_headers_key(&r->headers, key, value, msg, msg_len);
     if (rc != -ENOENT)
         return rc;
+    rc = md_real_ip_key(&r->real_ip, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -316,6 +319,8 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         return -EINVAL;
     }
     int rc = md_auth_check(&r->auth, msg, msg_len);
+    if (rc == 0)
+        rc = md_real_ip_check(&r->real_ip, msg, msg_len);
     if (rc != 0)
         return rc;
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;

@@ -383,3 +383,69 @@ Test(routes_e2e, header_rules_per_route)
     cr_assert(strstr(out, "header_set: \"Content-Length\" is written by magpied itself"), "%s",
               out);
 }
+
+/* req sent from the loopback address from (host order), on a new connection; the response. */
+static char *ask_from(int port, uint32_t from_addr, const char *req)
+{
+    static char resp[8192];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(from_addr)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0, "bind");
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    close(fd);
+    return resp;
+}
+
+static char *get_xff(int port, uint32_t from_addr, const char *xff)
+{
+    char req[1024];
+    snprintf(req, sizeof req,
+             "GET /inner HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: %s\r\nConnection: close\r\n\r\n",
+             xff);
+    return ask_from(port, from_addr, req);
+}
+
+/* real_ip behind a trusted balancer (127.0.0.1 here; 127.0.0.2 plays a client that is not
+ * one): allow and deny and the access log see the rightmost untrusted address. */
+Test(routes_e2e, real_ip_from_a_trusted_balancer)
+{
+    char conf[128], log[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    char text[1024];
+    snprintf(text, sizeof text,
+             HEAD_CONF "[log]\naccess_log = %s\n"
+                       "[route /inner]\nhandler = text\nbody = inner\n"
+                       "real_ip_from = 127.0.0.1, 10.0.0.0/8\nreal_ip_header = X-Forwarded-For\n"
+                       "allow = 203.0.113.0/24\ndeny = all\n",
+             log);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get_xff(d.http, 0x7f000001, "203.0.113.5"), "HTTP/1.1 200", "inner");
+    expect(get_xff(d.http, 0x7f000001, "198.51.100.1"), "HTTP/1.1 403", NULL);
+    expect(get_xff(d.http, 0x7f000001, "203.0.113.5, 198.51.100.1"), "HTTP/1.1 403", NULL);
+    expect(get_xff(d.http, 0x7f000001, "198.51.100.1, 203.0.113.9, 10.1.2.3"), "HTTP/1.1 200",
+           NULL);
+    /* Not from the balancer: its own address, whatever it says. */
+    expect(get_xff(d.http, 0x7f000002, "203.0.113.5"), "HTTP/1.1 403", NULL);
+    /* A long forged list in front: the hops on the right are the ones kept. */
+    char longer[700];
+    size_t n = 0;
+    while (n < 500)
+        n += (size_t)snprintf(longer + n, sizeof longer - n, "203.0.113.%zu, ", n % 200);
+    snprintf(longer + n, sizeof longer - n, "198.51.100.66");
+    expect(get_xff(d.http, 0x7f000001, longer), "HTTP/1.1 403", NULL);
+    n = (size_t)snprintf(longer, sizeof longer, "%s", "198.51.100.1");
+    while (n < 500)
+        n += (size_t)snprintf(longer + n, sizeof longer - n, ", 10.0.0.%zu", n % 200);
+    snprintf(longer + n, sizeof longer - n, ", 203.0.113.77");
+    expect(get_xff(d.http, 0x7f000001, longer), "HTTP/1.1 200", NULL);
+    cr_assert(file_has(log, "203.0.113.77 ", 5000), "the log shows the client's address");
+    cr_assert_eq(stop(&d), 0);
+}
