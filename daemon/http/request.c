@@ -339,6 +339,19 @@ const char *md_http_req_body(const md_http_req *req, size_t *len)
     return req->body;
 }
 
+const char *md_http_req_query(const md_http_req *req, size_t *len)
+{
+    if (!req->path_done || req->target_full)
+        return NULL;
+    *len = req->target_len - req->path_len - 1;
+    return req->target + req->path_len + 1;
+}
+
+bool md_http_req_path_cut(const md_http_req *req)
+{
+    return req->target_full;
+}
+
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len)
 {
     if (req->field_len[f] == 0 || (req->field_cut >> f) & 1)

@@ -449,3 +449,32 @@ Test(routes_e2e, real_ip_from_a_trusted_balancer)
     cr_assert(file_has(log, "203.0.113.77 ", 5000), "the log shows the client's address");
     cr_assert_eq(stop(&d), 0);
 }
+
+/* A redirect that keeps the request: the path below the route's prefix replaced, the query. */
+Test(routes_e2e, redirect_keeps_path_and_query)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    write_file(conf, HEAD_CONF "[route /old]\nhandler = redirect\nstatus = 308\n"
+                               "location = https://example.com/new\nkeep_path = on\n"
+                               "keep_query = on\n"
+                               "[route /docs/]\nhandler = redirect\nlocation = /manual/\n"
+                               "keep_path = on\n"
+                               "[route /q]\nhandler = redirect\nlocation = /search?src=old\n"
+                               "keep_query = on\n"
+                               "[route /fixed]\nhandler = redirect\nlocation = /there\n");
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/old"), "HTTP/1.1 308", "\r\nLocation: https://example.com/new\r\n");
+    expect(get(d.http, "/old/a/b?x=1&y=%20"), "HTTP/1.1 308",
+           "\r\nLocation: https://example.com/new/a/b?x=1&y=%20\r\n");
+    expect(get(d.http, "/old/a%20b/../c"), "HTTP/1.1 308",
+           "\r\nLocation: https://example.com/new/c\r\n");
+    expect(get(d.http, "/old/sp%20ace"), "HTTP/1.1 308",
+           "\r\nLocation: https://example.com/new/sp%20ace\r\n");
+    expect(get(d.http, "/docs/guide/intro?lang=en"), "HTTP/1.1 302",
+           "\r\nLocation: /manual/guide/intro\r\n");
+    expect(get(d.http, "/q/x?term=cats"), "HTTP/1.1 302",
+           "\r\nLocation: /search?src=old&term=cats\r\n");
+    expect(get(d.http, "/fixed/x?y=1"), "HTTP/1.1 302", "\r\nLocation: /there\r\n");
+    cr_assert_eq(stop(&d), 0);
+}

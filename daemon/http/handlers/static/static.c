@@ -524,26 +524,19 @@ static int respond_status(md_http_req *req, int code)
 {
     if (code != 301)
         return error(req, (unsigned)code);
-    size_t plen;
+    size_t plen, qlen;
     const char *path = md_http_req_path(req, &plen);
-    /* The decoded path, encoded again for a URI (RFC 3986 pchar and '/'): a directory named
-     * with a space, a '%' or a control character gives a valid Location, never a broken or
-     * injected field. */
-    char fields[3 * MD_HTTP_TARGET_MAX + 32];
-    static const char hex[] = "0123456789ABCDEF";
+    const char *query = md_http_req_query(req, &qlen);
+    /* The decoded path, encoded again for a URI: a directory named with a space, a '%' or a
+     * control character gives a valid Location, never a broken or injected field. The query
+     * goes on as the client sent it (llhttp let only URI characters through). */
+    char fields[4 * MD_HTTP_TARGET_MAX + 32];
     size_t n = (size_t)snprintf(fields, sizeof fields, "Location: ");
-    for (size_t i = 0; i < plen && n + 8 < sizeof fields; i++) {
-        unsigned char ch = (unsigned char)path[i];
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            (ch != 0 && strchr("-._~!$&'()*+,;=:@/", ch) != NULL)) {
-            fields[n++] = (char)ch;
-        } else {
-            fields[n++] = '%';
-            fields[n++] = hex[ch >> 4];
-            fields[n++] = hex[ch & 15];
-        }
-    }
-    snprintf(fields + n, sizeof fields - n, "/\r\n");
+    n += md_uri_path_encode(path, plen, fields + n, 3 * MD_HTTP_TARGET_MAX);
+    if (query != NULL)
+        snprintf(fields + n, sizeof fields - n, "/?%.*s\r\n", (int)qlen, query);
+    else
+        snprintf(fields + n, sizeof fields - n, "/\r\n");
     return md_http_respond(req, 301, fields, "text/plain", "Moved Permanently\n", 18);
 }
 
