@@ -184,6 +184,9 @@ static int respond_fields(md_http_req *r, const md_http_status *st, bool close, 
 {
     size_t flen = fields != NULL ? strlen(fields) : 0;
     char *own;
+    /* The route's page for an error status replaces the body (error_page.h). */
+    if (st->code >= 400 && r->route != NULL && r->route->errors.n != 0)
+        md_error_page_find(&r->route->errors, st->code, &body, &len, &ctype);
     if (route_fields(r, st->code, &fields, &flen, &own) != 0)
         return -ENOMEM;
     int rc = respond_filtered(r, st, close, allow, fields, flen, ctype, body, len);

@@ -287,6 +287,9 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     rc = md_real_ip_key(&r->real_ip, key, value, msg, msg_len);
     if (rc != -ENOENT)
         return rc;
+    rc = md_error_page_key(&r->errors, key, value, line, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -406,19 +409,39 @@ int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, si
         }
         md_htpasswd_free(h);
     }
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route_error_pages e = t->r[i].errors;
+        char why[320] = "";
+        int rc = md_error_pages_open(&e, line, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] error_page: %s", t->r[i].exact ? "= " : "",
+                   t->r[i].path, why);
+            return rc;
+        }
+        md_error_pages_close(&e);
+    }
     return 0;
 }
 
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        t->r[i].auth.users = NULL; /* a copy's pointers are not its own */
+    for (uint32_t i = 0; i < t->n; i++) { /* a copy's pointers are not its own */
+        t->r[i].auth.users = NULL;
+        memset(t->r[i].errors.body, 0, sizeof t->r[i].errors.body);
+    }
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
         char awhy[320] = "";
         if (md_auth_open(&r->auth, awhy, sizeof awhy) != 0) {
             md_say(msg, msg_len, "[route %s%s] auth_basic_user_file: %s", r->exact ? "= " : "",
                    r->path, awhy);
+            md_routes_close(t);
+            return -EINVAL;
+        }
+        uint32_t at;
+        if (md_error_pages_open(&r->errors, &at, awhy, sizeof awhy) != 0) {
+            md_say(msg, msg_len, "[route %s%s] error_page: %s", r->exact ? "= " : "", r->path,
+                   awhy);
             md_routes_close(t);
             return -EINVAL;
         }
@@ -439,8 +462,10 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 
 void md_routes_close(md_route_table *t)
 {
-    for (uint32_t i = 0; i < t->n; i++)
+    for (uint32_t i = 0; i < t->n; i++) {
         md_auth_close(&t->r[i].auth);
+        md_error_pages_close(&t->r[i].errors);
+    }
     for (uint32_t i = 0; i < t->n; i++)
         if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)
             t->r[i].handler->close(t->r[i].conf);

@@ -20,6 +20,7 @@
 
 #include "http/acl.h"
 #include "http/auth_basic.h"
+#include "http/error_page.h"
 #include "http/headers.h"
 #include "http/real_ip.h"
 
@@ -51,6 +52,7 @@ typedef struct md_route {
     md_route_auth auth;               /* auth_basic (auth_basic.h) */
     md_route_headers headers;         /* header_add, _set, _remove (headers.h) */
     md_route_real_ip real_ip;         /* real_ip_from, real_ip_header (real_ip.h) */
+    md_route_error_pages errors;      /* error_page (error_page.h) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
@@ -101,15 +103,15 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
 int md_route_check(const md_route *r, char *msg, size_t msg_len);
 
 /* What each route's handler opens for a table that serves (a static root, say), and each
- * route's auth_basic_user_file: 0, or a negative errno with msg naming the route.
- * md_routes_close() closes them (also after an error); a table copied from a configuration
+ * route's auth_basic_user_file and error_page files: 0, or a negative errno with msg naming the
+ * route. md_routes_close() closes them (also after an error); a table copied from a configuration
  * holds none. */
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len);
 void md_routes_close(md_route_table *t);
 
-/* Reads every route's auth_basic_user_file and lets it go (md_config_check: magpied -t, the
- * start, a reload): 0, or a negative errno with msg ("[route /p] auth_basic_user_file:
- * FILE:LINE: why") and *line, the key's line in the configuration. */
+/* Reads every route's auth_basic_user_file and error_page files and lets them go (md_config_check:
+ * magpied -t, the start, a reload): 0, or a negative errno with msg ("[route /p]
+ * auth_basic_user_file: FILE:LINE: why") and *line, the key's line in the configuration. */
 int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len);
 
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */

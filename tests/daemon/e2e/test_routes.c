@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,4 +478,57 @@ Test(routes_e2e, redirect_keeps_path_and_query)
            "\r\nLocation: /search?src=old&term=cats\r\n");
     expect(get(d.http, "/fixed/x?y=1"), "HTTP/1.1 302", "\r\nLocation: /there\r\n");
     cr_assert_eq(stop(&d), 0);
+}
+
+/* error_page: a file (read per generation) or text as the body of the route's errors, the
+ * status kept; a static 404, a refusal's 403, and magpied -t on a missing page. */
+Test(routes_e2e, error_pages_per_route)
+{
+    char conf[128], page[128], root[128], err[128];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    snprintf(page, sizeof page, "%s/404.html", dir);
+    snprintf(root, sizeof root, "%s/www", dir);
+    snprintf(err, sizeof err, "%s/error.log", dir);
+    mkdir(root, 0755);
+    write_file(page, "<h1>nothing here</h1>\n");
+    char text[1024];
+    snprintf(text, sizeof text,
+             HEAD_CONF "[route /files]\nhandler = static\nroot = %s\nerror_page = 404 %s\n"
+                       "[route /staff]\nhandler = text\nbody = x\nallow = 10.0.0.0/8\n"
+                       "deny = all\nerror_page = 403 staff only, sorry\n",
+             root, page);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, err);
+    char *resp = get(d.http, "/files/missing");
+    expect(resp, "HTTP/1.1 404",
+           "Content-Type: text/html\r\nContent-Length: 22\r\n\r\n"
+           "<h1>nothing here</h1>\n");
+    expect(get(d.http, "/staff"), "HTTP/1.1 403",
+           "Content-Type: text/plain\r\nContent-Length: 17\r\n\r\nstaff only, sorry");
+    expect(ask(d.http, "HEAD /files/missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+           "HTTP/1.1 404", "Content-Length: 22\r\n\r\n");
+    /* The page is read again at a reload. */
+    write_file(page, "<p>gone</p>\n");
+    kill(d.pid, SIGHUP);
+    bool changed = false;
+    for (int i = 0; i < 250 && !changed; i++) {
+        changed = strstr(get(d.http, "/files/missing"), "<p>gone</p>") != NULL;
+        if (!changed)
+            usleep(20000);
+    }
+    cr_assert(changed, "the old page after the reload");
+    cr_assert_eq(stop(&d), 0);
+
+    unlink(page);
+    char cmd[PATH_MAX + 256], exe[PATH_MAX + 32], want[256];
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
+    char *out = run(cmd);
+    snprintf(want, sizeof want, "magpied.conf:10: [route /files] error_page: %s: cannot read",
+             page);
+    cr_assert(strstr(out, want), "%s", out);
+    cr_assert(strstr(out, "rc=1"), "%s", out);
+    write_file(conf, HEAD_CONF "[route /]\nhandler = text\nerror_page = 299 x\n");
+    out = run(cmd);
+    cr_assert(strstr(out, "[route /] error_page: expected STATUS PAGE"), "%s", out);
 }
