@@ -285,6 +285,12 @@ Test(request, a_client_the_rules_refuse_gets_403_before_anything_else)
     req_free(r);
 }
 
+/* Whether the pending output holds needle (it is not NUL-terminated). */
+static const char *out_has(const char *needle)
+{
+    return memmem(md_outbuf_pending_data(&out), md_outbuf_pending(&out), needle, strlen(needle));
+}
+
 /* The filters around a handler that a route's keys add: auth_basic (401 with its challenge,
  * before the handler and before 405) and the header rules, on a table opened as a
  * generation's is. */
@@ -420,7 +426,7 @@ Test(request, header_rules_change_the_routes_responses)
     /* Not on an error of the route, unless header_always. */
     md_http_req *r = req_auth(MD_POST, "/plain", NULL);
     cr_assert_eq(md__http_req_answer(r), 0);
-    cr_assert_null(strstr(md_outbuf_pending_data(&out), "X-Frame-Options"));
+    cr_assert_null(out_has("X-Frame-Options"));
     md_outbuf_consume(&out, md_outbuf_pending(&out));
     req_free(r);
     r = req_auth(MD_GET, "/plain/always", NULL);
@@ -430,13 +436,13 @@ Test(request, header_rules_change_the_routes_responses)
     req_free(r);
     r = req_auth(MD_DELETE, "/plain/always", NULL);
     cr_assert_eq(md__http_req_answer(r), 0);
-    cr_assert_not_null(strstr(md_outbuf_pending_data(&out), "\r\nX-A: 1\r\n"), "405 too");
+    cr_assert_not_null(out_has("\r\nX-A: 1\r\n"), "405 too");
     md_outbuf_consume(&out, md_outbuf_pending(&out));
     req_free(r);
     /* A handler's own field removed. */
     r = req_auth(MD_GET, "/go", NULL);
     cr_assert_eq(md__http_req_answer(r), 0);
-    cr_assert_null(strstr(md_outbuf_pending_data(&out), "Location"));
+    cr_assert_null(out_has("Location"));
     md_outbuf_consume(&out, md_outbuf_pending(&out));
     req_free(r);
     md_routes_close(t);
