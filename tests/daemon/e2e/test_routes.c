@@ -532,3 +532,41 @@ Test(routes_e2e, error_pages_per_route)
     out = run(cmd);
     cr_assert(strstr(out, "[route /] error_page: expected STATUS PAGE"), "%s", out);
 }
+
+/* try_html and fallback: PATH, PATH.html, then /index.html, each opened beneath the root. */
+Test(routes_e2e, static_try_html_and_fallback)
+{
+    char conf[128], root[128], f[192];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    snprintf(root, sizeof root, "%s/site", dir);
+    mkdir(root, 0755);
+    snprintf(f, sizeof f, "%s/index.html", root);
+    write_file(f, "app shell\n");
+    snprintf(f, sizeof f, "%s/about.html", root);
+    write_file(f, "about page\n");
+    snprintf(f, sizeof f, "%s/data.json", root);
+    write_file(f, "{}\n");
+    char text[1024];
+    snprintf(text, sizeof text,
+             HEAD_CONF "[route /]\nhandler = static\nroot = %s\ntry_html = on\n"
+                       "fallback = /index.html\n",
+             root);
+    write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    expect(get(d.http, "/data.json"), "HTTP/1.1 200", "\r\n\r\n{}\n");
+    expect(get(d.http, "/about"), "HTTP/1.1 200", "Content-Type: text/html");
+    expect(get(d.http, "/about?x=1"), "HTTP/1.1 200", "\r\n\r\nabout page\n");
+    expect(get(d.http, "/users/42/edit"), "HTTP/1.1 200", "\r\n\r\napp shell\n");
+    expect(get(d.http, "/missing/"), "HTTP/1.1 200", "\r\n\r\napp shell\n");
+    expect(get(d.http, "/.hidden"), "HTTP/1.1 404", NULL);
+    cr_assert_eq(stop(&d), 0);
+
+    char cmd[PATH_MAX + 256], exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    snprintf(text, sizeof text,
+             HEAD_CONF "[route /]\nhandler = static\nroot = %s\nfallback = /../etc/passwd\n", root);
+    write_file(conf, text);
+    snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "[route /] fallback: expected a file's path below the root"), "%s", out);
+}
