@@ -78,7 +78,8 @@ const char *md_access_format_name(md_access_format format);
  * need not be NUL-terminated; a NULL or empty peer, method, referer or user agent is logged as
  * "-" ("" in JSON). Pointers are valid during the call that passes it only. */
 typedef struct md_access_entry {
-    const char *peer;   /* client address without port; NULL from the HTTP core */
+    const char *peer;   /* client address without port; NULL from the HTTP core unless a
+                         * route's real_ip found it */
     time_t time;        /* wall-clock second of the response; 0 from the HTTP core */
     const char *method; /* NULL: the request did not get that far */
     size_t method_len;

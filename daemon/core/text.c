@@ -135,3 +135,25 @@ bool md_words_next(const char **s, const char **word, size_t *len)
     *s = p + *len;
     return true;
 }
+
+size_t md_uri_path_encode(const char *path, size_t len, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)path[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            (ch != 0 && strchr("-._~!$&'()*+,;=:@/", ch) != NULL)) {
+            if (n + 1 > cap)
+                break;
+            out[n++] = (char)ch;
+        } else {
+            if (n + 3 > cap)
+                break;
+            out[n++] = '%';
+            out[n++] = hex[ch >> 4];
+            out[n++] = hex[ch & 15];
+        }
+    }
+    return n;
+}

@@ -63,6 +63,12 @@ size_t md_text_set(char *dst, size_t cap, const char *s);
  * is set; no control byte, so a CR or LF cannot end the field and start another. */
 bool md_text_field_safe(const char *s, bool spaces);
 
+/* A decoded path encoded again for a URI (RFC 3986 pchar and '/'), into out (cap bytes): a
+ * space, '%', '?', '#' or a control byte escaped, so that it is a valid Location, never a
+ * broken or injected field. The bytes written; it stops short (at a whole escape) when out is
+ * full. */
+size_t md_uri_path_encode(const char *path, size_t len, char *out, size_t cap);
+
 /* A name of [A-Za-z0-9_-], 1 to max - 1 bytes (an upstream's, say). */
 bool md_text_name_ok(const char *s, size_t n, size_t max);
 

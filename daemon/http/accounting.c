@@ -31,6 +31,7 @@ static void log_exchange(md_http_req *r, unsigned code, uint64_t body_bytes, uin
         .upstream = r->upstream,
         .upstream_len = r->upstream != NULL ? strlen(r->upstream) : 0,
         .upstream_ms = r->upstream_ms,
+        .peer = r->client_set ? r->client_text : NULL, /* NULL: the I/O layer's peer */
     };
     if (r->method_done) {
         x.method = md_method_name(r->method);

@@ -98,7 +98,8 @@ static bool prefix_matches(const uint8_t *rule, const uint8_t *addr, unsigned bi
     return (rule[whole] & mask) == (addr[whole] & mask);
 }
 
-bool md_acl_permits(const md_acl *a, const struct sockaddr_storage *ss)
+/* The rule of a that decides for ss, or NULL. */
+static const md_acl_rule *first_match(const md_acl *a, const struct sockaddr_storage *ss)
 {
     unsigned family = 0;
     uint8_t addr[16];
@@ -118,7 +119,18 @@ bool md_acl_permits(const md_acl *a, const struct sockaddr_storage *ss)
     for (unsigned i = 0; i < a->n; i++) {
         const md_acl_rule *r = &a->r[i];
         if (r->family == 0 || (r->family == family && prefix_matches(r->addr, addr, r->bits)))
-            return r->allow != 0;
+            return r;
     }
-    return true;
+    return NULL;
+}
+
+bool md_acl_permits(const md_acl *a, const struct sockaddr_storage *ss)
+{
+    const md_acl_rule *r = first_match(a, ss);
+    return r == NULL || r->allow != 0;
+}
+
+bool md_acl_matches(const md_acl *a, const struct sockaddr_storage *ss)
+{
+    return first_match(a, ss) != NULL;
 }

@@ -43,4 +43,7 @@ int md_acl_add(md_acl *a, bool allow, const char *value, char *msg, size_t msg_l
  * known: the peer is gone) matches "all" only. */
 bool md_acl_permits(const md_acl *a, const struct sockaddr_storage *ss);
 
+/* Whether some rule of a matches ss, allowing or denying (a list of trusted blocks). */
+bool md_acl_matches(const md_acl *a, const struct sockaddr_storage *ss);
+
 #endif

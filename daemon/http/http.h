@@ -131,6 +131,10 @@ typedef enum md_http_field {
     MD_FIELD_ACCEPT_ENCODING,
     MD_FIELD_IF_MATCH,
     MD_FIELD_IF_UNMODIFIED_SINCE,
+    MD_FIELD_AUTHORIZATION, /* for auth_basic (a value longer than kept: 401) */
+    /* For real_ip_header: the last MD_HTTP_COND_KEEP bytes are kept, the hops nearest us. */
+    MD_FIELD_X_FORWARDED_FOR,
+    MD_FIELD_FORWARDED,
     MD_HTTP_FIELDS,
 } md_http_field;
 #define MD_HTTP_COND_KEEP 128

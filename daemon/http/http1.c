@@ -78,6 +78,9 @@ enum header {
     HDR_ACCEPT_ENCODING,
     HDR_IF_MATCH,
     HDR_IF_UNMODIFIED_SINCE,
+    HDR_AUTHORIZATION,
+    HDR_X_FORWARDED_FOR,
+    HDR_FORWARDED,
 };
 #define IS_FIELD(h) ((h) >= HDR_IF_NONE_MATCH)
 static const struct {
@@ -100,6 +103,9 @@ static const struct {
     [HDR_ACCEPT_ENCODING] = {"accept-encoding", 15, NULL, 0},
     [HDR_IF_MATCH] = {"if-match", 8, NULL, 0},
     [HDR_IF_UNMODIFIED_SINCE] = {"if-unmodified-since", 19, NULL, 0},
+    [HDR_AUTHORIZATION] = {"authorization", 13, NULL, 0},
+    [HDR_X_FORWARDED_FOR] = {"x-forwarded-for", 15, NULL, 0},
+    [HDR_FORWARDED] = {"forwarded", 9, NULL, 0},
 };
 
 /* EXPECT_SENT: 100-continue, and the 100 went out (head_done()). */
@@ -432,19 +438,6 @@ static bool is_known_name(const char *name, const char *lower, size_t n)
     return (x | fold) == y;
 }
 
-/* The value of a field kept for handlers; past MD_HTTP_COND_KEEP bytes it is cut, and a cut
- * field reads as absent. */
-static void keep_list(md_http_req *r, unsigned f, const char *at, size_t len)
-{
-    size_t have = r->field_len[f];
-    if (len > MD_HTTP_COND_KEEP - have) {
-        r->field_cut |= (uint8_t)(1u << f);
-        return;
-    }
-    memcpy(r->field[f] + have, at, len);
-    r->field_len[f] = (uint8_t)(have + len);
-}
-
 /* Which header the name in s->name (its first name_len bytes, any case) is, by length first:
  * one compare at most (two for the lengths of two known names). Referer and User-Agent only when
  * they are kept (logging). */
@@ -467,10 +460,17 @@ static uint8_t known_header(const h1_state *s, bool logging)
         h = HDR_IF_UNMODIFIED_SINCE;
         break;
     case 13:
+        if (is_known_name(s->name, known[HDR_AUTHORIZATION].name, 13))
+            return HDR_AUTHORIZATION;
         h = HDR_IF_NONE_MATCH;
         break;
     case 15:
+        if (is_known_name(s->name, known[HDR_X_FORWARDED_FOR].name, 15))
+            return HDR_X_FORWARDED_FOR;
         h = HDR_ACCEPT_ENCODING;
+        break;
+    case 9:
+        h = HDR_FORWARDED;
         break;
     case 6:
         h = HDR_EXPECT;
@@ -516,7 +516,7 @@ static int on_header_field_complete(llhttp_t *p)
     }
     /* A second field of a kept name: its value joins the first's as a list element. */
     if (IS_FIELD(h->header) && r->field_len[h->header - HDR_IF_NONE_MATCH] != 0)
-        keep_list(r, h->header - HDR_IF_NONE_MATCH, ", ", 2);
+        md__http_req_keep(r, h->header - HDR_IF_NONE_MATCH, ", ", 2);
     if (keeping(c) && !keep(r, ": ", 2)) {
         c->oom = true;
         return HPE_USER;
@@ -633,7 +633,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     else if (h->header == HDR_USER_AGENT)
         keep_field(r->user_agent, &r->user_agent_len, at, len);
     else if (IS_FIELD(h->header))
-        keep_list(r, h->header - HDR_IF_NONE_MATCH, at, len);
+        md__http_req_keep(r, h->header - HDR_IF_NONE_MATCH, at, len);
     return 0;
 }
 

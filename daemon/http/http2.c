@@ -368,6 +368,9 @@ static const char *const kept_names[MD_HTTP_FIELDS] = {
     [MD_FIELD_ACCEPT_ENCODING] = "accept-encoding",
     [MD_FIELD_IF_MATCH] = "if-match",
     [MD_FIELD_IF_UNMODIFIED_SINCE] = "if-unmodified-since",
+    [MD_FIELD_AUTHORIZATION] = "authorization",
+    [MD_FIELD_X_FORWARDED_FOR] = "x-forwarded-for",
+    [MD_FIELD_FORWARDED] = "forwarded",
 };
 
 static bool name_is(const uint8_t *name, size_t len, const char *lit)
@@ -375,17 +378,12 @@ static bool name_is(const uint8_t *name, size_t len, const char *lit)
     return strlen(lit) == len && memcmp(name, lit, len) == 0;
 }
 
+/* A field that comes twice joins the kept value with ", ", as HTTP/1.1's lines do. */
 static void keep_field(md_http_req *r, md_http_field f, const uint8_t *v, size_t len)
 {
-    size_t have = r->field_len[f], sep = have != 0 ? 2 : 0;
-    if (have + sep + len > MD_HTTP_COND_KEEP) {
-        r->field_cut |= (uint8_t)(1u << f);
-        return;
-    }
-    if (sep != 0)
-        memcpy(r->field[f] + have, ", ", 2);
-    memcpy(r->field[f] + have + sep, v, len);
-    r->field_len[f] = (uint8_t)(have + sep + len);
+    if (r->field_len[f] != 0)
+        md__http_req_keep(r, f, ", ", 2);
+    md__http_req_keep(r, f, (const char *)v, len);
 }
 
 static void set_method(md_http_req *r, const uint8_t *v, size_t len)

@@ -19,7 +19,9 @@
  */
 #include "http/request_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -127,12 +129,47 @@ static bool closes_with(md_http_req *r, unsigned code)
     return md__http_req_closes(r);
 }
 
-/* A complete response with a body from memory. 0 or -ENOMEM. */
-static int respond_fields(md_http_req *r, const md_http_status *st, bool close, const char *allow,
-                          const char *fields, const char *ctype, const char *body, size_t len)
+/* The filters around a route's handler that change a response's fields: the route's header
+ * rules (headers.h) on a response of code, and a 401's challenge (auth_basic.h). When they
+ * apply, *fields (and *flen) become a heap copy in *own, which the caller frees; otherwise
+ * *own is NULL. 0 or -ENOMEM. */
+static int route_fields(const md_http_req *r, unsigned code, const char **fields, size_t *flen,
+                        char **own)
+{
+    *own = NULL;
+    const md_route *route = r->route;
+    if (route == NULL)
+        return 0;
+    bool rules = md_headers_apply(&route->headers, code);
+    bool challenge = code == 401 && route->auth.realm[0] != '\0';
+    if (!rules && !challenge)
+        return 0;
+    size_t cap = *flen + MD_HEADERS_ADD_MAX + MD_AUTH_REALM_MAX + 64;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    if (rules) {
+        n = md_headers_filter(&route->headers, *fields != NULL ? *fields : "", *flen, buf);
+    } else if (*flen != 0) {
+        memcpy(buf, *fields, *flen);
+        n = *flen;
+    }
+    if (challenge)
+        n += md_auth_challenge(route->auth.realm, buf + n, cap - n);
+    buf[n] = '\0';
+    *own = buf;
+    *fields = buf;
+    *flen = n;
+    return 0;
+}
+
+/* A complete response with a body from memory, its fields filtered already. 0 or -ENOMEM. */
+static int respond_filtered(md_http_req *r, const md_http_status *st, bool close, const char *allow,
+                            const char *fields, size_t flen, const char *ctype, const char *body,
+                            size_t len)
 {
     bool head = is_head_request(r);
-    size_t flen = fields != NULL ? strlen(fields) : 0;
     if (r->wire != NULL) {
         (void)closes_with(r, st->code); /* the protocol decides what a close means */
         if (r->wire->head(r, st->code, allow, fields, flen, ctype, len) != 0 ||
@@ -153,6 +190,22 @@ static int respond_fields(md_http_req *r, const md_http_status *st, bool close, 
     md_outbuf_commit(r->out, w);
     md__http_account_response(r, st->code, head ? 0 : len);
     return 0;
+}
+
+/* A complete response with a body from memory, through the route's filters. 0 or -ENOMEM. */
+static int respond_fields(md_http_req *r, const md_http_status *st, bool close, const char *allow,
+                          const char *fields, const char *ctype, const char *body, size_t len)
+{
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    char *own;
+    /* The route's page for an error status replaces the body (error_page.h). */
+    if (st->code >= 400 && r->route != NULL && r->route->errors.n != 0)
+        md_error_page_find(&r->route->errors, st->code, &body, &len, &ctype);
+    if (route_fields(r, st->code, &fields, &flen, &own) != 0)
+        return -ENOMEM;
+    int rc = respond_filtered(r, st, close, allow, fields, flen, ctype, body, len);
+    free(own);
+    return rc;
 }
 
 static int respond(md_http_req *r, const md_http_status *st, bool close, const char *allow,
@@ -177,7 +230,8 @@ int md_http_respond(md_http_req *req, unsigned status, const char *fields, const
 int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctype, const char *body,
                            size_t len)
 {
-    if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET) {
+    if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET &&
+        !md_headers_apply(&r->headers, 200)) {
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
@@ -209,8 +263,18 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
     }
     size_t n = md_outbuf_pending(out) - mark;
     bool is_head = is_head_request(req);
+    const char *fields = NULL;
+    size_t flen = 0;
+    char *own;
+    if (route_fields(req, 200, &fields, &flen, &own) != 0 || flen > MD_HEADERS_ADD_MAX) {
+        free(own);
+        out->len = out->head + mark;
+        return -ENOMEM;
+    }
     if (req->wire != NULL) {
-        if (req->wire->head(req, 200, NULL, NULL, 0, ctype, n) != 0) {
+        int rc = req->wire->head(req, 200, NULL, fields, flen, ctype, n);
+        free(own);
+        if (rc != 0) {
             out->len = out->head + mark;
             return -ENOMEM;
         }
@@ -219,8 +283,10 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         md__http_account_response(req, 200, is_head ? 0 : n);
         return 0;
     }
-    char head[MD_HTTP_HEAD_MAX];
-    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(req), NULL, ctype, n);
+    char head[MD_HTTP_HEAD_MAX + MD_HEADERS_ADD_MAX];
+    char *end = md_http_put_head_fields(head, md_http_status_of(200), close, http10(req), NULL,
+                                        fields, flen, ctype, n);
+    free(own);
     size_t hlen = (size_t)(end - head);
     if (md_outbuf_reserve(out, hlen) == NULL) {
         out->len = out->head + mark;
@@ -239,20 +305,28 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
 {
     size_t flen = fields != NULL ? strlen(fields) : 0;
     const md_http_status *st = md_http_status_of(status);
+    char *own;
+    if (route_fields(req, st->code, &fields, &flen, &own) != 0)
+        return -ENOMEM;
     if (req->wire != NULL) {
         (void)closes_with(req, st->code);
-        if (req->wire->head(req, st->code, NULL, fields, flen, ctype, length) != 0)
+        int rc = req->wire->head(req, st->code, NULL, fields, flen, ctype, length);
+        free(own);
+        if (rc != 0)
             return -ENOMEM;
         md__http_account_response(req, st->code,
                                   is_head_request(req) || st->code == 304 ? 0 : length);
         return 0;
     }
     char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
-    if (w == NULL)
+    if (w == NULL) {
+        free(own);
         return -ENOMEM;
+    }
     md_outbuf_commit(req->out,
                      md_http_put_head_fields(w, st, closes_with(req, st->code), http10(req), NULL,
                                              fields, flen, ctype, length));
+    free(own);
     md__http_account_response(req, st->code, is_head_request(req) || st->code == 304 ? 0 : length);
     return 0;
 }
@@ -260,6 +334,30 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes)
 {
     md__http_account_response(req, status, body_bytes);
+}
+
+void md__http_req_keep(md_http_req *r, unsigned f, const char *at, size_t len)
+{
+    size_t have = r->field_len[f];
+    if (len > MD_HTTP_COND_KEEP - have &&
+        (f == MD_FIELD_X_FORWARDED_FOR || f == MD_FIELD_FORWARDED)) {
+        /* The hops nearest us are on the right: keep the last bytes, the front marked cut. */
+        size_t drop = have + len - MD_HTTP_COND_KEEP;
+        if (drop >= have) {
+            at += drop - have;
+            len -= drop - have;
+            have = 0;
+        } else {
+            memmove(r->field[f], r->field[f] + drop, have - drop);
+            have -= drop;
+        }
+        r->field_cut |= (uint16_t)(1u << f);
+    } else if (len > MD_HTTP_COND_KEEP - have) {
+        r->field_cut |= (uint16_t)(1u << f);
+        return;
+    }
+    memcpy(r->field[f] + have, at, len);
+    r->field_len[f] = (uint8_t)(have + len);
 }
 
 void md_http_req_set_upstream(md_http_req *req, const char *addr, uint64_t ms)
@@ -310,6 +408,19 @@ const char *md_http_req_body(const md_http_req *req, size_t *len)
     return req->body;
 }
 
+const char *md_http_req_query(const md_http_req *req, size_t *len)
+{
+    if (!req->path_done || req->target_full)
+        return NULL;
+    *len = req->target_len - req->path_len - 1;
+    return req->target + req->path_len + 1;
+}
+
+bool md_http_req_path_cut(const md_http_req *req)
+{
+    return req->target_full;
+}
+
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len)
 {
     if (req->field_len[f] == 0 || (req->field_cut >> f) & 1)
@@ -332,6 +443,8 @@ const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t 
 
 const char *md_http_req_peer(md_http_req *req)
 {
+    if (req->client_set)
+        return req->client_text;
     return req->srv->peer != NULL ? req->srv->peer(req->conn) : NULL;
 }
 
@@ -370,12 +483,15 @@ bool md_http_req_continued(const md_http_req *req)
  * getpeername(2) each time: no bytes kept per connection for the few routes that restrict). */
 static const struct sockaddr_storage *client_addr(const md_http_req *r, struct sockaddr_storage *ss)
 {
+    if (r->client_set)
+        return &r->client; /* real_ip_from: the address the trusted balancer gave */
     bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->conn, ss) == 0;
     return have ? ss : NULL;
 }
 
 /* The route's rate limit (first, as nginx's limit_req comes before its access rules: a
- * client refused is refused cheaply), then its allow and deny rules. */
+ * client refused is refused cheaply, and before auth_basic spends a hash on it), then its
+ * allow and deny rules. */
 static void admit(md_http_req *r, const md_route *route)
 {
     if (route->limiter == NULL && route->acl.n == 0)
@@ -391,6 +507,35 @@ static void admit(md_http_req *r, const md_route *route)
         return;
     }
     r->forbidden = route->acl.n != 0 && !md_acl_permits(&route->acl, at);
+}
+
+/* A route with real_ip: the client's address from the header, when the peer is trusted (only
+ * then a getpeername(2), as for allow and deny). */
+static void real_client(md_http_req *r, const md_route *route)
+{
+    struct sockaddr_storage peer;
+    unsigned f =
+        route->real_ip.header == MD_REAL_IP_XFF ? MD_FIELD_X_FORWARDED_FOR : MD_FIELD_FORWARDED;
+    if (r->field_len[f] == 0 || r->srv->peer_addr == NULL || r->srv->peer_addr(r->conn, &peer) != 0)
+        return;
+    if (!md_real_ip(&route->real_ip, &peer, r->field[f], r->field_len[f], (r->field_cut >> f) & 1,
+                    &r->client))
+        return;
+    const void *a = r->client.ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)&r->client)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)&r->client)->sin6_addr;
+    if (inet_ntop(r->client.ss_family, a, r->client_text, sizeof r->client_text) != NULL)
+        r->client_set = true;
+}
+
+/* Whether the request's Authorization passes route's auth_basic. A table that was not opened
+ * for serving has no users: nobody passes. Runs on the connection's task (a worker): a hash
+ * takes milliseconds when the generation's cache has not seen these credentials. */
+static bool authorized(const md_http_req *r, const md_route *route)
+{
+    size_t len;
+    const char *v = md_http_req_field(r, MD_FIELD_AUTHORIZATION, &len);
+    return v != NULL && route->auth.users != NULL && md_htpasswd_verify(route->auth.users, v, len);
 }
 
 void md__http_req_route(md_http_req *r)
@@ -428,8 +573,12 @@ void md__http_req_route(md_http_req *r)
     r->path = t;
     r->npath = (uint32_t)n;
     r->route = md_routes_find(routes_of(r), t, n);
+    if (r->route != NULL && r->route->real_ip.header != MD_REAL_IP_NONE)
+        real_client(r, r->route);
     if (r->route != NULL)
         admit(r, r->route);
+    r->unauthorized = r->route != NULL && !r->forbidden && !r->limited &&
+                      r->route->auth.realm[0] != '\0' && !authorized(r, r->route);
 }
 
 unsigned md__http_req_refusal(const md_http_req *r)
@@ -445,6 +594,8 @@ unsigned md__http_req_refusal(const md_http_req *r)
         return 429;
     if (r->forbidden)
         return 403;
+    if (r->unauthorized)
+        return 401;
     if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
         return 405;
     return 0;
@@ -490,7 +641,7 @@ int md__http_req_answer(md_http_req *r)
         const md_http_status *st = md_http_status_of(429);
         return respond_fields(r, st, close, NULL, retry, "text/plain", st->body, st->body_len);
     }
-    if (code != 0) /* a 400 closes (status_closes()), 404, 403 and 405 keep the connection */
+    if (code != 0) /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
         return md__http_respond_error(r, code, close, code == 405 ? route->allow : NULL);
     if (r->method == MD_OPTIONS)
         return respond(r, md_http_status_of(200), close, route->allow, "text/plain", NULL, 0);

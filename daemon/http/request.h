@@ -53,6 +53,11 @@ bool md_http_req_is_head(const md_http_req *req);    /* HEAD: answer with the he
 unsigned md_http_req_version_minor(const md_http_req *req);
 /* The decoded, normalised path the route was found by (routes.h). */
 const char *md_http_req_path(const md_http_req *req, size_t *len);
+/* The query of the target (after '?', without it), as the client sent it; NULL when there is
+ * none, or when the target was longer than the request keeps (MD_HTTP_TARGET_MAX). */
+const char *md_http_req_query(const md_http_req *req, size_t *len);
+/* The target was longer than the request keeps: its query (if any) is not all there. */
+bool md_http_req_path_cut(const md_http_req *req);
 /* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
  * longer than MD_HTTP_COND_KEEP. */
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len);

@@ -29,6 +29,7 @@ typedef struct md_http_wire {
     int (*head)(md_http_req *r, unsigned status, const char *allow, const char *fields,
                 size_t fields_len, const char *ctype, uint64_t length);
 } md_http_wire;
+_Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
 
 struct md_http_req {
     /* Zeroed when the request's first byte arrives, up to target[]. */
@@ -42,6 +43,8 @@ struct md_http_req {
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
     bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
     bool limited;       /* its route's limit_rate refuses the client now: 429 */
+    bool unauthorized;  /* its route's auth_basic refuses the credentials: 401 */
+    bool client_set;    /* client and client_text hold the real_ip address */
     bool asterisk;      /* the target is "*" */
     bool target_full;   /* target longer than MD_HTTP_TARGET_MAX: the rest is not kept */
     bool path_done;     /* saw '?': path_len is the path's length */
@@ -52,7 +55,7 @@ struct md_http_req {
     uint8_t http_major; /* the version, as the protocol last read it */
     uint8_t http_minor;
     uint8_t field_len[MD_HTTP_FIELDS]; /* bytes kept in field[] */
-    uint8_t field_cut;                 /* bit per md_http_field: longer than kept */
+    uint16_t field_cut;                /* bit per md_http_field: longer than kept */
     uint16_t referer_len;              /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
     uint16_t retry_s;    /* limited: Retry-After's seconds */
@@ -71,6 +74,9 @@ struct md_http_req {
     char user_agent[MD_HTTP_FIELD_KEEP];
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
     char field[MD_HTTP_FIELDS][MD_HTTP_COND_KEEP];
+    /* With client_set: the client's address a route's real_ip found (http/real_ip.h). */
+    struct sockaddr_storage client;
+    char client_text[48];
 
     /* Not zeroed: the exchange's context. srv and conn from md__http_req_init() on (srv kept
      * the connection's by the protocol), the rest set by md__http_req_enter() at every entry
@@ -114,6 +120,12 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
     r->kept_target = 0;
 }
 
+/* Appends len bytes at at to the kept field f (a protocol joins a repeated field with ", "
+ * itself). Past MD_HTTP_COND_KEEP bytes the field is cut, and a cut field reads as absent;
+ * but X-Forwarded-For and Forwarded keep their last bytes, where the hops nearest to us are,
+ * marked cut (real_ip.h). */
+void md__http_req_keep(md_http_req *r, unsigned f, const char *at, size_t len);
+
 /* Releases what the request holds before its state is given back. */
 void md__http_req_fini(md_http_req *r);
 
@@ -130,7 +142,8 @@ void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
  * known: 400 for a path that does not decode, 404, 429 for a client over the route's rate
  * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
- * 405; 0 when the request goes on (to its handler, or to the core's OPTIONS). */
+ * 401 for credentials its auth_basic refuses (http/auth_basic.h), 405; 0 when the request
+ * goes on (to its handler, or to the core's OPTIONS). */
 unsigned md__http_req_refusal(const md_http_req *r);
 /* Whether the head goes to the route's handler: it has an on_head, the client is let in and
  * the route takes the method. Then md__http_req_refusal() is 0 (a route was found, so the path
@@ -139,7 +152,7 @@ static inline bool md__http_req_wants_head(const md_http_req *r)
 {
     const struct md_route *route = r->route;
     return route != NULL && route->handler->on_head != NULL && !r->forbidden && !r->limited &&
-           md_route_allows(route, r->method);
+           !r->unauthorized && md_route_allows(route, r->method);
 }
 /* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes
  * of the body. 0 or -ENOMEM. */

@@ -27,6 +27,7 @@ static const md_http_status statuses[] = {
     STATUS(304, "Not Modified"),
     STATUS(308, "Permanent Redirect"),
     STATUS(400, "Bad Request"),
+    STATUS(401, "Unauthorized"),
     STATUS(403, "Forbidden"),
     STATUS(404, "Not Found"),
     STATUS(405, "Method Not Allowed"),

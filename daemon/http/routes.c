@@ -282,6 +282,19 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     int rc = md_ratelimit_key(&r->limit, key, value, msg, msg_len);
     if (rc != -ENOENT)
         return rc;
+    /* Filters around the handler, whichever it is (request.c applies them). */
+    rc = md_auth_key(&r->auth, key, value, line, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
+    rc = md_headers_key(&r->headers, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
+    rc = md_real_ip_key(&r->real_ip, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
+    rc = md_error_page_key(&r->errors, key, value, line, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -313,8 +326,13 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         md_say(msg, msg_len, "handler: required (%s)", names);
         return -EINVAL;
     }
-    if (md_ratelimit_conf_check(&r->limit, msg, msg_len) != 0)
-        return -EINVAL;
+    int rc = md_ratelimit_conf_check(&r->limit, msg, msg_len);
+    if (rc == 0)
+        rc = md_auth_check(&r->auth, msg, msg_len);
+    if (rc == 0)
+        rc = md_real_ip_check(&r->real_ip, msg, msg_len);
+    if (rc != 0)
+        return rc;
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
 
@@ -381,10 +399,44 @@ const md_ini_section md_section_route = {
     .done = route_section_done,
 };
 
+int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len)
+{
+    for (uint32_t i = 0; i < t->n; i++) {
+        const md_route *r = &t->r[i];
+        if (r->auth.realm[0] == '\0')
+            continue;
+        md_htpasswd *h = NULL;
+        char why[320] = "";
+        int rc = md_htpasswd_load(r->auth.file, &h, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] auth_basic_user_file: %s", r->exact ? "= " : "",
+                   r->path, why);
+            *line = r->auth.file_line;
+            return rc;
+        }
+        md_htpasswd_free(h);
+    }
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route_error_pages e = t->r[i].errors;
+        char why[320] = "";
+        int rc = md_error_pages_open(&e, line, why, sizeof why);
+        if (rc != 0) {
+            md_say(msg, msg_len, "[route %s%s] error_page: %s", t->r[i].exact ? "= " : "",
+                   t->r[i].path, why);
+            return rc;
+        }
+        md_error_pages_close(&e);
+    }
+    return 0;
+}
+
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        t->r[i].limiter = NULL; /* a copied table holds none of its own yet */
+    for (uint32_t i = 0; i < t->n; i++) { /* a copy's pointers are not its own */
+        t->r[i].limiter = NULL;
+        t->r[i].auth.users = NULL;
+        memset(t->r[i].errors.body, 0, sizeof t->r[i].errors.body);
+    }
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
         if (r->limit.interval_ns != 0 && (r->limiter = md_ratelimit_new(&r->limit)) == NULL) {
@@ -392,6 +444,20 @@ int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
                    r->path);
             md_routes_close(t);
             return -ENOMEM;
+        }
+        char awhy[320] = "";
+        if (md_auth_open(&r->auth, awhy, sizeof awhy) != 0) {
+            md_say(msg, msg_len, "[route %s%s] auth_basic_user_file: %s", r->exact ? "= " : "",
+                   r->path, awhy);
+            md_routes_close(t);
+            return -EINVAL;
+        }
+        uint32_t at;
+        if (md_error_pages_open(&r->errors, &at, awhy, sizeof awhy) != 0) {
+            md_say(msg, msg_len, "[route %s%s] error_page: %s", r->exact ? "= " : "", r->path,
+                   awhy);
+            md_routes_close(t);
+            return -EINVAL;
         }
         if (r->handler == NULL || r->handler->open == NULL)
             continue;
@@ -426,6 +492,8 @@ void md_routes_close(md_route_table *t)
     for (uint32_t i = 0; i < t->n; i++) {
         md_ratelimit_free(t->r[i].limiter);
         t->r[i].limiter = NULL;
+        md_auth_close(&t->r[i].auth);
+        md_error_pages_close(&t->r[i].errors);
     }
     for (uint32_t i = 0; i < t->n; i++)
         if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)

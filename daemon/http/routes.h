@@ -20,6 +20,10 @@
 
 #include "http/acl.h"
 #include "http/ratelimit.h"
+#include "http/auth_basic.h"
+#include "http/error_page.h"
+#include "http/headers.h"
+#include "http/real_ip.h"
 
 struct md_handler;
 
@@ -49,6 +53,10 @@ typedef struct md_route {
     md_acl acl;                       /* who may use it ("allow" and "deny"; acl.h) */
     md_ratelimit_conf limit;          /* requests per client ("limit_*"; ratelimit.h) */
     struct md_ratelimit *limiter;     /* its clients, in a table that serves (md_routes_open) */
+    md_route_auth auth;               /* auth_basic (auth_basic.h) */
+    md_route_headers headers;         /* header_add, _set, _remove (headers.h) */
+    md_route_real_ip real_ip;         /* real_ip_from, real_ip_header (real_ip.h) */
+    md_route_error_pages errors;      /* error_page (error_page.h) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
@@ -87,7 +95,8 @@ void md_routes_builtin(md_route_table *t);
 int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg, size_t msg_len);
 
 /* Sets one option of route r from its section (line: where it is, for later messages):
- * handler, methods, allow and deny here, every other key by the route's handler. 0, or
+ * handler, methods, allow and deny, auth_basic and auth_basic_user_file, the header_ rules,
+ * real_ip_from and real_ip_header here, every other key by the route's handler. 0, or
  * -EINVAL with msg (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for
  * a key that neither the table nor the route's handler knows. */
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
@@ -97,9 +106,10 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
  * -EINVAL with msg. */
 int md_route_check(const md_route *r, char *msg, size_t msg_len);
 
-/* What each route's handler opens for a table that serves (a static root, say): 0, or a
- * negative errno with msg naming the route. md_routes_close() closes them (also after an
- * error); a table copied from a configuration holds none. */
+/* What each route's handler opens for a table that serves (a static root, say), and each
+ * route's auth_basic_user_file and error_page files: 0, or a negative errno with msg naming the
+ * route. md_routes_close() closes them (also after an error); a table copied from a configuration
+ * holds none. */
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len);
 void md_routes_close(md_route_table *t);
 
@@ -107,6 +117,10 @@ struct md_metrics;
 /* Gives each route of a table that serves its magpied_route_* counters in m, labelled as its
  * [route] header spells it ("/api", "= /metrics"): a reload that keeps a route keeps them. */
 void md_routes_count_in(md_route_table *t, struct md_metrics *m);
+/* Reads every route's auth_basic_user_file and error_page files and lets them go (md_config_check:
+ * magpied -t, the start, a reload): 0, or a negative errno with msg ("[route /p]
+ * auth_basic_user_file: FILE:LINE: why") and *line, the key's line in the configuration. */
+int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len);
 
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */
 void md_routes_prepare(md_route_table *t);

@@ -365,6 +365,14 @@ int md_config_check(const md_config *c, md_error *err)
             return -EINVAL;
         }
     }
+    /* Each route's auth_basic_user_file, read now too. */
+    char why[sizeof err->msg - 64];
+    uint32_t at = 0;
+    if (md_routes_check_files(&c->routes, &at, why, sizeof why) != 0) {
+        md_ini_say(err, at == MD_INI_LINE_SET ? NULL : c->source, at == MD_INI_LINE_SET ? 0 : at,
+                   "%s", why);
+        return -EINVAL;
+    }
     /* [https] on: the certificate and key, read and checked now (magpied -t, a reload). */
     if (s->enabled || c->tls.cert[0][0] != '\0')
         return md_tls_config_check(&c->tls, c->source, err);

@@ -99,7 +99,8 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
         return;
     md_conn *c = mp_container_of(hc, md_conn, http);
     md_access_entry e = *x;
-    e.peer = peer_name(c);
+    if (e.peer == NULL) /* a route's real_ip address, or the connection's */
+        e.peer = peer_name(c);
     e.time = time(NULL);
     md_log_access(&e);
 }

@@ -1,8 +1,12 @@
 /* handler = redirect: the route's status (301, 302, 303, 307 or 308) with its Location, and a
  * short text body for clients that show it. The location was checked when the configuration
- * was read: visible ASCII, no spaces, so it cannot end the field early.
+ * was read: visible ASCII, no spaces, so it cannot end the field early. With keep_path, the
+ * request's path below the route's prefix follows it (the prefix replaced: [route /old] with
+ * location /new sends /old/a to /new/a), encoded again for a URI; with keep_query, the query
+ * as the client sent it.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +17,7 @@ enum { LOCATION_MAX = 200 }; /* bytes of the location, with its NUL */
 
 typedef struct redirect_conf {
     uint16_t status;
+    bool keep_path, keep_query;
     char location[LOCATION_MAX];
 } redirect_conf;
 
@@ -28,6 +33,13 @@ static int redirect_key(void *conf, const char *key, const char *value, uint32_t
 {
     (void)line;
     redirect_conf *d = conf;
+    if (strcmp(key, "keep_path") == 0 || strcmp(key, "keep_query") == 0) {
+        if (md_parse_bool(value, key[5] == 'p' ? &d->keep_path : &d->keep_query) != 0) {
+            md_say(msg, msg_len, "expected %s", MD_BOOL_GRAMMAR);
+            return -EINVAL;
+        }
+        return 0;
+    }
     if (strcmp(key, "location") == 0) {
         if (value[0] == '\0' || strlen(value) >= LOCATION_MAX ||
             !md_text_field_safe(value, false)) {
@@ -60,16 +72,37 @@ static int redirect_check(const void *conf, char *msg, size_t msg_len)
 static int redirect_on_req(md_http_req *req, const md_route *r)
 {
     const redirect_conf *d = md_route_conf(r);
-    char fields[LOCATION_MAX + 16];
-    snprintf(fields, sizeof fields, "Location: %s\r\n", d->location);
     const md_http_status *st = md_http_status_of(d->status);
+    char fields[LOCATION_MAX + 4 * MD_HTTP_TARGET_MAX + 16];
+    size_t n = (size_t)snprintf(fields, sizeof fields, "Location: %s", d->location);
+    size_t plen, qlen;
+    const char *path = md_http_req_path(req, &plen);
+    const char *query = md_http_req_query(req, &qlen);
+    if (d->keep_path && plen > r->path_len) {
+        /* What follows the route's path: "/a" below "/old", or "a" below "/old/". The
+         * location's own trailing '/' and the rest's leading one are not doubled. */
+        const char *rest = path + r->path_len;
+        size_t rlen = plen - r->path_len;
+        if (n > 10 && fields[n - 1] == '/' && rest[0] == '/') {
+            rest++;
+            rlen--;
+        }
+        n += md_uri_path_encode(rest, rlen, fields + n, 3 * MD_HTTP_TARGET_MAX);
+    }
+    if (d->keep_query && query == NULL && md_http_req_path_cut(req))
+        return md_http_respond(req, 414, NULL, "text/plain", md_http_status_of(414)->body,
+                               md_http_status_of(414)->body_len);
+    if (d->keep_query && query != NULL)
+        n += (size_t)snprintf(fields + n, sizeof fields - n, "%s%.*s",
+                              strchr(d->location, '?') != NULL ? "&" : "?", (int)qlen, query);
+    snprintf(fields + n, sizeof fields - n, "\r\n");
     return md_http_respond(req, d->status, fields, "text/plain", st->body, st->body_len);
 }
 
 const md_handler md_handler_redirect = {
     .name = "redirect",
     .methods = MD_METHODS_GET,
-    .keys = (const char *const[]){"status", "location", NULL},
+    .keys = (const char *const[]){"status", "location", "keep_path", "keep_query", NULL},
     .conf_size = sizeof(redirect_conf),
     .conf_init = redirect_init,
     .conf_key = redirect_key,

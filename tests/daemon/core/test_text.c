@@ -141,3 +141,16 @@ Test(text, words_of_a_configuration_list, .timeout = 5)
     const char *empty = " ,\t, ";
     cr_assert_not(md_words_next(&empty, &w, &n));
 }
+
+Test(text, uri_path_encode_escapes_what_a_path_cannot_carry, .timeout = 5)
+{
+    char out[64];
+    const char in[] = "/a b/%/?#/\x01\xff/ok-._~!$&'()*+,;=:@";
+    size_t n = md_uri_path_encode(in, sizeof in - 1, out, sizeof out);
+    cr_assert_eq(n, strlen("/a%20b/%25/%3F%23/%01%FF/ok-._~!$&'()*+,;=:@"));
+    cr_assert_arr_eq(out, "/a%20b/%25/%3F%23/%01%FF/ok-._~!$&'()*+,;=:@", n);
+    /* Out of room: it stops before an escape it cannot write whole. */
+    n = md_uri_path_encode("/a b", 4, out, 4);
+    cr_assert_eq(n, 2);
+    cr_assert_arr_eq(out, "/a", 2);
+}

@@ -318,3 +318,42 @@ Test(http2, check_mode_knows_the_keys, .timeout = 30)
              "%s -t -c config/magpied.conf --set limits.http2_window=100 2>&1; true", exe);
     cr_assert(strstr(run(cmd), "http2_window: expected an integer in 65535..16777216"));
 }
+
+/* The filters around a handler work over HTTP/2 as over HTTP/1.1: basic auth (Authorization
+ * kept from the HEADERS frame), header rules, the real client address behind a trusted
+ * balancer, and a rate limit with its Retry-After. */
+Test(http2, route_filters_over_h2, .timeout = 60)
+{
+    char extra[1024];
+    char users[64];
+    snprintf(users, sizeof users, "/tmp/magpied-h2-users-%d", (int)getpid());
+    FILE *u = fopen(users, "w");
+    cr_assert_not_null(u);
+    /* bob:pw, sha512-crypt (openssl passwd -6 -salt saltsalt pw) */
+    fputs("bob:$6$saltsalt$pauPrmdmG4BTE9h2HPmywiw152IFch6BJCEsaY6D.PLTfpV8sqvXwWdyfsgVgozkYH9B80"
+          "bAip/08R2BPH2xk/\n",
+          u);
+    fclose(u);
+    snprintf(extra, sizeof extra,
+             "[route = /private]\nhandler = text\nbody = secret\nauth_basic = staff\n"
+             "auth_basic_user_file = %s\nheader_add = X-Frame-Options: DENY\n"
+             "[route = /limited]\nhandler = text\nbody = ok\nlimit_rate = 1/m\nlimit_burst = 0\n"
+             "real_ip_from = 127.0.0.1\nreal_ip_header = X-Forwarded-For\n",
+             users);
+    setup(extra);
+    daemon_proc d = start_h2();
+    const char *r = h2c(&d, "-s -o /dev/null -D - ", "/private");
+    cr_assert(strstr(r, "HTTP/2 401") && strstr(r, "www-authenticate: Basic realm=\"staff\""), "%s",
+              r);
+    cr_assert_str_eq(h2c(&d, "-u bob:pw", "/private"), "secret");
+    r = h2c(&d, "-u bob:pw -s -o /dev/null -D - ", "/private");
+    cr_assert(strstr(r, "x-frame-options: DENY"), "%s", r);
+    cr_assert_str_eq(h2c(&d, "-u bob:nope -o /dev/null -w '%{http_code}'", "/private"), "401");
+    /* One request a minute per client, the client named by the trusted peer. */
+    cr_assert_str_eq(h2c(&d, "-H 'X-Forwarded-For: 192.0.2.1'", "/limited"), "ok");
+    r = h2c(&d, "-H 'X-Forwarded-For: 192.0.2.1' -s -o /dev/null -D - ", "/limited");
+    cr_assert(strstr(r, "HTTP/2 429") && strstr(r, "retry-after: "), "%s", r);
+    cr_assert_str_eq(h2c(&d, "-H 'X-Forwarded-For: 192.0.2.2'", "/limited"), "ok");
+    finish(&d);
+    unlink(users);
+}

@@ -691,3 +691,38 @@ Test(proxy_e2e, a_pooled_connection_closed_by_the_server_is_retried)
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }
+
+/* strip_prefix and add_prefix rewrite the target sent upstream (the query kept); a route's
+ * header rules and real_ip apply to what the proxy relays and forwards. */
+Test(proxy_e2e, prefix_rewrite_header_rules_and_real_ip)
+{
+    upstream u;
+    upstream_start(&u);
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "[upstream app]\nserver = 127.0.0.1:%d\n"
+             "[route /api/]\nhandler = proxy\nupstream = app\nstrip_prefix = on\n"
+             "add_prefix = /v2\nheader_add = X-Proxied: yes\nheader_remove = X-End\n"
+             "[route /strip]\nhandler = proxy\nupstream = app\nstrip_prefix = on\n"
+             "real_ip_from = 127.0.0.1\nreal_ip_header = X-Forwarded-For\n"
+             "header_remove = X-End\n",
+             u.port);
+    daemon_proc d = start_proxy(extra);
+    char *r = ask(d.http, "GET /api/users/7?full=1&x=%41 HTTP/1.1\r\nHost: x\r\n"
+                          "Connection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_not_null(strstr(body_of(r), "GET /v2/users/7?full=1&x=%41 HTTP/1.1\r\n"), "%s", r);
+    cr_assert_not_null(strstr(r, "\r\nX-Proxied: yes\r\n"), "%s", r);
+    r = ask(d.http, "GET /strip HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "GET / HTTP/1.1\r\n"), "%s", r);
+    r = ask(d.http, "GET /strip/a%20b?q HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.9\r\n"
+                    "Connection: close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "GET /a%20b?q HTTP/1.1\r\n"), "%s", r);
+    cr_assert_not_null(strstr(body_of(r), "\r\nX-Real-IP: 203.0.113.9\r\n"), "%s", r);
+    /* An upstream's field removed by the route's header_remove. */
+    r = ask(d.http, "GET /strip/hop HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_null(strstr(r, "X-End"), "%s", r);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}

@@ -127,6 +127,8 @@ Test(static_e2e, files_index_types_and_no_listings)
     expect(get("/sub"), "HTTP/1.1 301", "Location: /sub/\r\n");
     /* The Location is a URI: the decoded name encoded again. */
     expect(get("/a%20b%25c"), "HTTP/1.1 301", "Location: /a%20b%25c/\r\n");
+    /* The query goes on with it. */
+    expect(get("/sub?page=2&q=a%20b"), "HTTP/1.1 301", "Location: /sub/?page=2&q=a%20b\r\n");
     expect(get("/sub/a.css"), "HTTP/1.1 200", "Content-Type: text/css\r\n");
     expect(get("/ten.txt"), "HTTP/1.1 200", "Content-Type: text/plain\r\n");
     expect(get("/empty/"), "HTTP/1.1 403", NULL); /* no index, no listing */

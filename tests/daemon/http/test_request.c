@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/metrics.h"
 #include "http/request_internal.h"
@@ -282,4 +283,169 @@ Test(request, a_client_the_rules_refuse_gets_403_before_anything_else)
     r = req_new(MD_POST, 1, "/echo");
     cr_assert_eq(md__http_req_refusal(r), 403);
     req_free(r);
+}
+
+/* Whether the pending output holds needle (it is not NUL-terminated). */
+static const char *out_has(const char *needle)
+{
+    return memmem(md_outbuf_pending_data(&out), md_outbuf_pending(&out), needle, strlen(needle));
+}
+
+/* The filters around a handler that a route's keys add: auth_basic (401 with its challenge,
+ * before the handler and before 405) and the header rules, on a table opened as a
+ * generation's is. */
+static md_route_table *filter_table(const char *users_file)
+{
+    static md_route_table t;
+    memset(&t, 0, sizeof t);
+    char msg[300];
+    struct {
+        const char *route, *key, *value;
+    } keys[] = {
+        {"/private", "handler", "text"},
+        {"/private", "body", "secret"},
+        {"/private", "auth_basic", "Staff"},
+        {"/private", "auth_basic_user_file", users_file},
+        {"/private", "header_add", "X-Private: yes"},
+        {"/plain", "handler", "text"},
+        {"/plain", "body", "hello"},
+        {"/plain", "header_add", "X-Frame-Options: DENY"},
+        {"/plain", "header_set", "Cache-Control: no-store"},
+        {"= /plain/always", "handler", "text"},
+        {"= /plain/always", "status", "404"},
+        {"= /plain/always", "body", "gone"},
+        {"= /plain/always", "header_add", "X-A: 1"},
+        {"= /plain/always", "header_always", "on"},
+        {"/go", "handler", "redirect"},
+        {"/go", "location", "/there"},
+        {"/go", "header_remove", "Location"},
+    };
+    const char *last = "";
+    md_route *r = NULL;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (strcmp(keys[i].route, last) != 0) {
+            if (r != NULL)
+                cr_assert_eq(md_route_check(r, msg, sizeof msg), 0, "%s", msg);
+            cr_assert_eq(md_routes_add(&t, keys[i].route, 1, msg, sizeof msg), 0, "%s", msg);
+            r = &t.r[t.n - 1];
+            last = keys[i].route;
+        }
+        cr_assert_eq(md_route_key(r, keys[i].key, keys[i].value, 2, msg, sizeof msg), 0, "%s: %s",
+                     keys[i].key, msg);
+    }
+    cr_assert_eq(md_route_check(r, msg, sizeof msg), 0, "%s", msg);
+    md_routes_prepare(&t);
+    cr_assert_eq(md_routes_open(&t, msg, sizeof msg), 0, "%s", msg);
+    return &t;
+}
+
+/* bob:pw as sha512-crypt (openssl passwd -6 -salt saltsalt pw). */
+#define BOB_PW                                                                                     \
+    "$6$saltsalt$pauPrmdmG4BTE9h2HPmywiw152IFch6BJCEsaY6D.PLTfpV8sqvXwWdyfsgVgozkYH9B80bAip/"      \
+    "08R2BPH2xk/"
+
+/* A users file with bob:pw in path (a mkstemp template). */
+static void users_file(char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char line[] = "bob:" BOB_PW "\n";
+    cr_assert_eq(write(fd, line, sizeof line - 1), (ssize_t)(sizeof line - 1));
+    close(fd);
+}
+
+static md_http_req *req_auth(unsigned method, const char *target, const char *authorization)
+{
+    md_http_req *r = req_new(method, 1, target);
+    if (authorization != NULL) {
+        size_t n = strlen(authorization);
+        memcpy(r->field[MD_FIELD_AUTHORIZATION], authorization, n);
+        r->field_len[MD_FIELD_AUTHORIZATION] = (uint8_t)n;
+        md__http_req_route(r);
+    }
+    return r;
+}
+
+Test(request, auth_basic_refuses_with_401_and_its_challenge_and_lets_a_user_in)
+{
+    char path[] = "/tmp/md-users-XXXXXX";
+    users_file(path);
+    md_route_table *t = filter_table(path);
+    srv.routes = t;
+
+    md_http_req *r = req_auth(MD_GET, "/private/x", NULL);
+    cr_assert_eq(md__http_req_refusal(r), 401);
+    cr_assert_not(md__http_req_wants_head(r));
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 401 Unauthorized\r\n" DATE
+               "WWW-Authenticate: Basic realm=\"Staff\", charset=\"UTF-8\"\r\n"
+               "Content-Type: text/plain\r\nContent-Length: 13\r\n\r\nUnauthorized\n");
+    cr_assert_not(md_http_req_closes(r), "401 keeps the connection");
+    req_free(r);
+
+    /* bob:wrong, then bob:pw (base64). */
+    r = req_auth(MD_GET, "/private", "Basic Ym9iOndyb25n");
+    cr_assert_eq(md__http_req_refusal(r), 401);
+    req_free(r);
+    r = req_auth(MD_DELETE, "/private", NULL);
+    cr_assert_eq(md__http_req_refusal(r), 401, "401 before 405: nothing of the route is told");
+    req_free(r);
+    r = req_auth(MD_GET, "/private", "Basic Ym9iOnB3");
+    cr_assert_eq(md__http_req_refusal(r), 0);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 200 OK\r\n" DATE "X-Private: yes\r\n"
+               "Content-Type: text/plain\r\nContent-Length: 6\r\n\r\nsecret");
+    req_free(r);
+    r = req_auth(MD_GET, "/plain", NULL);
+    cr_assert_eq(md__http_req_refusal(r), 0, "another route asks nothing");
+    req_free(r);
+
+    /* A table that was not opened for serving has no users: nobody passes. */
+    md_routes_close(t);
+    r = req_auth(MD_GET, "/private", "Basic Ym9iOnB3");
+    cr_assert_eq(md__http_req_refusal(r), 401);
+    req_free(r);
+    srv.routes = NULL;
+    unlink(path);
+}
+
+Test(request, header_rules_change_the_routes_responses)
+{
+    char path[] = "/tmp/md-users-XXXXXX";
+    users_file(path);
+    md_route_table *t = filter_table(path);
+    srv.routes = t;
+    /* The canned path of a text route is left for the rules. */
+    for (int i = 0; i < 2; i++) {
+        md_http_req *r = req_auth(MD_GET, "/plain", NULL);
+        cr_assert_eq(md__http_req_answer(r), 0);
+        expect_out("HTTP/1.1 200 OK\r\n" DATE "X-Frame-Options: DENY\r\nCache-Control: no-store\r\n"
+                   "Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+        req_free(r);
+    }
+    /* Not on an error of the route, unless header_always. */
+    md_http_req *r = req_auth(MD_POST, "/plain", NULL);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_null(out_has("X-Frame-Options"));
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+    r = req_auth(MD_GET, "/plain/always", NULL);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    expect_out("HTTP/1.1 404 Not Found\r\n" DATE "X-A: 1\r\n"
+               "Content-Type: text/plain\r\nContent-Length: 4\r\n\r\ngone");
+    req_free(r);
+    r = req_auth(MD_DELETE, "/plain/always", NULL);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_not_null(out_has("\r\nX-A: 1\r\n"), "405 too");
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+    /* A handler's own field removed. */
+    r = req_auth(MD_GET, "/go", NULL);
+    cr_assert_eq(md__http_req_answer(r), 0);
+    cr_assert_null(out_has("Location"));
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    req_free(r);
+    md_routes_close(t);
+    srv.routes = NULL;
+    unlink(path);
 }

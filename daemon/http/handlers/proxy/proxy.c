@@ -34,8 +34,9 @@
 
 /* The route's options. */
 enum {
-    NAME_MAX_ = 33, /* bytes of an upstream's name, with its NUL */
-    HOST_MAX = 200, /* bytes of a literal Host, with its NUL */
+    NAME_MAX_ = 33,   /* bytes of an upstream's name, with its NUL */
+    HOST_MAX = 200,   /* bytes of a literal Host, with its NUL */
+    PREFIX_MAX = 128, /* bytes of add_prefix, with its NUL */
 };
 
 /* What the upstream request's Host is. */
@@ -52,6 +53,8 @@ typedef struct proxy_conf {
     bool forwarded, via, websocket;
     uint32_t upstream_line; /* of the upstream key, for the message when it names nothing */
     char host[HOST_MAX];
+    bool strip_prefix;           /* the route's path taken off the front of the target */
+    char add_prefix[PREFIX_MAX]; /* put in front of it; "": nothing */
 } proxy_conf;
 
 _Static_assert(sizeof(proxy_conf) <= MD_ROUTE_CONF_MAX, "proxy_conf fits a route");
@@ -98,9 +101,27 @@ static int proxy_key(void *conf, const char *key, const char *value, uint32_t li
         }
         return 0;
     }
-    bool *b = strcmp(key, "forwarded") == 0 ? &pc->forwarded
-              : strcmp(key, "via") == 0     ? &pc->via
-                                            : &pc->websocket;
+    if (strcmp(key, "add_prefix") == 0) {
+        size_t n = strlen(value);
+        bool ok = n != 0 && n < PREFIX_MAX && value[0] == '/' && md_path_is_normal(value, n);
+        for (size_t i = 0; ok && i < n; i++) {
+            unsigned ch = (unsigned char)value[i];
+            ok = ch > ' ' && ch < 0x7f && strchr("?#%\\", (int)ch) == NULL;
+        }
+        if (!ok) {
+            md_say(msg, msg_len,
+                   "expected a normalised path of visible ASCII without '?', '#', '%%' or '\\', "
+                   "at most %d bytes",
+                   PREFIX_MAX - 1);
+            return -EINVAL;
+        }
+        memcpy(pc->add_prefix, value, n + 1);
+        return 0;
+    }
+    bool *b = strcmp(key, "forwarded") == 0      ? &pc->forwarded
+              : strcmp(key, "strip_prefix") == 0 ? &pc->strip_prefix
+              : strcmp(key, "via") == 0          ? &pc->via
+                                                 : &pc->websocket;
     if (md_parse_bool(value, b) != 0) {
         md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
         return -EINVAL;
@@ -169,6 +190,7 @@ typedef struct proxy {
     size_t span_len, span_cap;
     char *key; /* the hash key */
     size_t key_len;
+    char *target; /* the target rewritten by strip_prefix and add_prefix; NULL: as sent */
     md_proxy_resp resp;
     bool resp_on;
     bool upgrade; /* websocket = on and the client asked: a 101 starts a tunnel */
@@ -199,6 +221,7 @@ static void proxy_free(proxy *p)
     free(p->head);
     free(p->span);
     free(p->key);
+    free(p->target);
     free(p);
 }
 
@@ -322,6 +345,54 @@ static bool is_idempotent(unsigned m)
            m == MD_TRACE;
 }
 
+/* strip_prefix and add_prefix: the target sent upstream is add_prefix, then the normalised
+ * path (below the route's own with strip_prefix) encoded again for a URI, then the query as
+ * sent. 0 or -ENOMEM. */
+static int rewrite_target(proxy *p, md_http_req *req, const md_route *r, const char *sent,
+                          size_t sent_len)
+{
+    size_t plen, qlen = 0;
+    const char *path = md_http_req_path(req, &plen);
+    /* The query from the whole target the proxy keeps (the request's own copy may be cut). */
+    const char *query = memchr(sent, '?', sent_len);
+    if (query != NULL) {
+        query++;
+        qlen = sent_len - (size_t)(query - sent);
+    }
+    const char *add = opts(r)->add_prefix;
+    size_t alen = strlen(add);
+    if (opts(r)->strip_prefix) {
+        size_t cut = r->path_len <= plen ? r->path_len : plen;
+        /* A route "/api/" leaves "v1"; "/api" leaves "/v1": the '/' of the route is kept. */
+        if (cut != 0 && r->path[cut - 1] == '/')
+            cut--;
+        path += cut;
+        plen -= cut;
+    }
+    size_t cap = alen + 3 * plen + qlen + 4;
+    char *t = malloc(cap);
+    if (t == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    memcpy(t, add, alen);
+    n = alen;
+    if (n != 0 && t[n - 1] == '/' && plen != 0 && path[0] == '/') {
+        path++;
+        plen--;
+    }
+    n += md_uri_path_encode(path, plen, t + n, cap - n - qlen - 2);
+    if (n == 0)
+        t[n++] = '/';
+    if (query != NULL) {
+        t[n++] = '?';
+        memcpy(t + n, query, qlen);
+        n += qlen;
+    }
+    t[n] = '\0';
+    p->target = t;
+    return 0;
+}
+
 static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
 {
     const md_http_server *srv = md_http_req_server(req);
@@ -348,10 +419,20 @@ static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, b
     size_t tlen, len;
     const char *kept = md_http_req_head(req, &tlen, &len);
     const char *peer = md_http_req_peer(req);
+    const char *target = kept;
+    size_t target_len = tlen;
+    if (opts(r)->strip_prefix || opts(r)->add_prefix[0] != '\0') {
+        if (rewrite_target(p, req, r, kept, tlen) != 0) {
+            proxy_free(p);
+            return -ENOMEM;
+        }
+        target = p->target;
+        target_len = strlen(p->target);
+    }
     p->rq = (md_proxy_req){
         .method = md_method_name(md_http_req_method(req)),
-        .target = kept,
-        .target_len = tlen,
+        .target = target,
+        .target_len = target_len,
         .fields = kept + tlen + 2,
         .fields_len = len - tlen - 2,
         .peer = peer,
@@ -653,6 +734,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                                    md_http_req_is_head(req), md_http_req_version_minor(req) == 0,
                                    md_http_req_closes(req));
                 p->resp.via = opts(p->route)->via;
+                p->resp.headers = &p->route->headers;
                 p->resp.tunnel_ok = p->upgrade;
                 /* The core answered Expect: 100-continue itself at the head (Expect never goes
                  * upstream, so no client waits on a server that ignores it): a server's own
@@ -822,7 +904,8 @@ const md_handler md_handler_proxy = {
     .passes_options = true,
     .keeps_fields = true,
     .http1_only = true, /* its heads are HTTP/1.x text (proxy_msg.c) */
-    .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket", NULL},
+    .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket",
+                                  "strip_prefix", "add_prefix", NULL},
     .conf_size = sizeof(proxy_conf),
     .conf_key = proxy_key,
     .conf_check = proxy_check,

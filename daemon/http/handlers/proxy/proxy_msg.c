@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/text.h"
+#include "http/headers.h"
 
 bool md_proxy_hop_by_hop(const char *name, size_t len)
 {
@@ -399,6 +400,9 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
             continue;
         if (trailer && trailer_forbidden(fn, nl))
             continue;
+        if (!trailer && r->headers != NULL && md_headers_apply(r->headers, status) &&
+            md_headers_drops(r->headers, fn, nl))
+            continue;
         if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
             !out_put(r, "\r\n", 2))
             return HPE_USER;
@@ -425,6 +429,9 @@ static int write_head(md_proxy_resp *r, unsigned status)
         return HPE_USER;
     if (interim)
         return out_put(r, "\r\n", 2) ? 0 : HPE_USER;
+    if (r->headers != NULL && md_headers_apply(r->headers, status) &&
+        !out_put(r, r->headers->add, r->headers->add_len))
+        return HPE_USER;
     if (r->client_framing == MD_CLIENT_LENGTH) {
         n = snprintf(line, sizeof line, "Content-Length: %" PRIu64 "\r\n", p->content_length);
         if (!out_put(r, line, (size_t)n))

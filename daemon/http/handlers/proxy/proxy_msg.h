@@ -83,14 +83,16 @@ typedef enum md_proxy_client_framing {
 
 typedef struct md_proxy_resp {
     llhttp_t parser;
-    md_outbuf *out;          /* where the client's head and body go (during feed) */
-    uint32_t max_head;       /* bytes of the head (status line through the empty line) */
-    bool head_request;       /* a response to HEAD: no body whatever it says */
-    bool client_http10;      /* the client speaks HTTP/1.0: no 1xx, no chunked */
-    bool client_closes;      /* the client's connection closes after this response */
-    bool client_continued;   /* magpied sent the client its own 100 Continue */
-    bool tunnel_ok;          /* a 101 may start a tunnel */
-    bool via;                /* append Via: 1.1 magpied */
+    md_outbuf *out;        /* where the client's head and body go (during feed) */
+    uint32_t max_head;     /* bytes of the head (status line through the empty line) */
+    bool head_request;     /* a response to HEAD: no body whatever it says */
+    bool client_http10;    /* the client speaks HTTP/1.0: no 1xx, no chunked */
+    bool client_closes;    /* the client's connection closes after this response */
+    bool client_continued; /* magpied sent the client its own 100 Continue */
+    bool tunnel_ok;        /* a 101 may start a tunnel */
+    bool via;              /* append Via: 1.1 magpied */
+    /* The route's header rules (http/headers.h) on the final head; NULL: none. */
+    const struct md_route_headers *headers;
     bool started;            /* a byte of the response has come */
     bool head_sent;          /* the client's head is in out */
     bool complete;           /* the message is complete */

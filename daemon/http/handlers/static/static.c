@@ -75,8 +75,9 @@ extern const md_handler md_handler_static; /* below: its state is found by it */
 
 /* The route's options, and what a generation opens from them. */
 enum {
-    ROOT_MAX = 200, /* bytes of the root's path, with its NUL */
-    INDEX_MAX = 64, /* bytes of the index file's name, with its NUL */
+    ROOT_MAX = 200,    /* bytes of the root's path, with its NUL */
+    INDEX_MAX = 64,    /* bytes of the index file's name, with its NUL */
+    FALLBACK_MAX = 96, /* bytes of the fallback's path, with its NUL */
 };
 
 typedef struct static_conf {
@@ -84,6 +85,9 @@ typedef struct static_conf {
     char index_file[INDEX_MAX];      /* the file a directory's path serves */
     char default_type[MD_CTYPE_MAX]; /* for a name /etc/mime.types does not know */
     bool precompressed;              /* serve FILE.br or FILE.gz to clients that accept it */
+    bool try_html;                   /* PATH missing: PATH.html */
+    char fallback[FALLBACK_MAX];     /* then this file below the root ("" none), as nginx's
+                                      * try_files $uri $uri.html /index.html */
     int root_fd; /* the root, opened (O_PATH) per generation; -1 in a configuration */
     /* Unique per opened root (never reused, unlike root_fd): the open-file cache's key, so
      * that no entry of an earlier generation's root is found through this one. */
@@ -133,6 +137,29 @@ static int static_key(void *conf, const char *key, const char *value, uint32_t l
             return -EINVAL;
         }
         md_text_set(sc->index_file, sizeof sc->index_file, value);
+        return 0;
+    }
+    if (strcmp(key, "try_html") == 0) {
+        if (md_parse_bool(value, &sc->try_html) != 0) {
+            md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (strcmp(key, "fallback") == 0) {
+        size_t n = strlen(value);
+        /* Inside the root by its shape: normalised, no dot segment or dotfile, not a directory;
+         * it is opened beneath the root like any other path. */
+        if (n < 2 || n >= FALLBACK_MAX || value[0] != '/' || value[n - 1] == '/' ||
+            !md_path_is_normal(value, n) || strstr(value, "/.") != NULL ||
+            !md_text_field_safe(value, false)) {
+            md_say(msg, msg_len,
+                   "expected a file's path below the root (as /index.html), normalised, no "
+                   "dotfile, at most %d bytes",
+                   FALLBACK_MAX - 1);
+            return -EINVAL;
+        }
+        md_text_set(sc->fallback, sizeof sc->fallback, value);
         return 0;
     }
     if (strcmp(key, "precompressed") == 0) {
@@ -199,6 +226,7 @@ struct lookup {
     size_t rlen;
     bool dir;      /* the path ends in '/': rel is its index file */
     bool looked;   /* the cache was asked for this step's file (a miss is counted once) */
+    uint8_t tried; /* TRY_PATH, then TRY_HTML (try_html), TRY_FALLBACK (fallback) */
     uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_GZ (precompressed = on), STEP_DONE */
     int8_t coding; /* codings[] index of the variant found; -1: none */
     md_file *file; /* the file */
@@ -206,6 +234,32 @@ struct lookup {
 };
 
 enum { STEP_FILE, STEP_BR, STEP_GZ, STEP_DONE };
+enum { TRY_PATH, TRY_HTML, TRY_FALLBACK };
+
+/* The path is missing: its next candidate into lk (PATH.html, then the fallback); false when
+ * there is none. */
+static bool next_try(const static_conf *sc, struct lookup *lk)
+{
+    if (lk->tried == TRY_PATH && sc->try_html && !lk->dir && lk->rlen + 6 <= sizeof lk->rel) {
+        memcpy(lk->rel + lk->rlen, ".html", 6);
+        lk->rlen += 5;
+        lk->tried = TRY_HTML;
+        lk->looked = false;
+        return true;
+    }
+    if (lk->tried != TRY_FALLBACK && sc->fallback[0] != '\0') {
+        size_t n = strlen(sc->fallback + 1);
+        if (n + 1 > sizeof lk->rel)
+            return false;
+        memcpy(lk->rel, sc->fallback + 1, n + 1);
+        lk->rlen = n;
+        lk->dir = false;
+        lk->tried = TRY_FALLBACK;
+        lk->looked = false;
+        return true;
+    }
+    return false;
+}
 static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
 
 struct static_send {
@@ -476,7 +530,12 @@ static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_fi
                    mp_context *cx, bool can_wait)
 {
     if (lk->step == STEP_FILE) {
-        int rc = open_one(req, r, lk, lk->rlen, op, cx, can_wait, &lk->file);
+        int rc;
+        /* try_html and fallback: a missing file's next candidate (an open that waits comes
+         * back here with the candidate in lk). */
+        while ((rc = open_one(req, r, lk, lk->rlen, op, cx, can_wait, &lk->file)) < 0 &&
+               (rc == -ENOENT || rc == -ENOTDIR) && next_try(opts(r), lk))
+            ;
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
         if (rc < 0)
@@ -524,26 +583,19 @@ static int respond_status(md_http_req *req, int code)
 {
     if (code != 301)
         return error(req, (unsigned)code);
-    size_t plen;
+    size_t plen, qlen;
     const char *path = md_http_req_path(req, &plen);
-    /* The decoded path, encoded again for a URI (RFC 3986 pchar and '/'): a directory named
-     * with a space, a '%' or a control character gives a valid Location, never a broken or
-     * injected field. */
-    char fields[3 * MD_HTTP_TARGET_MAX + 32];
-    static const char hex[] = "0123456789ABCDEF";
+    const char *query = md_http_req_query(req, &qlen);
+    /* The decoded path, encoded again for a URI: a directory named with a space, a '%' or a
+     * control character gives a valid Location, never a broken or injected field. The query
+     * goes on as the client sent it (llhttp let only URI characters through). */
+    char fields[4 * MD_HTTP_TARGET_MAX + 32];
     size_t n = (size_t)snprintf(fields, sizeof fields, "Location: ");
-    for (size_t i = 0; i < plen && n + 8 < sizeof fields; i++) {
-        unsigned char ch = (unsigned char)path[i];
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            (ch != 0 && strchr("-._~!$&'()*+,;=:@/", ch) != NULL)) {
-            fields[n++] = (char)ch;
-        } else {
-            fields[n++] = '%';
-            fields[n++] = hex[ch >> 4];
-            fields[n++] = hex[ch & 15];
-        }
-    }
-    snprintf(fields + n, sizeof fields - n, "/\r\n");
+    n += md_uri_path_encode(path, plen, fields + n, 3 * MD_HTTP_TARGET_MAX);
+    if (query != NULL)
+        snprintf(fields + n, sizeof fields - n, "/?%.*s\r\n", (int)qlen, query);
+    else
+        snprintf(fields + n, sizeof fields - n, "/\r\n");
     return md_http_respond(req, 301, fields, "text/plain", "Moved Permanently\n", 18);
 }
 
@@ -884,6 +936,7 @@ static int static_on_req(md_http_req *req, const md_route *r)
     if (lk.rlen == 0)
         return error(req, 404);
     lk.looked = false;
+    lk.tried = TRY_PATH;
     lk.step = STEP_FILE;
     lk.coding = -1;
     lk.file = lk.alt = NULL;
@@ -937,7 +990,8 @@ static void static_gen_free(void *state)
 const md_handler md_handler_static = {
     .name = "static",
     .methods = MD_METHODS_GET,
-    .keys = (const char *const[]){"root", "index", "default_type", "precompressed", NULL},
+    .keys = (const char *const[]){"root", "index", "default_type", "precompressed", "try_html",
+                                  "fallback", NULL},
     .conf_size = sizeof(static_conf),
     .conf_init = static_init,
     .conf_key = static_key,
