@@ -18,6 +18,7 @@
 #include "http/request_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "core/text.h"
 #include "http/response.h"
 #include "http/routes.h"
+#include "http/sites.h"
 
 void md_http_limits_default(md_http_limits *l)
 {
@@ -121,9 +123,42 @@ static bool closes_with(md_http_req *r, unsigned code)
     return md__http_req_closes(r);
 }
 
+static int respond_fields_as_is(md_http_req *r, const md_http_status *st, bool close,
+                                const char *allow, const char *fields, const char *ctype,
+                                const char *body, size_t len);
+
+/* HSTS (a site's hsts, on TLS): the handler's fields and the Strict-Transport-Security line,
+ * in buf (cap bytes) or, when longer, in *heap (freed by the caller). */
+static const char *with_hsts(const md_http_req *r, const char *fields, char *buf, size_t cap,
+                             char **heap)
+{
+    *heap = NULL;
+    if (r->hsts == NULL)
+        return fields;
+    size_t flen = fields != NULL ? strlen(fields) : 0;
+    size_t need = flen + strlen(r->hsts) + sizeof "Strict-Transport-Security: \r\n";
+    if (need > cap && (buf = *heap = malloc(need)) == NULL)
+        return NULL;
+    snprintf(buf, need, "%sStrict-Transport-Security: %s\r\n", fields != NULL ? fields : "",
+             r->hsts);
+    return buf;
+}
+
 /* A complete response with a body from memory. 0 or -ENOMEM. */
 static int respond_fields(md_http_req *r, const md_http_status *st, bool close, const char *allow,
                           const char *fields, const char *ctype, const char *body, size_t len)
+{
+    char more[512], *heap;
+    if ((fields = with_hsts(r, fields, more, sizeof more, &heap)) == NULL && r->hsts != NULL)
+        return -ENOMEM;
+    int rc = respond_fields_as_is(r, st, close, allow, fields, ctype, body, len);
+    free(heap);
+    return rc;
+}
+
+static int respond_fields_as_is(md_http_req *r, const md_http_status *st, bool close,
+                                const char *allow, const char *fields, const char *ctype,
+                                const char *body, size_t len)
 {
     bool head = is_head_request(r);
     size_t flen = fields != NULL ? strlen(fields) : 0;
@@ -163,7 +198,7 @@ int md_http_respond(md_http_req *req, unsigned status, const char *fields, const
 int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctype, const char *body,
                            size_t len)
 {
-    if (!md__http_req_closes(req) && !http10(req) && req->method == MD_GET) {
+    if (!md__http_req_closes(req) && !http10(req) && req->method == MD_GET && req->hsts == NULL) {
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
@@ -194,8 +229,10 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         return md__http_respond_error(req, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
-    char head[MD_HTTP_HEAD_MAX];
-    char *end = md_http_put_head(head, md_http_status_of(200), close, http10(req), NULL, ctype, n);
+    char head[MD_HTTP_HEAD_MAX + MD_SITE_HSTS_MAX + 32], more[MD_SITE_HSTS_MAX + 32], *heap;
+    const char *fields = with_hsts(req, NULL, more, sizeof more, &heap); /* fits: no heap */
+    char *end = md_http_put_head_fields(head, md_http_status_of(200), close, http10(req), NULL,
+                                        fields, fields != NULL ? strlen(fields) : 0, ctype, n);
     size_t hlen = (size_t)(end - head);
     if (md_outbuf_reserve(out, hlen) == NULL) {
         out->len = out->head + mark;
@@ -213,14 +250,20 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
 int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, const char *ctype,
                          uint64_t length)
 {
+    char more[512], *heap;
+    if ((fields = with_hsts(req, fields, more, sizeof more, &heap)) == NULL && req->hsts != NULL)
+        return -ENOMEM;
     size_t flen = fields != NULL ? strlen(fields) : 0;
     char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
-    if (w == NULL)
+    if (w == NULL) {
+        free(heap);
         return -ENOMEM;
+    }
     const md_http_status *st = md_http_status_of(status);
     md_outbuf_commit(req->out,
                      md_http_put_head_fields(w, st, closes_with(req, st->code), http10(req), NULL,
                                              fields, flen, ctype, length));
+    free(heap);
     md__http_account_response(req, st->code, is_head_request(req) || st->code == 304 ? 0 : length);
     return 0;
 }
@@ -285,6 +328,21 @@ const md_http_server *md_http_req_server(const md_http_req *req)
     return req->srv;
 }
 
+static const char *authority(const md_http_req *r, size_t *len);
+
+const char *md_http_req_host(const md_http_req *req, size_t *len)
+{
+    const char *h = authority(req, len);
+    return *len != 0 ? h : NULL;
+}
+
+const char *md_http_req_target(const md_http_req *req, size_t *len, bool *cut)
+{
+    *len = req->target_len;
+    *cut = req->target_full;
+    return req->target;
+}
+
 const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t *len)
 {
     *target_len = req->kept_target;
@@ -337,6 +395,50 @@ static bool client_permitted(const md_http_req *r, const md_route *route)
     return md_acl_permits(&route->acl, have ? &ss : NULL);
 }
 
+/* The authority the request names: an absolute-form target's, which wins over Host (RFC
+ * 9112 3.2.2), or Host's. */
+static const char *authority(const md_http_req *r, size_t *len)
+{
+    const char *t = r->target;
+    size_t n = r->target_len, skip = 0;
+    if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
+        skip = 7;
+    else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
+        skip = 8;
+    if (skip != 0) {
+        size_t e = skip;
+        while (e < n && t[e] != '/' && t[e] != '?')
+            e++;
+        *len = e - skip;
+        return t + skip;
+    }
+    *len = r->host_len;
+    return r->host;
+}
+
+/* Virtual hosts: the site whose names the authority matches, or the listener's default; a TLS
+ * connection whose server name picks another site than that is misdirected (RFC 9110
+ * 15.5.20: 421), so that a certificate valid for several names cannot carry one site's
+ * requests to another. */
+static void pick_site(md_http_req *r, const md_route_table *rt)
+{
+    const md_http_server *srv = r->srv;
+    unsigned dflt = srv->default_site != NULL ? srv->default_site(srv, r->conn) : 0;
+    size_t hl;
+    const char *host = authority(r, &hl);
+    int site = md_sites_pick(rt, host, hl);
+    r->site = (uint8_t)(site >= 0 ? (unsigned)site : dflt);
+    const char *sni = srv->servername != NULL ? srv->servername(r->conn) : NULL;
+    if (sni != NULL) {
+        int by_name = md_sites_pick(rt, sni, strlen(sni));
+        if ((by_name >= 0 ? (unsigned)by_name : dflt) != r->site)
+            r->misdirected = true;
+    }
+    const md_site *s = &rt->sites[r->site];
+    if (s->hsts[0] != '\0' && srv->secure != NULL && srv->secure(r->conn))
+        r->hsts = s->hsts;
+}
+
 void md__http_req_route(md_http_req *r)
 {
     const char *t = r->target;
@@ -371,7 +473,10 @@ void md__http_req_route(md_http_req *r)
     }
     r->path = t;
     r->npath = (uint32_t)n;
-    r->route = md_routes_find(routes_of(r), t, n);
+    const md_route_table *rt = routes_of(r);
+    if (rt->nsites > 1)
+        pick_site(r, rt);
+    r->route = md_routes_find_in(rt, r->site, t, n);
     r->forbidden = r->route != NULL && r->route->acl.n != 0 && !client_permitted(r, r->route);
 }
 
@@ -382,6 +487,8 @@ unsigned md__http_req_refusal(const md_http_req *r)
         return 0;
     if (r->path_bad)
         return 400;
+    if (r->misdirected)
+        return 421;
     if (route == NULL)
         return 404;
     if (r->forbidden)

@@ -35,6 +35,9 @@ struct md_http_req {
     bool has_length;    /* a Content-Length came */
     bool upgrade;       /* Connection: upgrade with Upgrade */
     bool continued;     /* the protocol told the client to send its body (100 Continue) */
+    bool misdirected;   /* its Host picks another site than its TLS server name: 421 */
+    uint8_t site;       /* the site (sites.h) whose routes it was looked up in */
+    uint16_t host_len;  /* bytes kept in host[] */
     uint8_t method;     /* enum md_method, once method_done */
     uint8_t http_major; /* the version, as the protocol last read it */
     uint8_t http_minor;
@@ -50,7 +53,9 @@ struct md_http_req {
     const char *path;                /* the normalised path: into target[] or path_buf[] */
     struct md_http_pending *pending; /* a handler's response still to come (handler.h) */
     uint64_t start_ns;               /* the entry point's now when its first byte came */
+    const char *hsts;                /* Strict-Transport-Security for its responses; NULL: none */
     char target[MD_HTTP_TARGET_MAX];
+    char host[MD_HTTP_FIELD_KEEP]; /* the first Host value's first bytes */
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */

@@ -37,6 +37,7 @@ static const md_http_status statuses[] = {
     STATUS(410, "Gone"),
     STATUS(412, "Precondition Failed"),
     STATUS(417, "Expectation Failed"),
+    STATUS(421, "Misdirected Request"),
     STATUS(431, "Request Header Fields Too Large"),
     STATUS(500, "Internal Server Error"),
     STATUS(501, "Not Implemented"),

@@ -48,6 +48,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/text.h"
+#include "http/routes.h"
 #include "server/conn.h"
 
 /* Mozilla's "intermediate" configuration (server side TLS, version 5.7). */
@@ -85,6 +86,7 @@ static const struct tls_key {
     {"session_timeout_s", K_U32, F(session_timeout_s), 1, 86400},
     {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
     {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
+    {"strict_sni", K_BOOL, F(strict_sni), 0, 0},
 #undef F
 };
 #define NKEYS (sizeof tls_keys / sizeof tls_keys[0])
@@ -157,11 +159,12 @@ static int key_prefix(const md_tls_config *t, const char *source, const char *na
     while (i < NKEYS && strcmp(tls_keys[i].name, name) != 0)
         i++;
     uint32_t line = i < NKEYS ? t->line[i] : 0;
+    const char *sec = t->label[0] != '\0' ? t->label : "https";
     if (line == MD_INI_LINE_SET)
-        return snprintf(buf, len, "--set: [https] %s: ", name);
+        return snprintf(buf, len, "--set: [%s] %s: ", sec, name);
     if (line == 0)
-        return snprintf(buf, len, "%s: [https] %s: ", source, name);
-    return snprintf(buf, len, "%s:%u: [https] %s: ", source, (unsigned)line, name);
+        return snprintf(buf, len, "%s: [%s] %s: ", source, sec, name);
+    return snprintf(buf, len, "%s:%u: [%s] %s: ", source, (unsigned)line, sec, name);
 }
 
 static void key_error(md_error *err, const md_tls_config *t, const char *source, const char *name,
@@ -294,8 +297,13 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 }
 
 struct md_tls_ctx {
-    SSL_CTX *ssl;
+    SSL_CTX *ssl; /* the listener's: no server name, or one no site has its own pair for */
     uint32_t handshake_timeout_ms;
+    _Atomic uint32_t refs; /* the generation's and each connection's */
+    bool strict_sni;
+    uint32_t nsites;
+    SSL_CTX *site_ssl[MD_SITES_MAX]; /* a site's own pair; NULL: the listener's */
+    md_site sites[MD_SITES_MAX];     /* their names, for SNI (sites.h) */
 };
 
 static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
@@ -348,44 +356,140 @@ out_free:
     return NULL;
 }
 
-int md_tls_config_check(const md_tls_config *t, const char *source, md_error *err)
+/* A site's pair as a configuration of its own: [https]'s protocols and suites, the site's
+ * certificate and key, and the site's lines and name for messages. */
+static void site_config(const md_tls_config *t, const md_site *site, md_tls_config *out)
+{
+    *out = *t;
+    snprintf(out->cert[0], sizeof out->cert[0], "%s", site->cert);
+    snprintf(out->key[0], sizeof out->key[0], "%s", site->key);
+    out->cert[1][0] = out->key[1][0] = '\0';
+    memset(out->line, 0, sizeof out->line);
+    out->line[0] = site->cert_line;
+    out->line[1] = site->key_line;
+    snprintf(out->label, sizeof out->label, "site %s", site->name);
+}
+
+int md_tls_config_check(const md_tls_config *t, const md_route_table *sites, const char *source,
+                        md_error *err)
 {
     md_error scratch;
     SSL_CTX *ctx = ctx_make(t, source, err != NULL ? err : &scratch);
     if (ctx == NULL)
         return -EINVAL;
     SSL_CTX_free(ctx);
+    for (uint32_t i = 1; sites != NULL && i < sites->nsites; i++) {
+        if (sites->sites[i].cert[0] == '\0')
+            continue;
+        static md_tls_config one; /* large (paths); the configuration's thread only */
+        site_config(t, &sites->sites[i], &one);
+        if ((ctx = ctx_make(&one, source, err != NULL ? err : &scratch)) == NULL)
+            return -EINVAL;
+        SSL_CTX_free(ctx);
+    }
     return 0;
 }
 
-int md_tls_ctx_new(const md_tls_config *t, const char *source, md_tls_ctx **out, md_error *err)
+/* Handshake failures by reason, for /metrics (the counters are below). */
+enum {
+    FAIL_UNRECOGNIZED_NAME, /* strict_sni: a name no site has, or none */
+    FAIL_PROTOCOL_VERSION,  /* TLS 1.1 or older, or not a version at all */
+    FAIL_NO_SHARED_CIPHER,
+    FAIL_NO_APPLICATION_PROTOCOL, /* ALPN without http/1.1 */
+    FAIL_HTTP_REQUEST,            /* plaintext HTTP on the TLS port */
+    FAIL_CLOSED,                  /* the peer closed or reset half way */
+    FAIL_OTHER,
+    FAIL_REASONS,
+};
+static void hs_fail_reason(int which);
+
+/* SNI: the site whose names the client's server name matches has its own pair, which replaces
+ * the listener's; a name no site has gets the listener's, or with strict_sni an
+ * unrecognized_name alert (RFC 6066 3), as a client that sends none does. */
+static int on_servername(SSL *ssl, int *alert, void *arg)
+{
+    md_tls_ctx *x = arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    int site = name != NULL ? md_sites_pick_in(x->sites, x->nsites, name, strlen(name)) : -1;
+    if (site < 0 && x->strict_sni) {
+        hs_fail_reason(FAIL_UNRECOGNIZED_NAME);
+        *alert = SSL_AD_UNRECOGNIZED_NAME;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
+    if (site > 0 && x->site_ssl[site] != NULL && SSL_set_SSL_CTX(ssl, x->site_ssl[site]) == NULL) {
+        *alert = SSL_AD_INTERNAL_ERROR;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static void ctx_unref(md_tls_ctx *x)
+{
+    /* acq_rel: the last release sees every other holder's use before it frees (pairs with
+     * the other holders' releases). */
+    if (x == NULL || atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    SSL_CTX_free(x->ssl);
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++)
+        SSL_CTX_free(x->site_ssl[i]);
+    free(x);
+}
+
+int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const char *source,
+                   md_tls_ctx **out, md_error *err)
 {
     md_tls_ctx *x = calloc(1, sizeof *x);
     if (x == NULL) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return -ENOMEM;
     }
+    atomic_init(&x->refs, 1);
     if ((x->ssl = ctx_make(t, source, err)) == NULL) {
         free(x);
         return -EINVAL;
     }
     x->handshake_timeout_ms = t->handshake_timeout_ms;
+    x->strict_sni = t->strict_sni;
+    if (sites != NULL && sites->nsites > 1) {
+        x->nsites = sites->nsites;
+        memcpy(x->sites, sites->sites, sizeof x->sites);
+        for (uint32_t i = 1; i < sites->nsites; i++) {
+            if (sites->sites[i].cert[0] == '\0')
+                continue;
+            static md_tls_config one; /* large; the loop's thread only (start, reload) */
+            site_config(t, &sites->sites[i], &one);
+            if ((x->site_ssl[i] = ctx_make(&one, source, err)) == NULL) {
+                ctx_unref(x);
+                return -EINVAL;
+            }
+        }
+    }
+    if (x->nsites > 1 || x->strict_sni) {
+        SSL_CTX_set_tlsext_servername_callback(x->ssl, on_servername);
+        SSL_CTX_set_tlsext_servername_arg(x->ssl, x);
+    }
     *out = x;
     return 0;
 }
 
 void md_tls_ctx_free(md_tls_ctx *x)
 {
-    if (x == NULL)
-        return;
-    SSL_CTX_free(x->ssl); /* the connections' SSL objects hold references of their own */
-    free(x);
+    ctx_unref(x); /* the connections hold references of their own */
 }
 
 /* ---- metrics ---- */
 
 /* Process-wide, relaxed: independent monotonic counters for /metrics. */
-static _Atomic uint64_t hs_ok_12, hs_ok_13, hs_failed, hs_resumed;
+static _Atomic uint64_t hs_ok_12, hs_ok_13, hs_failed, hs_resumed, hs_failed_by[FAIL_REASONS];
+static const char *const fail_names[FAIL_REASONS] = {
+    [FAIL_UNRECOGNIZED_NAME] = "unrecognized_name",
+    [FAIL_PROTOCOL_VERSION] = "protocol_version",
+    [FAIL_NO_SHARED_CIPHER] = "no_shared_cipher",
+    [FAIL_NO_APPLICATION_PROTOCOL] = "no_application_protocol",
+    [FAIL_HTTP_REQUEST] = "http_request",
+    [FAIL_CLOSED] = "closed",
+    [FAIL_OTHER] = "other",
+};
 
 static void count(_Atomic uint64_t *n)
 {
@@ -396,6 +500,37 @@ static void count(_Atomic uint64_t *n)
 static uint64_t read_count(_Atomic uint64_t *n)
 {
     return atomic_load_explicit(n, memory_order_relaxed); /* relaxed: see count() */
+}
+
+static void hs_fail_reason(int which)
+{
+    count(&hs_failed_by[which]);
+}
+
+/* Why the handshake failed, from OpenSSL's last error (before the queue is cleared). The
+ * strict_sni refusal was counted by its callback: -1. */
+static int fail_reason_of(unsigned long e, int err)
+{
+    if (e == 0)
+        return err == -EPROTO ? FAIL_CLOSED : FAIL_OTHER;
+    switch (ERR_GET_REASON(e)) {
+    case SSL_R_CALLBACK_FAILED:
+    case SSL_R_CLIENTHELLO_TLSEXT:
+        return -1;
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_UNKNOWN_PROTOCOL:
+        return FAIL_PROTOCOL_VERSION;
+    case SSL_R_NO_SHARED_CIPHER:
+        return FAIL_NO_SHARED_CIPHER;
+    case SSL_R_NO_APPLICATION_PROTOCOL:
+        return FAIL_NO_APPLICATION_PROTOCOL;
+    case SSL_R_HTTP_REQUEST:
+        return FAIL_HTTP_REQUEST;
+    default:
+        return FAIL_OTHER;
+    }
 }
 
 int md_tls_metrics_text(md_outbuf *out)
@@ -410,6 +545,13 @@ int md_tls_metrics_text(md_outbuf *out)
                            "TLS handshakes begun that failed (an alert, a bad record, a close).",
                            "magpied_tls_handshake_failures_total %llu\n",
                            (unsigned long long)read_count(&hs_failed));
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_tls_handshake_failure_reasons_total", "counter",
+                                 "TLS handshakes that failed, by reason.");
+    for (int i = 0; rc == 0 && i < FAIL_REASONS; i++)
+        rc =
+            md_metrics_put(out, "magpied_tls_handshake_failure_reasons_total{reason=\"%s\"} %llu\n",
+                           fail_names[i], (unsigned long long)read_count(&hs_failed_by[i]));
     return md_metrics_family(out, rc, "magpied_tls_resumptions_total", "counter",
                              "TLS handshakes that resumed a session (ticket or cache).",
                              "magpied_tls_resumptions_total %llu\n",
@@ -420,7 +562,7 @@ int md_tls_metrics_text(md_outbuf *out)
 
 struct md_tls_conn {
     SSL *ssl;        /* made at the first read; NULL before */
-    SSL_CTX *ctx;    /* a reference of its own */
+    md_tls_ctx *x;   /* a reference of its own (its SNI callback's argument) */
     uint64_t hs_end; /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
     /* The stream's view that the BIO reads from, during one SSL call. */
     const char *in;
@@ -496,11 +638,9 @@ int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
     md_tls_conn *t = calloc(1, sizeof *t);
     if (t == NULL)
         return -ENOMEM;
-    if (SSL_CTX_up_ref(x->ssl) != 1) {
-        free(t);
-        return -ENOMEM;
-    }
-    t->ctx = x->ssl;
+    /* Relaxed: the taker already holds a reference (the generation's) to what it reads. */
+    atomic_fetch_add_explicit(&x->refs, 1, memory_order_relaxed);
+    t->x = x;
     t->hs_end = mp_now_ms() + x->handshake_timeout_ms;
     *out = t;
     return 0;
@@ -517,7 +657,7 @@ static int ssl_make(md_tls_conn *t)
         return -ENOMEM;
     BIO_set_data(b, t);
     BIO_set_init(b, 1);
-    t->ssl = SSL_new(t->ctx);
+    t->ssl = SSL_new(t->x->ssl);
     if (t->ssl == NULL) {
         BIO_free(b);
         return -ENOMEM;
@@ -561,6 +701,9 @@ static void fail(md_tls_conn *t, int err)
     t->failed = err;
     if (t->hs_end != UINT64_MAX && t->began) {
         count(&hs_failed);
+        int reason = fail_reason_of(ERR_peek_last_error(), err);
+        if (reason >= 0)
+            hs_fail_reason(reason);
         if (md_log_enabled(MD_LOG_DEBUG)) {
             char why[200];
             md_log(MD_LOG_DEBUG, "TLS handshake failed: %s", ssl_reason(why, sizeof why));
@@ -748,6 +891,13 @@ mp_poll md_tls_close_notify(md_conn *c, mp_context *cx)
     return flush(c, cx);
 }
 
+const char *md_tls_servername(const md_conn *c)
+{
+    if (c->tls == NULL || c->tls->ssl == NULL)
+        return NULL;
+    return SSL_get_servername(c->tls->ssl, TLSEXT_NAMETYPE_host_name);
+}
+
 uint64_t md_tls_handshake_deadline(const md_conn *c)
 {
     return c->tls != NULL ? c->tls->hs_end : UINT64_MAX;
@@ -768,7 +918,7 @@ void md_tls_conn_free(md_conn *c)
     }
     ERR_clear_error();
     SSL_free(t->ssl);
-    SSL_CTX_free(t->ctx);
+    ctx_unref(t->x);
     free(t->wbuf);
     free(t->pbuf);
     free(t);

@@ -44,11 +44,11 @@ Test(config, defaults, .timeout = 5)
 {
     md_config c;
     md_config_init(&c);
-    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "127.0.0.1");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 8080);
-    cr_assert(c.listeners[MD_LISTENER_ECHO].listen.enabled);
-    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen.port, 8007);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen[0].enabled);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "127.0.0.1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 8080);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen[0].port, 8007);
     cr_assert_eq(c.workers, 0);
     cr_assert_eq(c.limits.max_request_line, 8192);
     cr_assert_eq(c.limits.max_header_bytes, 65536);
@@ -161,11 +161,11 @@ Test(config, every_key, .timeout = 5)
     cr_assert_eq(c.file_cache.entries, 0);
     cr_assert_eq(c.file_cache.max_fds, 1000000);
     cr_assert_eq(c.file_cache.valid_ms, 3600000);
-    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.family, AF_INET6);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "::1");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
-    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen[0].enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].family, AF_INET6);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "::1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 0);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
     cr_assert_eq(c.slow_poll_us, 2500);
@@ -369,10 +369,10 @@ Test(config, set_overrides, .timeout = 5)
     cr_assert_eq(md_config_set(&c, "limits.max_headers=20", &err), 0, "%s", err.msg);
     cr_assert_eq(c.limits.max_headers, 20);
     cr_assert_eq(md_config_set(&c, "echo.listen=", &err), 0, "%s", err.msg);
-    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
     cr_assert_eq(md_config_set(&c, "http.listen=0.0.0.0:80", &err), 0, "%s", err.msg);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "0.0.0.0");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 80);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "0.0.0.0");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 80);
     cr_assert_eq(md_config_set(&c, "log.access_log=./a=b.log", &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.log.access_log_path, "./a=b.log");
     /* A later --set of the same key wins; that is not a duplicate. */
@@ -455,7 +455,7 @@ Test(config, load_file_errors_name_the_path, .timeout = 5)
     fputs("[http]\nlisten = 127.0.0.1:0\n", f);
     fclose(f);
     cr_assert_eq(md_config_load(&c, path, &err), 0, "%s", err.msg);
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 0);
     cr_assert_str_eq(c.source, path);
     unlink(path);
 }
@@ -746,5 +746,5 @@ Test(config, registry_a_bogus_header_after_a_route, .timeout = 5)
     /* With nothing wrong after it, the route's own error is on its header's line. */
     expect_error("[route = /metrics]\n\n[http]\n",
                  "test.conf:1: [route = /metrics] handler: required (text, echo, metrics, "
-                 "health, redirect, static or proxy)");
+                 "health, redirect, static, proxy or https_redirect)");
 }
