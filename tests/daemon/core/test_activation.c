@@ -156,21 +156,23 @@ Test(activation, bad_names_and_sockets_are_errors)
 }
 
 /* magpied under systemd-socket-activate: it starts on the first connection, takes the passed
- * sockets by name, and serves that connection from the backlog. The file's addresses are
- * ignored for passed sockets. */
+ * sockets by name (a [listener NAME]'s by its NAME), and serves that connection from the
+ * backlog. The file's addresses are ignored for passed sockets. */
 Test(activation, magpied_serves_sockets_from_systemd_socket_activate)
 {
     char conf[] = "/tmp/magpied-activation-XXXXXX";
     int cfd = mkstemp(conf);
     cr_assert_geq(cfd, 0);
-    const char *text = "[http]\nlisten = 127.0.0.1:1\n[echo]\nlisten = 127.0.0.1:2\n";
+    const char *text = "[http]\nlisten = 127.0.0.1:1\n[echo]\nlisten = 127.0.0.1:2\n"
+                       "[listener admin]\nlisten = 127.0.0.1:3\n";
     cr_assert_eq(write(cfd, text, strlen(text)), (ssize_t)strlen(text));
     close(cfd);
-    int http = free_port(), echo = free_port();
-    char exe[PATH_MAX + 32], l1[64], l2[64];
+    int http = free_port(), echo = free_port(), admin = free_port();
+    char exe[PATH_MAX + 32], l1[64], l2[64], l3[64];
     magpied_path(exe, sizeof exe);
     snprintf(l1, sizeof l1, "127.0.0.1:%d", http);
     snprintf(l2, sizeof l2, "127.0.0.1:%d", echo);
+    snprintf(l3, sizeof l3, "127.0.0.1:%d", admin);
     int p[2];
     cr_assert_eq(pipe(p), 0);
     pid_t pid = fork();
@@ -182,8 +184,8 @@ Test(activation, magpied_serves_sockets_from_systemd_socket_activate)
         close(p[1]);
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 2); /* its chatter ("Listening on ...") */
-        execlp("systemd-socket-activate", "systemd-socket-activate", "-l", l1, "-l", l2,
-               "--fdname=http:echo", exe, "-c", conf, (char *)NULL);
+        execlp("systemd-socket-activate", "systemd-socket-activate", "-l", l1, "-l", l2, "-l", l3,
+               "--fdname=http:echo:admin", exe, "-c", conf, (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -211,8 +213,13 @@ Test(activation, magpied_serves_sockets_from_systemd_socket_activate)
     FILE *out = fdopen(p[0], "r");
     char line[256], want[256];
     cr_assert_not_null(fgets(line, sizeof line, out));
-    snprintf(want, sizeof want, "listening http=%s echo=%s\n", l1, l2);
+    snprintf(want, sizeof want, "listening http=%s echo=%s admin=%s\n", l1, l2, l3);
     cr_assert_str_eq(line, want);
+    fd = test_connect(admin);
+    test_write_all(fd, req, strlen(req));
+    read_some(fd, resp, sizeof resp, NULL, 0);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 200", 12), 0, "[listener admin] got:\n%s", resp);
+    close(fd);
     fd = test_connect(echo);
     test_write_all(fd, "hello", 5);
     cr_assert_eq(read_some(fd, resp, sizeof resp, "hello", 1), 5);
