@@ -36,9 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -87,6 +91,7 @@ static const struct tls_key {
     {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
     {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
     {"strict_sni", K_BOOL, F(strict_sni), 0, 0},
+    {"ticket_key_rotation_s", K_U32, F(ticket_key_rotation_s), 60, 86400},
 #undef F
 };
 #define NKEYS (sizeof tls_keys / sizeof tls_keys[0])
@@ -103,6 +108,7 @@ void md_tls_config_init(md_tls_config *t)
     t->session_timeout_s = 86400; /* Mozilla's: a day */
     t->handshake_timeout_ms = 10000;
     t->session_tickets = true;
+    t->ticket_key_rotation_s = 43200; /* two keys cover a day's tickets, and one more */
 }
 
 int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t line, char *msg,
@@ -296,6 +302,180 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     return SSL_TLSEXT_ERR_OK;
 }
 
+/* ---- session ticket keys ----
+ *
+ * Held here, outside every SSL_CTX, so that every worker and every generation (a reload
+ * builds new contexts) encrypts and decrypts tickets with the same keys: a reload does not end
+ * resumption. A new key is made every rotation interval (lazily, by the first handshake that
+ * finds the newest one too old); the older ones still decrypt (the ticket is then renewed)
+ * for as long as a ticket may live (session_timeout_s), then go. Keys live in this process
+ * only: processes sharing a port (reuseport) do not share them. */
+
+enum { TICKET_KEYS = 8, TICKET_NAME = 16, TICKET_SECRET = 32 };
+
+typedef struct ticket_key {
+    unsigned char name[TICKET_NAME];
+    unsigned char aes[TICKET_SECRET];  /* AES-256-CBC */
+    unsigned char hmac[TICKET_SECRET]; /* HMAC-SHA256 */
+    uint64_t made_ms;                  /* mp_now_ms(); 0: the slot is empty */
+} ticket_key;
+
+static struct {
+    pthread_mutex_t lock;
+    ticket_key k[TICKET_KEYS]; /* k[0] the newest */
+    uint32_t rotation_ms, lifetime_ms;
+    uint64_t rotations; /* keys made, for /metrics */
+} tickets = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The settings of the newest generation; the keys stay. */
+static void tickets_configure(uint32_t rotation_s, uint32_t lifetime_s)
+{
+    pthread_mutex_lock(&tickets.lock);
+    tickets.rotation_ms = rotation_s * 1000u;
+    tickets.lifetime_ms = lifetime_s * 1000u;
+    pthread_mutex_unlock(&tickets.lock);
+}
+
+/* Under the lock: a new newest key when there is none or it is too old, and the keys no
+ * ticket still alive can name dropped. 0 or -1 (no random bytes). */
+static int tickets_rotate(uint64_t now)
+{
+    ticket_key *k = tickets.k;
+    if (k[0].made_ms == 0 || now - k[0].made_ms >= tickets.rotation_ms) {
+        ticket_key fresh;
+        if (RAND_bytes(fresh.name, sizeof fresh.name) != 1 ||
+            RAND_priv_bytes(fresh.aes, sizeof fresh.aes) != 1 ||
+            RAND_priv_bytes(fresh.hmac, sizeof fresh.hmac) != 1)
+            return -1;
+        fresh.made_ms = now != 0 ? now : 1;
+        memmove(&k[1], &k[0], sizeof k[0] * (TICKET_KEYS - 1));
+        k[0] = fresh;
+        tickets.rotations++;
+    }
+    /* A key retired at r (when the next was made) decrypts tickets until r + lifetime. */
+    for (int i = 1; i < TICKET_KEYS; i++)
+        if (k[i].made_ms != 0 && now - k[i - 1].made_ms >= tickets.lifetime_ms)
+            memset(&k[i], 0, sizeof k[i]);
+    return 0;
+}
+
+static int ticket_mac_init(EVP_MAC_CTX *hctx, unsigned char *key)
+{
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key, TICKET_SECRET),
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    return EVP_MAC_CTX_set_params(hctx, params) == 1 ? 0 : -1;
+}
+
+/* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1 encrypts with
+ * the newest key; 0 finds the ticket's key by name: 1 (the newest), 2 (an older one: renew the
+ * ticket), 0 (none: a full handshake), -1 on an error. */
+static int ticket_key_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                         EVP_MAC_CTX *hctx, int enc)
+{
+    (void)ssl;
+    int rc = -1;
+    ticket_key key;
+    uint64_t now = mp_now_ms();
+    pthread_mutex_lock(&tickets.lock);
+    if (tickets_rotate(now) != 0) {
+        pthread_mutex_unlock(&tickets.lock);
+        return -1;
+    }
+    int found = -1;
+    if (enc) {
+        found = 0;
+    } else {
+        for (int i = 0; i < TICKET_KEYS && found < 0; i++)
+            if (tickets.k[i].made_ms != 0 && memcmp(tickets.k[i].name, name, TICKET_NAME) == 0)
+                found = i;
+    }
+    if (found >= 0)
+        key = tickets.k[found];
+    pthread_mutex_unlock(&tickets.lock);
+    if (found < 0)
+        return 0;
+    if (enc) {
+        memcpy(name, key.name, TICKET_NAME);
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) == 1 &&
+            EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv) == 1 &&
+            ticket_mac_init(hctx, key.hmac) == 0)
+            rc = 1;
+    } else if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv) == 1 &&
+               ticket_mac_init(hctx, key.hmac) == 0) {
+        rc = found == 0 ? 1 : 2;
+    }
+    OPENSSL_cleanse(&key, sizeof key);
+    return rc;
+}
+
+/* ---- certificates' expiry ----
+ *
+ * The certificates the newest generation serves, for /metrics (days left) and the warning a
+ * start or reload logs when one has less than EXPIRY_WARN_DAYS left. */
+
+enum { EXPIRY_WARN_DAYS = 14, CERTS_MAX = MD_TLS_PAIRS + MD_SITES_MAX };
+
+static struct {
+    pthread_mutex_t lock;
+    uint32_t n;
+    struct {
+        char label[64]; /* "https" or "site NAME" */
+        char path[256]; /* cut: a label for the series */
+        time_t not_after;
+    } c[CERTS_MAX];
+} certs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Seconds since the epoch of an ASN1_TIME, or 0. */
+static time_t asn1_time(const ASN1_TIME *t)
+{
+    struct tm tm;
+    if (t == NULL || ASN1_TIME_to_tm(t, &tm) != 1)
+        return 0;
+    return timegm(&tm);
+}
+
+/* The leaf certificate of each of t's pairs (read again from its file: the first in it),
+ * recorded from certs.c[n] on with label; the new count. Under certs.lock. */
+static uint32_t record_certs(const char *label, const md_tls_config *t, uint32_t n)
+{
+    for (int p = 0; p < MD_TLS_PAIRS && n < CERTS_MAX; p++) {
+        if (t->cert[p][0] == '\0')
+            continue;
+        FILE *f = fopen(t->cert[p], "r");
+        X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+        if (f != NULL)
+            fclose(f);
+        ERR_clear_error();
+        if (x == NULL)
+            continue; /* read a moment ago: replaced since; the next reload says */
+        snprintf(certs.c[n].label, sizeof certs.c[n].label, "%s", label);
+        /* A label value of the exposition: no quote, backslash or line break. */
+        char *d = certs.c[n].path;
+        size_t cap = sizeof certs.c[n].path, k = 0;
+        for (const char *c = t->cert[p]; *c != '\0' && k + 1 < cap; c++)
+            d[k++] = *c == '"' || *c == '\\' || *c == '\n' ? '_' : *c;
+        d[k] = '\0';
+        certs.c[n].not_after = asn1_time(X509_get0_notAfter(x));
+        X509_free(x);
+        n++;
+    }
+    return n;
+}
+
+static void expiry_warn(void)
+{
+    time_t now = time(NULL);
+    for (uint32_t i = 0; i < certs.n; i++) {
+        double days = difftime(certs.c[i].not_after, now) / 86400.0;
+        if (days < EXPIRY_WARN_DAYS)
+            md_log(MD_LOG_WARN, "TLS: [%s] certificate %s expires in %.1f days", certs.c[i].label,
+                   certs.c[i].path, days);
+    }
+}
+
 struct md_tls_ctx {
     SSL_CTX *ssl; /* the listener's: no server name, or one no site has its own pair for */
     uint32_t handshake_timeout_ms;
@@ -348,6 +528,11 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
         SSL_CTX_sess_set_cache_size(ctx, t->session_cache);
     }
     SSL_CTX_set_timeout(ctx, t->session_timeout_s);
+    if (t->session_tickets && SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1) {
+        snprintf(err->msg, sizeof err->msg, "TLS: session ticket keys: %s",
+                 ssl_reason(why, sizeof why));
+        goto out_free;
+    }
     SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
     return ctx;
 out_free:
@@ -464,6 +649,17 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
             }
         }
     }
+    tickets_configure(t->ticket_key_rotation_s, t->session_timeout_s);
+    pthread_mutex_lock(&certs.lock);
+    certs.n = record_certs("https", t, 0);
+    for (uint32_t i = 1; i < x->nsites && i < MD_SITES_MAX; i++)
+        if (x->site_ssl[i] != NULL) {
+            static md_tls_config one; /* large; the loop's thread only, as above */
+            site_config(t, &sites->sites[i], &one);
+            certs.n = record_certs(one.label, &one, certs.n);
+        }
+    expiry_warn();
+    pthread_mutex_unlock(&certs.lock);
     if (x->nsites > 1 || x->strict_sni) {
         SSL_CTX_set_tlsext_servername_callback(x->ssl, on_servername);
         SSL_CTX_set_tlsext_servername_arg(x->ssl, x);
@@ -552,6 +748,27 @@ int md_tls_metrics_text(md_outbuf *out)
         rc =
             md_metrics_put(out, "magpied_tls_handshake_failure_reasons_total{reason=\"%s\"} %llu\n",
                            fail_names[i], (unsigned long long)read_count(&hs_failed_by[i]));
+    pthread_mutex_lock(&tickets.lock);
+    uint64_t rotations = tickets.rotations;
+    pthread_mutex_unlock(&tickets.lock);
+    rc = md_metrics_family(out, rc, "magpied_tls_ticket_keys_made_total", "counter",
+                           "Session ticket keys made (one per rotation interval, shared by every "
+                           "worker and reload).",
+                           "magpied_tls_ticket_keys_made_total %llu\n",
+                           (unsigned long long)rotations);
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_tls_certificate_expiry_seconds", "gauge",
+                                 "Seconds until each served certificate expires (negative: "
+                                 "expired).");
+    pthread_mutex_lock(&certs.lock);
+    time_t now = time(NULL);
+    for (uint32_t i = 0; rc == 0 && i < certs.n; i++)
+        rc = md_metrics_put(
+            out,
+            "magpied_tls_certificate_expiry_seconds{section=\"%s\",certificate=\"%s\"} "
+            "%.0f\n",
+            certs.c[i].label, certs.c[i].path, difftime(certs.c[i].not_after, now));
+    pthread_mutex_unlock(&certs.lock);
     return md_metrics_family(out, rc, "magpied_tls_resumptions_total", "counter",
                              "TLS handshakes that resumed a session (ticket or cache).",
                              "magpied_tls_resumptions_total %llu\n",

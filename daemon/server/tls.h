@@ -35,8 +35,9 @@ typedef struct md_tls_config {
     uint32_t session_timeout_s;               /* a session's (and ticket's) lifetime */
     uint32_t handshake_timeout_ms;            /* from accept to the handshake's end */
     bool session_tickets;
-    bool strict_sni;   /* a server name no site has (or none): the handshake fails */
-    uint32_t line[16]; /* per key of tls.c's table */
+    bool strict_sni;                /* a server name no site has (or none): the handshake fails */
+    uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
+    uint32_t line[16];              /* per key of tls.c's table */
     /* The section messages name: "" for [https]; "site NAME" for a site's certificate. */
     char label[48];
 } md_tls_config;

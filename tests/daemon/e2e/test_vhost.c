@@ -296,3 +296,42 @@ Test(vhost, check_names_a_site_certificate, .timeout = 60)
     cr_assert(strstr(out, "magpied.conf:30: "), "file:line (the key's): %s", out);
     pki_remove(dir);
 }
+
+/* Session ticket keys are the process's, not a generation's: a session from before a reload
+ * resumes after it. Each served certificate's days to expiry are in /metrics, and one that
+ * expires within 14 days is logged (the test PKI's last 2). */
+Test(vhost, tickets_survive_reload_and_expiry_is_measured, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_with(conf, NULL, errlog);
+    char cmd[PKI_DIR_MAX * 2 + 400];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && sleep 1 | openssl s_client -connect 127.0.0.1:%d -servername a.test "
+             "-tls1_3 -sess_out tsess >/dev/null 2>&1; ls tsess",
+             dir, d.https);
+    cr_assert(strstr(run(cmd), "tsess"), "no session saved");
+    kill(d.pid, SIGHUP);
+    cr_assert(file_has(errlog, "reloaded", 5000));
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && sleep 1 | openssl s_client -connect 127.0.0.1:%d -servername a.test "
+             "-tls1_3 -sess_in tsess 2>&1",
+             dir, d.https);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "Reused, TLSv1.3"), "the ticket from before the reload: %s", out);
+    cr_assert_eq(metric(&d, "magpied_tls_ticket_keys_made_total"), 1, "one key so far");
+    out = curl("http://127.0.0.1:%d/metrics", d.http);
+    char series[PKI_DIR_MAX + 200];
+    const char *names[2][2] = {{"site a", "a.pem"}, {"https", "ec.pem"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(series, sizeof series,
+                 "magpied_tls_certificate_expiry_seconds{section=\"%s\",certificate=\"%s/%s\"} ",
+                 names[i][0], dir, names[i][1]);
+        const char *at = strstr(out, series);
+        cr_assert_not_null(at, "%s in %s", series, out);
+        double days = atof(at + strlen(series)) / 86400;
+        cr_assert(days > 1.9 && days <= 2.0, "%s%f: the test PKI's are valid 2 days", series, days);
+    }
+    cr_assert(file_has(errlog, "TLS: [site b] certificate ", 100));
+    cr_assert(file_has(errlog, "b.pem expires in ", 100));
+    finish(&d);
+}
