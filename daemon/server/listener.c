@@ -325,6 +325,19 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
         pl->g->max_connections = lc->max_connections;
         n++;
     }
+    /* A listener gone from the file keeps the sockets systemd passed it, as they are. */
+    for (uint32_t i = 0; rc == 0 && i < s->ngroups && n < MD_LISTENER_SLOTS; i++) {
+        md_listener_group *g = s->groups[i];
+        bool planned = false;
+        for (uint32_t j = 0; j < n; j++)
+            planned = planned || p[j].g == g;
+        if (planned || !has_activated(g))
+            continue;
+        memset(&p[n], 0, sizeof p[n]);
+        p[n].g = g;
+        memcpy(p[n].socks, g->socks, sizeof p[n].socks);
+        p[n++].n = g->nsocks;
+    }
     *np = n;
     if (rc != 0)
         plans_undo(p, n);

@@ -756,11 +756,11 @@ int md_tls_metrics_text(md_outbuf *out)
                            "worker and reload).",
                            "magpied_tls_ticket_keys_made_total %llu\n",
                            (unsigned long long)rotations);
-    if (rc == 0)
+    pthread_mutex_lock(&certs.lock);
+    if (rc == 0 && certs.n != 0) /* a family without samples is not one */
         rc = md_metrics_put_head(out, "magpied_tls_certificate_expiry_seconds", "gauge",
                                  "Seconds until each served certificate expires (negative: "
                                  "expired).");
-    pthread_mutex_lock(&certs.lock);
     time_t now = time(NULL);
     for (uint32_t i = 0; rc == 0 && i < certs.n; i++)
         rc = md_metrics_put(

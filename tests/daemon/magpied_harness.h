@@ -136,6 +136,8 @@ static inline daemon_proc start_with(const char *conf, const char *const *extra,
     cr_assert(sscanf(line, "listening http=127.0.0.1:%d", &d.http) == 1 && echo_at != NULL &&
                   sscanf(echo_at, " echo=%63s", echo) == 1,
               "line: %s", line);
+    if (sscanf(echo, "127.0.0.1:%d", &d.echo) != 1)
+        d.echo = 0;
     const char *https = strstr(line, " https=127.0.0.1:");
     d.https = https != NULL ? atoi(https + strlen(" https=127.0.0.1:")) : 0;
     return d;
