@@ -197,8 +197,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "magpied: %s\n", err.msg);
         return 1;
     }
-    int inherited[MD_LISTENERS];
-    if ((rc = md_activation_fds(inherited, &err)) != 0) {
+    static md_activated inherited;
+    if ((rc = md_activation_fds(&inherited, &err)) != 0) {
         md_log(MD_LOG_ERROR, "%s", err.msg);
         md_log_close();
         return 1;
@@ -233,7 +233,7 @@ int main(int argc, char **argv)
         return 1;
     }
     md_server *srv;
-    if ((rc = md_server_start(&srv, rt, &cfg, inherited, &err)) != 0) {
+    if ((rc = md_server_start(&srv, rt, &cfg, &inherited, &err)) != 0) {
         md_log(MD_LOG_ERROR, "%s", err.msg[0] ? err.msg : uv_strerror(rc));
         mp_runtime_free(rt);
         md_log_close();
@@ -251,7 +251,7 @@ int main(int argc, char **argv)
     }
     md_log(MD_LOG_INFO, "magpied %s started: listening %s, %u workers", MAGPIED_VERSION, where,
            mp_runtime_workers(rt));
-    char ready[320];
+    char ready[MD_SERVER_DESCRIBE_MAX + 64];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=listening %s\nMAINPID=%ld", where,
              (long)getpid());
     if ((rc = md_notify(ready)) != 0)

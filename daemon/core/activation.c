@@ -2,6 +2,7 @@
 #include "core/activation.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +68,29 @@ static int check_listener(int fd, char *why, size_t len)
     return 0;
 }
 
-int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
+int md_activation_fd(const md_activated *a, const char *name)
 {
-    for (int i = 0; i < MD_LISTENERS; i++)
-        fds[i] = -1;
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->s[i].name, name) == 0)
+            return a->s[i].fd;
+    return -1;
+}
+
+/* A name of [A-Za-z0-9_-]. */
+static bool name_ok(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '-'))
+            return false;
+    return true;
+}
+
+int md_activation_fds(md_activated *out, md_error *err)
+{
+    out->n = 0;
     const char *pid_s = getenv("LISTEN_PID"), *fds_s = getenv("LISTEN_FDS");
     const char *names = getenv("LISTEN_FDNAMES");
     long pid, n;
@@ -78,7 +98,7 @@ int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
         return 0;
     if (parse_count(pid_s, &pid) != 0 || pid != (long)getpid())
         return 0; /* meant for another process (a parent that did not clean up) */
-    if (parse_count(fds_s, &n) != 0 || n > 64) {
+    if (parse_count(fds_s, &n) != 0 || n > MD_ACTIVATION_MAX) {
         snprintf(err->msg, sizeof(err->msg), "LISTEN_FDS: expected a count, got \"%s\"", fds_s);
         unset_env();
         return -EINVAL;
@@ -89,21 +109,14 @@ int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
         int fd = FIRST_FD + (int)i;
         char name[64], why[128];
         nth_name(names, i, name, sizeof(name));
-        int kind = -1;
-        for (int k = 0; k < MD_LISTENERS; k++)
-            if (strcmp(name, md_listener_name((md_listener)k)) == 0)
-                kind = k;
-        if (kind < 0 && (name[0] == '\0' || strcmp(name, "unknown") == 0))
-            kind = positional < MD_LISTENERS ? (int)positional++ : -1;
-        if (rc == 0 && kind < 0) {
+        if (name[0] == '\0' || strcmp(name, "unknown") == 0)
+            snprintf(name, sizeof name, "%s",
+                     positional < MD_LISTENERS ? md_listener_name((md_listener)positional++) : "");
+        if (rc == 0 && (!name_ok(name) || strlen(name) >= MD_ACTIVATION_NAME_MAX)) {
             snprintf(err->msg, sizeof(err->msg),
-                     "LISTEN_FDNAMES: socket %ld is named \"%s\"; expected http or echo (at most "
-                     "one of each)",
+                     "LISTEN_FDNAMES: socket %ld is named \"%s\"; expected http, echo, https or "
+                     "the NAME of a [listener NAME]",
                      i + 1, name);
-            rc = -EINVAL;
-        } else if (rc == 0 && fds[kind] >= 0) {
-            snprintf(err->msg, sizeof(err->msg), "LISTEN_FDNAMES: two sockets for %s",
-                     md_listener_name((md_listener)kind));
             rc = -EINVAL;
         } else if (rc == 0 && check_listener(fd, why, sizeof(why)) != 0) {
             snprintf(err->msg, sizeof(err->msg), "LISTEN_FDS: socket %ld (%s): %s", i + 1,
@@ -111,17 +124,17 @@ int md_activation_fds(int fds[MD_LISTENERS], md_error *err)
             rc = -EINVAL;
         } else if (rc == 0) {
             fcntl(fd, F_SETFD, FD_CLOEXEC);
-            fds[kind] = fd;
+            snprintf(out->s[out->n].name, sizeof out->s[out->n].name, "%s", name);
+            out->s[out->n++].fd = fd;
             continue;
         }
         close(fd);
     }
-    if (rc != 0)
-        for (int k = 0; k < MD_LISTENERS; k++)
-            if (fds[k] >= 0) {
-                close(fds[k]);
-                fds[k] = -1;
-            }
+    if (rc != 0) {
+        for (int k = 0; k < out->n; k++)
+            close(out->s[k].fd);
+        out->n = 0;
+    }
     unset_env();
     return rc;
 }

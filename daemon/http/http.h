@@ -91,6 +91,13 @@ typedef struct md_http_server {
     /* The client's socket address into *out, for a route's allow and deny rules: 0, or a
      * negative errno (the peer is gone). NULL: not known (only "all" rules match). */
     int (*peer_addr)(struct md_http_conn *c, struct sockaddr_storage *out);
+    /* Virtual hosts (the route table's sites): whether the connection is TLS (HSTS is sent
+     * on TLS only), the server name its client sent (SNI; NULL: none), and the site its
+     * listener takes for a Host no site names (0: the default site). NULL: plaintext, no
+     * name, the default site. */
+    bool (*secure)(struct md_http_conn *c);
+    const char *(*servername)(struct md_http_conn *c);
+    unsigned (*default_site)(const struct md_http_server *srv, struct md_http_conn *c);
     /* The runtime the connections' tasks run on (for a handler's timers and upstream
      * sockets); NULL in tests of the core alone. */
     struct mp_runtime *rt;

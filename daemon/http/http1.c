@@ -620,8 +620,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
         c->oom = true;
         return HPE_USER;
     }
-    if (h->header == HDR_HOST) /* never set for a trailer */
+    if (h->header == HDR_HOST) {                    /* never set for a trailer */
+        keep_field(r->host, &r->host_len, at, len); /* the site (request.c) */
         return check_host(h, at, len) ? 0 : reject(c, 400);
+    }
     if (len != 0 && memchr(at, '\0', len) != NULL)
         return reject(c, 400);
     if (c->phase == PHASE_BODY)

@@ -491,6 +491,14 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     return 0;
 }
 
+/* The authority that chooses the request's site (request.c): :authority, or Host. */
+static void set_host(md_http_req *r, const uint8_t *v, size_t len)
+{
+    size_t n = len < MD_HTTP_FIELD_KEEP ? len : MD_HTTP_FIELD_KEEP;
+    memcpy(r->host, v, n);
+    r->host_len = (uint16_t)n;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
                      void *user)
@@ -513,6 +521,13 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             set_method(r, value, valuelen);
         else if (name_is(name, namelen, ":path"))
             st->status = (uint16_t)set_target(h, r, value, valuelen);
+        else if (name_is(name, namelen, ":authority"))
+            set_host(r, value, valuelen);
+        return 0;
+    }
+    if (name_is(name, namelen, "host")) { /* RFC 9113 8.3.1: :authority wins when both came */
+        if (r->host_len == 0)
+            set_host(r, value, valuelen);
         return 0;
     }
     if (name_is(name, namelen, "content-length")) {

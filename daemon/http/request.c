@@ -31,6 +31,7 @@
 #include "core/text.h"
 #include "http/response.h"
 #include "http/routes.h"
+#include "http/sites.h"
 
 void md_http_limits_default(md_http_limits *l)
 {
@@ -130,21 +131,20 @@ static bool closes_with(md_http_req *r, unsigned code)
 }
 
 /* The filters around a route's handler that change a response's fields: the route's header
- * rules (headers.h) on a response of code, and a 401's challenge (auth_basic.h). When they
- * apply, *fields (and *flen) become a heap copy in *own, which the caller frees; otherwise
- * *own is NULL. 0 or -ENOMEM. */
+ * rules (headers.h) on a response of code, a 401's challenge (auth_basic.h), and its site's
+ * Strict-Transport-Security on TLS (r->hsts). When they apply, *fields (and *flen) become a
+ * heap copy in *own, which the caller frees; otherwise *own is NULL. 0 or -ENOMEM. */
 static int route_fields(const md_http_req *r, unsigned code, const char **fields, size_t *flen,
                         char **own)
 {
     *own = NULL;
     const md_route *route = r->route;
-    if (route == NULL)
+    bool rules = route != NULL && md_headers_apply(&route->headers, code);
+    bool challenge = route != NULL && code == 401 && route->auth.realm[0] != '\0';
+    if (!rules && !challenge && r->hsts == NULL)
         return 0;
-    bool rules = md_headers_apply(&route->headers, code);
-    bool challenge = code == 401 && route->auth.realm[0] != '\0';
-    if (!rules && !challenge)
-        return 0;
-    size_t cap = *flen + MD_HEADERS_ADD_MAX + MD_AUTH_REALM_MAX + 64;
+    size_t cap = *flen + MD_HEADERS_ADD_MAX + MD_AUTH_REALM_MAX +
+                 (r->hsts != NULL ? strlen(r->hsts) : 0) + 96;
     char *buf = malloc(cap);
     if (buf == NULL)
         return -ENOMEM;
@@ -157,6 +157,8 @@ static int route_fields(const md_http_req *r, unsigned code, const char **fields
     }
     if (challenge)
         n += md_auth_challenge(route->auth.realm, buf + n, cap - n);
+    if (r->hsts != NULL)
+        n += (size_t)snprintf(buf + n, cap - n, "Strict-Transport-Security: %s\r\n", r->hsts);
     buf[n] = '\0';
     *own = buf;
     *fields = buf;
@@ -231,7 +233,7 @@ int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctyp
                            size_t len)
 {
     if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET &&
-        !md_headers_apply(&r->headers, 200)) {
+        req->hsts == NULL && !md_headers_apply(&r->headers, 200)) {
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
@@ -266,7 +268,8 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
     const char *fields = NULL;
     size_t flen = 0;
     char *own;
-    if (route_fields(req, 200, &fields, &flen, &own) != 0 || flen > MD_HEADERS_ADD_MAX) {
+    enum { FIELDS_MAX = MD_HEADERS_ADD_MAX + MD_SITE_HSTS_MAX + 64 }; /* rules and HSTS */
+    if (route_fields(req, 200, &fields, &flen, &own) != 0 || flen > FIELDS_MAX) {
         free(own);
         out->len = out->head + mark;
         return -ENOMEM;
@@ -283,7 +286,7 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         md__http_account_response(req, 200, is_head ? 0 : n);
         return 0;
     }
-    char head[MD_HTTP_HEAD_MAX + MD_HEADERS_ADD_MAX];
+    char head[MD_HTTP_HEAD_MAX + FIELDS_MAX];
     char *end = md_http_put_head_fields(head, md_http_status_of(200), close, http10(req), NULL,
                                         fields, flen, ctype, n);
     free(own);
@@ -434,6 +437,21 @@ const md_http_server *md_http_req_server(const md_http_req *req)
     return req->srv;
 }
 
+static const char *authority(const md_http_req *r, size_t *len);
+
+const char *md_http_req_host(const md_http_req *req, size_t *len)
+{
+    const char *h = authority(req, len);
+    return *len != 0 ? h : NULL;
+}
+
+const char *md_http_req_target(const md_http_req *req, size_t *len, bool *cut)
+{
+    *len = req->target_len;
+    *cut = req->target_full;
+    return req->target;
+}
+
 const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t *len)
 {
     *target_len = req->kept_target;
@@ -538,6 +556,50 @@ static bool authorized(const md_http_req *r, const md_route *route)
     return v != NULL && route->auth.users != NULL && md_htpasswd_verify(route->auth.users, v, len);
 }
 
+/* The authority the request names: an absolute-form target's, which wins over Host (RFC
+ * 9112 3.2.2), or Host's. */
+static const char *authority(const md_http_req *r, size_t *len)
+{
+    const char *t = r->target;
+    size_t n = r->target_len, skip = 0;
+    if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
+        skip = 7;
+    else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
+        skip = 8;
+    if (skip != 0) {
+        size_t e = skip;
+        while (e < n && t[e] != '/' && t[e] != '?')
+            e++;
+        *len = e - skip;
+        return t + skip;
+    }
+    *len = r->host_len;
+    return r->host;
+}
+
+/* Virtual hosts: the site whose names the authority matches, or the listener's default; a TLS
+ * connection whose server name picks another site than that is misdirected (RFC 9110
+ * 15.5.20: 421), so that a certificate valid for several names cannot carry one site's
+ * requests to another. */
+static void pick_site(md_http_req *r, const md_route_table *rt)
+{
+    const md_http_server *srv = r->srv;
+    unsigned dflt = srv->default_site != NULL ? srv->default_site(srv, r->conn) : 0;
+    size_t hl;
+    const char *host = authority(r, &hl);
+    int site = md_sites_pick(rt, host, hl);
+    r->site = (uint8_t)(site >= 0 ? (unsigned)site : dflt);
+    const char *sni = srv->servername != NULL ? srv->servername(r->conn) : NULL;
+    if (sni != NULL) {
+        int by_name = md_sites_pick(rt, sni, strlen(sni));
+        if ((by_name >= 0 ? (unsigned)by_name : dflt) != r->site)
+            r->misdirected = true;
+    }
+    const md_site *s = &rt->sites[r->site];
+    if (s->hsts[0] != '\0' && srv->secure != NULL && srv->secure(r->conn))
+        r->hsts = s->hsts;
+}
+
 void md__http_req_route(md_http_req *r)
 {
     const char *t = r->target;
@@ -572,7 +634,10 @@ void md__http_req_route(md_http_req *r)
     }
     r->path = t;
     r->npath = (uint32_t)n;
-    r->route = md_routes_find(routes_of(r), t, n);
+    const md_route_table *rt = routes_of(r);
+    if (rt->nsites > 1)
+        pick_site(r, rt);
+    r->route = md_routes_find_in(rt, r->site, t, n);
     if (r->route != NULL && r->route->real_ip.header != MD_REAL_IP_NONE)
         real_client(r, r->route);
     if (r->route != NULL)
@@ -588,6 +653,8 @@ unsigned md__http_req_refusal(const md_http_req *r)
         return 0;
     if (r->path_bad)
         return 400;
+    if (r->misdirected)
+        return 421;
     if (route == NULL)
         return 404;
     if (r->limited)

@@ -61,6 +61,12 @@ bool md_http_req_path_cut(const md_http_req *req);
 /* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
  * longer than MD_HTTP_COND_KEEP. */
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len);
+/* The authority the request names, as sent (port included): an absolute-form target's, or
+ * the first Host value's (cut at MD_HTTP_FIELD_KEEP bytes); NULL with *len 0 when none. */
+const char *md_http_req_host(const md_http_req *req, size_t *len);
+/* The request target as sent (path and query), *len bytes; *cut when it was longer than
+ * MD_HTTP_TARGET_MAX and only its start is kept. */
+const char *md_http_req_target(const md_http_req *req, size_t *len, bool *cut);
 /* With md_http_server.keep_fields: the target as sent (target_len bytes), then CRLF and each
  * header field as "name: value" CRLF, len bytes in all; valid until the response is done. */
 const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t *len);

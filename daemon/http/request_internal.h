@@ -51,6 +51,9 @@ struct md_http_req {
     bool has_length;    /* a Content-Length came */
     bool upgrade;       /* Connection: upgrade with Upgrade */
     bool continued;     /* the protocol told the client to send its body (100 Continue) */
+    bool misdirected;   /* its Host picks another site than its TLS server name: 421 */
+    uint8_t site;       /* the site (sites.h) whose routes it was looked up in */
+    uint16_t host_len;  /* bytes kept in host[] */
     uint8_t method;     /* enum md_method, once method_done */
     uint8_t http_major; /* the version, as the protocol last read it */
     uint8_t http_minor;
@@ -69,7 +72,9 @@ struct md_http_req {
     const char *upstream;            /* md_http_req_set_upstream(), for the access log */
     uint64_t upstream_ms;
     uint64_t start_ns; /* the entry point's now when its first byte came */
+    const char *hsts;  /* Strict-Transport-Security for its responses; NULL: none */
     char target[MD_HTTP_TARGET_MAX];
+    char host[MD_HTTP_FIELD_KEEP]; /* the first Host value's first bytes */
     char referer[MD_HTTP_FIELD_KEEP];
     char user_agent[MD_HTTP_FIELD_KEEP];
     char path_buf[MD_HTTP_TARGET_MAX]; /* the decoded path, when it differs from the raw one */
@@ -152,7 +157,7 @@ static inline bool md__http_req_wants_head(const md_http_req *r)
 {
     const struct md_route *route = r->route;
     return route != NULL && route->handler->on_head != NULL && !r->forbidden && !r->limited &&
-           !r->unauthorized && md_route_allows(route, r->method);
+           !r->unauthorized && !r->misdirected && md_route_allows(route, r->method);
 }
 /* The head is complete and md__http_req_wants_head(): the handler's on_head says what becomes
  * of the body. 0 or -ENOMEM. */

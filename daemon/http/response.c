@@ -38,6 +38,7 @@ static const md_http_status statuses[] = {
     STATUS(410, "Gone"),
     STATUS(412, "Precondition Failed"),
     STATUS(417, "Expectation Failed"),
+    STATUS(421, "Misdirected Request"),
     STATUS(429, "Too Many Requests"),
     STATUS(431, "Request Header Fields Too Large"),
     STATUS(500, "Internal Server Error"),

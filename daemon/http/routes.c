@@ -205,7 +205,8 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     }
     for (uint32_t i = 0; i < t->n; i++) {
         const md_route *o = &t->r[i];
-        if (o->exact == exact && o->path_len == len && memcmp(o->path, spec, len) == 0) {
+        if (o->site == t->cur_site && o->exact == exact && o->path_len == len &&
+            memcmp(o->path, spec, len) == 0) {
             md_say(msg, msg_len, "the same route as line %u", (unsigned)o->line);
             return -EINVAL;
         }
@@ -222,6 +223,7 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     r->exact = exact;
     r->line = line;
     md_ratelimit_conf_init(&r->limit);
+    r->site = t->cur_site;
     return 0;
 }
 
@@ -549,9 +551,17 @@ void md_routes_prepare(md_route_table *t)
 
 const md_route *md_routes_find(const md_route_table *t, const char *path, size_t len)
 {
+    return md_routes_find_in(t, 0, path, len);
+}
+
+const md_route *md_routes_find_in(const md_route_table *t, unsigned site, const char *path,
+                                  size_t len)
+{
     for (uint32_t i = 0; i < t->n; i++) {
         const md_route *r = &t->r[t->order[i]];
         size_t n = r->path_len;
+        if (r->site != site)
+            continue;
         if (n > len || memcmp(r->path, path, n) != 0)
             continue;
         if (n == len)

@@ -24,6 +24,7 @@
 #include "http/error_page.h"
 #include "http/headers.h"
 #include "http/real_ip.h"
+#include "http/sites.h"
 
 struct md_handler;
 
@@ -47,6 +48,7 @@ typedef struct md_route {
     bool has_methods;    /* methods were given; otherwise the handler's default */
     uint8_t index;       /* position in the table (the canned-response slot of a text route) */
     uint8_t metric_slot; /* its magpied_route_* counters (md_routes_count_in) */
+    uint8_t site;        /* the site it belongs to (sites.h): the [site] above it; 0 default */
     uint32_t line;       /* of its [route] header in the configuration; 0: built in */
     uint64_t methods;    /* bit (1 << llhttp method) per allowed method; HEAD goes with GET */
     char allow[MD_ROUTE_ALLOW_MAX];   /* Allow for 405 and OPTIONS; md_routes_prepare */
@@ -73,6 +75,10 @@ typedef struct md_route_table {
     md_route r[MD_ROUTES_MAX];
     uint8_t order[MD_ROUTES_MAX]; /* indices into r, longest path first, exact before prefix */
     char allow_any[MD_ROUTE_ALLOW_MAX]; /* for OPTIONS *: every method some route allows */
+    /* [site NAME] sections (sites.h): sites[0] is the default site; nsites 0: no [site] */
+    uint32_t nsites;
+    uint8_t cur_site; /* while the file is read: the site the next [route] belongs to */
+    md_site sites[MD_SITES_MAX];
 } md_route_table;
 
 struct md_ini_section;
@@ -125,8 +131,11 @@ int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, si
 /* Resolves handlers, Allow values and the lookup order. Call once the table is complete. */
 void md_routes_prepare(md_route_table *t);
 
-/* The route for a normalised path, or NULL (404). */
+/* The route for a normalised path, or NULL (404): md_routes_find() among the default site's
+ * routes, md_routes_find_in() among site's. */
 const md_route *md_routes_find(const md_route_table *t, const char *path, size_t len);
+const md_route *md_routes_find_in(const md_route_table *t, unsigned site, const char *path,
+                                  size_t len);
 
 /* method is an enum md_method (request.h: llhttp's numbers). HEAD is allowed wherever GET is.
  * OPTIONS, which every route answers (request.c, before this check), is not in methods but is in

@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,23 +74,61 @@ static int listen_parse(const char *s, md_listen *out)
     return 0;
 }
 
-/* [http] listen; [echo] listen, which may also be empty (the listener is off). */
+/* [http] listen; [echo] and [https] listen, which may also be empty (the listener is off):
+ * one address or several, separated by commas or blanks ("0.0.0.0:8080, [::]:8080"). */
 static int parse_listen(void *conf, const md_ini_key *k, const char *value, char *msg,
                         size_t msg_len)
 {
     md_listen *l = (md_listen *)(void *)((char *)conf + k->offset);
+    md_listen got[MD_LISTEN_ADDRS];
     bool may_be_off = k->min != 0;
-    if (may_be_off && *value == '\0') {
-        memset(l, 0, sizeof(*l));
-        return 0;
+    memset(got, 0, sizeof got);
+    const char *w;
+    size_t n = 0, wlen;
+    while (md_words_next(&value, &w, &wlen)) {
+        char one[MD_CONFIG_HOST_MAX + 16];
+        if (n == MD_LISTEN_ADDRS) {
+            snprintf(msg, msg_len, "more than %d addresses", MD_LISTEN_ADDRS);
+            return -EINVAL;
+        }
+        snprintf(one, sizeof one, "%.*s", (int)wlen, w);
+        if (wlen >= sizeof one || listen_parse(one, &got[n]) != 0) {
+            snprintf(msg, msg_len,
+                     "expected host:port with a numeric IPv4 address or a [bracketed] IPv6 "
+                     "address and a port in 0..65535%s, got \"%.*s\"",
+                     may_be_off ? " (or empty for off)" : "", (int)wlen, w);
+            return -EINVAL;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (md_listen_same(&got[i], &got[n]) && got[n].port != 0) {
+                snprintf(msg, msg_len, "\"%.*s\" is named twice", (int)wlen, w);
+                return -EINVAL;
+            }
+        n++;
     }
-    if (listen_parse(value, l) != 0) {
+    if (n == 0 && !may_be_off) {
         snprintf(msg, msg_len,
                  "expected host:port with a numeric IPv4 address or a [bracketed] IPv6 address "
-                 "and a port in 0..65535%s, got \"%s\"",
-                 may_be_off ? " (or empty for off)" : "", value);
+                 "and a port in 0..65535, got \"\"");
         return -EINVAL;
     }
+    memcpy(l, got, sizeof got);
+    return 0;
+}
+
+/* default_site = NAME: the [site NAME] for requests whose Host no site names (checked once the
+ * whole file is read: the site may come later). */
+static int parse_site_name(void *conf, const md_ini_key *k, const char *value, char *msg,
+                           size_t msg_len)
+{
+    char *dst = (char *)conf + k->offset;
+    if (*value != '\0' && !md_text_name_ok(value, strlen(value), MD_SITE_NAME_MAX)) {
+        snprintf(msg, msg_len,
+                 "expected the name of a [site NAME] ([A-Za-z0-9_-], at most %d bytes), got \"%s\"",
+                 MD_SITE_NAME_MAX - 1, value);
+        return -EINVAL;
+    }
+    md_text_set(dst, MD_SITE_NAME_MAX, value);
     return 0;
 }
 
@@ -108,11 +147,22 @@ static int parse_listen(void *conf, const md_ini_key *k, const char *value, char
         NULL, 0, 0, 0, 0, NULL                                                                     \
     }
 
+/* A fixed listener's identity: its kind, and its section's name for systemd. */
+static void fixed_init(md_config *c, md_listener kind)
+{
+    md_listener_config *l = &c->listeners[kind];
+    memset(l->listen, 0, sizeof l->listen);
+    l->kind = (uint8_t)kind;
+    md_text_set(l->name, sizeof l->name, md_listener_name(kind));
+    l->default_site[0] = '\0';
+    l->reuseport = false;
+}
+
 static void http_init(void *conf)
 {
     md_config *c = conf;
-    listen_set(&c->listeners[MD_LISTENER_HTTP].listen, AF_INET, "127.0.0.1", 8080);
-    c->listeners[MD_LISTENER_HTTP].reuseport = false;
+    fixed_init(c, MD_LISTENER_HTTP);
+    listen_set(&c->listeners[MD_LISTENER_HTTP].listen[0], AF_INET, "127.0.0.1", 8080);
     c->listeners[MD_LISTENER_HTTP].http2 = false; /* plaintext: HTTP/1.1 unless asked */
 }
 
@@ -121,6 +171,7 @@ static const md_ini_key http_keys[] = {
     {"listen", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTP, listen), 0, 0, parse_listen},
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTP, reuseport)),
     BOOL("http2", LISTENER(MD_LISTENER_HTTP, http2)),
+    {"default_site", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTP, default_site), 0, 0, parse_site_name},
     END,
 };
 
@@ -128,8 +179,8 @@ static void echo_init(void *conf)
 {
     md_config *c = conf;
     md_listener_config *e = &c->listeners[MD_LISTENER_ECHO];
-    listen_set(&e->listen, AF_INET, "127.0.0.1", 8007);
-    e->reuseport = false;
+    fixed_init(c, MD_LISTENER_ECHO);
+    listen_set(&e->listen[0], AF_INET, "127.0.0.1", 8007);
     e->idle_timeout_ms = 60000;
     e->max_connections = 1000;
 }
@@ -198,8 +249,7 @@ static void https_init(void *conf)
 {
     md_config *c = conf;
     md_listener_config *l = &c->listeners[MD_LISTENER_HTTPS];
-    memset(&l->listen, 0, sizeof l->listen); /* off */
-    l->reuseport = false;
+    fixed_init(c, MD_LISTENER_HTTPS); /* off */
     l->max_connections = 10000;
     l->http2 = true; /* offered by ALPN: a client that does not ask for h2 gets HTTP/1.1 */
     md_tls_config_init(&c->tls);
@@ -217,8 +267,109 @@ static const md_ini_key https_keys[] = {
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTPS, reuseport)),
     U32("max_connections", LISTENER(MD_LISTENER_HTTPS, max_connections), 1, 1000000),
     BOOL("http2", LISTENER(MD_LISTENER_HTTPS, http2)),
+    {"default_site", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, default_site), 0, 0,
+     parse_site_name},
     END,
 };
+
+/* [listener NAME]: one more HTTP listener (tls = on: HTTPS, with [https]'s TLS keys), with its
+ * own addresses, max_connections and default site. Its keys are set in the file only. */
+static void listener_init(void *conf)
+{
+    md_config *c = conf;
+    memset(&c->listeners[MD_LISTENERS], 0,
+           sizeof c->listeners - MD_LISTENERS * sizeof c->listeners[0]);
+    c->nlisteners = MD_LISTENERS;
+}
+
+static int listener_begin(void *conf, const char *arg, bool first, uint32_t line, void **inst,
+                          char *msg, size_t msg_len)
+{
+    (void)first;
+    md_config *c = conf;
+    while (*arg == ' ' || *arg == '\t')
+        arg++;
+    size_t n = strlen(arg);
+    while (n != 0 && (arg[n - 1] == ' ' || arg[n - 1] == '\t'))
+        n--;
+    if (!md_text_name_ok(arg, n, MD_LISTENER_NAME_MAX)) {
+        snprintf(msg, msg_len, "expected [listener NAME], NAME of [A-Za-z0-9_-] (at most %d bytes)",
+                 MD_LISTENER_NAME_MAX - 1);
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; i < c->nlisteners; i++)
+        if (strlen(c->listeners[i].name) == n && memcmp(c->listeners[i].name, arg, n) == 0) {
+            if (i < MD_LISTENERS)
+                snprintf(msg, msg_len, "\"%.*s\" is the name of [%.*s]'s listener", (int)n, arg,
+                         (int)n, arg);
+            else
+                snprintf(msg, msg_len, "a second [listener %.*s] (the first on line %u)", (int)n,
+                         arg, (unsigned)c->listeners[i].line);
+            return -EINVAL;
+        }
+    if (c->nlisteners == MD_LISTENER_SLOTS) {
+        snprintf(msg, msg_len, "more than %d listeners", MD_LISTENER_SLOTS);
+        return -EINVAL;
+    }
+    md_listener_config *l = &c->listeners[c->nlisteners++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%.*s", (int)n, arg);
+    l->kind = MD_LISTENER_HTTP;
+    l->max_connections = 10000;
+    l->line = line;
+    *inst = l;
+    return 0;
+}
+
+static int listener_key(void *inst, const char *key, const char *value, uint32_t line, char *msg,
+                        size_t msg_len)
+{
+    md_listener_config *l = inst;
+    md_ini_key k = {key, MD_INI_PARSE, 0, 1, 0, NULL};
+    uint64_t v;
+    bool b;
+    if (strcmp(key, "listen") == 0) {
+        k.offset = offsetof(md_listener_config, listen);
+        k.min = 0; /* a named listener is never off: leave it out instead */
+        l->listen_line = line;
+        return parse_listen(l, &k, value, msg, msg_len);
+    }
+    if (strcmp(key, "default_site") == 0) {
+        k.offset = offsetof(md_listener_config, default_site);
+        l->site_line = line;
+        return parse_site_name(l, &k, value, msg, msg_len);
+    }
+    if (strcmp(key, "max_connections") == 0) {
+        if (md_parse_u64(value, 1, 1000000, &v) != 0) {
+            snprintf(msg, msg_len, "expected an integer in 1..1000000, got \"%s\"", value);
+            return -EINVAL;
+        }
+        l->max_connections = (uint32_t)v;
+        return 0;
+    }
+    if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0) {
+        if (md_parse_bool(value, &b) != 0) {
+            snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+            return -EINVAL;
+        }
+        if (key[0] == 't')
+            l->kind = b ? MD_LISTENER_HTTPS : MD_LISTENER_HTTP;
+        else
+            l->reuseport = b;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+static int listener_end(void *inst, char *msg, size_t msg_len)
+{
+    const md_listener_config *l = inst;
+    if (!l->listen[0].enabled) {
+        snprintf(msg, msg_len, "listen: required");
+        return -EINVAL;
+    }
+    return 0;
+}
 
 static const md_ini_section section_http = {.name = "http", .keys = http_keys, .init = http_init};
 static const md_ini_section section_echo = {.name = "echo", .keys = echo_keys, .init = echo_init};
@@ -230,6 +381,12 @@ static const md_ini_section section_server = {
     .name = "server", .keys = server_keys, .init = server_init};
 static const md_ini_section section_https = {
     .name = "https", .keys = https_keys, .init = https_init, .key = https_key};
+static const md_ini_section section_listener = {.name = "listener",
+                                                .repeats = true,
+                                                .init = listener_init,
+                                                .begin = listener_begin,
+                                                .key = listener_key,
+                                                .end = listener_end};
 
 /* The registry: every kind of section the file may hold, and where its part is. A new section
  * is a table in the layer that uses it and one line here. */
@@ -244,6 +401,8 @@ static const md_ini_entry registry[] = {
     {&md_section_route, offsetof(md_config, routes)},
     {&md_section_upstream, offsetof(md_config, upstreams)},
     {&section_https, 0},
+    {&section_listener, 0},
+    {&md_section_site, offsetof(md_config, routes)},
 };
 
 _Static_assert(sizeof registry / sizeof registry[0] <= MD_INI_SECTIONS_MAX,
@@ -326,6 +485,47 @@ static const char *key_origin(const md_config *c, const char *section, const cha
     return l == MD_INI_LINE_SET ? NULL : c->source;
 }
 
+/* "[http]" or "[listener NAME]", for messages. */
+static void listener_label(const md_listener_config *l, char *buf, size_t len)
+{
+    if (l->line == 0)
+        snprintf(buf, len, "[%s]", l->name);
+    else
+        snprintf(buf, len, "[listener %s]", l->name);
+}
+
+/* "file:line: [section] key: why" for a listener's key. */
+static void listener_error(const md_config *c, const md_listener_config *l, md_error *err,
+                           const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void listener_error(const md_config *c, const md_listener_config *l, md_error *err,
+                           const char *key, const char *fmt, ...)
+{
+    char label[64], why[MD_INI_MSG_MAX];
+    listener_label(l, label, sizeof label);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    const char *file;
+    unsigned line;
+    if (l->line == 0) {
+        file = key_origin(c, l->name, key, &line);
+    } else {
+        file = c->source;
+        line = key[0] == 'l' ? l->listen_line : l->site_line;
+    }
+    md_ini_say(err, file, line, "%s %s: %s", label, key, why);
+}
+
+bool md_listen_same(const md_listen *a, const md_listen *b)
+{
+    return a->enabled == b->enabled &&
+           (!a->enabled ||
+            (a->family == b->family && a->port == b->port && strcmp(a->host, b->host) == 0));
+}
+
 int md_config_check(const md_config *c, md_error *err)
 {
     const char *file;
@@ -338,30 +538,34 @@ int md_config_check(const md_config *c, md_error *err)
                    c->limits.max_request_line, c->limits.max_header_bytes);
         return -EINVAL;
     }
-    const md_listen *h = &c->listeners[MD_LISTENER_HTTP].listen,
-                    *e = &c->listeners[MD_LISTENER_ECHO].listen;
-    if (!h->enabled) {
+    if (!c->listeners[MD_LISTENER_HTTP].listen[0].enabled) {
         file = key_origin(c, "http", "listen", &line);
         md_ini_say(err, file, line, "[http] listen: must be set");
         return -EINVAL;
     }
-    if (e->enabled && e->port != 0 && e->port == h->port && e->family == h->family &&
-        strcmp(e->host, h->host) == 0) {
-        file = key_origin(c, "echo", "listen", &line);
-        md_ini_say(err, file, line, "[echo] listen: %s%s%s:%u is also [http] listen",
-                   e->family == AF_INET6 ? "[" : "", e->host, e->family == AF_INET6 ? "]" : "",
-                   (unsigned)e->port);
-        return -EINVAL;
-    }
-    const md_listen *s = &c->listeners[MD_LISTENER_HTTPS].listen;
-    for (int i = 0; s->enabled && s->port != 0 && i < 2; i++) {
-        const md_listen *o = i == 0 ? h : e;
-        if (o->enabled && o->port == s->port && o->family == s->family &&
-            strcmp(o->host, s->host) == 0) {
-            file = key_origin(c, "https", "listen", &line);
-            md_ini_say(err, file, line, "[https] listen: %s%s%s:%u is also [%s] listen",
-                       s->family == AF_INET6 ? "[" : "", s->host, s->family == AF_INET6 ? "]" : "",
-                       (unsigned)s->port, i == 0 ? "http" : "echo");
+    /* No address twice, in one listener or two (port 0: the kernel picks a free one). */
+    bool tls_on = false;
+    for (uint32_t i = 0; i < c->nlisteners; i++) {
+        const md_listener_config *l = &c->listeners[i];
+        tls_on = tls_on || (l->kind == MD_LISTENER_HTTPS && l->listen[0].enabled);
+        for (int a = 0; a < MD_LISTEN_ADDRS && l->listen[a].enabled; a++) {
+            const md_listen *x = &l->listen[a];
+            for (uint32_t j = 0; j < i && x->port != 0; j++) {
+                const md_listener_config *o = &c->listeners[j];
+                for (int b = 0; b < MD_LISTEN_ADDRS && o->listen[b].enabled; b++) {
+                    if (!md_listen_same(x, &o->listen[b]))
+                        continue;
+                    char where[64];
+                    listener_label(o, where, sizeof where);
+                    listener_error(c, l, err, "listen", "%s%s%s:%u is also %s listen",
+                                   x->family == AF_INET6 ? "[" : "", x->host,
+                                   x->family == AF_INET6 ? "]" : "", (unsigned)x->port, where);
+                    return -EINVAL;
+                }
+            }
+        }
+        if (l->default_site[0] != '\0' && md_site_find(&c->routes, l->default_site) < 0) {
+            listener_error(c, l, err, "default_site", "no [site %s] in the file", l->default_site);
             return -EINVAL;
         }
     }
@@ -374,7 +578,7 @@ int md_config_check(const md_config *c, md_error *err)
         return -EINVAL;
     }
     /* [https] on: the certificate and key, read and checked now (magpied -t, a reload). */
-    if (s->enabled || c->tls.cert[0][0] != '\0')
-        return md_tls_config_check(&c->tls, c->source, err);
+    if (tls_on || c->tls.cert[0][0] != '\0')
+        return md_tls_config_check(&c->tls, &c->routes, c->source, err);
     return 0;
 }

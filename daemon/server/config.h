@@ -31,6 +31,10 @@ enum {
     MD_CONFIG_PATH_MAX = 4096,
     MD_CONFIG_HOST_MAX = 46,              /* INET6_ADDRSTRLEN */
     MD_CONFIG_FILE_MAX = MD_INI_FILE_MAX, /* bytes a configuration file may have */
+    MD_LISTEN_ADDRS = 8,                  /* addresses in one listen value */
+    /* Listeners in one configuration: [http], [echo], [https] and the [listener NAME]s. */
+    MD_LISTENER_SLOTS = 16,
+    MD_LISTENER_NAME_MAX = 32,
 };
 
 /* A listening address. Numeric only: the listeners bind without resolving names. */
@@ -41,20 +45,30 @@ typedef struct md_listen {
     char host[MD_CONFIG_HOST_MAX]; /* "127.0.0.1", "::1" (no brackets) */
 } md_listen;
 
-/* What each listener has of its own: one entry per listener, so that a new listener kind is
- * one more index, one more section of keys (config.c's tables and registry) and one more entry
- * in the server's table of kinds (server/conn.c). */
+/* What each listener has of its own. The first MD_LISTENERS entries are the fixed sections
+ * [http], [echo] and [https], indexed by md_listener; each [listener NAME] adds one more, of
+ * kind HTTP or HTTPS (tls = on). A listener is one or more addresses sharing one
+ * max_connections. */
 typedef struct md_listener_config {
-    md_listen listen;         /* [http] / [echo] listen */
+    /* [...] listen: the addresses in the order written; listen[0].enabled false: off */
+    md_listen listen[MD_LISTEN_ADDRS];
     bool reuseport;           /* [http] / [echo] reuseport */
     uint32_t max_connections; /* [limits] max_connections (HTTP), [echo] max_connections */
     uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
     bool http2;               /* [http] http2 (h2c, prior knowledge), [https] http2 (ALPN h2) */
+    uint8_t kind;             /* md_listener */
+    /* "http", "echo", "https", or NAME: systemd's FileDescriptorName for its sockets */
+    char name[MD_LISTENER_NAME_MAX];
+    char default_site[MD_SITE_NAME_MAX]; /* the site for unknown hosts; "": the default one */
+    uint32_t line;                       /* [listener NAME]'s header; 0 for a fixed one */
+    uint32_t listen_line, site_line;     /* [listener NAME]'s keys, for the checks */
 } md_listener_config;
 
 typedef struct md_config {
-    md_listener_config listeners[MD_LISTENERS]; /* indexed by md_listener */
-    uint32_t workers;                           /* [runtime] workers; 0 = one per CPU */
+    /* indexed by md_listener for the fixed three, then the [listener NAME]s in file order */
+    md_listener_config listeners[MD_LISTENER_SLOTS];
+    uint32_t nlisteners;          /* MD_LISTENERS and up */
+    uint32_t workers;             /* [runtime] workers; 0 = one per CPU */
     uint32_t slow_poll_us;        /* [runtime] slow_poll_us; 0 = polls are not timed */
     md_http_limits limits;        /* [limits] ..., everything but max_connections */
     md_log_config log;            /* [log] ... */
@@ -95,6 +109,9 @@ int md_config_parse_file(md_config *c, FILE *f, const char *name, md_error *err)
 /* One CLI override, "section.key=value" (the value may be empty or contain '='), checked
  * exactly as the same key in the file. 0 or -EINVAL. */
 int md_config_set(md_config *c, const char *assignment, md_error *err);
+
+/* Whether a and b are the same address (both off counts as the same). */
+bool md_listen_same(const md_listen *a, const md_listen *b);
 
 /* Checks that need more than one key (a request line longer than the whole header section,
  * both listeners on one address). 0 or -EINVAL. */

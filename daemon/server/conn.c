@@ -241,6 +241,7 @@ int md_conn_accept(md_listener_state *l)
         return -ENOMEM;
     c->srv = s;
     c->kind = l->kind;
+    c->group = l->group;
     atomic_init(&c->refs, 2);
     mp_timer_init(&c->timer, s->rt);
     md_outbuf_init(&c->out);
@@ -263,7 +264,8 @@ int md_conn_accept(md_listener_state *l)
     if (kinds[c->kind].opened != NULL)
         kinds[c->kind].opened(s, c);
     /* Read here, on the loop's thread, where a reload writes s->cfg. */
-    c->idle_ms = s->cfg.listeners[c->kind].idle_timeout_ms;
+    c->idle_ms =
+        c->kind == MD_LISTENER_ECHO ? s->cfg.listeners[MD_LISTENER_ECHO].idle_timeout_ms : 0;
     c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
     c->min_send_rate = s->cfg.limits.min_send_rate;
     c->grace_ms = s->cfg.limits.min_rate_grace_ms;

@@ -29,13 +29,33 @@
 #include "core/metrics.h"
 #include "core/outbuf.h"
 #include "http/http1.h"
+#include "core/activation.h"
 #include "server/server.h"
+
+/* Sockets one listener may have: its addresses, or what systemd passed under its name. */
+#define MD_LISTENER_SOCKS 16
+
+/* A listener of the configuration ([http], [echo], [https], a [listener NAME]): its sockets
+ * share its max_connections. Heap-allocated, because its connections outlive a reload that
+ * removes it: it is freed once it is out of the server's list (live false) and its last
+ * connection has closed. Loop side but for name and kind, which never change (a connection's
+ * task reads name, for its default site, while the connection is open). */
+typedef struct md_listener_group {
+    char name[MD_LISTENER_NAME_MAX];
+    md_listener kind;
+    bool live;                /* in md_server.groups */
+    uint32_t max_connections; /* a reload may change it */
+    uint32_t open;            /* open connections accepted on its sockets */
+    uint32_t nsocks;
+    struct md_listener_state *socks[MD_LISTENER_SOCKS];
+} md_listener_group;
 
 /* A listening socket; heap-allocated because a reload may replace it while libuv still has
  * to run the old one's close callback. Loop side. */
 typedef struct md_listener_state {
     uv_tcp_t handle;
     md_server *srv;
+    md_listener_group *group; /* whose max_connections it accepts under */
     md_listener kind;
     bool paused;    /* a connection is waiting to be accepted */
     bool activated; /* passed by systemd: kept whatever the config says */
@@ -49,16 +69,16 @@ struct md_server {
     md_config cfg;  /* loop side after start */
     md_metrics metrics;
     md_http_gens gens; /* the HTTP settings; the list is loop side (generation.h) */
-    md_listener_state *listeners[MD_LISTENERS]; /* loop side; NULL: off */
-    uint64_t start_ns;                          /* immutable after start */
+    md_listener_group *groups[MD_LISTENER_SLOTS]; /* loop side: the listeners that are on */
+    uint32_t ngroups;
+    uint64_t start_ns; /* immutable after start */
     /* Relaxed counters for /metrics; written by the thread that handles signals. */
     _Atomic uint64_t reloads_ok, reloads_failed;
     _Atomic bool last_reload_ok;
-    _Atomic uint32_t open_conns;    /* written on the loop side, read by md_server_open() */
-    uint32_t open_by[MD_LISTENERS]; /* loop side: open connections per listener */
-    uint32_t open_peak;             /* loop side: most open since the last trim */
-    struct md_conn *conns;          /* loop side: every open connection, for drain */
-    bool draining;                  /* loop side */
+    _Atomic uint32_t open_conns; /* written on the loop side, read by md_server_open() */
+    uint32_t open_peak;          /* loop side: most open since the last trim */
+    struct md_conn *conns;       /* loop side: every open connection, for drain */
+    bool draining;               /* loop side */
 };
 
 /* An IPv6 address's text with a zone, NUL included (INET6_ADDRSTRLEN is 46). */
@@ -77,6 +97,8 @@ typedef struct md_conn {
     _Atomic int refs; /* atomic: the task's and the stream's */
     /* Small fields packed: an idle connection's memory is this struct alone. */
     uint8_t kind; /* md_listener */
+    /* The listener it came on (its name says which default site; open counted there). */
+    md_listener_group *group;
     bool closing;
     bool send_blocked; /* a write is waiting for the peer to read */
     bool nodelay;      /* TCP_NODELAY is set (md_http_io.nodelay: once, when a handler asks) */
@@ -101,12 +123,18 @@ typedef struct md_conn {
 } md_conn;
 
 /* listener.c, loop side. */
-/* At start: each listener from systemd (inherited[kind] >= 0; inherited may be NULL) or bound
+/* At start: each listener's sockets from systemd (by name; inherited may be NULL) or bound
  * from the configuration. All or none: on failure none is left open and err says why. */
-int md_listeners_open(md_server *s, const int inherited[MD_LISTENERS], md_error *err);
-/* A new listener of kind on at, accepting. */
-int md_listener_bind(md_server *s, md_listener kind, const md_listen *at, bool reuseport,
-                     md_listener_state **out, md_error *err);
+int md_listeners_open(md_server *s, const md_activated *inherited, md_error *err);
+/* Reload: s->groups made to match cfg's listeners, all or nothing: every changed address bound
+ * first, then the sockets and listeners no longer configured closed; unchanged sockets (and
+ * systemd's) are kept with their backlogs, and each listener keeps its open connections. 0, or
+ * a negative errno with err saying why (nothing changed). */
+int md_listeners_reload(md_server *s, const md_config *cfg, md_error *err);
+/* Closes every listening socket (a graceful stop). */
+void md_listeners_close_all(md_server *s);
+/* "http=127.0.0.1:8080,[::1]:8080 echo=off" and " https=..." and " NAME=..." when on. */
+void md_listeners_describe(md_server *s, char *buf, size_t len);
 /* Closes l (NULL: nothing); libuv frees it later. */
 void md_listener_close(md_listener_state *l);
 /* Accepts on the listeners paused at their mark, while under it. */
@@ -114,9 +142,6 @@ void md_listeners_resume(md_server *s);
 /* A connection was accepted on c->kind's listener / has closed: the counts, the list. */
 void md_listener_conn_added(md_server *s, md_conn *c);
 void md_listener_conn_removed(md_server *s, md_conn *c);
-const md_listen *md_listen_of(const md_config *cfg, md_listener kind);
-bool md_reuseport_of(const md_config *cfg, md_listener kind);
-bool md_listen_same(const md_listen *a, const md_listen *b);
 /* "host:port" or "[host]:port" of a socket address; the host alone with port_too false. */
 void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len);
 

@@ -117,6 +117,34 @@ static const char *conn_peer(md_http_conn *hc)
     return peer_name(mp_container_of(hc, md_conn, http));
 }
 
+/* md_http_server.secure, .servername, .default_site: what the request API needs of the
+ * connection to pick a site (request.c). */
+static bool conn_secure(md_http_conn *hc)
+{
+    return mp_container_of(hc, md_conn, http)->tls != NULL;
+}
+
+static const char *conn_servername(md_http_conn *hc)
+{
+    return md_tls_servername(mp_container_of(hc, md_conn, http));
+}
+
+static unsigned conn_default_site(const md_http_server *srv, md_http_conn *hc)
+{
+    const md_conn *c = mp_container_of(hc, md_conn, http);
+    const md_http_gen *g = md_http_gen_of((md_http_server *)srv);
+    /* c->group lives while c is open (listener.c); its name never changes. */
+    for (uint32_t i = 0; c->group != NULL && i < g->ndefaults; i++)
+        if (strcmp(g->defaults[i].name, c->group->name) == 0)
+            return g->defaults[i].site;
+    return 0;
+}
+
+_Static_assert(sizeof(((md_http_gen *)0)->defaults[0].name) == MD_LISTENER_NAME_MAX &&
+                   sizeof(((md_http_gen *)0)->defaults) / sizeof(((md_http_gen *)0)->defaults[0]) ==
+                       MD_LISTENER_SLOTS,
+               "md_http_gen.defaults is md_config.listeners' shape");
+
 /* /metrics: the server's text, then each handler's series for this generation's state. */
 static int gen_metrics_text(void *arg, md_outbuf *out)
 {
@@ -179,9 +207,21 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     if (cfg->log.access_log != MD_ACCESS_LOG_OFF)
         g->http.access_log = access_entry;
     g->http.request_begin = md_http_gen_request_begin;
+    if (g->routes.nsites > 1) {
+        g->http.secure = conn_secure;
+        g->http.servername = conn_servername;
+        g->http.default_site = conn_default_site;
+        for (uint32_t i = 0; i < cfg->nlisteners; i++) {
+            const md_listener_config *l = &cfg->listeners[i];
+            int site = md_site_find(&g->routes, l->default_site);
+            memcpy(g->defaults[i].name, l->name, sizeof g->defaults[i].name);
+            g->defaults[i].site = (uint8_t)(site > 0 ? site : 0);
+        }
+        g->ndefaults = cfg->nlisteners;
+    }
     /* [https]: the certificate and key are read again with each generation (a reload). */
     if (cfg->tls.cert[0][0] != '\0' &&
-        (rc = md_tls_ctx_new(&cfg->tls, cfg->source, &g->tls, err)) != 0) {
+        (rc = md_tls_ctx_new(&cfg->tls, &cfg->routes, cfg->source, &g->tls, err)) != 0) {
         md_http_gen_free(g);
         return rc;
     }

@@ -21,10 +21,16 @@
 #include "http/routes.h"
 
 typedef struct md_http_gen {
-    md_http_server http;                 /* immutable once published */
-    md_route_table routes;               /* http.routes; immutable once published */
-    struct md_metrics *metrics;          /* the server's, for metrics_text */
-    struct md_tls_ctx *tls;              /* [https]'s (server/tls.h); NULL without it */
+    md_http_server http;        /* immutable once published */
+    md_route_table routes;      /* http.routes; immutable once published */
+    struct md_metrics *metrics; /* the server's, for metrics_text */
+    struct md_tls_ctx *tls;     /* [https]'s (server/tls.h); NULL without it */
+    /* Each listener's default site (routes.sites), by the listener's name. */
+    uint32_t ndefaults;
+    struct {
+        char name[32]; /* MD_LISTENER_NAME_MAX */
+        uint8_t site;
+    } defaults[16];                      /* MD_LISTENER_SLOTS */
     _Atomic(struct md_http_gen *) newer; /* atomic: set once, by md_http_gens_publish() */
     _Atomic uint32_t conns;              /* atomic: connections at this generation */
     struct md_http_gen *older;           /* loop side */

@@ -30,18 +30,13 @@
 /* Open connections from which a fall to half returns memory to the system (below). */
 #define TRIM_PEAK 256
 
-static uint32_t max_conns(const md_server *s, md_listener kind)
-{
-    return s->cfg.listeners[kind].max_connections;
-}
-
 /* Accept the next connection of l, or pause l at the mark. */
 static void accept_one(md_listener_state *l)
 {
     md_server *s = l->srv;
     if (s->draining)
         return; /* not accepted: the listener is closing */
-    if (s->open_by[l->kind] >= max_conns(s, l->kind)) {
+    if (l->group->open >= l->group->max_connections) {
         l->paused = true; /* libuv stops polling l until the next uv_accept */
         return;
     }
@@ -52,10 +47,11 @@ static void accept_one(md_listener_state *l)
 
 void md_listeners_resume(md_server *s)
 {
-    for (int i = 0; i < MD_LISTENERS; i++) {
-        md_listener_state *l = s->listeners[i];
-        if (l != NULL && l->paused && s->open_by[i] < max_conns(s, (md_listener)i))
-            accept_one(l);
+    for (uint32_t i = 0; i < s->ngroups; i++) {
+        md_listener_group *g = s->groups[i];
+        for (uint32_t k = 0; k < g->nsocks; k++)
+            if (g->socks[k]->paused && g->open < g->max_connections)
+                accept_one(g->socks[k]);
     }
 }
 
@@ -64,7 +60,7 @@ void md_listener_conn_added(md_server *s, md_conn *c)
     /* Relaxed: a count, read for progress by md_server_open(); the list is loop side. */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) + 1;
     atomic_store_explicit(&s->open_conns, open, memory_order_relaxed);
-    s->open_by[c->kind]++;
+    c->group->open++;
     if (open > s->open_peak)
         s->open_peak = open;
     MP__LIST_PUSH_FRONT(s->conns, c, prev, next);
@@ -72,7 +68,9 @@ void md_listener_conn_added(md_server *s, md_conn *c)
 
 void md_listener_conn_removed(md_server *s, md_conn *c)
 {
-    s->open_by[c->kind]--;
+    md_listener_group *g = c->group;
+    if (--g->open == 0 && !g->live)
+        free(g); /* a reload removed it: its last connection is gone */
     MP__LIST_UNLINK(s->conns, c, prev, next);
     /* Relaxed: see md_listener_conn_added(). */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
@@ -191,61 +189,268 @@ static int open_listener(md_server *s, md_listener kind, int fd, md_listener_sta
     return 0;
 }
 
-int md_listener_bind(md_server *s, md_listener kind, const md_listen *at, bool reuseport,
-                     md_listener_state **out, md_error *err)
+/* A new socket of kind on at, accepting. */
+static int listener_bind(md_server *s, const md_listener_config *lc, const md_listen *at,
+                         md_listener_state **out, md_error *err)
 {
-    int fd = listen_socket(at, reuseport);
-    int rc = fd < 0 ? fd : open_listener(s, kind, fd, out);
+    int fd = listen_socket(at, lc->reuseport);
+    int rc = fd < 0 ? fd : open_listener(s, (md_listener)lc->kind, fd, out);
     if (rc != 0) {
-        snprintf(err->msg, sizeof err->msg, "%s listener on %s%s%s:%u: %s", md_listener_name(kind),
+        snprintf(err->msg, sizeof err->msg, "%s listener on %s%s%s:%u: %s", lc->name,
                  at->family == AF_INET6 ? "[" : "", at->host, at->family == AF_INET6 ? "]" : "",
                  at->port, uv_strerror(rc));
         return rc;
     }
     (*out)->at = *at;
-    (*out)->reuseport = reuseport;
+    (*out)->reuseport = lc->reuseport;
     return 0;
 }
 
-const md_listen *md_listen_of(const md_config *cfg, md_listener kind)
+/* What a listener of the configuration becomes: its group (kept or new) and its sockets. */
+typedef struct plan {
+    md_listener_group *g;
+    bool fresh_group;
+    uint32_t n;
+    md_listener_state *socks[MD_LISTENER_SOCKS];
+    bool fresh[MD_LISTENER_SOCKS]; /* bound by this plan (closed if it fails) */
+} plan;
+
+static md_listener_group *group_named(md_server *s, const char *name)
 {
-    return &cfg->listeners[kind].listen;
+    for (uint32_t i = 0; i < s->ngroups; i++)
+        if (strcmp(s->groups[i]->name, name) == 0)
+            return s->groups[i];
+    return NULL;
 }
 
-bool md_reuseport_of(const md_config *cfg, md_listener kind)
+static bool has_activated(const md_listener_group *g)
 {
-    return cfg->listeners[kind].reuseport;
+    for (uint32_t k = 0; k < g->nsocks; k++)
+        if (g->socks[k]->activated)
+            return true;
+    return false;
 }
 
-bool md_listen_same(const md_listen *a, const md_listen *b)
+static void plans_undo(plan *p, uint32_t n)
 {
-    return a->enabled == b->enabled &&
-           (!a->enabled ||
-            (a->family == b->family && a->port == b->port && strcmp(a->host, b->host) == 0));
+    for (uint32_t i = 0; i < n; i++) {
+        for (uint32_t k = 0; k < p[i].n; k++)
+            if (p[i].fresh[k])
+                md_listener_close(p[i].socks[k]);
+        if (p[i].fresh_group)
+            free(p[i].g);
+    }
 }
 
-int md_listeners_open(md_server *s, const int inherited[MD_LISTENERS], md_error *err)
+static int plan_group(plan *p, const md_listener_config *lc)
+{
+    if (p->g != NULL)
+        return 0;
+    if ((p->g = calloc(1, sizeof *p->g)) == NULL)
+        return -ENOMEM;
+    p->fresh_group = true;
+    snprintf(p->g->name, sizeof p->g->name, "%s", lc->name);
+    p->g->kind = (md_listener)lc->kind;
+    return 0;
+}
+
+/* Makes the plans for cfg: at start (inherited: systemd's sockets) or at a reload (the
+ * server's groups, whose sockets of unchanged addresses are taken over). */
+static int plans_make(md_server *s, const md_config *cfg, const md_activated *inherited, plan *p,
+                      uint32_t *np, md_error *err)
 {
     int rc = 0;
-    for (int k = 0; k < MD_LISTENERS && rc == 0; k++) {
-        md_listener kind = (md_listener)k;
-        int fd = inherited != NULL ? inherited[k] : -1;
-        if (fd >= 0) {
-            rc = open_listener(s, kind, fd, &s->listeners[k]);
-            if (rc != 0)
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < cfg->nlisteners && rc == 0; i++) {
+        const md_listener_config *lc = &cfg->listeners[i];
+        plan *pl = &p[n];
+        memset(pl, 0, sizeof *pl);
+        md_listener_group *old = group_named(s, lc->name);
+        if (old != NULL && old->kind == (md_listener)lc->kind)
+            pl->g = old;
+        /* systemd's sockets: kept whatever the file says. */
+        for (int a = 0; inherited != NULL && a < inherited->n && rc == 0; a++) {
+            if (strcmp(inherited->s[a].name, lc->name) != 0)
+                continue;
+            if ((rc = plan_group(pl, lc)) != 0)
+                break;
+            md_listener_state *l = NULL;
+            rc = open_listener(s, (md_listener)lc->kind, inherited->s[a].fd, &l);
+            if (rc != 0) {
                 snprintf(err->msg, sizeof err->msg, "%s listener from systemd (fd %d): %s",
-                         md_listener_name(kind), fd, uv_strerror(rc));
-            else
-                s->listeners[k]->activated = true;
-        } else if (md_listen_of(&s->cfg, kind)->enabled) {
-            rc = md_listener_bind(s, kind, md_listen_of(&s->cfg, kind),
-                                  md_reuseport_of(&s->cfg, kind), &s->listeners[k], err);
+                         lc->name, inherited->s[a].fd, uv_strerror(rc));
+                break;
+            }
+            if (pl->n == MD_LISTENER_SOCKS) {
+                md_listener_close(l);
+                snprintf(err->msg, sizeof err->msg,
+                         "%s listener: more than %d sockets from systemd", lc->name,
+                         MD_LISTENER_SOCKS);
+                rc = -EINVAL;
+                break;
+            }
+            l->activated = true;
+            pl->fresh[pl->n] = true;
+            pl->socks[pl->n++] = l;
+        }
+        if (rc == 0 && pl->g != NULL && !pl->fresh_group && has_activated(pl->g)) {
+            memcpy(pl->socks, pl->g->socks, sizeof pl->socks);
+            pl->n = pl->g->nsocks;
+        } else if (rc == 0 && pl->n == 0) {
+            for (int a = 0; a < MD_LISTEN_ADDRS && lc->listen[a].enabled && rc == 0; a++) {
+                md_listener_state *keep = NULL;
+                for (uint32_t k = 0; pl->g != NULL && k < pl->g->nsocks; k++)
+                    if (md_listen_same(&pl->g->socks[k]->at, &lc->listen[a]))
+                        keep = pl->g->socks[k];
+                if (keep != NULL && keep->reuseport != lc->reuseport)
+                    md_log(MD_LOG_WARN, "reload: [%s] reuseport changes only with the address",
+                           lc->name);
+                if (keep == NULL && (rc = listener_bind(s, lc, &lc->listen[a], &keep, err)) == 0)
+                    pl->fresh[pl->n] = true;
+                if (rc == 0)
+                    pl->socks[pl->n++] = keep;
+            }
+        }
+        if (rc == 0 && pl->n != 0)
+            rc = plan_group(pl, lc);
+        if (rc != 0) {
+            n++; /* undone below with the others */
+            break;
+        }
+        if (pl->n == 0) {
+            if (pl->fresh_group)
+                free(pl->g); /* off: nothing to keep */
+            continue;
+        }
+        pl->g->max_connections = lc->max_connections;
+        n++;
+    }
+    /* A listener gone from the file keeps the sockets systemd passed it, as they are. */
+    for (uint32_t i = 0; rc == 0 && i < s->ngroups && n < MD_LISTENER_SLOTS; i++) {
+        md_listener_group *g = s->groups[i];
+        bool planned = false;
+        for (uint32_t j = 0; j < n; j++)
+            planned = planned || p[j].g == g;
+        if (planned || !has_activated(g))
+            continue;
+        memset(&p[n], 0, sizeof p[n]);
+        p[n].g = g;
+        memcpy(p[n].socks, g->socks, sizeof p[n].socks);
+        p[n++].n = g->nsocks;
+    }
+    *np = n;
+    if (rc != 0)
+        plans_undo(p, n);
+    return rc;
+}
+
+/* The plans become the server's listeners; whatever they left out of the old ones closes. */
+static void plans_apply(md_server *s, plan *p, uint32_t n, bool reload)
+{
+    for (uint32_t i = 0; i < s->ngroups; i++) {
+        md_listener_group *g = s->groups[i];
+        uint32_t j = 0;
+        while (j < n && p[j].g != g)
+            j++;
+        for (uint32_t k = 0; k < g->nsocks; k++) {
+            bool kept = false;
+            for (uint32_t m = 0; j < n && m < p[j].n; m++)
+                kept = kept || p[j].socks[m] == g->socks[k];
+            if (kept)
+                continue;
+            if (reload)
+                md_log(MD_LOG_INFO, "reload: %s listener %s closed", g->name, g->socks[k]->addr);
+            md_listener_close(g->socks[k]);
+        }
+        if (j == n) {
+            g->live = false;
+            g->nsocks = 0;
+            if (g->open == 0)
+                free(g);
         }
     }
-    if (rc != 0)
-        for (int i = 0; i < MD_LISTENERS; i++) {
-            md_listener_close(s->listeners[i]);
-            s->listeners[i] = NULL;
+    s->ngroups = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        md_listener_group *g = p[i].g;
+        for (uint32_t k = 0; k < p[i].n; k++) {
+            p[i].socks[k]->group = g;
+            if (reload && p[i].fresh[k])
+                md_log(MD_LOG_INFO, "reload: %s listener on %s", g->name, p[i].socks[k]->addr);
         }
+        memcpy(g->socks, p[i].socks, sizeof g->socks);
+        g->nsocks = p[i].n;
+        g->live = true;
+        s->groups[s->ngroups++] = g;
+    }
+}
+
+int md_listeners_open(md_server *s, const md_activated *inherited, md_error *err)
+{
+    /* Every socket systemd passed must be some listener's. */
+    for (int a = 0; inherited != NULL && a < inherited->n; a++) {
+        uint32_t i = 0;
+        while (i < s->cfg.nlisteners && strcmp(s->cfg.listeners[i].name, inherited->s[a].name))
+            i++;
+        if (i == s->cfg.nlisteners) {
+            snprintf(err->msg, sizeof err->msg,
+                     "systemd passed a socket named \"%s\" (fd %d), and no listener has that "
+                     "name",
+                     inherited->s[a].name, inherited->s[a].fd);
+            for (int b = 0; b < inherited->n; b++)
+                close(inherited->s[b].fd);
+            return -EINVAL;
+        }
+    }
+    static plan p[MD_LISTENER_SLOTS]; /* the loop's thread only */
+    uint32_t n;
+    int rc = plans_make(s, &s->cfg, inherited, p, &n, err);
+    if (rc == 0)
+        plans_apply(s, p, n, false);
     return rc;
+}
+
+int md_listeners_reload(md_server *s, const md_config *cfg, md_error *err)
+{
+    static plan p[MD_LISTENER_SLOTS]; /* the loop's thread only */
+    uint32_t n;
+    int rc = plans_make(s, cfg, NULL, p, &n, err);
+    if (rc == 0)
+        plans_apply(s, p, n, true);
+    return rc;
+}
+
+void md_listeners_close_all(md_server *s)
+{
+    for (uint32_t i = 0; i < s->ngroups; i++) {
+        md_listener_group *g = s->groups[i];
+        for (uint32_t k = 0; k < g->nsocks; k++)
+            md_listener_close(g->socks[k]);
+        g->nsocks = 0;
+        g->live = false;
+        if (g->open == 0)
+            free(g);
+    }
+    s->ngroups = 0;
+}
+
+void md_listeners_describe(md_server *s, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < s->cfg.nlisteners; i++) {
+        const md_listener_config *lc = &s->cfg.listeners[i];
+        md_listener_group *g = group_named(s, lc->name);
+        bool on = g != NULL && g->nsocks != 0;
+        if (!on && i != MD_LISTENER_HTTP && i != MD_LISTENER_ECHO)
+            continue; /* named only when on: the line stays as it was */
+        int w = snprintf(buf + used, len - used, "%s%s=%s", used != 0 ? " " : "", lc->name,
+                         on ? "" : "off");
+        for (uint32_t k = 0; on && w >= 0 && (size_t)w < len - used && k < g->nsocks; k++) {
+            used += (size_t)w;
+            w = snprintf(buf + used, len - used, "%s%s", k != 0 ? "," : "", g->socks[k]->addr);
+        }
+        if (w < 0 || (size_t)w >= len - used)
+            return;
+        used += (size_t)w;
+    }
 }

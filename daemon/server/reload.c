@@ -27,50 +27,15 @@ static void reload_cmd(uv_loop_t *loop, void *arg)
     reload_call *r = arg;
     md_server *s = r->srv;
     const md_config *cfg = r->cfg;
-    md_listener_state *fresh[MD_LISTENERS] = {NULL};
-    bool replace[MD_LISTENERS] = {false};
-    int rc = 0;
     md_http_gen *g = NULL;
-    rc = md_conn_http_gen_new(s, cfg, &g, r->err);
-    for (int k = 0; k < MD_LISTENERS && rc == 0; k++) {
-        md_listener kind = (md_listener)k;
-        md_listener_state *l = s->listeners[k];
-        const md_listen *at = md_listen_of(cfg, kind);
-        bool reuseport = md_reuseport_of(cfg, kind);
-        if (s->draining || (l != NULL && l->activated))
-            continue; /* systemd's socket is kept whatever the file says */
-        if (l != NULL && md_listen_same(&l->at, at)) {
-            if (l->reuseport != reuseport)
-                md_log(MD_LOG_WARN, "reload: [%s] reuseport changes only with the address",
-                       md_listener_name(kind));
-            continue;
-        }
-        if (l == NULL && !at->enabled)
-            continue;
-        replace[k] = true;
-        if (at->enabled)
-            rc = md_listener_bind(s, kind, at, reuseport, &fresh[k], r->err);
-    }
+    int rc = md_conn_http_gen_new(s, cfg, &g, r->err);
+    if (rc == 0 && !s->draining)
+        rc = md_listeners_reload(s, cfg, r->err);
     if (rc != 0) {
-        for (int k = 0; k < MD_LISTENERS; k++)
-            md_listener_close(fresh[k]);
         if (g != NULL)
             md_http_gen_free(g);
         r->rc = rc;
         return;
-    }
-    for (int k = 0; k < MD_LISTENERS; k++) {
-        md_listener kind = (md_listener)k;
-        if (!replace[k])
-            continue;
-        if (s->listeners[k] != NULL)
-            md_log(MD_LOG_INFO, "reload: %s listener %s closed", md_listener_name(kind),
-                   s->listeners[k]->addr);
-        md_listener_close(s->listeners[k]);
-        s->listeners[k] = fresh[k];
-        if (fresh[k] != NULL)
-            md_log(MD_LOG_INFO, "reload: %s listener on %s", md_listener_name(kind),
-                   fresh[k]->addr);
     }
     md_http_gens_publish(&s->gens, g);
     md_http_gens_sweep(&s->gens); /* the older ones whose connections have all moved or closed */

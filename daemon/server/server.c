@@ -14,7 +14,7 @@
 
 typedef struct start_call {
     md_server *srv;
-    const int *inherited;
+    const md_activated *inherited;
     md_error *err;
     int rc;
 } start_call;
@@ -27,7 +27,7 @@ static void start_cmd(uv_loop_t *loop, void *arg)
 }
 
 int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
-                    const int inherited[MD_LISTENERS], md_error *err)
+                    const md_activated *inherited, md_error *err)
 {
     md_server *s = calloc(1, sizeof *s);
     if (!s)
@@ -68,13 +68,7 @@ static void describe_cmd(uv_loop_t *loop, void *arg)
 {
     (void)loop;
     describe_call *c = arg;
-    const md_listener_state *h = c->srv->listeners[MD_LISTENER_HTTP];
-    const md_listener_state *e = c->srv->listeners[MD_LISTENER_ECHO];
-    const md_listener_state *s = c->srv->listeners[MD_LISTENER_HTTPS];
-    int n = snprintf(c->buf, c->len, "http=%s echo=%s", h ? h->addr : "off", e ? e->addr : "off");
-    if (s != NULL && n >= 0 &&
-        (size_t)n < c->len) /* named only when on: the line stays as it was */
-        snprintf(c->buf + n, c->len - (size_t)n, " https=%s", s->addr);
+    md_listeners_describe(c->srv, c->buf, c->len);
 }
 
 void md_server_describe(md_server *s, char *buf, size_t len)
@@ -89,10 +83,7 @@ static void drain_cmd(uv_loop_t *loop, void *arg)
     (void)loop;
     md_server *s = arg;
     s->draining = true;
-    for (int i = 0; i < MD_LISTENERS; i++) {
-        md_listener_close(s->listeners[i]);
-        s->listeners[i] = NULL;
-    }
+    md_listeners_close_all(s);
     /* Every conn in the list is alive: it leaves the list when its stream closes, before it
      * is freed. */
     for (md_conn *c = s->conns; c; c = c->next)

@@ -14,16 +14,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/activation.h"
 #include "server/config.h"
 #include "magpie.h"
 
 typedef struct md_server md_server;
 
-/* Bind the listeners of cfg on rt's loop, or take inherited[kind] (a listening socket from
- * systemd; -1: none; NULL: none at all) instead. On success *out serves until the runtime
- * shuts down (md_server_drain first for a graceful stop). */
+/* Bind the listeners of cfg on rt's loop, or take the sockets systemd passed under a
+ * listener's name instead (inherited; NULL: none at all; a name no listener has is an error). On
+ * success *out serves until the runtime shuts down (md_server_drain first for a graceful stop). */
 int md_server_start(md_server **out, mp_runtime *rt, const md_config *cfg,
-                    const int inherited[MD_LISTENERS], md_error *err);
+                    const md_activated *inherited, md_error *err);
 /* Apply a new, checked configuration: limits from each connection's next request, listeners
  * rebound where their address changed, max_connections, the access log hook. All or nothing:
  * on error (a new address cannot be bound) nothing changed and err says why. Counts the
@@ -33,7 +34,7 @@ int md_server_reload(md_server *s, const md_config *cfg, md_error *err);
 void md_server_count_reload(md_server *s, bool ok);
 /* The bound addresses, for the "listening" line: "http=127.0.0.1:8080 echo=127.0.0.1:8007"
  * (at most MD_SERVER_DESCRIBE_MAX bytes with the NUL; longer is cut). */
-#define MD_SERVER_DESCRIBE_MAX 200
+#define MD_SERVER_DESCRIBE_MAX 1024
 void md_server_describe(md_server *s, char *buf, size_t len);
 /* Graceful stop: close the listeners, close idle connections, and let each connection with a
  * request in flight finish it with "Connection: close". Returns at once; md_server_open()

@@ -36,9 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -48,6 +52,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/text.h"
+#include "http/routes.h"
 #include "server/conn.h"
 
 /* Mozilla's "intermediate" configuration (server side TLS, version 5.7). */
@@ -85,6 +90,8 @@ static const struct tls_key {
     {"session_timeout_s", K_U32, F(session_timeout_s), 1, 86400},
     {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
     {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
+    {"strict_sni", K_BOOL, F(strict_sni), 0, 0},
+    {"ticket_key_rotation_s", K_U32, F(ticket_key_rotation_s), 60, 86400},
 #undef F
 };
 #define NKEYS (sizeof tls_keys / sizeof tls_keys[0])
@@ -101,6 +108,7 @@ void md_tls_config_init(md_tls_config *t)
     t->session_timeout_s = 86400; /* Mozilla's: a day */
     t->handshake_timeout_ms = 10000;
     t->session_tickets = true;
+    t->ticket_key_rotation_s = 43200; /* two keys cover a day's tickets, and one more */
 }
 
 int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t line, char *msg,
@@ -157,11 +165,12 @@ static int key_prefix(const md_tls_config *t, const char *source, const char *na
     while (i < NKEYS && strcmp(tls_keys[i].name, name) != 0)
         i++;
     uint32_t line = i < NKEYS ? t->line[i] : 0;
+    const char *sec = t->label[0] != '\0' ? t->label : "https";
     if (line == MD_INI_LINE_SET)
-        return snprintf(buf, len, "--set: [https] %s: ", name);
+        return snprintf(buf, len, "--set: [%s] %s: ", sec, name);
     if (line == 0)
-        return snprintf(buf, len, "%s: [https] %s: ", source, name);
-    return snprintf(buf, len, "%s:%u: [https] %s: ", source, (unsigned)line, name);
+        return snprintf(buf, len, "%s: [%s] %s: ", source, sec, name);
+    return snprintf(buf, len, "%s:%u: [%s] %s: ", source, (unsigned)line, sec, name);
 }
 
 static void key_error(md_error *err, const md_tls_config *t, const char *source, const char *name,
@@ -296,10 +305,189 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     return SSL_TLSEXT_ERR_OK;
 }
 
+/* ---- session ticket keys ----
+ *
+ * Held here, outside every SSL_CTX, so that every worker and every generation (a reload
+ * builds new contexts) encrypts and decrypts tickets with the same keys: a reload does not end
+ * resumption. A new key is made every rotation interval (lazily, by the first handshake that
+ * finds the newest one too old); the older ones still decrypt (the ticket is then renewed)
+ * for as long as a ticket may live (session_timeout_s), then go. Keys live in this process
+ * only: processes sharing a port (reuseport) do not share them. */
+
+enum { TICKET_KEYS = 8, TICKET_NAME = 16, TICKET_SECRET = 32 };
+
+typedef struct ticket_key {
+    unsigned char name[TICKET_NAME];
+    unsigned char aes[TICKET_SECRET];  /* AES-256-CBC */
+    unsigned char hmac[TICKET_SECRET]; /* HMAC-SHA256 */
+    uint64_t made_ms;                  /* mp_now_ms(); 0: the slot is empty */
+} ticket_key;
+
+static struct {
+    pthread_mutex_t lock;
+    ticket_key k[TICKET_KEYS]; /* k[0] the newest */
+    uint32_t rotation_ms, lifetime_ms;
+    uint64_t rotations; /* keys made, for /metrics */
+} tickets = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The settings of the newest generation; the keys stay. */
+static void tickets_configure(uint32_t rotation_s, uint32_t lifetime_s)
+{
+    pthread_mutex_lock(&tickets.lock);
+    tickets.rotation_ms = rotation_s * 1000u;
+    tickets.lifetime_ms = lifetime_s * 1000u;
+    pthread_mutex_unlock(&tickets.lock);
+}
+
+/* Under the lock: a new newest key when there is none or it is too old, and the keys no
+ * ticket still alive can name dropped. 0 or -1 (no random bytes). */
+static int tickets_rotate(uint64_t now)
+{
+    ticket_key *k = tickets.k;
+    if (k[0].made_ms == 0 || now - k[0].made_ms >= tickets.rotation_ms) {
+        ticket_key fresh;
+        if (RAND_bytes(fresh.name, sizeof fresh.name) != 1 ||
+            RAND_priv_bytes(fresh.aes, sizeof fresh.aes) != 1 ||
+            RAND_priv_bytes(fresh.hmac, sizeof fresh.hmac) != 1)
+            return -1;
+        fresh.made_ms = now != 0 ? now : 1;
+        memmove(&k[1], &k[0], sizeof k[0] * (TICKET_KEYS - 1));
+        k[0] = fresh;
+        tickets.rotations++;
+    }
+    /* A key retired at r (when the next was made) decrypts tickets until r + lifetime. */
+    for (int i = 1; i < TICKET_KEYS; i++)
+        if (k[i].made_ms != 0 && now - k[i - 1].made_ms >= tickets.lifetime_ms)
+            memset(&k[i], 0, sizeof k[i]);
+    return 0;
+}
+
+static int ticket_mac_init(EVP_MAC_CTX *hctx, unsigned char *key)
+{
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key, TICKET_SECRET),
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    return EVP_MAC_CTX_set_params(hctx, params) == 1 ? 0 : -1;
+}
+
+/* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1 encrypts with
+ * the newest key; 0 finds the ticket's key by name: 1 (the newest), 2 (an older one: renew the
+ * ticket), 0 (none: a full handshake), -1 on an error. */
+static int ticket_key_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                         EVP_MAC_CTX *hctx, int enc)
+{
+    (void)ssl;
+    int rc = -1;
+    ticket_key key;
+    uint64_t now = mp_now_ms();
+    pthread_mutex_lock(&tickets.lock);
+    if (tickets_rotate(now) != 0) {
+        pthread_mutex_unlock(&tickets.lock);
+        return -1;
+    }
+    int found = -1;
+    if (enc) {
+        found = 0;
+    } else {
+        for (int i = 0; i < TICKET_KEYS && found < 0; i++)
+            if (tickets.k[i].made_ms != 0 && memcmp(tickets.k[i].name, name, TICKET_NAME) == 0)
+                found = i;
+    }
+    if (found >= 0)
+        key = tickets.k[found];
+    pthread_mutex_unlock(&tickets.lock);
+    if (found < 0)
+        return 0;
+    if (enc) {
+        memcpy(name, key.name, TICKET_NAME);
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) == 1 &&
+            EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv) == 1 &&
+            ticket_mac_init(hctx, key.hmac) == 0)
+            rc = 1;
+    } else if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv) == 1 &&
+               ticket_mac_init(hctx, key.hmac) == 0) {
+        rc = found == 0 ? 1 : 2;
+    }
+    OPENSSL_cleanse(&key, sizeof key);
+    return rc;
+}
+
+/* ---- certificates' expiry ----
+ *
+ * The certificates the newest generation serves, for /metrics (days left) and the warning a
+ * start or reload logs when one has less than EXPIRY_WARN_DAYS left. */
+
+enum { EXPIRY_WARN_DAYS = 14, CERTS_MAX = MD_TLS_PAIRS + MD_SITES_MAX };
+
+static struct {
+    pthread_mutex_t lock;
+    uint32_t n;
+    struct {
+        char label[64]; /* "https" or "site NAME" */
+        char path[256]; /* cut: a label for the series */
+        time_t not_after;
+    } c[CERTS_MAX];
+} certs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Seconds since the epoch of an ASN1_TIME, or 0. */
+static time_t asn1_time(const ASN1_TIME *t)
+{
+    struct tm tm;
+    if (t == NULL || ASN1_TIME_to_tm(t, &tm) != 1)
+        return 0;
+    return timegm(&tm);
+}
+
+/* The leaf certificate of each of t's pairs (read again from its file: the first in it),
+ * recorded from certs.c[n] on with label; the new count. Under certs.lock. */
+static uint32_t record_certs(const char *label, const md_tls_config *t, uint32_t n)
+{
+    for (int p = 0; p < MD_TLS_PAIRS && n < CERTS_MAX; p++) {
+        if (t->cert[p][0] == '\0')
+            continue;
+        FILE *f = fopen(t->cert[p], "r");
+        X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+        if (f != NULL)
+            fclose(f);
+        ERR_clear_error();
+        if (x == NULL)
+            continue; /* read a moment ago: replaced since; the next reload says */
+        snprintf(certs.c[n].label, sizeof certs.c[n].label, "%s", label);
+        /* A label value of the exposition: no quote, backslash or line break. */
+        char *d = certs.c[n].path;
+        size_t cap = sizeof certs.c[n].path, k = 0;
+        for (const char *c = t->cert[p]; *c != '\0' && k + 1 < cap; c++)
+            d[k++] = *c == '"' || *c == '\\' || *c == '\n' ? '_' : *c;
+        d[k] = '\0';
+        certs.c[n].not_after = asn1_time(X509_get0_notAfter(x));
+        X509_free(x);
+        n++;
+    }
+    return n;
+}
+
+static void expiry_warn(void)
+{
+    time_t now = time(NULL);
+    for (uint32_t i = 0; i < certs.n; i++) {
+        double days = difftime(certs.c[i].not_after, now) / 86400.0;
+        if (days < EXPIRY_WARN_DAYS)
+            md_log(MD_LOG_WARN, "TLS: [%s] certificate %s expires in %.1f days", certs.c[i].label,
+                   certs.c[i].path, days);
+    }
+}
+
 struct md_tls_ctx {
-    SSL_CTX *ssl;
+    SSL_CTX *ssl; /* the listener's: no server name, or one no site has its own pair for */
     uint32_t handshake_timeout_ms;
-    bool h2; /* ALPN offers h2 (md_tls_ctx_offer_h2), read by alpn_select */
+    bool h2;               /* ALPN offers h2 (md_tls_ctx_offer_h2), read by alpn_select */
+    _Atomic uint32_t refs; /* the generation's and each connection's */
+    bool strict_sni;
+    uint32_t nsites;
+    SSL_CTX *site_ssl[MD_SITES_MAX]; /* a site's own pair; NULL: the listener's */
+    md_site sites[MD_SITES_MAX];     /* their names, for SNI (sites.h) */
 };
 
 static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
@@ -344,6 +532,11 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
         SSL_CTX_sess_set_cache_size(ctx, t->session_cache);
     }
     SSL_CTX_set_timeout(ctx, t->session_timeout_s);
+    if (t->session_tickets && SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1) {
+        snprintf(err->msg, sizeof err->msg, "TLS: session ticket keys: %s",
+                 ssl_reason(why, sizeof why));
+        goto out_free;
+    }
     return ctx;
 out_free:
     SSL_CTX_free(ctx);
@@ -351,29 +544,134 @@ out_free:
     return NULL;
 }
 
-int md_tls_config_check(const md_tls_config *t, const char *source, md_error *err)
+/* A site's pair as a configuration of its own: [https]'s protocols and suites, the site's
+ * certificate and key, and the site's lines and name for messages. */
+static void site_config(const md_tls_config *t, const md_site *site, md_tls_config *out)
+{
+    *out = *t;
+    snprintf(out->cert[0], sizeof out->cert[0], "%s", site->cert);
+    snprintf(out->key[0], sizeof out->key[0], "%s", site->key);
+    out->cert[1][0] = out->key[1][0] = '\0';
+    memset(out->line, 0, sizeof out->line);
+    out->line[0] = site->cert_line;
+    out->line[1] = site->key_line;
+    snprintf(out->label, sizeof out->label, "site %s", site->name);
+}
+
+int md_tls_config_check(const md_tls_config *t, const md_route_table *sites, const char *source,
+                        md_error *err)
 {
     md_error scratch;
     SSL_CTX *ctx = ctx_make(t, source, err != NULL ? err : &scratch);
     if (ctx == NULL)
         return -EINVAL;
     SSL_CTX_free(ctx);
+    for (uint32_t i = 1; sites != NULL && i < sites->nsites; i++) {
+        if (sites->sites[i].cert[0] == '\0')
+            continue;
+        static md_tls_config one; /* large (paths); the configuration's thread only */
+        site_config(t, &sites->sites[i], &one);
+        if ((ctx = ctx_make(&one, source, err != NULL ? err : &scratch)) == NULL)
+            return -EINVAL;
+        SSL_CTX_free(ctx);
+    }
     return 0;
 }
 
-int md_tls_ctx_new(const md_tls_config *t, const char *source, md_tls_ctx **out, md_error *err)
+/* Handshake failures by reason, for /metrics (the counters are below). */
+enum {
+    FAIL_UNRECOGNIZED_NAME, /* strict_sni: a name no site has, or none */
+    FAIL_PROTOCOL_VERSION,  /* TLS 1.1 or older, or not a version at all */
+    FAIL_NO_SHARED_CIPHER,
+    FAIL_NO_APPLICATION_PROTOCOL, /* ALPN without http/1.1 */
+    FAIL_HTTP_REQUEST,            /* plaintext HTTP on the TLS port */
+    FAIL_CLOSED,                  /* the peer closed or reset half way */
+    FAIL_OTHER,
+    FAIL_REASONS,
+};
+static void hs_fail_reason(int which);
+
+/* SNI: the site whose names the client's server name matches has its own pair, which replaces
+ * the listener's; a name no site has gets the listener's, or with strict_sni an
+ * unrecognized_name alert (RFC 6066 3), as a client that sends none does. */
+static int on_servername(SSL *ssl, int *alert, void *arg)
+{
+    md_tls_ctx *x = arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    int site = name != NULL ? md_sites_pick_in(x->sites, x->nsites, name, strlen(name)) : -1;
+    if (site < 0 && x->strict_sni) {
+        hs_fail_reason(FAIL_UNRECOGNIZED_NAME);
+        *alert = SSL_AD_UNRECOGNIZED_NAME;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
+    if (site > 0 && x->site_ssl[site] != NULL && SSL_set_SSL_CTX(ssl, x->site_ssl[site]) == NULL) {
+        *alert = SSL_AD_INTERNAL_ERROR;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static void ctx_unref(md_tls_ctx *x)
+{
+    /* acq_rel: the last release sees every other holder's use before it frees (pairs with
+     * the other holders' releases). */
+    if (x == NULL || atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    SSL_CTX_free(x->ssl);
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++)
+        SSL_CTX_free(x->site_ssl[i]);
+    free(x);
+}
+
+int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const char *source,
+                   md_tls_ctx **out, md_error *err)
 {
     md_tls_ctx *x = calloc(1, sizeof *x);
     if (x == NULL) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return -ENOMEM;
     }
+    atomic_init(&x->refs, 1);
     if ((x->ssl = ctx_make(t, source, err)) == NULL) {
         free(x);
         return -EINVAL;
     }
     x->handshake_timeout_ms = t->handshake_timeout_ms;
+    x->strict_sni = t->strict_sni;
+    if (sites != NULL && sites->nsites > 1) {
+        x->nsites = sites->nsites;
+        memcpy(x->sites, sites->sites, sizeof x->sites);
+        for (uint32_t i = 1; i < sites->nsites; i++) {
+            if (sites->sites[i].cert[0] == '\0')
+                continue;
+            static md_tls_config one; /* large; the loop's thread only (start, reload) */
+            site_config(t, &sites->sites[i], &one);
+            if ((x->site_ssl[i] = ctx_make(&one, source, err)) == NULL) {
+                ctx_unref(x);
+                return -EINVAL;
+            }
+        }
+    }
+    tickets_configure(t->ticket_key_rotation_s, t->session_timeout_s);
+    pthread_mutex_lock(&certs.lock);
+    certs.n = record_certs("https", t, 0);
+    for (uint32_t i = 1; i < x->nsites && i < MD_SITES_MAX; i++)
+        if (x->site_ssl[i] != NULL) {
+            static md_tls_config one; /* large; the loop's thread only, as above */
+            site_config(t, &sites->sites[i], &one);
+            certs.n = record_certs(one.label, &one, certs.n);
+        }
+    expiry_warn();
+    pthread_mutex_unlock(&certs.lock);
+    /* ALPN is asked of the context the server name chose: each offers h2 by x's flag. */
     SSL_CTX_set_alpn_select_cb(x->ssl, alpn_select, &x->h2);
+    for (uint32_t i = 1; i < x->nsites && i < MD_SITES_MAX; i++)
+        if (x->site_ssl[i] != NULL)
+            SSL_CTX_set_alpn_select_cb(x->site_ssl[i], alpn_select, &x->h2);
+    if (x->nsites > 1 || x->strict_sni) {
+        SSL_CTX_set_tlsext_servername_callback(x->ssl, on_servername);
+        SSL_CTX_set_tlsext_servername_arg(x->ssl, x);
+    }
     *out = x;
     return 0;
 }
@@ -385,16 +683,22 @@ void md_tls_ctx_offer_h2(md_tls_ctx *x, bool on)
 
 void md_tls_ctx_free(md_tls_ctx *x)
 {
-    if (x == NULL)
-        return;
-    SSL_CTX_free(x->ssl); /* the connections' SSL objects hold references of their own */
-    free(x);
+    ctx_unref(x); /* the connections hold references of their own */
 }
 
 /* ---- metrics ---- */
 
 /* Process-wide, relaxed: independent monotonic counters for /metrics. */
-static _Atomic uint64_t hs_ok_12, hs_ok_13, hs_failed, hs_resumed;
+static _Atomic uint64_t hs_ok_12, hs_ok_13, hs_failed, hs_resumed, hs_failed_by[FAIL_REASONS];
+static const char *const fail_names[FAIL_REASONS] = {
+    [FAIL_UNRECOGNIZED_NAME] = "unrecognized_name",
+    [FAIL_PROTOCOL_VERSION] = "protocol_version",
+    [FAIL_NO_SHARED_CIPHER] = "no_shared_cipher",
+    [FAIL_NO_APPLICATION_PROTOCOL] = "no_application_protocol",
+    [FAIL_HTTP_REQUEST] = "http_request",
+    [FAIL_CLOSED] = "closed",
+    [FAIL_OTHER] = "other",
+};
 
 static void count(_Atomic uint64_t *n)
 {
@@ -405,6 +709,37 @@ static void count(_Atomic uint64_t *n)
 static uint64_t read_count(_Atomic uint64_t *n)
 {
     return atomic_load_explicit(n, memory_order_relaxed); /* relaxed: see count() */
+}
+
+static void hs_fail_reason(int which)
+{
+    count(&hs_failed_by[which]);
+}
+
+/* Why the handshake failed, from OpenSSL's last error (before the queue is cleared). The
+ * strict_sni refusal was counted by its callback: -1. */
+static int fail_reason_of(unsigned long e, int err)
+{
+    if (e == 0)
+        return err == -EPROTO ? FAIL_CLOSED : FAIL_OTHER;
+    switch (ERR_GET_REASON(e)) {
+    case SSL_R_CALLBACK_FAILED:
+    case SSL_R_CLIENTHELLO_TLSEXT:
+        return -1;
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_UNKNOWN_PROTOCOL:
+        return FAIL_PROTOCOL_VERSION;
+    case SSL_R_NO_SHARED_CIPHER:
+        return FAIL_NO_SHARED_CIPHER;
+    case SSL_R_NO_APPLICATION_PROTOCOL:
+        return FAIL_NO_APPLICATION_PROTOCOL;
+    case SSL_R_HTTP_REQUEST:
+        return FAIL_HTTP_REQUEST;
+    default:
+        return FAIL_OTHER;
+    }
 }
 
 int md_tls_metrics_text(md_outbuf *out)
@@ -419,6 +754,34 @@ int md_tls_metrics_text(md_outbuf *out)
                            "TLS handshakes begun that failed (an alert, a bad record, a close).",
                            "magpied_tls_handshake_failures_total %llu\n",
                            (unsigned long long)read_count(&hs_failed));
+    if (rc == 0)
+        rc = md_metrics_put_head(out, "magpied_tls_handshake_failure_reasons_total", "counter",
+                                 "TLS handshakes that failed, by reason.");
+    for (int i = 0; rc == 0 && i < FAIL_REASONS; i++)
+        rc =
+            md_metrics_put(out, "magpied_tls_handshake_failure_reasons_total{reason=\"%s\"} %llu\n",
+                           fail_names[i], (unsigned long long)read_count(&hs_failed_by[i]));
+    pthread_mutex_lock(&tickets.lock);
+    uint64_t rotations = tickets.rotations;
+    pthread_mutex_unlock(&tickets.lock);
+    rc = md_metrics_family(out, rc, "magpied_tls_ticket_keys_made_total", "counter",
+                           "Session ticket keys made (one per rotation interval, shared by every "
+                           "worker and reload).",
+                           "magpied_tls_ticket_keys_made_total %llu\n",
+                           (unsigned long long)rotations);
+    pthread_mutex_lock(&certs.lock);
+    if (rc == 0 && certs.n != 0) /* a family without samples is not one */
+        rc = md_metrics_put_head(out, "magpied_tls_certificate_expiry_seconds", "gauge",
+                                 "Seconds until each served certificate expires (negative: "
+                                 "expired).");
+    time_t now = time(NULL);
+    for (uint32_t i = 0; rc == 0 && i < certs.n; i++)
+        rc = md_metrics_put(
+            out,
+            "magpied_tls_certificate_expiry_seconds{section=\"%s\",certificate=\"%s\"} "
+            "%.0f\n",
+            certs.c[i].label, certs.c[i].path, difftime(certs.c[i].not_after, now));
+    pthread_mutex_unlock(&certs.lock);
     return md_metrics_family(out, rc, "magpied_tls_resumptions_total", "counter",
                              "TLS handshakes that resumed a session (ticket or cache).",
                              "magpied_tls_resumptions_total %llu\n",
@@ -429,7 +792,7 @@ int md_tls_metrics_text(md_outbuf *out)
 
 struct md_tls_conn {
     SSL *ssl;        /* made at the first read; NULL before */
-    SSL_CTX *ctx;    /* a reference of its own */
+    md_tls_ctx *x;   /* a reference of its own (its SNI callback's argument) */
     uint64_t hs_end; /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
     /* The stream's view that the BIO reads from, during one SSL call. */
     const char *in;
@@ -505,11 +868,9 @@ int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
     md_tls_conn *t = calloc(1, sizeof *t);
     if (t == NULL)
         return -ENOMEM;
-    if (SSL_CTX_up_ref(x->ssl) != 1) {
-        free(t);
-        return -ENOMEM;
-    }
-    t->ctx = x->ssl;
+    /* Relaxed: the taker already holds a reference (the generation's) to what it reads. */
+    atomic_fetch_add_explicit(&x->refs, 1, memory_order_relaxed);
+    t->x = x;
     t->hs_end = mp_now_ms() + x->handshake_timeout_ms;
     *out = t;
     return 0;
@@ -526,7 +887,7 @@ static int ssl_make(md_tls_conn *t)
         return -ENOMEM;
     BIO_set_data(b, t);
     BIO_set_init(b, 1);
-    t->ssl = SSL_new(t->ctx);
+    t->ssl = SSL_new(t->x->ssl);
     if (t->ssl == NULL) {
         BIO_free(b);
         return -ENOMEM;
@@ -570,6 +931,9 @@ static void fail(md_tls_conn *t, int err)
     t->failed = err;
     if (t->hs_end != UINT64_MAX && t->began) {
         count(&hs_failed);
+        int reason = fail_reason_of(ERR_peek_last_error(), err);
+        if (reason >= 0)
+            hs_fail_reason(reason);
         if (md_log_enabled(MD_LOG_DEBUG)) {
             char why[200];
             md_log(MD_LOG_DEBUG, "TLS handshake failed: %s", ssl_reason(why, sizeof why));
@@ -757,6 +1121,13 @@ mp_poll md_tls_close_notify(md_conn *c, mp_context *cx)
     return flush(c, cx);
 }
 
+const char *md_tls_servername(const md_conn *c)
+{
+    if (c->tls == NULL || c->tls->ssl == NULL)
+        return NULL;
+    return SSL_get_servername(c->tls->ssl, TLSEXT_NAMETYPE_host_name);
+}
+
 uint64_t md_tls_handshake_deadline(const md_conn *c)
 {
     return c->tls != NULL ? c->tls->hs_end : UINT64_MAX;
@@ -777,7 +1148,7 @@ void md_tls_conn_free(md_conn *c)
     }
     ERR_clear_error();
     SSL_free(t->ssl);
-    SSL_CTX_free(t->ctx);
+    ctx_unref(t->x);
     free(t->wbuf);
     free(t->pbuf);
     free(t);

@@ -35,7 +35,11 @@ typedef struct md_tls_config {
     uint32_t session_timeout_s;               /* a session's (and ticket's) lifetime */
     uint32_t handshake_timeout_ms;            /* from accept to the handshake's end */
     bool session_tickets;
-    uint32_t line[16]; /* per key of tls.c's table */
+    bool strict_sni;                /* a server name no site has (or none): the handshake fails */
+    uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
+    uint32_t line[16];              /* per key of tls.c's table */
+    /* The section messages name: "" for [https]; "site NAME" for a site's certificate. */
+    char label[48];
 } md_tls_config;
 
 /* The defaults: Mozilla's "intermediate" profile (v5.7), tickets on, a 20480-entry cache. */
@@ -48,12 +52,19 @@ int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t l
  * first pair (the second complete or absent), each file readable PEM, the key matching its
  * certificate, each certificate valid now, and the cipher and group lists known to OpenSSL.
  * 0 or -EINVAL with err as "file:line: [https] key: why" (source: the configuration file). */
-int md_tls_config_check(const md_tls_config *t, const char *source, md_error *err);
+struct md_route_table;
+/* With sites (the route table's [site]s; NULL: none), each site's certificate and key too,
+ * named "file:line: [site NAME] certificate: why". */
+int md_tls_config_check(const md_tls_config *t, const struct md_route_table *sites,
+                        const char *source, md_error *err);
 
-/* A server context (SSL_CTX) made from t: refcounted, each connection holds one reference. */
+/* A server context made from t: the listener's SSL_CTX, one more per site with a certificate
+ * of its own (SNI picks it: sites.h's matching), refcounted: each connection holds one
+ * reference. */
 typedef struct md_tls_ctx md_tls_ctx;
 /* 0, or a negative errno with err.msg saying why (as md_tls_config_check's). */
-int md_tls_ctx_new(const md_tls_config *t, const char *source, md_tls_ctx **out, md_error *err);
+int md_tls_ctx_new(const md_tls_config *t, const struct md_route_table *sites, const char *source,
+                   md_tls_ctx **out, md_error *err);
 void md_tls_ctx_free(md_tls_ctx *x); /* NULL: nothing; the connections keep theirs */
 
 struct md_conn;
@@ -89,10 +100,13 @@ mp_poll md_tls_sendfile(struct md_conn *c, mp_context *cx, md_outbuf *out, int i
 /* close_notify, written within the send limits, before the sending side is shut (a lingering
  * close, a tunnel's half-close): MP_READY once done or failed (the shutdown that follows says). */
 mp_poll md_tls_close_notify(struct md_conn *c, mp_context *cx);
+/* The server name the client sent (SNI), or NULL (none, no handshake yet, no TLS). The task's
+ * thread. */
+const char *md_tls_servername(const struct md_conn *c);
 /* The handshake's deadline (mp_now_ms() clock), UINT64_MAX once it is done. */
 uint64_t md_tls_handshake_deadline(const struct md_conn *c);
 
-/* /metrics: handshakes (by protocol version), failures, resumptions. */
+/* /metrics: handshakes (by protocol version), failures (by reason), resumptions. */
 int md_tls_metrics_text(md_outbuf *out);
 
 #endif

@@ -26,6 +26,7 @@ typedef struct daemon_proc {
     int https; /* 0 when [https] is off */
     FILE *out;
     const char *err_path; /* its stderr, when redirected */
+    char line[1024];      /* its listening line */
 } daemon_proc;
 
 /* A daemon that exited badly (sanitizers exit non-zero after a report): show what it said. */
@@ -127,11 +128,14 @@ static inline daemon_proc start_with(const char *conf, const char *const *extra,
     close(p[1]);
     running = pid;
     daemon_proc d = {.pid = pid, .out = fdopen(p[0], "r"), .err_path = err_path};
-    char line[256];
-    cr_assert_not_null(fgets(line, sizeof line, d.out), "magpied printed no listening line");
+    char *line = d.line;
+    cr_assert_not_null(fgets(line, sizeof d.line, d.out), "magpied printed no listening line");
+    /* "http=127.0.0.1:P" or, with more addresses, "http=127.0.0.1:P,[::1]:Q" */
     char echo[64];
-    cr_assert_eq(sscanf(line, "listening http=127.0.0.1:%d echo=%63s", &d.http, echo), 2,
-                 "line: %s", line);
+    const char *echo_at = strstr(line, " echo=");
+    cr_assert(sscanf(line, "listening http=127.0.0.1:%d", &d.http) == 1 && echo_at != NULL &&
+                  sscanf(echo_at, " echo=%63s", echo) == 1,
+              "line: %s", line);
     if (sscanf(echo, "127.0.0.1:%d", &d.echo) != 1)
         d.echo = 0;
     const char *https = strstr(line, " https=127.0.0.1:");

@@ -10,11 +10,11 @@
 #include "http/routes.h"
 
 extern const md_handler md_handler_text, md_handler_echo, md_handler_metrics, md_handler_health,
-    md_handler_redirect, md_handler_static, md_handler_proxy;
+    md_handler_redirect, md_handler_static, md_handler_proxy, md_handler_https_redirect;
 
 static const md_handler *const registry[] = {
     &md_handler_text,     &md_handler_echo,   &md_handler_metrics, &md_handler_health,
-    &md_handler_redirect, &md_handler_static, &md_handler_proxy,
+    &md_handler_redirect, &md_handler_static, &md_handler_proxy,   &md_handler_https_redirect,
 };
 
 enum { HANDLERS = sizeof registry / sizeof registry[0] };

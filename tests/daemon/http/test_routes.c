@@ -159,7 +159,7 @@ Test(routes, bad_sections_and_options_say_why, .timeout = 5)
     refused(" /a b", NULL, NULL, "visible ASCII");
     refused(" /a?b", NULL, NULL, "visible ASCII");
     refused(" /a", "handler", "files",
-            "expected text, echo, metrics, health, redirect, static or proxy");
+            "expected text, echo, metrics, health, redirect, static, proxy or https_redirect");
     refused(" /a", "handler", "files", "expected text, echo");
     refused(" /a", "status", "200", "expected 301");
     refused(" /a", "location", "/x\r\nSet-Cookie: a", "visible ASCII");

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http/handler.h"
 #include "server/config.h"
 
 static int parse(md_config *c, const char *text, md_error *err)
@@ -44,11 +45,11 @@ Test(config, defaults, .timeout = 5)
 {
     md_config c;
     md_config_init(&c);
-    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "127.0.0.1");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 8080);
-    cr_assert(c.listeners[MD_LISTENER_ECHO].listen.enabled);
-    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen.port, 8007);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen[0].enabled);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "127.0.0.1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 8080);
+    cr_assert(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_ECHO].listen[0].port, 8007);
     cr_assert_eq(c.workers, 0);
     cr_assert_eq(c.limits.max_request_line, 8192);
     cr_assert_eq(c.limits.max_header_bytes, 65536);
@@ -161,11 +162,11 @@ Test(config, every_key, .timeout = 5)
     cr_assert_eq(c.file_cache.entries, 0);
     cr_assert_eq(c.file_cache.max_fds, 1000000);
     cr_assert_eq(c.file_cache.valid_ms, 3600000);
-    cr_assert(c.listeners[MD_LISTENER_HTTP].listen.enabled);
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.family, AF_INET6);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "::1");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
-    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert(c.listeners[MD_LISTENER_HTTP].listen[0].enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].family, AF_INET6);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "::1");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 0);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 0);
     cr_assert_eq(c.workers, 4);
     cr_assert_eq(c.slow_poll_us, 2500);
@@ -383,10 +384,10 @@ Test(config, set_overrides, .timeout = 5)
     cr_assert_eq(md_config_set(&c, "limits.max_headers=20", &err), 0, "%s", err.msg);
     cr_assert_eq(c.limits.max_headers, 20);
     cr_assert_eq(md_config_set(&c, "echo.listen=", &err), 0, "%s", err.msg);
-    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen.enabled);
+    cr_assert_not(c.listeners[MD_LISTENER_ECHO].listen[0].enabled);
     cr_assert_eq(md_config_set(&c, "http.listen=0.0.0.0:80", &err), 0, "%s", err.msg);
-    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen.host, "0.0.0.0");
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 80);
+    cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "0.0.0.0");
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 80);
     cr_assert_eq(md_config_set(&c, "log.access_log=./a=b.log", &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.log.access_log_path, "./a=b.log");
     /* A later --set of the same key wins; that is not a duplicate. */
@@ -469,7 +470,7 @@ Test(config, load_file_errors_name_the_path, .timeout = 5)
     fputs("[http]\nlisten = 127.0.0.1:0\n", f);
     fclose(f);
     cr_assert_eq(md_config_load(&c, path, &err), 0, "%s", err.msg);
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen.port, 0);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].port, 0);
     cr_assert_str_eq(c.source, path);
     unlink(path);
 }
@@ -761,5 +762,144 @@ Test(config, registry_a_bogus_header_after_a_route, .timeout = 5)
     /* With nothing wrong after it, the route's own error is on its header's line. */
     expect_error("[route = /metrics]\n\n[http]\n",
                  "test.conf:1: [route = /metrics] handler: required (text, echo, metrics, "
-                 "health, redirect, static or proxy)");
+                 "health, redirect, static, proxy or https_redirect)");
+}
+
+/* listen takes several addresses; [listener NAME] adds listeners of its own. */
+Test(config, listeners_several_addresses_and_named, .timeout = 5)
+{
+    md_config *c = malloc(sizeof *c);
+    md_error err = {{0}};
+    cr_assert_eq(parse(c,
+                       "[http]\nlisten = 127.0.0.1:0, [::1]:0\n"
+                       "[listener public]\nlisten = 0.0.0.0:8081 [::]:8081\ntls = on\n"
+                       "max_connections = 5\ndefault_site = shop\n"
+                       "[listener admin]\nlisten = 127.0.0.1:9000\n"
+                       "[site shop]\nnames = shop.example\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(md_config_check(c, &err), -EINVAL, "[https] has no certificate");
+    cr_assert(strstr(err.msg, "certificate"), "%s", err.msg);
+    const md_listener_config *h = &c->listeners[MD_LISTENER_HTTP];
+    cr_assert_eq(h->listen[0].family, AF_INET);
+    cr_assert_eq(h->listen[1].family, AF_INET6);
+    cr_assert_str_eq(h->listen[1].host, "::1");
+    cr_assert_not(h->listen[2].enabled);
+    cr_assert_eq(c->nlisteners, MD_LISTENERS + 2);
+    const md_listener_config *p = &c->listeners[MD_LISTENERS];
+    cr_assert_str_eq(p->name, "public");
+    cr_assert_eq(p->kind, MD_LISTENER_HTTPS);
+    cr_assert_eq(p->max_connections, 5);
+    cr_assert_str_eq(p->default_site, "shop");
+    cr_assert_str_eq(p->listen[1].host, "::");
+    cr_assert_eq(p->listen[1].port, 8081);
+    const md_listener_config *a = &c->listeners[MD_LISTENERS + 1];
+    cr_assert_eq(a->kind, MD_LISTENER_HTTP);
+    cr_assert_eq(a->max_connections, 10000);
+    free(c);
+}
+
+/* A file written for the magpied before named listeners and sites reads as it did. */
+Test(config, old_files_read_unchanged, .timeout = 5)
+{
+    md_config *c = malloc(sizeof *c);
+    md_error err = {{0}};
+    cr_assert_eq(parse(c, "[http]\nlisten = 127.0.0.1:8080\n[route = /]\nhandler = health\n", &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(md_config_check(c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c->nlisteners, MD_LISTENERS);
+    cr_assert_eq(c->routes.nsites, 0);
+    cr_assert_not(c->listeners[MD_LISTENER_HTTP].listen[1].enabled);
+    free(c);
+}
+
+Test(config, listener_and_site_errors_name_file_line_and_key, .timeout = 5)
+{
+    expect_error("[http]\nlisten = 127.0.0.1:1, 127.0.0.1:1\n",
+                 "test.conf:2: [http] listen: \"127.0.0.1:1\" is named twice");
+    expect_error("[http]\nlisten = 127.0.0.1:1 nowhere\n",
+                 "test.conf:2: [http] listen: expected host:port with a numeric IPv4 address or "
+                 "a [bracketed] IPv6 address and a port in 0..65535, got \"nowhere\"");
+    expect_error("[http]\nlisten = 127.0.0.1:1,127.0.0.2:1,127.0.0.3:1,127.0.0.4:1,127.0.0.5:1,"
+                 "127.0.0.6:1,127.0.0.7:1,127.0.0.8:1,127.0.0.9:1\n",
+                 "test.conf:2: [http] listen: more than 8 addresses");
+    expect_error("[listener http]\nlisten = 127.0.0.1:1\n",
+                 "test.conf:1: [listener http]: \"http\" is the name of [http]'s listener");
+    expect_error("[listener a b]\nlisten = 127.0.0.1:1\n",
+                 "test.conf:1: [listener a b]: expected [listener NAME], NAME of [A-Za-z0-9_-] "
+                 "(at most 31 bytes)");
+    expect_error("[listener a]\nlisten = 127.0.0.1:1\n[listener a]\n",
+                 "test.conf:3: [listener a]: a second [listener a] (the first on line 1)");
+    expect_error("[listener a]\ntls = maybe\n",
+                 "test.conf:2: [listener a] tls: expected on, yes, true or 1, or off, no, false "
+                 "or 0 (any case), got \"maybe\"");
+    expect_error("[listener a]\nmax_connections = 0\n",
+                 "test.conf:2: [listener a] max_connections: expected an integer in 1..1000000, "
+                 "got \"0\"");
+    expect_error("[listener a]\nreuseport = on\n", "test.conf:1: [listener a] listen: required");
+    expect_error("[listener a]\nlisten = 127.0.0.1:1\nnope = 1\n",
+                 "test.conf:3: [listener a] nope: unknown key");
+    expect_error("[site a.b]\n", "test.conf:1: [site a.b]: expected [site NAME], NAME of "
+                                 "[A-Za-z0-9_-] (at most 31 bytes)");
+    expect_error("[site a]\nnames = ex ample..com\n",
+                 "test.conf:2: [site a] names: expected host names (example.com, "
+                 "*.example.com), got \"ample..com\"");
+    expect_error("[site a]\nnames = a.example\n[site b]\nnames = b.example A.example.\n",
+                 "test.conf:4: [site b] names: \"a.example\" is also [site a]'s");
+    expect_error("[site a]\ncertificate = /x.pem\n",
+                 "test.conf:1: [site a] certificate_key: required with certificate");
+    expect_error("[site a]\nhsts = 1 year\n",
+                 "test.conf:2: [site a] hsts: expected a Strict-Transport-Security value "
+                 "starting with max-age= (at most 127 bytes), got \"1 year\"");
+    expect_error("[site a]\n[route = /]\nhandler = health\n[site b]\n[route = /]\nhandler = "
+                 "health\n[route = /]\nhandler = text\n",
+                 "test.conf:7: [route = /]: the same route as line 5");
+}
+
+/* Checks across keys: an address in two listeners, a default_site no [site] has. */
+Test(config, listener_checks_across_keys, .timeout = 5)
+{
+    md_config *c = malloc(sizeof *c);
+    md_error err = {{0}};
+    cr_assert_eq(parse(c,
+                       "[http]\nlisten = 127.0.0.1:8080\n[listener b]\n\nlisten = [::1]:1, "
+                       "127.0.0.1:8080\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(md_config_check(c, &err), -EINVAL);
+    cr_assert_str_eq(err.msg,
+                     "test.conf:5: [listener b] listen: 127.0.0.1:8080 is also [http] listen");
+    cr_assert_eq(parse(c, "[http]\nlisten = 127.0.0.1:8080\ndefault_site = shop\n", &err), 0);
+    cr_assert_eq(md_config_check(c, &err), -EINVAL);
+    cr_assert_str_eq(err.msg, "test.conf:3: [http] default_site: no [site shop] in the file");
+    cr_assert_eq(parse(c, "[listener x]\nlisten = 127.0.0.1:1\ndefault_site = s\n[site s]\n", &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(md_config_check(c, &err), 0, "%s", err.msg);
+    free(c);
+}
+
+/* [route] sections after a [site] are that site's; those before any are the default site's. */
+Test(config, routes_belong_to_the_site_above, .timeout = 5)
+{
+    md_config *c = malloc(sizeof *c);
+    md_error err = {{0}};
+    cr_assert_eq(parse(c,
+                       "[route = /]\nhandler = health\n"
+                       "[site a]\nnames = a.example *.a.example\nhsts = max-age=60\n"
+                       "[route = /]\nhandler = text\nbody = a\n"
+                       "[route /only-a]\nhandler = health\n"
+                       "[site b]\nnames = b.example\n",
+                       &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(md_config_check(c, &err), 0, "%s", err.msg);
+    const md_route_table *t = &c->routes;
+    cr_assert_eq(t->nsites, 3);
+    cr_assert_str_eq(t->sites[1].names, "a.example *.a.example");
+    cr_assert_str_eq(t->sites[1].hsts, "max-age=60");
+    cr_assert_eq(md_routes_find_in(t, 0, "/", 1)->site, 0);
+    cr_assert_str_eq(md_routes_find_in(t, 1, "/", 1)->handler->name, "text");
+    cr_assert_not_null(md_routes_find_in(t, 1, "/only-a/x", 9));
+    cr_assert_null(md_routes_find_in(t, 0, "/only-a", 7), "another site's route");
+    cr_assert_null(md_routes_find_in(t, 2, "/", 1), "a site without routes answers 404");
+    free(c);
 }

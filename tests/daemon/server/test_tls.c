@@ -44,7 +44,7 @@ Test(tls, defaults_are_the_intermediate_profile)
     md_config c;
     md_error err;
     md_config_init(&c);
-    cr_assert_not(c.listeners[MD_LISTENER_HTTPS].listen.enabled);
+    cr_assert_not(c.listeners[MD_LISTENER_HTTPS].listen[0].enabled);
     cr_assert_eq(md_config_check(&c, &err), 0, "%s", err.msg);
 }
 
@@ -59,8 +59,8 @@ Test(tls, keys_parsed_and_refused)
                        "groups = X25519\n",
                        &err),
                  0, "%s", err.msg);
-    cr_assert(c.listeners[MD_LISTENER_HTTPS].listen.enabled);
-    cr_assert_eq(c.listeners[MD_LISTENER_HTTPS].listen.port, 8443);
+    cr_assert(c.listeners[MD_LISTENER_HTTPS].listen[0].enabled);
+    cr_assert_eq(c.listeners[MD_LISTENER_HTTPS].listen[0].port, 8443);
     cr_assert_eq(c.listeners[MD_LISTENER_HTTPS].max_connections, 7);
     cr_assert_str_eq(c.tls.cert[0], "/a.pem");
     cr_assert_str_eq(c.tls.key[0], "/a.key");
@@ -195,7 +195,7 @@ Test(tls, context_per_generation, .timeout = 60)
         dir, dir);
     cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
     md_tls_ctx *x = NULL;
-    cr_assert_eq(md_tls_ctx_new(&c.tls, c.source, &x, &err), 0, "%s", err.msg);
+    cr_assert_eq(md_tls_ctx_new(&c.tls, NULL, c.source, &x, &err), 0, "%s", err.msg);
     /* A connection's state holds the context past the generation's free. */
     md_tls_conn *conn = NULL;
     cr_assert_eq(md_tls_conn_new(x, &conn), 0);

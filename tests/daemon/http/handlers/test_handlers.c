@@ -26,11 +26,11 @@ Test(handlers, every_handler_is_registered_once_by_name, .timeout = 5)
     cr_assert_null(md_handler_find(""));
     char buf[160];
     md_handler_names(buf, sizeof buf);
-    cr_assert_str_eq(buf, "text, echo, metrics, health, redirect, static or proxy");
+    cr_assert_str_eq(buf, "text, echo, metrics, health, redirect, static, proxy or https_redirect");
     cr_assert_eq(md_handler_key_owners("content_type", buf, sizeof buf), 2);
     cr_assert_str_eq(buf, "text or echo");
-    cr_assert_eq(md_handler_key_owners("status", buf, sizeof buf), 2);
-    cr_assert_str_eq(buf, "text or redirect");
+    cr_assert_eq(md_handler_key_owners("status", buf, sizeof buf), 3);
+    cr_assert_str_eq(buf, "text, redirect or https_redirect");
     cr_assert_eq(md_handler_key_owners("nope", buf, sizeof buf), 0);
 }
 
