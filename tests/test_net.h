@@ -1,5 +1,7 @@
 /* Loopback client helpers shared by the suites that talk to real sockets (test_tcp.c,
- * tests/daemon/e2e/test_main.c). They assert, so include after <criterion/criterion.h>. */
+ * tests/daemon/e2e/test_main.c), and the socket address of a numeric IPv4 or IPv6 text for the
+ * suites of address rules (test_acl.c, test_ratelimit.c, test_real_ip.c). They assert, so
+ * include after <criterion/criterion.h>. */
 #ifndef MP_TEST_NET_H
 #define MP_TEST_NET_H
 
@@ -10,6 +12,22 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* The socket address (port 0) of "192.0.2.1" or "2001:db8::1"; anything else fails the test. */
+static inline struct sockaddr_storage test_addr(const char *text)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    else
+        cr_assert_fail("bad test address %s", text);
+    return ss;
+}
 
 /* A blocking TCP connection to 127.0.0.1:port, with Nagle off. */
 static inline int test_connect(int port)

@@ -8,25 +8,11 @@
 #include <sys/un.h>
 
 #include "http/acl.h"
-
-static struct sockaddr_storage addr(const char *text)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
-        v4->sin_family = AF_INET;
-    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
-        v6->sin6_family = AF_INET6;
-    else
-        cr_assert_fail("bad test address %s", text);
-    return ss;
-}
+#include "test_net.h"
 
 static bool permits(const md_acl *a, const char *text)
 {
-    struct sockaddr_storage ss = addr(text);
+    struct sockaddr_storage ss = test_addr(text);
     return md_acl_permits(a, &ss);
 }
 

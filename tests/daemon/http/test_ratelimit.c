@@ -11,26 +11,12 @@
 #include <string.h>
 
 #include "http/ratelimit.h"
+#include "test_net.h"
 
 TestSuite(ratelimit, .timeout = 30);
 
 #define MS UINT64_C(1000000)
 #define S  (1000 * MS)
-
-static struct sockaddr_storage addr(const char *text)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
-        v4->sin_family = AF_INET;
-    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
-        v6->sin6_family = AF_INET6;
-    else
-        cr_assert_fail("bad test address %s", text);
-    return ss;
-}
 
 static md_ratelimit_conf conf(const char *rate, const char *burst)
 {
@@ -46,7 +32,7 @@ static md_ratelimit_conf conf(const char *rate, const char *burst)
 
 static bool take(md_ratelimit *rl, const char *who, uint64_t now, uint32_t *retry)
 {
-    struct sockaddr_storage ss = addr(who);
+    struct sockaddr_storage ss = test_addr(who);
     uint32_t r = 0;
     bool ok = md_ratelimit_take(rl, &ss, now, &r);
     if (retry != NULL)
@@ -202,7 +188,7 @@ static void *hammer_run(void *arg)
     for (int round = 0; round < 200; round++)
         for (int client = 0; client < 8; client++) {
             snprintf(who, sizeof who, "203.0.113.%d", client);
-            struct sockaddr_storage ss = addr(who);
+            struct sockaddr_storage ss = test_addr(who);
             uint32_t retry;
             if (md_ratelimit_take(h->rl, &ss, 7 * S, &retry))
                 atomic_fetch_add(&h->admitted, 1);

@@ -7,21 +7,7 @@
 #include <string.h>
 
 #include "http/real_ip.h"
-
-static struct sockaddr_storage addr(const char *text)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
-        v4->sin_family = AF_INET;
-    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
-        v6->sin6_family = AF_INET6;
-    else
-        cr_assert_fail("bad test address %s", text);
-    return ss;
-}
+#include "test_net.h"
 
 static const char *text(const struct sockaddr_storage *ss)
 {
@@ -46,7 +32,7 @@ static md_route_real_ip conf(const char *from, const char *header)
 /* The address for a request from peer with value; "" when the peer's is kept. */
 static const char *client(const md_route_real_ip *ri, const char *peer, const char *value, bool cut)
 {
-    struct sockaddr_storage p = addr(peer), out;
+    struct sockaddr_storage p = test_addr(peer), out;
     if (!md_real_ip(ri, &p, value, strlen(value), cut, &out))
         return "";
     return text(&out);
