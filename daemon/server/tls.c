@@ -42,6 +42,7 @@
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -490,6 +491,28 @@ struct md_tls_ctx {
     md_site sites[MD_SITES_MAX];     /* their names, for SNI (sites.h) */
 };
 
+/* The DHE suites' group: RFC 7919's ffdhe2048, as Mozilla's profile says. OpenSSL's automatic
+ * choice is RFC 3526's group 14, a prime shared by many servers that testssl.sh reports as a
+ * "common prime" (LOGJAM). Should the named group be unavailable, the automatic one serves. */
+static void set_dhe_group(SSL_CTX *ctx)
+{
+    EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_from_name(NULL, "DH", NULL);
+    EVP_PKEY *pkey = NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, (char *)"ffdhe2048", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    bool ok = pc != NULL && EVP_PKEY_paramgen_init(pc) == 1 &&
+              EVP_PKEY_CTX_set_params(pc, params) == 1 && EVP_PKEY_paramgen(pc, &pkey) == 1 &&
+              SSL_CTX_set0_tmp_dh_pkey(ctx, pkey) == 1; /* it owns pkey from here */
+    if (!ok) {
+        EVP_PKEY_free(pkey);
+        ERR_clear_error();
+        SSL_CTX_set_dh_auto(ctx, 1);
+    }
+    EVP_PKEY_CTX_free(pc);
+}
+
 static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
 {
     char why[300];
@@ -507,7 +530,7 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
     SSL_CTX_clear_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_max_early_data(ctx, 0); /* no 0-RTT: replayable */
-    SSL_CTX_set_dh_auto(ctx, 1);        /* the DHE suites' groups (RFC 7919) */
+    set_dhe_group(ctx);
     if (SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
         key_error(err, t, source, "ciphers", "\"%s\": %s", t->ciphers, ssl_reason(why, sizeof why));
         goto out_free;

@@ -255,6 +255,9 @@ Test(tls, rsa_and_ecdsa_side_by_side, .timeout = 60)
     cr_assert(strstr(out, "Server public key is 2048 bit"), "%s", out);
     out = s_client(&d, "sleep 1", "-sigalgs ecdsa_secp256r1_sha256");
     cr_assert(strstr(out, "Server public key is 256 bit"), "%s", out);
+    /* A DHE suite (the RSA pair) uses RFC 7919's ffdhe2048, not the common group 14. */
+    out = s_client(&d, "sleep 1", "-tls1_2 -cipher DHE-RSA-AES128-GCM-SHA256 -trace");
+    cr_assert(strstr(out, "dh_p (len=256): FFFFFFFFFFFFFFFFADF85458A2BB4A9A"), "%s", out);
     finish(&d);
 }
 
