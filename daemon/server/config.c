@@ -347,15 +347,19 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         l->max_connections = (uint32_t)v;
         return 0;
     }
-    if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0) {
+    if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0) {
         if (md_parse_bool(value, &b) != 0) {
             snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
             return -EINVAL;
         }
-        if (key[0] == 't')
+        if (key[0] == 't') {
             l->kind = b ? MD_LISTENER_HTTPS : MD_LISTENER_HTTP;
-        else
+        } else if (key[0] == 'h') {
+            l->http2 = b;
+            l->http2_set = true;
+        } else {
             l->reuseport = b;
+        }
         return 0;
     }
     return -ENOENT;
@@ -366,6 +370,11 @@ static int listener_end(void *inst, char *msg, size_t msg_len)
     const md_listener_config *l = inst;
     if (!l->listen[0].enabled) {
         snprintf(msg, msg_len, "listen: required");
+        return -EINVAL;
+    }
+    if (l->http2_set && l->kind == MD_LISTENER_HTTPS) {
+        /* Every TLS listener shares [https]'s contexts, and with them its ALPN. */
+        snprintf(msg, msg_len, "http2: a TLS listener offers h2 as [https] http2 says");
         return -EINVAL;
     }
     return 0;

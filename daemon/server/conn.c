@@ -269,7 +269,7 @@ int md_conn_accept(md_listener_state *l)
     c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
     c->min_send_rate = s->cfg.limits.min_send_rate;
     c->grace_ms = s->cfg.limits.min_rate_grace_ms;
-    c->h2c = c->kind == MD_LISTENER_HTTP && s->cfg.listeners[c->kind].http2;
+    c->h2c = c->group != NULL && c->group->h2c;
     c->why = MD_CLOSE_DONE;
     c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;

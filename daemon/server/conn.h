@@ -45,6 +45,7 @@ typedef struct md_listener_group {
     md_listener kind;
     bool live;                /* in md_server.groups */
     uint32_t max_connections; /* a reload may change it */
+    bool h2c;                 /* plaintext with http2 on: HTTP/2 by prior knowledge; a reload too */
     uint32_t open;            /* open connections accepted on its sockets */
     uint32_t nsocks;
     struct md_listener_state *socks[MD_LISTENER_SOCKS];

@@ -323,6 +323,7 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
             continue;
         }
         pl->g->max_connections = lc->max_connections;
+        pl->g->h2c = lc->kind == MD_LISTENER_HTTP && lc->http2;
         n++;
     }
     /* A listener gone from the file keeps the sockets systemd passed it, as they are. */

@@ -341,3 +341,32 @@ Test(vhost, tickets_survive_reload_and_expiry_is_measured, .timeout = 60)
     cr_assert(file_has(errlog, "b.pem expires in ", 100));
     finish(&d);
 }
+
+/* A plaintext [listener NAME] with http2 = on speaks h2c by prior knowledge; [http] (http2
+ * off by default) does not; http2 on a TLS listener is refused (its ALPN is [https]'s). */
+Test(vhost, a_named_listener_may_speak_h2c, .timeout = 60)
+{
+    setup("[listener api]\nlisten = 127.0.0.1:0\nhttp2 = on\n");
+    daemon_proc d = start_with(conf, NULL, errlog);
+    int api = port_of(&d, "api", "127.0.0.1");
+    cr_assert_gt(api, 0, "%s", d.line);
+    char *out = curl("--http2-prior-knowledge -w ' %%{http_version}' -H 'Host: b.test' "
+                     "http://127.0.0.1:%d/",
+                     api);
+    cr_assert_str_eq(out, "site b 2");
+    out = curl("-o /dev/null -w '%%{http_code}' --http2-prior-knowledge http://127.0.0.1:%d/",
+               d.http);
+    cr_assert_neq(strcmp(out, "200"), 0, "[http] has http2 off: %s", out);
+    finish(&d);
+
+    setup("[listener api]\nlisten = 127.0.0.1:0\ntls = on\nhttp2 = on\n");
+    char cmd[PKI_DIR_MAX + PATH_MAX + 100], exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo rc=$?", exe, conf);
+    out = run(cmd);
+    cr_assert(
+        strstr(out, "[listener api] http2: a TLS listener offers h2 as [https] http2 says") &&
+            strstr(out, "rc=1"),
+        "%s", out);
+    pki_remove(dir);
+}
