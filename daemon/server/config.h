@@ -55,10 +55,10 @@ typedef struct md_listener_config {
     bool reuseport;           /* [http] / [echo] reuseport */
     uint32_t max_connections; /* [limits] max_connections (HTTP), [echo] max_connections */
     uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
-    bool http2; /* [http] http2 (h2c, prior knowledge), [https] http2 (ALPN h2), a plaintext
-                   [listener NAME]'s http2 (h2c) */
+    bool http2;     /* [http] http2 (h2c, prior knowledge), [https] http2 (ALPN h2), a plaintext
+                       [listener NAME]'s http2 (h2c) */
     bool http2_set; /* [listener NAME]: http2 was given (refused with tls = on) */
-    uint8_t kind;             /* md_listener */
+    uint8_t kind;   /* md_listener */
     /* "http", "echo", "https", or NAME: systemd's FileDescriptorName for its sockets */
     char name[MD_LISTENER_NAME_MAX];
     char default_site[MD_SITE_NAME_MAX]; /* the site for unknown hosts; "": the default one */

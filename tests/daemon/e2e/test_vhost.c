@@ -364,9 +364,8 @@ Test(vhost, a_named_listener_may_speak_h2c, .timeout = 60)
     magpied_path(exe, sizeof exe);
     snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo rc=$?", exe, conf);
     out = run(cmd);
-    cr_assert(
-        strstr(out, "[listener api] http2: a TLS listener offers h2 as [https] http2 says") &&
-            strstr(out, "rc=1"),
-        "%s", out);
+    cr_assert(strstr(out, "[listener api] http2: a TLS listener offers h2 as [https] http2 says") &&
+                  strstr(out, "rc=1"),
+              "%s", out);
     pki_remove(dir);
 }
