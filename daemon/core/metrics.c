@@ -85,6 +85,11 @@ void md_metrics_conn_opened(md_metrics *m, md_listener l)
     md_metrics_add(&md_metrics_local(m)->conn_opened[l], 1);
 }
 
+void md_metrics_conn_refused(md_metrics *m, md_listener l)
+{
+    md_metrics_add(&md_metrics_local(m)->conn_refused[l], 1);
+}
+
 static const char *const close_names[MD_CLOSE_REASONS] = {
     [MD_CLOSE_PEER] = "peer_closed",
     [MD_CLOSE_ERROR] = "error",
@@ -260,6 +265,11 @@ int md_metrics_format(md_metrics *m, md_outbuf *out)
     if (rc == 0)
         rc = put_per_listener(out, m, "magpied_connections_total", "counter",
                               "Connections accepted.", offsetof(md_metrics_shard, conn_opened), 0);
+    if (rc == 0)
+        rc = put_per_listener(out, m, "magpied_connections_refused_total", "counter",
+                              "Connections closed at accept: their client had "
+                              "max_connections_per_client open.",
+                              offsetof(md_metrics_shard, conn_refused), 0);
     if (rc == 0)
         rc = md_metrics_put_head(out, "magpied_connections_closed_total", "counter",
                                  "Connections closed, by reason.");

@@ -54,6 +54,7 @@ typedef struct md_metrics_route {
 typedef struct md_metrics_shard {
     /* All atomic, relaxed: independent monotonic counters (see the file comment). */
     _Alignas(64) atomic_uint_fast64_t conn_opened[MD_LISTENERS];
+    atomic_uint_fast64_t conn_refused[MD_LISTENERS]; /* closed at accept: a client's limit */
     atomic_uint_fast64_t conn_closed[MD_LISTENERS];
     atomic_uint_fast64_t conn_closed_why[MD_LISTENERS][MD_CLOSE_REASONS];
     atomic_uint_fast64_t bytes_in[MD_LISTENERS];
@@ -141,6 +142,7 @@ static inline void md_metrics_route_limited(md_metrics_shard *s, unsigned slot)
 }
 
 void md_metrics_conn_opened(md_metrics *m, md_listener l);
+void md_metrics_conn_refused(md_metrics *m, md_listener l);
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why);
 void md_metrics_bytes(md_metrics *m, md_listener l, uint64_t in, uint64_t out);
 

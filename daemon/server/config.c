@@ -191,6 +191,7 @@ static const md_ini_key echo_keys[] = {
     BOOL("reuseport", LISTENER(MD_LISTENER_ECHO, reuseport)),
     U32("idle_timeout_ms", LISTENER(MD_LISTENER_ECHO, idle_timeout_ms), 0, 3600000),
     U32("max_connections", LISTENER(MD_LISTENER_ECHO, max_connections), 1, 1000000),
+    U32("max_connections_per_client", LISTENER(MD_LISTENER_ECHO, max_per_client), 0, 1000000),
     END,
 };
 
@@ -224,6 +225,7 @@ static const md_ini_key limits_keys[] = {
     U32("keepalive_timeout_ms", LIMIT(keepalive_timeout_ms), 0, 3600000),
     U32("max_requests_per_connection", LIMIT(max_requests_per_connection), 0, UINT32_MAX),
     U32("max_connections", LISTENER(MD_LISTENER_HTTP, max_connections), 1, 1000000),
+    U32("max_connections_per_client", LISTENER(MD_LISTENER_HTTP, max_per_client), 0, 1000000),
     U32("min_body_rate", LIMIT(min_body_rate), 0, 1073741824),
     U32("min_rate_grace_ms", LIMIT(min_rate_grace_ms), 0, 3600000),
     U32("send_timeout_ms", LIMIT(send_timeout_ms), 0, 3600000),
@@ -266,6 +268,7 @@ static const md_ini_key https_keys[] = {
     {"listen", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, listen), 1, 0, parse_listen},
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTPS, reuseport)),
     U32("max_connections", LISTENER(MD_LISTENER_HTTPS, max_connections), 1, 1000000),
+    U32("max_connections_per_client", LISTENER(MD_LISTENER_HTTPS, max_per_client), 0, 1000000),
     BOOL("http2", LISTENER(MD_LISTENER_HTTPS, http2)),
     {"default_site", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, default_site), 0, 0,
      parse_site_name},
@@ -339,12 +342,14 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         l->site_line = line;
         return parse_site_name(l, &k, value, msg, msg_len);
     }
-    if (strcmp(key, "max_connections") == 0) {
-        if (md_parse_u64(value, 1, 1000000, &v) != 0) {
-            snprintf(msg, msg_len, "expected an integer in 1..1000000, got \"%s\"", value);
+    if (strcmp(key, "max_connections") == 0 || strcmp(key, "max_connections_per_client") == 0) {
+        bool per_client = key[15] == '_';
+        if (md_parse_u64(value, per_client ? 0 : 1, 1000000, &v) != 0) {
+            snprintf(msg, msg_len, "expected an integer in %d..1000000, got \"%s\"",
+                     per_client ? 0 : 1, value);
             return -EINVAL;
         }
-        l->max_connections = (uint32_t)v;
+        *(per_client ? &l->max_per_client : &l->max_connections) = (uint32_t)v;
         return 0;
     }
     if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0) {

@@ -54,6 +54,7 @@ typedef struct md_listener_config {
     md_listen listen[MD_LISTEN_ADDRS];
     bool reuseport;           /* [http] / [echo] reuseport */
     uint32_t max_connections; /* [limits] max_connections (HTTP), [echo] max_connections */
+    uint32_t max_per_client;  /* ... max_connections_per_client; 0 = no limit (client_limit.h) */
     uint32_t idle_timeout_ms; /* [echo] idle_timeout_ms; 0 = none. HTTP has [limits] instead */
     bool http2;     /* [http] http2 (h2c, prior knowledge), [https] http2 (ALPN h2), a plaintext
                        [listener NAME]'s http2 (h2c) */

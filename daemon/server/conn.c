@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "server/client_limit.h"
 #include "server/conn.h"
 #include "http/http2.h"
 #include "server/tls.h"
@@ -233,6 +234,22 @@ static void accept_failed_closed(mp_tcp *t)
     free(c);
 }
 
+/* Whether c's client has its listener's max_connections_per_client open already; counts c
+ * in when not (client_limit.h). A peer whose address cannot be read is let in uncounted. */
+static bool over_client_limit(md_listener_group *g, md_conn *c)
+{
+    if (g->per_client == 0)
+        return false;
+    struct sockaddr_storage ss;
+    if (mp_tcp_peer_addr(&c->tcp, &ss) != 0)
+        return false;
+    uint64_t key = md_client_key(g->clients, &ss);
+    if (!md_client_counts_add(g->clients, key, g->per_client))
+        return true;
+    c->client_key = key;
+    return false;
+}
+
 int md_conn_accept(md_listener_state *l)
 {
     md_server *s = l->srv;
@@ -252,6 +269,11 @@ int md_conn_accept(md_listener_state *l)
          * (libmagpie's one rule for freeing a stream). */
         mp_tcp_close(&c->tcp, accept_failed_closed);
         return rc;
+    }
+    if (over_client_limit(l->group, c)) {
+        md_metrics_conn_refused(&s->metrics, c->kind);
+        mp_tcp_close(&c->tcp, accept_failed_closed); /* before a byte is read */
+        return 0;
     }
     md_listener_conn_added(s, c);
     if (s->cfg.limits.send_buffer != 0) {

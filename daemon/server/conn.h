@@ -46,7 +46,9 @@ typedef struct md_listener_group {
     bool live;                /* in md_server.groups */
     uint32_t max_connections; /* a reload may change it */
     bool h2c;                 /* plaintext with http2 on: HTTP/2 by prior knowledge; a reload too */
-    uint32_t open;            /* open connections accepted on its sockets */
+    uint32_t per_client;      /* max_connections_per_client; 0: none (a reload may change it) */
+    struct md_client_counts *clients; /* made at the first limit, kept with the group */
+    uint32_t open;                    /* open connections accepted on its sockets */
     uint32_t nsocks;
     struct md_listener_state *socks[MD_LISTENER_SOCKS];
 } md_listener_group;
@@ -119,6 +121,7 @@ typedef struct md_conn {
     md_outbuf out;
     char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
     struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
+    uint64_t client_key;     /* counted in its group's clients (client_limit.h); 0: not counted */
     struct md_h2_conn *h2;   /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
     md_http_conn http;
 } md_conn;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "list.h"
+#include "server/client_limit.h"
 #include "server/conn.h"
 #include "core/log.h"
 
@@ -66,11 +67,20 @@ void md_listener_conn_added(md_server *s, md_conn *c)
     MP__LIST_PUSH_FRONT(s->conns, c, prev, next);
 }
 
+/* A group and what it holds; its sockets are closed already. */
+static void group_free(md_listener_group *g)
+{
+    md_client_counts_free(g->clients);
+    free(g);
+}
+
 void md_listener_conn_removed(md_server *s, md_conn *c)
 {
     md_listener_group *g = c->group;
+    if (c->client_key != 0)
+        md_client_counts_remove(g->clients, c->client_key);
     if (--g->open == 0 && !g->live)
-        free(g); /* a reload removed it: its last connection is gone */
+        group_free(g); /* a reload removed it: its last connection is gone */
     MP__LIST_UNLINK(s->conns, c, prev, next);
     /* Relaxed: see md_listener_conn_added(). */
     uint32_t open = atomic_load_explicit(&s->open_conns, memory_order_relaxed) - 1;
@@ -238,7 +248,7 @@ static void plans_undo(plan *p, uint32_t n)
             if (p[i].fresh[k])
                 md_listener_close(p[i].socks[k]);
         if (p[i].fresh_group)
-            free(p[i].g);
+            group_free(p[i].g);
     }
 }
 
@@ -319,11 +329,18 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
         }
         if (pl->n == 0) {
             if (pl->fresh_group)
-                free(pl->g); /* off: nothing to keep */
+                group_free(pl->g); /* off: nothing to keep */
             continue;
         }
         pl->g->max_connections = lc->max_connections;
         pl->g->h2c = lc->kind == MD_LISTENER_HTTP && lc->http2;
+        pl->g->per_client = lc->max_per_client;
+        if (lc->max_per_client != 0 && pl->g->clients == NULL &&
+            (pl->g->clients = md_client_counts_new()) == NULL) {
+            md_log(MD_LOG_ERROR, "[%s] max_connections_per_client: out of memory, not applied",
+                   lc->name);
+            pl->g->per_client = 0;
+        }
         n++;
     }
     /* A listener gone from the file keeps the sockets systemd passed it, as they are. */
@@ -367,7 +384,7 @@ static void plans_apply(md_server *s, plan *p, uint32_t n, bool reload)
             g->live = false;
             g->nsocks = 0;
             if (g->open == 0)
-                free(g);
+                group_free(g);
         }
     }
     s->ngroups = 0;
@@ -429,7 +446,7 @@ void md_listeners_close_all(md_server *s)
         g->nsocks = 0;
         g->live = false;
         if (g->open == 0)
-            free(g);
+            group_free(g);
     }
     s->ngroups = 0;
 }

@@ -4,6 +4,7 @@
  * offender (within a generous watchdog, never how fast) and serves others meanwhile. */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -427,5 +428,67 @@ Test(hostile, expect_100_continue_only_to_a_client_that_waits_for_a_target_serve
     read_some(fd, resp, sizeof resp, "world", 1);
     cr_expect(strncmp(resp, "HTTP/1.1 200 ", 13) == 0, "%s", resp);
     close(fd);
+    cr_assert_eq(stop(&d), 0);
+}
+
+/* A connection to port from the loopback address from (127.0.0.x). */
+static int connect_from(const char *from, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, from, &a.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "bind %s", from);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    return fd;
+}
+
+/* One keep-alive GET / on fd: its status, or 0 when the connection closed instead. */
+static int get_on(int fd)
+{
+    const char *req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) < 0)
+        return 0;
+    char resp[4096];
+    size_t n = read_some(fd, resp, sizeof resp, "Hello, World!", 1);
+    int code = 0;
+    return n > 0 && sscanf(resp, "HTTP/1.1 %d", &code) == 1 ? code : 0;
+}
+
+/* max_connections_per_client: a client with its share open has its next connection closed at
+ * accept, while another client is served; a connection it closes makes room again. */
+Test(hostile, one_client_cannot_take_every_slot, .timeout = 60)
+{
+    const char *extra[] = {"--set", "limits.max_connections_per_client=2", NULL};
+    daemon_proc d = start(extra);
+    int a = connect_from("127.0.0.1", d.http), b = connect_from("127.0.0.1", d.http);
+    cr_assert_eq(get_on(a), 200);
+    cr_assert_eq(get_on(b), 200);
+    int c = connect_from("127.0.0.1", d.http);
+    cr_assert(closed_by_peer(c, 5000), "a third connection of one client was kept");
+    close(c);
+    int other = connect_from("127.0.0.2", d.http);
+    cr_assert_eq(get_on(other), 200, "another client is served");
+    close(a);
+    int code = 0;
+    for (int i = 0; i < 100 && code != 200; i++) { /* the close is counted on the loop's side */
+        int e = connect_from("127.0.0.1", d.http);
+        code = get_on(e);
+        close(e);
+        if (code != 200)
+            usleep(20000);
+    }
+    cr_assert_eq(code, 200, "a connection closed makes room for another");
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    test_write_all(other, req, strlen(req));
+    static char text[1 << 17];
+    read_some(other, text, sizeof text, "magpied_connections_refused_total{listener=\"echo\"}", 1);
+    const char *at = strstr(text, "magpied_connections_refused_total{listener=\"http\"} ");
+    cr_assert_not_null(at, "%s", text);
+    cr_assert_geq(atoll(at + strlen("magpied_connections_refused_total{listener=\"http\"} ")), 1);
+    close(b);
+    close(other);
     cr_assert_eq(stop(&d), 0);
 }

@@ -1,0 +1,158 @@
+/* client_limit.c: open connections per client address (client_limit.h).
+ *
+ * An open-address table of (key, count) with linear probing and backward-shift deletion, so
+ * that no tombstone accumulates however many clients come and go. Keys are 64-bit hashes of
+ * the masked address under a per-table random seed: nobody can aim addresses at one probe
+ * run, and two clients share a count only if their hashes collide (about 2^-64 a pair).
+ */
+#include "server/client_limit.h"
+
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+typedef struct slot {
+    uint64_t key; /* 0: empty */
+    uint32_t count;
+} slot;
+
+struct md_client_counts {
+    uint64_t seed;
+    uint32_t cap; /* a power of two */
+    uint32_t n;   /* keys held */
+    slot *s;
+};
+
+enum { CAP_FIRST = 64 };
+
+md_client_counts *md_client_counts_new(void)
+{
+    md_client_counts *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    t->s = calloc(CAP_FIRST, sizeof *t->s);
+    if (t->s == NULL) {
+        free(t);
+        return NULL;
+    }
+    t->cap = CAP_FIRST;
+    if (getrandom(&t->seed, sizeof t->seed, 0) != (ssize_t)sizeof t->seed)
+        t->seed = (uint64_t)(uintptr_t)t ^ UINT64_C(0x9e3779b97f4a7c15); /* no entropy yet */
+    return t;
+}
+
+void md_client_counts_free(md_client_counts *t)
+{
+    if (t == NULL)
+        return;
+    free(t->s);
+    free(t);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+uint64_t md_client_key(const md_client_counts *t, const struct sockaddr_storage *ss)
+{
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    uint64_t hi = 0, lo = 0;
+    if (ss->ss_family == AF_INET) {
+        uint32_t a;
+        memcpy(&a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+        lo = a;
+        hi = 4;
+    } else if (ss->ss_family == AF_INET6) {
+        const uint8_t *a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
+        if (memcmp(a, v4_mapped, 12) == 0) { /* an IPv4 client of an IPv6 socket */
+            uint32_t v4;
+            memcpy(&v4, a + 12, 4);
+            lo = v4;
+            hi = 4;
+        } else {
+            memcpy(&lo, a, 8); /* the first 64 bits: one host's usual share */
+            hi = 6;
+        }
+    } else {
+        hi = 1; /* not an IP client: one client for all such */
+    }
+    uint64_t k = mix(mix(lo ^ t->seed) ^ hi);
+    return k != 0 ? k : 1;
+}
+
+/* The slot of key, or the empty one where it would go. */
+static slot *find(const md_client_counts *t, uint64_t key)
+{
+    uint32_t m = t->cap - 1;
+    for (uint32_t i = (uint32_t)key & m;; i = (i + 1) & m)
+        if (t->s[i].key == key || t->s[i].key == 0)
+            return &t->s[i];
+}
+
+static bool grow(md_client_counts *t)
+{
+    slot *old = t->s;
+    uint32_t cap = t->cap;
+    slot *s = calloc((size_t)cap * 2, sizeof *s);
+    if (s == NULL)
+        return false;
+    t->s = s;
+    t->cap = cap * 2;
+    for (uint32_t i = 0; i < cap; i++)
+        if (old[i].key != 0)
+            *find(t, old[i].key) = old[i];
+    free(old);
+    return true;
+}
+
+bool md_client_counts_add(md_client_counts *t, uint64_t key, uint32_t limit)
+{
+    slot *e = find(t, key);
+    if (e->key == key) {
+        if (e->count >= limit)
+            return false;
+        e->count++;
+        return true;
+    }
+    if (limit == 0)
+        return false;
+    if ((t->n + 1) * 2 > t->cap) {
+        if (!grow(t))
+            return false; /* refused rather than uncounted */
+        e = find(t, key);
+    }
+    e->key = key;
+    e->count = 1;
+    t->n++;
+    return true;
+}
+
+void md_client_counts_remove(md_client_counts *t, uint64_t key)
+{
+    slot *e = find(t, key);
+    if (e->key != key || --e->count != 0)
+        return;
+    /* Backward shift: the entries after it in its run move up when their home allows. */
+    uint32_t m = t->cap - 1, hole = (uint32_t)(e - t->s);
+    for (uint32_t i = (hole + 1) & m; t->s[i].key != 0; i = (i + 1) & m) {
+        uint32_t home = (uint32_t)t->s[i].key & m;
+        /* It may fill the hole if its home is not cyclically in (hole, i]. */
+        if (((i - home) & m) >= ((i - hole) & m)) {
+            t->s[hole] = t->s[i];
+            hole = i;
+        }
+    }
+    t->s[hole] = (slot){0};
+    t->n--;
+}
+
+uint32_t md_client_counts_clients(const md_client_counts *t)
+{
+    return t->n;
+}
