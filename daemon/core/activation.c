@@ -1,5 +1,6 @@
 /* LISTEN_FDS parsing (see activation.h). */
 #include "core/activation.h"
+#include "core/text.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -124,7 +125,7 @@ int md_activation_fds(md_activated *out, md_error *err)
             rc = -EINVAL;
         } else if (rc == 0) {
             fcntl(fd, F_SETFD, FD_CLOEXEC);
-            snprintf(out->s[out->n].name, sizeof out->s[out->n].name, "%s", name);
+            md_text_set(out->s[out->n].name, sizeof out->s[out->n].name, name); /* fits */
             out->s[out->n++].fd = fd;
             continue;
         }
