@@ -1,6 +1,9 @@
 /* A test PKI made at test time with the openssl command, in a fresh mkdtemp folder (no
- * network, nothing shared between tests): for the TLS suites (server/test_tls.c,
- * e2e/test_tls.c). Include after criterion.h.
+ * network): for the TLS suites (server/test_tls.c, e2e/test_tls.c, e2e/test_vhost.c,
+ * e2e/test_http2.c). Include after criterion.h. Everything is made anew for each test except
+ * the RSA key, whose making takes about a second (a test would spend most of its time there):
+ * the first test makes it in PKI_RSA_KEY (by a rename, so tests running side by side never
+ * see half a file) and the others copy it.
  *
  *   ca.pem ca.key            a test CA (ECDSA P-256)
  *   ec.pem ec.key            localhost and 127.0.0.1, ECDSA P-256, signed by the CA
@@ -18,6 +21,7 @@
 #include <string.h>
 
 enum { PKI_DIR_MAX = 32 };
+#define PKI_RSA_KEY "/tmp/magpied-test-rsa2048.key"
 
 /* Makes the files above in a new folder; its path in dir. */
 static inline void pki_make(char dir[PKI_DIR_MAX])
@@ -32,7 +36,11 @@ static inline void pki_make(char dir[PKI_DIR_MAX])
         "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=magpie-test-ca\n"
         "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext\n"
         "openssl req $EC -keyout ec.key -out ec.csr -subj /CN=localhost\n"
-        "openssl req -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.csr -subj /CN=localhost\n"
+        "K=" PKI_RSA_KEY "\n"
+        "if [ -s $K ]; then cp $K rsa.key; else\n"
+        "  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out rsa.key\n"
+        "  cp rsa.key $K.$$ && mv -f $K.$$ $K; fi\n"
+        "openssl req -new -key rsa.key -out rsa.csr -subj /CN=localhost\n"
         "openssl x509 -req -in ec.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
         "-extfile ext -out ec.pem\n"
         "openssl x509 -req -in rsa.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "

@@ -83,7 +83,11 @@ static long long metric(const daemon_proc *d, const char *series)
 }
 
 /* openssl s_client against the listener with args, stdin from the shell snippet input;
- * returns its stdout and stderr. */
+ * returns its stdout and stderr. With input "true" it reports the handshake and closes. */
+/* A request that ends the connection: with -ign_eof, s_client reads until the server closes,
+ * so whatever the server sends before its response (TLS 1.3 tickets) has arrived. */
+#define ASK_AND_CLOSE "printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'"
+
 static char *s_client(const daemon_proc *d, const char *input, const char *args)
 {
     char cmd[PKI_DIR_MAX + 1200];
@@ -162,8 +166,8 @@ Test(tls, keepalive_several_requests_on_one_connection, .timeout = 60)
     /* Pipelined over s_client: both answered, in order, on one connection. */
     char *out = s_client(&d,
                          "printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nGET /files/small.txt "
-                         "HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2",
-                         "-quiet");
+                         "HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'",
+                         "-quiet -ign_eof");
     const char *a = strstr(out, "Hello, World!"), *b = strstr(out, "small file");
     cr_assert(a != NULL && b != NULL && a < b, "%s", out);
     /* 2, and the scrape's own */
@@ -175,27 +179,27 @@ Test(tls, s_client_sni_alpn_and_protocols, .timeout = 60)
 {
     setup(NULL);
     daemon_proc d = start_tls();
-    char *out = s_client(&d, "printf 'GET / HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n'; sleep 1",
-                         "-servername localhost -alpn http/1.1 -verify_return_error");
+    char *out = s_client(&d, ASK_AND_CLOSE,
+                         "-ign_eof -servername localhost -alpn http/1.1 -verify_return_error");
     cr_assert(strstr(out, "ALPN protocol: http/1.1"), "%s", out);
     cr_assert(strstr(out, "Verify return code: 0 (ok)"), "%s", out);
     cr_assert(strstr(out, "Hello, World!"), "%s", out);
     /* ALPN with neither h2 nor http/1.1: no_application_protocol. */
-    out = s_client(&d, "sleep 1", "-alpn spdy/3");
+    out = s_client(&d, "true", "-alpn spdy/3");
     cr_assert(strstr(out, "no application protocol"), "%s", out);
     /* h2 offered ([https] http2 is on by default) and preferred when both are. */
-    out = s_client(&d, "sleep 1", "-alpn http/1.1,h2");
+    out = s_client(&d, "true", "-alpn http/1.1,h2");
     cr_assert(strstr(out, "ALPN protocol: h2"), "%s", out);
     /* TLS 1.2 serves, with an intermediate suite; 1.1 and 1.0 are refused. */
-    out = s_client(&d, "sleep 1", "-tls1_2");
+    out = s_client(&d, "true", "-tls1_2");
     cr_assert(strstr(out, "New, TLSv1.2, Cipher is ECDHE-ECDSA-"), "%s", out);
-    out = s_client(&d, "sleep 1", "-tls1_1 -cipher DEFAULT@SECLEVEL=0");
+    out = s_client(&d, "true", "-tls1_1 -cipher DEFAULT@SECLEVEL=0");
     cr_assert(strstr(out, "Cipher is (NONE)") || strstr(out, "alert protocol version"), "%s", out);
     cr_assert_null(strstr(out, "New, TLSv1.1"), "%s", out);
-    out = s_client(&d, "sleep 1", "-tls1 -cipher DEFAULT@SECLEVEL=0");
+    out = s_client(&d, "true", "-tls1 -cipher DEFAULT@SECLEVEL=0");
     cr_assert_null(strstr(out, "New, TLSv1,"), "%s", out);
     /* A suite outside the profile: refused. */
-    out = s_client(&d, "sleep 1", "-tls1_2 -cipher AES128-SHA");
+    out = s_client(&d, "true", "-tls1_2 -cipher AES128-SHA");
     cr_assert(strstr(out, "handshake failure") || strstr(out, "Cipher is (NONE)"), "%s", out);
     served(&d);
     cr_assert_geq(metric(&d, "magpied_tls_handshake_failures_total"), 3, "%lld",
@@ -208,18 +212,19 @@ Test(tls, resumption_tls13_and_tls12, .timeout = 60)
     setup(NULL);
     daemon_proc d = start_tls();
     char args[PKI_DIR_MAX + 100];
-    /* TLS 1.3 tickets arrive after the handshake: the client waits a moment for them. */
-    snprintf(args, sizeof args, "-sess_out '%s/s13.pem'", dir);
-    char *out = s_client(&d, "sleep 1", args);
+    /* TLS 1.3 tickets arrive after the handshake, before the first response: the client asks
+     * for one and reads until the server closes. */
+    snprintf(args, sizeof args, "-ign_eof -sess_out '%s/s13.pem'", dir);
+    char *out = s_client(&d, ASK_AND_CLOSE, args);
     cr_assert(strstr(out, "New, TLSv1.3"), "%s", out);
     snprintf(args, sizeof args, "-sess_in '%s/s13.pem'", dir);
-    out = s_client(&d, "sleep 1", args);
+    out = s_client(&d, "true", args);
     cr_assert(strstr(out, "Reused, TLSv1.3"), "%s", out);
     snprintf(args, sizeof args, "-tls1_2 -sess_out '%s/s12.pem'", dir);
-    out = s_client(&d, "sleep 1", args);
+    out = s_client(&d, "true", args);
     cr_assert(strstr(out, "New, TLSv1.2"), "%s", out);
     snprintf(args, sizeof args, "-tls1_2 -sess_in '%s/s12.pem'", dir);
-    out = s_client(&d, "sleep 1", args);
+    out = s_client(&d, "true", args);
     cr_assert(strstr(out, "Reused, TLSv1.2"), "%s", out);
     cr_assert_eq(metric(&d, "magpied_tls_resumptions_total"), 2, "%lld",
                  metric(&d, "magpied_tls_resumptions_total"));
@@ -247,16 +252,16 @@ Test(tls, rsa_and_ecdsa_side_by_side, .timeout = 60)
              dir, conf);
     cr_assert_eq(system(extra), 0);
     daemon_proc d = start_tls();
-    char *out = s_client(&d, "sleep 1", "-tls1_2 -sigalgs ECDSA+SHA256");
+    char *out = s_client(&d, "true", "-tls1_2 -sigalgs ECDSA+SHA256");
     cr_assert(strstr(out, "New, TLSv1.2, Cipher is ECDHE-ECDSA-"), "%s", out);
-    out = s_client(&d, "sleep 1", "-tls1_2 -sigalgs RSA+SHA256:RSA-PSS+SHA256");
+    out = s_client(&d, "true", "-tls1_2 -sigalgs RSA+SHA256:RSA-PSS+SHA256");
     cr_assert(strstr(out, "New, TLSv1.2, Cipher is ECDHE-RSA-"), "%s", out);
-    out = s_client(&d, "sleep 1", "-sigalgs rsa_pss_rsae_sha256");
+    out = s_client(&d, "true", "-sigalgs rsa_pss_rsae_sha256");
     cr_assert(strstr(out, "Server public key is 2048 bit"), "%s", out);
-    out = s_client(&d, "sleep 1", "-sigalgs ecdsa_secp256r1_sha256");
+    out = s_client(&d, "true", "-sigalgs ecdsa_secp256r1_sha256");
     cr_assert(strstr(out, "Server public key is 256 bit"), "%s", out);
     /* A DHE suite (the RSA pair) uses RFC 7919's ffdhe2048, not the common group 14. */
-    out = s_client(&d, "sleep 1", "-tls1_2 -cipher DHE-RSA-AES128-GCM-SHA256 -trace");
+    out = s_client(&d, "true", "-tls1_2 -cipher DHE-RSA-AES128-GCM-SHA256 -trace");
     cr_assert(strstr(out, "dh_p (len=256): FFFFFFFFFFFFFFFFADF85458A2BB4A9A"), "%s", out);
     finish(&d);
 }
@@ -390,7 +395,7 @@ Test(tls, reload_new_certificate_and_bad_pair_kept_out, .timeout = 60)
 {
     setup(NULL);
     daemon_proc d = start_tls();
-    char *out = s_client(&d, "sleep 1", "");
+    char *out = s_client(&d, "true", "");
     cr_assert(strstr(out, "Server public key is 256 bit"), "%s", out);
     /* The RSA pair in place of the ECDSA one: a reload reads it. */
     char cmd[PKI_DIR_MAX * 3 + 200];
@@ -398,7 +403,7 @@ Test(tls, reload_new_certificate_and_bad_pair_kept_out, .timeout = 60)
     cr_assert_eq(system(cmd), 0);
     kill(d.pid, SIGHUP);
     cr_assert(file_has(errlog, "reloaded", 5000));
-    out = s_client(&d, "sleep 1", "");
+    out = s_client(&d, "true", "");
     cr_assert(strstr(out, "Server public key is 2048 bit"), "%s", out);
     /* A key that does not match: the reload fails, the RSA pair stays. */
     snprintf(cmd, sizeof cmd, "sed -i 's|/rsa.key|/other.key|' '%s'", conf);
@@ -406,7 +411,7 @@ Test(tls, reload_new_certificate_and_bad_pair_kept_out, .timeout = 60)
     kill(d.pid, SIGHUP);
     cr_assert(file_has(errlog, "keeping the running configuration", 5000));
     cr_assert(file_has(errlog, "certificate_key: ", 100));
-    out = s_client(&d, "sleep 1", "");
+    out = s_client(&d, "true", "");
     cr_assert(strstr(out, "Server public key is 2048 bit"), "%s", out);
     served(&d);
     finish(&d);

@@ -231,10 +231,12 @@ Test(vhost, no_early_data_with_sites, .timeout = 60)
 {
     setup(NULL);
     daemon_proc d = start_with(conf, NULL, errlog);
-    char cmd[PKI_DIR_MAX * 2 + 300];
+    char cmd[PKI_DIR_MAX * 2 + 400];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && sleep 1 | openssl s_client -connect 127.0.0.1:%d -servername a.test "
-             "-tls1_3 -sess_out sess >/dev/null 2>&1; printf 'GET / HTTP/1.1\\r\\n"
+             "cd '%s' && printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: "
+             "close\\r\\n\\r\\n' | openssl s_client -connect 127.0.0.1:%d "
+             "-servername a.test -tls1_3 -ign_eof -sess_out sess >/dev/null 2>&1; printf 'GET / "
+             "HTTP/1.1\\r\\n"
              "Host: a.test\\r\\n\\r\\n' > early; timeout 5 openssl s_client -connect "
              "127.0.0.1:%d -servername a.test -tls1_3 -sess_in sess -early_data early "
              "</dev/null 2>&1",
@@ -312,15 +314,16 @@ Test(vhost, tickets_survive_reload_and_expiry_is_measured, .timeout = 60)
     daemon_proc d = start_with(conf, NULL, errlog);
     char cmd[PKI_DIR_MAX * 2 + 400];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && sleep 1 | openssl s_client -connect 127.0.0.1:%d -servername a.test "
-             "-tls1_3 -sess_out tsess >/dev/null 2>&1; ls tsess",
+             "cd '%s' && printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: "
+             "close\\r\\n\\r\\n' | openssl s_client -connect 127.0.0.1:%d "
+             "-servername a.test -tls1_3 -ign_eof -sess_out tsess >/dev/null 2>&1; ls tsess",
              dir, d.https);
     cr_assert(strstr(run(cmd), "tsess"), "no session saved");
     kill(d.pid, SIGHUP);
     cr_assert(file_has(errlog, "reloaded", 5000));
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && sleep 1 | openssl s_client -connect 127.0.0.1:%d -servername a.test "
-             "-tls1_3 -sess_in tsess 2>&1",
+             "cd '%s' && openssl s_client -connect 127.0.0.1:%d -servername a.test "
+             "-tls1_3 -sess_in tsess </dev/null 2>&1",
              dir, d.https);
     char *out = run(cmd);
     cr_assert(strstr(out, "Reused, TLSv1.3"), "the ticket from before the reload: %s", out);
