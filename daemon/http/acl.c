@@ -14,7 +14,6 @@ static int parse_rule(const char *w, md_acl_rule *r, char *msg, size_t msg_len)
 {
     if (strcmp(w, "all") == 0) {
         r->family = 0;
-        r->bits = 0;
         return 0;
     }
     char host[64];
@@ -25,12 +24,12 @@ static int parse_rule(const char *w, md_acl_rule *r, char *msg, size_t msg_len)
     memcpy(host, w, hlen);
     host[hlen] = '\0';
     unsigned max;
-    memset(r->addr, 0, sizeof r->addr);
-    if (inet_pton(AF_INET, host, r->addr) == 1) {
-        r->family = 4;
+    struct sockaddr_storage ss = {0};
+    if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+        ss.ss_family = AF_INET;
         max = 32;
-    } else if (inet_pton(AF_INET6, host, r->addr) == 1) {
-        r->family = 6;
+    } else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+        ss.ss_family = AF_INET6;
         max = 128;
     } else {
         goto bad;
@@ -44,12 +43,19 @@ static int parse_rule(const char *w, md_acl_rule *r, char *msg, size_t msg_len)
         }
         bits = (unsigned)v;
     }
-    r->bits = (uint8_t)bits;
-    for (unsigned i = bits; i < max; i++)
-        if (r->addr[i / 8] & (0x80u >> (i % 8))) {
-            md_say(msg, msg_len, "\"%s\": bits set past the /%u prefix", w, bits);
-            return -EINVAL;
-        }
+    md_addr_key k;
+    /* "::ffff:10.0.0.1" is the IPv4 client it maps, as at request time. */
+    r->family = (uint8_t)md_addr_key_of(&ss, &k);
+    if (r->family == MD_ADDR_V4 && max == 128 && bits < 96) {
+        md_say(msg, msg_len, "\"%s\": an IPv4-mapped block needs a prefix of 96 or more", w);
+        return -EINVAL;
+    }
+    r->mask = md_addr_mask(max == 32 ? 96 + bits : bits);
+    r->net = md_addr_masked(k, &r->mask);
+    if (r->net.w[0] != k.w[0] || r->net.w[1] != k.w[1]) {
+        md_say(msg, msg_len, "\"%s\": bits set past the /%u prefix", w, bits);
+        return -EINVAL;
+    }
     return 0;
 bad:
     md_say(msg, msg_len, "\"%s\" is not an address, an address/prefix or \"all\"", w);
@@ -87,38 +93,14 @@ int md_acl_add(md_acl *a, bool allow, const char *value, char *msg, size_t msg_l
     return 0;
 }
 
-static bool prefix_matches(const uint8_t *rule, const uint8_t *addr, unsigned bits)
-{
-    unsigned whole = bits / 8, rest = bits % 8;
-    if (memcmp(rule, addr, whole) != 0)
-        return false;
-    if (rest == 0)
-        return true;
-    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
-    return (rule[whole] & mask) == (addr[whole] & mask);
-}
-
 /* The rule of a that decides for ss, or NULL. */
 static const md_acl_rule *first_match(const md_acl *a, const struct sockaddr_storage *ss)
 {
-    unsigned family = 0;
-    uint8_t addr[16];
-    if (ss != NULL && ss->ss_family == AF_INET) {
-        family = 4;
-        memcpy(addr, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-    } else if (ss != NULL && ss->ss_family == AF_INET6) {
-        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(a6)) {
-            family = 4;
-            memcpy(addr, a6->s6_addr + 12, 4);
-        } else {
-            family = 6;
-            memcpy(addr, a6->s6_addr, 16);
-        }
-    }
+    md_addr_key k;
+    unsigned family = md_addr_key_of(ss, &k);
     for (unsigned i = 0; i < a->n; i++) {
         const md_acl_rule *r = &a->r[i];
-        if (r->family == 0 || (r->family == family && prefix_matches(r->addr, addr, r->bits)))
+        if (r->family == 0 || (r->family == family && md_addr_in(&k, &r->net, &r->mask)))
             return r;
     }
     return NULL;

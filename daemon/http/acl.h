@@ -16,16 +16,18 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/addr.h"
+
 enum { MD_ACL_MAX = 16 }; /* rules per route */
 
 /* The loopback blocks, for the built-in /echo and /metrics. */
 #define MD_ACL_LOOPBACK "127.0.0.0/8, ::1"
 
 typedef struct md_acl_rule {
-    uint8_t allow;  /* 1: allow, 0: deny */
-    uint8_t family; /* 4, 6, or 0 for "all" */
-    uint8_t bits;   /* prefix length: up to 32 (IPv4) or 128 (IPv6) */
-    uint8_t addr[16];
+    md_addr_key net;  /* the block's address, masked (an IPv4 one as ::ffff:a.b.c.d) */
+    md_addr_key mask; /* its prefix (addr.h) */
+    uint8_t allow;    /* 1: allow, 0: deny */
+    uint8_t family;   /* MD_ADDR_V4, MD_ADDR_V6, or 0 for "all" */
 } md_acl_rule;
 
 typedef struct md_acl {

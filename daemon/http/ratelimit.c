@@ -1,20 +1,23 @@
 /* ratelimit.c: a route's request rate per client (ratelimit.h), its keys and its table.
  *
- * The table is split into shards, each under a mutex of its own and each a small open-address
+ * The table is split into shards, each under a lock of its own and each a small open-address
  * array: a client hashes (with a per-table random seed, so that nobody can aim addresses at
  * one shard) to a shard and a home slot, and lives in one of the PROBE slots from there. The
  * critical section is a few compares and one store; nothing allocates after the table is made.
+ * This runs on every request of a limited route, so the key is masked with two ANDs, the home
+ * slot found by a multiply, and the lock is a spin lock (shard_lock()), not a mutex.
  */
 #include "http/ratelimit.h"
 
 #include <errno.h>
-#include <netinet/in.h>
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
+#include "core/addr.h"
 #include "core/text.h"
 
 enum { SHARDS = 64, PROBE = 8 };
@@ -22,20 +25,22 @@ enum { SHARDS = 64, PROBE = 8 };
 #define NS_PER_S UINT64_C(1000000000)
 
 typedef struct entry {
-    uint8_t key[16]; /* the client's address, masked; IPv4 as ::ffff:a.b.c.d */
+    md_addr_key key; /* the client's address, masked (addr.h) */
     uint64_t tat;    /* its theoretical arrival time (ns) */
     bool used;
 } entry;
 
 typedef struct shard {
-    _Alignas(64) pthread_mutex_t mu;
+    _Alignas(64) atomic_bool locked;
     entry *e; /* per_shard entries */
 } shard;
 
 struct md_ratelimit {
     md_ratelimit_conf c;
     uint64_t seed;
-    uint64_t tau_ns; /* burst intervals */
+    uint64_t tau_ns;   /* burst intervals */
+    md_addr_key mask4; /* the bits of an IPv4 client's key kept (limit_ipv4_prefix) */
+    md_addr_key mask6; /* and of an IPv6 one's */
     uint32_t per_shard;
     shard s[SHARDS];
     entry slots[];
@@ -135,8 +140,10 @@ md_ratelimit *md_ratelimit_new(const md_ratelimit_conf *c)
     rl->tau_ns = (uint64_t)c->burst * c->interval_ns;
     if (getrandom(&rl->seed, sizeof rl->seed, 0) != (ssize_t)sizeof rl->seed)
         rl->seed = (uint64_t)(uintptr_t)rl ^ UINT64_C(0x9e3779b97f4a7c15); /* no entropy yet */
+    rl->mask4 = md_addr_mask(96u + c->v4_bits);
+    rl->mask6 = md_addr_mask(c->v6_bits);
     for (unsigned i = 0; i < SHARDS; i++) {
-        pthread_mutex_init(&rl->s[i].mu, NULL);
+        atomic_init(&rl->s[i].locked, false);
         rl->s[i].e = rl->slots + (size_t)i * per_shard;
     }
     return rl;
@@ -144,65 +151,65 @@ md_ratelimit *md_ratelimit_new(const md_ratelimit_conf *c)
 
 void md_ratelimit_free(md_ratelimit *rl)
 {
-    if (rl == NULL)
-        return;
-    for (unsigned i = 0; i < SHARDS; i++)
-        pthread_mutex_destroy(&rl->s[i].mu);
     free(rl);
 }
 
-/* Keeps the first bits of a 16-byte address. */
-static void mask(uint8_t key[16], unsigned bits)
+/* The client's address, masked to its prefix: the key of its entry. */
+static md_addr_key client_key(const md_ratelimit *rl, const struct sockaddr_storage *ss)
 {
-    for (unsigned i = 0; i < 16; i++) {
-        unsigned keep = bits >= 8 * (i + 1) ? 8 : bits > 8 * i ? bits - 8 * i : 0;
-        key[i] &= (uint8_t)(0xff00u >> keep);
+    md_addr_key k;
+    switch (md_addr_key_of(ss, &k)) {
+    case MD_ADDR_V4:
+        return md_addr_masked(k, &rl->mask4);
+    case MD_ADDR_V6:
+        return md_addr_masked(k, &rl->mask6);
+    default:
+        return k; /* not known: one client of its own (no address is all ones) */
     }
 }
 
-static void client_key(const md_ratelimit_conf *c, const struct sockaddr_storage *ss,
-                       uint8_t key[16])
+/* A shard's lock. What it keeps out: two workers taking for one client at once, both reading
+ * the same arrival time and both letting a request in on it (the later store wins, and the
+ * client gets one request more than its rate). The section it guards is a few compares and a
+ * store, far shorter than a futex's round trip, so a waiter spins; it yields now and then in
+ * case the holder's thread was preempted. */
+static void shard_lock(shard *s)
 {
-    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (ss != NULL && ss->ss_family == AF_INET) {
-        memcpy(key, v4_mapped, 12);
-        memcpy(key + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-        mask(key, 96 + c->v4_bits);
-    } else if (ss != NULL && ss->ss_family == AF_INET6) {
-        memcpy(key, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
-        mask(key, memcmp(key, v4_mapped, 12) == 0 ? 96u + c->v4_bits : c->v6_bits);
-    } else {
-        memset(key, 0xff, 16); /* not known: one client of its own (no address is all ones) */
+    for (unsigned spins = 1;; spins++) {
+        /* acquire: pairs with the release in shard_unlock(), so the last holder's entry writes
+         * are seen here. */
+        if (!atomic_load_explicit(&s->locked, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&s->locked, true, memory_order_acquire))
+            return;
+        if (spins % 64 == 0)
+            sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+        else
+            __builtin_ia32_pause();
+#endif
     }
 }
 
-static uint64_t mix(uint64_t x)
+static void shard_unlock(shard *s)
 {
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
+    atomic_store_explicit(&s->locked, false, memory_order_release); /* pairs: shard_lock() */
 }
 
 bool md_ratelimit_take(md_ratelimit *rl, const struct sockaddr_storage *ss, uint64_t now_ns,
                        uint32_t *retry_s)
 {
-    uint8_t key[16];
-    client_key(&rl->c, ss, key);
-    uint64_t k0, k1;
-    memcpy(&k0, key, 8);
-    memcpy(&k1, key + 8, 8);
-    uint64_t h = mix(mix(k0 ^ rl->seed) ^ k1);
+    md_addr_key key = client_key(rl, ss);
+    uint64_t h = md_addr_hash(&key, rl->seed);
     shard *s = &rl->s[h % SHARDS];
-    uint32_t home = (uint32_t)((h / SHARDS) % rl->per_shard);
+    /* The high half of the hash scaled to the shard's size: a slot without a division. */
+    uint32_t at = (uint32_t)(((h >> 32) * rl->per_shard) >> 32);
     uint32_t probe = rl->per_shard < PROBE ? rl->per_shard : PROBE;
 
-    pthread_mutex_lock(&s->mu);
+    shard_lock(s);
     entry *e = NULL, *spare = NULL;
-    for (uint32_t i = 0; i < probe; i++) {
-        entry *x = &s->e[(home + i) % rl->per_shard];
-        if (x->used && memcmp(x->key, key, 16) == 0) {
+    for (uint32_t i = 0; i < probe; i++, at = at + 1 == rl->per_shard ? 0 : at + 1) {
+        entry *x = &s->e[at];
+        if (x->used && x->key.w[0] == key.w[0] && x->key.w[1] == key.w[1]) {
             e = x;
             break;
         }
@@ -215,7 +222,7 @@ bool md_ratelimit_take(md_ratelimit *rl, const struct sockaddr_storage *ss, uint
     if (ok) {
         if (e == NULL) {
             e = spare;
-            memcpy(e->key, key, 16);
+            e->key = key;
             e->used = true;
         }
         e->tat = tat + rl->c.interval_ns;
@@ -223,6 +230,6 @@ bool md_ratelimit_take(md_ratelimit *rl, const struct sockaddr_storage *ss, uint
         uint64_t wait = tat - now_ns - rl->tau_ns;
         *retry_s = (uint32_t)((wait + NS_PER_S - 1) / NS_PER_S);
     }
-    pthread_mutex_unlock(&s->mu);
+    shard_unlock(s);
     return ok;
 }

@@ -7,10 +7,11 @@
  */
 #include "server/client_limit.h"
 
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+
+#include "core/addr.h"
 
 typedef struct slot {
     uint64_t key; /* 0: empty */
@@ -50,40 +51,20 @@ void md_client_counts_free(md_client_counts *t)
     free(t);
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 uint64_t md_client_key(const md_client_counts *t, const struct sockaddr_storage *ss)
 {
-    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    uint64_t hi = 0, lo = 0;
-    if (ss->ss_family == AF_INET) {
-        uint32_t a;
-        memcpy(&a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-        lo = a;
-        hi = 4;
-    } else if (ss->ss_family == AF_INET6) {
-        const uint8_t *a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
-        if (memcmp(a, v4_mapped, 12) == 0) { /* an IPv4 client of an IPv6 socket */
-            uint32_t v4;
-            memcpy(&v4, a + 12, 4);
-            lo = v4;
-            hi = 4;
-        } else {
-            memcpy(&lo, a, 8); /* the first 64 bits: one host's usual share */
-            hi = 6;
-        }
-    } else {
-        hi = 1; /* not an IP client: one client for all such */
+    md_addr_key k;
+    switch (md_addr_key_of(ss, &k)) {
+    case MD_ADDR_V4:
+        break; /* the whole address */
+    case MD_ADDR_V6:
+        k.w[1] = 0; /* the first 64 bits: one host's usual share */
+        break;
+    default:
+        break; /* not an IP client: one client for all such (all ones) */
     }
-    uint64_t k = mix(mix(lo ^ t->seed) ^ hi);
-    return k != 0 ? k : 1;
+    uint64_t h = md_addr_hash(&k, t->seed);
+    return h != 0 ? h : 1;
 }
 
 /* The slot of key, or the empty one where it would go. */

@@ -49,6 +49,15 @@ Test(acl, loopback_then_deny_all, .timeout = 5)
     cr_assert_not(permits(&a, "::ffff:10.0.0.1"));
     cr_assert_not(permits(&a, "::127.0.0.1"), "IPv4-compatible is not IPv4-mapped");
     cr_assert_not(md_acl_permits(&a, NULL), "an unknown address matches all alone");
+    /* A v4-mapped block is the IPv4 block it maps. */
+    md_acl m = acl_of("::ffff:10.0.0.0/104", "all");
+    cr_assert(permits(&m, "10.9.9.9"));
+    cr_assert(permits(&m, "::ffff:10.9.9.9"));
+    cr_assert_not(permits(&m, "11.0.0.1"));
+    char msg[160];
+    md_acl bad = {0};
+    cr_assert_eq(md_acl_add(&bad, true, "::ffff:10.0.0.0/64", msg, sizeof msg), -EINVAL);
+    cr_assert(strstr(msg, "96 or more"), "%s", msg);
 }
 
 Test(acl, first_match_wins, .timeout = 5)
