@@ -233,14 +233,19 @@ int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctyp
                            size_t len)
 {
     if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET &&
-        req->hsts == NULL && !md_headers_apply(&r->headers, 200)) {
+        req->hsts == NULL) {
+        /* The handler writes no field of its own here: the route's rules leave only their
+         * added fields, the same for every 200 of the route. */
+        bool rules = md_headers_apply(&r->headers, 200);
         /* An earlier response of this feed lent from the same slot is copied out first:
          * md_http_canned() rewrites the slot in place for another table (a reload between
          * two pipelined requests), and the bytes owed would become the new table's. */
         if (md_outbuf_own(req->out) != 0)
             return -ENOMEM;
         size_t n;
-        const char *whole = md_http_canned(r->index, routes_of(req)->id, ctype, body, len, &n);
+        const char *whole =
+            md_http_canned(r->index, routes_of(req)->id, ctype, rules ? r->headers.add : NULL,
+                           rules ? r->headers.add_len : 0, body, len, &n);
         if (whole != NULL) {
             /* Lent, not copied, when it is all that is owed (outbuf.h). */
             if (md_outbuf_lend(req->out, whole, n) != 0)

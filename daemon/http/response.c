@@ -149,16 +149,19 @@ static _Thread_local struct {
     time_t sec;
     uint64_t tag; /* whose response it is (a route table's id) */
     size_t len;
-    char text[MD_HTTP_HEAD_MAX];
+    char text[MD_HTTP_CANNED_MAX];
 } canned[MD_HTTP_CANNED_SLOTS];
 
 /* The slot's response for this second, built once per second per thread: out of the way of
  * the hit below, whose frame would otherwise carry this one's head buffer. */
-static __attribute__((noinline)) const char *
-canned_build(unsigned slot, uint64_t tag, const char *ctype, const char *body, size_t body_len)
+static __attribute__((noinline)) const char *canned_build(unsigned slot, uint64_t tag,
+                                                           const char *ctype, const char *fields,
+                                                           size_t flen, const char *body,
+                                                           size_t body_len)
 {
-    char head[MD_HTTP_HEAD_MAX];
-    char *w = md_http_put_head(head, md_http_status_of(200), false, false, NULL, ctype, body_len);
+    char head[MD_HTTP_HEAD_MAX + MD_HTTP_CANNED_MAX];
+    char *w = md_http_put_head_fields(head, md_http_status_of(200), false, false, NULL, fields,
+                                      flen, ctype, body_len);
     size_t hlen = (size_t)(w - head);
     if (hlen + body_len > sizeof(canned[slot].text))
         return NULL;
@@ -170,13 +173,14 @@ canned_build(unsigned slot, uint64_t tag, const char *ctype, const char *body, s
     return canned[slot].text;
 }
 
-const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
-                           size_t body_len, size_t *len)
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *fields,
+                           size_t flen, const char *body, size_t body_len, size_t *len)
 {
-    if (slot >= MD_HTTP_CANNED_SLOTS || body_len > MD_HTTP_HEAD_MAX / 2)
+    if (slot >= MD_HTTP_CANNED_SLOTS || body_len > MD_HTTP_CANNED_MAX / 2 ||
+        flen > MD_HTTP_CANNED_MAX)
         return NULL;
     if ((canned[slot].sec != date_block.sec || canned[slot].tag != tag || canned[slot].len == 0) &&
-        canned_build(slot, tag, ctype, body, body_len) == NULL)
+        canned_build(slot, tag, ctype, fields, flen, body, body_len) == NULL)
         return NULL;
     *len = canned[slot].len;
     return canned[slot].text;

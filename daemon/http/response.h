@@ -43,15 +43,19 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
                               const char *allow, const char *fields, size_t fields_len,
                               const char *ctype, uint64_t length);
 
-/* Slots for md_http_canned(): one per static body a caller serves often. */
+/* Slots for md_http_canned(): one per static body a caller serves often; and the most bytes
+ * of a canned response (head, fields and body). */
 #define MD_HTTP_CANNED_SLOTS 8
+#define MD_HTTP_CANNED_MAX 1024
 
-/* The whole keep-alive HTTP/1.1 200 response with this body, from a per-thread cache that is
- * rebuilt when the Date second changes: the hot GET is one memcpy. (slot, tag) identifies the
- * (ctype, body) pair and must always be used with the same one: a route's index and its
- * table's id, so that a reload's new table never gets the old one's bytes. *len gets the
- * length; NULL when the slot or body is out of range. */
-const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *body,
-                           size_t body_len, size_t *len);
+/* The whole keep-alive HTTP/1.1 200 response with these fields (flen bytes of "Name: value"
+ * CRLF lines, or none: a route's added header fields) and this body, from a per-thread cache
+ * that is rebuilt when the Date second changes: the hot GET is one memcpy. (slot, tag)
+ * identifies the (ctype, fields, body) triple and must always be used with the same one: a
+ * route's index and its table's id, so that a reload's new table never gets the old one's
+ * bytes. *len gets the length; NULL when the slot is out of range or the response does not
+ * fit. */
+const char *md_http_canned(unsigned slot, uint64_t tag, const char *ctype, const char *fields,
+                           size_t flen, const char *body, size_t body_len, size_t *len);
 
 #endif

@@ -404,6 +404,14 @@ Test(routes_e2e, header_rules_per_route)
     char *resp = get(d.http, "/");
     expect(resp, "HTTP/1.1 200", "\r\nX-Frame-Options: DENY\r\n");
     expect(resp, "HTTP/1.1 200", "\r\nContent-Security-Policy: default-src 'self'\r\n");
+    /* A keep-alive GET of a text route is its thread's canned response: the fields are in. */
+    resp = ask(d.http, "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n"
+                       "Connection: close\r\n\r\n");
+    const char *second = strstr(resp + 1, "HTTP/1.1 200");
+    cr_assert_not_null(second, "%s", resp);
+    const char xfo[] = "\r\nX-Frame-Options: DENY\r\n";
+    cr_assert(memmem(resp, (size_t)(second - resp), xfo, sizeof xfo - 1), "%s", resp);
+    cr_assert(strstr(second, xfo), "%s", resp);
     expect(get(d.http, "/old"), "HTTP/1.1 302", "\r\nCache-Control: no-store\r\n");
     expect(get(d.http, "/gone"), "HTTP/1.1 404", "\r\nX-Why: moved\r\n");
     resp = get(d.http, "/quiet");

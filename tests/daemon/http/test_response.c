@@ -79,7 +79,7 @@ Test(response, canned_follows_the_second, .timeout = 5)
     size_t len;
     fake_now = 784111777;
     md_http_date_refresh(fake_clock);
-    const char *r = md_http_canned(0, 1, "text/plain", "Hello, World!", 13, &len);
+    const char *r = md_http_canned(0, 1, "text/plain", NULL, 0, "Hello, World!", 13, &len);
     cr_assert_not_null(r);
     const char want[] =
         "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: magpied\r\n"
@@ -88,7 +88,25 @@ Test(response, canned_follows_the_second, .timeout = 5)
     cr_assert_eq(memcmp(r, want, len), 0);
     fake_now++;
     md_http_date_refresh(fake_clock);
-    r = md_http_canned(0, 1, "text/plain", "Hello, World!", 13, &len);
+    r = md_http_canned(0, 1, "text/plain", NULL, 0, "Hello, World!", 13, &len);
     cr_assert_not_null(memmem(r, len, "08:49:38 GMT", 12), "stale Date after the second changed");
-    cr_assert_null(md_http_canned(MD_HTTP_CANNED_SLOTS, 1, "text/plain", "x", 1, &len));
+    cr_assert_null(md_http_canned(MD_HTTP_CANNED_SLOTS, 1, "text/plain", NULL, 0, "x", 1, &len));
+}
+
+/* A route's added fields are part of its canned response; fields that cannot fit refuse it. */
+Test(response, canned_carries_the_fields, .timeout = 5)
+{
+    size_t len;
+    fake_now = 784111777;
+    md_http_date_refresh(fake_clock);
+    const char *r = md_http_canned(1, 2, "text/plain", "X-A: 1\r\nX-B: 2\r\n", 16, "hi", 2, &len);
+    cr_assert_not_null(r);
+    cr_assert_not_null(memmem(r, len, "\r\nX-A: 1\r\nX-B: 2\r\n", 18));
+    cr_assert_not_null(memmem(r, len, "Content-Length: 2\r\n", 19));
+    cr_assert_eq(memcmp(r + len - 6, "\r\n\r\nhi", 6), 0);
+    static char big[MD_HTTP_CANNED_MAX];
+    memset(big, 'x', sizeof big);
+    memcpy(big, "X-C: ", 5);
+    memcpy(big + sizeof big - 2, "\r\n", 2);
+    cr_assert_null(md_http_canned(2, 2, "text/plain", big, sizeof big, "hi", 2, &len));
 }
