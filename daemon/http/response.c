@@ -155,9 +155,9 @@ static _Thread_local struct {
 /* The slot's response for this second, built once per second per thread: out of the way of
  * the hit below, whose frame would otherwise carry this one's head buffer. */
 static __attribute__((noinline)) const char *canned_build(unsigned slot, uint64_t tag,
-                                                           const char *ctype, const char *fields,
-                                                           size_t flen, const char *body,
-                                                           size_t body_len)
+                                                          const char *ctype, const char *fields,
+                                                          size_t flen, const char *body,
+                                                          size_t body_len)
 {
     char head[MD_HTTP_HEAD_MAX + MD_HTTP_CANNED_MAX];
     char *w = md_http_put_head_fields(head, md_http_status_of(200), false, false, NULL, fields,

@@ -46,7 +46,7 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
 /* Slots for md_http_canned(): one per static body a caller serves often; and the most bytes
  * of a canned response (head, fields and body). */
 #define MD_HTTP_CANNED_SLOTS 8
-#define MD_HTTP_CANNED_MAX 1024
+#define MD_HTTP_CANNED_MAX   1024
 
 /* The whole keep-alive HTTP/1.1 200 response with these fields (flen bytes of "Name: value"
  * CRLF lines, or none: a route's added header fields) and this body, from a per-thread cache

@@ -29,32 +29,31 @@ static inline void pki_make(char dir[PKI_DIR_MAX])
     snprintf(dir, PKI_DIR_MAX, "/tmp/magpied-tls-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     char cmd[4096];
-    snprintf(
-        cmd, sizeof cmd,
-        "set -e; cd '%s'; exec 2>pki.log\n"
-        "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
-        "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=magpie-test-ca\n"
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext\n"
-        "openssl req $EC -keyout ec.key -out ec.csr -subj /CN=localhost\n"
-        "K=" PKI_RSA_KEY "\n"
-        "if [ -s $K ]; then cp $K rsa.key; else\n"
-        "  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out rsa.key\n"
-        "  cp rsa.key $K.$$ && mv -f $K.$$ $K; fi\n"
-        "openssl req -new -key rsa.key -out rsa.csr -subj /CN=localhost\n"
-        "openssl x509 -req -in ec.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-        "-extfile ext -out ec.pem\n"
-        "openssl x509 -req -in rsa.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-        "-extfile ext -out rsa.pem\n"
-        "openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:prime256v1 -out other.key\n"
-        "touch index.txt; echo 1000 > serial\n"
-        "printf '[ca]\\ndefault_ca = c\\n[c]\\ndatabase = index.txt\\nnew_certs_dir = .\\n"
-        "serial = serial\\ndefault_md = sha256\\npolicy = p\\nunique_subject = no\\n"
-        "[p]\\ncommonName = supplied\\n' > ca.cnf\n"
-        "openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -in ec.csr -notext "
-        "-startdate 20200101000000Z -enddate 20200102000000Z -out expired.pem\n"
-        "openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -in ec.csr -notext "
-        "-startdate 20990101000000Z -enddate 20991231000000Z -out future.pem\n",
-        dir);
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; exec 2>pki.log\n"
+             "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+             "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=magpie-test-ca\n"
+             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext\n"
+             "openssl req $EC -keyout ec.key -out ec.csr -subj /CN=localhost\n"
+             "K=" PKI_RSA_KEY "\n"
+             "if [ -s $K ]; then cp $K rsa.key; else\n"
+             "  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out rsa.key\n"
+             "  cp rsa.key $K.$$ && mv -f $K.$$ $K; fi\n"
+             "openssl req -new -key rsa.key -out rsa.csr -subj /CN=localhost\n"
+             "openssl x509 -req -in ec.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "-extfile ext -out ec.pem\n"
+             "openssl x509 -req -in rsa.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "-extfile ext -out rsa.pem\n"
+             "openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:prime256v1 -out other.key\n"
+             "touch index.txt; echo 1000 > serial\n"
+             "printf '[ca]\\ndefault_ca = c\\n[c]\\ndatabase = index.txt\\nnew_certs_dir = .\\n"
+             "serial = serial\\ndefault_md = sha256\\npolicy = p\\nunique_subject = no\\n"
+             "[p]\\ncommonName = supplied\\n' > ca.cnf\n"
+             "openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -in ec.csr -notext "
+             "-startdate 20200101000000Z -enddate 20200102000000Z -out expired.pem\n"
+             "openssl ca -batch -config ca.cnf -cert ca.pem -keyfile ca.key -in ec.csr -notext "
+             "-startdate 20990101000000Z -enddate 20991231000000Z -out future.pem\n",
+             dir);
     int rc = system(cmd);
     if (rc != 0) {
         snprintf(cmd, sizeof cmd, "cat '%.*s/pki.log' >&2", PKI_DIR_MAX, dir);
