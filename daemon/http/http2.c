@@ -1099,6 +1099,11 @@ void md_h2_conn_drain(md_h2_conn *h)
                                 NULL, 0);
 }
 
+uint32_t md_h2_conn_streams(const md_h2_conn *h)
+{
+    return h->nstreams;
+}
+
 bool md_h2_conn_refused(const md_h2_conn *h)
 {
     return h->refused;

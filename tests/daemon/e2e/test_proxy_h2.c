@@ -1,6 +1,6 @@
 /* End-to-end tests of the proxy over HTTP/2: magpied with h2c on its plaintext listener, a
  * proxy route to the test upstream (upstream.c, HTTP/1.1), driven with curl
- * (--http2-prior-knowledge), nghttp (a large POST) and a python3-h2 client
+ * (--http2-prior-knowledge), nghttp (a large POST, GOAWAY on reload) and a python3-h2 client
  * (h2_proxy_client.py: a slow upstream stream beside a fast one, a reader with a small
  * window). What the upstream gets is HTTP/1.1 (its echo shows the request it read);
  * what the client gets is HTTP/2: the head through the protocol's writer, no hop-by-hop
@@ -171,5 +171,30 @@ Test(proxy_h2, a_slow_reader_holds_the_upstream_back, .timeout = 60)
     grew = atol(g + 5);
     cr_assert_lt(grew, 8192, "magpied grew %ld KiB while the reader held the body back", grew);
     cr_assert_not_null(strstr(out, "done 40000000 OK"), "%s", out);
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, reload_sends_goaway_and_finishes_the_stream, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[1024];
+    /* A stream in flight (the upstream answers after 1.5 s) when SIGHUP comes. (nghttp, not
+     * python3-h2: h2 refuses frames that follow a GOAWAY it has read.) */
+    snprintf(cmd, sizeof cmd,
+             "(timeout 20 nghttp -v 'http://127.0.0.1:%d/app/mode/slowhead?ms=1500' > "
+             "'%s/nghttp.out' 2>&1 &) ; sleep 0.4; kill -HUP %d",
+             d.http, proxy_dir, (int)d.pid);
+    cr_assert_eq(system(cmd), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/nghttp.out", proxy_dir);
+    /* GOAWAY, NO_ERROR, naming the stream in flight (nghttp's first request is stream 13);
+     * the stream completes. */
+    cr_assert(file_has(path, "recv GOAWAY", 10000), "no GOAWAY after the reload");
+    cr_assert(file_has(path, "last_stream_id=13, error_code=NO_ERROR", 100));
+    cr_assert(file_has(path, "recv (stream_id=13) :status: 200", 5000));
+    cr_assert(file_has(path, "; END_STREAM", 5000), "the stream in flight finished");
+    /* New connections are served under the new settings. */
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
     pair_stop(&u, &d);
 }
