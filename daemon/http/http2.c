@@ -84,6 +84,7 @@ typedef struct h2_stream {
     uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
     uint64_t length;   /* content-length */
     uint64_t body;     /* DATA bytes so far */
+    uint64_t body_ns;  /* when the head completed (min_body_rate's base) */
     size_t unconsumed; /* DATA bytes not yet given back to the windows */
     md_outbuf out;     /* the response body owed */
     md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
@@ -383,6 +384,7 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
     md_http_req *r = &st->r;
     const md_http_limits *l = &h->srv->limits;
     st->head_done = true;
+    st->body_ns = h->now_ns;
     if (st->status == 0 && !r->method_done)
         st->status = 501; /* a method magpied does not know */
     if (st->status == 0 && r->method == MD_CONNECT)
@@ -1030,6 +1032,21 @@ static bool stream_reading(const h2_stream *st)
            (!st->r.piping || (st->r.pipe_read && md_outbuf_pending(&st->in) == 0));
 }
 
+/* min_body_rate on a stream's body, as http1.c's on a connection's: after the grace, once the
+ * time since its head exceeds body / rate. Only for a body the core takes (gathered or
+ * dropped): a streamed or piped one goes at its sink's pace, which holds the peer's window
+ * shut (the body timeout still applies to it). UINT64_MAX: none. */
+static uint64_t rate_deadline(const md_h2_conn *h, const h2_stream *st)
+{
+    const md_http_limits *l = &h->srv->limits;
+    if (l->min_body_rate == 0 || !st->head_done || st->r.piping || st->r.streaming ||
+        !stream_reading(st))
+        return UINT64_MAX;
+    uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
+    uint64_t due = st->body * UINT64_C(1000000000) / l->min_body_rate;
+    return st->body_ns + (due > grace ? due : grace);
+}
+
 /* Whether a stream waits for the peer: for more of its request, or for a window to send its
  * response in (its handler is not what it waits for). */
 static void waits(const md_h2_conn *h, bool *reading, bool *sending)
@@ -1062,6 +1079,10 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h)
         uint64_t s = h->sent_ns + l->send_timeout_ms * ms;
         at = s < at ? s : at;
     }
+    for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
+        uint64_t r = rate_deadline(h, st);
+        at = r < at ? r : at;
+    }
     return at;
 }
 
@@ -1070,6 +1091,18 @@ md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_st
     *send_stall = false;
     h->now_ns = now_ns;
     if (now_ns < md_h2_conn_deadline(h))
+        return MD_HTTP_EXPIRED_NONE;
+    /* A stream whose body is too slow gets 408 (its body dropped, its window given back);
+     * the connection and its other streams go on. */
+    bool slow = false;
+    for (h2_stream *st = h->streams; st != NULL; st = st->next) {
+        if (now_ns >= rate_deadline(h, st)) {
+            enter(h, st);
+            answer_error(st, 408);
+            slow = true;
+        }
+    }
+    if (slow && now_ns < md_h2_conn_deadline(h))
         return MD_HTTP_EXPIRED_NONE;
     md_http_expired why;
     if (h->nstreams == 0) {

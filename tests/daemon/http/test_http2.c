@@ -1,8 +1,8 @@
 /* Tests for daemon/http/http2.c: an nghttp2 client session in memory drives md_h2_conn as the
  * connection task does (feed, run, send), over the built-in routes: responses and their heads,
  * HEAD, the core's refusals, concurrent streams, request bodies both ways with flow control
- * (an echo larger than every window), the limits (431, 413), GOAWAY on drain and on the idle
- * deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
+ * (an echo larger than every window), the limits (431, 413, min_body_rate's 408), GOAWAY on drain
+ * and on the idle deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
 
@@ -341,6 +341,49 @@ Test(http2, body_over_the_limit_is_413)
     cr_assert_eq(pump(&c), 0);
     cr_assert_eq(resp_of(&c, id2)->status, 413);
     free(body);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+static ssize_t c_defer_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    (void)s, (void)id, (void)buf, (void)length, (void)flags, (void)src, (void)user;
+    return NGHTTP2_ERR_DEFERRED; /* a body that never comes */
+}
+
+Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
+{
+    srv.limits.min_body_rate = 1000;
+    srv.limits.min_rate_grace_ms = 1000;
+    struct client c;
+    client_open(&c);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
+        {(uint8_t *)":path", (uint8_t *)"/echo", 5, 5, 0},
+        {(uint8_t *)"content-length", (uint8_t *)"100", 14, 3, 0},
+    };
+    nghttp2_data_provider prd = {.read_callback = c_defer_body};
+    int32_t id = nghttp2_submit_request(c.cl, NULL, nv, 5, &prd, NULL);
+    cr_assert_gt(id, 0);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 0, "within the grace");
+    uint64_t deadline = md_h2_conn_deadline(c.h);
+    cr_assert_eq(deadline, T0 + UINT64_C(1000000000), "the grace ends first");
+    c.now = deadline;
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_not(stall);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 408);
+    /* The connection and its other streams go on. */
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(md_h2_conn_done(c.h));
+    cr_assert_not(c.goaway);
     client_close(&c);
     expect_no_leaks();
 }
