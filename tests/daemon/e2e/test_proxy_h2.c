@@ -119,6 +119,17 @@ Test(proxy_h2, request_bodies_go_up_streamed, .timeout = 90)
     /* A slow sink: the upstream reads nothing for 1 s; the body still goes whole. */
     head = h2c(&d, "--data-binary @body.bin -D - -o /dev/null", "/app/mode/sink?pause_ms=1000");
     cr_assert(strstr(head, "HTTP/2 200") == head, "%s", head);
+    /* An answer before the body is all sent (413's shape): the client gets it, the rest of
+     * its body is dropped, and the connection goes on. */
+    cr_assert_str_eq(
+        h2c(&d, "--data-binary @body.bin -w ' %{http_code}'", "/app/mode/early?linger_ms=200"),
+        "early 413");
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    /* Pooled: ten requests, one connection each way at most. */
+    long before = stats_of(&u).accepts;
+    for (int i = 0; i < 10; i++)
+        cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    cr_assert_leq(stats_of(&u).accepts - before, 2, "the keep-alive pool serves HTTP/2 too");
     cr_assert_eq(stats_of(&u).bad, 0);
     pair_stop(&u, &d);
 }
