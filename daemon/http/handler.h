@@ -74,10 +74,6 @@ typedef struct md_handler {
      * application's CORS preflight), and the core keeps the request's fields for it
      * (md_http_req_head). */
     bool passes_options, keeps_fields;
-    /* It writes HTTP/1.x heads itself (md_http_count_response): over HTTP/2 its routes are
-     * refused with RST_STREAM HTTP_1_1_REQUIRED, which clients answer by retrying over
-     * HTTP/1.1 (http2.c). */
-    bool http1_only;
     const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
     size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
     /* The defaults, into zeroed conf, when a route names the handler. */

@@ -8,13 +8,14 @@
  * (md__http_req_answer). The response head goes to nghttp2 from h2_head (md_http_wire), with a
  * data source that reads the stream's output buffer; a source with nothing to give yet defers,
  * and is resumed once the handler appended more or finished. A handler that fails resets the
- * stream (RST_STREAM INTERNAL_ERROR); a route whose handler writes HTTP/1 heads itself (the
- * proxy) is reset with HTTP_1_1_REQUIRED, which clients answer by retrying over HTTP/1.1.
+ * stream (RST_STREAM INTERNAL_ERROR). A relayed head (the proxy's) goes through h2_relay: the
+ * upstream's status and fields, content-length when known.
  *
  * Request bodies: nghttp2's automatic WINDOW_UPDATE is off. Bytes a handler has taken (gathered
  * up to max_body_bytes, discarded) are given back at once; bytes a streaming handler turned
  * into output (echo) only once that output has left, so a peer that sends but does not read
- * is held back by its own window.
+ * is held back by its own window. A piping handler's (the proxy's) wait in the stream until
+ * it asks for the next span, and go back to the windows as it takes them.
  *
  * Defences, each ending the session with GOAWAY, never holding up other connections: nghttp2's
  * own (a SETTINGS frame of more than MD_H2_MAX_SETTINGS entries, more than
@@ -44,6 +45,8 @@
 /* A stream's output past which its handler is not polled (its io->write says pending) and a
  * streaming one's request body is not given back to the peer's window. */
 #define STREAM_OUT_HIGH (64u * 1024u)
+/* The most of a piped request body (the proxy's) a handler gets at once. */
+#define PIPE_SPAN (16u * 1024u)
 /* SETTINGS entries one frame may carry. */
 #define MD_H2_MAX_SETTINGS 32
 /* ACKs (SETTINGS, PING) queued for a peer that does not read them. */
@@ -75,13 +78,21 @@ typedef struct h2_stream {
     bool more;         /* its handler said MD_PENDING_MORE */
     bool reset;        /* RST_STREAM submitted */
     bool has_length;   /* content-length came */
+    bool kept_target;  /* :path begins r.kept (keep_fields) */
+    bool kept_host;    /* ... and :authority as Host follows it */
     uint32_t fields;   /* header fields */
     uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
     uint64_t length;   /* content-length */
     uint64_t body;     /* DATA bytes so far */
+    uint64_t body_ns;  /* when the head completed (min_body_rate's base) */
     size_t unconsumed; /* DATA bytes not yet given back to the windows */
     md_outbuf out;     /* the response body owed */
-    md_http_req r;     /* last: the large part */
+    md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
+    char *authority;   /* with keep_fields: :authority, for the kept block's Host */
+    size_t authority_len;
+    char *cookie; /* with keep_fields: the cookie fields, joined with "; " (RFC 9113 8.2.3) */
+    size_t cookie_len, cookie_cap;
+    md_http_req r; /* last: the large part */
 } h2_stream;
 
 struct md_h2_conn {
@@ -177,10 +188,12 @@ static bool connection_specific(const char *name, size_t len)
 #define NV(n, v, vl)                                                                               \
     ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE})
 
-static int h2_head(md_http_req *r, unsigned status, const char *allow, const char *fields,
-                   size_t fields_len, const char *ctype, uint64_t length)
+/* HEADERS for the stream: :status, then (ours) date and server, the fields given (names
+ * lower-cased), then allow and content-type when given, content-length unless unknown. */
+static int submit_head(h2_stream *st, unsigned status, bool ours, const char *allow,
+                       const char *fields, size_t fields_len, const char *ctype, uint64_t length)
 {
-    h2_stream *st = stream_of(r);
+    md_http_req *r = &st->r;
     md_h2_conn *h = st->h;
     if (st->answered || st->reset)
         return 0; /* a second head (a handler's error after its head): the stream is reset */
@@ -207,9 +220,11 @@ static int h2_head(md_http_req *r, unsigned status, const char *allow, const cha
                     (char)('0' + status % 10), 0};
     nv[n++] = NV(":status", code, 3);
     size_t dlen;
-    const char *date = md_http_date_value(&dlen);
-    nv[n++] = NV("date", date, dlen);
-    nv[n++] = NV("server", "magpied", 7);
+    if (ours) {
+        const char *date = md_http_date_value(&dlen);
+        nv[n++] = NV("date", date, dlen);
+        nv[n++] = NV("server", "magpied", 7);
+    }
     const char *p = fields, *end = fields != NULL ? fields + fields_len : NULL;
     char *w = names;
     while (p != NULL && p < end) {
@@ -233,9 +248,10 @@ static int h2_head(md_http_req *r, unsigned status, const char *allow, const cha
     }
     if (allow != NULL)
         nv[n++] = NV("allow", allow, strlen(allow));
-    nv[n++] = NV("content-type", ctype, strlen(ctype));
+    if (ctype != NULL)
+        nv[n++] = NV("content-type", ctype, strlen(ctype));
     char len_text[24];
-    if (status != 304) {
+    if (status != 304 && length != MD_HTTP_LENGTH_UNKNOWN) {
         size_t l = 0;
         char tmp[20];
         uint64_t v = length;
@@ -261,7 +277,20 @@ static int h2_head(md_http_req *r, unsigned status, const char *allow, const cha
     return 0;
 }
 
-static const md_http_wire h2_wire = {.head = h2_head};
+static int h2_head(md_http_req *r, unsigned status, const char *allow, const char *fields,
+                   size_t fields_len, const char *ctype, uint64_t length)
+{
+    return submit_head(stream_of(r), status, true, allow, fields, fields_len, ctype, length);
+}
+
+/* A relayed head (the proxy's): the upstream's Date and Server, not ours. */
+static int h2_relay(md_http_req *r, unsigned status, const char *fields, size_t fields_len,
+                    uint64_t length)
+{
+    return submit_head(stream_of(r), status, false, NULL, fields, fields_len, NULL, length);
+}
+
+static const md_http_wire h2_wire = {.head = h2_head, .relay = h2_relay};
 
 /* ---- streams ---- */
 
@@ -274,6 +303,9 @@ static void stream_free(md_h2_conn *h, h2_stream *st)
     }
     md__http_req_fini(&st->r);
     md_outbuf_free(&st->out);
+    md_outbuf_free(&st->in);
+    free(st->authority);
+    free(st->cookie);
     if (st->prev != NULL)
         st->prev->next = st->next;
     else
@@ -296,10 +328,27 @@ static void finish(h2_stream *st)
         md_outbuf_free(&st->out);
 }
 
+/* A piping handler's body is done with (it answered, failed, or the stream ended early): what
+ * the stream held of it goes back to the windows, and what still comes is dropped. */
+static void drop_pipe(h2_stream *st)
+{
+    if (!st->r.piping)
+        return;
+    st->early = true;
+    consume(st->h, st->id, md_outbuf_pending(&st->in));
+    md_outbuf_free(&st->in);
+}
+
 /* An error response of the core's, on a stream whose body is then dropped. */
 static void answer_error(h2_stream *st, unsigned code)
 {
     st->early = true;
+    drop_pipe(st);
+    if (st->r.pending != NULL && !st->answered) {
+        md_http_pending *p = st->r.pending; /* a piping handler: the core's answer instead */
+        st->r.pending = NULL;
+        p->cancel(p);
+    }
     if (st->answered) {
         reset(st, NGHTTP2_INTERNAL_ERROR);
         return;
@@ -319,6 +368,8 @@ static void answer(h2_stream *st)
         finish(st);
         return;
     }
+    if (r->piping)
+        return; /* the handler pended at the head: its poll answers */
     int rc = md__http_req_answer(r);
     if (rc < 0)
         reset(st, NGHTTP2_INTERNAL_ERROR);
@@ -326,11 +377,14 @@ static void answer(h2_stream *st)
         finish(st);
 }
 
-static void head_done(md_h2_conn *h, h2_stream *st)
+static int kept_close(h2_stream *st);
+
+static void head_done(md_h2_conn *h, h2_stream *st, bool end)
 {
     md_http_req *r = &st->r;
     const md_http_limits *l = &h->srv->limits;
     st->head_done = true;
+    st->body_ns = h->now_ns;
     if (st->status == 0 && !r->method_done)
         st->status = 501; /* a method magpied does not know */
     if (st->status == 0 && r->method == MD_CONNECT)
@@ -341,20 +395,20 @@ static void head_done(md_h2_conn *h, h2_stream *st)
         answer_error(st, st->status);
         return;
     }
+    if (h->srv->keep_fields && kept_close(st) != 0) {
+        answer_error(st, 500);
+        return;
+    }
     md__http_req_route(r);
-    if (r->route != NULL && r->route->handler->http1_only && md__http_req_refusal(r) == 0) {
-        reset(st, NGHTTP2_HTTP_1_1_REQUIRED);
-        return;
-    }
+    /* A body without Content-Length is, for a handler, one of unknown length (HTTP/1.1's
+     * chunked); none at all when END_STREAM ended the head. */
     if (md__http_req_wants_head(r) &&
-        md__http_req_head(r, st->has_length ? st->length : 0, !st->has_length) != 0) {
+        md__http_req_head(r, st->has_length ? st->length : 0, !st->has_length && !end) != 0) {
         reset(st, NGHTTP2_INTERNAL_ERROR);
         return;
     }
-    if (r->piping) { /* only the proxy pipes, and it was refused above */
-        reset(st, NGHTTP2_INTERNAL_ERROR);
-        return;
-    }
+    if (r->piping)
+        r->pipe_read = true; /* the body's first span goes to the handler as it comes */
 }
 
 /* ---- the request's fields ---- */
@@ -376,6 +430,97 @@ static const char *const kept_names[MD_HTTP_FIELDS] = {
 static bool name_is(const uint8_t *name, size_t len, const char *lit)
 {
     return strlen(lit) == len && memcmp(name, lit, len) == 0;
+}
+
+/* md_http_req_head()'s block (md_http_server.keep_fields), as http1.c keeps it: the target,
+ * CRLF, then each field as "name: value" CRLF; :authority first as Host, the cookie fields
+ * last, joined into one. 0 or -ENOMEM. */
+static int kept_add(md_http_req *r, const char *a, size_t alen, const char *b, size_t blen,
+                    const char *c, size_t clen)
+{
+    if (md_bytes_grow(&r->kept, &r->kept_cap, r->kept_len + alen + blen + clen, 1024) != 0)
+        return -ENOMEM;
+    memcpy(r->kept + r->kept_len, a, alen);
+    if (blen != 0)
+        memcpy(r->kept + r->kept_len + alen, b, blen);
+    if (clen != 0)
+        memcpy(r->kept + r->kept_len + alen + blen, c, clen);
+    r->kept_len += alen + blen + clen;
+    return 0;
+}
+
+/* :path, whole (r.target keeps only MD_HTTP_TARGET_MAX bytes of it). */
+static int kept_path(h2_stream *st, const uint8_t *v, size_t len)
+{
+    md_http_req *r = &st->r;
+    if (st->kept_target)
+        return 0;
+    st->kept_target = true;
+    r->kept_len = 0;
+    r->kept_target = (uint32_t)len;
+    return kept_add(r, (const char *)v, len, "\r\n", 2, NULL, 0);
+}
+
+/* Host, once the pseudo-header fields are all in (they come first). */
+static int kept_begin(h2_stream *st)
+{
+    md_http_req *r = &st->r;
+    if (st->kept_host)
+        return 0;
+    if (!st->kept_target && kept_path(st, (const uint8_t *)r->target, r->target_len) != 0)
+        return -ENOMEM;
+    st->kept_host = true;
+    if (st->authority != NULL &&
+        kept_add(r, "host: ", 6, st->authority, st->authority_len, "\r\n", 2) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
+static int keep_pseudo(h2_stream *st, const uint8_t *name, size_t namelen, const uint8_t *value,
+                       size_t valuelen)
+{
+    if (name_is(name, namelen, ":path"))
+        return kept_path(st, value, valuelen);
+    if (!name_is(name, namelen, ":authority") || st->authority != NULL)
+        return 0;
+    st->authority = malloc(valuelen + 1);
+    if (st->authority == NULL)
+        return -ENOMEM;
+    memcpy(st->authority, value, valuelen);
+    st->authority_len = valuelen;
+    return 0;
+}
+
+static int kept_close(h2_stream *st)
+{
+    if (kept_begin(st) != 0)
+        return -ENOMEM;
+    if (st->cookie == NULL)
+        return 0;
+    return kept_add(&st->r, "cookie: ", 8, st->cookie, st->cookie_len, "\r\n", 2);
+}
+
+static int kept_field(h2_stream *st, const uint8_t *name, size_t namelen, const uint8_t *value,
+                      size_t valuelen)
+{
+    if (kept_begin(st) != 0)
+        return -ENOMEM;
+    if (name_is(name, namelen, "cookie")) {
+        size_t need = st->cookie_len + 2 + valuelen;
+        if (md_bytes_grow(&st->cookie, &st->cookie_cap, need, 256) != 0)
+            return -ENOMEM;
+        if (st->cookie_len != 0) {
+            memcpy(st->cookie + st->cookie_len, "; ", 2);
+            st->cookie_len += 2;
+        }
+        memcpy(st->cookie + st->cookie_len, value, valuelen);
+        st->cookie_len += valuelen;
+        return 0;
+    }
+    return kept_add(&st->r, (const char *)name, namelen, ": ", 2, (const char *)value, valuelen) ||
+                   kept_add(&st->r, "\r\n", 2, NULL, 0, NULL, 0)
+               ? -ENOMEM
+               : 0;
 }
 
 /* A field that comes twice joins the kept value with ", ", as HTTP/1.1's lines do. */
@@ -523,6 +668,13 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             st->status = (uint16_t)set_target(h, r, value, valuelen);
         else if (name_is(name, namelen, ":authority"))
             set_host(r, value, valuelen);
+        if (h->srv->keep_fields && st->status == 0 &&
+            keep_pseudo(st, name, namelen, value, valuelen) != 0)
+            st->status = 500;
+        return 0;
+    }
+    if (h->srv->keep_fields && kept_field(st, name, namelen, value, valuelen) != 0) {
+        st->status = 500;
         return 0;
     }
     if (name_is(name, namelen, "host")) { /* RFC 9113 8.3.1: :authority wins when both came */
@@ -589,15 +741,45 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
         return 0;
     enter(h, st);
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
-        head_done(h, st);
+        head_done(h, st, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
     if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
         (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->req_done) {
         st->req_done = true;
-        st->r.body_done = true;
+        /* A piping handler's body is done once it has been given the last span. */
+        st->r.body_done = !st->r.piping || md_outbuf_pending(&st->in) == 0;
         if (!st->early)
             answer(st);
     }
     return 0;
+}
+
+/* MD_BODY_PIPE: the next span of what the stream holds goes to the handler, when it asked
+ * for one (pipe_read); its bytes go back to the windows (the handler passes a span on before
+ * it asks for the next, so the peer sends as fast as the handler's sink takes it). true when
+ * a span went. */
+static bool pipe_feed(md_h2_conn *h, h2_stream *st)
+{
+    md_http_req *r = &st->r;
+    size_t n = md_outbuf_pending(&st->in);
+    if (!r->pipe_read || r->pending == NULL || n == 0)
+        return false;
+    if (n > PIPE_SPAN)
+        n = PIPE_SPAN;
+    enter(h, st);
+    int rc = md__http_req_body(r, md_outbuf_pending_data(&st->in), n);
+    md_outbuf_consume(&st->in, n);
+    consume(h, st->id, n);
+    if (rc != 0) {
+        reset(st, NGHTTP2_INTERNAL_ERROR);
+        drop_pipe(st);
+        return false;
+    }
+    r->pipe_read = false;
+    if (md_outbuf_pending(&st->in) == 0) {
+        md_outbuf_free(&st->in);
+        r->body_done = st->req_done;
+    }
+    return true;
 }
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
@@ -616,6 +798,17 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     if (st->body > h->srv->limits.max_body_bytes) {
         consume(h, id, len);
         answer_error(st, 413);
+        return 0;
+    }
+    if (st->r.piping) {
+        /* Held until the handler asks for it (MD_PENDING_READ), and given back to the windows
+         * only then: the peer's window bounds what a stream holds. */
+        if (md_outbuf_append(&st->in, (const char *)data, len) != 0) {
+            consume(h, id, len);
+            reset(st, NGHTTP2_INTERNAL_ERROR);
+            return 0;
+        }
+        (void)pipe_feed(h, st);
         return 0;
     }
     int rc = md__http_req_body(&st->r, (const char *)data, len);
@@ -772,6 +965,8 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
             continue;
         if ((st->blocked && owed >= STREAM_OUT_HIGH / 2) || (st->more && owed != 0))
             continue;
+        if (st->r.piping && st->r.pipe_read && !st->r.body_done)
+            continue; /* it waits for the peer's next DATA (on_data gives it) */
         st->blocked = st->more = false;
         bool answered = st->answered;
         struct h2_io io = {{.fd = -1, .write = stream_write}, st};
@@ -783,14 +978,19 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
             continue;
         }
         moved = true;
-        if (rc == MD_PENDING_MORE || rc == MD_PENDING_READ) {
+        if (rc == MD_PENDING_READ && st->r.piping && !st->r.body_done) {
+            st->r.pipe_read = true; /* the span is passed on: the next, when there is one */
+            (void)pipe_feed(h, st);
+        } else if (rc == MD_PENDING_MORE || rc == MD_PENDING_READ) {
             st->more = true;
         } else if (rc < 0) {
             st->r.pending = NULL;
             reset(st, NGHTTP2_INTERNAL_ERROR); /* ended short: nothing more is its content */
+            drop_pipe(st);
         } else {
             st->r.pending = NULL;
             finish(st);
+            drop_pipe(st); /* answered: the rest of the body is not read */
         }
     }
     return moved;
@@ -824,13 +1024,36 @@ bool md_h2_conn_done(const md_h2_conn *h)
     return !nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s);
 }
 
+/* Whether the stream waits for more of its request from the peer. A piping handler that
+ * holds a span, or DATA not yet given to it, waits on its sink, not on the peer. */
+static bool stream_reading(const h2_stream *st)
+{
+    return !st->req_done && !st->early &&
+           (!st->r.piping || (st->r.pipe_read && md_outbuf_pending(&st->in) == 0));
+}
+
+/* min_body_rate on a stream's body, as http1.c's on a connection's: after the grace, once the
+ * time since its head exceeds body / rate. Only for a body the core takes (gathered or
+ * dropped): a streamed or piped one goes at its sink's pace, which holds the peer's window
+ * shut (the body timeout still applies to it). UINT64_MAX: none. */
+static uint64_t rate_deadline(const md_h2_conn *h, const h2_stream *st)
+{
+    const md_http_limits *l = &h->srv->limits;
+    if (l->min_body_rate == 0 || !st->head_done || st->r.piping || st->r.streaming ||
+        !stream_reading(st))
+        return UINT64_MAX;
+    uint64_t grace = (uint64_t)l->min_rate_grace_ms * UINT64_C(1000000);
+    uint64_t due = st->body * UINT64_C(1000000000) / l->min_body_rate;
+    return st->body_ns + (due > grace ? due : grace);
+}
+
 /* Whether a stream waits for the peer: for more of its request, or for a window to send its
  * response in (its handler is not what it waits for). */
 static void waits(const md_h2_conn *h, bool *reading, bool *sending)
 {
     *reading = *sending = false;
     for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
-        if (!st->req_done && !st->early)
+        if (stream_reading(st))
             *reading = true;
         if (st->answered && st->has_body && md_outbuf_pending(&st->out) != 0)
             *sending = true;
@@ -856,6 +1079,10 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h)
         uint64_t s = h->sent_ns + l->send_timeout_ms * ms;
         at = s < at ? s : at;
     }
+    for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
+        uint64_t r = rate_deadline(h, st);
+        at = r < at ? r : at;
+    }
     return at;
 }
 
@@ -864,6 +1091,18 @@ md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_st
     *send_stall = false;
     h->now_ns = now_ns;
     if (now_ns < md_h2_conn_deadline(h))
+        return MD_HTTP_EXPIRED_NONE;
+    /* A stream whose body is too slow gets 408 (its body dropped, its window given back);
+     * the connection and its other streams go on. */
+    bool slow = false;
+    for (h2_stream *st = h->streams; st != NULL; st = st->next) {
+        if (now_ns >= rate_deadline(h, st)) {
+            enter(h, st);
+            answer_error(st, 408);
+            slow = true;
+        }
+    }
+    if (slow && now_ns < md_h2_conn_deadline(h))
         return MD_HTTP_EXPIRED_NONE;
     md_http_expired why;
     if (h->nstreams == 0) {
@@ -891,6 +1130,11 @@ void md_h2_conn_drain(md_h2_conn *h)
     (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE,
                                 nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR,
                                 NULL, 0);
+}
+
+uint32_t md_h2_conn_streams(const md_h2_conn *h)
+{
+    return h->nstreams;
 }
 
 bool md_h2_conn_refused(const md_h2_conn *h)

@@ -17,7 +17,8 @@
  *     md_h2_conn_done(h)                      nothing more to read or write: close
  *     read; md_h2_conn_feed(h, now, data, n)  all of it taken; < 0: close at once
  *     arm a timer for md_h2_conn_deadline(h); when it passes md_h2_conn_timeout(h, now)
- *   on graceful stop: md_h2_conn_drain(h)     GOAWAY with the last stream id
+ *   on graceful stop: md_h2_conn_drain(h)     GOAWAY with the last stream id (also when a
+ *                                             reload finds streams open: see conn_http.c)
  *   md_h2_conn_free(h)                        always, last
  *
  * Streams are polled by the connection's task rather than each being a task: a pending handler
@@ -71,6 +72,8 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h);
 md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_stall);
 /* Graceful stop: GOAWAY with the last stream id; the streams in flight finish. */
 void md_h2_conn_drain(md_h2_conn *h);
+/* Streams open (begun and not yet closed). */
+uint32_t md_h2_conn_streams(const md_h2_conn *h);
 /* Why the session ended on the peer's account (a flood, a protocol error): true once it did. */
 bool md_h2_conn_refused(const md_h2_conn *h);
 /* Cancels pending handlers, frees everything. NULL: nothing. */

@@ -339,6 +339,19 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
     return 0;
 }
 
+bool md_http_req_frames_body(const md_http_req *req)
+{
+    return req->wire != NULL;
+}
+
+int md_http_respond_relayed(md_http_req *req, unsigned status, const char *fields,
+                            size_t fields_len, uint64_t length)
+{
+    if (req->wire == NULL || req->wire->relay == NULL)
+        return -EINVAL;
+    return req->wire->relay(req, status, fields, fields_len, length);
+}
+
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes)
 {
     md__http_account_response(req, status, body_bytes);

@@ -1,6 +1,6 @@
 /* The request/response API handlers see, whatever protocol brought the request.
  *
- * A protocol (http1.c today; an HTTP/2 stream later) parses a request into an md_http_req,
+ * A protocol (http1.c, an HTTP/2 stream in http2.c) parses a request into an md_http_req,
  * finds its route, and hands it to the route's handler (handler.h). The handler reads the
  * request through the calls below (method, path, target and fields, the body by the mode it
  * chose) and answers through them: a whole response from memory, a canned one, one whose body
@@ -106,6 +106,19 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
  * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
 int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, const char *ctype,
                          uint64_t length);
+/* Whether the protocol frames the body itself (HTTP/2: DATA frames, end of stream): a handler
+ * that relays a response passes the body's bytes as they are, without chunked coding, and its
+ * head through md_http_respond_relayed() rather than as HTTP/1 text into out. */
+bool md_http_req_frames_body(const md_http_req *req);
+/* A body whose length is not known before its end (md_http_respond_relayed). */
+#define MD_HTTP_LENGTH_UNKNOWN UINT64_MAX
+/* A relayed head (a proxied response), where md_http_req_frames_body(): status and the
+ * end-to-end fields ("Name: value" CRLF lines, fields_len bytes, hop-by-hop ones already
+ * removed) as they are, Content-Length from length unless MD_HTTP_LENGTH_UNKNOWN; the body
+ * follows in out. Counted with md_http_count_response(), as a head written into out is. 0,
+ * -ENOMEM, or -EINVAL over HTTP/1.x (whose heads the handler writes as text). */
+int md_http_respond_relayed(md_http_req *req, unsigned status, const char *fields,
+                            size_t fields_len, uint64_t length);
 /* A response whose head the handler wrote into out itself (a proxied one): counted, and
  * logged, as one of status with body_bytes of body. */
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes);

@@ -28,6 +28,11 @@ struct md_http_conn;
 typedef struct md_http_wire {
     int (*head)(md_http_req *r, unsigned status, const char *allow, const char *fields,
                 size_t fields_len, const char *ctype, uint64_t length);
+    /* A relayed head (md_http_respond_relayed): the status and exactly the fields given (no
+     * Date, Server or Content-Type of ours), Content-Length only when length is not
+     * MD_HTTP_LENGTH_UNKNOWN. 0 or -ENOMEM. */
+    int (*relay)(md_http_req *r, unsigned status, const char *fields, size_t fields_len,
+                 uint64_t length);
 } md_http_wire;
 _Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
 

@@ -355,6 +355,14 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
 {
     md_h2_conn *h = c->h2;
     for (;;) {
+        /* A reload: a connection with no stream open moves to the new settings when its next
+         * stream begins (http2.c), as HTTP/1.1 does between requests. One with streams open
+         * cannot (its streams share one generation), and a busy multiplexed connection may
+         * never be without one, holding the old generation (routes, pools, limits) for ever:
+         * GOAWAY with the last stream id instead; its streams finish, then it closes and the
+         * client opens a new one under the new settings. */
+        if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(c->http.srv)))
+            md_h2_conn_drain(h);
         bool moved = md_h2_conn_run(h, cx, uv_hrtime());
         for (;;) {
             /* Only into an empty buffer: a write that waited is called again with the same

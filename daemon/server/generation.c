@@ -130,6 +130,13 @@ md_http_gen *md_http_gen_advance(md_http_gen *at)
     return g;
 }
 
+bool md_http_gen_outdated(md_http_gen *at)
+{
+    /* Relaxed: only whether a link is there is read, not what it points to (which
+     * md_http_gen_advance() reads with acquire when the connection moves). */
+    return atomic_load_explicit(&at->newer, memory_order_relaxed) != NULL;
+}
+
 void md_http_gen_leave(md_http_gen *at)
 {
     /* Release: nothing of the generation is read after this; pairs with (C) in

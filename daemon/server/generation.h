@@ -15,6 +15,7 @@
 #define MD_GENERATION_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "http/http.h"
@@ -65,6 +66,8 @@ md_http_gen *md_http_gen_of(md_http_server *srv);
 /* The connection's thread, at a request boundary: counts the connection at the newest
  * generation reachable from at instead, and returns that one (at itself when none is newer). */
 md_http_gen *md_http_gen_advance(md_http_gen *at);
+/* Any thread: a newer generation has been published (a reload came since at was). */
+bool md_http_gen_outdated(md_http_gen *at);
 /* The connection's thread, once it no longer reads its generation (it closed). */
 void md_http_gen_leave(md_http_gen *at);
 

@@ -3,8 +3,8 @@
  * (--http2-prior-knowledge, --http2), nghttp (many streams at once) and hostile clients in
  * /usr/bin/python3 (tests/daemon/e2e/h2_attack.py: Rapid Reset, PING, SETTINGS, CONTINUATION
  * and empty-DATA floods, an HPACK bomb, a peer that never reads), each answered with GOAWAY
- * (or 431) while another client is served; a proxy route over h2 (reset with
- * HTTP_1_1_REQUIRED, curl retries over HTTP/1.1); "Upgrade: h2c" ignored; the access log's
+ * (or 431) while another client is served (the proxy over h2: test_proxy_h2.c);
+ * "Upgrade: h2c" ignored; the access log's
  * HTTP/2.0; GOAWAY at a graceful stop; `magpied -t` on the new keys. */
 #include <criterion/criterion.h>
 
@@ -193,30 +193,6 @@ Test(http2, http2_off_keeps_http11, .timeout = 60)
              d.http);
     const char *out = run(cmd);
     cr_assert_neq(strcmp(out, "200"), 0, "h2c is off: %s", out);
-    finish(&d);
-}
-
-Test(http2, proxy_route_is_http11_only, .timeout = 60)
-{
-    int port = free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra,
-             "[upstream app]\nserver = 127.0.0.1:%d\n[route /app]\nhandler = proxy\nupstream = "
-             "app\n",
-             port);
-    setup(extra);
-    daemon_proc d = start_h2();
-    /* Reset with HTTP_1_1_REQUIRED: curl retries over HTTP/1.1 (a new TLS connection), and the
-     * upstream nobody listens on makes it a 502. */
-    cr_assert_str_eq(h2s(&d, "-o /dev/null -w '%{http_version} %{http_code}'", "/app/x"),
-                     "1.1 502");
-    /* Prior knowledge cannot go back: the stream's reset is all curl gets. */
-    char cmd[PKI_DIR_MAX + 300];
-    snprintf(cmd, sizeof cmd,
-             "curl -sS --max-time 10 --http2-prior-knowledge http://127.0.0.1:%d/app/x 2>&1; true",
-             d.http);
-    const char *out = run(cmd);
-    cr_assert(strstr(out, "HTTP_1_1_REQUIRED") || strstr(out, "Bad Gateway"), "%s", out);
     finish(&d);
 }
 

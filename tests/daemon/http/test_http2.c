@@ -1,8 +1,8 @@
 /* Tests for daemon/http/http2.c: an nghttp2 client session in memory drives md_h2_conn as the
  * connection task does (feed, run, send), over the built-in routes: responses and their heads,
  * HEAD, the core's refusals, concurrent streams, request bodies both ways with flow control
- * (an echo larger than every window), the limits (431, 413), GOAWAY on drain and on the idle
- * deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
+ * (an echo larger than every window), the limits (431, 413, min_body_rate's 408), GOAWAY on drain
+ * and on the idle deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
 
@@ -345,6 +345,49 @@ Test(http2, body_over_the_limit_is_413)
     expect_no_leaks();
 }
 
+static ssize_t c_defer_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    (void)s, (void)id, (void)buf, (void)length, (void)flags, (void)src, (void)user;
+    return NGHTTP2_ERR_DEFERRED; /* a body that never comes */
+}
+
+Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
+{
+    srv.limits.min_body_rate = 1000;
+    srv.limits.min_rate_grace_ms = 1000;
+    struct client c;
+    client_open(&c);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
+        {(uint8_t *)":path", (uint8_t *)"/echo", 5, 5, 0},
+        {(uint8_t *)"content-length", (uint8_t *)"100", 14, 3, 0},
+    };
+    nghttp2_data_provider prd = {.read_callback = c_defer_body};
+    int32_t id = nghttp2_submit_request(c.cl, NULL, nv, 5, &prd, NULL);
+    cr_assert_gt(id, 0);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 0, "within the grace");
+    uint64_t deadline = md_h2_conn_deadline(c.h);
+    cr_assert_eq(deadline, T0 + UINT64_C(1000000000), "the grace ends first");
+    c.now = deadline;
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_not(stall);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 408);
+    /* The connection and its other streams go on. */
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(md_h2_conn_done(c.h));
+    cr_assert_not(c.goaway);
+    client_close(&c);
+    expect_no_leaks();
+}
+
 Test(http2, drain_sends_goaway_and_finishes_in_flight)
 {
     struct client c;
@@ -653,7 +696,75 @@ static int held_on_req(md_http_req *req, const md_route *r)
 }
 
 static const md_handler held_handler = {.name = "held", .on_req = held_on_req};
-static const md_handler h1_handler = {.name = "h1", .on_req = held_on_req, .http1_only = true};
+
+/* A piping handler (the proxy's shape): pends at the head, takes the body span by span (each
+ * passed on before it asks for the next), and answers with a relayed head of unknown length. */
+static struct piper {
+    md_http_pending p;
+    size_t got, spans, polls;
+    bool held_span; /* a span is in hand, not yet passed on */
+    bool stall;     /* the sink takes nothing: the span stays in hand */
+    bool cancelled;
+    char kept[512];
+} piper;
+
+static int piper_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
+                      md_outbuf *out)
+{
+    (void)p;
+    (void)cx;
+    (void)io;
+    piper.polls++;
+    if (piper.held_span) {
+        if (piper.stall)
+            return MD_PENDING_WAIT;
+        piper.held_span = false;
+    }
+    if (!md_http_req_body_done(req))
+        return MD_PENDING_READ;
+    char fields[128];
+    int n = snprintf(fields, sizeof fields, "Content-Type: text/x\r\nX-Got: %zu\r\n", piper.got);
+    if (md_http_respond_relayed(req, 201, fields, (size_t)n, MD_HTTP_LENGTH_UNKNOWN) != 0)
+        return -ENOMEM;
+    md_http_count_response(req, 201, 5);
+    return md_outbuf_append(out, "hello", 5) != 0 ? -ENOMEM : 0;
+}
+
+static void piper_cancel(md_http_pending *p)
+{
+    (void)p;
+    piper.cancelled = true;
+}
+
+static int piper_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
+{
+    (void)r;
+    (void)length;
+    (void)chunked;
+    size_t tlen, len;
+    const char *kept = md_http_req_head(req, &tlen, &len);
+    if (kept != NULL)
+        snprintf(piper.kept, sizeof piper.kept, "%.*s", (int)len, kept);
+    piper.p.poll = piper_poll;
+    piper.p.cancel = piper_cancel;
+    md_http_req_pend(req, &piper.p);
+    return MD_BODY_PIPE;
+}
+
+static int piper_on_body(md_http_req *req, const md_route *r, const char *at, size_t len)
+{
+    (void)req;
+    (void)r;
+    (void)at;
+    cr_assert_not(piper.held_span, "a span came before the last was passed on");
+    piper.held_span = true;
+    piper.got += len;
+    piper.spans++;
+    return 0;
+}
+
+static const md_handler pipe_handler = {
+    .name = "pipe", .on_head = piper_on_head, .on_body = piper_on_body, .on_req = held_on_req};
 
 static md_route_table table;
 
@@ -669,12 +780,15 @@ static void held_setup(void)
     cr_assert_eq(md_route_key(&table.r[0], "body", "Hello, World!", 0, msg, sizeof msg), 0);
     cr_assert_eq(md_routes_add(&table, " /slow", 2, msg, sizeof msg), 0);
     cr_assert_eq(md_route_key(&table.r[1], "handler", "text", 0, msg, sizeof msg), 0);
-    cr_assert_eq(md_routes_add(&table, " /h1", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /h1", 3, msg, sizeof msg), 0); /* the piping one */
     cr_assert_eq(md_route_key(&table.r[2], "handler", "text", 0, msg, sizeof msg), 0);
     md_routes_prepare(&table);
     table.r[1].handler = &held_handler; /* a test's own handlers on the interface */
-    table.r[2].handler = &h1_handler;
+    table.r[2].handler = &pipe_handler;
+    table.r[2].methods |= MD_METHOD(MD_POST);
     srv.routes = &table;
+    srv.keep_fields = true;
+    memset(&piper, 0, sizeof piper);
 }
 
 TestSuite(http2_pending, .init = held_setup, .timeout = 20);
@@ -743,17 +857,63 @@ Test(http2_pending, closing_cancels_waiting_handlers)
     expect_no_leaks();
 }
 
-Test(http2_pending, an_http1_only_handler_is_reset_with_http_1_1_required)
+Test(http2_pending, a_piping_handler_takes_the_body_span_by_span_and_relays_its_head)
 {
     struct client c;
     client_open(&c);
-    int32_t id = request(&c, "GET", "/h1/x", NULL, 0, false);
+    static char big[200000];
+    memset(big, 'x', sizeof big);
+    c.up = big;
+    c.up_len = sizeof big;
+    nghttp2_nv cookie[] = {
+        {(uint8_t *)"cookie", (uint8_t *)"a=1", 6, 3, 0},
+        {(uint8_t *)"x-app", (uint8_t *)"v", 5, 1, 0},
+        {(uint8_t *)"cookie", (uint8_t *)"b=2", 6, 3, 0},
+    };
+    int32_t id = request(&c, "POST", "/h1/up?q=1", cookie, 3, true);
     int32_t ok = request(&c, "GET", "/", NULL, 0, false);
     cr_assert_eq(pump(&c), 0);
-    cr_assert(resp_of(&c, id)->closed);
-    cr_assert_eq(resp_of(&c, id)->rst, NGHTTP2_HTTP_1_1_REQUIRED);
-    cr_assert_eq(nheld, 0, "the handler never ran");
+    struct resp *r = resp_of(&c, id);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0);
+    cr_assert_eq(r->status, 201);
+    cr_assert_str_eq(r->ctype, "text/x");
+    cr_assert_eq(r->clen, 0, "no content-length for a body of unknown length");
+    cr_assert_not(r->has_date, "a relayed head carries the upstream's fields only");
+    cr_assert_eq(r->len, 5);
+    cr_assert_eq(piper.got, sizeof big);
+    cr_assert_gt(piper.spans, 12, "spans of at most 16 KiB");
+    cr_assert_str_eq(piper.kept, "/h1/up?q=1\r\nhost: a\r\nx-app: v\r\ncookie: a=1; b=2\r\n");
     cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(piper.cancelled);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, a_piping_handler_that_holds_its_span_holds_the_window_shut)
+{
+    struct client c;
+    client_open(&c);
+    static char big[300000];
+    memset(big, 'y', sizeof big);
+    c.up = big;
+    c.up_len = sizeof big;
+    piper.stall = true;
+    int32_t id = request(&c, "POST", "/h1/up", NULL, 0, true);
+    cr_assert_eq(pump(&c), 0);
+    /* One span in hand, the rest of the stream's window held by the server: no more. */
+    cr_assert_eq(piper.spans, 1);
+    cr_assert_lt(c.up_off, sizeof big);
+    cr_assert_leq(c.up_off, (size_t)srv.limits.http2_window + 16384);
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, ok)->status, 200, "another stream is not held up");
+    piper.stall = false;
+    cr_assert(md_h2_conn_run(c.h, NULL, c.now));
+    cr_assert_eq(pump(&c), 0);
+    struct resp *r = resp_of(&c, id);
+    cr_assert_eq(r->status, 201);
+    cr_assert_eq(piper.got, sizeof big);
     client_close(&c);
     expect_no_leaks();
 }

@@ -81,6 +81,9 @@ Test(generation, the_sweep_stops_at_the_oldest_generation_in_use)
     md_http_gen *b = md_http_gens_enter(&l); /* one at g[3], the newest */
     cr_assert_eq(a, g[0]);
     cr_assert_eq(b, g[3]);
+    /* What an HTTP/2 connection with streams open asks at each pass (GOAWAY when true). */
+    cr_assert(md_http_gen_outdated(a));
+    cr_assert_not(md_http_gen_outdated(b));
     md_http_gens_sweep(&l);
     cr_assert_eq(md_http_gens_count(&l), 4, "g[0] is in use: nothing newer is freed");
     /* A's next request: straight to the newest, past the two in between. */

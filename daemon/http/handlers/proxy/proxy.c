@@ -16,6 +16,10 @@
  * never once a part of the body has been let go of, within tries and retry_timeout_ms. After
  * the head, a failure can only cut the response short: the connection closes.
  *
+ * Over HTTP/2 (md_http_req_frames_body) the same: the stream's DATA is the piped body, and the
+ * response head goes through md_http_respond_relayed (proxy_msg.h's framed mode), its body
+ * de-chunked; after the head a failure resets the stream only.
+ *
  * An upstream connection goes back to the pool only when its response ended exactly at the
  * end of what was read, framed by length or chunks, with the request sent whole and the
  * server keeping it: any doubt closes it, so a response only reaches the client that asked.
@@ -445,8 +449,8 @@ static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, b
                                                  : MD_PROXY_BODY_NONE,
         .length = length,
     };
-    p->upgrade =
-        opts(r)->websocket && md_http_req_upgrade(req) && md_http_req_version_minor(req) != 0;
+    p->upgrade = opts(r)->websocket && md_http_req_upgrade(req) &&
+                 md_http_req_version_minor(req) != 0 && !md_http_req_frames_body(req);
     p->rq.upgrade = p->upgrade;
     md_proxy_req rq = p->rq;
     const md_upstream_conf *uc = p->up->conf;
@@ -586,6 +590,14 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
 end:
     proxy_free(p); /* the upstream side closes; the core closes the client's */
     return -EPIPE;
+}
+
+/* A framed client's head (HTTP/2): through the request API, not as text. */
+static int relay_head(void *arg, unsigned status, const char *fields, size_t len, uint64_t length)
+{
+    return md_http_respond_relayed(arg, status, fields, len,
+                                   length == MD_PROXY_LENGTH_UNKNOWN ? MD_HTTP_LENGTH_UNKNOWN
+                                                                     : length);
 }
 
 static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
@@ -730,9 +742,13 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
         }
         case ST_READ: {
             if (!p->resp_on) {
-                md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
-                                   md_http_req_is_head(req), md_http_req_version_minor(req) == 0,
-                                   md_http_req_closes(req));
+                bool framed = md_http_req_frames_body(req);
+                md_proxy_resp_init(
+                    &p->resp, conf->max_response_header_bytes, md_http_req_is_head(req),
+                    !framed && md_http_req_version_minor(req) == 0, md_http_req_closes(req));
+                p->resp.framed = framed;
+                p->resp.head_fn = relay_head;
+                p->resp.head_arg = req;
                 p->resp.via = opts(p->route)->via;
                 p->resp.headers = &p->route->headers;
                 p->resp.tunnel_ok = p->upgrade;
@@ -903,7 +919,6 @@ const md_handler md_handler_proxy = {
                MD_METHOD(MD_PATCH),
     .passes_options = true,
     .keeps_fields = true,
-    .http1_only = true, /* its heads are HTTP/1.x text (proxy_msg.c) */
     .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket",
                                   "strip_prefix", "add_prefix", NULL},
     .conf_size = sizeof(proxy_conf),

@@ -410,11 +410,39 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
     return 0;
 }
 
+/* A framed client's final head: the fields gathered apart, then handed to head_fn. */
+static int write_framed_head(md_proxy_resp *r, unsigned status)
+{
+    bool keep_length =
+        r->client_framing == MD_CLIENT_NONE && status != 204 && (r->head_request || status == 304);
+    md_outbuf fields = {0};
+    md_outbuf *out = r->out;
+    r->out = &fields;
+    int rc = put_fields(r, 0, r->fields_len, status, keep_length, false);
+    if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
+        rc = HPE_USER;
+    if (rc == 0 && r->headers != NULL && md_headers_apply(r->headers, status) &&
+        !out_put(r, r->headers->add, r->headers->add_len))
+        rc = HPE_USER;
+    r->out = out;
+    if (rc == 0 &&
+        r->head_fn(r->head_arg, status, md_outbuf_pending_data(&fields), md_outbuf_pending(&fields),
+                   r->client_framing == MD_CLIENT_LENGTH ? r->length : MD_PROXY_LENGTH_UNKNOWN) !=
+            0) {
+        r->error = MD_RESP_NOMEM;
+        rc = HPE_USER;
+    }
+    md_outbuf_free(&fields);
+    return rc;
+}
+
 /* The client's head: the status line, the upstream's end-to-end fields, our framing. An
  * interim one (1xx but 101) has no framing and no Connection. */
 static int write_head(md_proxy_resp *r, unsigned status)
 {
     llhttp_t *p = &r->parser;
+    if (r->framed)
+        return write_framed_head(r, status);
     char line[128];
     int n = snprintf(line, sizeof line, "HTTP/1.1 %u %.*s\r\n", status,
                      r->reason_len == 0xff ? 0 : (int)r->reason_len, r->reason);
@@ -451,7 +479,7 @@ static int write_head(md_proxy_resp *r, unsigned status)
 /* Whether an interim response goes to the client (the comment in proxy_msg.h). */
 static bool relay_interim(const md_proxy_resp *r, unsigned status)
 {
-    return !r->client_http10 && !(status == 100 && r->client_continued);
+    return !r->framed && !r->client_http10 && !(status == 100 && r->client_continued);
 }
 
 static int r_headers_complete(llhttp_t *p)
@@ -493,14 +521,18 @@ static int r_headers_complete(llhttp_t *p)
     if (no_body) {
         r->client_framing = MD_CLIENT_NONE;
     } else if (p->flags & F_CHUNKED) {
-        r->client_framing = r->client_http10 ? MD_CLIENT_CLOSE : MD_CLIENT_CHUNKED;
+        r->client_framing = r->framed          ? MD_CLIENT_FRAMED
+                            : r->client_http10 ? MD_CLIENT_CLOSE
+                                               : MD_CLIENT_CHUNKED;
     } else if (p->flags & F_CONTENT_LENGTH) {
         r->client_framing = MD_CLIENT_LENGTH;
         r->length = p->content_length;
     } else {
         r->close_delimited = true;
         r->upstream_keepalive = false;
-        r->client_framing = r->client_http10 ? MD_CLIENT_CLOSE : MD_CLIENT_CHUNKED;
+        r->client_framing = r->framed          ? MD_CLIENT_FRAMED
+                            : r->client_http10 ? MD_CLIENT_CLOSE
+                                               : MD_CLIENT_CHUNKED;
     }
     r->head_sent = true;
     if (write_head(r, status) != 0)

@@ -58,6 +58,8 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
  * Expect never goes upstream), so a client never gets two. Each head is bounded by max_head
  * on its own; more than MD_PROXY_MAX_INTERIM of them before the final response is GARBAGE.
  *
+ * A framed client (HTTP/2) gets no interim response, and no trailers.
+ *
  * Trailers (RFC 9110 6.5): passed on when the client's body is chunked, without hop-by-hop
  * fields and those a trailer must not carry (framing, routing, request modifiers,
  * authentication, response control data, Content-Encoding/-Type/-Range, Trailer), bounded by
@@ -79,7 +81,15 @@ typedef enum md_proxy_client_framing {
     MD_CLIENT_LENGTH,  /* the upstream's Content-Length */
     MD_CLIENT_CHUNKED, /* re-chunked: chunked or close-delimited upstream, HTTP/1.1 client */
     MD_CLIENT_CLOSE,   /* close-delimited: HTTP/1.0 client */
+    MD_CLIENT_FRAMED,  /* the client's protocol frames it (HTTP/2): the bytes as they come */
 } md_proxy_client_framing;
+
+/* Where a framed client's head goes (md_proxy_resp.framed): the status, the end-to-end fields
+ * as "Name: value" CRLF lines (hop-by-hop ones removed, the route's rules applied, Via), and
+ * the body's length (MD_PROXY_LENGTH_UNKNOWN: it ends with the upstream's). 0 or -ENOMEM. */
+#define MD_PROXY_LENGTH_UNKNOWN UINT64_MAX
+typedef int (*md_proxy_head_fn)(void *arg, unsigned status, const char *fields, size_t len,
+                                uint64_t length);
 
 typedef struct md_proxy_resp {
     llhttp_t parser;
@@ -91,6 +101,12 @@ typedef struct md_proxy_resp {
     bool client_continued; /* magpied sent the client its own 100 Continue */
     bool tunnel_ok;        /* a 101 may start a tunnel */
     bool via;              /* append Via: 1.1 magpied */
+    /* The client's protocol frames the body itself (HTTP/2): the final head goes to head_fn
+     * instead of out, no interim head and no trailers go on, and the body is passed as it
+     * comes, de-chunked (MD_CLIENT_FRAMED), or MD_CLIENT_LENGTH. */
+    bool framed;
+    md_proxy_head_fn head_fn;
+    void *head_arg;
     /* The route's header rules (http/headers.h) on the final head; NULL: none. */
     const struct md_route_headers *headers;
     bool started;            /* a byte of the response has come */

@@ -1,7 +1,7 @@
 /* Tests for daemon/http/handlers/proxy/proxy_msg.c: the upstream request head (every hop-by-hop
  * case, the forwarding fields, Host, re-framing) and the response parser (garbage status lines, an
  * oversized head, 1xx passed on or not, trailers passed on or not, 204/304/HEAD,
- * close-delimited bodies, bytes after the response). */
+ * close-delimited bodies, bytes after the response, a framed (HTTP/2) client). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -326,4 +326,86 @@ Test(proxy_msg, response_hop_by_hop_fields_removed, .timeout = 5)
                      false, false, 100, NULL),
                  MD_RESP_DONE);
     cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nX-B: 2\r\nContent-Length: 0\r\n\r\n");
+}
+
+/* A framed client (HTTP/2): the final head goes to head_fn, the body de-chunked into out. */
+static struct {
+    unsigned status, calls;
+    char fields[1024];
+    uint64_t length;
+} framed_head;
+
+static int framed_head_fn(void *arg, unsigned status, const char *fields, size_t len,
+                          uint64_t length)
+{
+    (void)arg;
+    framed_head.calls++;
+    framed_head.status = status;
+    snprintf(framed_head.fields, sizeof framed_head.fields, "%.*s", (int)len, fields);
+    framed_head.length = length;
+    return 0;
+}
+
+static int run_framed(const char *text, bool head_req, size_t step, md_outbuf *out)
+{
+    memset(&framed_head, 0, sizeof framed_head);
+    md_proxy_resp r;
+    md_proxy_resp_init(&r, 1024, head_req, false, false);
+    r.framed = true;
+    r.head_fn = framed_head_fn;
+    r.via = true;
+    size_t left;
+    int rc = feed(&r, text, step, out, &left);
+    if (rc == MD_RESP_MORE)
+        rc = md_proxy_resp_eof(&r, out);
+    md_proxy_resp_free(&r);
+    return rc;
+}
+
+Test(proxy_msg, a_framed_client_gets_its_head_apart_and_the_body_dechunked, .timeout = 5)
+{
+    static const size_t steps[] = {1, 7, 4096};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        md_outbuf out = {0};
+        /* Chunked, with an interim response before, trailers after, hop-by-hop fields. */
+        int rc = run_framed("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                            "HTTP/1.1 200 OK\r\nConnection: X-Hop\r\nX-Hop: 1\r\n"
+                            "Keep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\n"
+                            "Content-Type: text/x\r\n\r\n"
+                            "5\r\nhello\r\n6\r\n world\r\n0\r\nX-Tr: t\r\n\r\n",
+                            false, steps[i], &out);
+        cr_assert_eq(rc, MD_RESP_DONE);
+        cr_assert_eq(framed_head.calls, 1, "the 103 is not relayed");
+        cr_assert_eq(framed_head.status, 200);
+        cr_assert_str_eq(framed_head.fields, "Content-Type: text/x\r\nVia: 1.1 magpied\r\n");
+        cr_assert_eq(framed_head.length, MD_PROXY_LENGTH_UNKNOWN);
+        cr_assert_eq(md_outbuf_pending(&out), 11);
+        cr_assert_eq(memcmp(md_outbuf_pending_data(&out), "hello world", 11), 0);
+        md_outbuf_free(&out);
+    }
+    /* By length: the length given, the field not repeated. */
+    md_outbuf out = {0};
+    cr_assert_eq(run_framed("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", false, 2, &out),
+                 MD_RESP_DONE);
+    cr_assert_eq(framed_head.length, 3);
+    cr_assert_str_eq(framed_head.fields, "Via: 1.1 magpied\r\n");
+    cr_assert_eq(md_outbuf_pending(&out), 3);
+    md_outbuf_free(&out);
+    /* Close-delimited: the bytes as they come, done at the upstream's end. */
+    cr_assert_eq(run_framed("HTTP/1.1 200 OK\r\n\r\nuntil the end", false, 5, &out), MD_RESP_DONE);
+    cr_assert_eq(md_outbuf_pending(&out), 13);
+    md_outbuf_free(&out);
+    /* HEAD: Content-Length passed as a field, no body, the length unknown to the writer. */
+    cr_assert_eq(run_framed("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true, 4, &out),
+                 MD_RESP_DONE);
+    cr_assert_str_eq(framed_head.fields, "Content-Length: 10\r\nVia: 1.1 magpied\r\n");
+    cr_assert_eq(framed_head.length, MD_PROXY_LENGTH_UNKNOWN);
+    cr_assert_eq(md_outbuf_pending(&out), 0);
+    md_outbuf_free(&out);
+    /* A 101 is no answer for a framed client (no tunnel over HTTP/2). */
+    cr_assert_eq(
+        run_framed("HTTP/1.1 101 Switching Protocols\r\nUpgrade: ws\r\n\r\n", false, 9, &out),
+        MD_RESP_GARBAGE);
+    cr_assert_eq(framed_head.calls, 0);
+    md_outbuf_free(&out);
 }

@@ -1,0 +1,211 @@
+/* End-to-end tests of the proxy over HTTP/2: magpied with h2c on its plaintext listener, a
+ * proxy route to the test upstream (upstream.c, HTTP/1.1), driven with curl
+ * (--http2-prior-knowledge), nghttp (a large POST, GOAWAY on reload) and a python3-h2 client
+ * (h2_proxy_client.py: a slow upstream stream beside a fast one, a reader with a small
+ * window). What the upstream gets is HTTP/1.1 (its echo shows the request it read);
+ * what the client gets is HTTP/2: the head through the protocol's writer, no hop-by-hop
+ * fields, the body de-chunked into DATA frames. */
+#include <criterion/criterion.h>
+
+#include "daemon/e2e/proxy_harness.h"
+
+TestSuite(proxy_h2, .init = proxy_dir_make, .fini = proxy_dir_remove);
+
+static const char *src_dir(void)
+{
+    const char *pwd = getenv("PWD");
+    return pwd != NULL ? pwd : ".";
+}
+
+/* magpied with h2c on, /app proxied to the upstream u. */
+static daemon_proc h2_start(const upstream_proc *u, const char *extra)
+{
+    char path[128], err[128];
+    snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
+    snprintf(err, sizeof err, "%s/err.log", proxy_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+            "[limits]\nmax_body_bytes = 104857600\n"
+            "[route = /metrics]\nhandler = metrics\n"
+            "[upstream app]\nserver = 127.0.0.1:%d\n%s\n"
+            "[route /app]\nhandler = proxy\nupstream = app\n",
+            u->port, extra != NULL ? extra : "");
+    fclose(f);
+    return start_with(path, NULL, err);
+}
+
+/* curl over h2c with prior knowledge; args before the URL. */
+static const char *h2c(const daemon_proc *d, const char *args, const char *path)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge %s "
+             "'http://127.0.0.1:%d%s' 2>&1",
+             proxy_dir, args, d->http, path);
+    return run(cmd);
+}
+
+Test(proxy_h2, heads_bodies_and_statuses_over_h2c, .timeout = 90)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    /* The upstream reads HTTP/1.1: the client's :authority as Host, no body framing. */
+    const char *echo = h2c(&d, "-H 'X-App: 1'", "/app/x?q=1");
+    cr_assert(strstr(echo, "GET /app/x?q=1 HTTP/1.1\r\n") == echo, "%s", echo);
+    cr_assert_not_null(strstr(echo, "\r\nHost: 127.0.0.1:"), "%s", echo);
+    cr_assert_not_null(strstr(echo, "\r\nx-app: 1\r\n"), "HTTP/2's lower case: %s", echo);
+    cr_assert_null(strstr(echo, "Transfer-Encoding"), "%s", echo);
+    cr_assert_null(strstr(echo, "Content-Length"), "%s", echo);
+    /* The head: HTTP/2, the upstream's fields lower-cased, no hop-by-hop ones. */
+    const char *head = h2c(&d, "-D - -o /dev/null", "/app/mode/hop");
+    cr_assert(strstr(head, "HTTP/2 200") == head, "%s", head);
+    cr_assert_null(strcasestr(head, "\nconnection:"), "%s", head);
+    cr_assert_null(strcasestr(head, "\nkeep-alive:"), "%s", head);
+    cr_assert_null(strcasestr(head, "\ntransfer-encoding:"), "%s", head);
+    cr_assert_null(strcasestr(head, "\nupgrade:"), "%s", head);
+    cr_assert_null(strcasestr(head, "\nproxy-connection:"), "%s", head);
+    cr_assert_null(strcasestr(head, "\nx-secret:"), "named by Connection: %s", head);
+    cr_assert_not_null(strstr(head, "\nx-end-to-end: kept"), "%s", head);
+    /* A chunked body de-chunked into DATA frames; its trailers are not passed on. */
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/trailers"), "hello");
+    /* Content-Length passed on when known; a close-delimited body ends the stream. */
+    head = h2c(&d, "-D - -o /dev/null", "/app/mode/big?bytes=300000");
+    cr_assert_not_null(strstr(head, "content-length: 300000"), "%s", head);
+    cr_assert_str_eq(
+        h2c(&d, "-o /dev/null -w '%{http_code} %{size_download}'", "/app/mode/big?bytes=3000000"),
+        "200 3000000");
+    cr_assert_str_eq(
+        h2c(&d, "-o /dev/null -w '%{http_code} %{size_download}'", "/app/mode/eof?bytes=100000"),
+        "200 100000");
+    /* HEAD, 204 and 304: no body whatever the upstream sends. */
+    head = h2c(&d, "-I", "/app/mode/headbody");
+    cr_assert(strstr(head, "HTTP/2 200") == head && strstr(head, "content-length: 10"), "%s", head);
+    cr_assert_str_eq(
+        h2c(&d, "-o /dev/null -w '%{http_code} %{size_download}'", "/app/mode/status?code=204"),
+        "204 0");
+    cr_assert_str_eq(
+        h2c(&d, "-o /dev/null -w '%{http_code} %{size_download}'", "/app/mode/status?code=304"),
+        "304 0");
+    /* Interim responses are not relayed over HTTP/2; the final one is. */
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/app/mode/interim?codes=103"),
+                     "200");
+    /* The connection served all of it; nothing was refused. */
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/metrics"), "200");
+    cr_assert_eq(stats_of(&u).bad, 0);
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, request_bodies_go_up_streamed, .timeout = 90)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "head -c 3000000 /dev/urandom > '%s/body.bin'", proxy_dir);
+    cr_assert_eq(system(cmd), 0);
+    /* With Content-Length (curl sends it): passed on as such. */
+    const char *head = h2c(&d, "--data-binary @body.bin -D - -o /dev/null", "/app/post");
+    cr_assert(strstr(head, "HTTP/2 200") == head, "%s", head);
+    cr_assert_not_null(strstr(head, "x-body-bytes: 3000000"), "%s", head);
+    /* nghttp sends no Content-Length: chunked upstream, whole. */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && timeout 30 nghttp -v -d body.bin 'http://127.0.0.1:%d/app/post2' 2>&1 "
+             "| grep -a -i -E 'x-body-bytes|:status' | head -5",
+             proxy_dir, d.http);
+    const char *out = run(cmd);
+    cr_assert_not_null(strstr(out, "x-body-bytes: 3000000"), "%s", out);
+    /* A slow sink: the upstream reads nothing for 1 s; the body still goes whole. */
+    head = h2c(&d, "--data-binary @body.bin -D - -o /dev/null", "/app/mode/sink?pause_ms=1000");
+    cr_assert(strstr(head, "HTTP/2 200") == head, "%s", head);
+    /* An answer before the body is all sent (413's shape): the client gets it, the rest of
+     * its body is dropped, and the connection goes on. */
+    cr_assert_str_eq(
+        h2c(&d, "--data-binary @body.bin -w ' %{http_code}'", "/app/mode/early?linger_ms=200"),
+        "early 413");
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    /* Pooled: ten requests, one connection each way at most. */
+    long before = stats_of(&u).accepts;
+    for (int i = 0; i < 10; i++)
+        cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    cr_assert_leq(stats_of(&u).accepts - before, 2, "the keep-alive pool serves HTTP/2 too");
+    cr_assert_eq(stats_of(&u).bad, 0);
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, upstream_failures_are_502_or_a_reset, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, "max_fails = 0\n");
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/app/mode/cut?at=none"), "502");
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/app/mode/reset?at=none"), "502");
+    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/app/mode/garbage?v=1"), "502");
+    /* After the head: the stream is reset, the connection goes on. */
+    const char *out = h2c(&d, "-o /dev/null", "/app/mode/cut?at=body");
+    cr_assert(strstr(out, "INTERNAL_ERROR") || strstr(out, "stream") || strstr(out, "(92)"), "%s",
+              out);
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, a_slow_upstream_stream_holds_no_other_up, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 25 /usr/bin/python3 %s/tests/daemon/e2e/h2_proxy_client.py %d "
+             "slow_and_fast",
+             src_dir(), d.http);
+    const char *out = run(cmd);
+    cr_assert_not_null(strstr(out, "fast_first\n"), "%s", out);
+    cr_assert_not_null(strstr(out, "slow 200 "), "%s", out);
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, a_slow_reader_holds_the_upstream_back, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[512];
+    /* 40 MB that the client takes 16 KiB at a time for 2 s: were it read ahead, magpied
+     * would hold megabytes of it. */
+    snprintf(cmd, sizeof cmd,
+             "timeout 40 /usr/bin/python3 %s/tests/daemon/e2e/h2_proxy_client.py %d "
+             "small_window %d 40000000",
+             src_dir(), d.http, (int)d.pid);
+    const char *out = run(cmd);
+    long grew = -1;
+    const char *g = strstr(out, "grew ");
+    cr_assert_not_null(g, "%s", out);
+    grew = atol(g + 5);
+    cr_assert_lt(grew, 8192, "magpied grew %ld KiB while the reader held the body back", grew);
+    cr_assert_not_null(strstr(out, "done 40000000 OK"), "%s", out);
+    pair_stop(&u, &d);
+}
+
+Test(proxy_h2, reload_sends_goaway_and_finishes_the_stream, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[1024];
+    /* A stream in flight (the upstream answers after 1.5 s) when SIGHUP comes. (nghttp, not
+     * python3-h2: h2 refuses frames that follow a GOAWAY it has read.) */
+    snprintf(cmd, sizeof cmd,
+             "(timeout 20 nghttp -v 'http://127.0.0.1:%d/app/mode/slowhead?ms=1500' > "
+             "'%s/nghttp.out' 2>&1 &) ; sleep 0.4; kill -HUP %d",
+             d.http, proxy_dir, (int)d.pid);
+    cr_assert_eq(system(cmd), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/nghttp.out", proxy_dir);
+    /* GOAWAY, NO_ERROR, naming the stream in flight (nghttp's first request is stream 13);
+     * the stream completes. */
+    cr_assert(file_has(path, "recv GOAWAY", 10000), "no GOAWAY after the reload");
+    cr_assert(file_has(path, "last_stream_id=13, error_code=NO_ERROR", 100));
+    cr_assert(file_has(path, "recv (stream_id=13) :status: 200", 5000));
+    cr_assert(file_has(path, "; END_STREAM", 5000), "the stream in flight finished");
+    /* New connections are served under the new settings. */
+    cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
+    pair_stop(&u, &d);
+}
