@@ -310,11 +310,10 @@ csv_field() {
 measure() { # ROUND SERVER SCENARIO
     local r=$1 s=$2 sc=$3 out=$LOGS/$2-$3-r$1 t0 t1 b0 b1 rc=0
     local -a args
-    # shellcheck disable=SC2206 # the arguments are words
-    args=($(scenario_args "$sc"))
+    read -r -a args < <(scenario_args "$sc")
     # -H takes "Connection: close" with its space back
     local i
-    for i in "${!args[@]}"; do [[ ${args[$i]} != Connection:close ]] || args[$i]="Connection: close"; done
+    for i in "${!args[@]}"; do [[ ${args[i]} != Connection:close ]] || args[i]="Connection: close"; done
     settle
     b0=$(busy_ticks)
     t0=$(cpu_ticks "$SRV_PID")
