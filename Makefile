@@ -347,7 +347,7 @@ $(B)/obj/loadtest/load/%.o: loadtest/load/%.c
 	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include -Iloadtest/load -c $< -o $@
 $(LOAD): $(LOAD_OBJS) $(LIB)
 	$(call quiet,LD,$@)
-	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) -luv
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) -luv -lssl -lcrypto
 $(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)

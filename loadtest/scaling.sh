@@ -53,7 +53,7 @@ pack_http() {
     cp loadtest/peers/nginx/nginx.conf.in "$h/loadtest/peers/nginx/"
     cp loadtest/http/idle_clients.c "$h/loadtest/http/"
     cp config/magpied.conf "$h/config/"
-    cc -O2 -Wall -o "$h/build/loadtest/bin/idle_clients" loadtest/http/idle_clients.c
+    cc -O2 -Wall -o "$h/build/loadtest/bin/idle_clients" loadtest/http/idle_clients.c -lssl -lcrypto
     # The peers as bench-http.sh builds them; one that cannot be built here is left out
     # (bench-http.sh then skips it there with the reason).
     BENCH_BUILD_ONLY=1 SERVERS="go hyper" OUT=$PWD/$pack/http-build \

@@ -61,7 +61,7 @@ trap 'exit 130' INT TERM
 [[ $(id -u) == 0 ]] || die "run as root (RLIMIT_NOFILE for 50000 connections)"
 [[ -x $MAGPIED ]] || make -C "$ROOT" -j2 build/release/magpied >&2
 mkdir -p "$OUTDIR/bin"
-cc -O2 -Wall -o "$CLIENT" "$HERE/idle_clients.c"
+cc -O2 -Wall -o "$CLIENT" "$HERE/idle_clients.c" -lssl -lcrypto
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

@@ -2,7 +2,11 @@
  * its response, and keep them all open, idle, until SIGTERM (the kernel closes them as the
  * process ends) or HOLD seconds pass. For loadtest/http/idle-memory.sh.
  *
- *   idle_clients PORT N [HOLD_SECONDS]        prints "ready N" once every response is in
+ *   idle_clients PORT N [HOLD_SECONDS [tls]]  prints "ready N" once every response is in
+ *
+ * With "tls" each connection first runs a TLS handshake (OpenSSL, no verification, TLS 1.2
+ * or 1.3 as the server picks) and sends its GET over it; the sessions stay open and idle as
+ * the plain ones do. For loadtest/http/tls-compare.sh.
  *
  * Loopback only. More than 20000 connections come from 127.0.0.2, 127.0.0.3, ... (with
  * IP_BIND_ADDRESS_NO_PORT), so that the ephemeral port range of one source address does not
@@ -13,6 +17,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,15 +57,16 @@ static int open_one(int port, int i)
 }
 
 /* Read one response to GET /: the head and Content-Length bytes of body. 0 or -1. */
-static int read_response(int fd)
+static int read_response(int fd, SSL *ssl)
 {
     char buf[4096];
     size_t got = 0;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10000) != 1)
+        if ((!ssl || !SSL_pending(ssl)) && poll(&p, 1, 10000) != 1)
             return -1;
-        ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+        ssize_t n = ssl ? SSL_read(ssl, buf + got, (int)(sizeof buf - 1 - got))
+                        : read(fd, buf + got, sizeof buf - 1 - got);
         if (n <= 0)
             return -1;
         got += (size_t)n;
@@ -83,6 +89,15 @@ int main(int argc, char **argv)
     }
     int port = atoi(argv[1]), n = atoi(argv[2]);
     int hold = argc > 3 ? atoi(argv[3]) : 600;
+    SSL_CTX *ctx = NULL;
+    if (argc > 4 && strcmp(argv[4], "tls") == 0) {
+        ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx)
+            return 1;
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+        /* As a browser's idle tab: the client's own buffers are not what is measured. */
+        SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    }
     struct rlimit rl = {.rlim_cur = (rlim_t)n + 64, .rlim_max = (rlim_t)n + 64};
     /* Only as far as needed: raising the hard limit needs CAP_SYS_RESOURCE. */
     struct rlimit old;
@@ -94,6 +109,9 @@ int main(int argc, char **argv)
         return 1;
     }
     int *fds = calloc((size_t)n, sizeof *fds);
+    SSL **ssls = calloc((size_t)n, sizeof *ssls);
+    if (!fds || !ssls)
+        return 1;
     static const char req[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     /* In batches: connect and send a batch, then read its responses. */
     enum { BATCH = 500 };
@@ -101,13 +119,22 @@ int main(int argc, char **argv)
         int end = at + BATCH < n ? at + BATCH : n;
         for (int i = at; i < end; i++) {
             fds[i] = open_one(port, i);
-            if (fds[i] < 0 || write(fds[i], req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+            if (ctx && fds[i] >= 0) { /* a blocking handshake: the server answers at once */
+                if (!(ssls[i] = SSL_new(ctx)) || !SSL_set_fd(ssls[i], fds[i]) ||
+                    SSL_connect(ssls[i]) != 1) {
+                    fprintf(stderr, "idle_clients: connection %d: TLS handshake failed\n", i);
+                    return 1;
+                }
+            }
+            if (fds[i] < 0 ||
+                (ssls[i] ? SSL_write(ssls[i], req, (int)sizeof req - 1)
+                         : write(fds[i], req, sizeof req - 1)) != (ssize_t)(sizeof req - 1)) {
                 fprintf(stderr, "idle_clients: connection %d: %s\n", i, strerror(errno));
                 return 1;
             }
         }
         for (int i = at; i < end; i++)
-            if (read_response(fds[i]) != 0) {
+            if (read_response(fds[i], ssls[i]) != 0) {
                 fprintf(stderr, "idle_clients: no response on connection %d\n", i);
                 return 1;
             }
@@ -117,8 +144,12 @@ int main(int argc, char **argv)
     /* Hold them until SIGTERM ends the process, or at most `hold` seconds. */
     for (time_t until = time(NULL) + hold; time(NULL) < until;)
         sleep(1);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        SSL_free(ssls[i]);
         close(fds[i]);
+    }
+    free(ssls);
     free(fds);
+    SSL_CTX_free(ctx);
     return 0;
 }

@@ -102,7 +102,7 @@ if (($(ulimit -n) < NOFILE)) && ! ulimit -n "$NOFILE" 2>/dev/null; then
     done
 fi
 if ((IDLE_MAX > 0)) && [[ $PREBUILT != 1 || ! -x $BIN/idle_clients ]]; then
-    cc -O2 -Wall -o "$BIN/idle_clients" "$ROOT/loadtest/http/idle_clients.c" ||
+    cc -O2 -Wall -o "$BIN/idle_clients" "$ROOT/loadtest/http/idle_clients.c" -lssl -lcrypto ||
         die "cannot build loadtest/http/idle_clients.c"
 fi
 

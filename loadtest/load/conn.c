@@ -23,20 +23,29 @@
  * early one from its write, never less than what the server took. The offered rate holds
  * over any window longer than a tick.
  *
+ * TLS (https): after the TCP connect the task runs the handshake (C_HANDSHAKE) over memory
+ * BIOs (tls.c): what OpenSSL writes goes out from cbuf with mp_tcp_write_poll, what the socket
+ * gives is handed to OpenSSL and the plaintext framed as over TCP. The requests queued in
+ * wbuf are sealed into cbuf in one SSL_write, so a write of several pipelined requests is
+ * still one write. The handshake is bounded by --connect-timeout; its time runs from the TCP
+ * connection to its end, and counts in the statistics when it ends within the run.
+ *
  * Statistics go into the running thread's own ld_stats: tasks polled on one worker never run
  * at once, so no counter is shared between threads while the run lasts.
  */
 #include "load.h"
+#include "tls.h"
 
 #include <errno.h>
+#include <openssl/err.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-const char *const ld_err_names[LD_ERR_N] = {"connect", "read",    "write",
-                                            "timeout", "framing", "status"};
+const char *const ld_err_names[LD_ERR_N] = {"connect", "read",   "write", "timeout",
+                                            "framing", "status", "tls"};
 
 ld_run ld_g;
 
@@ -63,6 +72,7 @@ static ld_stats *stats(void)
         abort(); /* a few hundred KiB once per thread */
     ld_hist_init(&s->latency);
     ld_hist_init(&s->service);
+    ld_hist_init(&s->handshake);
     s->per_second = ps;
     pthread_mutex_lock(&stats_mu);
     s->next = stats_list;
@@ -80,6 +90,9 @@ void ld_stats_collect(ld_stats *out)
     while (s) {
         ld_hist_merge(&out->latency, &s->latency);
         ld_hist_merge(&out->service, ld_g.rate > 0 ? &s->service : &s->latency);
+        ld_hist_merge(&out->handshake, &s->handshake);
+        out->handshakes += s->handshakes;
+        out->resumed += s->resumed;
         out->completed += s->completed;
         out->bytes_read += s->bytes_read;
         out->connects += s->connects;
@@ -103,7 +116,7 @@ typedef struct owed {
     uint32_t req;
 } owed;
 
-enum { C_IDLE, C_CONNECTING, C_RUN };
+enum { C_IDLE, C_CONNECTING, C_HANDSHAKE, C_RUN };
 
 /* Read batches handled in one poll before the task yields to the others on its worker. */
 enum {
@@ -127,6 +140,10 @@ typedef struct conn {
     size_t wlen, wcap;
     bool wpending;
     uint32_t next_req;
+    SSL *ssl;   /* TLS: NULL when closed */
+    char *cbuf; /* TLS: ciphertext to send (kept still while a write is pending) */
+    size_t clen, ccap;
+    uint64_t hs_start_ns;
     uint64_t k;                     /* open loop: the next request's number */
     uint64_t interval_ns, phase_ns; /* open loop */
 } conn;
@@ -143,6 +160,15 @@ static void tcp_closed(mp_tcp *t)
 
 static void close_stream(conn *c)
 {
+    if (c->ssl) {
+        /* No close_notify goes out (the stream is dropped, as over TCP), but OpenSSL must
+         * take the end as orderly: an SSL freed otherwise marks its session not resumable,
+         * and that session is the one its slot keeps (tls.c). */
+        SSL_set_shutdown(c->ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+        c->clen = 0;
+    }
     if (c->tcp)
         mp_tcp_close(c->tcp, tcp_closed); /* tcp_closed runs once, whatever it returns */
     c->tcp = NULL;
@@ -262,6 +288,118 @@ static bool take(conn *c, ld_stats *s, const char *p, size_t n, uint64_t now)
     return true;
 }
 
+/* The socket's end (or a TLS close_notify): the response running until the close is done. */
+static void at_eof(conn *c, ld_stats *s, int err, uint64_t now)
+{
+    bool done = false;
+    bool clean = err == MP_EOF && ld_resp_eof(&c->resp, &done);
+    if (done && c->qlen) {
+        record(c, s, now);
+        drop(c, s, -1, now);
+    } else {
+        drop(c, s, clean && c->qlen == 0 ? -1 : LD_ERR_READ, now);
+    }
+}
+
+/* ---- TLS (tls.h) */
+
+/* The requests queued in wbuf, sealed into cbuf behind whatever OpenSSL wrote already. */
+static bool seal(conn *c)
+{
+    if (c->wlen) {
+        ERR_clear_error();
+        if (SSL_write(c->ssl, c->wbuf, (int)c->wlen) != (int)c->wlen)
+            return false;
+        c->wlen = 0;
+    }
+    return ld_tls_take_out(c->ssl, &c->cbuf, &c->clen, &c->ccap);
+}
+
+/* The plaintext of what OpenSSL holds, framed; false when the connection was dropped. */
+static bool unseal(conn *c, ld_stats *s, uint64_t now)
+{
+    static _Thread_local char plain[16384]; /* one record's worth */
+    for (;;) {
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, plain, sizeof plain);
+        if (n > 0) {
+            if (!take(c, s, plain, (size_t)n, now))
+                return false;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_READ)
+            return true;
+        if (e == SSL_ERROR_ZERO_RETURN)
+            at_eof(c, s, MP_EOF, now);
+        else
+            drop(c, s, LD_ERR_TLS, now);
+        return false;
+    }
+}
+
+/* The handshake, from the TCP connection: 1 done (C_RUN; the client's last flight may still
+ * be in cbuf, to go out with the first requests), 0 dropped or the run's end reached, -1
+ * waiting for the socket or the timer. */
+static int handshake(conn *c, ld_stats *s, mp_context *cx)
+{
+    int err;
+    for (;;) {
+        if (!c->wpending) {
+            ERR_clear_error();
+            int r = SSL_do_handshake(c->ssl);
+            int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+            if (!ld_tls_take_out(c->ssl, &c->cbuf, &c->clen, &c->ccap) ||
+                (r != 1 && e != SSL_ERROR_WANT_READ)) {
+                drop(c, s, LD_ERR_TLS, ld_now_ns());
+                return 0;
+            }
+            if (r == 1) {
+                uint64_t now = ld_now_ns();
+                if (now < ld_g.end_ns) {
+                    ld_hist_record(&s->handshake, now - c->hs_start_ns);
+                    s->handshakes++;
+                    s->resumed += SSL_session_reused(c->ssl) ? 1 : 0;
+                }
+                c->state = C_RUN;
+                return 1;
+            }
+        }
+        if (c->clen) {
+            if (mp_tcp_write_poll(c->tcp, cx, c->cbuf, c->clen, &err) == MP_READY) {
+                c->wpending = false;
+                c->clen = 0;
+                if (err) {
+                    drop(c, s, LD_ERR_WRITE, ld_now_ns());
+                    return 0;
+                }
+            } else {
+                c->wpending = true;
+            }
+        }
+        const char *data;
+        size_t len;
+        if (mp_tcp_read_poll(c->tcp, cx, &data, &len, &err) == MP_READY) {
+            bool ok = len > 0 && ld_tls_put_in(c->ssl, data, len);
+            if (len)
+                mp_tcp_consume(c->tcp, len);
+            if (!ok) {
+                drop(c, s, LD_ERR_TLS, ld_now_ns());
+                return 0;
+            }
+            continue;
+        }
+        uint64_t dl = c->hs_start_ns + ld_g.connect_timeout_ms * 1000000u;
+        dl = dl < ld_g.end_ns ? dl : ld_g.end_ns;
+        if (mp_timer_poll(&c->timer, ms_ceil(dl), cx) == MP_PENDING)
+            return -1;
+        uint64_t now = ld_now_ns();
+        if (now < ld_g.end_ns)
+            drop(c, s, LD_ERR_TLS, now);
+        return 0;
+    }
+}
+
 static mp_poll conn_poll(mp_task *t, mp_context *cx)
 {
     conn *c = mp_container_of(t, conn, task);
@@ -311,18 +449,44 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
             }
             mp_tcp_set_nodelay(c->tcp, true);
             s->connects++;
-            c->state = C_RUN;
-            continue;
+            if (!ld_g.tls) {
+                c->state = C_RUN;
+                continue;
+            }
+            if (!(c->ssl = ld_tls_new(c->id))) {
+                drop(c, s, LD_ERR_TLS, ld_now_ns());
+                continue;
+            }
+            c->hs_start_ns = ld_now_ns();
+            c->state = C_HANDSHAKE;
+        }
+            /* fall through */
+        case C_HANDSHAKE: {
+            int r = handshake(c, s, cx);
+            if (r < 0)
+                return MP_PENDING;
+            if (r == 0)
+                continue;
+            now = ld_now_ns();
+            break;
         }
         case C_RUN:
             break;
         }
-        if (!c->wpending)
+        if (!c->wpending) {
             fill(c, now);
-        if (c->wlen) {
-            if (mp_tcp_write_poll(c->tcp, cx, c->wbuf, c->wlen, &err) == MP_READY) {
+            if (c->ssl && !seal(c)) {
+                drop(c, s, LD_ERR_TLS, now);
+                continue;
+            }
+        }
+        const char *out = c->ssl ? c->cbuf : c->wbuf;
+        size_t olen = c->ssl ? c->clen : c->wlen;
+        if (olen) {
+            if (mp_tcp_write_poll(c->tcp, cx, out, olen, &err) == MP_READY) {
                 c->wpending = false;
                 c->wlen = 0;
+                c->clen = 0;
                 if (err) {
                     drop(c, s, LD_ERR_WRITE, now);
                     continue;
@@ -337,19 +501,22 @@ static mp_poll conn_poll(mp_task *t, mp_context *cx)
         if (mp_tcp_read_poll(c->tcp, cx, &data, &len, &err) == MP_READY) {
             now = ld_now_ns();
             if (len == 0) {
-                bool done = false;
-                bool clean = err == MP_EOF && ld_resp_eof(&c->resp, &done);
-                if (done && c->qlen) {
-                    record(c, s, now);
-                    drop(c, s, -1, now);
-                } else {
-                    drop(c, s, clean && c->qlen == 0 ? -1 : LD_ERR_READ, now);
-                }
+                at_eof(c, s, err, now);
                 continue;
             }
-            bool ok = take(c, s, data, len, now);
-            if (c->tcp)
+            bool ok;
+            if (c->ssl) {
+                ok = ld_tls_put_in(c->ssl, data, len);
                 mp_tcp_consume(c->tcp, len);
+                if (ok)
+                    ok = unseal(c, s, now);
+                else
+                    drop(c, s, LD_ERR_TLS, now);
+            } else {
+                ok = take(c, s, data, len, now);
+                if (c->tcp)
+                    mp_tcp_consume(c->tcp, len);
+            }
             if (ok && ++batches == BATCHES_PER_POLL)
                 return mp_yield(cx);
             fresh = true; /* the next request goes out now: its send time is this read's */
@@ -439,6 +606,7 @@ void ld_conns_free(void)
     for (unsigned i = 0; conns && i < ld_g.conns; i++) {
         free(conns[i].q);
         free(conns[i].wbuf);
+        free(conns[i].cbuf);
     }
     free(conns);
     conns = NULL;

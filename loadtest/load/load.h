@@ -17,6 +17,7 @@ enum ld_err {
     LD_ERR_TIMEOUT, /* no response within --timeout (counted per request lost) */
     LD_ERR_FRAMING, /* a response that cannot be framed (resp.h) */
     LD_ERR_STATUS,  /* a 4xx or 5xx status */
+    LD_ERR_TLS,     /* a handshake that failed or timed out, or a TLS record in error */
     LD_ERR_N,
 };
 extern const char *const ld_err_names[LD_ERR_N];
@@ -39,6 +40,7 @@ typedef struct ld_run {
     struct sockaddr_storage addr;
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
     unsigned seconds;          /* per-second slots */
+    bool tls;                  /* https: every connection runs TLS (tls.h) first */
 } ld_run;
 extern ld_run ld_g;
 
@@ -48,8 +50,10 @@ typedef struct ld_stats {
     struct ld_stats *next; /* guarded by the list's lock (conn.c) */
     ld_hist latency;       /* from the earlier of due and written (conn.c) */
     ld_hist service;       /* from when it was written */
+    ld_hist handshake;     /* TLS: from the TCP connection to the handshake's end */
     uint64_t completed, bytes_read, connects;
-    uint64_t status[6]; /* by class: [1] 1xx .. [5] 5xx, [0] other */
+    uint64_t handshakes, resumed; /* TLS handshakes completed within the run, and resumed */
+    uint64_t status[6];           /* by class: [1] 1xx .. [5] 5xx, [0] other */
     uint64_t errors[LD_ERR_N];
     uint64_t *per_second; /* responses completed in each second of the run */
 } ld_stats;

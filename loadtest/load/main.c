@@ -1,12 +1,14 @@
 /* magpie-load: an HTTP/1.1 keep-alive load generator on libmagpie's workers.
  *
- *   magpie-load [options] http://HOST:PORT/PATH
+ *   magpie-load [options] http[s]://HOST:PORT/PATH
  *
  * Closed loop (as wrk): -c connections, each keeping -p requests in flight (1: no
  * pipelining), for -d seconds. Open loop (-R RATE): RATE requests a second over all the
  * connections at fixed times, each measured from when it was due (conn.c). Every response is
  * framed (resp.c) and its status checked; latencies go into a log-linear histogram (hist.c).
  * Output: a summary like wrk's, and with --json / --csv the same figures for programs.
+ * https:// runs every connection over TLS (tls.c, OpenSSL 3): handshakes per second, the
+ * share resumed (--resume) and the handshake's percentiles are reported beside the rest.
  *
  * Bounded: every run ends by itself after -d seconds (at most an hour); a target that is not a
  * loopback address is refused unless --allow-remote names it; a target that does not answer
@@ -28,12 +30,13 @@
 #include <unistd.h>
 
 #include "load.h"
+#include "tls.h"
 
 #define MAX_SECONDS 3600
 #define MAX_HEADERS 32
 
 static const char usage[] =
-    "usage: magpie-load [options] http://HOST[:PORT][/PATH]\n"
+    "usage: magpie-load [options] http[s]://HOST[:PORT][/PATH]\n"
     "  -c, --connections N     connections (default 64)\n"
     "  -d, --duration SEC      length of the run, 1..3600 (default 10)\n"
     "  -t, --threads N         runtime workers (default 1)\n"
@@ -47,7 +50,12 @@ static const char usage[] =
     "      --allow-remote ADDR the target may be ADDR, a numeric non-loopback address\n"
     "      --json FILE         write the results as JSON ('-': stdout)\n"
     "      --csv FILE          write one CSV header line and one row ('-': stdout)\n"
-    "  -q, --quiet             no human summary\n";
+    "  -q, --quiet             no human summary\n"
+    "TLS (https://; -H 'Connection: close' makes a connection, and a handshake, per request):\n"
+    "      --resume            offer each connection slot's last session (ticket) again\n"
+    "      --tls13, --tls12    that version only (default: either)\n"
+    "      --sni NAME          server name sent (default: the URL's host unless numeric)\n"
+    "      --cacert FILE       verify the server against FILE (default: no verification)\n";
 
 __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
 {
@@ -298,6 +306,23 @@ typedef struct summary {
     uint64_t errors;
 } summary;
 
+static void print_human_tls(const summary *m, const ld_stats *s)
+{
+    printf("  TLS: %lu handshakes, %.2f/s, %.1f%% resumed\n", (unsigned long)s->handshakes,
+           s->handshakes / m->seconds, s->handshakes ? 100.0 * s->resumed / s->handshakes : 0.0);
+    if (!s->handshakes)
+        return;
+    char b[16];
+    fmt_ns(b, sizeof b, (uint64_t)ld_hist_mean(&s->handshake));
+    printf("  %-9s %10s", "Handshake", b);
+    for (int i = 0; i < NPCT; i++) {
+        fmt_ns(b, sizeof b, ld_hist_percentile(&s->handshake, pcts[i]));
+        printf(" %10s", b);
+    }
+    fmt_ns(b, sizeof b, s->handshake.max);
+    printf(" %10s\n", b);
+}
+
 static void print_human(const summary *m, const ld_stats *s)
 {
     const char *mode = ld_g.rate > 0 ? "open loop" : "closed loop";
@@ -336,6 +361,8 @@ static void print_human(const summary *m, const ld_stats *s)
     printf("  Status: 2xx %lu, 3xx %lu, 4xx %lu, 5xx %lu, other %lu\n", (unsigned long)s->status[2],
            (unsigned long)s->status[3], (unsigned long)s->status[4], (unsigned long)s->status[5],
            (unsigned long)(s->status[0] + s->status[1]));
+    if (ld_g.tls)
+        print_human_tls(m, s);
     printf("Requests/sec: %.2f\n", m->rps);
     printf("Transfer/sec: %.2fMB\n", s->bytes_read / 1048576.0 / m->seconds);
     double cpu = m->cpu_user + m->cpu_sys;
@@ -400,6 +427,14 @@ static void print_json(FILE *f, const summary *m, const ld_stats *s)
             "\"requests_per_cpu_s\": %.1f},\n",
             m->cpu_user, m->cpu_sys, s->completed ? cpu * 1e6 / s->completed : 0.0,
             cpu > 0 ? s->completed / cpu : 0.0);
+    if (ld_g.tls) {
+        fprintf(f,
+                "  \"tls\": {\"handshakes\": %lu, \"handshakes_per_s\": %.2f, \"resumed\": %lu, "
+                "\"resumed_share\": %.4f},\n",
+                (unsigned long)s->handshakes, s->handshakes / m->seconds, (unsigned long)s->resumed,
+                s->handshakes ? (double)s->resumed / s->handshakes : 0.0);
+        json_hist(f, "handshake", &s->handshake);
+    }
     fprintf(f, "  \"per_second\": [");
     unsigned secs = (unsigned)(m->seconds + 0.5);
     for (unsigned i = 0; i < ld_g.seconds && i < secs; i++)
@@ -410,20 +445,28 @@ static void print_json(FILE *f, const summary *m, const ld_stats *s)
 static void print_csv(FILE *f, const summary *m, const ld_stats *s)
 {
     double cpu = m->cpu_user + m->cpu_sys;
-    fprintf(f, "mode,connections,workers,pipeline,rate,duration_s,requests,requests_per_s,"
-               "errors,lat_mean_us,lat_p50_us,lat_p90_us,lat_p99_us,lat_p99_9_us,"
-               "lat_p99_99_us,lat_max_us,svc_p50_us,svc_p99_us,svc_p99_9_us,cpu_s,"
-               "cpu_us_per_request,url\n");
+    fprintf(f,
+            "mode,connections,workers,pipeline,rate,duration_s,requests,requests_per_s,"
+            "errors,lat_mean_us,lat_p50_us,lat_p90_us,lat_p99_us,lat_p99_9_us,"
+            "lat_p99_99_us,lat_max_us,svc_p50_us,svc_p99_us,svc_p99_9_us,cpu_s,"
+            "cpu_us_per_request,url%s\n",
+            ld_g.tls ? ",handshakes_per_s,resumed_share,hs_p50_us,hs_p99_us" : "");
     fprintf(f, "%s,%u,%u,%u,%.1f,%.3f,%lu,%.2f,%lu,%.3f", ld_g.rate > 0 ? "open" : "closed",
             ld_g.conns, ld_g.workers, ld_g.depth, ld_g.rate, m->seconds,
             (unsigned long)s->completed, m->rps, (unsigned long)m->errors,
             ld_hist_mean(&s->latency) / 1e3);
     for (int i = 0; i < NPCT; i++)
         fprintf(f, ",%.3f", ld_hist_percentile(&s->latency, pcts[i]) / 1e3);
-    fprintf(f, ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%s\n", s->latency.max / 1e3,
+    fprintf(f, ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%s", s->latency.max / 1e3,
             ld_hist_percentile(&s->service, 50) / 1e3, ld_hist_percentile(&s->service, 99) / 1e3,
             ld_hist_percentile(&s->service, 99.9) / 1e3, cpu,
             s->completed ? cpu * 1e6 / s->completed : 0.0, m->url);
+    if (ld_g.tls)
+        fprintf(f, ",%.2f,%.4f,%.3f,%.3f", s->handshakes / m->seconds,
+                s->handshakes ? (double)s->resumed / s->handshakes : 0.0,
+                ld_hist_percentile(&s->handshake, 50) / 1e3,
+                ld_hist_percentile(&s->handshake, 99) / 1e3);
+    fputc('\n', f);
 }
 
 /* ---- the run */
@@ -456,7 +499,18 @@ static long num_arg(const char *s, const char *what, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    enum { O_TIMEOUT = 256, O_CTIMEOUT, O_ALLOW, O_JSON, O_CSV };
+    enum {
+        O_TIMEOUT = 256,
+        O_CTIMEOUT,
+        O_ALLOW,
+        O_JSON,
+        O_CSV,
+        O_RESUME,
+        O_TLS13,
+        O_TLS12,
+        O_SNI,
+        O_CACERT
+    };
     static const struct option longopts[] = {
         {"connections", required_argument, NULL, 'c'},
         {"duration", required_argument, NULL, 'd'},
@@ -472,6 +526,11 @@ int main(int argc, char **argv)
         {"allow-remote", required_argument, NULL, O_ALLOW},
         {"json", required_argument, NULL, O_JSON},
         {"csv", required_argument, NULL, O_CSV},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"tls13", no_argument, NULL, O_TLS13},
+        {"tls12", no_argument, NULL, O_TLS12},
+        {"sni", required_argument, NULL, O_SNI},
+        {"cacert", required_argument, NULL, O_CACERT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -479,7 +538,8 @@ int main(int argc, char **argv)
     double rate = 0;
     long timeout_ms = 2000, ctimeout_ms = 2000;
     const char *list = NULL, *allow = NULL, *json = NULL, *csv = NULL, *method = "GET";
-    bool quiet = false;
+    bool quiet = false, tls_opt = false;
+    ld_tls_opts tls = {0};
     req_spec url_req = {0};
     int opt;
     while ((opt = getopt_long(argc, argv, "c:d:t:p:R:r:H:m:qh", longopts, NULL)) != -1) {
@@ -528,6 +588,22 @@ int main(int argc, char **argv)
         case O_CSV:
             csv = optarg;
             break;
+        case O_RESUME:
+            tls.resume = tls_opt = true;
+            break;
+        case O_TLS13:
+        case O_TLS12:
+            tls.version = opt == O_TLS13 ? TLS1_3_VERSION : TLS1_2_VERSION;
+            tls_opt = true;
+            break;
+        case O_SNI:
+            tls.sni = optarg;
+            tls_opt = true;
+            break;
+        case O_CACERT:
+            tls.cacert = optarg;
+            tls_opt = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -542,11 +618,15 @@ int main(int argc, char **argv)
     }
     const char *url = argv[optind];
 
-    /* http://HOST[:PORT][/PATH]; HOST may be [v6]. */
-    if (strncmp(url, "http://", 7) != 0)
-        die("%s: only http:// URLs", url);
-    const char *p = url + 7;
-    char host[256], port[16] = "80";
+    /* http[s]://HOST[:PORT][/PATH]; HOST may be [v6]. */
+    bool https = strncmp(url, "https://", 8) == 0;
+    if (!https && strncmp(url, "http://", 7) != 0)
+        die("%s: only http:// and https:// URLs", url);
+    if (tls_opt && !https)
+        die("--resume, --tls13, --tls12, --sni and --cacert want an https:// URL");
+    const char *p = url + (https ? 8 : 7);
+    char host[256], port[16];
+    snprintf(port, sizeof port, "%s", https ? "443" : "80");
     size_t hl;
     if (*p == '[') {
         hl = strcspn(p + 1, "]");
@@ -625,6 +705,14 @@ int main(int argc, char **argv)
     ld_g.reqs = reqs;
     ld_g.nreqs = nreqs;
     ld_g.seconds = seconds + 1;
+    ld_g.tls = https;
+    if (https) {
+        struct in6_addr a6;
+        if (!tls.sni && inet_pton(AF_INET, host, &a6) != 1 && inet_pton(AF_INET6, host, &a6) != 1)
+            tls.sni = host; /* a name, not a numeric address (RFC 6066 §3) */
+        if (ld_tls_init(&tls, conns) != 0)
+            die("cannot set up TLS");
+    }
 
     mp_config cfg;
     mp_config_init(&cfg);
@@ -658,10 +746,13 @@ int main(int argc, char **argv)
     }
     mp_runtime_free(rt);
     ld_conns_free();
+    if (https)
+        ld_tls_free();
 
     ld_stats s = {0};
     ld_hist_init(&s.latency);
     ld_hist_init(&s.service);
+    ld_hist_init(&s.handshake);
     if (!(s.per_second = calloc(ld_g.seconds, sizeof *s.per_second)))
         abort();
     ld_stats_collect(&s);

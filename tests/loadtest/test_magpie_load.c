@@ -2,12 +2,16 @@
  * pipelined one, an open-loop one and a request list complete with requests and no errors, and
  * their JSON carries the fields programs read. Also: an unreachable target and a remote one are
  * refused at once, and servers that misbehave (silent, unframable, 503, closing mid-body,
- * closing after each response) give the errors of their kind. Nothing here asserts speed. */
+ * closing after each response) give the errors of their kind. Over TLS (https://, magpied's
+ * [https] on a certificate made for the test): keep-alive with --cacert and SNI, a connection
+ * and full handshake per request, resumed handshakes, TLS 1.2 only, and a CA that does not
+ * sign the server's certificate failing every handshake. Nothing here asserts speed. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
 
 #include "daemon/magpied_harness.h"
+#include "daemon/tls_pki.h"
 
 TestSuite(magpie_load, .fini = kill_leftover);
 
@@ -315,4 +319,106 @@ Test(magpie_load, connection_close_responses_reconnect_cleanly, .timeout = 30)
     /* A connection per response, and perhaps one more whose answer the end cut off. */
     double connects = field(NULL, "connects"), requests = field(NULL, "requests");
     cr_assert(connects == requests || connects == requests + 1, "%s", json);
+}
+
+/* ---- TLS */
+
+static char pki[PKI_DIR_MAX];
+
+static daemon_proc start_https(void)
+{
+    pki_make(pki);
+    char conf[PKI_DIR_MAX + 16];
+    snprintf(conf, sizeof conf, "%s/magpied.conf", pki);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+            "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = %s/ec.key\n"
+            "[runtime]\nworkers = 2\n[route = /]\nhandler = text\nbody = Hello, World!\n",
+            pki, pki);
+    fclose(f);
+    daemon_proc d = start_with(conf, NULL, NULL);
+    cr_assert_gt(d.https, 0, "no https= in the listening line");
+    return d;
+}
+
+static void https_url(char *buf, size_t len, const char *host, int port)
+{
+    snprintf(buf, len, "https://%s:%d/", host, port);
+}
+
+Test(magpie_load, tls_keep_alive_verified, .timeout = 60)
+{
+    daemon_proc d = start_https();
+    char u[96], ca[PKI_DIR_MAX + 16], err[4096];
+    https_url(u, sizeof u, "localhost", d.https);
+    snprintf(ca, sizeof ca, "%s/ca.pem", pki);
+    const char *args[] = {"-c", "4", "-d", "2", "--cacert", ca, u, NULL};
+    int rc = run_load(args, 40, err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    check_json();
+    /* Keep-alive: one handshake per connection (a reconnect after an error would add one). */
+    cr_assert_geq(field("\"tls\"", "handshakes"), 1, "%s", json);
+    cr_assert_leq(field("\"tls\"", "handshakes"), 4, "%s", json);
+    cr_assert_eq(field("\"tls\"", "resumed"), 0);
+    cr_assert_gt(field("\"handshake_us\"", "p50"), 0);
+    cr_assert_eq(stop(&d), 0);
+    pki_remove(pki);
+}
+
+Test(magpie_load, tls_a_connection_per_request_full_then_resumed, .timeout = 60)
+{
+    daemon_proc d = start_https();
+    char u[96], err[4096];
+    https_url(u, sizeof u, "127.0.0.1", d.https);
+    const char *full[] = {"-c", "2", "-d", "2", "--tls13", "-H", "Connection: close", u, NULL};
+    int rc = run_load(full, 40, err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    check_json();
+    double reqs = field(NULL, "requests"), hs = field("\"tls\"", "handshakes");
+    /* One handshake per response, give or take those cut by the end of the run. */
+    cr_assert_geq(hs, reqs, "%s", json);
+    cr_assert_leq(hs, reqs + 2, "%s", json);
+    cr_assert_eq(field("\"tls\"", "resumed"), 0, "%s", json);
+    const char *tls13[] = {"-c", "2", "-d", "2", "--resume", "-H", "Connection: close", u, NULL};
+    const char *tls12[] = {"-c",      "2",     "-d",        "2",  "--resume",
+                           "--tls12", "--sni", "localhost", "-H", "Connection: close",
+                           u,         NULL};
+    const char *const *runs[] = {tls13, tls12};
+    for (int i = 0; i < 2; i++) {
+        rc = run_load(runs[i], 40, err, sizeof err);
+        cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+        check_json();
+        hs = field("\"tls\"", "handshakes");
+        /* Each slot's first handshake is full, every later one resumed. */
+        cr_assert_gt(hs, 4, "%s", json);
+        cr_assert_geq(field("\"tls\"", "resumed"), hs - 2, "%s", json);
+    }
+    cr_assert_eq(stop(&d), 0);
+    pki_remove(pki);
+}
+
+Test(magpie_load, tls_an_untrusted_certificate_fails_every_handshake, .timeout = 60)
+{
+    daemon_proc d = start_https();
+    char u[96], err[4096], other[PKI_DIR_MAX + 16];
+    https_url(u, sizeof u, "localhost", d.https);
+    /* The server's own certificate as the only trust anchor: not a CA, it signs nothing. */
+    snprintf(other, sizeof other, "%s/rsa.pem", pki);
+    const char *args[] = {"-c", "2", "-d", "1", "--cacert", other, u, NULL};
+    int rc = run_load(args, 40, err, sizeof err);
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, err);
+    cr_assert_gt(field("\"errors\"", "tls"), 0, "%s", json);
+    cr_assert_eq(field(NULL, "requests"), 0, "%s", json);
+    cr_assert_eq(stop(&d), 0);
+    pki_remove(pki);
+}
+
+Test(magpie_load, tls_options_want_an_https_url, .timeout = 30)
+{
+    char err[4096];
+    const char *args[] = {"--resume", "http://127.0.0.1:9/", NULL};
+    cr_assert_eq(run_load(args, 20, err, sizeof err), 2, "%s", err);
+    cr_assert_not_null(strstr(err, "https://"), "%s", err);
 }
