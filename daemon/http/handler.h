@@ -78,6 +78,10 @@ typedef struct md_handler {
      * refused with RST_STREAM HTTP_1_1_REQUIRED, which clients answer by retrying over
      * HTTP/1.1 (http2.c). */
     bool http1_only;
+    /* Its bodies after md_http_respond_head() go through md_http_req_write() (request.h), so
+     * a route's compress applies to them too; without it only bodies from memory
+     * (md_http_respond, _produced) are compressed. */
+    bool codes_body;
     const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
     size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
     /* The defaults, into zeroed conf, when a route names the handler. */

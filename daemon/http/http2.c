@@ -235,7 +235,7 @@ static int h2_head(md_http_req *r, unsigned status, const char *allow, const cha
         nv[n++] = NV("allow", allow, strlen(allow));
     nv[n++] = NV("content-type", ctype, strlen(ctype));
     char len_text[24];
-    if (status != 304) {
+    if (status != 304 && length != MD_HTTP_LENGTH_CODED) { /* coded: DATA until END_STREAM */
         size_t l = 0;
         char tmp[20];
         uint64_t v = length;
