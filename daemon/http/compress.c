@@ -208,8 +208,11 @@ static int weight(const char *p, size_t n)
         size_t end = i;
         while (end > start && (p[end - 1] == ' ' || p[end - 1] == '\t'))
             end--;
-        if (end - start < 2 || (p[start] != 'q' && p[start] != 'Q') || p[start + 1] != '=')
+        if (end == start || (p[start] != 'q' && p[start] != 'Q') ||
+            (end - start > 1 && p[start + 1] != '='))
             continue; /* another parameter: ignored */
+        if (end - start == 1)
+            return -1; /* "q" without a value */
         const char *v = p + start + 2;
         size_t vn = end - start - 2;
         /* qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ) */
