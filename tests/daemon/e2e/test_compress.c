@@ -45,7 +45,9 @@ static void setup(void)
        "done > www/page.html && printf 'tiny\\n' > www/tiny.txt && "
        "head -c 5000 /dev/zero > www/pic.png && "
        "for i in $(seq 1 200); do echo 'body { color: red }'; done > www/style.css && "
-       "gzip -k www/style.css && head -c %u /dev/urandom > www/noise.txt",
+       "gzip -k www/style.css && cp www/page.html www/z.html && printf 'ZSTDFILE' > www/z.html.zst "
+       "&& "
+       "head -c %u /dev/urandom > www/noise.txt",
        dir, BIG);
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
@@ -326,6 +328,13 @@ Test(compress_e2e, precompressed_preferred)
     cr_expect(vary != NULL && strstr(vary + 1, "Vary: Accept-Encoding") == NULL, "Vary once");
     free(gz);
     free(r);
+    /* FILE.zst for a client that takes zstd. */
+    r = get("/z.html", "Accept-Encoding: zstd\r\n", &n);
+    cr_expect_str_eq(field(r, "Content-Encoding"), "zstd");
+    cr_expect_str_eq(field(r, "Content-Length"), "8");
+    cr_expect(strcmp(strstr(r, "\r\n\r\n") + 4, "ZSTDFILE") == 0, "the .zst file's bytes");
+    free(r);
+    expect_coded("z.html", "gzip", "gzip"); /* no .gz beside it: on the fly */
 }
 
 /* Accept-Encoding values that are garbage, out of range or huge: a sane answer, never a

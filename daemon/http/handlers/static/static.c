@@ -17,9 +17,11 @@
  * One byte range ("bytes=a-b", "a-", "-n") gives 206 with Content-Range, or 416 when it starts
  * past the end; several ranges, or a bad Range, get the whole file (RFC 9110 14.2 lets a server
  * ignore Range); If-Range (an ETag compared strongly, or the exact Last-Modified date) must
- * match for the range to apply. With precompressed = on, FILE.br or else FILE.gz is served
- * (Content-Encoding: br or gzip) to a client whose Accept-Encoding allows that coding, and
- * every response says Vary: Accept-Encoding.
+ * match for the range to apply. With precompressed = on, FILE.br, FILE.zst or else FILE.gz is
+ * served (Content-Encoding: br, zstd or gzip) to a client whose Accept-Encoding allows that
+ * coding, and every response says Vary: Accept-Encoding. With the route's compress (and no
+ * such variant) a 200's body is read into memory and compressed on the fly instead of sent by
+ * sendfile (code_cached, code_poll).
  *
  * The body: a file of up to SMALL bytes is read into the output after its head (one send for
  * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket through
@@ -227,13 +229,13 @@ struct lookup {
     bool dir;      /* the path ends in '/': rel is its index file */
     bool looked;   /* the cache was asked for this step's file (a miss is counted once) */
     uint8_t tried; /* TRY_PATH, then TRY_HTML (try_html), TRY_FALLBACK (fallback) */
-    uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_GZ (precompressed = on), STEP_DONE */
+    uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_ZST, STEP_GZ (precompressed), STEP_DONE */
     int8_t coding; /* codings[] index of the variant found; -1: none */
     md_file *file; /* the file */
     md_file *alt;  /* its variant, when one is served */
 };
 
-enum { STEP_FILE, STEP_BR, STEP_GZ, STEP_DONE };
+enum { STEP_FILE, STEP_BR, STEP_ZST, STEP_GZ, STEP_DONE };
 enum { TRY_PATH, TRY_HTML, TRY_FALLBACK };
 
 /* The path is missing: its next candidate into lk (PATH.html, then the fallback); false when
@@ -260,7 +262,7 @@ static bool next_try(const static_conf *sc, struct lookup *lk)
     }
     return false;
 }
-static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
+static const char *const codings[][2] = {{"br", ".br"}, {"zstd", ".zst"}, {"gzip", ".gz"}};
 
 struct static_send {
     md_http_pending p;
@@ -550,14 +552,15 @@ static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_fi
     }
     size_t alen = 0;
     const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
-    /* FILE.br, then FILE.gz, for a client that takes that coding. */
+    /* FILE.br, then FILE.zst, then FILE.gz, for a client that takes that coding. */
     for (; lk->step != STEP_DONE; lk->step++, lk->looked = false) {
         unsigned i = lk->step - STEP_BR;
-        if (ae == NULL || lk->rlen + 4 > sizeof lk->rel || !accepts(ae, alen, codings[i][0]))
+        size_t slen = strlen(codings[i][1]);
+        if (ae == NULL || lk->rlen + slen + 1 > sizeof lk->rel || !accepts(ae, alen, codings[i][0]))
             continue;
-        memcpy(lk->rel + lk->rlen, codings[i][1], 4);
+        memcpy(lk->rel + lk->rlen, codings[i][1], slen + 1);
         md_file *v;
-        int rc = open_one(req, r, lk, lk->rlen + 3, op, cx, can_wait, &v);
+        int rc = open_one(req, r, lk, lk->rlen + slen, op, cx, can_wait, &v);
         lk->rel[lk->rlen] = '\0';
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
