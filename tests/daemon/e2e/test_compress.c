@@ -134,6 +134,7 @@ static char *file(const char *name, size_t *len)
     fseek(f, 0, SEEK_SET);
     char *b = malloc((size_t)n + 1);
     cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = '\0';
     fclose(f);
     *len = (size_t)n;
     return b;
