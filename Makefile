@@ -167,7 +167,7 @@ D_SRCS   := $(sort $(filter-out daemon/main.c,$(foreach d,$(D_DIRS),$(wildcard $
 D_OBJS   := $(D_SRCS:%.c=$(B)/obj/%.o)
 D_LIB    := $(B)/libmagpied.a
 D_INC    := $(RT_INC) -Idaemon $(LLHTTP_INC)
-D_LIBS   := -luv -linih -lssl -lcrypto -lnghttp2 -lcrypt
+D_LIBS   := -luv -linih -lssl -lcrypto -lnghttp2 -lcrypt -lz -lzstd
 MAGPIED  := $(B)/magpied
 # tests/daemon mirrors daemon/'s folders; tests/daemon/e2e/ holds the end-to-end suites.
 D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c tests/daemon/*/test_*.c tests/daemon/*/*/test_*.c \
@@ -183,7 +183,7 @@ UNITS := magpied.service magpied@.service magpied.socket magpied-echo.socket
 
 # Debian packages. The build's; curl for the first request the README makes.
 BUILD_DEB_PKGS := build-essential pkg-config libuv1-dev node-llhttp libinih-dev libssl-dev \
-                  libnghttp2-dev libcrypt-dev
+                  libnghttp2-dev libcrypt-dev zlib1g-dev libzstd-dev
 DEB_PKGS := $(BUILD_DEB_PKGS) curl
 # The suites': Criterion, and the tools they run: wrk, systemd-analyze and
 # systemd-socket-activate, man and groff, haproxy -c (its service is left disabled), strace;

@@ -74,6 +74,10 @@ typedef struct md_handler {
      * application's CORS preflight), and the core keeps the request's fields for it
      * (md_http_req_head). */
     bool passes_options, keeps_fields;
+    /* Its bodies after md_http_respond_head() go through md_http_req_write() (request.h), so
+     * a route's compress applies to them too; without it only bodies from memory
+     * (md_http_respond, _produced) are compressed. */
+    bool codes_body;
     const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
     size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
     /* The defaults, into zeroed conf, when a route names the handler. */

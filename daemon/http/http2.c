@@ -251,6 +251,8 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
     if (ctype != NULL)
         nv[n++] = NV("content-type", ctype, strlen(ctype));
     char len_text[24];
+    /* Unknown (a relayed body) or coded (compressed on the fly): DATA until END_STREAM. */
+    _Static_assert(MD_HTTP_LENGTH_CODED == MD_HTTP_LENGTH_UNKNOWN, "one test covers both");
     if (status != 304 && length != MD_HTTP_LENGTH_UNKNOWN) {
         size_t l = 0;
         char tmp[20];

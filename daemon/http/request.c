@@ -29,6 +29,7 @@
 
 #include "core/metrics.h"
 #include "core/text.h"
+#include "http/compress.h"
 #include "http/response.h"
 #include "http/routes.h"
 #include "http/sites.h"
@@ -64,6 +65,10 @@ void md__http_req_fini(md_http_req *r)
         free(r->kept);
         r->kept = NULL;
         r->kept_len = r->kept_cap = 0;
+    }
+    if (r->zs != NULL) { /* a coded body cut short (the connection closes) */
+        md_zstream_give(r->zs);
+        r->zs = NULL;
     }
 }
 
@@ -166,12 +171,160 @@ static int route_fields(const md_http_req *r, unsigned code, const char **fields
     return 0;
 }
 
+/* Compression on the fly (compress.h), for a route with compress on: what a response of code
+ * (ctype, length bytes of body) says and gets. A compressible one (a listed type, no
+ * Content-Encoding of its own) varies by Accept-Encoding: Vary is added (once) to a 200,
+ * 206 or 304. A 200 of at least compress_min_length bytes to an HTTP/1.1 or HTTP/2 client
+ * that takes a coding gets it: Content-Encoding, and its ETag weakened (RFC 9110 8.8.1: the
+ * coded bytes are not the file's), which a 304 to that client says too. *fields (and *flen)
+ * become a heap copy in *own (which the caller frees) when they change. Returns the coding
+ * (MD_CODING_NONE for a 304), or -ENOMEM. */
+static int compress_fields(const md_http_req *r, unsigned code, const char *ctype, uint64_t length,
+                           const char **fields, size_t *flen, char **own)
+{
+    *own = NULL;
+    const md_route_compress *c = &r->route->compress;
+    if ((code != 200 && code != 206 && code != 304) || ctype == NULL ||
+        !md_compress_type_ok(c, ctype))
+        return MD_CODING_NONE;
+    const char *f = *fields != NULL ? *fields : "";
+    size_t n = *flen;
+    bool vary = false;
+    for (size_t i = 0; i < n;) { /* "Name: value" CRLF lines */
+        const char *eol = memchr(f + i, '\n', n - i);
+        size_t end = eol != NULL ? (size_t)(eol - f) + 1 : n;
+        if (end - i > 17 && md_ascii_eq_lower(f + i, 17, "content-encoding:"))
+            return MD_CODING_NONE; /* coded already (a precompressed file): never again */
+        if (end - i > 5 && md_ascii_eq_lower(f + i, 5, "vary:"))
+            vary = true;
+        i = end;
+    }
+    unsigned coding = MD_CODING_NONE;
+    /* HTTP/1.0 gets the identity body: it has no chunked framing (nginx's gzip_http_version). */
+    bool old = r->http_major == 1 && r->http_minor == 0;
+    if (code != 206 && !old && length >= c->min_length) {
+        size_t alen = 0;
+        const char *ae = md_http_req_field(r, MD_FIELD_ACCEPT_ENCODING, &alen);
+        coding = md_compress_negotiate(ae, alen, c->codings);
+    }
+    if (vary && coding == MD_CODING_NONE)
+        return MD_CODING_NONE;
+    size_t cap = 2 * n + 64; /* each ETag line may grow by "W/" */
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        const char *eol = memchr(f + i, '\n', n - i);
+        size_t end = eol != NULL ? (size_t)(eol - f) + 1 : n;
+        if (coding != MD_CODING_NONE && end - i > 7 && md_ascii_eq_lower(f + i, 5, "etag:")) {
+            size_t v = i + 5;
+            while (v < end && (f[v] == ' ' || f[v] == '\t'))
+                v++;
+            if (v < end && f[v] == '"') { /* strong: W/ in front */
+                memcpy(buf + w, "ETag: W/", 8);
+                w += 8;
+                i = v;
+            }
+        }
+        if (coding != MD_CODING_NONE && code == 200 && end - i > 14 &&
+            md_ascii_eq_lower(f + i, 14, "accept-ranges:")) {
+            i = end; /* ranges are of the identity body, which this is not (as nginx's gzip) */
+            continue;
+        }
+        memcpy(buf + w, f + i, end - i);
+        w += end - i;
+        i = end;
+    }
+    if (coding != MD_CODING_NONE && code == 200)
+        w += (size_t)snprintf(buf + w, cap - w, "Content-Encoding: %s\r\n", md_coding_name(coding));
+    if (!vary) {
+        memcpy(buf + w, "Vary: Accept-Encoding\r\n", 23);
+        w += 23;
+    }
+    buf[w] = '\0';
+    *own = buf;
+    *fields = buf;
+    *flen = w;
+    return code == 200 ? (int)coding : MD_CODING_NONE;
+}
+
+/* The route's compressor for a coded body (chunked over HTTP/1.1). */
+static md_zstream *zstream_for(const md_http_req *r, unsigned coding, uint64_t length)
+{
+    const md_route_compress *c = &r->route->compress;
+    return md_zstream_take(coding, coding == MD_CODING_GZIP ? c->level_gzip : c->level_zstd, length,
+                           r->wire == NULL);
+}
+
+bool md_http_req_coding(const md_http_req *req)
+{
+    return req->zs != NULL;
+}
+
+int md_http_req_write(md_http_req *req, md_outbuf *out, const char *data, size_t len, bool last)
+{
+    if (req->zs == NULL)
+        return md_outbuf_append(out, data, len);
+    int rc = md_zstream_write(req->zs, out, data, len, last);
+    if (rc == 0 && last) {
+        md_zstream_give(req->zs);
+        req->zs = NULL;
+    }
+    return rc;
+}
+
+/* respond_filtered() on a route with compress on: the whole body coded when the client takes
+ * it (compress_fields), else as it is, with Vary when it is compressible. 0 or -ENOMEM. */
+static int respond_coded(md_http_req *r, const md_http_status *st, bool close, const char *allow,
+                         const char *fields, size_t flen, const char *ctype, const char *body,
+                         size_t len)
+{
+    char *own;
+    int coding = compress_fields(r, st->code, ctype, len, &fields, &flen, &own);
+    if (coding < 0)
+        return -ENOMEM;
+    bool head = is_head_request(r);
+    uint64_t length = coding != MD_CODING_NONE ? MD_HTTP_LENGTH_CODED : len;
+    int rc = -ENOMEM;
+    if (r->wire != NULL) {
+        (void)closes_with(r, st->code); /* the protocol decides what a close means */
+        if (r->wire->head(r, st->code, allow, fields, flen, ctype, length) != 0)
+            goto out;
+    } else {
+        char *w = md_outbuf_reserve(r->out, MD_HTTP_HEAD_MAX + flen);
+        if (w == NULL)
+            goto out;
+        close = closes_with(r, st->code) || close;
+        md_outbuf_commit(r->out, md_http_put_head_fields(w, st, close, http10(r), allow, fields,
+                                                         flen, ctype, length));
+    }
+    if (!head && coding != MD_CODING_NONE) {
+        md_zstream *z = zstream_for(r, (unsigned)coding, len);
+        if (z == NULL)
+            goto out;
+        rc = md_zstream_write(z, r->out, body, len, true);
+        md_zstream_give(z);
+        if (rc != 0)
+            goto out;
+    } else if (!head && len != 0 && md_outbuf_append(r->out, body, len) != 0) {
+        goto out;
+    }
+    rc = 0;
+    md__http_account_response(r, st->code, head ? 0 : len);
+out:
+    free(own);
+    return rc;
+}
+
 /* A complete response with a body from memory, its fields filtered already. 0 or -ENOMEM. */
 static int respond_filtered(md_http_req *r, const md_http_status *st, bool close, const char *allow,
                             const char *fields, size_t flen, const char *ctype, const char *body,
                             size_t len)
 {
     bool head = is_head_request(r);
+    if (r->route != NULL && r->route->compress.codings != 0)
+        return respond_coded(r, st, close, allow, fields, flen, ctype, body, len);
     if (r->wire != NULL) {
         (void)closes_with(r, st->code); /* the protocol decides what a close means */
         if (r->wire->head(r, st->code, allow, fields, flen, ctype, len) != 0 ||
@@ -233,7 +386,7 @@ int md_http_respond_canned(md_http_req *req, const md_route *r, const char *ctyp
                            size_t len)
 {
     if (req->wire == NULL && !md__http_req_closes(req) && !http10(req) && req->method == MD_GET &&
-        req->hsts == NULL) {
+        req->hsts == NULL && r->compress.codings == 0) {
         /* The handler writes no field of its own here: the route's rules leave only their
          * added fields, the same for every 200 of the route. */
         bool rules = md_headers_apply(&r->headers, 200);
@@ -269,6 +422,19 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
         return md__http_respond_error(req, 500, true, NULL);
     }
     size_t n = md_outbuf_pending(out) - mark;
+    if (req->route != NULL && req->route->compress.codings != 0) {
+        /* Coded (or not) from a copy, through the filters of a body from memory. */
+        char *copy = malloc(n != 0 ? n : 1);
+        if (copy == NULL) {
+            out->len = out->head + mark;
+            return -ENOMEM;
+        }
+        memcpy(copy, md_outbuf_pending_data(out) + mark, n);
+        out->len = out->head + mark;
+        int rc = respond_fields(req, md_http_status_of(200), close, NULL, NULL, ctype, copy, n);
+        free(copy);
+        return rc;
+    }
     bool is_head = is_head_request(req);
     const char *fields = NULL;
     size_t flen = 0;
@@ -308,6 +474,46 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
     return 0;
 }
 
+/* md_http_respond_head() on a route with compress on, for a handler that writes its body
+ * with md_http_req_write(): the head says the coding and no length, and the body's
+ * compressor waits in req->zs. own: route_fields()'s copy, freed here. 0 or -ENOMEM. */
+static int respond_head_coded(md_http_req *req, const md_http_status *st, const char *fields,
+                              size_t flen, const char *ctype, uint64_t length, char *own)
+{
+    char *own2;
+    int coding = compress_fields(req, st->code, ctype, length, &fields, &flen, &own2);
+    int rc = -ENOMEM;
+    if (coding < 0)
+        goto out;
+    bool head = is_head_request(req);
+    uint64_t wire_length = coding != MD_CODING_NONE ? MD_HTTP_LENGTH_CODED : length;
+    if (req->zs != NULL) { /* a body before it was cut short */
+        md_zstream_give(req->zs);
+        req->zs = NULL;
+    }
+    if (coding != MD_CODING_NONE && !head &&
+        (req->zs = zstream_for(req, (unsigned)coding, length)) == NULL)
+        goto out;
+    if (req->wire != NULL) {
+        (void)closes_with(req, st->code);
+        if (req->wire->head(req, st->code, NULL, fields, flen, ctype, wire_length) != 0)
+            goto out;
+    } else {
+        char *w = md_outbuf_reserve(req->out, MD_HTTP_HEAD_MAX + flen);
+        if (w == NULL)
+            goto out;
+        md_outbuf_commit(req->out,
+                         md_http_put_head_fields(w, st, closes_with(req, st->code), http10(req),
+                                                 NULL, fields, flen, ctype, wire_length));
+    }
+    rc = 0;
+    md__http_account_response(req, st->code, head || st->code == 304 ? 0 : length);
+out:
+    free(own2);
+    free(own);
+    return rc;
+}
+
 int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, const char *ctype,
                          uint64_t length)
 {
@@ -316,6 +522,8 @@ int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, 
     char *own;
     if (route_fields(req, st->code, &fields, &flen, &own) != 0)
         return -ENOMEM;
+    if (req->route != NULL && req->route->compress.codings != 0 && req->route->handler->codes_body)
+        return respond_head_coded(req, st, fields, flen, ctype, length, own);
     if (req->wire != NULL) {
         (void)closes_with(req, st->code);
         int rc = req->wire->head(req, st->code, NULL, fields, flen, ctype, length);

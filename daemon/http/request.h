@@ -126,6 +126,13 @@ void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_byt
  * response: a configuration string) and the milliseconds its response head took, for the
  * access log ($upstream_addr, $upstream_header_time); before the response is counted. */
 void md_http_req_set_upstream(md_http_req *req, const char *addr, uint64_t ms);
+/* For a handler with md_handler.codes_body: after md_http_respond_head(), whether the body is
+ * compressed on the fly (the route's compress, http/compress.h): it must then go through
+ * md_http_req_write(), with last set on its final piece (a HEAD has none: false). */
+bool md_http_req_coding(const md_http_req *req);
+/* len bytes of the body into out: through the compressor when md_http_req_coding(), else as
+ * they are. 0, -ENOMEM, or -EIO (the compressor failed). */
+int md_http_req_write(md_http_req *req, md_outbuf *out, const char *data, size_t len, bool last);
 /* Where a streamed body goes: the connection's output (valid during the call only). */
 md_outbuf *md_http_req_out(md_http_req *req);
 

@@ -106,6 +106,9 @@ struct md_http_req {
     char *kept;
     size_t kept_len, kept_cap;
     uint32_t kept_target; /* bytes of the target at the start of kept */
+    /* A body being compressed on the fly (compress.h), from its head until its last byte
+     * (md_http_req_write); NULL: none. */
+    md_zstream *zs;
 };
 
 /* Every entry point of a protocol starts here: the entry point's part of the context. */
@@ -128,6 +131,7 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
     r->kept = NULL;
     r->kept_len = r->kept_cap = 0;
     r->kept_target = 0;
+    r->zs = NULL;
 }
 
 /* Appends len bytes at at to the kept field f (a protocol joins a repeated field with ", "

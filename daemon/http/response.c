@@ -133,6 +133,8 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
      * wait for that many body bytes). */
     if (st->code == 304)
         return PUT(w, "\r\n\r\n");
+    if (length == MD_HTTP_LENGTH_CODED)
+        return PUT(w, "\r\nTransfer-Encoding: chunked\r\n\r\n");
     w = PUT(w, "\r\nContent-Length: ");
     w = put_u64(w, length);
     return PUT(w, "\r\n\r\n");

@@ -32,6 +32,10 @@ void md_http_date_refresh(time_t (*clock)(void));
 /* The Date block's IMF-fixdate alone (*len bytes, not NUL-terminated): HTTP/2's date field. */
 const char *md_http_date_value(size_t *len);
 
+/* The length of a body whose length is not known when its head goes (one compressed on the
+ * fly): HTTP/1.1 says Transfer-Encoding: chunked, HTTP/2 no content-length. */
+#define MD_HTTP_LENGTH_CODED UINT64_MAX
+
 /* Writes a head at w (MD_HTTP_HEAD_MAX bytes of room) and returns its end. close: say
  * "Connection: close"; otherwise http10 says "Connection: keep-alive". allow may be NULL. */
 char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http10,

@@ -147,6 +147,7 @@ static md_route *builtin(md_route_table *t, const char *path, const char *handle
     memset(r, 0, sizeof *r);
     r->path_len = (uint16_t)md_text_set(r->path, sizeof r->path, path);
     r->exact = true;
+    md_compress_init(&r->compress);
     set_handler(r, md_handler_find(handler));
     return r;
 }
@@ -223,6 +224,7 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
     r->exact = exact;
     r->line = line;
     md_ratelimit_conf_init(&r->limit);
+    md_compress_init(&r->compress);
     r->site = t->cur_site;
     return 0;
 }
@@ -297,6 +299,9 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
     rc = md_error_page_key(&r->errors, key, value, line, msg, msg_len);
     if (rc != -ENOENT)
         return rc;
+    rc = md_compress_key(&r->compress, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
     char owners[160];
     bool methods = strcmp(key, "methods") == 0;
     if (!methods && md_handler_key_owners(key, owners, sizeof owners) == 0)
@@ -335,6 +340,14 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         rc = md_real_ip_check(&r->real_ip, msg, msg_len);
     if (rc != 0)
         return rc;
+    if (r->compress.codings != 0 && r->handler->http1_only) {
+        /* Its responses are relayed as the upstream framed them (proxy_msg.c). */
+        md_say(msg, msg_len,
+               "compress: not for handler = %s (its responses are relayed as they "
+               "come)",
+               r->handler->name);
+        return -EINVAL;
+    }
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
 

@@ -21,6 +21,7 @@
 #include "http/acl.h"
 #include "http/ratelimit.h"
 #include "http/auth_basic.h"
+#include "http/compress.h"
 #include "http/error_page.h"
 #include "http/headers.h"
 #include "http/real_ip.h"
@@ -59,6 +60,7 @@ typedef struct md_route {
     md_route_headers headers;         /* header_add, _set, _remove (headers.h) */
     md_route_real_ip real_ip;         /* real_ip_from, real_ip_header (real_ip.h) */
     md_route_error_pages errors;      /* error_page (error_page.h) */
+    md_route_compress compress;       /* compress, compress_* (compress.h) */
     const struct md_handler *handler; /* NULL until the section names one */
     _Alignas(16) unsigned char conf[MD_ROUTE_CONF_MAX]; /* the handler's options */
 } md_route;
@@ -102,9 +104,9 @@ int md_routes_add(md_route_table *t, const char *spec, uint32_t line, char *msg,
 
 /* Sets one option of route r from its section (line: where it is, for later messages):
  * handler, methods, allow and deny, auth_basic and auth_basic_user_file, the header_ rules,
- * real_ip_from and real_ip_header here, every other key by the route's handler. 0, or
- * -EINVAL with msg (no key name in it: the caller prefixes "[route /p] key: "), or -ENOENT for
- * a key that neither the table nor the route's handler knows. */
+ * real_ip_from and real_ip_header, compress and its compress_ keys here, every other key by the
+ * route's handler. 0, or -EINVAL with msg (no key name in it: the caller prefixes "[route /p] key:
+ * "), or -ENOENT for a key that neither the table nor the route's handler knows. */
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
                  size_t msg_len);
 

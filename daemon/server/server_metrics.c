@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/version.h"
 #include "http/handlers/static/file_cache.h"
+#include "http/compress.h"
 #include "http/http2.h"
 #include "server/tls.h"
 
@@ -136,5 +137,7 @@ int md_server_metrics_text(void *arg, md_outbuf *out)
         rc = md_tls_metrics_text(out); /* [https]: handshakes (tls.c) */
     if (rc == 0)
         rc = md_h2_metrics_text(out); /* HTTP/2 connections, streams, refusals (http2.c) */
+    if (rc == 0)
+        rc = md_compress_metrics(out); /* compression on the fly (compress.c) */
     return rc != 0 ? -ENOMEM : 0;
 }

@@ -70,8 +70,12 @@ Test(response, connection_and_allow, .timeout = 5)
                               "\r\nConnection: keep-alive\r\n"));
     cr_assert_not_null(strstr(head(buf, md_http_status_of(200), true, true, NULL, 0),
                               "\r\nConnection: close\r\n"));
-    cr_assert_not_null(strstr(head(buf, md_http_status_of(200), false, false, NULL, UINT64_MAX),
-                              "\r\nContent-Length: 18446744073709551615\r\n\r\n"));
+    cr_assert_not_null(strstr(head(buf, md_http_status_of(200), false, false, NULL, UINT64_MAX - 1),
+                              "\r\nContent-Length: 18446744073709551614\r\n\r\n"));
+    /* A body coded on the fly: chunked, no length. */
+    cr_assert_not_null(
+        strstr(head(buf, md_http_status_of(200), false, false, NULL, MD_HTTP_LENGTH_CODED),
+               "\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"));
 }
 
 Test(response, canned_follows_the_second, .timeout = 5)

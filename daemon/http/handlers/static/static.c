@@ -17,9 +17,11 @@
  * One byte range ("bytes=a-b", "a-", "-n") gives 206 with Content-Range, or 416 when it starts
  * past the end; several ranges, or a bad Range, get the whole file (RFC 9110 14.2 lets a server
  * ignore Range); If-Range (an ETag compared strongly, or the exact Last-Modified date) must
- * match for the range to apply. With precompressed = on, FILE.br or else FILE.gz is served
- * (Content-Encoding: br or gzip) to a client whose Accept-Encoding allows that coding, and
- * every response says Vary: Accept-Encoding.
+ * match for the range to apply. With precompressed = on, FILE.br, FILE.zst or else FILE.gz is
+ * served (Content-Encoding: br, zstd or gzip) to a client whose Accept-Encoding allows that
+ * coding, and every response says Vary: Accept-Encoding. With the route's compress (and no
+ * such variant) a 200's body is read into memory and compressed on the fly instead of sent by
+ * sendfile (code_cached, code_poll).
  *
  * The body: a file of up to SMALL bytes is read into the output after its head (one send for
  * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket through
@@ -227,13 +229,13 @@ struct lookup {
     bool dir;      /* the path ends in '/': rel is its index file */
     bool looked;   /* the cache was asked for this step's file (a miss is counted once) */
     uint8_t tried; /* TRY_PATH, then TRY_HTML (try_html), TRY_FALLBACK (fallback) */
-    uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_GZ (precompressed = on), STEP_DONE */
+    uint8_t step;  /* STEP_FILE, then STEP_BR, STEP_ZST, STEP_GZ (precompressed), STEP_DONE */
     int8_t coding; /* codings[] index of the variant found; -1: none */
     md_file *file; /* the file */
     md_file *alt;  /* its variant, when one is served */
 };
 
-enum { STEP_FILE, STEP_BR, STEP_GZ, STEP_DONE };
+enum { STEP_FILE, STEP_BR, STEP_ZST, STEP_GZ, STEP_DONE };
 enum { TRY_PATH, TRY_HTML, TRY_FALLBACK };
 
 /* The path is missing: its next candidate into lk (PATH.html, then the fallback); false when
@@ -260,7 +262,7 @@ static bool next_try(const static_conf *sc, struct lookup *lk)
     }
     return false;
 }
-static const char *const codings[][2] = {{"br", ".br"}, {"gzip", ".gz"}};
+static const char *const codings[][2] = {{"br", ".br"}, {"zstd", ".zst"}, {"gzip", ".gz"}};
 
 struct static_send {
     md_http_pending p;
@@ -273,6 +275,7 @@ struct static_send {
     bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
     bool no_sendfile;  /* sendfile refused this file (EINVAL, ENOSYS): copy it */
     bool opening;      /* lk is being resolved: an open waits on the pool */
+    bool coded;        /* compressed on the fly: pieces through md_http_req_write() */
     struct lookup lk;
     char chunk[CHUNK];
 };
@@ -549,14 +552,15 @@ static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_fi
     }
     size_t alen = 0;
     const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
-    /* FILE.br, then FILE.gz, for a client that takes that coding. */
+    /* FILE.br, then FILE.zst, then FILE.gz, for a client that takes that coding. */
     for (; lk->step != STEP_DONE; lk->step++, lk->looked = false) {
         unsigned i = lk->step - STEP_BR;
-        if (ae == NULL || lk->rlen + 4 > sizeof lk->rel || !accepts(ae, alen, codings[i][0]))
+        size_t slen = strlen(codings[i][1]);
+        if (ae == NULL || lk->rlen + slen + 1 > sizeof lk->rel || !accepts(ae, alen, codings[i][0]))
             continue;
-        memcpy(lk->rel + lk->rlen, codings[i][1], 4);
+        memcpy(lk->rel + lk->rlen, codings[i][1], slen + 1);
         md_file *v;
-        int rc = open_one(req, r, lk, lk->rlen + 3, op, cx, can_wait, &v);
+        int rc = open_one(req, r, lk, lk->rlen + slen, op, cx, can_wait, &v);
         lk->rel[lk->rlen] = '\0';
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
@@ -648,6 +652,65 @@ static bool resident(md_file *f, uint64_t off, uint64_t len)
     return true;
 }
 
+/* A body compressed on the fly (the route's compress, http/compress.h) is read into memory
+ * and passed through the compressor instead of sendfile: pieces from the page cache
+ * (RWF_NOWAIT) while out holds less than CODE_HIGH bytes, so that a slow reader holds one
+ * batch of coded output, not the body. 0 when the body is all through, 1 when more is left
+ * (out is full enough to flush, or the next piece must be read on the blocking pool), or a
+ * negative errno (-EIO: the file shrank). */
+enum { CODE_HIGH = 65536 };
+static _Thread_local char code_in[CHUNK];
+
+static int code_cached(md_http_req *req, int fd, uint64_t *off, uint64_t end, md_outbuf *out)
+{
+    if (*off == end)
+        return md_http_req_write(req, out, NULL, 0, true);
+    while (*off < end && md_outbuf_pending(out) < CODE_HIGH) {
+        uint64_t left = end - *off;
+        size_t want = left < CHUNK ? (size_t)left : CHUNK;
+        struct iovec iov = {.iov_base = code_in, .iov_len = want};
+        ssize_t n = preadv2(fd, &iov, 1, (off_t)*off, RWF_NOWAIT);
+        if (n < 0 && errno == EOPNOTSUPP)
+            n = pread(fd, code_in, want, (off_t)*off); /* a file system without RWF_NOWAIT */
+        if (n < 0)
+            return errno == EAGAIN ? 1 : -errno;
+        if (n == 0)
+            return -EIO; /* it shrank */
+        *off += (uint64_t)n;
+        int rc = md_http_req_write(req, out, code_in, (size_t)n, *off == end);
+        if (rc != 0)
+            return rc;
+    }
+    return *off == end ? 0 : 1;
+}
+
+/* The pending part of a coded body: code_cached(), then a piece read on the pool. */
+static int code_poll(struct static_send *s, md_http_req *req, mp_context *cx, md_outbuf *out)
+{
+    for (;;) {
+        if (!s->reading) {
+            int rc = code_cached(req, s->file->fd, &s->off, s->end, out);
+            if (rc <= 0)
+                return rc;
+            if (md_outbuf_pending(out) >= CODE_HIGH)
+                return MD_PENDING_MORE; /* flushed before more is read */
+        }
+        uint64_t left = s->end - s->off;
+        size_t want = left < CHUNK ? (size_t)left : CHUNK, got;
+        int err;
+        s->reading = true;
+        if (read_piece(s, cx, want, &got, &err) == MP_PENDING)
+            return MD_PENDING_WAIT;
+        s->reading = false;
+        if (err != 0 || got == 0)
+            return err != 0 ? err : -EIO;
+        s->off += got;
+        int rc = md_http_req_write(req, out, s->chunk, got, s->off == s->end);
+        if (rc != 0 || s->off == s->end)
+            return rc;
+    }
+}
+
 static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct static_send *s);
 
 static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
@@ -668,6 +731,8 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
         if (rc != MD_HANDLER_PENDING)
             return rc; /* answered whole (0), or -ENOMEM */
     }
+    if (s->coded)
+        return code_poll(s, req, cx, out);
     if (s->small) { /* the rest of a small file the page cache did not have */
         size_t n;
         int err;
@@ -774,7 +839,7 @@ static struct static_send *send_new(const md_route *r)
     s->r = r;
     s->file = NULL;
     s->chunk_len = 0;
-    s->small = s->reading = s->opening = s->no_sendfile = false;
+    s->small = s->reading = s->opening = s->no_sendfile = s->coded = false;
     s->lk.file = s->lk.alt = NULL;
     return s;
 }
@@ -871,6 +936,26 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
     }
     uint64_t len = size != 0 ? to - from + 1 : 0;
     rc = md_http_respond_head(req, status, fields, ctype, len);
+    if (rc == 0 && md_http_req_coding(req)) {
+        uint64_t end = from + len;
+        rc = code_cached(req, f->fd, &from, end, md_http_req_out(req));
+        if (rc <= 0)
+            goto out_put; /* all of it coded (0), or failed */
+        /* The rest from the pending response, after out is flushed. */
+        bool fresh = s == NULL;
+        if (fresh && (s = send_new(r)) == NULL) {
+            rc = -ENOMEM;
+            goto out_put;
+        }
+        s->file = f;
+        s->off = from;
+        s->end = end;
+        s->coded = true;
+        s->p.writes_output = false;
+        if (fresh)
+            md_http_req_pend(req, &s->p);
+        return MD_HANDLER_PENDING;
+    }
     if (rc != 0 || len == 0 || md_http_req_is_head(req))
         goto out_put;
     if (len <= SMALL) {
@@ -990,6 +1075,7 @@ static void static_gen_free(void *state)
 const md_handler md_handler_static = {
     .name = "static",
     .methods = MD_METHODS_GET,
+    .codes_body = true,
     .keys = (const char *const[]){"root", "index", "default_type", "precompressed", "try_html",
                                   "fallback", NULL},
     .conf_size = sizeof(static_conf),
