@@ -24,8 +24,7 @@ static void conn_unref(md_conn *c)
      * Pairs with itself (the other reference's decrement). */
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
         free(c->peer);
-        free(c->client);
-        md_proxy_in_free(c);
+        free(c->pp.in); /* or pp.client: the same pointer */
         free(c);
     }
 }

@@ -132,10 +132,13 @@ typedef struct md_conn {
     char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
     struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
     uint64_t client_key;     /* counted in its group's clients (client_limit.h); 0: not counted */
-    /* proxy_protocol: the client's address its PROXY header carried (NULL: the peer's own);
-     * while the header is read, the bytes of it that came in pieces (proxy_in.c) */
-    struct sockaddr_storage *client;
-    struct md_proxy_in *proxy_in;
+    /* proxy_protocol (proxy_in.c), one pointer so that a connection without it pays 8 bytes:
+     * while proxy is WANTED, the header's bytes that came in pieces (in); after, the client's
+     * address the header carried (client; NULL: the peer's own). Either is free()d. */
+    union {
+        struct md_proxy_in *in;
+        struct sockaddr_storage *client;
+    } pp;
     struct md_h2_conn *h2; /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
     md_http_conn http;
 } md_conn;
@@ -187,10 +190,9 @@ md_close_reason md_conn_write_error(const md_conn *c, int err);
 
 /* proxy_in.c: reads the connection's PROXY header (c->proxy WANTED) from its stream, under
  * [limits] header_timeout_ms counted from accept. MP_READY with *why MD_CLOSE_DONE: read
- * (c->client set when it carried an address; what follows stays in the stream for TLS or
+ * (c->pp.client set when it carried an address; what follows stays in the stream for TLS or
  * HTTP); MP_READY with another reason: refused, close with it; MP_PENDING: waiting. */
 mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why);
-void md_proxy_in_free(md_conn *c);
 
 /* conn_http.c and conn_echo.c: the tasks' polls. */
 mp_poll md_conn_http_poll(md_conn *c, mp_context *cx);

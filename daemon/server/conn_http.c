@@ -81,8 +81,8 @@ static const char *peer_name(md_conn *c)
     if (c->peer == NULL) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        if (c->client != NULL) /* the address a PROXY header carried (proxy_in.c) */
-            ss = *c->client;
+        if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL)
+            ss = *c->pp.client; /* the address a PROXY header carried (proxy_in.c) */
         else if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) != 0)
             return NULL;
         if ((c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
@@ -112,8 +112,8 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
 static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
 {
     md_conn *c = mp_container_of(hc, md_conn, http);
-    if (c->client != NULL) {
-        *out = *c->client;
+    if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL) { /* proxy_in.c */
+        *out = *c->pp.client;
         return 0;
     }
     return mp_tcp_peer_addr(&c->tcp, out);

@@ -50,24 +50,19 @@ static void refused(md_conn *c, const char *why)
            c->group != NULL ? c->group->name : "?", peer, why);
 }
 
-void md_proxy_in_free(md_conn *c)
-{
-    free(c->proxy_in);
-    c->proxy_in = NULL;
-}
-
 /* The header h is read: its address becomes the connection's client. */
 static md_close_reason accepted(md_conn *c, const md_proxy_header *h)
 {
-    md_proxy_in_free(c);
-    c->proxy = MD_CONN_PROXY_NONE;
+    free(c->pp.in);
+    c->pp.in = NULL;
+    c->proxy = MD_CONN_PROXY_NONE; /* pp is the client's address from here on */
     mp_timer_cancel(&c->timer);
     if (!h->has_addr)
         return MD_CLOSE_DONE; /* LOCAL, UNKNOWN, UNSPEC, Unix: the peer's own address */
     /* Not the balancer's address instead: access rules would then judge the wrong client. */
-    if ((c->client = malloc(sizeof *c->client)) == NULL)
+    if ((c->pp.client = malloc(sizeof *c->pp.client)) == NULL)
         return MD_CLOSE_NO_MEMORY;
-    *c->client = h->src;
+    *c->pp.client = h->src;
     return MD_CLOSE_DONE;
 }
 
@@ -95,7 +90,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
                 *why = MD_CLOSE_SHUTDOWN;
             else if (err != UV_EOF)
                 *why = MD_CLOSE_ERROR;
-            else if (c->proxy_in == NULL)
+            else if (c->pp.in == NULL)
                 *why = MD_CLOSE_PEER; /* a bare TCP probe: connected and left */
             else {
                 refused(c, "truncated header");
@@ -103,7 +98,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
             }
             return MP_READY;
         }
-        struct md_proxy_in *in = c->proxy_in;
+        struct md_proxy_in *in = c->pp.in;
         size_t have = in != NULL ? in->have : 0, take = len;
         const char *p = data;
         if (in != NULL) {
@@ -126,7 +121,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
             return MP_READY;
         }
         if (in == NULL) {
-            if ((in = c->proxy_in = malloc(sizeof *in)) == NULL) {
+            if ((in = c->pp.in = malloc(sizeof *in)) == NULL) {
                 *why = MD_CLOSE_NO_MEMORY;
                 return MP_READY;
             }
