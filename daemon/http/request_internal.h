@@ -101,6 +101,12 @@ struct md_http_req {
     char *kept;
     size_t kept_len, kept_cap;
     uint32_t kept_target; /* bytes of the target at the start of kept */
+    /* With srv->keep_fields, HTTP/1.1's chunked body: its trailer fields as kept's fields,
+     * apart from kept (whose bytes the proxy points into), at most max_header_bytes of them
+     * (more: all dropped, trailers_over). */
+    char *trailers;
+    size_t trailers_len, trailers_cap;
+    bool trailers_over;
 };
 
 /* Every entry point of a protocol starts here: the entry point's part of the context. */
@@ -123,6 +129,9 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
     r->kept = NULL;
     r->kept_len = r->kept_cap = 0;
     r->kept_target = 0;
+    r->trailers = NULL;
+    r->trailers_len = r->trailers_cap = 0;
+    r->trailers_over = false;
 }
 
 /* Appends len bytes at at to the kept field f (a protocol joins a repeated field with ", "
