@@ -6,6 +6,7 @@
  * passed on, pipelining, and Upgrade tunnelled only where the route allows it (half-closes
  * passed through). */
 #include <criterion/criterion.h>
+#include <netinet/tcp.h>
 
 #include "daemon/e2e/proxy_harness.h"
 
@@ -227,6 +228,24 @@ Test(proxy_framing, request_trailers_passed_on)
                     "Connection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n");
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_expect(strstr(r.body, "2\r\nhi\r\n0\r\n\r\n") != NULL, "%s", r.body);
+    response_free(&r);
+    /* Trailers that arrive a few bytes per read are kept whole. */
+    client c = client_open(d.http);
+    int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    client_send(&c, "POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                    "Connection: close\r\n\r\n2\r\nhi\r\n0\r\n");
+    const char *tail = "X-Split:  one two \r\nX-Second: 2\r\n\r\n";
+    for (size_t i = 0; i < strlen(tail); i += 3) {
+        char piece[4] = {0};
+        memcpy(piece, tail + i, strlen(tail) - i < 3 ? strlen(tail) - i : 3);
+        usleep(2000);
+        client_send(&c, piece);
+    }
+    r = read_response(&c, false);
+    client_close(&c);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_expect(strstr(r.body, "0\r\nX-Split: one two\r\nX-Second: 2\r\n\r\n") != NULL, "%s", r.body);
     response_free(&r);
     /* Trailers past max_header_bytes (64 KiB by default): dropped, the body served. */
     static char big[80000];
