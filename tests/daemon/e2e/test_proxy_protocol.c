@@ -372,6 +372,60 @@ Test(proxy_protocol_e2e, before_the_tls_handshake)
     pki_remove(pki);
 }
 
+/* h2c by prior knowledge after the header: the client preface is the first byte after it.
+ * /usr/bin/python3's h2 speaks HTTP/2 on a socket that has sent the header already. */
+Test(proxy_protocol_e2e, h2c_after_the_header)
+{
+    char conf[128], text[1024], script[256];
+    static char err[128];
+    snprintf(conf, sizeof conf, "%s/h2c.conf", dir);
+    snprintf(err, sizeof err, "%s/h2c-err.log", dir);
+    snprintf(text, sizeof text,
+             "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\nproxy_protocol = on\n"
+             "proxy_protocol_from = 127.0.0.2\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+             "[route = /who]\nhandler = text\nbody = who\nallow = 203.0.113.7\ndeny = all\n");
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(script, sizeof script, "%s/h2c.py", dir);
+    f = fopen(script, "w");
+    cr_assert_not_null(f);
+    fputs("import socket, sys, h2.connection, h2.events\n"
+          "port, src = int(sys.argv[1]), sys.argv[2]\n"
+          "s = socket.socket()\n"
+          "s.settimeout(10)\n"
+          "s.bind(('127.0.0.2', 0))\n"
+          "s.connect(('127.0.0.1', port))\n"
+          "s.sendall(('PROXY TCP4 %s 127.0.0.1 1000 80\\r\\n' % src).encode())\n"
+          "c = h2.connection.H2Connection()\n"
+          "c.initiate_connection()\n"
+          "c.send_headers(1, [(':method', 'GET'), (':scheme', 'http'), (':authority', 'x'),\n"
+          "                   (':path', '/who')], end_stream=True)\n"
+          "s.sendall(c.data_to_send())\n"
+          "status = None\n"
+          "while status is None:\n"
+          "    d = s.recv(65536)\n"
+          "    if not d:\n"
+          "        break\n"
+          "    for e in c.receive_data(d):\n"
+          "        if isinstance(e, h2.events.ResponseReceived):\n"
+          "            status = dict(e.headers)[b':status'].decode()\n"
+          "    s.sendall(c.data_to_send())\n"
+          "print('status', status)\n",
+          f);
+    fclose(f);
+    daemon_proc d = start_with(conf, NULL, err);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %d 203.0.113.7 2>&1", script, d.http);
+    char *out = run(cmd);
+    cr_expect(strstr(out, "status 200") != NULL, "the carried address is allowed: %s", out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %d 203.0.113.8 2>&1", script, d.http);
+    out = run(cmd);
+    cr_expect(strstr(out, "status 403") != NULL, "another one is not: %s", out);
+    cr_assert_eq(stop(&d), 0);
+}
+
 /* magpied -t: proxy_protocol needs proxy_protocol_from, and the other way round; "all" and a
  * word that is no address are refused; on a [listener NAME] too. */
 Test(proxy_protocol_e2e, config_checks)
