@@ -426,6 +426,53 @@ Test(proxy_protocol_e2e, h2c_after_the_header)
     cr_assert_eq(stop(&d), 0);
 }
 
+/* A reload turns proxy_protocol on (and off again) for the next connections, the listener's
+ * socket kept. */
+Test(proxy_protocol_e2e, reload_turns_it_on_and_off)
+{
+    char conf[128];
+    static char err[128];
+    snprintf(conf, sizeof conf, "%s/reload.conf", dir);
+    snprintf(err, sizeof err, "%s/reload-err.log", dir);
+    const char *head = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+                       "[route = /who]\nhandler = text\nbody = who\n";
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs(head, f);
+    fclose(f);
+    daemon_proc d = start_with(conf, NULL, err);
+    const char *v1 = "PROXY TCP4 203.0.113.7 127.0.0.1 40000 80\r\n";
+    char *r = get_v1(d.http, BALANCER, "", "/who");
+    cr_expect(strncmp(r, "HTTP/1.1 200", 12) == 0, "off: a plain request: %s", r);
+    /* On: the same port, now the header first. */
+    char text[512];
+    snprintf(text, sizeof text, "%s", head);
+    static const char on[] = "proxy_protocol = on\nproxy_protocol_from = 127.0.0.2\n";
+    char *at = strstr(text, "[echo]");
+    memmove(at + strlen(on), at, strlen(at) + 1);
+    memcpy(at, on, strlen(on));
+    f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    kill(d.pid, SIGHUP);
+    for (int i = 0; i < 250 && *(r = get_v1(d.http, BALANCER, "", "/who")) != '\0'; i++)
+        usleep(20000);
+    cr_expect_str_empty(r, "on: a request without the header: %s", r);
+    r = get_v1(d.http, BALANCER, v1, "/who");
+    cr_expect(strncmp(r, "HTTP/1.1 200", 12) == 0, "on: with the header: %s", r);
+    /* Off again. */
+    f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs(head, f);
+    fclose(f);
+    kill(d.pid, SIGHUP);
+    for (int i = 0; i < 250 && *(r = get_v1(d.http, BALANCER, "", "/who")) == '\0'; i++)
+        usleep(20000);
+    cr_expect(strncmp(r, "HTTP/1.1 200", 12) == 0, "off again: %s", r);
+    cr_assert_eq(stop(&d), 0);
+}
+
 /* magpied -t: proxy_protocol needs proxy_protocol_from, and the other way round; "all" and a
  * word that is no address are refused; on a [listener NAME] too. */
 Test(proxy_protocol_e2e, config_checks)
