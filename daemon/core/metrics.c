@@ -104,6 +104,9 @@ static const char *const close_names[MD_CLOSE_REASONS] = {
     [MD_CLOSE_SHUTDOWN] = "shutdown",
     [MD_CLOSE_NO_MEMORY] = "out_of_memory",
     [MD_CLOSE_HANDSHAKE_TIMEOUT] = "handshake_timeout",
+    [MD_CLOSE_PROXY_UNTRUSTED] = "proxy_untrusted",
+    [MD_CLOSE_PROXY_INVALID] = "proxy_invalid",
+    [MD_CLOSE_PROXY_TIMEOUT] = "proxy_timeout",
 };
 
 void md_metrics_conn_closed(md_metrics *m, md_listener l, md_close_reason why)

@@ -33,6 +33,9 @@ typedef enum md_close_reason {
     MD_CLOSE_SHUTDOWN,          /* a graceful stop, or the runtime cancelled the task */
     MD_CLOSE_NO_MEMORY,         /* out of memory for its output */
     MD_CLOSE_HANDSHAKE_TIMEOUT, /* [https] handshake_timeout_ms */
+    MD_CLOSE_PROXY_UNTRUSTED,   /* proxy_protocol: a peer not in proxy_protocol_from */
+    MD_CLOSE_PROXY_INVALID,     /* proxy_protocol: a bad, oversized or truncated header */
+    MD_CLOSE_PROXY_TIMEOUT,     /* proxy_protocol: no whole header within header_timeout_ms */
     MD_CLOSE_REASONS,
 } md_close_reason;
 

@@ -170,6 +170,28 @@ static bool keeping(const md_http_conn *c)
     return c->srv->keep_fields && c->phase == PHASE_HEAD;
 }
 
+/* A chunked body's trailer fields, kept as the head's are (the proxy passes them on), apart
+ * from the head: at most max_header_bytes of them, past which all are dropped. */
+static bool keeping_trailer(const md_http_conn *c)
+{
+    return c->srv->keep_fields && c->phase == PHASE_BODY && !c->req->r.trailers_over;
+}
+
+static bool keep_trailer(md_http_conn *c, const char *at, size_t len)
+{
+    md_http_req *r = &c->req->r;
+    if (r->trailers_len + len > c->srv->limits.max_header_bytes) {
+        r->trailers_over = true;
+        return true;
+    }
+    if (md_bytes_grow(&r->trailers, &r->trailers_cap, r->trailers_len + len, 256) != 0)
+        return false;
+    if (len != 0)
+        memcpy(r->trailers + r->trailers_len, at, len);
+    r->trailers_len += len;
+    return true;
+}
+
 /* Request state lives only while a request is in progress (an idle connection keeps none),
  * so a keep-alive connection gives it back after every response and takes it again with the
  * next request's first byte. A few go back to a cache of the thread's (libmagpie's
@@ -403,7 +425,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
         memcpy(h->name + h->name_len, at, len < n ? len : n);
     }
     h->name_len = (uint8_t)(h->name_len + len > 255 ? 255 : h->name_len + len);
-    if (keeping(c) && !keep(&c->req->r, at, len)) {
+    if ((keeping(c) && !keep(&c->req->r, at, len)) ||
+        (keeping_trailer(c) && !keep_trailer(c, at, len))) {
         c->oom = true;
         return HPE_USER;
     }
@@ -512,6 +535,10 @@ static int on_header_field_complete(llhttp_t *p)
     h->name_len = 0;
     if (c->phase == PHASE_BODY) {
         h->header = HDR_OTHER; /* a trailer: never Host, Expect or Transfer-Encoding */
+        if (keeping_trailer(c) && !keep_trailer(c, ": ", 2)) {
+            c->oom = true;
+            return HPE_USER;
+        }
         return 0;
     }
     /* A second field of a kept name: its value joins the first's as a list element. */
@@ -616,7 +643,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     h->value_open = true;
     h->value_cut = false;
     h->value_end = at + len;
-    if (keeping(c) && !keep(r, at, len)) {
+    if ((keeping(c) && !keep(r, at, len)) || (keeping_trailer(c) && !keep_trailer(c, at, len))) {
         c->oom = true;
         return HPE_USER;
     }
@@ -645,6 +672,15 @@ static int on_header_value_complete(llhttp_t *p)
     h1_state *h = &c->req->h;
     md_http_req *r = &c->req->r;
     h->value_open = false;
+    if (keeping_trailer(c)) {
+        while (r->trailers_len != 0 && (r->trailers[r->trailers_len - 1] == ' ' ||
+                                        r->trailers[r->trailers_len - 1] == '\t'))
+            r->trailers_len--;
+        if (!keep_trailer(c, "\r\n", 2)) {
+            c->oom = true;
+            return HPE_USER;
+        }
+    }
     if (keeping(c)) {
         /* A value ends without its trailing whitespace (RFC 9110 5.5). */
         while (r->kept_len != 0 &&

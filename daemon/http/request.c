@@ -70,6 +70,11 @@ void md__http_req_fini(md_http_req *r)
         md_zstream_give(r->zs);
         r->zs = NULL;
     }
+    if (r->trailers != NULL) {
+        free(r->trailers);
+        r->trailers = NULL;
+        r->trailers_len = r->trailers_cap = 0;
+    }
 }
 
 static bool http10(const md_http_req *r)
@@ -683,6 +688,12 @@ const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t 
     *target_len = req->kept_target;
     *len = req->kept_len;
     return req->kept;
+}
+
+const char *md_http_req_trailers(const md_http_req *req, size_t *len)
+{
+    *len = req->trailers_over ? 0 : req->trailers_len;
+    return *len != 0 ? req->trailers : NULL;
 }
 
 const char *md_http_req_peer(md_http_req *req)

@@ -70,6 +70,14 @@ const char *md_http_req_target(const md_http_req *req, size_t *len, bool *cut);
 /* With md_http_server.keep_fields: the target as sent (target_len bytes), then CRLF and each
  * header field as "name: value" CRLF, len bytes in all; valid until the response is done. */
 const char *md_http_req_head(const md_http_req *req, size_t *target_len, size_t *len);
+/* With md_http_server.keep_fields, once the body is done: an HTTP/1.1 chunked body's trailer
+ * fields as "name: value" CRLF each, len bytes; NULL with *len 0 when it had none, or more
+ * than [limits] max_header_bytes of them (all dropped then: RFC 9110 6.5.1 lets a recipient
+ * discard trailers). HTTP/2 requests' trailers are not kept. Valid until the response is
+ * done. */
+const char *md_http_req_trailers(const md_http_req *req, size_t *len);
+/* The most trailer bytes md_http_req_trailers() gives: [limits] max_header_bytes' maximum. */
+#define MD_HTTP_TRAILERS_MAX 1048576
 /* The request had a Content-Length (a body of known length, possibly 0). */
 bool md_http_req_has_length(const md_http_req *req);
 /* It asked to switch protocols (Connection: upgrade with Upgrade). */

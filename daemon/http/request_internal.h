@@ -109,6 +109,12 @@ struct md_http_req {
     /* A body being compressed on the fly (compress.h), from its head until its last byte
      * (md_http_req_write); NULL: none. */
     md_zstream *zs;
+    /* With srv->keep_fields, HTTP/1.1's chunked body: its trailer fields as kept's fields,
+     * apart from kept (whose bytes the proxy points into), at most max_header_bytes of them
+     * (more: all dropped, trailers_over). */
+    char *trailers;
+    size_t trailers_len, trailers_cap;
+    bool trailers_over;
 };
 
 /* Every entry point of a protocol starts here: the entry point's part of the context. */
@@ -132,6 +138,9 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
     r->kept_len = r->kept_cap = 0;
     r->kept_target = 0;
     r->zs = NULL;
+    r->trailers = NULL;
+    r->trailers_len = r->trailers_cap = 0;
+    r->trailers_over = false;
 }
 
 /* Appends len bytes at at to the kept field f (a protocol joins a repeated field with ", "

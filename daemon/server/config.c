@@ -132,6 +132,32 @@ static int parse_site_name(void *conf, const md_ini_key *k, const char *value, c
     return 0;
 }
 
+/* proxy_protocol_from = addresses or blocks: the balancers whose PROXY headers are believed.
+ * Not "all": any client could then name its own address. */
+static int parse_proxy_from(void *conf, const md_ini_key *k, const char *value, char *msg,
+                            size_t msg_len)
+{
+    md_acl *a = (md_acl *)(void *)((char *)conf + k->offset);
+    md_acl got = {0};
+    if (*value == '\0') { /* none: proxy_protocol must stay off */
+        *a = got;
+        return 0;
+    }
+    const char *w;
+    size_t wlen;
+    for (const char *v = value; md_words_next(&v, &w, &wlen);)
+        if (wlen == 3 && memcmp(w, "all", 3) == 0) {
+            snprintf(msg, msg_len,
+                     "expected the balancers' addresses or address/prefix blocks (not \"all\": "
+                     "every client could name its own address)");
+            return -EINVAL;
+        }
+    int rc = md_acl_add(&got, true, value, msg, msg_len);
+    if (rc == 0)
+        *a = got;
+    return rc;
+}
+
 #define LIMIT(field)          offsetof(md_config, limits.field)
 #define LISTENER(kind, field) offsetof(md_config, listeners[kind].field)
 #define U32(name, offset, min, max)                                                                \
@@ -172,6 +198,9 @@ static const md_ini_key http_keys[] = {
     BOOL("reuseport", LISTENER(MD_LISTENER_HTTP, reuseport)),
     BOOL("http2", LISTENER(MD_LISTENER_HTTP, http2)),
     {"default_site", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTP, default_site), 0, 0, parse_site_name},
+    BOOL("proxy_protocol", LISTENER(MD_LISTENER_HTTP, proxy_protocol)),
+    {"proxy_protocol_from", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTP, proxy_from), 0, 0,
+     parse_proxy_from},
     END,
 };
 
@@ -272,6 +301,9 @@ static const md_ini_key https_keys[] = {
     BOOL("http2", LISTENER(MD_LISTENER_HTTPS, http2)),
     {"default_site", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, default_site), 0, 0,
      parse_site_name},
+    BOOL("proxy_protocol", LISTENER(MD_LISTENER_HTTPS, proxy_protocol)),
+    {"proxy_protocol_from", MD_INI_PARSE, LISTENER(MD_LISTENER_HTTPS, proxy_from), 0, 0,
+     parse_proxy_from},
     END,
 };
 
@@ -342,6 +374,11 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         l->site_line = line;
         return parse_site_name(l, &k, value, msg, msg_len);
     }
+    if (strcmp(key, "proxy_protocol_from") == 0) {
+        k.offset = offsetof(md_listener_config, proxy_from);
+        l->proxy_line = line;
+        return parse_proxy_from(l, &k, value, msg, msg_len);
+    }
     if (strcmp(key, "max_connections") == 0 || strcmp(key, "max_connections_per_client") == 0) {
         bool per_client = key[15] == '_';
         if (md_parse_u64(value, per_client ? 0 : 1, 1000000, &v) != 0) {
@@ -352,12 +389,16 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         *(per_client ? &l->max_per_client : &l->max_connections) = (uint32_t)v;
         return 0;
     }
-    if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0) {
+    if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0 ||
+        strcmp(key, "proxy_protocol") == 0) {
         if (md_parse_bool(value, &b) != 0) {
             snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
             return -EINVAL;
         }
-        if (key[0] == 't') {
+        if (key[0] == 'p') {
+            l->proxy_protocol = b;
+            l->proxy_line = line;
+        } else if (key[0] == 't') {
             l->kind = b ? MD_LISTENER_HTTPS : MD_LISTENER_HTTP;
         } else if (key[0] == 'h') {
             l->http2 = b;
@@ -528,7 +569,7 @@ static void listener_error(const md_config *c, const md_listener_config *l, md_e
         file = key_origin(c, l->name, key, &line);
     } else {
         file = c->source;
-        line = key[0] == 'l' ? l->listen_line : l->site_line;
+        line = key[0] == 'l' ? l->listen_line : key[0] == 'p' ? l->proxy_line : l->site_line;
     }
     md_ini_say(err, file, line, "%s %s: %s", label, key, why);
 }
@@ -577,6 +618,15 @@ int md_config_check(const md_config *c, md_error *err)
                     return -EINVAL;
                 }
             }
+        }
+        if (l->proxy_protocol != (l->proxy_from.n != 0) && l->listen[0].enabled) {
+            /* Strict, as HAProxy's and nginx's: a header from anywhere else is refused. */
+            if (l->proxy_protocol)
+                listener_error(c, l, err, "proxy_protocol",
+                               "on needs proxy_protocol_from (the balancers' addresses)");
+            else
+                listener_error(c, l, err, "proxy_protocol_from", "needs proxy_protocol = on");
+            return -EINVAL;
         }
         if (l->default_site[0] != '\0' && md_site_find(&c->routes, l->default_site) < 0) {
             listener_error(c, l, err, "default_site", "no [site %s] in the file", l->default_site);

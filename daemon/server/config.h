@@ -21,6 +21,7 @@
 #include "core/ini.h"
 #include "core/kinds.h"
 #include "core/log.h"
+#include "http/acl.h"
 #include "http/http.h"
 #include "http/routes.h"
 #include "http/handlers/proxy/upstream.h"
@@ -65,6 +66,11 @@ typedef struct md_listener_config {
     char default_site[MD_SITE_NAME_MAX]; /* the site for unknown hosts; "": the default one */
     uint32_t line;                       /* [listener NAME]'s header; 0 for a fixed one */
     uint32_t listen_line, site_line;     /* [listener NAME]'s keys, for the checks */
+    /* proxy_protocol: each connection opens with a PROXY header (server/proxy_protocol.h),
+     * accepted only from proxy_protocol_from's blocks */
+    bool proxy_protocol;
+    uint32_t proxy_line; /* [listener NAME]'s proxy_protocol or proxy_protocol_from */
+    md_acl proxy_from;
 } md_listener_config;
 
 typedef struct md_config {

@@ -24,6 +24,7 @@ static void conn_unref(md_conn *c)
      * Pairs with itself (the other reference's decrement). */
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
         free(c->peer);
+        free(c->pp.in); /* or pp.client: the same pointer */
         free(c);
     }
 }
@@ -235,15 +236,14 @@ static void accept_failed_closed(mp_tcp *t)
 }
 
 /* Whether c's client has its listener's max_connections_per_client open already; counts c
- * in when not (client_limit.h). A peer whose address cannot be read is let in uncounted. */
-static bool over_client_limit(md_listener_group *g, md_conn *c)
+ * in when not (client_limit.h). A peer whose address cannot be read is let in uncounted.
+ * Checked here, at accept, before a byte is read: on a proxy_protocol listener the client is
+ * the TCP peer, the balancer, and not the address its header will carry. */
+static bool over_client_limit(md_listener_group *g, md_conn *c, const struct sockaddr_storage *ss)
 {
-    if (g->per_client == 0)
+    if (g->per_client == 0 || ss == NULL)
         return false;
-    struct sockaddr_storage ss;
-    if (mp_tcp_peer_addr(&c->tcp, &ss) != 0)
-        return false;
-    uint64_t key = md_client_key(g->clients, &ss);
+    uint64_t key = md_client_key(g->clients, ss);
     if (!md_client_counts_add(g->clients, key, g->per_client))
         return true;
     c->client_key = key;
@@ -270,7 +270,16 @@ int md_conn_accept(md_listener_state *l)
         mp_tcp_close(&c->tcp, accept_failed_closed);
         return rc;
     }
-    if (over_client_limit(l->group, c)) {
+    struct sockaddr_storage ss;
+    bool have_ss =
+        (l->group->per_client != 0 || l->group->proxy) && mp_tcp_peer_addr(&c->tcp, &ss) == 0;
+    /* proxy_protocol: believed from proxy_protocol_from only (a peer whose address cannot be
+     * read is not); the task closes the others before reading (proxy_in.c). */
+    if (l->group->proxy)
+        c->proxy = have_ss && md_acl_matches(&l->group->proxy_from, &ss) ? MD_CONN_PROXY_WANTED
+                                                                         : MD_CONN_PROXY_UNTRUSTED;
+    if (c->proxy != MD_CONN_PROXY_UNTRUSTED &&
+        over_client_limit(l->group, c, have_ss ? &ss : NULL)) {
         md_metrics_conn_refused(&s->metrics, c->kind);
         mp_tcp_close(&c->tcp, accept_failed_closed); /* before a byte is read */
         return 0;

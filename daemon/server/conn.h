@@ -47,6 +47,8 @@ typedef struct md_listener_group {
     uint32_t max_connections; /* a reload may change it */
     bool h2c;                 /* plaintext with http2 on: HTTP/2 by prior knowledge; a reload too */
     uint32_t per_client;      /* max_connections_per_client; 0: none (a reload may change it) */
+    bool proxy;               /* proxy_protocol: a PROXY header first (a reload may change it) */
+    md_acl proxy_from;        /* proxy_protocol_from: whose headers are believed */
     struct md_client_counts *clients; /* made at the first limit, kept with the group */
     uint32_t open;                    /* open connections accepted on its sockets */
     uint32_t nsocks;
@@ -91,6 +93,13 @@ struct md_server {
  * A peer that reads its response and closes ends it at once. */
 #define MD_HTTP_LINGER_MS 5000
 
+/* A connection's PROXY header (proxy_protocol on its listener), decided at accept. */
+enum md_conn_proxy {
+    MD_CONN_PROXY_NONE,      /* the listener takes none: the first bytes are the protocol's */
+    MD_CONN_PROXY_WANTED,    /* a trusted peer: the header is read before anything else */
+    MD_CONN_PROXY_UNTRUSTED, /* not in proxy_protocol_from: closed before a byte is read */
+};
+
 /* One accepted connection. Freed when both the task is released and the stream closed. */
 typedef struct md_conn {
     mp_tcp tcp;
@@ -109,6 +118,7 @@ typedef struct md_conn {
     bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
     bool h2c;          /* HTTP: [http] http2, taken at accept: a client preface starts HTTP/2 */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
+    uint8_t proxy;     /* md_conn_proxy: the PROXY header's state, set at accept */
     uint32_t idle_ms;  /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
     /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
     uint32_t send_timeout_ms, min_send_rate, grace_ms;
@@ -122,7 +132,14 @@ typedef struct md_conn {
     char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
     struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
     uint64_t client_key;     /* counted in its group's clients (client_limit.h); 0: not counted */
-    struct md_h2_conn *h2;   /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
+    /* proxy_protocol (proxy_in.c), one pointer so that a connection without it pays 8 bytes:
+     * while proxy is WANTED, the header's bytes that came in pieces (in); after, the client's
+     * address the header carried (client; NULL: the peer's own). Either is free()d. */
+    union {
+        struct md_proxy_in *in;
+        struct sockaddr_storage *client;
+    } pp;
+    struct md_h2_conn *h2; /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
     md_http_conn http;
 } md_conn;
 
@@ -170,6 +187,12 @@ mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t 
                          int *err);
 /* Why to close after md_conn_write's (or md_conn_sendfile's) error err. */
 md_close_reason md_conn_write_error(const md_conn *c, int err);
+
+/* proxy_in.c: reads the connection's PROXY header (c->proxy WANTED) from its stream, under
+ * [limits] header_timeout_ms counted from accept. MP_READY with *why MD_CLOSE_DONE: read
+ * (c->pp.client set when it carried an address; what follows stays in the stream for TLS or
+ * HTTP); MP_READY with another reason: refused, close with it; MP_PENDING: waiting. */
+mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why);
 
 /* conn_http.c and conn_echo.c: the tasks' polls. */
 mp_poll md_conn_http_poll(md_conn *c, mp_context *cx);

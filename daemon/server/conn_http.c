@@ -81,7 +81,9 @@ static const char *peer_name(md_conn *c)
     if (c->peer == NULL) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) != 0)
+        if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL)
+            ss = *c->pp.client; /* the address a PROXY header carried (proxy_in.c) */
+        else if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) != 0)
             return NULL;
         if ((c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
             return NULL;
@@ -105,10 +107,16 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
     md_log_access(&e);
 }
 
-/* md_http_server.peer_addr: the client's address, for a route's allow and deny rules. */
+/* md_http_server.peer_addr: the client's address, for a route's allow and deny rules, its
+ * rate limit and real_ip's trust: a PROXY header's, or the peer's. */
 static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
 {
-    return mp_tcp_peer_addr(&mp_container_of(hc, md_conn, http)->tcp, out);
+    md_conn *c = mp_container_of(hc, md_conn, http);
+    if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL) { /* proxy_in.c */
+        *out = *c->pp.client;
+        return 0;
+    }
+    return mp_tcp_peer_addr(&c->tcp, out);
 }
 
 /* md_http_server.peer: the client's address, for the proxy's forwarding fields. */
@@ -442,6 +450,13 @@ static bool h2_start(md_conn *c, const char *data, size_t len)
 
 mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
 {
+    if (c->proxy != MD_CONN_PROXY_NONE) { /* proxy_protocol: its header before anything */
+        md_close_reason why;
+        if (md_proxy_in_poll(c, cx, &why) == MP_PENDING)
+            return MP_PENDING;
+        if (why != MD_CLOSE_DONE)
+            return md_conn_finish(c, why);
+    }
     if (c->h2 != NULL)
         return h2_poll(c, cx);
     for (;;) {

@@ -335,6 +335,8 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
         pl->g->max_connections = lc->max_connections;
         pl->g->h2c = lc->kind == MD_LISTENER_HTTP && lc->http2;
         pl->g->per_client = lc->max_per_client;
+        pl->g->proxy = lc->proxy_protocol;
+        pl->g->proxy_from = lc->proxy_from;
         if (lc->max_per_client != 0 && pl->g->clients == NULL &&
             (pl->g->clients = md_client_counts_new()) == NULL) {
             md_log(MD_LOG_ERROR, "[%s] max_connections_per_client: out of memory, not applied",

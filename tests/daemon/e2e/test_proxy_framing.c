@@ -6,6 +6,7 @@
  * passed on, pipelining, and Upgrade tunnelled only where the route allows it (half-closes
  * passed through). */
 #include <criterion/criterion.h>
+#include <netinet/tcp.h>
 
 #include "daemon/e2e/proxy_harness.h"
 
@@ -195,6 +196,69 @@ Test(proxy_framing, request_bodies_reframed)
             cr_expect(te + cl == 1, "a body with no framing:\n%s", up);
         response_free(&r);
     }
+    cr_assert_eq(stats_of(&u).bad, 0);
+    pair_stop(&u, &d);
+}
+
+/* A chunked request body's trailers reach the upstream in its last chunk, less hop-by-hop
+ * fields and those a trailer must not carry (RFC 9110 6.5.1), and the client's Trailer field
+ * announces them; trailers past max_header_bytes are all dropped, the body still whole. */
+Test(proxy_framing, request_trailers_passed_on)
+{
+    upstream_proc u;
+    daemon_proc d;
+    pair_start(ROUTES, &u, &d);
+    response r = ask(d.http, "POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                             "Trailer: X-Checksum, Server-Timing\r\nConnection: close\r\n\r\n"
+                             "5\r\nhello\r\n0\r\nX-Checksum:  abc  \r\nContent-Length: 5\r\n"
+                             "Host: evil\r\nKeep-Alive: 1\r\n"
+                             "Authorization: Basic x\r\nServer-Timing: db;dur=53\r\n\r\n");
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    const char *up = echoed_head(&r);
+    cr_expect(strstr(up, "\r\nTrailer: X-Checksum, Server-Timing\r\n") != NULL, "%s", up);
+    cr_expect(strstr(r.body, "5\r\nhello\r\n0\r\nX-Checksum: abc\r\n"
+                             "Server-Timing: db;dur=53\r\n\r\n") != NULL,
+              "the upstream got: %s", r.body);
+    cr_expect(strstr(r.body, "evil") == NULL && strstr(r.body, "Basic x") == NULL &&
+                  strstr(r.body, "Keep-Alive") == NULL,
+              "forbidden trailers passed: %s", r.body);
+    response_free(&r);
+    /* No trailers: the last chunk alone, as before. */
+    r = ask(d.http, "POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                    "Connection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n");
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_expect(strstr(r.body, "2\r\nhi\r\n0\r\n\r\n") != NULL, "%s", r.body);
+    response_free(&r);
+    /* Trailers that arrive a few bytes per read are kept whole. */
+    client c = client_open(d.http);
+    int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    client_send(&c, "POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                    "Connection: close\r\n\r\n2\r\nhi\r\n0\r\n");
+    const char *tail = "X-Split:  one two \r\nX-Second: 2\r\n\r\n";
+    for (size_t i = 0; i < strlen(tail); i += 3) {
+        char piece[4] = {0};
+        memcpy(piece, tail + i, strlen(tail) - i < 3 ? strlen(tail) - i : 3);
+        usleep(2000);
+        client_send(&c, piece);
+    }
+    r = read_response(&c, false);
+    client_close(&c);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_expect(strstr(r.body, "0\r\nX-Split: one two\r\nX-Second: 2\r\n\r\n") != NULL, "%s", r.body);
+    response_free(&r);
+    /* Trailers past max_header_bytes (64 KiB by default): dropped, the body served. */
+    static char big[80000];
+    int n = snprintf(big, sizeof big,
+                     "POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     "Connection: close\r\n\r\n2\r\nhi\r\n0\r\nX-Big: ");
+    memset(big + n, 'b', 70000);
+    snprintf(big + n + 70000, sizeof big - (size_t)n - 70000, "\r\nX-After: 1\r\n\r\n");
+    r = ask(d.http, big);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_expect(strstr(r.body, "2\r\nhi\r\n0\r\n\r\n") != NULL, "%.200s", r.body);
+    cr_expect(strstr(r.body, "X-After") == NULL, "%.200s", r.body);
+    response_free(&r);
     cr_assert_eq(stats_of(&u).bad, 0);
     pair_stop(&u, &d);
 }

@@ -541,6 +541,22 @@ Test(static_e2e, open_file_cache_hits_and_replaced_file_after_the_window)
     cr_expect_geq(metric(OFC "expired_total"), 1);
 }
 
+/* A missing file: 404s within the window come from the workers' negative entries (no open:
+ * counted apart), and a file created meanwhile is served once the window has passed. */
+Test(static_e2e, missing_file_remembered_then_seen_once_created)
+{
+    unsigned long long neg0 = metric(OFC "negative_hits_total");
+    /* Two workers: at most one open each. */
+    for (int i = 0; i < 10; i++)
+        expect(get("/later.txt"), "HTTP/1.1 404", NULL);
+    cr_expect_geq(metric(OFC "negative_hits_total") - neg0, 8, "10 requests, 2 workers");
+    sh("printf 'now here' > %s/www/later.new && mv %s/www/later.new %s/www/later.txt", dir, dir,
+       dir);
+    usleep((VALID_MS + 50) * 1000);
+    expect(get("/later.txt"), "HTTP/1.1 200", "\r\n\r\nnow here");
+    sh("rm %s/www/later.txt", dir);
+}
+
 /* SIGHUP with open_file_cache_entries = 0: the cache is off from the next request on (its
  * entries are closed), and files are still served. */
 Test(static_e2e, reload_turns_the_open_file_cache_off)

@@ -698,8 +698,17 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                     return MD_PENDING_READ;
                 }
                 if (p->chunked && !p->last_chunk) {
-                    memcpy(p->span, "0\r\n\r\n", 5); /* trailers are not passed on */
-                    p->span_len = 5;
+                    /* The last chunk, with the client's trailers (HTTP/1.1's; dropped if
+                     * there is no memory for them: a recipient may, RFC 9110 6.5.1). */
+                    size_t tl;
+                    const char *t = md_http_req_trailers(req, &tl);
+                    if (tl > MD_HTTP_TRAILERS_MAX ||
+                        md_bytes_grow(&p->span, &p->span_cap, 5 + tl, 64) != 0)
+                        tl = 0; /* the span has 64 bytes at least (proxy_on_req_ready) */
+                    memcpy(p->span, "0\r\n", 3);
+                    size_t n = 3 + (tl != 0 ? md_proxy_trailers(p->span + 3, t, tl) : 0);
+                    memcpy(p->span + n, "\r\n", 2);
+                    p->span_len = n + 2;
                     p->last_chunk = true;
                 } else {
                     p->request_sent = true;

@@ -150,6 +150,9 @@ version:
             continue;
         if (md_ascii_eq_lower(n, nl, "upgrade") && rq->upgrade) {
             /* kept for a tunnel */
+        } else if (md_ascii_eq_lower(n, nl, "trailer") && rq->framing == MD_PROXY_BODY_CHUNKED &&
+                   !named_by_connection(fields, flen, n, nl)) {
+            /* announces the trailer fields the last chunk passes on (md_proxy_trailers) */
         } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(fields, flen, n, nl)) {
             continue;
         }
@@ -375,6 +378,23 @@ static bool trailer_forbidden(const char *n, size_t nl)
         if (md_ascii_eq_lower(n, nl, names[i]))
             return true;
     return false;
+}
+
+size_t md_proxy_trailers(char *dst, const char *trailers, size_t len)
+{
+    struct field_iter it = {trailers, trailers + len};
+    const char *n, *v;
+    size_t nl, vl, at = 0;
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (nl == 0 || md_proxy_hop_by_hop(n, nl) || trailer_forbidden(n, nl))
+            continue;
+        memcpy(dst + at, n, nl);
+        memcpy(dst + at + nl, ": ", 2);
+        memcpy(dst + at + nl + 2, v, vl);
+        memcpy(dst + at + nl + 2 + vl, "\r\n", 2);
+        at += nl + 2 + vl + 2;
+    }
+    return at;
 }
 
 /* The upstream's end-to-end fields of fields[from..to), as the client gets them: hop-by-hop

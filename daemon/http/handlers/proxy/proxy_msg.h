@@ -42,6 +42,10 @@ typedef struct md_proxy_req {
 
 /* Whether a field name is hop-by-hop by itself (not counting those Connection names). */
 bool md_proxy_hop_by_hop(const char *name, size_t len);
+/* A client's trailer fields (md_http_req_trailers: "name: value" CRLF each, len bytes) as the
+ * upstream gets them, into dst (len bytes suffice): hop-by-hop fields and those a trailer must
+ * not carry (RFC 9110 6.5.1: framing, routing, authentication, ...) dropped. Bytes written. */
+size_t md_proxy_trailers(char *dst, const char *trailers, size_t len);
 
 /* Appends the upstream request head to out. 0, -ENOMEM. */
 int md_proxy_request_head(const md_proxy_req *rq, md_outbuf *out);

@@ -19,6 +19,11 @@
  * reference-counted descriptors with expiry. Making the registry public for one user would
  * add to libmagpie's ABI more than it removes here (about forty lines).
  *
+ * Negative entries (file_cache.h) sit in a direct-mapped table of their own per thread, made
+ * at the thread's first miss: no list, no eviction order, the slot a path hashes to holds the
+ * latest miss, so a flood of distinct missing paths costs a fixed 36 KiB per thread and never
+ * evicts a file.
+ *
  * Its limits are the [static] section's (md_section_static, at the end of this file), which
  * the static handler copies into its state for each generation of settings (static.c).
  */
@@ -37,20 +42,33 @@
 #include "core/metrics.h"
 #include "list.h"
 
+/* A negative entry: the path (root, key) was not there until expires_ms. */
+typedef struct neg {
+    uint64_t root;
+    uint64_t expires_ms; /* monotonic; 0: the slot is empty */
+    uint32_t hash;
+    int16_t err; /* -ENOENT or -ENOTDIR */
+    uint8_t key_len;
+    char key[MD_FILE_NEG_KEY_MAX];
+} neg;
+
+_Static_assert(MD_FILE_NEG_KEY_MAX <= UINT8_MAX, "neg.key_len holds a key's length");
+
 typedef struct cache {
+    neg *negs;         /* owner only: MD_FILE_NEG_SLOTS, made at the first miss; NULL: none yet */
     md_file **buckets; /* owner only */
     uint32_t nbuckets; /* owner only; a power of two */
     md_file *head, *tail;
     /* Written by the owner only (a plain load and store), read by a scrape: relaxed. */
-    atomic_uint_fast64_t hits, misses, evictions, expired, n;
+    atomic_uint_fast64_t hits, misses, evictions, expired, n, neg_hits;
     struct cache *reg_prev, *reg_next; /* guarded by reg_mu */
 } cache;
 
 static _Thread_local cache *self;
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static cache *reg_head;               /* guarded by reg_mu */
-static uint64_t retired[4];           /* guarded by reg_mu: hits, misses, evictions, expired */
+static cache *reg_head;     /* guarded by reg_mu */
+static uint64_t retired[5]; /* guarded by reg_mu: hits, misses, evictions, expired, neg_hits */
 static atomic_uint_fast64_t open_fds; /* atomic: counted descriptors not yet closed */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -119,9 +137,11 @@ static void cache_exit(void *arg)
     retired[1] += atomic_load_explicit(&c->misses, memory_order_relaxed);
     retired[2] += atomic_load_explicit(&c->evictions, memory_order_relaxed);
     retired[3] += atomic_load_explicit(&c->expired, memory_order_relaxed);
+    retired[4] += atomic_load_explicit(&c->neg_hits, memory_order_relaxed);
     MP__LIST_UNLINK(reg_head, c, reg_prev, reg_next);
     pthread_mutex_unlock(&reg_mu);
     free(c->buckets);
+    free(c->negs);
     free(c);
     self = NULL;
 }
@@ -224,6 +244,52 @@ md_file *md_file_cache_get(const md_file_cache_limits *lim, uint64_t root, const
     return f;
 }
 
+/* The slot of (root, key[0..len)) with hash h, when it holds that path. */
+static neg *neg_find(cache *c, uint64_t root, uint32_t h, const char *key, size_t len)
+{
+    neg *e = &c->negs[h & (MD_FILE_NEG_SLOTS - 1)];
+    if (e->expires_ms == 0 || e->hash != h || e->root != root || e->key_len != len ||
+        memcmp(e->key, key, len) != 0)
+        return NULL;
+    return e;
+}
+
+int md_file_cache_missing(const md_file_cache_limits *lim, uint64_t root, const char *key,
+                          size_t len)
+{
+    cache *c = self;
+    if (!enabled(lim) || c == NULL || c->negs == NULL || len > MD_FILE_NEG_KEY_MAX)
+        return 0;
+    neg *e = neg_find(c, root, hash_of(root, key, len), key, len);
+    if (e == NULL)
+        return 0;
+    if (e->expires_ms <= now_ms()) {
+        e->expires_ms = 0;
+        return 0;
+    }
+    bump(&c->neg_hits, 1);
+    return e->err;
+}
+
+void md_file_cache_note_missing(const md_file_cache_limits *lim, uint64_t root, const char *key,
+                                size_t len, int err)
+{
+    if ((err != -ENOENT && err != -ENOTDIR) || !enabled(lim) || len > MD_FILE_NEG_KEY_MAX)
+        return;
+    cache *c = mine();
+    if (c == NULL ||
+        (c->negs == NULL && (c->negs = calloc(MD_FILE_NEG_SLOTS, sizeof *c->negs)) == NULL))
+        return; /* not remembered: the next request opens again */
+    uint32_t h = hash_of(root, key, len);
+    neg *e = &c->negs[h & (MD_FILE_NEG_SLOTS - 1)];
+    e->root = root;
+    e->hash = h;
+    e->err = (int16_t)err;
+    e->key_len = (uint8_t)len;
+    memcpy(e->key, key, len);
+    e->expires_ms = now_ms() + lim->valid_ms;
+}
+
 _Static_assert((int)MD_FILE_DATE_MAX > (int)MD_HTTPDATE_LEN, "Last-Modified fits md_file");
 
 /* A descriptor of the max_fds bound for c's new entry: one free, or one freed by evicting c's
@@ -295,8 +361,11 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
 
 void md_file_cache_trim(void)
 {
-    if (self != NULL)
+    if (self != NULL) {
         drain(self);
+        if (self->negs != NULL)
+            memset(self->negs, 0, MD_FILE_NEG_SLOTS * sizeof *self->negs);
+    }
 }
 
 void md_file_cache_stats_get(md_file_cache_stats *out)
@@ -306,12 +375,14 @@ void md_file_cache_stats_get(md_file_cache_stats *out)
     out->misses = retired[1];
     out->evictions = retired[2];
     out->expired = retired[3];
+    out->negative_hits = retired[4];
     out->entries = 0;
     for (cache *c = reg_head; c != NULL; c = c->reg_next) {
         out->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
         out->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
         out->evictions += atomic_load_explicit(&c->evictions, memory_order_relaxed);
         out->expired += atomic_load_explicit(&c->expired, memory_order_relaxed);
+        out->negative_hits += atomic_load_explicit(&c->neg_hits, memory_order_relaxed);
         out->entries += atomic_load_explicit(&c->n, memory_order_relaxed);
     }
     pthread_mutex_unlock(&reg_mu);
@@ -334,6 +405,10 @@ int md_file_cache_metrics(md_outbuf *out)
          s.evictions},
         {"expired_total", "counter",
          "Open-file cache entries dropped after open_file_cache_valid_ms.", s.expired},
+        {"negative_hits_total", "counter",
+         "Static file lookups answered from a worker's negative entries (a path missing within "
+         "open_file_cache_valid_ms): no open.",
+         s.negative_hits},
         {"entries", "gauge", "Files listed in the workers' open-file caches.", s.entries},
         {"open_fds", "gauge",
          "Descriptors opened for the open-file caches and not yet closed (listed, or still "

@@ -90,6 +90,24 @@ typedef struct md_file {
 md_file *md_file_cache_get(const md_file_cache_limits *lim, uint64_t root, const char *key,
                            size_t len);
 
+/* The negative entries: a path that was not there (ENOENT, ENOTDIR) is remembered by the
+ * thread that looked, for valid_ms as a file is, so that a flood of requests for missing files
+ * costs one open per path and thread, not one per request. They live apart from the files, in
+ * a fixed table of MD_FILE_NEG_SLOTS per thread, one entry per slot (a new miss takes its
+ * slot), so that misses can neither grow memory nor push the files out of the cache; a path
+ * longer than MD_FILE_NEG_KEY_MAX is not remembered. A file created meanwhile is found once
+ * its path's entry expires: at most valid_ms after, as a replaced file is. */
+enum { MD_FILE_NEG_SLOTS = 256, MD_FILE_NEG_KEY_MAX = 118 };
+
+/* The calling thread's negative entry for (root, key[0..len)): its -ENOENT or -ENOTDIR
+ * (counted as a negative hit), or 0 when there is none, it has expired, or the cache is off. */
+int md_file_cache_missing(const md_file_cache_limits *lim, uint64_t root, const char *key,
+                          size_t len);
+/* Remembers that opening (root, key[0..len)) failed with err (-ENOENT or -ENOTDIR; others are
+ * not remembered), in the calling thread's negative entries, when the cache is on. */
+void md_file_cache_note_missing(const md_file_cache_limits *lim, uint64_t root, const char *key,
+                                size_t len, int err);
+
 /* Wraps fd (opened for key below root) and its stat in an md_file with one reference for the
  * caller; a regular file is also listed in the calling thread's cache when lim allows,
  * evicting the least recently used entries past the bounds. On -ENOMEM fd is closed. */
@@ -100,13 +118,14 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
 void md_file_put(md_file *f);
 
 /* Test hook, never called by the daemon (a thread's exit drains its cache): drops every entry
- * of the calling thread's cache, so that a suite can see descriptors close. */
+ * of the calling thread's cache, negative ones too, so that a suite can see descriptors close. */
 void md_file_cache_trim(void);
 
 typedef struct md_file_cache_stats {
     uint64_t hits, misses, evictions, expired;
-    uint64_t entries;  /* listed now, all threads */
-    uint64_t open_fds; /* cached descriptors not yet closed (listed, or held by a response) */
+    uint64_t negative_hits; /* lookups answered by a negative entry (not in misses) */
+    uint64_t entries;       /* listed now, all threads */
+    uint64_t open_fds;      /* cached descriptors not yet closed (listed, or held by a response) */
 } md_file_cache_stats;
 
 /* Sums over every thread, living or gone. Any thread. */

@@ -475,16 +475,20 @@ static int open_one(md_http_req *req, const md_route *r, struct lookup *lk, size
 {
     /* The generation's [static] limits (static_gen_new); none: the cache is off. */
     static const md_file_cache_limits off = {0, 0, 0};
+    int err;
     const md_file_cache_limits *lim =
         md_http_server_state(md_http_req_server(req), &md_handler_static);
     if (lim == NULL)
         lim = &off;
     if (!lk->looked) {
         lk->looked = true;
+        /* A path this thread found missing within valid_ms: 404 again without an open. */
+        if ((err = md_file_cache_missing(lim, opts(r)->root_id, lk->rel, len)) != 0)
+            return err;
         if ((*f = md_file_cache_get(lim, opts(r)->root_id, lk->rel, len)) != NULL)
             return 0;
     }
-    int fd = -1, err;
+    int fd = -1;
     if (can_wait && cx == NULL) {
         fd = open_beneath(opts(r)->root_fd, lk->rel, OPEN_FLAGS);
         err = fd < 0 ? fd : 0;
@@ -498,8 +502,10 @@ static int open_one(md_http_req *req, const md_route *r, struct lookup *lk, size
         fd = open_beneath(opts(r)->root_fd, lk->rel, OPEN_FLAGS);
         err = fd < 0 ? fd : 0;
     }
-    if (err != 0)
+    if (err != 0) {
+        md_file_cache_note_missing(lim, opts(r)->root_id, lk->rel, len, err);
         return err;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         err = -errno;

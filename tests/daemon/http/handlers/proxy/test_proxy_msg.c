@@ -37,13 +37,34 @@ Test(proxy_msg, hop_by_hop_fields_never_go_upstream, .timeout = 5)
         "/p", f,
         (md_proxy_req){.peer = "192.0.2.1", .keepalive = true, .framing = MD_PROXY_BODY_CHUNKED});
     const char *gone[] = {
-        "Connection", "X-Secret", "X-Other",        "Keep-Alive", "TE:",     "Trailer", "Upgrade",
+        "Connection", "X-Secret", "X-Other",        "Keep-Alive", "TE:",     "Upgrade",
         "Proxy-",     "PROXY-",   "Content-Length", "Expect",     "6.6.6.6", "https"};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
         cr_assert_null(strstr(h, gone[i]), "%s went upstream:\n%s", gone[i], h);
-    cr_assert_str_eq(h, "GET /p HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n"
+    /* Trailer stays with a chunked body: it announces the trailers of its last chunk. */
+    cr_assert_str_eq(h, "GET /p HTTP/1.1\r\nHost: a.test\r\nTrailer: X-T\r\nAccept: */*\r\n"
                         "X-Forwarded-For: 192.0.2.1\r\nX-Real-IP: 192.0.2.1\r\n"
                         "X-Forwarded-Proto: http\r\nTransfer-Encoding: chunked\r\n\r\n");
+    /* Not with a body framed otherwise, nor when Connection names it. */
+    h = head("/p", "Host: a.test\r\nTrailer: X-T\r\n",
+             (md_proxy_req){.peer = "192.0.2.1", .framing = MD_PROXY_BODY_LENGTH, .length = 3});
+    cr_assert_null(strstr(h, "Trailer"), "%s", h);
+    h = head("/p", "Host: a.test\r\nConnection: trailer\r\nTrailer: X-T\r\n",
+             (md_proxy_req){.peer = "192.0.2.1", .framing = MD_PROXY_BODY_CHUNKED});
+    cr_assert_null(strstr(h, "Trailer"), "%s", h);
+}
+
+/* A client's trailer fields as the upstream gets them: hop-by-hop and forbidden ones out. */
+Test(proxy_msg, request_trailers_filtered, .timeout = 5)
+{
+    const char *t = "X-Checksum: abc\r\nContent-Length: 5\r\nHost: evil\r\nTE: trailers\r\n"
+                    "Authorization: Basic x\r\nServer-Timing: db;dur=53\r\nCookie: c=1\r\n";
+    char out[256];
+    size_t n = md_proxy_trailers(out, t, strlen(t));
+    cr_assert_leq(n, strlen(t));
+    out[n] = '\0';
+    cr_assert_str_eq(out, "X-Checksum: abc\r\nServer-Timing: db;dur=53\r\n");
+    cr_assert_eq(md_proxy_trailers(out, "Host: x\r\n", 9), 0);
 }
 
 Test(proxy_msg, forwarding_fields_and_host, .timeout = 5)

@@ -3,6 +3,7 @@
  * thread's exit), counted against /proc/self/fd so that no descriptor leaks. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -312,4 +313,63 @@ Test(file_cache, a_thread_exit_releases_its_cache)
     md_file_put(handed);
     cr_expect_eq(open_fds(), before);
     cr_expect_eq(stats().open_fds, 0);
+}
+
+/* Negative entries: a missing path is answered from the thread's table until valid_ms passes,
+ * then looked up again (a file created meanwhile is found); per root, bounded in key length,
+ * off with the cache, and counted. */
+Test(file_cache, a_missing_path_is_remembered_until_valid_ms)
+{
+    md_file_cache_limits lim = {16, 64, 40};
+    uint64_t hits0 = stats().negative_hits;
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "gone.txt", 8), 0, "nothing noted yet");
+    md_file_cache_note_missing(&lim, 1, "gone.txt", 8, -ENOENT);
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "gone.txt", 8), -ENOENT);
+    cr_assert_eq(md_file_cache_missing(&lim, 2, "gone.txt", 8), 0, "another root");
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "gone.tx", 7), 0, "another path");
+    md_file_cache_note_missing(&lim, 1, "d/x", 3, -ENOTDIR);
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "d/x", 3), -ENOTDIR);
+    md_file_cache_note_missing(&lim, 1, "denied", 6, -EACCES);
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "denied", 6), 0, "only ENOENT and ENOTDIR");
+    cr_expect_eq(stats().negative_hits - hits0, 2);
+    /* The file appears: found once the entry has expired. */
+    write_file("gone.txt", "here");
+    usleep(80000);
+    cr_assert_eq(md_file_cache_missing(&lim, 1, "gone.txt", 8), 0, "expired");
+    md_file *f = lookup(&lim, "gone.txt");
+    cr_expect_eq(f->size, 4);
+    md_file_put(f);
+}
+
+Test(file_cache, negative_entries_bounded_and_off_with_the_cache)
+{
+    md_file_cache_limits lim = {16, 64, 60000};
+    char key[MD_FILE_NEG_KEY_MAX + 2];
+    memset(key, 'k', sizeof key);
+    md_file_cache_note_missing(&lim, 1, key, MD_FILE_NEG_KEY_MAX + 1, -ENOENT);
+    cr_expect_eq(md_file_cache_missing(&lim, 1, key, MD_FILE_NEG_KEY_MAX + 1), 0,
+                 "a longer path is not remembered");
+    md_file_cache_note_missing(&lim, 1, key, MD_FILE_NEG_KEY_MAX, -ENOENT);
+    cr_expect_eq(md_file_cache_missing(&lim, 1, key, MD_FILE_NEG_KEY_MAX), -ENOENT);
+    /* Many more missing paths than slots: each is either remembered or looked up again, the
+     * newest always remembered, and the files in the cache stay. */
+    write_file("kept.txt", "k");
+    md_file *f = lookup(&lim, "kept.txt");
+    md_file_put(f);
+    char name[32];
+    for (int i = 0; i < 4 * MD_FILE_NEG_SLOTS; i++) {
+        int n = snprintf(name, sizeof name, "miss-%d", i);
+        md_file_cache_note_missing(&lim, 1, name, (size_t)n, -ENOENT);
+        cr_assert_eq(md_file_cache_missing(&lim, 1, name, (size_t)n), -ENOENT);
+    }
+    md_file *g = md_file_cache_get(&lim, 1, "kept.txt", 8);
+    cr_expect_eq(g, f, "misses evict no file");
+    if (g != NULL)
+        md_file_put(g);
+    md_file_cache_limits off = {0, 0, 0};
+    cr_expect_eq(md_file_cache_missing(&off, 1, name, strlen(name)), 0, "off: not used");
+    md_file_cache_note_missing(&off, 1, "x", 1, -ENOENT);
+    cr_expect_eq(md_file_cache_missing(&lim, 1, "x", 1), 0, "off: not noted");
+    md_file_cache_trim();
+    cr_expect_eq(md_file_cache_missing(&lim, 1, name, strlen(name)), 0, "trimmed");
 }
