@@ -78,6 +78,9 @@ typedef struct md_handler {
      * a route's compress applies to them too; without it only bodies from memory
      * (md_http_respond, _produced) are compressed. */
     bool codes_body;
+    /* It relays responses as another server framed them (the proxy): never compressed, and
+     * a route's compress is refused. */
+    bool relays;
     const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
     size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
     /* The defaults, into zeroed conf, when a route names the handler. */

@@ -340,7 +340,7 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         rc = md_real_ip_check(&r->real_ip, msg, msg_len);
     if (rc != 0)
         return rc;
-    if (r->compress.codings != 0 && r->handler->http1_only) {
+    if (r->compress.codings != 0 && r->handler->relays) {
         /* Its responses are relayed as the upstream framed them (proxy_msg.c). */
         md_say(msg, msg_len,
                "compress: not for handler = %s (its responses are relayed as they "

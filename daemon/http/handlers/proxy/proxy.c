@@ -928,6 +928,7 @@ const md_handler md_handler_proxy = {
                MD_METHOD(MD_PATCH),
     .passes_options = true,
     .keeps_fields = true,
+    .relays = true,
     .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket",
                                   "strip_prefix", "add_prefix", NULL},
     .conf_size = sizeof(proxy_conf),
