@@ -734,8 +734,8 @@ bool md_http_req_continued(const md_http_req *req)
 }
 
 /* The request's client address for a route's rules, into *ss: NULL when it is not known (the
- * peer is gone). Asked only of a route with rules or a rate limit, once per request (a
- * getpeername(2) each time: no bytes kept per connection for the few routes that restrict). */
+ * peer is gone). Asked only of a route with rules or a rate limit, once per request; the
+ * connection looks it up once and keeps it (server/conn_http.c). */
 static const struct sockaddr_storage *client_addr(const md_http_req *r, struct sockaddr_storage *ss)
 {
     if (r->client_set)
@@ -764,8 +764,8 @@ static void admit(md_http_req *r, const md_route *route)
     r->forbidden = route->acl.n != 0 && !md_acl_permits(&route->acl, at);
 }
 
-/* A route with real_ip: the client's address from the header, when the peer is trusted (only
- * then a getpeername(2), as for allow and deny). */
+/* A route with real_ip: the client's address from the header, when the peer is trusted (the
+ * peer's address asked only then, as for allow and deny). */
 static void real_client(md_http_req *r, const md_route *route)
 {
     struct sockaddr_storage peer;

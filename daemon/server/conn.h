@@ -134,7 +134,8 @@ typedef struct md_conn {
     uint64_t client_key;     /* counted in its group's clients (client_limit.h); 0: not counted */
     /* proxy_protocol (proxy_in.c), one pointer so that a connection without it pays 8 bytes:
      * while proxy is WANTED, the header's bytes that came in pieces (in); after, the client's
-     * address the header carried (client; NULL: the peer's own). Either is free()d. */
+     * address: the header's, or the peer's once a request needed it (client; NULL: neither
+     * yet; conn_http.c). Either is free()d. */
     union {
         struct md_proxy_in *in;
         struct sockaddr_storage *client;

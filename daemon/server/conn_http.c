@@ -70,24 +70,35 @@ static mp_poll conn_send(md_conn *c, mp_context *cx, const char *data, size_t le
     return md_conn_write(c, cx, data, len, err);
 }
 
-/* The client's address, looked up at the connection's first access-log line (or proxied
- * request), so that connections accepted while the access log was off have one too, and no
- * connection pays for it, in time or in memory, until then: the text is allocated at first
- * need (48 bytes held by every idle connection would be 5% of it). getpeername() on the socket
- * is a plain syscall, safe on a worker. NULL ("-" in the log) if the peer is already gone or
+/* The client's address: the one a PROXY header carried, else the peer's, looked up at the
+ * first need (a route's allow and deny rules, its rate limit, real_ip's trust, the access log,
+ * the proxy's forwarding fields) and kept in pp.client from then on: a getpeername(2) per
+ * request was more than the rules' own work. A connection that never needs it pays nothing;
+ * one that does holds the address (and its text) until it closes. NULL if the peer is gone or
  * memory is short. */
+static const struct sockaddr_storage *client_addr(md_conn *c)
+{
+    if (c->proxy != MD_CONN_PROXY_NONE)
+        return NULL; /* the header is not read yet: no request can ask */
+    if (c->pp.client == NULL) {
+        struct sockaddr_storage ss;
+        if (mp_tcp_peer_addr(&c->tcp, &ss) != 0 ||
+            (c->pp.client = malloc(sizeof *c->pp.client)) == NULL)
+            return NULL;
+        *c->pp.client = ss;
+    }
+    return c->pp.client;
+}
+
+/* The client's address as text, at first need too (48 bytes held by every idle connection
+ * would be 5% of it). NULL ("-" in the log) as client_addr(). */
 static const char *peer_name(md_conn *c)
 {
     if (c->peer == NULL) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof ss;
-        if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL)
-            ss = *c->pp.client; /* the address a PROXY header carried (proxy_in.c) */
-        else if (getpeername(mp_tcp_fileno(&c->tcp), (struct sockaddr *)&ss, &len) != 0)
+        const struct sockaddr_storage *ss = client_addr(c);
+        if (ss == NULL || (c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
             return NULL;
-        if ((c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
-            return NULL;
-        md_sockaddr_text(&ss, false, c->peer, MD_PEER_TEXT_MAX);
+        md_sockaddr_text(ss, false, c->peer, MD_PEER_TEXT_MAX);
     }
     return c->peer[0] ? c->peer : NULL;
 }
@@ -108,15 +119,14 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
 }
 
 /* md_http_server.peer_addr: the client's address, for a route's allow and deny rules, its
- * rate limit and real_ip's trust: a PROXY header's, or the peer's. */
+ * rate limit and real_ip's trust. */
 static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
 {
-    md_conn *c = mp_container_of(hc, md_conn, http);
-    if (c->proxy == MD_CONN_PROXY_NONE && c->pp.client != NULL) { /* proxy_in.c */
-        *out = *c->pp.client;
-        return 0;
-    }
-    return mp_tcp_peer_addr(&c->tcp, out);
+    const struct sockaddr_storage *ss = client_addr(mp_container_of(hc, md_conn, http));
+    if (ss == NULL)
+        return -ENOTCONN;
+    *out = *ss;
+    return 0;
 }
 
 /* md_http_server.peer: the client's address, for the proxy's forwarding fields. */
