@@ -90,6 +90,8 @@ static const struct tls_key {
     {"session_cache", K_U32, F(session_cache), 0, 10000000},
     {"session_timeout_s", K_U32, F(session_timeout_s), 1, 86400},
     {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
+    {"handshake_min_rate", K_U32, F(handshake_min_rate), 0, 1073741824},
+    {"handshake_rate_grace_ms", K_U32, F(handshake_rate_grace_ms), 0, 3600000},
     {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
     {"strict_sni", K_BOOL, F(strict_sni), 0, 0},
     {"ticket_key_rotation_s", K_U32, F(ticket_key_rotation_s), 60, 86400},
@@ -108,6 +110,8 @@ void md_tls_config_init(md_tls_config *t)
     t->session_cache = 20480;
     t->session_timeout_s = 86400; /* Mozilla's: a day */
     t->handshake_timeout_ms = 10000;
+    t->handshake_min_rate = 128;
+    t->handshake_rate_grace_ms = 3000;
     t->session_tickets = true;
     t->ticket_key_rotation_s = 43200; /* two keys cover a day's tickets, and one more */
 }
@@ -482,7 +486,7 @@ static void expiry_warn(void)
 
 struct md_tls_ctx {
     SSL_CTX *ssl; /* the listener's: no server name, or one no site has its own pair for */
-    uint32_t handshake_timeout_ms;
+    uint32_t handshake_timeout_ms, handshake_min_rate, handshake_rate_grace_ms;
     bool h2;               /* ALPN offers h2 (md_tls_ctx_offer_h2), read by alpn_select */
     _Atomic uint32_t refs; /* the generation's and each connection's */
     bool strict_sni;
@@ -660,6 +664,8 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
         return -EINVAL;
     }
     x->handshake_timeout_ms = t->handshake_timeout_ms;
+    x->handshake_min_rate = t->handshake_min_rate;
+    x->handshake_rate_grace_ms = t->handshake_rate_grace_ms;
     x->strict_sni = t->strict_sni;
     if (sites != NULL && sites->nsites > 1) {
         x->nsites = sites->nsites;
@@ -814,9 +820,11 @@ int md_tls_metrics_text(md_outbuf *out)
 /* ---- the transport ---- */
 
 struct md_tls_conn {
-    SSL *ssl;        /* made at the first read; NULL before */
-    md_tls_ctx *x;   /* a reference of its own (its SNI callback's argument) */
-    uint64_t hs_end; /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
+    SSL *ssl;          /* made at the first read; NULL before */
+    md_tls_ctx *x;     /* a reference of its own (its SNI callback's argument) */
+    uint64_t hs_end;   /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
+    uint64_t hs_start; /* mp_now_ms() at accept */
+    uint64_t hs_bytes; /* received during the handshake, for handshake_min_rate */
     /* The stream's view that the BIO reads from, during one SSL call. */
     const char *in;
     size_t in_len, in_used;
@@ -894,7 +902,8 @@ int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
     /* Relaxed: the taker already holds a reference (the generation's) to what it reads. */
     atomic_fetch_add_explicit(&x->refs, 1, memory_order_relaxed);
     t->x = x;
-    t->hs_end = mp_now_ms() + x->handshake_timeout_ms;
+    t->hs_start = mp_now_ms();
+    t->hs_end = t->hs_start + x->handshake_timeout_ms;
     *out = t;
     return 0;
 }
@@ -1044,6 +1053,8 @@ mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *
             continue;
         }
         t->began = true;
+        if (t->hs_end != UINT64_MAX)
+            t->hs_bytes += raw_len;
     }
 }
 
@@ -1153,7 +1164,15 @@ const char *md_tls_servername(const md_conn *c)
 
 uint64_t md_tls_handshake_deadline(const md_conn *c)
 {
-    return c->tls != NULL ? c->tls->hs_end : UINT64_MAX;
+    const md_tls_conn *t = c->tls;
+    if (t == NULL || t->hs_end == UINT64_MAX || t->x->handshake_min_rate == 0)
+        return t != NULL ? t->hs_end : UINT64_MAX;
+    /* The first moment past the grace when bytes / elapsed < rate: elapsed > bytes / rate. */
+    uint64_t slow = t->hs_start + t->hs_bytes * 1000 / t->x->handshake_min_rate + 1;
+    uint64_t grace = t->hs_start + t->x->handshake_rate_grace_ms;
+    if (slow < grace)
+        slow = grace;
+    return slow < t->hs_end ? slow : t->hs_end;
 }
 
 void md_tls_conn_free(md_conn *c)

@@ -34,6 +34,8 @@ typedef struct md_tls_config {
     uint32_t session_cache;                   /* entries of the server's cache; 0 = off */
     uint32_t session_timeout_s;               /* a session's (and ticket's) lifetime */
     uint32_t handshake_timeout_ms;            /* from accept to the handshake's end */
+    uint32_t handshake_min_rate;              /* bytes/s the handshake must average; 0: none */
+    uint32_t handshake_rate_grace_ms;         /* ... once this long has passed since accept */
     bool session_tickets;
     bool strict_sni;                /* a server name no site has (or none): the handshake fails */
     uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
@@ -103,7 +105,10 @@ mp_poll md_tls_close_notify(struct md_conn *c, mp_context *cx);
 /* The server name the client sent (SNI), or NULL (none, no handshake yet, no TLS). The task's
  * thread. */
 const char *md_tls_servername(const struct md_conn *c);
-/* The handshake's deadline (mp_now_ms() clock), UINT64_MAX once it is done. */
+/* The handshake's deadline (mp_now_ms() clock), UINT64_MAX once it is done: the nearer of
+ * handshake_timeout_ms from the accept and the moment the bytes received so far fall under
+ * handshake_min_rate averaged since the accept (never before handshake_rate_grace_ms); it
+ * moves as bytes come, so the task asks again at each wait. */
 uint64_t md_tls_handshake_deadline(const struct md_conn *c);
 
 /* /metrics: handshakes (by protocol version), failures (by reason), resumptions. */

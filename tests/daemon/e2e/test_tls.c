@@ -504,3 +504,55 @@ Test(tls, half_open_handshakes_hold_only_their_listener, .timeout = 60)
     }
     finish(&d);
 }
+
+/* handshake_min_rate: a ClientHello trickled a byte at a time is closed long before
+ * handshake_timeout_ms (a minute here), and counted as a handshake timeout. */
+Test(tls, trickled_handshake_closed_by_min_rate, .timeout = 60)
+{
+    setup("handshake_timeout_ms = 60000\nhandshake_min_rate = 100\nhandshake_rate_grace_ms = 500");
+    daemon_proc d = start_tls();
+    static const char hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    int fd = test_connect(d.https);
+    bool closed = false;
+    /* 5 bytes a second, for at most 40 s: under 100 a second, past the grace. */
+    for (int i = 0; i < 200 && !closed; i++) {
+        if (send(fd, &hello[i % 11], 1, MSG_NOSIGNAL) != 1)
+            closed = true;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char b;
+        if (!closed && poll(&p, 1, 200) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) <= 0)
+            closed = true;
+    }
+    close(fd);
+    cr_assert(closed, "a trickled handshake was not closed by handshake_min_rate");
+    cr_assert_eq(
+        metric(&d,
+               "magpied_connections_closed_total{listener=\"https\",reason=\"handshake_timeout\"}"),
+        1);
+    served(&d);
+    finish(&d);
+}
+
+/* Hundreds of half-made handshakes on a listener of 64 connections: the rate's grace frees
+ * their slots, and a normal client waiting behind them is served. */
+Test(tls, hundreds_of_half_handshakes_do_not_lock_out_a_client, .timeout = 90)
+{
+    setup("max_connections = 64\nhandshake_timeout_ms = 60000\nhandshake_min_rate = 100\n"
+          "handshake_rate_grace_ms = 500");
+    daemon_proc d = start_tls();
+    enum { N = 300 };
+    static int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = test_connect(d.https);
+        if (i % 2 == 0) /* half of them send half a ClientHello, then nothing */
+            test_write_all(fds[i], "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+    }
+    char cmd[PKI_DIR_MAX + 200];
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 40 --cacert '%s/ca.pem' https://127.0.0.1:%d/",
+             dir, d.https);
+    cr_assert_str_eq(run(cmd), "Hello, World!");
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    served(&d);
+    finish(&d);
+}
