@@ -27,6 +27,11 @@
 struct md_tls_stream {
     SSL *ssl;
     mp_tcp *tcp;
+    md_tls_stream_write_fn write; /* the ciphertext's writer */
+    void *write_arg;
+    uint64_t bytes_in;       /* ciphertext received */
+    unsigned long ssl_error; /* OpenSSL's error at the failure (its queue is per thread) */
+    long verify;             /* SSL_get_verify_result at the failure */
     /* The stream's view that the BIO reads from, during one SSL call. */
     const char *in;
     size_t in_len, in_used;
@@ -91,7 +96,13 @@ static void bio_method_make(void)
     bio_method = m;
 }
 
-int md_tls_stream_new(SSL *ssl, mp_tcp *tcp, md_tls_stream **out)
+static mp_poll tcp_write(void *arg, mp_context *cx, const char *data, size_t len, int *err)
+{
+    return mp_tcp_write_poll(arg, cx, data, len, err);
+}
+
+int md_tls_stream_new(SSL *ssl, mp_tcp *tcp, md_tls_stream_write_fn write, void *write_arg,
+                      md_tls_stream **out)
 {
     pthread_once(&bio_once, bio_method_make);
     md_tls_stream *s = calloc(1, sizeof *s);
@@ -107,6 +118,9 @@ int md_tls_stream_new(SSL *ssl, mp_tcp *tcp, md_tls_stream **out)
     SSL_set_bio(ssl, b, b); /* one BIO both ways: one reference, SSL_free's */
     s->ssl = ssl;
     s->tcp = tcp;
+    s->write = write != NULL ? write : tcp_write;
+    s->write_arg = write != NULL ? write_arg : tcp;
+    s->verify = X509_V_OK;
     *out = s;
     return 0;
 }
@@ -131,7 +145,7 @@ SSL *md_tls_stream_ssl(const md_tls_stream *s)
 static mp_poll flush(md_tls_stream *s, mp_context *cx)
 {
     int err = 0;
-    if (s->wlen != 0 && mp_tcp_write_poll(s->tcp, cx, s->wbuf, s->wlen, &err) == MP_PENDING)
+    if (s->wlen != 0 && s->write(s->write_arg, cx, s->wbuf, s->wlen, &err) == MP_PENDING)
         return MP_PENDING;
     s->wlen = 0;
     free(s->wbuf); /* an idle stream holds none */
@@ -157,6 +171,17 @@ static int call(md_tls_stream *s, const char *raw, size_t raw_len, bool hs, size
     s->in = NULL;
     s->in_len = s->in_used = 0;
     return e;
+}
+
+/* The first failure sticks, with OpenSSL's reason taken on this thread. */
+static void fail(md_tls_stream *s, int err)
+{
+    if (s->failed != 0)
+        return;
+    s->failed = err;
+    s->ssl_error = ERR_peek_last_error();
+    s->verify = SSL_get_verify_result(s->ssl);
+    ERR_clear_error();
 }
 
 /* The loop both the handshake and a read run: output first, then OpenSSL, then the socket. */
@@ -199,7 +224,7 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             continue;
         }
         if (e != SSL_ERROR_WANT_READ) {
-            s->failed = -EPROTO; /* the alert OpenSSL made is written first */
+            fail(s, -EPROTO); /* the alert OpenSSL made is written first */
             continue;
         }
         if (s->wlen != 0 && !s->writing)
@@ -214,12 +239,15 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             return MP_PENDING;
         }
         if (raw_len == 0) {
+            if (rerr == -EINTR) { /* mp_tcp_interrupt: once, the caller decides */
+                *err = rerr;
+                return MP_READY;
+            }
             /* A close without close_notify: a truncation looks the same. */
-            s->failed = rerr == MP_EOF ? -EPROTO : rerr;
-            if (hs && rerr == MP_EOF)
-                s->failed = MP_EOF;
+            fail(s, hs && rerr == MP_EOF ? MP_EOF : rerr == MP_EOF ? -EPROTO : rerr);
             continue;
         }
+        s->bytes_in += raw_len;
     }
 }
 
@@ -228,10 +256,10 @@ mp_poll md_tls_stream_handshake(md_tls_stream *s, mp_context *cx, int *err)
     return pump(s, cx, true, err);
 }
 
-const char *md_tls_stream_why(md_tls_stream *s, char *buf, size_t len)
+const char *md_tls_stream_why(const md_tls_stream *s, char *buf, size_t len)
 {
-    long v = SSL_get_verify_result(s->ssl);
-    unsigned long e = ERR_peek_last_error();
+    long v = s->verify;
+    unsigned long e = s->ssl_error;
     if (v != X509_V_OK) {
         snprintf(buf, len, "certificate verify failed: %s", X509_verify_cert_error_string(v));
     } else if (e != 0) {
@@ -240,8 +268,17 @@ const char *md_tls_stream_why(md_tls_stream *s, char *buf, size_t len)
     } else {
         snprintf(buf, len, "%s", "");
     }
-    ERR_clear_error();
     return buf;
+}
+
+unsigned long md_tls_stream_error(const md_tls_stream *s)
+{
+    return s->ssl_error;
+}
+
+uint64_t md_tls_stream_bytes_in(const md_tls_stream *s)
+{
+    return s->bytes_in;
 }
 
 mp_poll md_tls_stream_read_poll(md_tls_stream *s, mp_context *cx, const char **data, size_t *len,
@@ -268,27 +305,57 @@ void md_tls_stream_consume(md_tls_stream *s, size_t n)
     }
 }
 
-mp_poll md_tls_stream_write(md_tls_stream *s, mp_context *cx, const char *data, size_t len,
-                            int *err)
+bool md_tls_stream_writing(const md_tls_stream *s)
 {
-    if (!s->writing) {
-        if (flush(s, cx) == MP_PENDING)
-            return MP_PENDING;
-        size_t n;
-        ERR_clear_error();
-        if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
-            s->failed = -EPROTO;
-        if (s->failed != 0) {
-            *err = s->failed;
-            return MP_READY;
-        }
+    return s->writing;
+}
+
+mp_poll md_tls_stream_encrypt(md_tls_stream *s, mp_context *cx, const char *data, size_t len,
+                              int *err)
+{
+    if (flush(s, cx) == MP_PENDING)
+        return MP_PENDING;
+    size_t n;
+    ERR_clear_error();
+    if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
+        fail(s, -EPROTO);
+    *err = s->failed;
+    if (*err == 0)
         s->writing = true;
-    }
+    return MP_READY;
+}
+
+mp_poll md_tls_stream_flush(md_tls_stream *s, mp_context *cx, int *err)
+{
     if (flush(s, cx) == MP_PENDING)
         return MP_PENDING;
     s->writing = false;
     *err = s->failed;
     return MP_READY;
+}
+
+mp_poll md_tls_stream_write(md_tls_stream *s, mp_context *cx, const char *data, size_t len,
+                            int *err)
+{
+    if (!s->writing) {
+        if (md_tls_stream_encrypt(s, cx, data, len, err) == MP_PENDING)
+            return MP_PENDING;
+        if (*err != 0)
+            return MP_READY;
+    }
+    return md_tls_stream_flush(s, cx, err);
+}
+
+mp_poll md_tls_stream_close_notify(md_tls_stream *s, mp_context *cx)
+{
+    if (s->writing)
+        return MP_READY; /* a write left unfinished: nothing may follow it */
+    if (s->failed == 0 && SSL_is_init_finished(s->ssl) &&
+        !(SSL_get_shutdown(s->ssl) & SSL_SENT_SHUTDOWN)) {
+        (void)SSL_shutdown(s->ssl);
+        ERR_clear_error();
+    }
+    return flush(s, cx);
 }
 
 void md_tls_stream_notify(md_tls_stream *s)

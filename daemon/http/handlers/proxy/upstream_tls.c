@@ -306,7 +306,7 @@ int md_upstream_tls_start(md_upstream_conn *c)
         ERR_clear_error();
         return -ENOMEM;
     }
-    return md_tls_stream_new(ssl, &c->tcp, &c->tls);
+    return md_tls_stream_new(ssl, &c->tcp, NULL, NULL, &c->tls);
 }
 
 const char *md_upstream_tls_why(md_upstream_conn *c, char *buf, size_t len)
