@@ -65,6 +65,11 @@ typedef struct md_listener_config {
     char default_site[MD_SITE_NAME_MAX]; /* the site for unknown hosts; "": the default one */
     uint32_t line;                       /* [listener NAME]'s header; 0 for a fixed one */
     uint32_t listen_line, site_line;     /* [listener NAME]'s keys, for the checks */
+    /* A TLS [listener NAME]'s own default certificate and key (""; [https]'s), and strict_sni
+     * (-1: [https]'s), with their lines for the checks. */
+    char cert[MD_SITE_PATH_MAX], key[MD_SITE_PATH_MAX];
+    int8_t strict_sni;
+    uint32_t cert_line, key_line, strict_line;
 } md_listener_config;
 
 typedef struct md_config {

@@ -466,10 +466,11 @@ static uint32_t record_certs(const char *label, const md_tls_config *t, uint32_t
     return n;
 }
 
-static void expiry_warn(void)
+/* Under certs.lock: the recorded certificates from the first'th on. */
+static void expiry_warn(uint32_t first)
 {
     time_t now = time(NULL);
-    for (uint32_t i = 0; i < certs.n; i++) {
+    for (uint32_t i = first; i < certs.n; i++) {
         double days = difftime(certs.c[i].not_after, now) / 86400.0;
         if (days < EXPIRY_WARN_DAYS)
             md_log(MD_LOG_WARN, "TLS: [%s] certificate %s expires in %.1f days", certs.c[i].label,
@@ -578,6 +579,25 @@ static void site_config(const md_tls_config *t, const md_site *site, md_tls_conf
     snprintf(out->label, sizeof out->label, "site %s", site->name);
 }
 
+void md_tls_config_listener(const md_tls_config *t, const char *name, const char *cert,
+                            uint32_t cert_line, const char *key, uint32_t key_line, int strict_sni,
+                            md_tls_config *out)
+{
+    *out = *t;
+    if (cert[0] != '\0' || key[0] != '\0') {
+        snprintf(out->cert[0], sizeof out->cert[0], "%s", cert);
+        snprintf(out->key[0], sizeof out->key[0], "%s", key);
+        out->cert[1][0] = out->key[1][0] = '\0';
+        out->line[0] = cert_line;
+        out->line[1] = key_line;
+        out->line[2] = out->line[3] = 0;
+        out->own_pair = true;
+    }
+    if (strict_sni >= 0)
+        out->strict_sni = strict_sni != 0;
+    snprintf(out->label, sizeof out->label, "listener %s", name);
+}
+
 int md_tls_config_check(const md_tls_config *t, const md_route_table *sites, const char *source,
                         md_error *err)
 {
@@ -676,6 +696,13 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
     }
     tickets_configure(t->ticket_key_rotation_s, t->session_timeout_s);
     pthread_mutex_lock(&certs.lock);
+    if (t->label[0] != '\0') { /* a listener's own: after [https]'s and its sites' */
+        uint32_t from = certs.n;
+        if (t->own_pair)
+            certs.n = record_certs(t->label, t, certs.n);
+        expiry_warn(from);
+        goto recorded;
+    }
     certs.n = record_certs("https", t, 0);
     for (uint32_t i = 1; i < x->nsites && i < MD_SITES_MAX; i++)
         if (x->site_ssl[i] != NULL) {
@@ -683,7 +710,8 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
             site_config(t, &sites->sites[i], &one);
             certs.n = record_certs(one.label, &one, certs.n);
         }
-    expiry_warn();
+    expiry_warn(0);
+recorded:
     pthread_mutex_unlock(&certs.lock);
     /* ALPN is asked of the context the server name chose: each offers h2 by x's flag. */
     SSL_CTX_set_alpn_select_cb(x->ssl, alpn_select, &x->h2);

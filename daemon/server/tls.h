@@ -40,8 +40,10 @@ typedef struct md_tls_config {
     bool strict_sni;                /* a server name no site has (or none): the handshake fails */
     uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
     uint32_t line[16];              /* per key of tls.c's table */
-    /* The section messages name: "" for [https]; "site NAME" for a site's certificate. */
+    /* The section messages name: "" for [https]; "site NAME" for a site's certificate,
+     * "listener NAME" for a TLS [listener NAME]'s context. */
     char label[48];
+    bool own_pair; /* md_tls_config_listener: the listener's own certificate */
 } md_tls_config;
 
 /* The defaults: Mozilla's "intermediate" profile (v5.7), tickets on, a 20480-entry cache. */
@@ -59,6 +61,13 @@ struct md_route_table;
  * named "file:line: [site NAME] certificate: why". */
 int md_tls_config_check(const md_tls_config *t, const struct md_route_table *sites,
                         const char *source, md_error *err);
+
+/* The configuration of a TLS [listener NAME] (name) with its own default certificate and key
+ * (cert ""; t's pairs) and strict_sni (-1: t's): t's protocols and suites, messages naming
+ * "[listener NAME]" and the listener's lines. */
+void md_tls_config_listener(const md_tls_config *t, const char *name, const char *cert,
+                            uint32_t cert_line, const char *key, uint32_t key_line, int strict_sni,
+                            md_tls_config *out);
 
 /* A server context made from t: the listener's SSL_CTX, one more per site with a certificate
  * of its own (SNI picks it: sites.h's matching), refcounted: each connection holds one

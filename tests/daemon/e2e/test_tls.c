@@ -556,3 +556,81 @@ Test(tls, hundreds_of_half_handshakes_do_not_lock_out_a_client, .timeout = 90)
     served(&d);
     finish(&d);
 }
+
+/* openssl s_client to port with args; its output. */
+static char *s_client_at(int port, const char *args)
+{
+    char cmd[PKI_DIR_MAX + 600];
+    snprintf(cmd, sizeof cmd,
+             "(printf 'GET / HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n'; sleep 1) | timeout 10 "
+             "openssl s_client -connect 127.0.0.1:%d -CAfile '%s/ca.pem' %s 2>&1",
+             port, dir, args);
+    return run(cmd);
+}
+
+/* A TLS [listener NAME] with a default certificate and strict_sni of its own: its clients get
+ * its pair (RSA here, [https]'s is ECDSA), a name no site has gets unrecognized_name there and
+ * [https]'s pair on [https]; `magpied -t` names the listener's lines. */
+Test(tls, listener_default_certificate_and_strict_sni, .timeout = 60)
+{
+    char extra[PKI_DIR_MAX * 2 + 200];
+    setup(NULL);
+    snprintf(extra, sizeof extra,
+             "\n[listener other]\nlisten = 127.0.0.1:0\ntls = on\ncertificate = %s/rsa.pem\n"
+             "certificate_key = %s/rsa.key\nstrict_sni = on\n[site local]\nnames = localhost\n",
+             dir, dir);
+    FILE *f = fopen(conf, "a");
+    cr_assert_not_null(f);
+    fputs(extra, f);
+    fclose(f);
+    daemon_proc d = start_tls();
+    const char *at = strstr(d.line, " other=127.0.0.1:");
+    cr_assert_not_null(at, "%s", d.line);
+    int other = atoi(at + strlen(" other=127.0.0.1:"));
+    /* [https]: the name no site has gets its default pair (and 421: Host names a site). */
+    char *out = s_client_at(d.https, "-servername unknown.example");
+    cr_assert(strstr(out, "Server public key is 256 bit") && strstr(out, "HTTP/1.1 421"), "%s",
+              out);
+    out = s_client_at(other, "-servername localhost"); /* a site's name */
+    cr_assert(strstr(out, "Server public key is 2048 bit") && strstr(out, "HTTP/1.1 "), "%s", out);
+    out = s_client_at(other, "-servername unknown.example");
+    cr_assert(strstr(out, "unrecognized name") || strstr(out, "unrecognized_name"), "%s", out);
+    cr_assert_null(strstr(out, "Hello, World!"), "%s", out);
+    /* /metrics lists the listener's certificate too. */
+    char cmd[PATH_MAX * 2 + 100];
+    snprintf(cmd, sizeof cmd, "curl -s --cacert '%s/ca.pem' https://127.0.0.1:%d/metrics", dir,
+             d.https);
+    out = run(cmd);
+    cr_assert(strstr(out, "magpied_tls_certificate_expiry_seconds{section=\"listener other\""),
+              "%s", out);
+    served(&d);
+    cr_assert_eq(stop(&d), 0);
+    /* -t: a key without its certificate, a certificate that cannot be read, on a plaintext
+     * listener. */
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    static const char *const bad[][2] = {
+        {"tls = on\ncertificate_key = %s/rsa.key\n",
+         "check.conf:5: [listener other] certificate_key: must be set with certificate"},
+        {"tls = on\ncertificate = %s/none.pem\ncertificate_key = %s/rsa.key\n",
+         "check.conf:8: [listener other] certificate: cannot open"},
+        {"certificate = %s/rsa.pem\ncertificate_key = %s/rsa.key\n",
+         "check.conf:7: [listener other] certificate: needs tls = on"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char path[PKI_DIR_MAX + 16], keys[PKI_DIR_MAX * 2 + 200];
+        snprintf(path, sizeof path, "%s/check.conf", dir);
+        snprintf(keys, sizeof keys, bad[i][0], dir, dir);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f,
+                "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = "
+                "%s/ec.key\n[listener other]\nlisten = 127.0.0.1:0\n%s",
+                dir, dir, keys);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo \"rc=$?\"", exe, path);
+        out = run(cmd);
+        cr_assert(strstr(out, bad[i][1]) && strstr(out, "rc=1"), "%zu: %s", i, out);
+    }
+    pki_remove(dir);
+}
