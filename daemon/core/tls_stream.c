@@ -52,6 +52,12 @@ static int bio_write(BIO *b, const char *data, int len)
     BIO_clear_retry_flags(b);
     if (len <= 0)
         return 0;
+    if (s->writing && s->wlen != 0) {
+        /* A read's output (a KeyUpdate's answer) while the caller's records are being
+         * written: wbuf must stay put under that write; OpenSSL retries once it is done. */
+        BIO_set_retry_write(b);
+        return -1;
+    }
     if (md_bytes_grow(&s->wbuf, &s->wcap, s->wlen + (size_t)len, 4096) != 0)
         return -1;
     memcpy(s->wbuf + s->wlen, data, (size_t)len);
@@ -223,6 +229,8 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             s->eof = true; /* close_notify */
             continue;
         }
+        if (e == SSL_ERROR_WANT_WRITE)
+            return MP_PENDING; /* bio_write: after the caller's write, whose waker wakes us */
         if (e != SSL_ERROR_WANT_READ) {
             fail(s, -EPROTO); /* the alert OpenSSL made is written first */
             continue;
