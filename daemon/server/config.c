@@ -351,6 +351,7 @@ static int listener_begin(void *conf, const char *arg, bool first, uint32_t line
     snprintf(l->name, sizeof l->name, "%.*s", (int)n, arg);
     l->kind = MD_LISTENER_HTTP;
     l->max_connections = 10000;
+    l->strict_sni = -1;
     l->line = line;
     *inst = l;
     return 0;
@@ -389,6 +390,25 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         *(per_client ? &l->max_per_client : &l->max_connections) = (uint32_t)v;
         return 0;
     }
+    if (strcmp(key, "certificate") == 0 || strcmp(key, "certificate_key") == 0) {
+        bool cert = key[11] == '\0';
+        if (*value == '\0' || strlen(value) >= MD_SITE_PATH_MAX) {
+            snprintf(msg, msg_len, "expected a file's path, 1 to %d bytes", MD_SITE_PATH_MAX - 1);
+            return -EINVAL;
+        }
+        snprintf(cert ? l->cert : l->key, MD_SITE_PATH_MAX, "%s", value);
+        *(cert ? &l->cert_line : &l->key_line) = line;
+        return 0;
+    }
+    if (strcmp(key, "strict_sni") == 0) {
+        if (md_parse_bool(value, &b) != 0) {
+            snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+            return -EINVAL;
+        }
+        l->strict_sni = b;
+        l->strict_line = line;
+        return 0;
+    }
     if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0 ||
         strcmp(key, "proxy_protocol") == 0) {
         if (md_parse_bool(value, &b) != 0) {
@@ -421,6 +441,12 @@ static int listener_end(void *inst, char *msg, size_t msg_len)
     if (l->http2_set && l->kind == MD_LISTENER_HTTPS) {
         /* Every TLS listener shares [https]'s contexts, and with them its ALPN. */
         snprintf(msg, msg_len, "http2: a TLS listener offers h2 as [https] http2 says");
+        return -EINVAL;
+    }
+    if ((l->cert[0] != '\0') != (l->key[0] != '\0')) {
+        snprintf(msg, msg_len, "%s: must be set with %s",
+                 l->cert[0] != '\0' ? "certificate" : "certificate_key",
+                 l->cert[0] != '\0' ? "certificate_key" : "certificate");
         return -EINVAL;
     }
     return 0;
@@ -569,7 +595,12 @@ static void listener_error(const md_config *c, const md_listener_config *l, md_e
         file = key_origin(c, l->name, key, &line);
     } else {
         file = c->source;
-        line = key[0] == 'l' ? l->listen_line : key[0] == 'p' ? l->proxy_line : l->site_line;
+        line = key[0] == 'l'                         ? l->listen_line
+               : key[0] == 'p'                       ? l->proxy_line
+               : strcmp(key, "certificate") == 0     ? l->cert_line
+               : strcmp(key, "certificate_key") == 0 ? l->key_line
+               : strcmp(key, "strict_sni") == 0      ? l->strict_line
+                                                     : l->site_line;
     }
     md_ini_say(err, file, line, "%s %s: %s", label, key, why);
 }
@@ -642,7 +673,30 @@ int md_config_check(const md_config *c, md_error *err)
         return -EINVAL;
     }
     /* [https] on: the certificate and key, read and checked now (magpied -t, a reload). */
-    if (tls_on || c->tls.cert[0][0] != '\0')
-        return md_tls_config_check(&c->tls, &c->routes, c->source, err);
+    if (tls_on || c->tls.cert[0][0] != '\0') {
+        int rc = md_tls_config_check(&c->tls, &c->routes, c->source, err);
+        if (rc != 0)
+            return rc;
+    }
+    /* A TLS [listener NAME]'s own certificate, checked as [https]'s. */
+    for (uint32_t i = MD_LISTENERS; i < c->nlisteners; i++) {
+        const md_listener_config *l = &c->listeners[i];
+        if (l->cert[0] == '\0' && l->key[0] == '\0' && l->strict_sni < 0)
+            continue;
+        if (l->kind != MD_LISTENER_HTTPS) {
+            listener_error(c, l, err,
+                           l->cert[0] != '\0'  ? "certificate"
+                           : l->key[0] != '\0' ? "certificate_key"
+                                               : "strict_sni",
+                           "needs tls = on");
+            return -EINVAL;
+        }
+        static md_tls_config one; /* large (paths); the configuration's thread only */
+        md_tls_config_listener(&c->tls, l->name, l->cert, l->cert_line, l->key, l->key_line,
+                               l->strict_sni, &one);
+        int rc = md_tls_config_check(&one, NULL, c->source, err);
+        if (rc != 0)
+            return rc;
+    }
     return 0;
 }

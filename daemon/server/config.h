@@ -71,6 +71,11 @@ typedef struct md_listener_config {
     bool proxy_protocol;
     uint32_t proxy_line; /* [listener NAME]'s proxy_protocol or proxy_protocol_from */
     md_acl proxy_from;
+    /* A TLS [listener NAME]'s own default certificate and key (""; [https]'s), and strict_sni
+     * (-1: [https]'s), with their lines for the checks. */
+    char cert[MD_SITE_PATH_MAX], key[MD_SITE_PATH_MAX];
+    int8_t strict_sni;
+    uint32_t cert_line, key_line, strict_line;
 } md_listener_config;
 
 typedef struct md_config {

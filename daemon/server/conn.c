@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/client_limit.h"
 #include "server/conn.h"
@@ -55,7 +56,13 @@ static void http_closed(md_server *s)
 static void https_opened(md_server *s, md_conn *c)
 {
     http_opened(s, c);
-    (void)md_tls_conn_new(md_http_gen_of(c->http.srv)->tls, &c->tls); /* NULL: closed below */
+    md_http_gen *g = md_http_gen_of(c->http.srv);
+    md_tls_ctx *x = g->tls;
+    for (size_t i = 0; i < sizeof g->tls_named / sizeof g->tls_named[0]; i++)
+        if (g->tls_named[i].tls != NULL && c->group != NULL &&
+            strcmp(g->tls_named[i].name, c->group->name) == 0)
+            x = g->tls_named[i].tls;   /* the listener's own certificate */
+    (void)md_tls_conn_new(x, &c->tls); /* NULL: closed below */
 }
 
 static mp_poll https_poll(md_conn *c, mp_context *cx)

@@ -245,6 +245,23 @@ int md_conn_http_gen_new(md_server *s, const md_config *cfg, md_http_gen **out, 
     }
     if (g->tls != NULL)
         md_tls_ctx_offer_h2(g->tls, cfg->listeners[MD_LISTENER_HTTPS].http2);
+    /* A TLS [listener NAME] with a certificate or strict_sni of its own: a context of its
+     * own, made after [https]'s (whose certificates /metrics lists first). */
+    for (uint32_t i = MD_LISTENERS; g->tls != NULL && i < cfg->nlisteners; i++) {
+        const md_listener_config *l = &cfg->listeners[i];
+        if (l->kind != MD_LISTENER_HTTPS || (l->cert[0] == '\0' && l->strict_sni < 0))
+            continue;
+        static md_tls_config one; /* large (paths); the loop's thread only (start, reload) */
+        md_tls_config_listener(&cfg->tls, l->name, l->cert, l->cert_line, l->key, l->key_line,
+                               l->strict_sni, &one);
+        memcpy(g->tls_named[i].name, l->name, sizeof g->tls_named[i].name);
+        if ((rc = md_tls_ctx_new(&one, &cfg->routes, cfg->source, &g->tls_named[i].tls, err)) !=
+            0) {
+            md_http_gen_free(g);
+            return rc;
+        }
+        md_tls_ctx_offer_h2(g->tls_named[i].tls, cfg->listeners[MD_LISTENER_HTTPS].http2);
+    }
     *out = g;
     return 0;
 }

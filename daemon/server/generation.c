@@ -66,6 +66,8 @@ void md_http_gen_free(md_http_gen *g)
             h->gen_free(g->http.handler_state[i]);
     md_routes_close(&g->routes);
     md_tls_ctx_free(g->tls);
+    for (size_t i = 0; i < sizeof g->tls_named / sizeof g->tls_named[0]; i++)
+        md_tls_ctx_free(g->tls_named[i].tls);
     free(g);
 }
 

@@ -26,6 +26,12 @@ typedef struct md_http_gen {
     md_route_table routes;      /* http.routes; immutable once published */
     struct md_metrics *metrics; /* the server's, for metrics_text */
     struct md_tls_ctx *tls;     /* [https]'s (server/tls.h); NULL without it */
+    /* A TLS [listener NAME]'s own context (its certificate, strict_sni), by the listener's
+     * name; NULL: [https]'s. */
+    struct {
+        char name[32]; /* MD_LISTENER_NAME_MAX */
+        struct md_tls_ctx *tls;
+    } tls_named[16]; /* MD_LISTENER_SLOTS */
     /* Each listener's default site (routes.sites), by the listener's name. */
     uint32_t ndefaults;
     struct {

@@ -1,14 +1,10 @@
 /* tls.c: TLS termination for the [https] listener. OpenSSL does the protocol; this file owns
- * its keys, one SSL_CTX per generation of settings, and the transport a connection's task
- * reads and writes through.
+ * its keys, one SSL_CTX per generation of settings, and each connection's transport.
  *
- * The transport. The SSL object sits on a BIO of our own with no buffer of its own: its read
- * side hands OpenSSL the view mp_tcp_read_poll() gave (what OpenSSL takes is consumed from
- * the stream at once), its write side appends ciphertext to a buffer that the task writes
- * with md_conn_write(), within the send limits. So the stream's read buffer is the only
- * ciphertext buffer, nothing is copied in a second time, and an idle connection holds no
- * buffer: the plaintext buffer and the ciphertext buffer are freed when empty, and OpenSSL
- * frees its record buffers (SSL_MODE_RELEASE_BUFFERS).
+ * The transport is core/tls_stream.c's (the proxy's upstream connections use the same): the
+ * SSL object sits on a BIO over the stream's own read view (mp_tcp_read_poll's, consumed as
+ * OpenSSL takes it: no second ciphertext buffer) and one ciphertext buffer, which this side
+ * writes with md_conn_write(), within the send limits. An idle connection holds no buffer.
  *
  *   task (any worker)                       OpenSSL
  *   md_tls_read_poll: SSL_read_ex  -------> BIO read: the stream's view, consumed
@@ -19,12 +15,11 @@
  * The handshake is not a state of its own: SSL_read_ex runs it, on the worker that polls the
  * task, never on the loop's thread. Everything the task may wait on (the peer's next flight,
  * its reading of ours) goes through the same polls as plaintext, so a reader that stalls is
- * bounded by the send limits, and the handshake by handshake_timeout_ms from the accept
- * (conn_http.c arms it beside the core's deadline).
+ * bounded by the send limits, and the handshake by handshake_timeout_ms from the accept and
+ * handshake_min_rate after its grace (conn_http.c arms the deadline beside the core's).
  *
- * Output made while reading (the handshake's flights, TLS 1.3's session tickets, an alert)
- * is written before the next read. A response is one SSL_write_ex of everything the task has
- * queued (head and body: records of up to 16 KiB) and one write of the records.
+ * A response is one SSL_write_ex of everything the task has queued (head and body: records
+ * of up to 16 KiB) and one write of the records.
  */
 #include "server/tls.h"
 
@@ -39,7 +34,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/bio.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
@@ -53,6 +47,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/text.h"
+#include "core/tls_stream.h"
 #include "http/routes.h"
 #include "server/conn.h"
 
@@ -64,8 +59,6 @@
 #define MOZ_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 #define MOZ_GROUPS "X25519:prime256v1:secp384r1"
 
-/* Plaintext read per SSL_read_ex: one record's worth. */
-#define PLAIN_CAP 16384
 /* File bytes encrypted per md_tls_sendfile() call. */
 #define FILE_PIECE 65536
 
@@ -90,6 +83,8 @@ static const struct tls_key {
     {"session_cache", K_U32, F(session_cache), 0, 10000000},
     {"session_timeout_s", K_U32, F(session_timeout_s), 1, 86400},
     {"handshake_timeout_ms", K_U32, F(handshake_timeout_ms), 1, 3600000},
+    {"handshake_min_rate", K_U32, F(handshake_min_rate), 0, 1073741824},
+    {"handshake_rate_grace_ms", K_U32, F(handshake_rate_grace_ms), 0, 3600000},
     {"session_tickets", K_BOOL, F(session_tickets), 0, 0},
     {"strict_sni", K_BOOL, F(strict_sni), 0, 0},
     {"ticket_key_rotation_s", K_U32, F(ticket_key_rotation_s), 60, 86400},
@@ -108,6 +103,8 @@ void md_tls_config_init(md_tls_config *t)
     t->session_cache = 20480;
     t->session_timeout_s = 86400; /* Mozilla's: a day */
     t->handshake_timeout_ms = 10000;
+    t->handshake_min_rate = 128;
+    t->handshake_rate_grace_ms = 3000;
     t->session_tickets = true;
     t->ticket_key_rotation_s = 43200; /* two keys cover a day's tickets, and one more */
 }
@@ -469,10 +466,11 @@ static uint32_t record_certs(const char *label, const md_tls_config *t, uint32_t
     return n;
 }
 
-static void expiry_warn(void)
+/* Under certs.lock: the recorded certificates from the first'th on. */
+static void expiry_warn(uint32_t first)
 {
     time_t now = time(NULL);
-    for (uint32_t i = 0; i < certs.n; i++) {
+    for (uint32_t i = first; i < certs.n; i++) {
         double days = difftime(certs.c[i].not_after, now) / 86400.0;
         if (days < EXPIRY_WARN_DAYS)
             md_log(MD_LOG_WARN, "TLS: [%s] certificate %s expires in %.1f days", certs.c[i].label,
@@ -482,7 +480,7 @@ static void expiry_warn(void)
 
 struct md_tls_ctx {
     SSL_CTX *ssl; /* the listener's: no server name, or one no site has its own pair for */
-    uint32_t handshake_timeout_ms;
+    uint32_t handshake_timeout_ms, handshake_min_rate, handshake_rate_grace_ms;
     bool h2;               /* ALPN offers h2 (md_tls_ctx_offer_h2), read by alpn_select */
     _Atomic uint32_t refs; /* the generation's and each connection's */
     bool strict_sni;
@@ -581,6 +579,25 @@ static void site_config(const md_tls_config *t, const md_site *site, md_tls_conf
     snprintf(out->label, sizeof out->label, "site %s", site->name);
 }
 
+void md_tls_config_listener(const md_tls_config *t, const char *name, const char *cert,
+                            uint32_t cert_line, const char *key, uint32_t key_line, int strict_sni,
+                            md_tls_config *out)
+{
+    *out = *t;
+    if (cert[0] != '\0' || key[0] != '\0') {
+        snprintf(out->cert[0], sizeof out->cert[0], "%s", cert);
+        snprintf(out->key[0], sizeof out->key[0], "%s", key);
+        out->cert[1][0] = out->key[1][0] = '\0';
+        out->line[0] = cert_line;
+        out->line[1] = key_line;
+        out->line[2] = out->line[3] = 0;
+        out->own_pair = true;
+    }
+    if (strict_sni >= 0)
+        out->strict_sni = strict_sni != 0;
+    snprintf(out->label, sizeof out->label, "listener %s", name);
+}
+
 int md_tls_config_check(const md_tls_config *t, const md_route_table *sites, const char *source,
                         md_error *err)
 {
@@ -660,6 +677,8 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
         return -EINVAL;
     }
     x->handshake_timeout_ms = t->handshake_timeout_ms;
+    x->handshake_min_rate = t->handshake_min_rate;
+    x->handshake_rate_grace_ms = t->handshake_rate_grace_ms;
     x->strict_sni = t->strict_sni;
     if (sites != NULL && sites->nsites > 1) {
         x->nsites = sites->nsites;
@@ -677,6 +696,13 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
     }
     tickets_configure(t->ticket_key_rotation_s, t->session_timeout_s);
     pthread_mutex_lock(&certs.lock);
+    if (t->label[0] != '\0') { /* a listener's own: after [https]'s and its sites' */
+        uint32_t from = certs.n;
+        if (t->own_pair)
+            certs.n = record_certs(t->label, t, certs.n);
+        expiry_warn(from);
+        goto recorded;
+    }
     certs.n = record_certs("https", t, 0);
     for (uint32_t i = 1; i < x->nsites && i < MD_SITES_MAX; i++)
         if (x->site_ssl[i] != NULL) {
@@ -684,7 +710,8 @@ int md_tls_ctx_new(const md_tls_config *t, const md_route_table *sites, const ch
             site_config(t, &sites->sites[i], &one);
             certs.n = record_certs(one.label, &one, certs.n);
         }
-    expiry_warn();
+    expiry_warn(0);
+recorded:
     pthread_mutex_unlock(&certs.lock);
     /* ALPN is asked of the context the server name chose: each offers h2 by x's flag. */
     SSL_CTX_set_alpn_select_cb(x->ssl, alpn_select, &x->h2);
@@ -811,78 +838,20 @@ int md_tls_metrics_text(md_outbuf *out)
                              (unsigned long long)read_count(&hs_resumed));
 }
 
-/* ---- the transport ---- */
+/* ---- the transport ----
+ *
+ * core/tls_stream.c's, written within the send limits (md_conn_write); this file adds the
+ * handshake's deadline and rate and its counters. */
 
 struct md_tls_conn {
-    SSL *ssl;        /* made at the first read; NULL before */
-    md_tls_ctx *x;   /* a reference of its own (its SNI callback's argument) */
-    uint64_t hs_end; /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
-    /* The stream's view that the BIO reads from, during one SSL call. */
-    const char *in;
-    size_t in_len, in_used;
-    /* Ciphertext to write: the BIO appends, flush() writes. */
-    char *wbuf;
-    size_t wlen, wcap;
-    /* Plaintext read and not yet consumed by the task: pbuf[poff..plen). */
-    char *pbuf;
-    size_t poff, plen;
-    size_t file_sent; /* md_tls_sendfile: the file's bytes in wbuf */
-    int failed;       /* sticky: a fatal TLS or socket error (negative errno) */
-    bool writing;     /* wbuf holds the caller's write (md_tls_write, md_tls_sendfile) */
-    bool eof;         /* the peer's close_notify came */
-    bool began;       /* a byte of the handshake came */
-    bool notified;    /* our close_notify is made */
+    md_tls_stream *s;  /* made at the first read; NULL before */
+    md_tls_ctx *x;     /* a reference of its own (its SNI callback's argument) */
+    uint64_t hs_end;   /* mp_now_ms() deadline of the handshake; UINT64_MAX once done */
+    uint64_t hs_start; /* mp_now_ms() at accept */
+    uint64_t hs_bytes; /* received during the handshake, for handshake_min_rate */
+    size_t file_sent;  /* md_tls_sendfile: the file's bytes being written */
+    bool failed;       /* the stream failed: counted once */
 };
-
-static int bio_write(BIO *b, const char *data, int len)
-{
-    md_tls_conn *t = BIO_get_data(b);
-    BIO_clear_retry_flags(b);
-    if (len <= 0)
-        return 0;
-    if (md_bytes_grow(&t->wbuf, &t->wcap, t->wlen + (size_t)len, 4096) != 0)
-        return -1;
-    memcpy(t->wbuf + t->wlen, data, (size_t)len);
-    t->wlen += (size_t)len;
-    return len;
-}
-
-static int bio_read(BIO *b, char *buf, int len)
-{
-    md_tls_conn *t = BIO_get_data(b);
-    BIO_clear_retry_flags(b);
-    size_t left = t->in_len - t->in_used;
-    if (left == 0) {
-        BIO_set_retry_read(b); /* nothing now: more comes through mp_tcp_read_poll */
-        return -1;
-    }
-    size_t n = (size_t)len < left ? (size_t)len : left;
-    memcpy(buf, t->in + t->in_used, n);
-    t->in_used += n;
-    return (int)n;
-}
-
-static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
-{
-    (void)b;
-    (void)num;
-    (void)ptr;
-    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
-}
-
-static BIO_METHOD *bio_method;
-static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
-
-static void bio_method_make(void)
-{
-    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "magpied conn");
-    if (m != NULL && (BIO_meth_set_write(m, bio_write) != 1 ||
-                      BIO_meth_set_read(m, bio_read) != 1 || BIO_meth_set_ctrl(m, bio_ctrl) != 1)) {
-        BIO_meth_free(m);
-        m = NULL;
-    }
-    bio_method = m;
-}
 
 int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
 {
@@ -894,189 +863,89 @@ int md_tls_conn_new(md_tls_ctx *x, md_tls_conn **out)
     /* Relaxed: the taker already holds a reference (the generation's) to what it reads. */
     atomic_fetch_add_explicit(&x->refs, 1, memory_order_relaxed);
     t->x = x;
-    t->hs_end = mp_now_ms() + x->handshake_timeout_ms;
+    t->hs_start = mp_now_ms();
+    t->hs_end = t->hs_start + x->handshake_timeout_ms;
     *out = t;
     return 0;
 }
 
-/* The SSL object, at the connection's first read (on its worker). */
-static int ssl_make(md_tls_conn *t)
+static mp_poll conn_write(void *arg, mp_context *cx, const char *data, size_t len, int *err)
 {
-    pthread_once(&bio_once, bio_method_make);
-    if (bio_method == NULL)
-        return -ENOMEM;
-    BIO *b = BIO_new(bio_method);
-    if (b == NULL)
-        return -ENOMEM;
-    BIO_set_data(b, t);
-    BIO_set_init(b, 1);
-    t->ssl = SSL_new(t->x->ssl);
-    if (t->ssl == NULL) {
-        BIO_free(b);
-        return -ENOMEM;
-    }
-    SSL_set_bio(t->ssl, b, b); /* one BIO both ways: one reference, SSL_free's */
-    SSL_set_accept_state(t->ssl);
-    return 0;
+    return md_conn_write(arg, cx, data, len, err);
 }
 
-/* Writes wbuf within the send limits; it is empty after MP_READY (t->failed on an error). */
-static mp_poll flush(md_conn *c, mp_context *cx)
+/* The stream, at the connection's first read (on its worker). */
+static int stream_make(md_conn *c)
 {
     md_tls_conn *t = c->tls;
-    int err = 0;
-    if (t->wlen != 0 && md_conn_write(c, cx, t->wbuf, t->wlen, &err) == MP_PENDING)
-        return MP_PENDING;
-    t->wlen = 0;
-    free(t->wbuf); /* an idle connection holds none */
-    t->wbuf = NULL;
-    t->wcap = 0;
-    if (err != 0 && t->failed == 0)
-        t->failed = err;
-    return MP_READY;
+    SSL *ssl = SSL_new(t->x->ssl);
+    if (ssl == NULL) {
+        ERR_clear_error();
+        return -ENOMEM;
+    }
+    SSL_set_accept_state(ssl);
+    return md_tls_stream_new(ssl, &c->tcp, conn_write, c, &t->s);
 }
 
-/* After each SSL call: the handshake's end, counted once. */
-static void handshake_check(md_tls_conn *t)
+/* After each call: the handshake's end, counted once; a failure during it, counted once. */
+static void account(md_tls_conn *t, int err)
 {
-    if (t->hs_end == UINT64_MAX || !SSL_is_init_finished(t->ssl))
+    if (t->hs_end != UINT64_MAX) {
+        t->hs_bytes = md_tls_stream_bytes_in(t->s);
+        if (SSL_is_init_finished(md_tls_stream_ssl(t->s))) {
+            SSL *ssl = md_tls_stream_ssl(t->s);
+            t->hs_end = UINT64_MAX;
+            count(SSL_version(ssl) == TLS1_3_VERSION ? &hs_ok_13 : &hs_ok_12);
+            if (SSL_session_reused(ssl))
+                count(&hs_resumed);
+            return;
+        }
+    }
+    if (err == 0 || err == MP_EOF || err == -EINTR || t->failed)
         return;
-    t->hs_end = UINT64_MAX;
-    count(SSL_version(t->ssl) == TLS1_3_VERSION ? &hs_ok_13 : &hs_ok_12);
-    if (SSL_session_reused(t->ssl))
-        count(&hs_resumed);
-}
-
-static void fail(md_tls_conn *t, int err)
-{
-    if (t->failed != 0)
-        return;
-    t->failed = err;
-    if (t->hs_end != UINT64_MAX && t->began) {
+    t->failed = true;
+    if (t->hs_end != UINT64_MAX && t->hs_bytes != 0) {
         count(&hs_failed);
-        int reason = fail_reason_of(ERR_peek_last_error(), err);
+        int reason = fail_reason_of(md_tls_stream_error(t->s), err);
         if (reason >= 0)
             hs_fail_reason(reason);
         if (md_log_enabled(MD_LOG_DEBUG)) {
             char why[200];
-            md_log(MD_LOG_DEBUG, "TLS handshake failed: %s", ssl_reason(why, sizeof why));
+            md_log(MD_LOG_DEBUG, "TLS handshake failed: %s",
+                   md_tls_stream_why(t->s, why, sizeof why));
         }
     }
-    ERR_clear_error();
 }
 
 mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *len, int *err)
 {
     md_tls_conn *t = c->tls;
-    if (t->ssl == NULL) {
-        int rc = ssl_make(t);
+    if (t->s == NULL) {
+        int rc = stream_make(c);
         if (rc != 0) {
             *len = 0;
             *err = rc;
             return MP_READY;
         }
     }
-    const char *raw = NULL; /* the stream's view, valid until it is consumed */
-    size_t raw_len = 0;
-    for (;;) {
-        if (t->poff < t->plen) {
-            *data = t->pbuf + t->poff;
-            *len = t->plen - t->poff;
-            *err = 0;
-            return MP_READY;
-        }
-        if (t->wlen != 0 && !t->writing && flush(c, cx) == MP_PENDING)
-            return MP_PENDING;
-        if (t->failed != 0 || t->eof) {
-            *len = 0;
-            *err = t->eof ? MP_EOF : t->failed;
-            return MP_READY;
-        }
-        if (t->pbuf == NULL && (t->pbuf = malloc(PLAIN_CAP)) == NULL) {
-            *len = 0;
-            *err = -ENOMEM;
-            return MP_READY;
-        }
-        t->in = raw;
-        t->in_len = raw_len;
-        t->in_used = 0;
-        size_t n = 0;
-        ERR_clear_error();
-        int ok = SSL_read_ex(t->ssl, t->pbuf, PLAIN_CAP, &n);
-        int e = ok ? SSL_ERROR_NONE : SSL_get_error(t->ssl, 0);
-        if (t->in_used != 0)
-            mp_tcp_consume(&c->tcp, t->in_used);
-        t->in = NULL;
-        t->in_len = t->in_used = 0;
-        raw = NULL;
-        raw_len = 0;
-        handshake_check(t);
-        if (ok) {
-            t->poff = 0;
-            t->plen = n;
-            continue;
-        }
-        if (e == SSL_ERROR_ZERO_RETURN) {
-            t->eof = true; /* close_notify */
-            continue;
-        }
-        if (e != SSL_ERROR_WANT_READ) {
-            fail(t, -EPROTO); /* the alert OpenSSL made is written first */
-            continue;
-        }
-        if (t->wlen != 0 && !t->writing)
-            continue; /* our flight first */
-        int rerr;
-        if (mp_tcp_read_poll(&c->tcp, cx, &raw, &raw_len, &rerr) == MP_PENDING) {
-            free(t->pbuf); /* waiting: an idle connection holds no buffer */
-            t->pbuf = NULL;
-            t->poff = t->plen = 0;
-            return MP_PENDING;
-        }
-        if (raw_len == 0) {
-            if (rerr == -EINTR) { /* once: the caller decides */
-                *len = 0;
-                *err = rerr;
-                return MP_READY;
-            }
-            /* A close without close_notify: a truncation attack looks the same. */
-            fail(t, rerr == MP_EOF ? -EPROTO : rerr);
-            continue;
-        }
-        t->began = true;
-    }
+    mp_poll r = md_tls_stream_read_poll(t->s, cx, data, len, err);
+    account(t, r == MP_READY && *len == 0 ? *err : 0);
+    return r;
 }
 
 void md_tls_consume(md_conn *c, size_t n)
 {
-    md_tls_conn *t = c->tls;
-    t->poff += n;
-    if (t->poff > t->plen) {
-        fprintf(stderr, "md_tls_consume: %zu past %zu\n", t->poff, t->plen);
-        abort();
-    }
+    md_tls_stream_consume(c->tls->s, n);
 }
 
 mp_poll md_tls_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
 {
     md_tls_conn *t = c->tls;
-    if (!t->writing) {
-        if (flush(c, cx) == MP_PENDING)
-            return MP_PENDING;
-        size_t n;
-        if (t->failed == 0 && len != 0 && SSL_write_ex(t->ssl, data, len, &n) != 1)
-            fail(t, -EPROTO);
-        if (t->failed != 0) {
-            *err = t->failed;
-            return MP_READY;
-        }
-        t->writing = true;
+    if (t->s == NULL) { /* nothing read yet: no handshake, nothing to write over */
+        *err = -EPROTO;
+        return MP_READY;
     }
-    if (flush(c, cx) == MP_PENDING)
-        return MP_PENDING;
-    t->writing = false;
-    *err = t->failed;
-    return MP_READY;
+    return md_tls_stream_write(t->s, cx, data, len, err);
 }
 
 mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, off_t *off,
@@ -1084,18 +953,22 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
 {
     md_tls_conn *t = c->tls;
     *sent = 0;
-    if (!t->writing) {
-        if (flush(c, cx) == MP_PENDING)
+    if (t->s == NULL) {
+        *err = -EPROTO;
+        return MP_READY;
+    }
+    if (!md_tls_stream_writing(t->s)) {
+        /* Output made before (a flight, a ticket) goes first. */
+        if (md_tls_stream_encrypt(t->s, cx, NULL, 0, err) == MP_PENDING)
             return MP_PENDING;
-        if (t->failed != 0) {
-            *err = t->failed;
+        if (*err != 0)
             return MP_READY;
-        }
         /* The head and the piece in one buffer: one SSL_write_ex, records filled. */
         size_t head = md_outbuf_pending(out);
         size_t piece = count < FILE_PIECE ? count : FILE_PIECE;
         char *buf = malloc(head + piece);
         if (buf == NULL) {
+            (void)md_tls_stream_flush(t->s, cx, err); /* nothing queued: READY */
             *err = -ENOMEM;
             return MP_READY;
         }
@@ -1104,24 +977,23 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
         if (got < 0) {
             *err = -errno;
             free(buf);
+            (void)md_tls_stream_flush(t->s, cx, err);
+            *err = *err != 0 ? *err : -EIO;
             return MP_READY;
         }
         md_outbuf_consume(out, head);
-        size_t n;
-        if (head + (size_t)got != 0 && SSL_write_ex(t->ssl, buf, head + (size_t)got, &n) != 1)
-            fail(t, -EPROTO);
+        /* Nothing is queued now, so this takes it at once (it is encrypted before the
+         * return: the buffer may go). */
+        mp_poll r = md_tls_stream_encrypt(t->s, cx, buf, head + (size_t)got, err);
         free(buf);
-        if (t->failed != 0) {
-            *err = t->failed;
+        if (r == MP_PENDING || *err != 0) {
+            *err = *err != 0 ? *err : -EPROTO;
             return MP_READY;
         }
         t->file_sent = (size_t)got;
-        t->writing = true;
     }
-    if (flush(c, cx) == MP_PENDING)
+    if (md_tls_stream_flush(t->s, cx, err) == MP_PENDING)
         return MP_PENDING;
-    t->writing = false;
-    *err = t->failed;
     if (*err == 0) {
         *sent = t->file_sent;
         *off += (off_t)t->file_sent;
@@ -1132,28 +1004,27 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
 mp_poll md_tls_close_notify(md_conn *c, mp_context *cx)
 {
     md_tls_conn *t = c->tls;
-    if (!t->notified) {
-        t->notified = true;
-        if (t->ssl != NULL && t->failed == 0 && t->hs_end == UINT64_MAX && !t->writing) {
-            (void)SSL_shutdown(t->ssl);
-            ERR_clear_error();
-        }
-    }
-    if (t->writing)
-        return MP_READY; /* a write left unfinished: nothing may follow it */
-    return flush(c, cx);
+    return t->s != NULL ? md_tls_stream_close_notify(t->s, cx) : MP_READY;
 }
 
 const char *md_tls_servername(const md_conn *c)
 {
-    if (c->tls == NULL || c->tls->ssl == NULL)
+    if (c->tls == NULL || c->tls->s == NULL)
         return NULL;
-    return SSL_get_servername(c->tls->ssl, TLSEXT_NAMETYPE_host_name);
+    return SSL_get_servername(md_tls_stream_ssl(c->tls->s), TLSEXT_NAMETYPE_host_name);
 }
 
 uint64_t md_tls_handshake_deadline(const md_conn *c)
 {
-    return c->tls != NULL ? c->tls->hs_end : UINT64_MAX;
+    const md_tls_conn *t = c->tls;
+    if (t == NULL || t->hs_end == UINT64_MAX || t->x->handshake_min_rate == 0)
+        return t != NULL ? t->hs_end : UINT64_MAX;
+    /* The first moment past the grace when bytes / elapsed < rate: elapsed > bytes / rate. */
+    uint64_t slow = t->hs_start + t->hs_bytes * 1000 / t->x->handshake_min_rate + 1;
+    uint64_t grace = t->hs_start + t->x->handshake_rate_grace_ms;
+    if (slow < grace)
+        slow = grace;
+    return slow < t->hs_end ? slow : t->hs_end;
 }
 
 void md_tls_conn_free(md_conn *c)
@@ -1161,19 +1032,10 @@ void md_tls_conn_free(md_conn *c)
     md_tls_conn *t = c->tls;
     if (t == NULL)
         return;
-    if (t->ssl != NULL && !t->notified && t->failed == 0 && t->hs_end == UINT64_MAX &&
-        t->wlen == 0 && !t->writing) {
-        /* Best effort, and without waiting: the close_notify if the socket takes it now. */
-        (void)SSL_shutdown(t->ssl);
-        int fd = mp_tcp_fileno(&c->tcp);
-        if (t->wlen != 0 && fd >= 0)
-            (void)send(fd, t->wbuf, t->wlen, MSG_DONTWAIT | MSG_NOSIGNAL);
-    }
-    ERR_clear_error();
-    SSL_free(t->ssl);
+    if (t->s != NULL)
+        md_tls_stream_notify(t->s); /* best effort, and without waiting */
+    md_tls_stream_free(t->s);
     ctx_unref(t->x);
-    free(t->wbuf);
-    free(t->pbuf);
     free(t);
     c->tls = NULL;
 }
@@ -1183,8 +1045,8 @@ bool md_tls_alpn_h2(const struct md_conn *c)
     const md_tls_conn *t = c->tls;
     const unsigned char *p = NULL;
     unsigned int n = 0;
-    if (t == NULL || t->ssl == NULL)
+    if (t == NULL || t->s == NULL)
         return false;
-    SSL_get0_alpn_selected(t->ssl, &p, &n);
+    SSL_get0_alpn_selected(md_tls_stream_ssl(t->s), &p, &n);
     return n == 2 && memcmp(p, "h2", 2) == 0;
 }

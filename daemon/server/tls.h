@@ -34,12 +34,16 @@ typedef struct md_tls_config {
     uint32_t session_cache;                   /* entries of the server's cache; 0 = off */
     uint32_t session_timeout_s;               /* a session's (and ticket's) lifetime */
     uint32_t handshake_timeout_ms;            /* from accept to the handshake's end */
+    uint32_t handshake_min_rate;              /* bytes/s the handshake must average; 0: none */
+    uint32_t handshake_rate_grace_ms;         /* ... once this long has passed since accept */
     bool session_tickets;
     bool strict_sni;                /* a server name no site has (or none): the handshake fails */
     uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
     uint32_t line[16];              /* per key of tls.c's table */
-    /* The section messages name: "" for [https]; "site NAME" for a site's certificate. */
+    /* The section messages name: "" for [https]; "site NAME" for a site's certificate,
+     * "listener NAME" for a TLS [listener NAME]'s context. */
     char label[48];
+    bool own_pair; /* md_tls_config_listener: the listener's own certificate */
 } md_tls_config;
 
 /* The defaults: Mozilla's "intermediate" profile (v5.7), tickets on, a 20480-entry cache. */
@@ -57,6 +61,13 @@ struct md_route_table;
  * named "file:line: [site NAME] certificate: why". */
 int md_tls_config_check(const md_tls_config *t, const struct md_route_table *sites,
                         const char *source, md_error *err);
+
+/* The configuration of a TLS [listener NAME] (name) with its own default certificate and key
+ * (cert ""; t's pairs) and strict_sni (-1: t's): t's protocols and suites, messages naming
+ * "[listener NAME]" and the listener's lines. */
+void md_tls_config_listener(const md_tls_config *t, const char *name, const char *cert,
+                            uint32_t cert_line, const char *key, uint32_t key_line, int strict_sni,
+                            md_tls_config *out);
 
 /* A server context made from t: the listener's SSL_CTX, one more per site with a certificate
  * of its own (SNI picks it: sites.h's matching), refcounted: each connection holds one
@@ -103,7 +114,10 @@ mp_poll md_tls_close_notify(struct md_conn *c, mp_context *cx);
 /* The server name the client sent (SNI), or NULL (none, no handshake yet, no TLS). The task's
  * thread. */
 const char *md_tls_servername(const struct md_conn *c);
-/* The handshake's deadline (mp_now_ms() clock), UINT64_MAX once it is done. */
+/* The handshake's deadline (mp_now_ms() clock), UINT64_MAX once it is done: the nearer of
+ * handshake_timeout_ms from the accept and the moment the bytes received so far fall under
+ * handshake_min_rate averaged since the accept (never before handshake_rate_grace_ms); it
+ * moves as bytes come, so the task asks again at each wait. */
 uint64_t md_tls_handshake_deadline(const struct md_conn *c);
 
 /* /metrics: handshakes (by protocol version), failures (by reason), resumptions. */

@@ -509,3 +509,133 @@ Test(tls, half_open_handshakes_hold_only_their_listener, .timeout = 60)
     }
     finish(&d);
 }
+
+/* handshake_min_rate: a ClientHello trickled a byte at a time is closed long before
+ * handshake_timeout_ms (a minute here), and counted as a handshake timeout. */
+Test(tls, trickled_handshake_closed_by_min_rate, .timeout = 60)
+{
+    setup("handshake_timeout_ms = 60000\nhandshake_min_rate = 100\nhandshake_rate_grace_ms = 500");
+    daemon_proc d = start_tls();
+    static const char hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    int fd = test_connect(d.https);
+    bool closed = false;
+    /* 5 bytes a second, for at most 40 s: under 100 a second, past the grace. */
+    for (int i = 0; i < 200 && !closed; i++) {
+        if (send(fd, &hello[i % 11], 1, MSG_NOSIGNAL) != 1)
+            closed = true;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char b;
+        if (!closed && poll(&p, 1, 200) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) <= 0)
+            closed = true;
+    }
+    close(fd);
+    cr_assert(closed, "a trickled handshake was not closed by handshake_min_rate");
+    cr_assert_eq(
+        metric(&d,
+               "magpied_connections_closed_total{listener=\"https\",reason=\"handshake_timeout\"}"),
+        1);
+    served(&d);
+    finish(&d);
+}
+
+/* Hundreds of half-made handshakes on a listener of 64 connections: the rate's grace frees
+ * their slots, and a normal client waiting behind them is served. */
+Test(tls, hundreds_of_half_handshakes_do_not_lock_out_a_client, .timeout = 90)
+{
+    setup("max_connections = 64\nhandshake_timeout_ms = 60000\nhandshake_min_rate = 100\n"
+          "handshake_rate_grace_ms = 500");
+    daemon_proc d = start_tls();
+    enum { N = 300 };
+    static int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = test_connect(d.https);
+        if (i % 2 == 0) /* half of them send half a ClientHello, then nothing */
+            test_write_all(fds[i], "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+    }
+    char cmd[PKI_DIR_MAX + 200];
+    snprintf(cmd, sizeof cmd, "curl -sS --max-time 40 --cacert '%s/ca.pem' https://127.0.0.1:%d/",
+             dir, d.https);
+    cr_assert_str_eq(run(cmd), "Hello, World!");
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    served(&d);
+    finish(&d);
+}
+
+/* openssl s_client to port with args; its output. */
+static char *s_client_at(int port, const char *args)
+{
+    char cmd[PKI_DIR_MAX + 600];
+    snprintf(cmd, sizeof cmd,
+             "(printf 'GET / HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n'; sleep 1) | timeout 10 "
+             "openssl s_client -connect 127.0.0.1:%d -CAfile '%s/ca.pem' %s 2>&1",
+             port, dir, args);
+    return run(cmd);
+}
+
+/* A TLS [listener NAME] with a default certificate and strict_sni of its own: its clients get
+ * its pair (RSA here, [https]'s is ECDSA), a name no site has gets unrecognized_name there and
+ * [https]'s pair on [https]; `magpied -t` names the listener's lines. */
+Test(tls, listener_default_certificate_and_strict_sni, .timeout = 60)
+{
+    char extra[PKI_DIR_MAX * 2 + 200];
+    setup(NULL);
+    snprintf(extra, sizeof extra,
+             "\n[listener other]\nlisten = 127.0.0.1:0\ntls = on\ncertificate = %s/rsa.pem\n"
+             "certificate_key = %s/rsa.key\nstrict_sni = on\n[site local]\nnames = localhost\n",
+             dir, dir);
+    FILE *f = fopen(conf, "a");
+    cr_assert_not_null(f);
+    fputs(extra, f);
+    fclose(f);
+    daemon_proc d = start_tls();
+    const char *at = strstr(d.line, " other=127.0.0.1:");
+    cr_assert_not_null(at, "%s", d.line);
+    int other = atoi(at + strlen(" other=127.0.0.1:"));
+    /* [https]: the name no site has gets its default pair (and 421: Host names a site). */
+    char *out = s_client_at(d.https, "-servername unknown.example");
+    cr_assert(strstr(out, "Server public key is 256 bit") && strstr(out, "HTTP/1.1 421"), "%s",
+              out);
+    out = s_client_at(other, "-servername localhost"); /* a site's name */
+    cr_assert(strstr(out, "Server public key is 2048 bit") && strstr(out, "HTTP/1.1 "), "%s", out);
+    out = s_client_at(other, "-servername unknown.example");
+    cr_assert(strstr(out, "unrecognized name") || strstr(out, "unrecognized_name"), "%s", out);
+    cr_assert_null(strstr(out, "Hello, World!"), "%s", out);
+    /* /metrics lists the listener's certificate too. */
+    char cmd[PATH_MAX * 2 + 100];
+    snprintf(cmd, sizeof cmd, "curl -s --cacert '%s/ca.pem' https://127.0.0.1:%d/metrics", dir,
+             d.https);
+    out = run(cmd);
+    cr_assert(strstr(out, "magpied_tls_certificate_expiry_seconds{section=\"listener other\""),
+              "%s", out);
+    served(&d);
+    cr_assert_eq(stop(&d), 0);
+    /* -t: a key without its certificate, a certificate that cannot be read, on a plaintext
+     * listener. */
+    char exe[PATH_MAX + 32];
+    magpied_path(exe, sizeof exe);
+    static const char *const bad[][2] = {
+        {"tls = on\ncertificate_key = %s/rsa.key\n",
+         "check.conf:5: [listener other] certificate_key: must be set with certificate"},
+        {"tls = on\ncertificate = %s/none.pem\ncertificate_key = %s/rsa.key\n",
+         "check.conf:8: [listener other] certificate: cannot open"},
+        {"certificate = %s/rsa.pem\ncertificate_key = %s/rsa.key\n",
+         "check.conf:7: [listener other] certificate: needs tls = on"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char path[PKI_DIR_MAX + 16], keys[PKI_DIR_MAX * 2 + 200];
+        snprintf(path, sizeof path, "%s/check.conf", dir);
+        snprintf(keys, sizeof keys, bad[i][0], dir, dir);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f,
+                "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = "
+                "%s/ec.key\n[listener other]\nlisten = 127.0.0.1:0\n%s",
+                dir, dir, keys);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo \"rc=$?\"", exe, path);
+        out = run(cmd);
+        cr_assert(strstr(out, bad[i][1]) && strstr(out, "rc=1"), "%zu: %s", i, out);
+    }
+    pki_remove(dir);
+}

@@ -39,6 +39,8 @@ Test(tls, defaults_are_the_intermediate_profile)
     cr_assert(t.session_tickets);
     cr_assert_gt(t.session_cache, 0);
     cr_assert_gt(t.handshake_timeout_ms, 0);
+    cr_assert_eq(t.handshake_min_rate, 128);
+    cr_assert_eq(t.handshake_rate_grace_ms, 3000);
     cr_assert_eq(t.cert[0][0], '\0');
     /* Off by default: a file without [https] checks without any certificate. */
     md_config c;
@@ -71,6 +73,16 @@ Test(tls, keys_parsed_and_refused)
 
     cr_assert_neq(parse(&c, "[https]\nsession_tickets = maybe\n", &err), 0);
     cr_assert(strstr(err.msg, "t.conf:2: [https] session_tickets: expected"), "%s", err.msg);
+    cr_assert_eq(
+        parse(&c, "[https]\nhandshake_min_rate = 0\nhandshake_rate_grace_ms = 250\n", &err), 0,
+        "%s", err.msg);
+    cr_assert_eq(c.tls.handshake_min_rate, 0);
+    cr_assert_eq(c.tls.handshake_rate_grace_ms, 250);
+    cr_assert_neq(parse(&c, "[https]\nhandshake_min_rate = -1\n", &err), 0);
+    cr_assert(strstr(err.msg, "t.conf:2: [https] handshake_min_rate: expected an integer"), "%s",
+              err.msg);
+    cr_assert_neq(parse(&c, "[https]\nhandshake_rate_grace_ms = 3600001\n", &err), 0);
+    cr_assert(strstr(err.msg, "t.conf:2: [https] handshake_rate_grace_ms:"), "%s", err.msg);
     cr_assert_neq(parse(&c, "[https]\nhandshake_timeout_ms = 0\n", &err), 0);
     cr_assert(strstr(err.msg, "t.conf:2: [https] handshake_timeout_ms:"), "%s", err.msg);
     cr_assert_neq(parse(&c, "[https]\ncertificat = /a.pem\n", &err), 0);

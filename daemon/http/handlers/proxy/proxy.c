@@ -31,6 +31,7 @@
 
 #include "core/ini.h"
 #include "core/log.h"
+#include "core/tls_stream.h"
 #include "core/text.h"
 #include "http/handler.h"
 #include "http/handlers/proxy/proxy_msg.h"
@@ -160,6 +161,7 @@ static int proxy_link(void *conf, const md_ini_conf *cfg, uint32_t *line, char *
 enum state {
     ST_PICK,
     ST_CONNECT,
+    ST_HANDSHAKE, /* tls = on: the TLS handshake, within connect_timeout_ms */
     ST_SEND_HEAD,
     ST_SEND_BODY,
     ST_READ,
@@ -306,7 +308,8 @@ static void finish(proxy *p, bool extra)
 {
     md_upstream_conn *uc = p->uc;
     bool reuse = !extra && p->resp.complete && !p->resp.close_delimited &&
-                 p->resp.upstream_keepalive && p->request_sent && p->up->conf->keepalive != 0;
+                 p->resp.upstream_keepalive && p->request_sent && p->up->conf->keepalive != 0 &&
+                 (uc->tls == NULL || md_tls_stream_idle(uc->tls));
     if (reuse) {
         mp_tcp_disown(&uc->tcp);
         p->uc = NULL;
@@ -521,7 +524,7 @@ static bool early_response(proxy *p, md_http_req *req, mp_context *cx)
     const char *data;
     size_t len;
     int err;
-    if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) != MP_READY || len == 0)
+    if (md_upstream_conn_read(p->uc, cx, &data, &len, &err) != MP_READY || len == 0)
         return false;
     if (!md_http_req_body_done(req))
         md_http_req_close_after(req);
@@ -545,13 +548,13 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
         proxy_free(p);
         return -EPIPE;
     }
-    mp_tcp *up = &p->uc->tcp;
+    md_upstream_conn *up = p->uc;
     bool moved;
     do {
         moved = false;
         int err = 0;
         if (!p->down_eof && p->down_len == 0 &&
-            mp_tcp_read_poll(up, cx, &p->down, &p->down_len, &err) == MP_READY &&
+            md_upstream_conn_read(up, cx, &p->down, &p->down_len, &err) == MP_READY &&
             p->down_len == 0) {
             /* The upstream is done sending; all it sent has been written to the client. */
             if (err != UV_EOF || io->shutdown == NULL || io->shutdown(io) != 0)
@@ -562,18 +565,19 @@ static int tunnel(proxy *p, mp_context *cx, md_http_io *io)
         if (p->down_len != 0 && io->write(io, cx, p->down, p->down_len, &err) == MP_READY) {
             if (err != 0)
                 goto end;
-            mp_tcp_consume(up, p->down_len);
+            md_upstream_conn_consume(up, p->down_len);
             p->down_len = 0;
             moved = true;
         }
         if (!p->up_eof && p->up_len == 0 &&
             io->read(io, cx, &p->up_data, &p->up_len, &err) == MP_READY && p->up_len == 0) {
-            if (err != UV_EOF || mp_tcp_shutdown(up) != 0)
+            if (err != UV_EOF || md_upstream_conn_shutdown(up) != 0)
                 goto end;
             p->up_eof = true;
             moved = true;
         }
-        if (p->up_len != 0 && mp_tcp_write_poll(up, cx, p->up_data, p->up_len, &err) == MP_READY) {
+        if (p->up_len != 0 &&
+            md_upstream_conn_write(up, cx, p->up_data, p->up_len, &err) == MP_READY) {
             if (err != 0)
                 goto end;
             io->consume(io, p->up_len);
@@ -661,13 +665,42 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                     return answer_error(p, req, fail_status(p));
                 break;
             }
+            if (p->up->tls_ctx != NULL) {
+                int rc = md_upstream_tls_start(p->uc);
+                if (rc != 0)
+                    return rc; /* -ENOMEM */
+                p->state = ST_HANDSHAKE;
+                p->deadline_ms = mp_now_ms() + conf->connect_timeout_ms;
+                break;
+            }
             p->state = ST_SEND_HEAD;
             p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
             break;
         }
+        case ST_HANDSHAKE: {
+            int err;
+            md_upstream_reason why = MD_UP_TLS_HANDSHAKE;
+            if (md_tls_stream_handshake(p->uc->tls, cx, &err) == MP_PENDING) {
+                if (!expired(p, cx))
+                    return MD_PENDING_WAIT;
+                why = MD_UP_CONNECT_TIMEOUT;
+            } else if (err == 0) {
+                p->state = ST_SEND_HEAD;
+                p->deadline_ms = mp_now_ms() + conf->send_timeout_ms;
+                break;
+            } else {
+                /* The reason, and never a retry in plaintext: the attempt fails. */
+                char reason[256];
+                md_log(MD_LOG_ERROR, "upstream %s server %s: TLS handshake failed: %s", conf->name,
+                       p->peer->conf->label, md_upstream_tls_why(p->uc, reason, sizeof reason));
+            }
+            if (!attempt_failed(p, req, why, false))
+                return answer_error(p, req, fail_status(p));
+            break;
+        }
         case ST_SEND_HEAD: {
             int err;
-            if (mp_tcp_write_poll(&p->uc->tcp, cx, p->head, p->head_len, &err) == MP_PENDING) {
+            if (md_upstream_conn_write(p->uc, cx, p->head, p->head_len, &err) == MP_PENDING) {
                 if (!expired(p, cx))
                     return MD_PENDING_WAIT;
                 err = -ETIMEDOUT;
@@ -718,7 +751,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 }
             }
             int err;
-            if (mp_tcp_write_poll(&p->uc->tcp, cx, p->span, p->span_len, &err) == MP_PENDING) {
+            if (md_upstream_conn_write(p->uc, cx, p->span, p->span_len, &err) == MP_PENDING) {
                 /* The server takes no more: it may have answered already (RFC 9112 9.5). */
                 if (early_response(p, req, cx))
                     break;
@@ -776,7 +809,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             const char *data;
             size_t len;
             int err;
-            if (mp_tcp_read_poll(&p->uc->tcp, cx, &data, &len, &err) == MP_PENDING) {
+            if (md_upstream_conn_read(p->uc, cx, &data, &len, &err) == MP_PENDING) {
                 if (md_outbuf_pending(out) != 0)
                     return MD_PENDING_MORE; /* nothing more yet: send what there is */
                 if (mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_PENDING)
@@ -829,7 +862,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             size_t used;
             int rc = md_proxy_resp_feed(&p->resp, data, len, &used, out);
             if (rc >= 0)
-                mp_tcp_consume(&p->uc->tcp, used);
+                md_upstream_conn_consume(p->uc, used);
             if (!had_head && p->resp.head_sent) {
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(req);
@@ -897,11 +930,11 @@ static int proxy_gen_new(const md_ini_conf *cfg, mp_runtime *rt, void **state, c
     if (t == NULL || t->n == 0)
         return 0;
     md_upstreams *us;
-    int rc = md_upstreams_new(&us, t, rt);
-    if (rc != 0) {
+    int rc = md_upstreams_new(&us, t, rt, msg, msg_len);
+    if (rc == -ENOMEM)
         md_say(msg, msg_len, "upstreams: %s", strerror(-rc));
+    if (rc != 0)
         return rc;
-    }
     *state = us;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "core/ini.h"
 #include "core/metrics.h"
 #include "core/text.h"
+#include "core/tls_stream.h"
 #include "list.h"
 #include "http/routes.h"
 
@@ -45,6 +46,7 @@ static void conf_defaults(md_upstream_conf *u)
     u->health_fall = 3;
     u->max_response_header_bytes = 65536;
     u->buffer_bytes = 65536;
+    u->tls_verify = true;
 }
 
 int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char *msg,
@@ -231,6 +233,8 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
 {
     if (strcmp(key, "server") == 0)
         return server_key(u, value, msg, msg_len);
+    if (strncmp(key, "tls", 3) == 0)
+        return md_upstream_tls_key(u, key, value, msg, msg_len);
     int bit = -1;
     const struct ukey *k = NULL;
     for (size_t i = 0; i < sizeof ukeys / sizeof ukeys[0]; i++) {
@@ -313,7 +317,7 @@ int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len)
         md_say(msg, msg_len, "server: at least one required");
         return -EINVAL;
     }
-    return 0;
+    return md_upstream_tls_check(u, msg, msg_len);
 }
 
 /* --- State --------------------------------------------------------------------------- */
@@ -330,6 +334,7 @@ static const char *const reason_names[MD_UP_REASONS] = {
     [MD_UP_BAD_RESPONSE] = "bad_response",
     [MD_UP_HEADER_TOO_BIG] = "header_too_big",
     [MD_UP_NO_SERVER] = "no_server",
+    [MD_UP_TLS_HANDSHAKE] = "tls_handshake",
 };
 
 const char *md_upstream_reason_name(md_upstream_reason r)
@@ -380,7 +385,8 @@ const md_ini_section md_section_upstream = {
 int md_upstream_health_start(md_upstreams *us); /* upstream_health.c */
 void md_upstreams_unref(md_upstreams *us);
 
-int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt)
+int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt, char *msg,
+                     size_t msg_len)
 {
     md_upstreams *us = calloc(1, sizeof *us);
     if (us == NULL)
@@ -405,6 +411,12 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
             us->conf.n = i + 1; /* the groups made so far, for the free */
             md_upstreams_unref(us);
             return -ENOMEM;
+        }
+        /* The files were checked as the configuration was read; they may have changed. */
+        if (md_upstream_tls_init(up, msg, msg_len) != 0) {
+            us->conf.n = i + 1;
+            md_upstreams_unref(us);
+            return -EINVAL;
         }
     }
     if (rt != NULL) {
@@ -445,6 +457,7 @@ void md_upstreams_unref(md_upstreams *us)
             p->idle_tail = NULL;
             p->nidle = 0;
         }
+        md_upstream_tls_fini(up);
         pthread_mutex_destroy(&up->mu);
     }
     free(us);
@@ -611,11 +624,44 @@ void md_upstream_health_result(md_upstream_peer *p, bool good)
 
 static void conn_closed(mp_tcp *t)
 {
-    free(mp_container_of(t, md_upstream_conn, tcp));
+    md_upstream_conn *c = mp_container_of(t, md_upstream_conn, tcp);
+    md_tls_stream_free(c->tls); /* nothing sent: a close_notify is not waited for */
+    free(c);
+}
+
+mp_poll md_upstream_conn_read(md_upstream_conn *c, mp_context *cx, const char **data, size_t *len,
+                              int *err)
+{
+    if (c->tls != NULL)
+        return md_tls_stream_read_poll(c->tls, cx, data, len, err);
+    return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
+}
+
+void md_upstream_conn_consume(md_upstream_conn *c, size_t n)
+{
+    if (c->tls != NULL)
+        md_tls_stream_consume(c->tls, n);
+    else
+        mp_tcp_consume(&c->tcp, n);
+}
+
+mp_poll md_upstream_conn_write(md_upstream_conn *c, mp_context *cx, const char *data, size_t len,
+                               int *err)
+{
+    if (c->tls != NULL)
+        return md_tls_stream_write(c->tls, cx, data, len, err);
+    return mp_tcp_write_poll(&c->tcp, cx, data, len, err);
+}
+
+int md_upstream_conn_shutdown(md_upstream_conn *c)
+{
+    return c->tls != NULL ? md_tls_stream_shutdown(c->tls) : mp_tcp_shutdown(&c->tcp);
 }
 
 void md_upstream_conn_close(md_upstream_conn *c)
 {
+    if (c->tls != NULL)
+        md_tls_stream_notify(c->tls);   /* keeps its session resumable */
     mp_tcp_close(&c->tcp, conn_closed); /* conn_closed runs once, whatever it returns */
 }
 

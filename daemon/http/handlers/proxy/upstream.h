@@ -37,12 +37,14 @@
 #include "magpie.h"
 
 enum {
-    MD_UPSTREAMS_MAX = 16,        /* [upstream] sections */
-    MD_UPSTREAM_SERVERS_MAX = 16, /* servers of one group, after resolving names */
-    MD_UPSTREAM_NAME_MAX = 33,    /* a group's name, with its NUL */
-    MD_UPSTREAM_LABEL_MAX = 80,   /* a server's label (logs, metrics), with its NUL */
-    MD_UPSTREAM_PATH_MAX = 128,   /* health_path, with its NUL */
-    MD_UPSTREAM_HEADER_MAX = 64,  /* hash_header's field name, with its NUL */
+    MD_UPSTREAMS_MAX = 16,           /* [upstream] sections */
+    MD_UPSTREAM_SERVERS_MAX = 16,    /* servers of one group, after resolving names */
+    MD_UPSTREAM_NAME_MAX = 33,       /* a group's name, with its NUL */
+    MD_UPSTREAM_LABEL_MAX = 80,      /* a server's label (logs, metrics), with its NUL */
+    MD_UPSTREAM_PATH_MAX = 128,      /* health_path, with its NUL */
+    MD_UPSTREAM_HEADER_MAX = 64,     /* hash_header's field name, with its NUL */
+    MD_UPSTREAM_TLS_PATH_MAX = 1024, /* tls_ca_file and the client pair's paths, with NUL */
+    MD_UPSTREAM_TLS_NAME_MAX = 254,  /* tls_server_name: a DNS name, with its NUL */
 };
 
 typedef enum md_balance {
@@ -76,6 +78,11 @@ typedef struct md_upstream_conf {
         buffer_bytes;
     char health_path[MD_UPSTREAM_PATH_MAX]; /* empty: no active checks */
     uint32_t seen;                          /* bit per key set (not server), for duplicates */
+    /* TLS to the servers (upstream_tls.c): tls = on; "" is the default of each. */
+    bool tls, tls_verify;
+    char tls_ca_file[MD_UPSTREAM_TLS_PATH_MAX];     /* "": the system's store */
+    char tls_server_name[MD_UPSTREAM_TLS_NAME_MAX]; /* "": each server's host */
+    char tls_cert[MD_UPSTREAM_TLS_PATH_MAX], tls_key[MD_UPSTREAM_TLS_PATH_MAX]; /* mTLS */
 } md_upstream_conf;
 
 struct md_ini_section;
@@ -112,7 +119,8 @@ typedef enum md_upstream_reason {
     MD_UP_RESET, /* closed or reset before a whole response */
     MD_UP_BAD_RESPONSE,
     MD_UP_HEADER_TOO_BIG,
-    MD_UP_NO_SERVER, /* every server down or at max_conns */
+    MD_UP_NO_SERVER,     /* every server down or at max_conns */
+    MD_UP_TLS_HANDSHAKE, /* a TLS handshake that failed: verification, an alert, a close */
     MD_UP_REASONS,
 } md_upstream_reason;
 
@@ -155,6 +163,7 @@ typedef struct md_upstream_peer {
     struct md_upstream_conn *idle;      /* the pool, most recently used first */
     struct md_upstream_conn *idle_tail; /* its least recently used, the first to close */
     uint32_t nidle;
+    struct ssl_session_st *tls_session; /* the last TLS session it gave (resumption) */
 } md_upstream_peer;
 
 /* A response head from peer passed on to the client, status, ms after the first attempt
@@ -164,6 +173,7 @@ void md_upstream_count_response(md_upstream_peer *peer, unsigned status, uint64_
 /* A connection to a server: a pooled one, or one a request is using. */
 typedef struct md_upstream_conn {
     mp_tcp tcp;
+    struct md_tls_stream *tls; /* tls = on: the TLS stream over tcp (core/tls_stream.h) */
     md_upstream_peer *peer;
     uint64_t idle_since_ms;               /* in the pool: since when */
     struct md_upstream_conn *next, *prev; /* in the pool: newer is prev */
@@ -175,7 +185,8 @@ typedef struct md_upstream {
     pthread_mutex_t mu;
     uint32_t rr;  /* guarded by mu: where least_conn's ties start */
     bool closing; /* guarded by mu: md_upstreams_shutdown() ran, nothing is pooled any more */
-    md_upstream_counters *n; /* the group's /metrics counters (retries) */
+    md_upstream_counters *n;    /* the group's /metrics counters (retries) */
+    struct ssl_ctx_st *tls_ctx; /* tls = on: the generation's client context; NULL: plaintext */
     md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
 } md_upstream;
 
@@ -187,9 +198,11 @@ typedef struct md_upstreams {
     md_upstream u[MD_UPSTREAMS_MAX];
 } md_upstreams;
 
-/* The state of every group in t (copied), for a generation. 0, -ENOMEM. Starts the active
+/* The state of every group in t (copied), for a generation. 0, -ENOMEM, -EINVAL (a group's
+ * TLS context, msg saying why). Starts the active
  * health checks of the groups that have a health_path (rt NULL: none, for tests). */
-int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt);
+int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime *rt, char *msg,
+                     size_t msg_len);
 /* The generation's end, when no request uses it any more: stops the checks, and once their
  * task has let go too, closes the pooled connections and frees the state. */
 void md_upstreams_free(md_upstreams *us);
@@ -232,6 +245,35 @@ uint32_t md_upstream_pool_idle(md_upstream_peer *p);
 int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out);
 /* Closes c (its task's, or the pool's); its memory goes once the socket is closed. */
 void md_upstream_conn_close(md_upstream_conn *c);
+
+/* The connection's I/O, over TLS when the group has tls = on (the calls of mp_tcp's shape;
+ * core/tls_stream.h). */
+mp_poll md_upstream_conn_read(md_upstream_conn *c, mp_context *cx, const char **data, size_t *len,
+                              int *err);
+void md_upstream_conn_consume(md_upstream_conn *c, size_t n);
+mp_poll md_upstream_conn_write(md_upstream_conn *c, mp_context *cx, const char *data, size_t len,
+                               int *err);
+int md_upstream_conn_shutdown(md_upstream_conn *c);
+
+/* upstream_tls.c. The [upstream] TLS keys (tls, tls_verify, tls_ca_file, tls_server_name,
+ * tls_client_certificate, tls_client_key): 0, -ENOENT (not one of them), -EINVAL with msg. A
+ * CA file is read as the key is (readable, PEM certificates). */
+int md_upstream_tls_key(md_upstream_conf *u, const char *key, const char *value, char *msg,
+                        size_t msg_len);
+/* At the section's end: the context made once as a check (the client pair matching), and the
+ * warning that tls_verify = off logs. 0 or -EINVAL with msg. */
+int md_upstream_tls_check(const md_upstream_conf *u, char *msg, size_t msg_len);
+/* The group's client context for a generation (up->tls_ctx; nothing without tls = on). 0 or
+ * -EINVAL with msg. */
+int md_upstream_tls_init(md_upstream *up, char *msg, size_t msg_len);
+/* The context and the peers' sessions, at the generation's end. */
+void md_upstream_tls_fini(md_upstream *up);
+/* The connected c's TLS stream, set up to verify p's certificate (chain and name), with SNI,
+ * ALPN http/1.1 and p's last session; the handshake is the caller's (md_tls_stream_handshake).
+ * 0 or -ENOMEM. */
+int md_upstream_tls_start(md_upstream_conn *c);
+/* One line's worth of why c's handshake failed (md_tls_stream_why). */
+const char *md_upstream_tls_why(md_upstream_conn *c, char *buf, size_t len);
 
 /* Whether a pooled socket is still usable: nothing to read and no EOF (MSG_PEEK). */
 bool md_upstream_fd_idle_ok(int fd);

@@ -25,13 +25,14 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/tls_stream.h"
 #include "http/handlers/proxy/upstream.h"
 
 int md_upstream_health_start(md_upstreams *us);
 void md_upstream_health_stop(md_upstreams *us);
 void md_upstreams_unref(md_upstreams *us); /* upstream.c */
 
-enum { H_WAIT, H_CONNECT, H_SEND, H_READ };
+enum { H_WAIT, H_CONNECT, H_HANDSHAKE, H_SEND, H_READ };
 
 typedef struct md_health {
     mp_task task;
@@ -41,22 +42,17 @@ typedef struct md_health {
     uint32_t group, server; /* the check in progress */
     uint64_t deadline_ms;
     uint64_t next_ms[MD_UPSTREAMS_MAX]; /* when each group's next round starts */
-    mp_tcp *conn;
+    md_upstream_conn *conn;             /* over TLS too with tls = on (the group's context) */
     char req[MD_UPSTREAM_PATH_MAX + MD_UPSTREAM_LABEL_MAX + 96];
     size_t req_len;
     char resp[16]; /* "HTTP/1.1 200" */
     size_t resp_len;
 } md_health;
 
-static void conn_closed(mp_tcp *t)
-{
-    free(t);
-}
-
 static void close_conn(md_health *h)
 {
     if (h->conn != NULL)
-        mp_tcp_close(h->conn, conn_closed); /* conn_closed runs once, whatever it returns */
+        md_upstream_conn_close(h->conn);
     h->conn = NULL;
 }
 
@@ -123,11 +119,7 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
             }
             md_upstream *up = &h->us->u[h->group];
             md_upstream_peer *p = &up->peers[h->server];
-            h->conn = calloc(1, sizeof *h->conn);
-            if (h->conn == NULL ||
-                mp_tcp_connect(h->us->rt, h->conn, (const struct sockaddr *)&p->conf->addr, 4096) !=
-                    0) {
-                free(h->conn);
+            if (md_upstream_conn_open(p, &h->conn) != 0) {
                 h->conn = NULL;
                 checked(h, false, "cannot connect");
                 break;
@@ -144,10 +136,39 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
         }
         case H_CONNECT: {
             int err;
-            if (mp_tcp_connect_poll(h->conn, cx, &h->timer, h->deadline_ms, &err) == MP_PENDING)
+            if (mp_tcp_connect_poll(&h->conn->tcp, cx, &h->timer, h->deadline_ms, &err) ==
+                MP_PENDING)
                 return MP_PENDING;
             if (err != 0) {
                 checked(h, false, err == -ETIMEDOUT ? "connect timeout" : "connect failed");
+                break;
+            }
+            if (h->us->u[h->group].tls_ctx != NULL) {
+                if (md_upstream_tls_start(h->conn) != 0) {
+                    checked(h, false, "out of memory");
+                    break;
+                }
+                h->state = H_HANDSHAKE;
+                h->deadline_ms = now + h->us->u[h->group].conf->connect_timeout_ms;
+                break;
+            }
+            h->state = H_SEND;
+            h->deadline_ms = now + h->us->u[h->group].conf->read_timeout_ms;
+            break;
+        }
+        case H_HANDSHAKE: {
+            int err;
+            if (md_tls_stream_handshake(h->conn->tls, cx, &err) == MP_PENDING) {
+                if (mp_timer_poll(&h->timer, h->deadline_ms, cx) == MP_PENDING)
+                    return MP_PENDING;
+                checked(h, false, "TLS handshake timeout");
+                break;
+            }
+            if (err != 0) {
+                char why[256], line[300];
+                snprintf(line, sizeof line, "TLS handshake failed: %s",
+                         md_upstream_tls_why(h->conn, why, sizeof why));
+                checked(h, false, line);
                 break;
             }
             h->state = H_SEND;
@@ -156,7 +177,7 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
         }
         case H_SEND: {
             int err;
-            if (mp_tcp_write_poll(h->conn, cx, h->req, h->req_len, &err) == MP_PENDING) {
+            if (md_upstream_conn_write(h->conn, cx, h->req, h->req_len, &err) == MP_PENDING) {
                 if (mp_timer_poll(&h->timer, h->deadline_ms, cx) == MP_PENDING)
                     return MP_PENDING;
                 err = -ETIMEDOUT;
@@ -172,7 +193,7 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
             const char *data;
             size_t len;
             int err;
-            if (mp_tcp_read_poll(h->conn, cx, &data, &len, &err) == MP_PENDING) {
+            if (md_upstream_conn_read(h->conn, cx, &data, &len, &err) == MP_PENDING) {
                 if (mp_timer_poll(&h->timer, h->deadline_ms, cx) == MP_PENDING)
                     return MP_PENDING;
                 checked(h, false, "timeout");
@@ -183,7 +204,7 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
                 take = len;
             memcpy(h->resp + h->resp_len, data, take);
             h->resp_len += take;
-            mp_tcp_consume(h->conn, len);
+            md_upstream_conn_consume(h->conn, len);
             if (h->resp_len >= 12 || len == 0) {
                 h->resp[h->resp_len] = '\0';
                 unsigned code = 0;

@@ -148,7 +148,7 @@ static md_upstreams *state(const char *balance, const unsigned *weights, unsigne
     }
     key_ok(u, "balance", balance);
     md_upstreams *us;
-    cr_assert_eq(md_upstreams_new(&us, &t, NULL), 0);
+    cr_assert_eq(md_upstreams_new(&us, &t, NULL, NULL, 0), 0);
     return us;
 }
 
@@ -254,7 +254,7 @@ Test(upstream, passive_health_and_max_conns, .timeout = 5)
 
     md_upstream_conf *u = group();
     key_ok(u, "server", "127.0.0.1:80 max_conns=1");
-    cr_assert_eq(md_upstreams_new(&us, &t, NULL), 0);
+    cr_assert_eq(md_upstreams_new(&us, &t, NULL, NULL, 0), 0);
     up = &us->u[0];
     p = md_upstream_pick(up, 0, NULL, 0, 1);
     cr_assert_not_null(p);
@@ -298,7 +298,7 @@ static md_upstreams *pool_state(const char *keepalive, const char *surplus)
     key_ok(u, "keepalive_timeout_ms", "60000");
     key_ok(u, "keepalive_surplus_ms", surplus);
     md_upstreams *us;
-    cr_assert_eq(md_upstreams_new(&us, &t, NULL), 0);
+    cr_assert_eq(md_upstreams_new(&us, &t, NULL, NULL, 0), 0);
     return us;
 }
 
