@@ -328,7 +328,9 @@ mp_poll md_tls_stream_encrypt(md_tls_stream *s, mp_context *cx, const char *data
     if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
         fail(s, -EPROTO);
     *err = s->failed;
-    if (*err == 0)
+    /* Only records of the caller's pin wbuf (bio_write): with none, a read's output may
+     * still be appended. Set after SSL_write_ex, whose own records all go in. */
+    if (*err == 0 && len != 0)
         s->writing = true;
     return MP_READY;
 }

@@ -959,7 +959,7 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
     }
     if (!md_tls_stream_writing(t->s)) {
         /* Output made before (a flight, a ticket) goes first. */
-        if (md_tls_stream_encrypt(t->s, cx, NULL, 0, err) == MP_PENDING)
+        if (md_tls_stream_flush(t->s, cx, err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
