@@ -391,3 +391,24 @@ bool md_tls_stream_idle(const md_tls_stream *s)
 {
     return s->failed == 0 && !s->eof && s->poff >= s->plen && s->wlen == 0 && !s->writing;
 }
+
+const char *md_tls_last_reason(char *buf, size_t len)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+    snprintf(buf, len, "%s", r != NULL ? r : "unknown error");
+    ERR_clear_error();
+    return buf;
+}
+
+int md_tls_file_readable(const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        int e = errno;
+        snprintf(why, len, "cannot open %s: %s", path, strerror(e));
+        return -EINVAL;
+    }
+    fclose(f);
+    return 0;
+}

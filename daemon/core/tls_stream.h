@@ -91,4 +91,12 @@ int md_tls_stream_shutdown(md_tls_stream *s);
  * answer. */
 bool md_tls_stream_idle(const md_tls_stream *s);
 
+/* OpenSSL's last reason on this thread ("unknown error" when none), into buf, for a message;
+ * clears the thread's error queue. */
+const char *md_tls_last_reason(char *buf, size_t len);
+
+/* 0 when path opens for reading; else -EINVAL with why "cannot open PATH: REASON" in the
+ * system's words (OpenSSL's for a missing file are less clear). */
+int md_tls_file_readable(const char *path, char *why, size_t len);
+
 #endif

@@ -188,28 +188,6 @@ static void key_error(md_error *err, const md_tls_config *t, const char *source,
     va_end(ap);
 }
 
-/* OpenSSL's last reason, for a message; clears its error queue. */
-static const char *ssl_reason(char *buf, size_t len)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
-    snprintf(buf, len, "%s", r != NULL ? r : "unknown error");
-    ERR_clear_error();
-    return buf;
-}
-
-/* A file that cannot be opened says so with the system's words, not OpenSSL's. */
-static int readable(const char *path, char *why, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        snprintf(why, len, "cannot open %s: %s", path, strerror(errno));
-        return -errno;
-    }
-    fclose(f);
-    return 0;
-}
-
 /* The certificate and key pairs, loaded into ctx and checked: readable, matching, valid now,
  * and of different key types (OpenSSL keeps one per type: RSA and ECDSA side by side). */
 static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, md_error *err)
@@ -230,18 +208,18 @@ static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, 
             key_error(err, t, source, kk, "must be set with %s", ck);
             return -EINVAL;
         }
-        if (readable(t->cert[p], why, sizeof why) != 0) {
+        if (md_tls_file_readable(t->cert[p], why, sizeof why) != 0) {
             key_error(err, t, source, ck, "%s", why);
             return -EINVAL;
         }
-        if (readable(t->key[p], why, sizeof why) != 0) {
+        if (md_tls_file_readable(t->key[p], why, sizeof why) != 0) {
             key_error(err, t, source, kk, "%s", why);
             return -EINVAL;
         }
         ERR_clear_error();
         if (SSL_CTX_use_certificate_chain_file(ctx, t->cert[p]) != 1) {
             key_error(err, t, source, ck, "%s: not a PEM certificate chain: %s", t->cert[p],
-                      ssl_reason(why, sizeof why));
+                      md_tls_last_reason(why, sizeof why));
             return -EINVAL;
         }
         X509 *x = SSL_CTX_get0_certificate(ctx);
@@ -264,7 +242,7 @@ static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, 
             return -EINVAL;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx, t->key[p], SSL_FILETYPE_PEM) != 1) {
-            const char *r = ssl_reason(why, sizeof why);
+            const char *r = md_tls_last_reason(why, sizeof why);
             /* OpenSSL loads the key first and compares after: a mismatch reads as such. */
             key_error(err, t, source, kk, "%s: %s", t->key[p],
                       strstr(r, "mismatch") != NULL ? "does not match its certificate"
@@ -516,7 +494,7 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
     char why[300];
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (ctx == NULL) {
-        snprintf(err->msg, sizeof err->msg, "TLS: %s", ssl_reason(why, sizeof why));
+        snprintf(err->msg, sizeof err->msg, "TLS: %s", md_tls_last_reason(why, sizeof why));
         return NULL;
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -530,16 +508,18 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
     SSL_CTX_set_max_early_data(ctx, 0); /* no 0-RTT: replayable */
     set_dhe_group(ctx);
     if (SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
-        key_error(err, t, source, "ciphers", "\"%s\": %s", t->ciphers, ssl_reason(why, sizeof why));
+        key_error(err, t, source, "ciphers", "\"%s\": %s", t->ciphers,
+                  md_tls_last_reason(why, sizeof why));
         goto out_free;
     }
     if (SSL_CTX_set_ciphersuites(ctx, t->ciphersuites) != 1) {
         key_error(err, t, source, "ciphersuites", "\"%s\": %s", t->ciphersuites,
-                  ssl_reason(why, sizeof why));
+                  md_tls_last_reason(why, sizeof why));
         goto out_free;
     }
     if (SSL_CTX_set1_groups_list(ctx, t->groups) != 1) {
-        key_error(err, t, source, "groups", "\"%s\": %s", t->groups, ssl_reason(why, sizeof why));
+        key_error(err, t, source, "groups", "\"%s\": %s", t->groups,
+                  md_tls_last_reason(why, sizeof why));
         goto out_free;
     }
     if (load_pairs(ctx, t, source, err) != 0)
@@ -555,7 +535,7 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
     SSL_CTX_set_timeout(ctx, t->session_timeout_s);
     if (t->session_tickets && SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb) != 1) {
         snprintf(err->msg, sizeof err->msg, "TLS: session ticket keys: %s",
-                 ssl_reason(why, sizeof why));
+                 md_tls_last_reason(why, sizeof why));
         goto out_free;
     }
     return ctx;

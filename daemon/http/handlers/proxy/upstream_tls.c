@@ -46,31 +46,10 @@ static const char *const tls_keys[] = {
 };
 #define NKEYS (sizeof tls_keys / sizeof tls_keys[0])
 
-static const char *ssl_reason(char *buf, size_t len)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
-    snprintf(buf, len, "%s", r != NULL ? r : "unknown error");
-    ERR_clear_error();
-    return buf;
-}
-
-static int readable(const char *path, char *msg, size_t msg_len)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        int e = errno;
-        md_say(msg, msg_len, "cannot open %s: %s", path, strerror(e));
-        return -EINVAL;
-    }
-    fclose(f);
-    return 0;
-}
-
 /* The CA file: readable, and at least one PEM certificate in it. */
 static int ca_file_ok(const char *path, char *msg, size_t msg_len)
 {
-    if (readable(path, msg, msg_len) != 0)
+    if (md_tls_file_readable(path, msg, msg_len) != 0)
         return -EINVAL;
     X509_STORE *st = X509_STORE_new();
     char why[200];
@@ -78,7 +57,7 @@ static int ca_file_ok(const char *path, char *msg, size_t msg_len)
     int ok = st != NULL && X509_STORE_load_file(st, path) == 1;
     if (!ok)
         md_say(msg, msg_len, "%s: not a PEM certificate file (%s)", path,
-               ssl_reason(why, sizeof why));
+               md_tls_last_reason(why, sizeof why));
     X509_STORE_free(st);
     return ok ? 0 : -EINVAL;
 }
@@ -134,7 +113,8 @@ static int tls_value(md_upstream_conf *u, size_t i, const char *value, char *msg
         md_say(msg, msg_len, "expected a file's path, 1 to %d bytes", MD_UPSTREAM_TLS_PATH_MAX - 1);
         return -EINVAL;
     }
-    if (i == 2 ? ca_file_ok(value, msg, msg_len) != 0 : readable(value, msg, msg_len) != 0)
+    if (i == 2 ? ca_file_ok(value, msg, msg_len) != 0
+               : md_tls_file_readable(value, msg, msg_len) != 0)
         return -EINVAL;
     snprintf(field, MD_UPSTREAM_TLS_PATH_MAX, "%s", value);
     return 0;
@@ -161,7 +141,7 @@ static SSL_CTX *ctx_make(const md_upstream_conf *u, char *msg, size_t msg_len)
     ERR_clear_error();
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == NULL) {
-        md_say(msg, msg_len, "tls: %s", ssl_reason(why, sizeof why));
+        md_say(msg, msg_len, "tls: %s", md_tls_last_reason(why, sizeof why));
         return NULL;
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -169,18 +149,18 @@ static SSL_CTX *ctx_make(const md_upstream_conf *u, char *msg, size_t msg_len)
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     static const unsigned char alpn[] = "\x08http/1.1";
     if (SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn - 1) != 0) { /* 0 is success */
-        md_say(msg, msg_len, "tls: ALPN: %s", ssl_reason(why, sizeof why));
+        md_say(msg, msg_len, "tls: ALPN: %s", md_tls_last_reason(why, sizeof why));
         goto fail;
     }
     if (u->tls_ca_file[0] != '\0') {
         if (SSL_CTX_load_verify_file(ctx, u->tls_ca_file) != 1) {
             md_say(msg, msg_len, "tls_ca_file: %s: not a PEM certificate file (%s)", u->tls_ca_file,
-                   ssl_reason(why, sizeof why));
+                   md_tls_last_reason(why, sizeof why));
             goto fail;
         }
     } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
         md_say(msg, msg_len, "tls: the system's certificate store: %s",
-               ssl_reason(why, sizeof why));
+               md_tls_last_reason(why, sizeof why));
         goto fail;
     }
     SSL_CTX_set_verify(ctx, u->tls_verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
@@ -193,7 +173,7 @@ static SSL_CTX *ctx_make(const md_upstream_conf *u, char *msg, size_t msg_len)
     if (u->tls_cert[0] != '\0') {
         if (SSL_CTX_use_certificate_chain_file(ctx, u->tls_cert) != 1) {
             md_say(msg, msg_len, "tls_client_certificate: %s: not a PEM certificate chain (%s)",
-                   u->tls_cert, ssl_reason(why, sizeof why));
+                   u->tls_cert, md_tls_last_reason(why, sizeof why));
             goto fail;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx, u->tls_key, SSL_FILETYPE_PEM) != 1 ||
@@ -201,7 +181,7 @@ static SSL_CTX *ctx_make(const md_upstream_conf *u, char *msg, size_t msg_len)
             md_say(msg, msg_len,
                    "tls_client_key: %s: not a PEM private key matching tls_client_certificate "
                    "(%s)",
-                   u->tls_key, ssl_reason(why, sizeof why));
+                   u->tls_key, md_tls_last_reason(why, sizeof why));
             goto fail;
         }
     }
