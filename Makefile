@@ -7,6 +7,7 @@
 #   make test SANITIZE=address,undefined  ... under ASan + UBSan        (build/asan/)
 #   make test-repeat N=20           the suites that start threads, N times each (flakes)
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
+#   make fuzz SANITIZE=address,undefined  hostile configs, reloads, HTTP/1.1 and HTTP/2 bytes
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
 #   make examples                   the guide's example programs (runtime/examples/)
@@ -208,7 +209,7 @@ DEPS ?= .ci/deps.sh
 
 # Targets that install or only recurse need nothing yet; any other goal builds, and stops
 # here when a package it builds from is missing (`make deps` installs them).
-NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress lint lint-check clean bench uninstall
+NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress fuzz lint lint-check clean bench uninstall
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   MISSING_DEB_PKGS := $(strip $(shell $(DEPS) --missing $(BUILD_DEB_PKGS)))
   ifneq ($(MISSING_DEB_PKGS),)
@@ -216,7 +217,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress run bench clean install lint deps test-deps lint-deps
+.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress fuzz run bench clean install lint deps test-deps lint-deps
 # The release build is also reachable as build/magpied.
 PROGRAMS := $(MAGPIED)
 ifeq ($(VARIANT),release)
@@ -420,6 +421,15 @@ stress:
 	@$(SUBMAKE) test-deps
 	@$(SUBMAKE) $(STRESS_BINS)
 	@tests/stress.sh $(STRESS_MINUTES) $(STRESS_WORKERS) $(STRESS_BINS)
+
+# Hostile configurations, reloads, HTTP/1.1 bytes and HTTP/2 frames against magpied
+# (tests/fuzz/fuzz.py), a new seed each run: `make fuzz SANITIZE=address,undefined FUZZ_CASES=2000`.
+FUZZ_CASES ?= 300
+fuzz:
+	@$(SUBMAKE) test-deps
+	@$(SUBMAKE) $(MAGPIED)
+	@seed=$$(date +%s); for kind in config reload h1 h2; do \
+	    /usr/bin/python3 tests/fuzz/fuzz.py $(MAGPIED) $$kind $(FUZZ_CASES) $$seed || exit 1; done
 
 bench:
 	loadtest/runtime/compare.sh
