@@ -237,17 +237,17 @@ lint-deps:
 # The entry points: the install step as a make of its own, then the build in another.
 SUBMAKE := $(MAKE) --no-print-directory
 run:
-	@$(SUBMAKE) deps
-	@$(SUBMAKE) all
+	@+$(SUBMAKE) deps
+	@+$(SUBMAKE) all
 	$(MAGPIED) -c config/magpied.conf $(RUN_ARGS)
 
 test:
-	@$(SUBMAKE) test-deps
-	@$(SUBMAKE) check
+	@+$(SUBMAKE) test-deps
+	@+$(SUBMAKE) check
 
 lint:
-	@$(SUBMAKE) lint-deps
-	@$(SUBMAKE) lint-check
+	@+$(SUBMAKE) lint-deps
+	@+$(SUBMAKE) lint-check
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -407,8 +407,8 @@ THREAD_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(THREAD_TESTS)) \
 	$(filter $(patsubst tests/%.c,$(B)/tests/%-q4,$(THREAD_TESTS)),$(Q4_TEST_BINS))
 N ?= 20
 test-repeat:
-	@$(SUBMAKE) test-deps
-	@$(SUBMAKE) $(THREAD_TEST_BINS)
+	@+$(SUBMAKE) test-deps
+	@+$(SUBMAKE) $(THREAD_TEST_BINS)
 	@tests/run-suites.sh --repeat $(N) $(VARIANT) $(THREAD_TEST_BINS)
 
 # The user-shaped stress (tests/runtime/test_api_stress.c, also with the 4-slot ring) for
@@ -418,16 +418,16 @@ STRESS_WORKERS ?= 1,2,4,16
 STRESS_BINS := $(B)/tests/runtime/test_api_stress $(B)/tests/runtime/test_api_stress-q4 \
 	$(B)/tests/runtime/test_api_stress_io $(B)/tests/runtime/test_api_stress_io-q4
 stress:
-	@$(SUBMAKE) test-deps
-	@$(SUBMAKE) $(STRESS_BINS)
+	@+$(SUBMAKE) test-deps
+	@+$(SUBMAKE) $(STRESS_BINS)
 	@tests/stress.sh $(STRESS_MINUTES) $(STRESS_WORKERS) $(STRESS_BINS)
 
 # Hostile configurations, reloads, HTTP/1.1 bytes and HTTP/2 frames against magpied
 # (tests/fuzz/fuzz.py), a new seed each run: `make fuzz SANITIZE=address,undefined FUZZ_CASES=2000`.
 FUZZ_CASES ?= 300
 fuzz:
-	@$(SUBMAKE) test-deps
-	@$(SUBMAKE) $(MAGPIED)
+	@+$(SUBMAKE) test-deps
+	@+$(SUBMAKE) $(MAGPIED)
 	@seed=$$(date +%s); for kind in config reload h1 h2; do \
 	    /usr/bin/python3 tests/fuzz/fuzz.py $(MAGPIED) $$kind $(FUZZ_CASES) $$seed || exit 1; done
 
