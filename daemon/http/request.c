@@ -969,7 +969,9 @@ int md__http_req_answer(md_http_req *r)
         const md_http_status *st = md_http_status_of(429);
         return respond_fields(r, st, close, NULL, retry, "text/plain", st->body, st->body_len);
     }
-    if (code != 0) /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
+    if (code == 421)
+        r->route = NULL; /* no route of the site serves it: its site's rules and pages */
+    if (code != 0)       /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
         return md__http_respond_error(r, code, close, code == 405 ? route->allow : NULL);
     if (r->method == MD_OPTIONS)
         return respond(r, md_http_status_of(200), close, route->allow, "text/plain", NULL, 0);
