@@ -16,6 +16,9 @@
  * never once a part of the body has been let go of, within tries and retry_timeout_ms. After
  * the head, a failure can only cut the response short: the connection closes.
  *
+ * A route's compress codes the response as it streams (proxy_msg.h says which): the client's
+ * Accept-Encoding is forwarded as it came, and what the upstream coded itself passes as it is.
+ *
  * Over HTTP/2 (md_http_req_frames_body) the same: the stream's DATA is the piped body, and the
  * response head goes through md_http_respond_relayed (proxy_msg.h's framed mode), its body
  * de-chunked; after the head a failure resets the stream only.
