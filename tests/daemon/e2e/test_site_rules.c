@@ -151,7 +151,7 @@ Test(site_rules, a_named_site_has_its_own)
     cr_assert_eq(stop(&d), 0);
 }
 
-/* HTTP/2 (h2c): the site's fields and page on a 404 no route gives. */
+/* HTTP/2 (h2c): the site's fields and page on a 404 no route gives, and on a 431. */
 Test(site_rules, http2)
 {
     daemon_proc d = rules_start();
@@ -164,6 +164,19 @@ Test(site_rules, http2)
     cr_expect(strstr(out, "HTTP/2 404") != NULL, "%s", out);
     cr_expect(strstr(out, "x-frame-options: DENY\r\n") != NULL, "%s", out);
     cr_expect(strstr(out, "no such page") != NULL, "%s", out);
+    /* A field over max_header_bytes: 431 on its stream, with the site's page. */
+    char big[2100];
+    memset(big, 'x', 2000);
+    big[2000] = '\0';
+    char cmd2[2700];
+    snprintf(cmd2, sizeof cmd2,
+             "curl -sS --max-time 10 --http2-prior-knowledge -i -H 'X-Big: %s' "
+             "'http://127.0.0.1:%d/r' 2>&1",
+             big, d.http);
+    out = run(cmd2);
+    cr_expect(strstr(out, "HTTP/2 431") != NULL, "%.400s", out);
+    cr_expect(strstr(out, "x-frame-options: DENY\r\n") != NULL, "%.400s", out);
+    cr_expect(strstr(out, "headers too large here") != NULL, "%.400s", out);
     cr_assert_eq(stop(&d), 0);
 }
 

@@ -44,7 +44,7 @@
  *                             ETag "v1" and Accept-Ranges, framed as asked (length), with
  *                             Content-Encoding, Cache-Control and Vary when given; the body
  *                             'a' + i % 26, or with noise letters from a fixed generator (text
- *                             that compresses poorly)
+ *                             that compresses poorly); to HEAD, the head alone
  *   /mode/upgrade?linger_ms=N 101 to a request with Upgrade, then echo raw bytes until EOF,
  *                             then (after N ms, when given) "BYE\n" and close; without Upgrade,
  *                             the echo
@@ -599,6 +599,8 @@ static bool serve(conn *c, long req)
             w += snprintf(h + w, sizeof h - (size_t)w, "Content-Length: %ld\r\n\r\n", n);
         if (!send_str(c->fd, h))
             return false;
+        if (is_head)
+            return !eof && !close_after;
         bool noise = qint(target, "noise", 0) != 0;
         unsigned seed = 12345;
         static _Thread_local char piece[16384 + 16];
