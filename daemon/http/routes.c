@@ -392,6 +392,17 @@ static int route_section_done(void *conf, const md_ini_conf *all, uint32_t *line
             *line = at != 0 ? at : r->line;
         }
     }
+    /* A route that sets no header rule, or no error page, has its site's (sites.h): copied
+     * here, once, so that every way a response goes (the proxy's relayed heads, the canned
+     * ones) has them at no cost per request. */
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route *r = &t->r[i];
+        const md_site *site = &t->sites[r->site < MD_SITES_MAX ? r->site : 0];
+        if (r->headers.add_len == 0 && r->headers.drop_len == 0 && !r->headers.always)
+            r->headers = site->headers;
+        if (r->errors.n == 0)
+            r->errors = site->errors;
+    }
     md_routes_prepare(t);
     return rc;
 }
@@ -408,6 +419,19 @@ const md_ini_section md_section_route = {
 
 int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len)
 {
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++) {
+        md_route_error_pages e = t->sites[i].errors;
+        char why[320] = "";
+        int rc = md_error_pages_open(&e, line, why, sizeof why);
+        if (rc != 0) {
+            if (i == 0)
+                md_say(msg, msg_len, "[http] error_page: %s", why);
+            else
+                md_say(msg, msg_len, "[site %s] error_page: %s", t->sites[i].name, why);
+            return rc;
+        }
+        md_error_pages_close(&e);
+    }
     for (uint32_t i = 0; i < t->n; i++) {
         const md_route *r = &t->r[i];
         if (r->auth.realm[0] == '\0')
@@ -430,19 +454,6 @@ int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, si
         if (rc != 0) {
             md_say(msg, msg_len, "[route %s%s] error_page: %s", t->r[i].exact ? "= " : "",
                    t->r[i].path, why);
-            return rc;
-        }
-        md_error_pages_close(&e);
-    }
-    for (uint32_t i = 0; i < MD_SITES_MAX; i++) {
-        md_route_error_pages e = t->sites[i].errors;
-        char why[320] = "";
-        int rc = md_error_pages_open(&e, line, why, sizeof why);
-        if (rc != 0) {
-            if (i == 0)
-                md_say(msg, msg_len, "[http] error_page: %s", why);
-            else
-                md_say(msg, msg_len, "[site %s] error_page: %s", t->sites[i].name, why);
             return rc;
         }
         md_error_pages_close(&e);

@@ -16,7 +16,8 @@
  * ... always and error_page: the errors found before the route is known (400, 413, 414,
  * 431, 505, 501, 408, a TLS site's 421) and the 404 of a path no route matches. request.c
  * applies them; a request whose head did not get as far as its Host is the listener's
- * default site's.
+ * default site's. They are also the defaults of the site's routes: a route that sets no
+ * header rule, or no error page, gets a copy of the site's when the file is read (routes.c).
  */
 #ifndef MD_SITES_H
 #define MD_SITES_H

@@ -2,8 +2,9 @@
  * default site and [site NAME]'s, on the responses given without a route. Errors found before
  * the route is known (a malformed request's 400, an oversized header's 431, an unsupported
  * version's 505) and the 404 of a path no route matches get the site's fields and page, keep
- * Connection: close where the error ends the connection, over HTTP/1.1 and HTTP/2; a routed
- * response keeps its route's rules; magpied -t names bad keys with file:line. */
+ * Connection: close where the error ends the connection, over HTTP/1.1 and HTTP/2; a route
+ * with rules of its own keeps them, one without has the site's; magpied -t names bad keys
+ * with file:line. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -133,6 +134,15 @@ Test(site_rules, errors_before_the_route_get_the_sites_fields_and_pages)
     cr_assert(strncmp(r, "HTTP/1.1 200 ", 13) == 0, "%s", r);
     cr_expect(has_field(r, "\r\nX-Route: r\r\n"), "%s", r);
     cr_expect(!has_field(r, "X-Frame-Options"), "%s", r);
+    /* A route that sets no rule has its site's. */
+    r = exchange(d.http, "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL);
+    cr_assert(strncmp(r, "HTTP/1.1 200 ", 13) == 0, "%s", r);
+    cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
+    cr_expect_str_eq(body_of(r), "plain");
+    /* ... also on its 405, with its site's page if it had one (it has none for 405). */
+    r = exchange(d.http, "DELETE /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL);
+    cr_assert(strncmp(r, "HTTP/1.1 405 ", 13) == 0, "%s", r);
+    cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_assert_eq(stop(&d), 0);
 }
 
