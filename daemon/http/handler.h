@@ -76,11 +76,9 @@ typedef struct md_handler {
     bool passes_options, keeps_fields;
     /* Its bodies after md_http_respond_head() go through md_http_req_write() (request.h), so
      * a route's compress applies to them too; without it only bodies from memory
-     * (md_http_respond, _produced) are compressed. */
+     * (md_http_respond, _produced) are compressed, and those a handler codes itself (the
+     * proxy's relayed ones, proxy_msg.h). */
     bool codes_body;
-    /* It relays responses as another server framed them (the proxy): never compressed, and
-     * a route's compress is refused. */
-    bool relays;
     const char *const *keys; /* the keys of its options, NULL-terminated; NULL: none */
     size_t conf_size;        /* of the handler's options; at most MD_ROUTE_CONF_MAX */
     /* The defaults, into zeroed conf, when a route names the handler. */

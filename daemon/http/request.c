@@ -140,16 +140,35 @@ static bool closes_with(md_http_req *r, unsigned code)
     return md__http_req_closes(r);
 }
 
+/* The site that answers a response without a route (sites.h): the one its Host picked once
+ * the head was routed (r->path set), else the listener's default. */
+static const md_site *site_of(const md_http_req *r)
+{
+    const md_route_table *rt = routes_of(r);
+    unsigned i = r->site;
+    if (r->path == NULL && r->srv->default_site != NULL)
+        i = r->srv->default_site(r->srv, r->conn);
+    return &rt->sites[i < MD_SITES_MAX ? i : 0];
+}
+
+/* The header rules of a response: its route's, or its site's when it has no route. */
+static const md_route_headers *rules_of(const md_http_req *r)
+{
+    return r->route != NULL ? &r->route->headers : &site_of(r)->headers;
+}
+
 /* The filters around a route's handler that change a response's fields: the route's header
- * rules (headers.h) on a response of code, a 401's challenge (auth_basic.h), and its site's
- * Strict-Transport-Security on TLS (r->hsts). When they apply, *fields (and *flen) become a
- * heap copy in *own, which the caller frees; otherwise *own is NULL. 0 or -ENOMEM. */
+ * rules (headers.h; the site's for a response without a route) on a response of code, a 401's
+ * challenge (auth_basic.h), and its site's Strict-Transport-Security on TLS (r->hsts). When
+ * they apply, *fields (and *flen) become a heap copy in *own, which the caller frees; otherwise
+ * *own is NULL. 0 or -ENOMEM. */
 static int route_fields(const md_http_req *r, unsigned code, const char **fields, size_t *flen,
                         char **own)
 {
     *own = NULL;
     const md_route *route = r->route;
-    bool rules = route != NULL && md_headers_apply(&route->headers, code);
+    const md_route_headers *h = rules_of(r);
+    bool rules = md_headers_apply(h, code);
     bool challenge = route != NULL && code == 401 && route->auth.realm[0] != '\0';
     if (!rules && !challenge && r->hsts == NULL)
         return 0;
@@ -160,7 +179,7 @@ static int route_fields(const md_http_req *r, unsigned code, const char **fields
         return -ENOMEM;
     size_t n = 0;
     if (rules) {
-        n = md_headers_filter(&route->headers, *fields != NULL ? *fields : "", *flen, buf);
+        n = md_headers_filter(h, *fields != NULL ? *fields : "", *flen, buf);
     } else if (*flen != 0) {
         memcpy(buf, *fields, *flen);
         n = *flen;
@@ -359,8 +378,13 @@ static int respond_fields(md_http_req *r, const md_http_status *st, bool close, 
     size_t flen = fields != NULL ? strlen(fields) : 0;
     char *own;
     /* The route's page for an error status replaces the body (error_page.h). */
-    if (st->code >= 400 && r->route != NULL && r->route->errors.n != 0)
-        md_error_page_find(&r->route->errors, st->code, &body, &len, &ctype);
+    if (st->code >= 400) {
+        /* A response without a route (an error found before it was known) gets its site's
+         * (sites.h): read with the configuration, nothing is read here. */
+        const md_route_error_pages *e = r->route != NULL ? &r->route->errors : &site_of(r)->errors;
+        if (e->n != 0)
+            md_error_page_find(e, st->code, &body, &len, &ctype);
+    }
     if (route_fields(r, st->code, &fields, &flen, &own) != 0)
         return -ENOMEM;
     int rc = respond_filtered(r, st, close, allow, fields, flen, ctype, body, len);
@@ -945,7 +969,9 @@ int md__http_req_answer(md_http_req *r)
         const md_http_status *st = md_http_status_of(429);
         return respond_fields(r, st, close, NULL, retry, "text/plain", st->body, st->body_len);
     }
-    if (code != 0) /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
+    if (code == 421)
+        r->route = NULL; /* no route of the site serves it: its site's rules and pages */
+    if (code != 0)       /* a 400 closes (status_closes()), 404, 403, 401 and 405 keep it */
         return md__http_respond_error(r, code, close, code == 405 ? route->allow : NULL);
     if (r->method == MD_OPTIONS)
         return respond(r, md_http_status_of(200), close, route->allow, "text/plain", NULL, 0);

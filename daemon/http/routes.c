@@ -340,14 +340,6 @@ int md_route_check(const md_route *r, char *msg, size_t msg_len)
         rc = md_real_ip_check(&r->real_ip, msg, msg_len);
     if (rc != 0)
         return rc;
-    if (r->compress.codings != 0 && r->handler->relays) {
-        /* Its responses are relayed as the upstream framed them (proxy_msg.c). */
-        md_say(msg, msg_len,
-               "compress: not for handler = %s (its responses are relayed as they "
-               "come)",
-               r->handler->name);
-        return -EINVAL;
-    }
     return r->handler->conf_check != NULL ? r->handler->conf_check(r->conf, msg, msg_len) : 0;
 }
 
@@ -400,6 +392,17 @@ static int route_section_done(void *conf, const md_ini_conf *all, uint32_t *line
             *line = at != 0 ? at : r->line;
         }
     }
+    /* A route that sets no header rule, or no error page, has its site's (sites.h): copied
+     * here, once, so that every way a response goes (the proxy's relayed heads, the canned
+     * ones) has them at no cost per request. */
+    for (uint32_t i = 0; i < t->n; i++) {
+        md_route *r = &t->r[i];
+        const md_site *site = &t->sites[r->site < MD_SITES_MAX ? r->site : 0];
+        if (r->headers.add_len == 0 && r->headers.drop_len == 0 && !r->headers.always)
+            r->headers = site->headers;
+        if (r->errors.n == 0)
+            r->errors = site->errors;
+    }
     md_routes_prepare(t);
     return rc;
 }
@@ -416,6 +419,19 @@ const md_ini_section md_section_route = {
 
 int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, size_t msg_len)
 {
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++) {
+        md_route_error_pages e = t->sites[i].errors;
+        char why[320] = "";
+        int rc = md_error_pages_open(&e, line, why, sizeof why);
+        if (rc != 0) {
+            if (i == 0)
+                md_say(msg, msg_len, "[http] error_page: %s", why);
+            else
+                md_say(msg, msg_len, "[site %s] error_page: %s", t->sites[i].name, why);
+            return rc;
+        }
+        md_error_pages_close(&e);
+    }
     for (uint32_t i = 0; i < t->n; i++) {
         const md_route *r = &t->r[i];
         if (r->auth.realm[0] == '\0')
@@ -445,12 +461,33 @@ int md_routes_check_files(const md_route_table *t, uint32_t *line, char *msg, si
     return 0;
 }
 
+/* The sites' error pages (sites.h), read for one generation: 0 or -EINVAL with msg. */
+static int sites_open(md_route_table *t, char *msg, size_t msg_len)
+{
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++)
+        memset(t->sites[i].errors.body, 0, sizeof t->sites[i].errors.body);
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++) {
+        char why[320] = "";
+        uint32_t at;
+        if (md_error_pages_open(&t->sites[i].errors, &at, why, sizeof why) != 0) {
+            md_say(msg, msg_len, "[%s%s] error_page: %s", i == 0 ? "http" : "site ",
+                   i == 0 ? "" : t->sites[i].name, why);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int md_routes_open(md_route_table *t, char *msg, size_t msg_len)
 {
     for (uint32_t i = 0; i < t->n; i++) { /* a copy's pointers are not its own */
         t->r[i].limiter = NULL;
         t->r[i].auth.users = NULL;
         memset(t->r[i].errors.body, 0, sizeof t->r[i].errors.body);
+    }
+    if (sites_open(t, msg, msg_len) != 0) {
+        md_routes_close(t);
+        return -EINVAL;
     }
     for (uint32_t i = 0; i < t->n; i++) {
         md_route *r = &t->r[i];
@@ -510,6 +547,8 @@ void md_routes_close(md_route_table *t)
         md_auth_close(&t->r[i].auth);
         md_error_pages_close(&t->r[i].errors);
     }
+    for (uint32_t i = 0; i < MD_SITES_MAX; i++)
+        md_error_pages_close(&t->sites[i].errors);
     for (uint32_t i = 0; i < t->n; i++)
         if (t->r[i].handler != NULL && t->r[i].handler->close != NULL)
             t->r[i].handler->close(t->r[i].conf);

@@ -169,6 +169,15 @@ static int set_path(char *dst, const char *value, uint32_t *at, uint32_t line, c
     return 0;
 }
 
+int md_site_rules_key(md_site *s, const char *key, const char *value, uint32_t line, char *msg,
+                      size_t msg_len)
+{
+    int rc = md_headers_key(&s->headers, key, value, msg, msg_len);
+    if (rc != -ENOENT)
+        return rc;
+    return md_error_page_key(&s->errors, key, value, line, msg, msg_len);
+}
+
 static int site_key(void *inst, const char *key, const char *value, uint32_t line, char *msg,
                     size_t msg_len)
 {
@@ -217,7 +226,7 @@ static int site_key(void *inst, const char *key, const char *value, uint32_t lin
         md_text_set(s->hsts, sizeof s->hsts, value);
         return 0;
     }
-    return -ENOENT;
+    return md_site_rules_key(s, key, value, line, msg, msg_len);
 }
 
 static int site_end(void *inst, char *msg, size_t msg_len)

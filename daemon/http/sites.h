@@ -9,6 +9,15 @@
  * dot, in any ASCII case; an exact name wins over a wildcard, and a longer wildcard over a
  * shorter one ("*.a.example.com" before "*.example.com"). "*.example.com" matches any name
  * that ends in ".example.com" (one label or more before it), not example.com itself.
+ *
+ * A site's own header rules and error pages (header_add, header_set, header_remove,
+ * header_always, error_page: the route keys, in [site NAME], or in [http] for the default
+ * site) are for the responses it gives without a route, as nginx's server-level add_header
+ * ... always and error_page: the errors found before the route is known (400, 413, 414,
+ * 431, 505, 501, 408, a TLS site's 421) and the 404 of a path no route matches. request.c
+ * applies them; a request whose head did not get as far as its Host is the listener's
+ * default site's. They are also the defaults of the site's routes: a route that sets no
+ * header rule, or no error page, gets a copy of the site's when the file is read (routes.c).
  */
 #ifndef MD_SITES_H
 #define MD_SITES_H
@@ -16,6 +25,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "http/error_page.h"
+#include "http/headers.h"
 
 enum {
     MD_SITES_MAX = 16,       /* sites in one table, the default one included */
@@ -34,6 +46,8 @@ typedef struct md_site {
     char hsts[MD_SITE_HSTS_MAX]; /* "max-age=63072000; includeSubDomains"; "": none */
     uint32_t line;               /* of its [site] header */
     uint32_t names_line, cert_line, key_line;
+    md_route_headers headers;    /* for its responses without a route (above) */
+    md_route_error_pages errors; /* ... and their bodies (files read per generation) */
 } md_site;
 
 struct md_route_table;
@@ -48,6 +62,11 @@ int md_sites_pick(const struct md_route_table *t, const char *host, size_t len);
 
 /* The same over sites[0..n) (n 0 or 1: -1), for a copy of the sites outside a table. */
 int md_sites_pick_in(const md_site *sites, uint32_t n, const char *host, size_t len);
+
+/* A site's header rules and error pages: the keys of headers.h and error_page.h into s, for
+ * [site NAME] and the default site's [http]. 0, -ENOENT for another key, or -EINVAL with msg. */
+int md_site_rules_key(md_site *s, const char *key, const char *value, uint32_t line, char *msg,
+                      size_t msg_len);
 
 /* The index of the site named name ("" is the default site, 0), or -1. */
 int md_site_find(const struct md_route_table *t, const char *name);

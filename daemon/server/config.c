@@ -452,7 +452,15 @@ static int listener_end(void *inst, char *msg, size_t msg_len)
     return 0;
 }
 
-static const md_ini_section section_http = {.name = "http", .keys = http_keys, .init = http_init};
+/* The default site's header rules and error pages (sites.h): the route keys, in [http]. */
+static int http_key(void *inst, const char *key, const char *value, uint32_t line, char *msg,
+                    size_t msg_len)
+{
+    return md_site_rules_key(&((md_config *)inst)->routes.sites[0], key, value, line, msg, msg_len);
+}
+
+static const md_ini_section section_http = {
+    .name = "http", .keys = http_keys, .init = http_init, .key = http_key};
 static const md_ini_section section_echo = {.name = "echo", .keys = echo_keys, .init = echo_init};
 static const md_ini_section section_runtime = {
     .name = "runtime", .keys = runtime_keys, .init = runtime_init};

@@ -79,6 +79,7 @@ static void setup(const char *https_extra)
             "certificate_key = %s/a.key\nhsts = max-age=60\n"
             "[route = /]\nhandler = text\nbody = site a\n"
             "[site b]\nnames = b.test\ncertificate = %s/b.pem\ncertificate_key = %s/b.key\n"
+            "header_add = X-Site: b\nheader_always = on\nerror_page = 421 wrong site for b\n"
             "[route = /]\nhandler = text\nbody = site b\n"
             "[site redir]\n"
             "[route /]\nhandler = https_redirect\nhttps_port = 8443\n",
@@ -164,6 +165,13 @@ Test(vhost, sni_picks_the_certificate_and_421_for_another_host, .timeout = 60)
                "-H 'Host: b.test' https://a.test:%d/",
                dir, p, p);
     cr_assert_str_eq(out, "421");
+    /* ... and answered by the site its Host names, with that site's own rules and page. */
+    out = curl("-i --http1.1 --cacert %s/ca.pem --resolve a.test:%d:127.0.0.1 -H 'Host: b.test' "
+               "https://a.test:%d/",
+               dir, p, p);
+    cr_assert(strstr(out, "HTTP/1.1 421") && strstr(out, "\r\nX-Site: b\r\n") &&
+                  strstr(out, "wrong site for b"),
+              "%s", out);
     out = curl("-o /dev/null -w '%%{http_code}' --cacert %s/ca.pem --resolve a.test:%d:127.0.0.1 "
                "-H 'Host: other.test' https://a.test:%d/",
                dir, p, p);

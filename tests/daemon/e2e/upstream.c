@@ -39,6 +39,12 @@
  *   /mode/headbody            to HEAD: Content-Length: 10, and 10 body bytes anyway
  *   /mode/big?bytes=N         a 200 of N bytes (the byte at offset i is 'a' + i % 26)
  *   /mode/sink?pause_ms=N     read nothing for N ms, then the whole body; answer its length
+ *   /mode/text?bytes=N&frame=length|chunked|eof&code=C&noise=1&ce=X&cc=X&vary=X&type=X
+ *                             a C (200) of N bytes (1000) of Content-Type X (text/plain) with
+ *                             ETag "v1" and Accept-Ranges, framed as asked (length), with
+ *                             Content-Encoding, Cache-Control and Vary when given; the body
+ *                             'a' + i % 26, or with noise letters from a fixed generator (text
+ *                             that compresses poorly); to HEAD, the head alone
  *   /mode/upgrade?linger_ms=N 101 to a request with Upgrade, then echo raw bytes until EOF,
  *                             then (after N ms, when given) "BYE\n" and close; without Upgrade,
  *                             the echo
@@ -566,6 +572,54 @@ static bool serve(conn *c, long req)
             left -= (long)k;
         }
         return !close_after;
+    } else if (mode_is(target, "text")) {
+        long n = qint(target, "bytes", 1000), code = qint(target, "code", 200);
+        char frame[16], ce[32], cc[32], vary[32], type[64];
+        qstr(target, "frame", frame, sizeof frame);
+        qstr(target, "ce", ce, sizeof ce);
+        qstr(target, "cc", cc, sizeof cc);
+        qstr(target, "vary", vary, sizeof vary);
+        qstr(target, "type", type, sizeof type);
+        bool chunked = strcmp(frame, "chunked") == 0, eof = strcmp(frame, "eof") == 0;
+        int w = snprintf(h, sizeof h,
+                         "HTTP/1.1 %ld X\r\nContent-Type: %s\r\nETag: \"v1\"\r\n"
+                         "Accept-Ranges: bytes\r\n",
+                         code, type[0] != 0 ? type : "text/plain");
+        if (ce[0] != 0)
+            w += snprintf(h + w, sizeof h - (size_t)w, "Content-Encoding: %s\r\n", ce);
+        if (cc[0] != 0)
+            w += snprintf(h + w, sizeof h - (size_t)w, "Cache-Control: %s\r\n", cc);
+        if (vary[0] != 0)
+            w += snprintf(h + w, sizeof h - (size_t)w, "Vary: %s\r\n", vary);
+        if (chunked)
+            w += snprintf(h + w, sizeof h - (size_t)w, "Transfer-Encoding: chunked\r\n\r\n");
+        else if (eof)
+            w += snprintf(h + w, sizeof h - (size_t)w, "Connection: close\r\n\r\n");
+        else
+            w += snprintf(h + w, sizeof h - (size_t)w, "Content-Length: %ld\r\n\r\n", n);
+        if (!send_str(c->fd, h))
+            return false;
+        if (is_head)
+            return !eof && !close_after;
+        bool noise = qint(target, "noise", 0) != 0;
+        unsigned seed = 12345;
+        static _Thread_local char piece[16384 + 16];
+        for (long left = n, at = 0; left > 0;) {
+            size_t k = (size_t)left < 16384 ? (size_t)left : 16384;
+            size_t o = 0;
+            if (chunked)
+                o = (size_t)snprintf(piece, sizeof piece, "%zx\r\n", k);
+            for (size_t i = 0; i < k; i++, at++) {
+                seed = seed * 1103515245u + 12345u;
+                piece[o + i] = (char)('a' + (noise ? (seed >> 16) % 26 : (unsigned)(at % 26)));
+            }
+            if (!send_all(c->fd, piece, o + k) || (chunked && !send_str(c->fd, "\r\n")))
+                return false;
+            left -= (long)k;
+        }
+        if (chunked && !send_str(c->fd, "0\r\n\r\n"))
+            return false;
+        return !eof && !close_after;
     } else if (mode_is(target, "sink")) {
         int n = snprintf(s, sizeof s, "%zu", body_bytes);
         snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", n, s);

@@ -16,6 +16,9 @@
  * never once a part of the body has been let go of, within tries and retry_timeout_ms. After
  * the head, a failure can only cut the response short: the connection closes.
  *
+ * A route's compress codes the response as it streams (proxy_msg.h says which): the client's
+ * Accept-Encoding is forwarded as it came, and what the upstream coded itself passes as it is.
+ *
  * Over HTTP/2 (md_http_req_frames_body) the same: the stream's DATA is the piped body, and the
  * response head goes through md_http_respond_relayed (proxy_msg.h's framed mode), its body
  * de-chunked; after the head a failure resets the stream only.
@@ -793,6 +796,13 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 p->resp.head_arg = req;
                 p->resp.via = opts(p->route)->via;
                 p->resp.headers = &p->route->headers;
+                if (p->route->compress.codings != 0) {
+                    size_t alen = 0;
+                    const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
+                    p->resp.compress = &p->route->compress;
+                    p->resp.accept_coding =
+                        (uint8_t)md_compress_negotiate(ae, alen, p->route->compress.codings);
+                }
                 p->resp.tunnel_ok = p->upgrade;
                 /* The core answered Expect: 100-continue itself at the head (Expect never goes
                  * upstream, so no client waits on a server that ignores it): a server's own
@@ -961,7 +971,6 @@ const md_handler md_handler_proxy = {
                MD_METHOD(MD_PATCH),
     .passes_options = true,
     .keeps_fields = true,
-    .relays = true,
     .keys = (const char *const[]){"upstream", "host", "forwarded", "via", "websocket",
                                   "strip_prefix", "add_prefix", NULL},
     .conf_size = sizeof(proxy_conf),

@@ -423,11 +423,90 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
         if (!trailer && r->headers != NULL && md_headers_apply(r->headers, status) &&
             md_headers_drops(r->headers, fn, nl))
             continue;
+        if (!trailer && r->coding != MD_CODING_NONE) {
+            /* Ranges are of the identity body, which this is not (as nginx's gzip). */
+            if (md_ascii_eq_lower(fn, nl, "accept-ranges"))
+                continue;
+            /* The coded bytes are not the upstream's: a strong validator is weakened
+             * (RFC 9110 8.8.1). */
+            if (md_ascii_eq_lower(fn, nl, "etag") && vl != 0 && v[0] == '"') {
+                if (!out_put(r, "ETag: W/", 8) || !out_put(r, v, vl) || !out_put(r, "\r\n", 2))
+                    return HPE_USER;
+                continue;
+            }
+        }
         if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
             !out_put(r, "\r\n", 2))
             return HPE_USER;
     }
     return 0;
+}
+
+/* The fields compression adds to a final head (proxy_msg.h). */
+static int put_coding_fields(md_proxy_resp *r)
+{
+    if (r->coding != MD_CODING_NONE) {
+        const char *name = md_coding_name(r->coding);
+        if (!out_put(r, "Content-Encoding: ", 18) || !out_put(r, name, strlen(name)) ||
+            !out_put(r, "\r\n", 2))
+            return HPE_USER;
+    }
+    if (r->add_vary && !out_put(r, "Vary: Accept-Encoding\r\n", 23))
+        return HPE_USER;
+    return 0;
+}
+
+/* Whether a list field named name (any case) in fields[0..len) has an element equal to one
+ * of a or b (b may be NULL), in any case. */
+static bool list_has(const char *fields, size_t len, const char *name, const char *a, const char *b)
+{
+    struct field_iter it = {fields, fields + len};
+    const char *n, *v;
+    size_t nl, vl;
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (!md_ascii_eq_lower(n, nl, name))
+            continue;
+        md_list l = md_list_of(v, vl);
+        const char *e;
+        size_t el;
+        while (md_list_next(&l, &e, &el))
+            if (md_ascii_eq_ci(e, el, a, strlen(a)) ||
+                (b != NULL && md_ascii_eq_ci(e, el, b, strlen(b))))
+                return true;
+    }
+    return false;
+}
+
+/* At the final head, framing decided: whether the body is coded, and whether Vary is added
+ * (proxy_msg.h). Coding changes the client's framing to chunks (or DATA). */
+static void plan_coding(md_proxy_resp *r, unsigned status, bool no_body)
+{
+    const md_route_compress *c = r->compress;
+    if (c == NULL || c->codings == 0 || (status != 200 && status != 403 && status != 404))
+        return;
+    const char *f = r->fields;
+    size_t n = r->fields_len, tl;
+    const char *t = md_proxy_field(f, n, "content-type", &tl);
+    char ctype[MD_COMPRESS_TYPES_MAX];
+    if (t == NULL || tl >= sizeof ctype)
+        return;
+    memcpy(ctype, t, tl);
+    ctype[tl] = '\0';
+    if (!md_compress_type_ok(c, ctype) || md_proxy_field(f, n, "content-encoding", &tl) != NULL ||
+        list_has(f, n, "cache-control", "no-transform", NULL))
+        return;
+    r->add_vary = !list_has(f, n, "vary", "accept-encoding", "*");
+    bool known = r->client_framing == MD_CLIENT_LENGTH;
+    if (no_body || r->client_http10 || r->accept_coding == MD_CODING_NONE ||
+        (known && r->length < c->min_length))
+        return;
+    unsigned coding = r->accept_coding;
+    int level = coding == MD_CODING_GZIP ? c->level_gzip : c->level_zstd;
+    r->zs = md_zstream_take(coding, level, known ? r->length : 0, !r->framed);
+    if (r->zs == NULL)
+        return; /* no memory for a compressor: the body goes as it is */
+    r->coding = (uint8_t)coding;
+    r->client_framing = r->framed ? MD_CLIENT_FRAMED : MD_CLIENT_CHUNKED;
 }
 
 /* A framed client's final head: the fields gathered apart, then handed to head_fn. */
@@ -441,6 +520,8 @@ static int write_framed_head(md_proxy_resp *r, unsigned status)
     int rc = put_fields(r, 0, r->fields_len, status, keep_length, false);
     if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
         rc = HPE_USER;
+    if (rc == 0)
+        rc = put_coding_fields(r);
     if (rc == 0 && r->headers != NULL && md_headers_apply(r->headers, status) &&
         !out_put(r, r->headers->add, r->headers->add_len))
         rc = HPE_USER;
@@ -477,6 +558,8 @@ static int write_head(md_proxy_resp *r, unsigned status)
         return HPE_USER;
     if (interim)
         return out_put(r, "\r\n", 2) ? 0 : HPE_USER;
+    if (put_coding_fields(r) != 0)
+        return HPE_USER;
     if (r->headers != NULL && md_headers_apply(r->headers, status) &&
         !out_put(r, r->headers->add, r->headers->add_len))
         return HPE_USER;
@@ -554,6 +637,7 @@ static int r_headers_complete(llhttp_t *p)
                             : r->client_http10 ? MD_CLIENT_CLOSE
                                                : MD_CLIENT_CHUNKED;
     }
+    plan_coding(r, status, no_body);
     r->head_sent = true;
     if (write_head(r, status) != 0)
         return HPE_USER;
@@ -567,6 +651,14 @@ static int r_body(llhttp_t *p, const char *at, size_t len)
     if (len == 0)
         return 0;
     r->body_bytes += len;
+    if (r->zs != NULL) {
+        int rc = md_zstream_write(r->zs, r->out, at, len, false);
+        if (rc != 0) {
+            r->error = rc == -ENOMEM ? MD_RESP_NOMEM : MD_RESP_GARBAGE;
+            return HPE_USER;
+        }
+        return 0;
+    }
     if (r->client_framing == MD_CLIENT_CHUNKED) {
         char size[24];
         int n = snprintf(size, sizeof size, "%zx\r\n", len);
@@ -577,9 +669,18 @@ static int r_body(llhttp_t *p, const char *at, size_t len)
     return out_put(r, at, len) ? 0 : HPE_USER;
 }
 
-/* The chunked client body's end: the last chunk, the trailers kept, the empty line. */
+/* The chunked client body's end: the last chunk, the trailers kept, the empty line; a coded
+ * body's: the compressor finished (its last chunk written when chunked), no trailers. */
 static bool end_chunked(md_proxy_resp *r)
 {
+    if (r->zs != NULL) {
+        int rc = md_zstream_write(r->zs, r->out, NULL, 0, true);
+        md_zstream_give(r->zs);
+        r->zs = NULL;
+        if (rc != 0)
+            r->error = rc == -ENOMEM ? MD_RESP_NOMEM : MD_RESP_GARBAGE;
+        return rc == 0;
+    }
     if (r->fields_len == r->trailer_at)
         return out_put(r, "0\r\n\r\n", 5);
     return out_put(r, "0\r\n", 3) &&
@@ -593,7 +694,7 @@ static int r_message_complete(llhttp_t *p)
     if (!r->head_sent && r->status != 101)
         return HPE_PAUSED; /* an interim response: feed starts the next head's count */
     r->complete = true;
-    if (r->client_framing == MD_CLIENT_CHUNKED && !end_chunked(r))
+    if ((r->client_framing == MD_CLIENT_CHUNKED || r->zs != NULL) && !end_chunked(r))
         return HPE_USER;
     return HPE_PAUSED; /* anything after it is not this response's */
 }
@@ -669,19 +770,21 @@ int md_proxy_resp_eof(md_proxy_resp *r, md_outbuf *out)
     r->out = out;
     if (!r->head_sent || !r->close_delimited)
         return MD_RESP_GARBAGE; /* cut short */
-    if (llhttp_finish(&r->parser) != HPE_OK && !r->complete)
+    if (llhttp_finish(&r->parser) != HPE_OK && (!r->complete || r->error != 0))
         return r->error != 0 ? r->error : MD_RESP_GARBAGE;
     /* llhttp_finish() ran on_message_complete, which closed a chunked client body. */
     if (!r->complete) {
         r->complete = true;
-        if (r->client_framing == MD_CLIENT_CHUNKED && md_outbuf_append(out, "0\r\n\r\n", 5) != 0)
-            return MD_RESP_NOMEM;
+        if ((r->client_framing == MD_CLIENT_CHUNKED || r->zs != NULL) && !end_chunked(r))
+            return r->error != 0 ? r->error : MD_RESP_NOMEM;
     }
     return MD_RESP_DONE;
 }
 
 void md_proxy_resp_free(md_proxy_resp *r)
 {
+    md_zstream_give(r->zs); /* a coded body cut short */
+    r->zs = NULL;
     free(r->fields);
     r->fields = NULL;
     r->fields_cap = r->fields_len = 0;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/outbuf.h"
+#include "http/compress.h"
 #include "llhttp.h"
 
 /* How a request body goes upstream. */
@@ -67,7 +68,20 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
  * Trailers (RFC 9110 6.5): passed on when the client's body is chunked, without hop-by-hop
  * fields and those a trailer must not carry (framing, routing, request modifiers,
  * authentication, response control data, Content-Encoding/-Type/-Range, Trailer), bounded by
- * max_head; otherwise dropped, as RFC 9112 7.1.2 allows. */
+ * max_head; otherwise dropped, as RFC 9112 7.1.2 allows (and always when the body is
+ * compressed).
+ *
+ * Compression on the fly (a route's compress, http/compress.h; md_proxy_resp.compress): a
+ * final 200, 403 or 404 (the statuses nginx's gzip compresses) with a body, a Content-Type
+ * among compress_types, no Content-Encoding of its own (never coded twice), no
+ * Cache-Control: no-transform (RFC 9110 7.7), and a Content-Length of at least
+ * compress_min_length or none (chunked or close-delimited), to a client that takes a coding
+ * (accept_coding) over HTTP/1.1 or HTTP/2, has its body coded as it streams: Content-Length
+ * and Accept-Ranges dropped, Content-Encoding added, a strong ETag weakened (W/), the body
+ * chunked to an HTTP/1.1 client (DATA to HTTP/2). Such a response, coded or not (HEAD, a small
+ * body, a client that takes none), gets Vary: Accept-Encoding unless a Vary of the upstream's
+ * names it or is "*". 206, 304 and every other status pass as they are. The coded output goes
+ * to out like any body, so the caller's back-pressure on out bounds it. */
 #define MD_PROXY_MAX_INTERIM 32
 
 typedef enum md_proxy_resp_rc {
@@ -113,6 +127,13 @@ typedef struct md_proxy_resp {
     void *head_arg;
     /* The route's header rules (http/headers.h) on the final head; NULL: none. */
     const struct md_route_headers *headers;
+    /* The route's compression (NULL or codings 0: off) and the coding the client takes
+     * (md_compress_negotiate over its Accept-Encoding; MD_CODING_NONE: none). */
+    const md_route_compress *compress;
+    uint8_t accept_coding;
+    uint8_t coding;          /* the body's coding, decided at the final head */
+    bool add_vary;           /* the final head gets Vary: Accept-Encoding */
+    md_zstream *zs;          /* the body's compressor while coding */
     bool started;            /* a byte of the response has come */
     bool head_sent;          /* the client's head is in out */
     bool complete;           /* the message is complete */

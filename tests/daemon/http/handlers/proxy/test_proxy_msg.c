@@ -430,3 +430,93 @@ Test(proxy_msg, a_framed_client_gets_its_head_apart_and_the_body_dechunked, .tim
     cr_assert_eq(framed_head.calls, 0);
     md_outbuf_free(&out);
 }
+
+/* Compression on the fly (proxy_msg.h): text through a route's compress, fed a byte at a time
+ * and whole. The coded body is chunked, its head says the coding and Vary, the ETag is weak,
+ * the length and ranges are gone, and a response coded by the upstream is passed as it is. */
+static int run_coded(const char *text, size_t step, bool framed, md_outbuf *out)
+{
+    static md_route_compress c;
+    md_compress_init(&c);
+    c.codings = 1u << MD_CODING_GZIP;
+    c.min_length = 10;
+    md_proxy_resp r;
+    md_proxy_resp_init(&r, 1024, false, false, false);
+    r.compress = &c;
+    r.accept_coding = MD_CODING_GZIP;
+    r.framed = framed;
+    r.head_fn = framed_head_fn;
+    size_t l;
+    int rc = feed(&r, text, step, out, &l);
+    if (rc == MD_RESP_MORE && l == 0)
+        rc = md_proxy_resp_eof(&r, out);
+    md_proxy_resp_free(&r);
+    return rc;
+}
+
+Test(proxy_msg, compressed_on_the_fly, .timeout = 5)
+{
+    static const char *const texts[] = {
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
+        "Vary: Origin\r\nContent-Length: 40\r\n\r\nhello hello hello hello hello hello !!!!",
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
+        "Vary: Origin\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "14\r\nhello hello hello he\r\n14\r\nllo hello hello !!!!\r\n0\r\nX-T: 1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
+        "Vary: Origin\r\n\r\nhello hello hello hello hello hello !!!!",
+    };
+    for (size_t t = 0; t < 3; t++) {
+        for (size_t step = 1; step <= 4096; step += 4095) {
+            md_outbuf out = {0};
+            cr_assert_eq(run_coded(texts[t], step, false, &out), MD_RESP_DONE);
+            const char *o = md_outbuf_pending_data(&out);
+            size_t n = md_outbuf_pending(&out);
+            const char *end = memmem(o, n, "\r\n\r\n", 4);
+            cr_assert_not_null(end);
+            char h[1024];
+            snprintf(h, sizeof h, "%.*s", (int)(end + 4 - o), o);
+            cr_expect_not_null(strstr(h, "\r\nContent-Encoding: gzip\r\n"), "%s", h);
+            cr_expect_not_null(strstr(h, "\r\nVary: Origin\r\n"), "%s", h);
+            cr_expect_not_null(strstr(h, "\r\nVary: Accept-Encoding\r\n"), "%s", h);
+            cr_expect_not_null(strstr(h, "\r\nETag: W/\"x\"\r\n"), "%s", h);
+            cr_expect_not_null(strstr(h, "\r\nTransfer-Encoding: chunked\r\n"), "%s", h);
+            cr_expect_null(strstr(h, "Content-Length"), "%s", h);
+            cr_expect_null(strstr(h, "Accept-Ranges"), "%s", h);
+            /* the chunks' end: the last chunk with no trailer (the upstream's are dropped) */
+            cr_expect(n > 5 && memcmp(o + n - 5, "0\r\n\r\n", 5) == 0, "the last chunk");
+            cr_expect_null(memmem(o, n, "X-T", 3), "no trailer");
+            cr_expect_null(memmem(o, n, "hello", 5), "coded");
+            md_outbuf_free(&out);
+        }
+    }
+    /* Passed as they are: coded already, no-transform, a 206, a small body. */
+    static const char *const plain[] = {
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+        "Content-Length: 20\r\n\r\nhello hello hello !!",
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: max-age=1, no-transform\r\n"
+        "Content-Length: 20\r\n\r\nhello hello hello !!",
+        "HTTP/1.1 206 OK\r\nContent-Type: text/html\r\nContent-Length: 20\r\n\r\n"
+        "hello hello hello !!",
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\nhello",
+    };
+    for (size_t t = 0; t < 4; t++) {
+        md_outbuf out = {0};
+        cr_assert_eq(run_coded(plain[t], 4096, false, &out), MD_RESP_DONE);
+        char o[1024];
+        snprintf(o, sizeof o, "%.*s", (int)md_outbuf_pending(&out), md_outbuf_pending_data(&out));
+        cr_expect_null(strstr(o, "Content-Encoding: gzip\r\nContent-Encoding"), "%s", o);
+        cr_expect_not_null(strstr(o, "Content-Length: "), "%s", o);
+        cr_expect_not_null(strstr(o, "hello"), "%s", o);
+        cr_expect_eq(strstr(o, "Vary: Accept-Encoding") != NULL, t == 3, "%s", o);
+        md_outbuf_free(&out);
+    }
+    /* A framed (HTTP/2) client: the head apart, no length, the body raw gzip. */
+    md_outbuf out = {0};
+    cr_assert_eq(run_coded(texts[0], 7, true, &out), MD_RESP_DONE);
+    cr_expect_eq(framed_head.length, MD_PROXY_LENGTH_UNKNOWN);
+    cr_expect_not_null(strstr(framed_head.fields, "Content-Encoding: gzip\r\n"), "%s",
+                       framed_head.fields);
+    const unsigned char *b = (const unsigned char *)md_outbuf_pending_data(&out);
+    cr_expect(md_outbuf_pending(&out) > 2 && b[0] == 0x1f && b[1] == 0x8b, "a gzip stream");
+    md_outbuf_free(&out);
+}
