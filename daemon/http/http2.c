@@ -60,6 +60,8 @@
 #define CHEAP_RATE  100
 /* The bytes of a response head's names and values a stream keeps for nghttp2 (keep_head). */
 #define HEAD_KEEP 640
+/* The first room md_h2_conn_send makes in an empty output for the frames it is to write. */
+#define SEND_FIRST (16u * 1024u)
 /* The connection's receive window, for all its streams' bodies together. */
 #define CONN_WINDOW (1u << 20)
 
@@ -1091,6 +1093,14 @@ int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
             st->deferred = false;
             (void)nghttp2_session_resume_data(h->s, st->id);
         }
+    /* A burst of responses (a read's worth of streams, each answered at once) is some KiB of
+     * frames: room for them at once, rather than a first buffer grown twice by realloc (each
+     * time a copy when the heap cannot extend it in place). */
+    if (md_outbuf_pending(out) == 0 && out->cap < SEND_FIRST && nghttp2_session_want_write(h->s)) {
+        md_outbuf_free(out);
+        if (md_outbuf_grow(out, SEND_FIRST) != 0)
+            return -ENOMEM;
+    }
     size_t before = md_outbuf_pending(out);
     h->sending = out;
     h->send_max = max;
