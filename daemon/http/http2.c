@@ -274,11 +274,11 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
     /* The handler's fields as name/value pairs, names lower-cased (RFC 9113 8.2.1) into one
      * buffer: nghttp2 copies them all at the submit. */
     size_t nfields = 0;
-    for (const char *p = fields, *e = fields + fields_len; fields != NULL && p < e; nfields++) {
-        p = memchr(p, '\n', (size_t)(e - p));
-        if (p == NULL)
+    for (size_t at = 0; fields != NULL && at < fields_len; nfields++) {
+        const char *nl = memchr(fields + at, '\n', fields_len - at);
+        if (nl == NULL)
             break;
-        p++;
+        at = (size_t)(nl - fields) + 1;
     }
     nghttp2_nv stack_nv[16];
     char stack_names[512];
