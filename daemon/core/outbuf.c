@@ -4,7 +4,8 @@
  * A connection frees its buffer whenever it goes idle between requests, so a keep-alive
  * connection would malloc and free one per request. Buffers of the first size go back to a
  * small cache of the thread's instead (libmagpie's mp_block_cache): no locking, and bounded,
- * so idle connections still hold nothing.
+ * so idle connections still hold nothing. It keeps a burst's worth: each HTTP/2 stream has a
+ * buffer of its own, and one read begins up to a connection's concurrent streams at once.
  */
 #include "core/outbuf.h"
 
@@ -15,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 4 };
+enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 16 };
 
 static mp_block_cache cache = MP_BLOCK_CACHE_INIT(OUTBUF_MIN, OUTBUF_CACHE);
 

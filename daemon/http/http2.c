@@ -6,8 +6,9 @@
  * Content-Length), the end of the block is the head (head_done: the refusals, the route, the
  * handler's on_head), DATA spans go to md__http_req_body, END_STREAM completes it
  * (md__http_req_answer). The response head goes to nghttp2 from h2_head (md_http_wire), with a
- * data source that reads the stream's output buffer; a source with nothing to give yet defers,
- * and is resumed once the handler appended more or finished. A handler that fails resets the
+ * data source over the stream's output buffer, whose DATA frames are written without nghttp2's
+ * copy (data_read, data_send); a source with nothing to give yet defers, and is resumed once
+ * the handler appended more or finished. A handler that fails resets the
  * stream (RST_STREAM INTERNAL_ERROR). A relayed head (the proxy's) goes through h2_relay: the
  * upstream's status and fields, content-length when known.
  *
@@ -57,6 +58,10 @@
 /* Cheap frames (see the top): a burst, then per second. */
 #define CHEAP_BURST 1000
 #define CHEAP_RATE  100
+/* The bytes of a response head's names and values a stream keeps for nghttp2 (keep_head). */
+#define HEAD_KEEP 640
+/* The first room md_h2_conn_send makes in an empty output for the frames it is to write. */
+#define SEND_FIRST (16u * 1024u)
 /* The connection's receive window, for all its streams' bodies together. */
 #define CONN_WINDOW (1u << 20)
 
@@ -92,7 +97,8 @@ typedef struct h2_stream {
     size_t authority_len;
     char *cookie; /* with keep_fields: the cookie fields, joined with "; " (RFC 9113 8.2.3) */
     size_t cookie_len, cookie_cap;
-    md_http_req r; /* last: the large part */
+    char head[HEAD_KEEP]; /* the response head's strings (keep_head) */
+    md_http_req r;        /* last: the large part */
 } h2_stream;
 
 struct md_h2_conn {
@@ -109,6 +115,8 @@ struct md_h2_conn {
     uint64_t requests;  /* streams begun */
     bool refused;       /* ended on the peer's account (flood, abuse) */
     bool draining;      /* GOAWAY for a graceful stop went */
+    md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
+    size_t send_max;    /* ... and its bound */
     h2_stream *streams; /* every stream with a block */
 };
 
@@ -147,42 +155,108 @@ static void consume(md_h2_conn *h, int32_t id, size_t n)
 
 /* ---- the head writer (md_http_wire) ---- */
 
+/* DATA without copies: the source only says how much of the stream's output the next frame
+ * carries (NGHTTP2_DATA_FLAG_NO_COPY), and data_send writes the frame's header and those bytes
+ * straight from the stream's output into the connection's, rather than into nghttp2's buffer
+ * first and from there into the connection's output. */
 static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user)
 {
     (void)s; /* nghttp2's shape: the stream is the source */
     (void)id;
+    (void)buf;
+    (void)user;
     h2_stream *st = src->ptr;
-    md_h2_conn *h = user;
     size_t have = md_outbuf_pending(&st->out);
     size_t n = have < length ? have : length;
-    if (n != 0) {
-        memcpy(buf, md_outbuf_pending_data(&st->out), n);
-        md_outbuf_consume(&st->out, n);
-        h->sent_ns = h->now_ns;
+    if (n == have && st->resp_done) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    } else if (n == 0) {
+        st->deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
     }
-    if (md_outbuf_pending(&st->out) == 0) {
-        if (st->out.data != NULL && st->out.cap > STREAM_OUT_HIGH)
-            md_outbuf_free(&st->out); /* a whole large body left: its buffer goes too */
-        if (st->resp_done) {
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
-        } else if (n == 0) {
-            st->deferred = true;
-            return NGHTTP2_ERR_DEFERRED;
-        }
-    }
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     return (ssize_t)n;
 }
 
-/* Fields a response over HTTP/2 never carries (RFC 9113 8.2.2). */
+/* The DATA frame data_read sized: its header, then length bytes of the stream's output (no
+ * padding is asked for; written all the same if nghttp2 adds it). Past the connection's
+ * bound (md_h2_conn_send's max) the session pauses until the output has left. */
+static int data_send(nghttp2_session *s, nghttp2_frame *f, const uint8_t *framehd, size_t length,
+                     nghttp2_data_source *src, void *user)
+{
+    (void)s;
+    h2_stream *st = src->ptr;
+    md_h2_conn *h = user;
+    md_outbuf *out = h->sending;
+    size_t pad = f->data.padlen;
+    char *w = md_outbuf_reserve(out, 9 + pad + length);
+    if (w == NULL)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    memcpy(w, framehd, 9);
+    w += 9;
+    if (pad > 0)
+        *w++ = (char)(pad - 1);
+    memcpy(w, md_outbuf_pending_data(&st->out), length);
+    w += length;
+    if (pad > 1) {
+        memset(w, 0, pad - 1);
+        w += pad - 1;
+    }
+    md_outbuf_commit(out, w);
+    md_outbuf_consume(&st->out, length);
+    if (length != 0)
+        h->sent_ns = h->now_ns;
+    if (md_outbuf_pending(&st->out) == 0 && st->out.data != NULL && st->out.cap > STREAM_OUT_HIGH)
+        md_outbuf_free(&st->out); /* a whole large body left: its buffer goes too */
+    return md_outbuf_pending(out) >= h->send_max ? NGHTTP2_ERR_PAUSE : 0;
+}
+
+/* Fields a response over HTTP/2 never carries (RFC 9113 8.2.2); name is lower-case. */
 static bool connection_specific(const char *name, size_t len)
 {
-    static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
-                                        "transfer-encoding", "upgrade"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0)
-            return true;
-    return false;
+    switch (len) {
+    case 7:
+        return memcmp(name, "upgrade", 7) == 0;
+    case 10:
+        return memcmp(name, "connection", 10) == 0 || memcmp(name, "keep-alive", 10) == 0;
+    case 16:
+        return memcmp(name, "proxy-connection", 16) == 0;
+    case 17:
+        return memcmp(name, "transfer-encoding", 17) == 0;
+    default:
+        return false;
+    }
+}
+
+/* The head's strings go into the stream's block, which outlives its HEADERS frame (the block
+ * goes at the stream's close, after the frame went or was dropped), so that nghttp2 neither
+ * copies nor lower-cases them again (NGHTTP2_NV_FLAG_NO_COPY_*). A head too large for
+ * st->head is left to nghttp2's copy. names..names_end: the lower-cased field names, which
+ * live on submit_head's stack; the other names are literals. */
+static void keep_head(h2_stream *st, nghttp2_nv *nv, size_t n, const char *names,
+                      const char *names_end)
+{
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool ours = (const char *)nv[i].name >= names && (const char *)nv[i].name < names_end;
+        need += nv[i].valuelen + (ours ? nv[i].namelen : 0);
+    }
+    if (need > sizeof st->head)
+        return;
+    char *w = st->head;
+    for (size_t i = 0; i < n; i++) {
+        if ((const char *)nv[i].name >= names && (const char *)nv[i].name < names_end) {
+            memcpy(w, nv[i].name, nv[i].namelen);
+            nv[i].name = (uint8_t *)w;
+            w += nv[i].namelen;
+        }
+        if (nv[i].valuelen != 0)
+            memcpy(w, nv[i].value, nv[i].valuelen);
+        nv[i].value = (uint8_t *)w;
+        w += nv[i].valuelen;
+        nv[i].flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+    }
 }
 
 #define NV(n, v, vl)                                                                               \
@@ -200,8 +274,12 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
     /* The handler's fields as name/value pairs, names lower-cased (RFC 9113 8.2.1) into one
      * buffer: nghttp2 copies them all at the submit. */
     size_t nfields = 0;
-    for (size_t i = 0; i + 1 < fields_len; i++)
-        nfields += fields[i] == '\r' && fields[i + 1] == '\n';
+    for (size_t at = 0; fields != NULL && at < fields_len; nfields++) {
+        const char *nl = memchr(fields + at, '\n', fields_len - at);
+        if (nl == NULL)
+            break;
+        at = (size_t)(nl - fields) + 1;
+    }
     nghttp2_nv stack_nv[16];
     char stack_names[512];
     nghttp2_nv *nv = stack_nv;
@@ -266,6 +344,7 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
         nv[n++] = NV("content-length", len_text, l);
     }
     bool body = !md_http_req_is_head(r) && status != 304 && status != 204 && length != 0;
+    keep_head(st, nv, n, names, w);
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read};
     int rc = nghttp2_submit_response(h->s, st->id, nv, n, body ? &prd : NULL);
     if (nv != stack_nv) {
@@ -296,6 +375,14 @@ static const md_http_wire h2_wire = {.head = h2_head, .relay = h2_relay};
 
 /* ---- streams ---- */
 
+/* A stream's block (4.6 KB, mostly its md_http_req) comes from a cache of the worker's
+ * (libmagpie's mp_block_cache) rather than from malloc, whose large-chunk path was a tenth of
+ * a small request's cost: a connection begins and ends its streams in bursts (one read's
+ * HEADERS, one write's END_STREAMs), so the thread keeps a burst's worth. The connection's
+ * task may end a stream on another worker than the one that began it; the block then joins
+ * that worker's cache (mp_block_cache allows it). */
+static mp_block_cache stream_cache = MP_BLOCK_CACHE_INIT(sizeof(h2_stream), MP_BLOCK_CACHE_KEEP);
+
 static void stream_free(md_h2_conn *h, h2_stream *st)
 {
     if (st->r.pending != NULL) {
@@ -317,7 +404,7 @@ static void stream_free(md_h2_conn *h, h2_stream *st)
     h->nstreams--;
     if (h->nstreams == 0)
         h->idle_ns = h->now_ns;
-    free(st);
+    mp_block_cache_give(&stream_cache, st);
 }
 
 /* The handler is done with the response (or will write no more of it): its source ends. */
@@ -607,7 +694,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
         h->srv->request_begin(h->hc);
         h->srv = h->hc->srv;
     }
-    h2_stream *st = malloc(sizeof *st);
+    h2_stream *st = mp_block_cache_take(&stream_cache);
     if (st == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
     memset(st, 0, offsetof(h2_stream, r) + offsetof(md_http_req, target));
@@ -880,6 +967,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_session_callbacks_set_send_data_callback(cb, data_send);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_settings(opt, MD_H2_MAX_SETTINGS);
     nghttp2_option_set_max_outbound_ack(opt, MD_H2_MAX_OUTBOUND_ACK);
@@ -1005,7 +1093,17 @@ int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
             st->deferred = false;
             (void)nghttp2_session_resume_data(h->s, st->id);
         }
+    /* A burst of responses (a read's worth of streams, each answered at once) is some KiB of
+     * frames: room for them at once, rather than a first buffer grown twice by realloc (each
+     * time a copy when the heap cannot extend it in place). */
+    if (md_outbuf_pending(out) == 0 && out->cap < SEND_FIRST && nghttp2_session_want_write(h->s)) {
+        md_outbuf_free(out);
+        if (md_outbuf_grow(out, SEND_FIRST) != 0)
+            return -ENOMEM;
+    }
     size_t before = md_outbuf_pending(out);
+    h->sending = out;
+    h->send_max = max;
     while (md_outbuf_pending(out) < max) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(h->s, &data);

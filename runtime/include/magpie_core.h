@@ -436,7 +436,7 @@ int mp_runtime_worker_stats(mp_runtime *rt, unsigned worker, mp_worker_stats *ou
  * blocks go to free() and come from malloc(). A block taken on one thread may be given on
  * another. A thread's blocks are freed when it exits. Define a cache statically:
  *   static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(struct req), 4); */
-#define MP_BLOCK_CACHE_KEEP 8
+#define MP_BLOCK_CACHE_KEEP 32
 #define MP_BLOCK_CACHES     16
 typedef struct mp_block_cache {
     size_t size;   /* of every block */

@@ -527,6 +527,8 @@ Test(static_e2e, open_file_cache_hits_and_replaced_file_after_the_window)
     cr_expect_geq(metric(OFC "misses_total"), 1);
     cr_expect_geq(metric(OFC "open_fds"), 1);
     cr_expect_geq(metric(OFC "entries"), 1);
+    /* A 10-byte file: its bytes kept with the entry (open_file_cache_bytes_max), no pread. */
+    cr_expect_geq(metric(OFC "kept_bytes"), 10);
 
     sh("printf 'ABCDEFGHIJ' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
     char *r = get("/ten.txt");

@@ -157,11 +157,15 @@ Test(config, every_key, .timeout = 5)
                        "[static]\n"
                        "open_file_cache_entries = 0\n"
                        "open_file_cache_max_fds = 1000000\n"
-                       "open_file_cache_valid_ms = 3600000\n";
+                       "open_file_cache_valid_ms = 3600000\n"
+                       "open_file_cache_bytes_max = 1048576\n"
+                       "open_file_cache_bytes = 0\n";
     cr_assert_eq(parse(&c, text, &err), 0, "%s", err.msg);
     cr_assert_eq(c.file_cache.entries, 0);
     cr_assert_eq(c.file_cache.max_fds, 1000000);
     cr_assert_eq(c.file_cache.valid_ms, 3600000);
+    cr_assert_eq(c.file_cache.bytes_max, 1048576);
+    cr_assert_eq(c.file_cache.bytes, 0);
     cr_assert(c.listeners[MD_LISTENER_HTTP].listen[0].enabled);
     cr_assert_eq(c.listeners[MD_LISTENER_HTTP].listen[0].family, AF_INET6);
     cr_assert_str_eq(c.listeners[MD_LISTENER_HTTP].listen[0].host, "::1");
@@ -230,6 +234,9 @@ Test(config, bad_integer_names_file_line_key, .timeout = 5)
     expect_error("[static]\nopen_file_cache_valid_ms = 3600001\n",
                  "test.conf:2: [static] open_file_cache_valid_ms: expected an integer in "
                  "0..3600000, got \"3600001\"");
+    expect_error("[static]\nopen_file_cache_bytes_max = 1048577\n",
+                 "test.conf:2: [static] open_file_cache_bytes_max: expected an integer in "
+                 "0..1048576, got \"1048577\"");
     expect_error("[server]\nshutdown_timeout_ms = 1 000\n",
                  "test.conf:2: [server] shutdown_timeout_ms: expected an integer in 0..3600000, "
                  "got \"1 000\"");

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/httpdate.h"
@@ -70,6 +71,7 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static cache *reg_head;     /* guarded by reg_mu */
 static uint64_t retired[5]; /* guarded by reg_mu: hits, misses, evictions, expired, neg_hits */
 static atomic_uint_fast64_t open_fds; /* atomic: counted descriptors not yet closed */
+static atomic_uint_fast64_t kept;     /* atomic: bytes reserved by entries that may keep them */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
@@ -106,7 +108,39 @@ void md_file_put(md_file *f)
     if (f->counted)
         /* Relaxed: a bound's count, publishing nothing. */
         atomic_fetch_sub_explicit(&open_fds, 1, memory_order_relaxed);
+    if (f->keeps)
+        atomic_fetch_sub_explicit(&kept, f->size, memory_order_relaxed); /* as open_fds */
+    /* Relaxed: the acq_rel put above ordered the store of whoever set them before this. */
+    free(atomic_load_explicit(&f->bytes, memory_order_relaxed));
     free(f);
+}
+
+const char *md_file_bytes(md_file *f)
+{
+    /* Acquire: pairs with the release CAS below, so the bytes are seen whole. */
+    char *b = atomic_load_explicit(&f->bytes, memory_order_acquire);
+    if (b != NULL || !f->keeps)
+        return b;
+    char *mine = malloc(f->size != 0 ? f->size : 1);
+    if (mine == NULL)
+        return NULL;
+    /* From the page cache only: a cold file is read as before, its bytes kept by a later one. */
+    struct iovec iov = {.iov_base = mine, .iov_len = f->size};
+    ssize_t n = preadv2(f->fd, &iov, 1, 0, RWF_NOWAIT);
+    if (n < 0 && errno == EOPNOTSUPP)
+        n = pread(f->fd, mine, f->size, 0); /* a file system without RWF_NOWAIT */
+    if (n != (ssize_t)f->size) {
+        free(mine); /* not in the page cache, or shrunk since its fstat */
+        return NULL;
+    }
+    /* Release: pairs with the acquire load above (another response's, any thread); the
+     * loser of two first readers frees its copy and takes the winner's. */
+    if (!atomic_compare_exchange_strong_explicit(&f->bytes, &b, mine, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        free(mine);
+        return b;
+    }
+    return mine;
 }
 
 /* Takes f off the owner's lists and drops the cache's reference. */
@@ -321,6 +355,8 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
     atomic_init(&f->refs, 1);
     f->fd = fd;
     f->counted = false;
+    f->keeps = false;
+    atomic_init(&f->bytes, NULL);
     atomic_init(&f->resident, false);
     f->mode = st->st_mode;
     f->size = (uint64_t)st->st_size;
@@ -349,6 +385,12 @@ int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key,
     if (!reserve_fd(c, lim))
         return 0;
     f->counted = true;
+    /* Relaxed: a bound's count, as open_fds; fetch_add makes each reservation exact. */
+    if (f->size <= lim->bytes_max &&
+        atomic_fetch_add_explicit(&kept, f->size, memory_order_relaxed) + f->size <= lim->bytes)
+        f->keeps = true;
+    else if (f->size <= lim->bytes_max)
+        atomic_fetch_sub_explicit(&kept, f->size, memory_order_relaxed);
     f->expires_ms = now_ms() + lim->valid_ms;
     atomic_store_explicit(&f->refs, 2, memory_order_relaxed); /* not shared yet */
     md_file **b = &c->buckets[f->hash & (c->nbuckets - 1)];
@@ -387,6 +429,7 @@ void md_file_cache_stats_get(md_file_cache_stats *out)
     }
     pthread_mutex_unlock(&reg_mu);
     out->open_fds = atomic_load_explicit(&open_fds, memory_order_relaxed);
+    out->kept_bytes = atomic_load_explicit(&kept, memory_order_relaxed);
 }
 
 int md_file_cache_metrics(md_outbuf *out)
@@ -414,6 +457,10 @@ int md_file_cache_metrics(md_outbuf *out)
          "Descriptors opened for the open-file caches and not yet closed (listed, or still "
          "held by a response).",
          s.open_fds},
+        {"kept_bytes", "gauge",
+         "Bytes reserved for small files kept in memory by the open-file caches "
+         "(open_file_cache_bytes_max).",
+         s.kept_bytes},
     };
     int rc = 0;
     char full[96];
@@ -431,8 +478,9 @@ int md_file_cache_metrics(md_outbuf *out)
 
 static void static_section_init(void *conf)
 {
-    *(md_file_cache_limits *)conf = (md_file_cache_limits){
-        MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS, MD_FILE_CACHE_VALID_MS};
+    *(md_file_cache_limits *)conf =
+        (md_file_cache_limits){MD_FILE_CACHE_ENTRIES, MD_FILE_CACHE_MAX_FDS, MD_FILE_CACHE_VALID_MS,
+                               MD_FILE_CACHE_BYTES_MAX, MD_FILE_CACHE_BYTES};
 }
 
 static const md_ini_key static_keys[] = {
@@ -442,6 +490,10 @@ static const md_ini_key static_keys[] = {
      NULL},
     {"open_file_cache_valid_ms", MD_INI_U32, offsetof(md_file_cache_limits, valid_ms), 0, 3600000,
      NULL},
+    {"open_file_cache_bytes_max", MD_INI_U32, offsetof(md_file_cache_limits, bytes_max), 0, 1048576,
+     NULL},
+    {"open_file_cache_bytes", MD_INI_U64, offsetof(md_file_cache_limits, bytes), 0,
+     UINT64_C(1) << 40, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -44,9 +44,11 @@
 #include "core/outbuf.h"
 
 typedef struct md_file_cache_limits {
-    uint32_t entries;  /* files each worker thread keeps open; 0 turns the cache off */
-    uint32_t max_fds;  /* descriptors all threads' caches hold together */
-    uint32_t valid_ms; /* an entry is used this long after its open; 0 turns the cache off */
+    uint32_t entries;   /* files each worker thread keeps open; 0 turns the cache off */
+    uint32_t max_fds;   /* descriptors all threads' caches hold together */
+    uint32_t valid_ms;  /* an entry is used this long after its open; 0 turns the cache off */
+    uint32_t bytes_max; /* a listed file of at most this size keeps its bytes; 0: none does */
+    uint64_t bytes;     /* the bytes all threads' entries keep together, at most */
 } md_file_cache_limits;
 
 struct md_ini_section;
@@ -56,16 +58,22 @@ struct md_ini_section;
 extern const struct md_ini_section md_section_static;
 
 /* The shipped values (config/magpied.conf). */
-#define MD_FILE_CACHE_ENTRIES  1024
-#define MD_FILE_CACHE_MAX_FDS  4096
-#define MD_FILE_CACHE_VALID_MS 1000
+#define MD_FILE_CACHE_ENTRIES   1024
+#define MD_FILE_CACHE_MAX_FDS   4096
+#define MD_FILE_CACHE_VALID_MS  1000
+#define MD_FILE_CACHE_BYTES_MAX (64u * 1024u)
+#define MD_FILE_CACHE_BYTES     (64u * 1024u * 1024u)
 
 enum { MD_FILE_ETAG_MAX = 56, MD_FILE_DATE_MAX = 32 };
 
 typedef struct md_file {
     atomic_uint refs; /* atomic: the cache's (while listed) and one per holder */
     int fd;
-    bool counted;         /* owns one of the process's cached descriptors (the max_fds bound) */
+    bool counted; /* owns one of the process's cached descriptors (the max_fds bound) */
+    bool keeps;   /* may keep its bytes: listed, small, its size reserved in the bound */
+    /* The whole file's bytes (md_file_bytes()): set once from NULL, freed with f. Release on
+     * the set, acquire on each read (md_file_bytes). */
+    _Atomic(char *) bytes;
     atomic_bool resident; /* seen whole in the page cache (static.c); any thread, relaxed */
     /* Immutable after md_file_new(): */
     mode_t mode;
@@ -114,6 +122,15 @@ void md_file_cache_note_missing(const md_file_cache_limits *lim, uint64_t root, 
 int md_file_new(const md_file_cache_limits *lim, uint64_t root, const char *key, size_t len, int fd,
                 const struct stat *st, md_file **out);
 
+/* The whole file in memory, f->size bytes, or NULL: f's bytes are read once, by the first
+ * response that asks (from the page cache only: preadv2 RWF_NOWAIT, so it never waits for the
+ * disk), when f is listed and at most [static] open_file_cache_bytes_max long, within the
+ * open_file_cache_bytes bound of all threads' kept bytes. They live as long as f, so they are
+ * as fresh as its validators: a file changed in place is served from them until valid_ms
+ * after the open, where a read through the descriptor would see the change at once. Any
+ * thread, for as long as it holds its reference. */
+const char *md_file_bytes(md_file *f);
+
 /* Drops a reference; the last closes the descriptor and frees f. Any thread. */
 void md_file_put(md_file *f);
 
@@ -126,6 +143,7 @@ typedef struct md_file_cache_stats {
     uint64_t negative_hits; /* lookups answered by a negative entry (not in misses) */
     uint64_t entries;       /* listed now, all threads */
     uint64_t open_fds;      /* cached descriptors not yet closed (listed, or held by a response) */
+    uint64_t kept_bytes;    /* bytes reserved for entries' kept bytes (md_file_bytes) */
 } md_file_cache_stats;
 
 /* Sums over every thread, living or gone. Any thread. */

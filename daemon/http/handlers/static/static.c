@@ -29,7 +29,10 @@
  * head and file share their first segment as with nginx's tcp_nopush: when the socket's buffer is
  * full the response waits for the peer to read (within the send limits) and sendfile goes on,
  * so the body never passes through user space. A file that shrinks under a download ends the
- * response short with a close: nothing past the new end is presented as content.
+ * response short with a close: nothing past the new end is presented as content. A file the
+ * open-file cache keeps the bytes of ([static] open_file_cache_bytes_max, md_file_bytes()) is
+ * copied from them instead of read: a small one into the output after its head, and a larger
+ * one where there is no sendfile (an HTTP/2 stream) in one write.
  *
  * Blocking: no open, stat or read of file data waits for the disk on the worker. A file is
  * first looked up in the worker's open-file cache (file_cache.h: descriptors and their stat,
@@ -474,7 +477,7 @@ static int open_one(md_http_req *req, const md_route *r, struct lookup *lk, size
                     mp_file_op *op, mp_context *cx, bool can_wait, md_file **f)
 {
     /* The generation's [static] limits (static_gen_new); none: the cache is off. */
-    static const md_file_cache_limits off = {0, 0, 0};
+    static const md_file_cache_limits off = {0, 0, 0, 0, 0};
     int err;
     const md_file_cache_limits *lim =
         md_http_server_state(md_http_req_server(req), &md_handler_static);
@@ -797,6 +800,18 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
         }
         if (md_outbuf_pending(out) != 0)
             return MD_PENDING_MORE; /* the head first, then the copied pieces */
+        /* No sendfile (HTTP/2's streams): a file the cache keeps is written from its bytes, whole,
+         * rather than read a piece at a time into chunk[] and copied from there. */
+        const char *kept = s->reading ? NULL : md_file_bytes(s->file);
+        if (kept != NULL) {
+            int err;
+            if (io->write(io, cx, kept + s->off, (size_t)left, &err) == MP_PENDING)
+                return MD_PENDING_WAIT;
+            if (err != 0)
+                return err;
+            s->off = s->end;
+            return 0;
+        }
         /* The piece is not in the page cache, or sendfile cannot serve this file: one piece
          * read (on the blocking pool if need be) and written through the bounded write. */
         size_t want = left < CHUNK ? (size_t)left : CHUNK, got;
@@ -970,6 +985,12 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
         char *w = md_outbuf_reserve(out, (size_t)len);
         if (w == NULL) {
             rc = -ENOMEM;
+            goto out_put;
+        }
+        const char *kept = md_file_bytes(f); /* no read at all where the cache keeps them */
+        if (kept != NULL) {
+            memcpy(w, kept + from, (size_t)len);
+            md_outbuf_commit(out, w + len);
             goto out_put;
         }
         /* From the page cache only: the rest (a cold file) is read on the blocking pool by

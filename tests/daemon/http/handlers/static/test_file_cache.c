@@ -93,7 +93,7 @@ static md_file_cache_stats stats(void)
 
 Test(file_cache, a_second_lookup_is_a_hit_on_the_same_descriptor)
 {
-    md_file_cache_limits lim = {16, 64, 10000};
+    md_file_cache_limits lim = {16, 64, 10000, 0, 0};
     write_file("a.txt", "hello");
     md_file_cache_stats s0 = stats();
     md_file *f = lookup(&lim, "a.txt");
@@ -119,7 +119,7 @@ Test(file_cache, a_second_lookup_is_a_hit_on_the_same_descriptor)
 
 Test(file_cache, an_entry_expires_after_valid_ms_and_a_replaced_file_is_seen)
 {
-    md_file_cache_limits lim = {16, 64, 30};
+    md_file_cache_limits lim = {16, 64, 30, 0, 0};
     write_file("r.txt", "old");
     md_file *f = lookup(&lim, "r.txt");
     char etag[MD_FILE_ETAG_MAX];
@@ -147,7 +147,7 @@ Test(file_cache, an_entry_expires_after_valid_ms_and_a_replaced_file_is_seen)
 
 Test(file_cache, entries_are_bounded_least_recently_used_first)
 {
-    md_file_cache_limits lim = {4, 64, 10000};
+    md_file_cache_limits lim = {4, 64, 10000, 0, 0};
     int before = open_fds();
     char name[16];
     uint64_t ev = stats().evictions;
@@ -173,7 +173,7 @@ Test(file_cache, entries_are_bounded_least_recently_used_first)
 
 Test(file_cache, descriptors_are_bounded_across_the_process)
 {
-    md_file_cache_limits lim = {100, 3, 10000};
+    md_file_cache_limits lim = {100, 3, 10000, 0, 0};
     int before = open_fds();
     char name[16];
     for (int i = 0; i < 10; i++) {
@@ -205,17 +205,17 @@ Test(file_cache, descriptors_are_bounded_across_the_process)
 
 Test(file_cache, off_when_any_limit_is_zero)
 {
-    md_file_cache_limits lim = {16, 64, 10000};
+    md_file_cache_limits lim = {16, 64, 10000, 0, 0};
     write_file("o.txt", "x");
     md_file_put(lookup(&lim, "o.txt"));
     cr_assert_eq(stats().entries, 1);
-    md_file_cache_limits off = {0, 64, 10000};
+    md_file_cache_limits off = {0, 64, 10000, 0, 0};
     cr_expect_null(md_file_cache_get(&off, 1, "o.txt", 5));
     cr_expect_eq(stats().entries, 0, "turning it off closes the thread's entries");
     md_file *f = open_new(&off, "o.txt");
     cr_expect(!f->counted);
     md_file_put(f);
-    md_file_cache_limits no_window = {16, 64, 0};
+    md_file_cache_limits no_window = {16, 64, 0, 0, 0};
     f = open_new(&no_window, "o.txt");
     cr_expect_eq(stats().entries, 0);
     md_file_put(f);
@@ -224,7 +224,7 @@ Test(file_cache, off_when_any_limit_is_zero)
 /* A file shrinking under a holder: the cached size is the open's, reads see the new end. */
 Test(file_cache, a_shrunk_file_reads_short_through_a_cached_descriptor)
 {
-    md_file_cache_limits lim = {16, 64, 10000};
+    md_file_cache_limits lim = {16, 64, 10000, 0, 0};
     write_file("s.txt", "0123456789");
     md_file *f = lookup(&lim, "s.txt");
     char path[128];
@@ -258,7 +258,7 @@ static void *use_and_put(void *arg)
 
 Test(file_cache, a_reference_released_on_another_thread)
 {
-    md_file_cache_limits lim = {16, 64, 10000};
+    md_file_cache_limits lim = {16, 64, 10000, 0, 0};
     int before = open_fds();
     write_file("m.txt", "moved");
     for (int round = 0; round < 200; round++) {
@@ -293,7 +293,7 @@ static void *fill_and_exit(void *arg)
 
 Test(file_cache, a_thread_exit_releases_its_cache)
 {
-    md_file_cache_limits lim = {64, 256, 10000};
+    md_file_cache_limits lim = {64, 256, 10000, 0, 0};
     char name[16];
     for (int i = 0; i < 20; i++) {
         snprintf(name, sizeof name, "t%d", i);
@@ -320,7 +320,7 @@ Test(file_cache, a_thread_exit_releases_its_cache)
  * off with the cache, and counted. */
 Test(file_cache, a_missing_path_is_remembered_until_valid_ms)
 {
-    md_file_cache_limits lim = {16, 64, 40};
+    md_file_cache_limits lim = {16, 64, 40, 0, 0};
     uint64_t hits0 = stats().negative_hits;
     cr_assert_eq(md_file_cache_missing(&lim, 1, "gone.txt", 8), 0, "nothing noted yet");
     md_file_cache_note_missing(&lim, 1, "gone.txt", 8, -ENOENT);
@@ -343,7 +343,7 @@ Test(file_cache, a_missing_path_is_remembered_until_valid_ms)
 
 Test(file_cache, negative_entries_bounded_and_off_with_the_cache)
 {
-    md_file_cache_limits lim = {16, 64, 60000};
+    md_file_cache_limits lim = {16, 64, 60000, 0, 0};
     char key[MD_FILE_NEG_KEY_MAX + 2];
     memset(key, 'k', sizeof key);
     md_file_cache_note_missing(&lim, 1, key, MD_FILE_NEG_KEY_MAX + 1, -ENOENT);
@@ -366,10 +366,72 @@ Test(file_cache, negative_entries_bounded_and_off_with_the_cache)
     cr_expect_eq(g, f, "misses evict no file");
     if (g != NULL)
         md_file_put(g);
-    md_file_cache_limits off = {0, 0, 0};
+    md_file_cache_limits off = {0, 0, 0, 0, 0};
     cr_expect_eq(md_file_cache_missing(&off, 1, name, strlen(name)), 0, "off: not used");
     md_file_cache_note_missing(&off, 1, "x", 1, -ENOENT);
     cr_expect_eq(md_file_cache_missing(&lim, 1, "x", 1), 0, "off: not noted");
     md_file_cache_trim();
     cr_expect_eq(md_file_cache_missing(&lim, 1, name, strlen(name)), 0, "trimmed");
+}
+
+Test(file_cache, a_small_listed_file_keeps_its_bytes_within_the_bounds)
+{
+    md_file_cache_limits lim = {16, 64, 10000, 8, 10};
+    write_file("small.txt", "hello");
+    write_file("large.txt", "123456789");
+    md_file *f = lookup(&lim, "small.txt");
+    const char *b = md_file_bytes(f);
+    cr_assert_not_null(b, "5 bytes, within bytes_max (8): kept");
+    cr_assert_eq(memcmp(b, "hello", 5), 0);
+    cr_assert_eq(md_file_bytes(f), b, "read once");
+    cr_expect_eq(stats().kept_bytes, 5);
+    md_file *g = lookup(&lim, "large.txt");
+    cr_assert_null(md_file_bytes(g), "9 bytes, past bytes_max: read each time");
+    md_file_put(g);
+    write_file("other.txt", "abcdef");
+    md_file *h = lookup(&lim, "other.txt");
+    cr_assert_null(md_file_bytes(h), "5 + 6 bytes pass the bound (10): a descriptor alone");
+    md_file_put(h);
+    /* A file changed in place: the kept bytes are the entry's, as its validators are. */
+    int fd = openat(dirfd_, "small.txt", O_WRONLY | O_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, "J", 1, 0), 1);
+    close(fd);
+    md_file *again = md_file_cache_get(&lim, 1, "small.txt", 9);
+    cr_assert_eq(again, f);
+    cr_expect_eq(memcmp(md_file_bytes(again), "hello", 5), 0);
+    md_file_put(again);
+    md_file_put(f);
+    md_file_cache_trim();
+    cr_expect_eq(stats().kept_bytes, 0, "dropped with the entry");
+    md_file_cache_limits none = {16, 64, 10000, 0, 1 << 20};
+    md_file *u = lookup(&none, "small.txt");
+    cr_expect_null(md_file_bytes(u), "bytes_max 0: none kept");
+    md_file_put(u);
+}
+
+/* Two threads ask for the bytes of one file at once: one copy wins, both see it whole. */
+static void *ask_bytes(void *arg)
+{
+    return (void *)md_file_bytes(arg);
+}
+
+Test(file_cache, racing_first_readers_share_one_copy)
+{
+    md_file_cache_limits lim = {16, 64, 10000, 4096, 1 << 20};
+    char text[4001];
+    memset(text, 'x', 4000);
+    text[4000] = '\0';
+    write_file("r.txt", text);
+    md_file *f = lookup(&lim, "r.txt");
+    pthread_t t[2];
+    void *got[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, ask_bytes, f), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], &got[i]);
+    cr_assert_not_null(got[0]);
+    cr_assert_eq(got[0], got[1]);
+    cr_assert_eq(memcmp(got[0], text, 4000), 0);
+    md_file_put(f);
 }
