@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/outbuf.h"
 #include "http/handlers/proxy/upstream.h"
@@ -279,4 +280,59 @@ Test(upstream_resolve, task_follows_the_answer_and_keeps_the_last_on_failure, .t
     cr_assert_eq(mp_runtime_shutdown(rt), 0);
     mp_runtime_free(rt);
     md_upstream_resolve_hook = NULL;
+}
+
+/* --- resolve_file ------------------------------------------------------------------------ */
+
+Test(upstream_resolve, resolve_file_is_a_hosts_file, .timeout = 5)
+{
+    char path[] = "/tmp/magpied-hosts-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char *text = "# comment\n127.0.0.5 other svc.test # an alias\n\n"
+                       "not-an-address svc.test\n::1 SVC.TEST\n127.0.0.6\tsvc.test\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+
+    md_upstream_addrs a;
+    cr_assert_eq(md_upstream_resolve_file(path, "svc.test", "8080", &a), 0);
+    cr_assert_eq(a.n, 3, "in the file's order, names without case, bad lines skipped");
+    cr_assert_eq(a.ttl_ms, UINT32_MAX);
+    md_upstream_server_conf s = {.addr = a.addr[0]};
+    md_upstream_peer p = {.conf = &s};
+    cr_assert(is_ip(&p, "127.0.0.5"));
+    cr_assert_eq(ntohs(((struct sockaddr_in *)&a.addr[0])->sin_port), 8080);
+    cr_assert_eq(a.addr[1].ss_family, AF_INET6);
+    cr_assert_eq(md_upstream_resolve_file(path, "nope.test", "80", &a), -ENOENT);
+    cr_assert_eq(md_upstream_resolve_file("/nonexistent/hosts", "svc.test", "80", &a), -ENOENT);
+
+    /* As the key: before the servers, readable; the servers come from it. */
+    memset(&t, 0, sizeof t);
+    char msg[256] = "";
+    cr_assert_eq(md_upstream_add(&t, " app", 3, msg, sizeof msg), 0);
+    md_upstream_conf *u = &t.u[0];
+    cr_assert_eq(md_upstream_key(u, "resolve_file", "/nonexistent/hosts", msg, sizeof msg),
+                 -EINVAL);
+    cr_assert_not_null(strstr(msg, "cannot read"), "%s", msg);
+    memset(&t, 0, sizeof t); /* a refused key ends the file's reading: start again */
+    cr_assert_eq(md_upstream_add(&t, " app", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_upstream_key(u, "resolve_file", path, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(md_upstream_key(u, "server", "svc.test:81 weight=3", msg, sizeof msg), 0, "%s",
+                 msg);
+    cr_assert_eq(u->nservers, 3);
+    cr_assert_str_eq(u->servers[0].label, "svc.test:81/127.0.0.5");
+    cr_assert_eq(u->servers[2].weight, 3);
+    cr_assert(u->entries[0].name);
+    cr_assert_eq(md_upstream_key(u, "server", "gone.test:81", msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "not there"), "%s", msg);
+    cr_assert_eq(md_upstream_key(u, "server", "127.0.0.1:82", msg, sizeof msg), 0,
+                 "an address needs no lookup");
+
+    memset(&t, 0, sizeof t);
+    cr_assert_eq(md_upstream_add(&t, " app", 3, msg, sizeof msg), 0);
+    u = &t.u[0];
+    cr_assert_eq(md_upstream_key(u, "server", "127.0.0.1:82", msg, sizeof msg), 0);
+    cr_assert_eq(md_upstream_key(u, "resolve_file", path, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "before the server keys"), "%s", msg);
+    unlink(path);
 }
