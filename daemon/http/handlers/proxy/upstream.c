@@ -793,10 +793,11 @@ static md_upstream_peer *free_slot_locked(md_upstream *up, uint32_t entry)
     return any;
 }
 
-uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a)
+md_upstream_change md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a)
 {
+    md_upstream_change ch = {0};
     if (a->n == 0 || entry >= up->conf->nentries)
-        return 0; /* never empty a group over an answer without addresses */
+        return ch; /* never empty a group over an answer without addresses */
     const md_upstream_entry *e = &up->conf->entries[entry];
     /* Counters first, outside the mutex (the registry has a lock of its own). */
     md_upstream_counters *n[MD_UPSTREAM_SLOTS_MAX];
@@ -815,7 +816,7 @@ uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_ad
     }
     md_upstream_conn *dead = NULL;
     struct ssl_session_st *stale[MD_UPSTREAM_SLOTS_MAX];
-    uint32_t nstale = 0, missed = 0;
+    uint32_t nstale = 0;
     pthread_mutex_lock(&up->mu);
     /* Out: the entry's live slots whose address left. */
     for (uint32_t i = 0; i < up->nslots; i++) {
@@ -828,6 +829,7 @@ uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_ad
         if (!kept) {
             p->live = false;
             up->nlive--;
+            ch.removed++;
             take_pool_locked(p, &dead);
         }
     }
@@ -848,7 +850,7 @@ uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_ad
         md_upstream_peer *p = back;
         if (p == NULL) {
             if (n[k] == NULL || (p = free_slot_locked(up, entry)) == NULL) {
-                missed++;
+                ch.missed++;
                 continue;
             }
             if (p->tls_session != NULL && nstale < MD_UPSTREAM_SLOTS_MAX)
@@ -866,12 +868,13 @@ uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_ad
         p->health_down = false;
         p->health_good = p->health_bad = 0;
         up->nlive++;
+        ch.added++;
     }
     pthread_mutex_unlock(&up->mu);
     close_list(dead);
     for (uint32_t i = 0; i < nstale; i++)
         md_upstream_tls_session_free(stale[i]);
-    return missed;
+    return ch;
 }
 
 /* --- Pool ------------------------------------------------------------------------------ */

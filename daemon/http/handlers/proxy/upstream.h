@@ -235,6 +235,7 @@ typedef struct md_upstream {
     uint32_t nslots;            /* guarded by mu: peers[0..nslots) are used; only grows */
     uint32_t nlive;             /* guarded by mu: of them live */
     bool resolve_failing[MD_UPSTREAM_SERVERS_MAX]; /* the resolver task's: by entry, for logs */
+    bool resolve_waiting[MD_UPSTREAM_SERVERS_MAX]; /* likewise: addresses wait for a slot */
     md_upstream_peer peers[MD_UPSTREAM_SLOTS_MAX];
 } md_upstream;
 
@@ -304,9 +305,12 @@ int md_upstream_resolve_file(const char *path, const char *host, const char *por
 /* The addresses of entry (a `server =` name) are now a: slots of the entry whose address left
  * go out of the set (their pool closed, requests in flight finish), new addresses take a slot
  * never used, or one of the entry's drained ones, or any drained one. An empty a changes
- * nothing. Returns how many addresses found no slot (all busy draining; the next round tries
- * again). Any thread but the loop's (it closes connections). */
-uint32_t md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a);
+ * nothing. Says how many addresses came in, went out, and found no slot (all busy draining;
+ * the next round tries again). Any thread but the loop's (it closes connections). */
+typedef struct md_upstream_change {
+    uint32_t added, removed, missed;
+} md_upstream_change;
+md_upstream_change md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a);
 /* When re-resolution of entry is due next, after a round that found ttl_ms (UINT32_MAX:
  * unknown): min(resolve_interval_ms, max(ttl_ms, MD_UPSTREAM_TTL_FLOOR_MS)). */
 enum { MD_UPSTREAM_TTL_FLOOR_MS = 1000 };

@@ -246,12 +246,17 @@ static void apply_job(md_resolver *r, job *j, uint64_t now)
         if (up->resolve_failing[e])
             md_log(MD_LOG_INFO, "upstream %s server %s: resolves again", u->name, label);
         up->resolve_failing[e] = false;
-        uint32_t missed = md_upstream_apply(up, e, &j->name[i].out);
-        if (missed != 0)
+        md_upstream_change ch = md_upstream_apply(up, e, &j->name[i].out);
+        if (ch.added != 0 || ch.removed != 0)
+            md_log(MD_LOG_INFO, "upstream %s server %s: %u addresses in, %u out (draining)",
+                   u->name, label, (unsigned)ch.added, (unsigned)ch.removed);
+        bool was_waiting = up->resolve_waiting[e];
+        up->resolve_waiting[e] = ch.missed != 0;
+        if (ch.missed != 0 && !was_waiting) /* once per change, not every round */
             md_log(MD_LOG_ERROR,
                    "upstream %s server %s: %u new addresses wait for a slot (%d "
                    "per upstream, old ones still draining)",
-                   u->name, label, (unsigned)missed, MD_UPSTREAM_SLOTS_MAX);
+                   u->name, label, (unsigned)ch.missed, MD_UPSTREAM_SLOTS_MAX);
         uint32_t d = md_upstream_resolve_delay(u, j->name[i].out.ttl_ms);
         if (d < delay)
             delay = d;

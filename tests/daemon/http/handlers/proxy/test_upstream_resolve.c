@@ -98,7 +98,10 @@ Test(upstream_resolve, departed_address_drains_and_new_requests_go_to_the_new_on
 
     md_upstream_addrs a = {.ttl_ms = UINT32_MAX};
     put4(&a, "127.0.0.9", 8080);
-    cr_assert_eq(md_upstream_apply(up, 0, &a), 0);
+    md_upstream_change ch = md_upstream_apply(up, 0, &a);
+    cr_assert_eq(ch.missed, 0);
+    cr_assert_eq(ch.added, 1);
+    cr_assert_eq(ch.removed, first);
     cr_assert_eq(up->nlive, 1);
     cr_assert_eq(up->nslots, first + 1, "a new slot, the old ones draining");
     for (int i = 0; i < 4; i++) {
@@ -113,9 +116,10 @@ Test(upstream_resolve, departed_address_drains_and_new_requests_go_to_the_new_on
     md_upstream_done(old, true, 1000);
 
     /* The same answer again changes nothing; an empty one keeps the set. */
-    cr_assert_eq(md_upstream_apply(up, 0, &a), 0);
+    ch = md_upstream_apply(up, 0, &a);
+    cr_assert(ch.added == 0 && ch.removed == 0 && ch.missed == 0, "the same answer: no change");
     md_upstream_addrs none = {.ttl_ms = UINT32_MAX};
-    cr_assert_eq(md_upstream_apply(up, 0, &none), 0);
+    cr_assert_eq(md_upstream_apply(up, 0, &none).missed, 0);
     cr_assert_eq(up->nlive, 1);
     cr_assert_eq(up->nslots, first + 1);
 
@@ -124,7 +128,7 @@ Test(upstream_resolve, departed_address_drains_and_new_requests_go_to_the_new_on
     back.n = 1;
     back.addr[0] = old->conf->addr;
     back.addrlen[0] = old->conf->addrlen;
-    cr_assert_eq(md_upstream_apply(up, 0, &back), 0);
+    cr_assert_eq(md_upstream_apply(up, 0, &back).missed, 0);
     cr_assert_eq(up->nslots, first + 1);
     md_upstream_peer *p = md_upstream_pick(up, 0, NULL, 0, 1000);
     cr_assert_eq(p, old);
@@ -149,7 +153,7 @@ Test(upstream_resolve, slots_are_reused_only_once_drained, .timeout = 5)
         snprintf(ip, sizeof ip, "127.0.1.%u", (unsigned)i + 1);
         put4(&a, ip, 8080);
     }
-    cr_assert_eq(md_upstream_apply(up, 0, &a), 0);
+    cr_assert_eq(md_upstream_apply(up, 0, &a).missed, 0);
     cr_assert_eq(up->nslots, MD_UPSTREAM_SLOTS_MAX);
 
     /* A full answer of new addresses: every drained slot is reused, the busy one is not. */
@@ -158,7 +162,7 @@ Test(upstream_resolve, slots_are_reused_only_once_drained, .timeout = 5)
         snprintf(ip, sizeof ip, "127.0.2.%u", (unsigned)i + 1);
         put4(&b, ip, 8080);
     }
-    cr_assert_eq(md_upstream_apply(up, 0, &b), 1, "one address waits for the busy slot");
+    cr_assert_eq(md_upstream_apply(up, 0, &b).missed, 1, "one address waits for the busy slot");
     cr_assert_eq(up->nlive, MD_UPSTREAM_SLOTS_MAX - 1);
     cr_assert_not(is_ip(busy, "127.0.2.32"));
     cr_assert_eq(busy->live, false);
@@ -168,7 +172,7 @@ Test(upstream_resolve, slots_are_reused_only_once_drained, .timeout = 5)
 
     /* Drained: the next round gives it the waiting address. */
     md_upstream_done(busy, false, 1000);
-    cr_assert_eq(md_upstream_apply(up, 0, &b), 0);
+    cr_assert_eq(md_upstream_apply(up, 0, &b).missed, 0);
     cr_assert_eq(up->nlive, MD_UPSTREAM_SLOTS_MAX);
     cr_assert(busy->live);
     cr_assert_not_null(strstr(busy->conf->label, "127.0.2."), "%s", busy->conf->label);
