@@ -180,7 +180,7 @@ D_SRCS   := $(sort $(filter-out daemon/main.c,$(foreach d,$(D_DIRS),$(wildcard $
 D_OBJS   := $(D_SRCS:%.c=$(B)/obj/%.o)
 D_LIB    := $(B)/libmagpied.a
 D_INC    := $(RT_INC) -Idaemon $(LLHTTP_INC)
-D_LIBS   := -luv -linih -lssl -lcrypto -lnghttp2 -lcrypt -lz -lzstd
+D_LIBS   := -luv -linih -lssl -lcrypto -lnghttp2 -lcrypt -lz -lzstd -lresolv
 MAGPIED  := $(B)/magpied
 # tests/daemon mirrors daemon/'s folders; tests/daemon/e2e/ holds the end-to-end suites.
 D_TESTS  := $(sort $(wildcard tests/daemon/test_*.c tests/daemon/*/test_*.c tests/daemon/*/*/test_*.c \

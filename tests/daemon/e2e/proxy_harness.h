@@ -20,7 +20,14 @@ typedef struct upstream_proc {
 
 /* The upstream program beside this test binary, on `port` (0: one from the kernel); false
  * when it could not listen there. No assertions: client threads may call it. */
+static inline bool upstream_try_start_at(int port, const char *ip, upstream_proc *u);
 static inline bool upstream_try_start(int port, upstream_proc *u)
+{
+    return upstream_try_start_at(port, "127.0.0.1", u);
+}
+
+/* The same on another loopback address (127.0.0.2: a second server on the same port). */
+static inline bool upstream_try_start_at(int port, const char *ip, upstream_proc *u)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
@@ -41,7 +48,7 @@ static inline bool upstream_try_start(int port, upstream_proc *u)
         dup2(p[1], 1);
         close(p[0]);
         close(p[1]);
-        execl(exe, exe, arg, (char *)NULL);
+        execl(exe, exe, arg, ip, (char *)NULL);
         _exit(127);
     }
     close(p[1]);

@@ -2,8 +2,9 @@
  * suites (tests/daemon/e2e/test_proxy_*.c). One process, a thread per connection, plain
  * blocking sockets: nothing here is fast, all of it is exact about the bytes it sends.
  *
- *   upstream [PORT]     listens on 127.0.0.1:PORT (0 or none: a port from the kernel) and
- *                       prints "upstream port=P noaccept=Q\n" once it accepts
+ *   upstream [PORT [IP]]  listens on IP:PORT (127.0.0.1 by default; 0 or no PORT: a port
+ *                       from the kernel) and prints "upstream port=P noaccept=Q\n" once it
+ *                       accepts
  *
  * Q is a second port bound with a full backlog that is never accepted from: a connect to it
  * hangs (the kernel drops the SYNs), as a wedged server does.
@@ -688,13 +689,17 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-static int listen_on(int port, int backlog)
+static int listen_on(int port, int backlog, const char *ip)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (ip != NULL && inet_pton(AF_INET, ip, &a.sin_addr) != 1) {
+        fprintf(stderr, "upstream: bad address %s\n", ip);
+        exit(1);
+    }
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, backlog) != 0) {
         perror("upstream: listen");
         exit(1);
@@ -713,10 +718,10 @@ static int port_of(int fd)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    int lfd = listen_on(argc > 1 ? atoi(argv[1]) : 0, 512);
+    int lfd = listen_on(argc > 1 ? atoi(argv[1]) : 0, 512, argc > 2 ? argv[2] : NULL);
     /* The wedged port: a backlog of 0 holds one connection, which we make ourselves; after
      * that the kernel drops SYNs and a connect waits for its own timeout. */
-    int nfd = listen_on(0, 0);
+    int nfd = listen_on(0, 0, NULL);
     int nport = port_of(nfd);
     for (int i = 0; i < 2; i++) {
         int cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -877,7 +877,8 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 if (p->resp.client_framing == MD_CLIENT_CLOSE)
                     md_http_req_close_after(req);
                 uint64_t header_ms = mp_now_ms() - p->start_ms;
-                md_http_req_set_upstream(req, p->peer->conf->label, header_ms);
+                /* The registry's label, which outlives the slot (re-resolution may reuse it). */
+                md_http_req_set_upstream(req, p->peer->n->server, header_ms);
                 md_upstream_count_response(p->peer, p->resp.status, header_ms);
                 md_http_count_response(req, p->resp.status,
                                        p->resp.client_framing == MD_CLIENT_LENGTH ? p->resp.length

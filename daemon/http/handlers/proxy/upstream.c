@@ -80,6 +80,59 @@ int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char 
     return 0;
 }
 
+void md_upstream_label(md_upstream_server_conf *s, bool with_address)
+{
+    if (!with_address) {
+        snprintf(s->label, sizeof s->label, "%s", s->host);
+        return;
+    }
+    char ip[INET6_ADDRSTRLEN] = "";
+    const void *a = s->addr.ss_family == AF_INET
+                        ? (const void *)&((struct sockaddr_in *)&s->addr)->sin_addr
+                        : (const void *)&((struct sockaddr_in6 *)&s->addr)->sin6_addr;
+    inet_ntop(s->addr.ss_family, a, ip, sizeof ip);
+    /* HOST:PORT is at most MD_UPSTREAM_LABEL_MAX - 49 bytes (server_key): it fits whole. */
+    snprintf(s->label, sizeof s->label, "%.*s/%s", MD_UPSTREAM_LABEL_MAX - 49, s->host, ip);
+}
+
+/* A name looked up in resolve_file: its addresses as servers, and its entry. */
+static int file_server(md_upstream_conf *u, const char *host, const char *port, const char *addr,
+                       uint16_t weight, uint32_t max_conns, char *msg, size_t msg_len)
+{
+    md_upstream_addrs a;
+    int rc = md_upstream_resolve_file(u->resolve_file, host, port, &a);
+    if (rc != 0) {
+        md_say(msg, msg_len, "cannot resolve \"%s\" in %s: %s", host, u->resolve_file,
+               rc == -ENOENT ? "not there" : strerror(-rc));
+        return -EINVAL;
+    }
+    if (u->nservers + a.n > MD_UPSTREAM_SERVERS_MAX) {
+        md_say(msg, msg_len, "more than %d servers in one upstream", MD_UPSTREAM_SERVERS_MAX);
+        return -EINVAL;
+    }
+    md_upstream_entry *e = &u->entries[u->nentries];
+    memset(e, 0, sizeof *e);
+    snprintf(e->host, sizeof e->host, "%s", host);
+    snprintf(e->port, sizeof e->port, "%s", port);
+    snprintf(e->written, sizeof e->written, "%s", addr);
+    e->weight = weight;
+    e->max_conns = max_conns;
+    e->name = true;
+    for (uint32_t k = 0; k < a.n; k++) {
+        md_upstream_server_conf *s = &u->servers[u->nservers++];
+        memset(s, 0, sizeof *s);
+        s->addr = a.addr[k];
+        s->addrlen = a.addrlen[k];
+        s->weight = weight;
+        s->max_conns = max_conns;
+        s->entry = (uint8_t)u->nentries;
+        snprintf(s->host, sizeof s->host, "%s", addr);
+        md_upstream_label(s, a.n > 1);
+    }
+    u->nentries++;
+    return 0;
+}
+
 /* "HOST:PORT [weight=N] [max_conns=N]": one server, or one per address of a DNS name. */
 static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t msg_len)
 {
@@ -148,6 +201,9 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
     struct addrinfo *res = NULL;
     int rc = mp_resolve_blocking(host, port, &hints, &res);
+    if (rc != 0 && addr[0] != '[' && u->resolve_file[0] != '\0')
+        return file_server(u, host, port, addr, (uint16_t)weight, (uint32_t)max_conns, msg,
+                           msg_len);
     if (rc != 0 && addr[0] != '[') {
         hints.ai_flags = AI_ADDRCONFIG;
         rc = mp_resolve_blocking(host, port, &hints, &res);
@@ -160,6 +216,9 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
     for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
         if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
             naddr++;
+    /* Each entry gives at least one server, so entries never outnumber servers. */
+    uint32_t entry = u->nentries;
+    md_upstream_entry *e = &u->entries[entry < MD_UPSTREAM_SERVERS_MAX ? entry : 0];
     unsigned added = 0;
     for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
         if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
@@ -175,17 +234,9 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         s->addrlen = (uint32_t)ai->ai_addrlen;
         s->weight = (uint16_t)weight;
         s->max_conns = (uint32_t)max_conns;
+        s->entry = (uint8_t)entry;
         snprintf(s->host, sizeof s->host, "%s", addr);
-        if (naddr > 1) {
-            char ip[INET6_ADDRSTRLEN] = "";
-            const void *a = ai->ai_family == AF_INET
-                                ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
-                                : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
-            inet_ntop(ai->ai_family, a, ip, sizeof ip);
-            snprintf(s->label, sizeof s->label, "%s/%s", addr, ip);
-        } else {
-            snprintf(s->label, sizeof s->label, "%s", addr);
-        }
+        md_upstream_label(s, naddr > 1);
         added++;
     }
     freeaddrinfo(res);
@@ -193,6 +244,16 @@ static int server_key(md_upstream_conf *u, const char *value, char *msg, size_t 
         md_say(msg, msg_len, "\"%s\" has no IPv4 or IPv6 address", host);
         return -EINVAL;
     }
+    memset(e, 0, sizeof *e);
+    snprintf(e->host, sizeof e->host, "%s", host);
+    snprintf(e->port, sizeof e->port, "%s", port);
+    snprintf(e->written, sizeof e->written, "%s", addr);
+    e->weight = (uint16_t)weight;
+    e->max_conns = (uint32_t)max_conns;
+    struct sockaddr_storage ss;
+    e->name =
+        addr[0] != '[' && inet_pton(AF_INET, host, &ss) != 1 && inet_pton(AF_INET6, host, &ss) != 1;
+    u->nentries++;
     return 0;
 }
 
@@ -223,10 +284,11 @@ static const struct ukey ukeys[] = {
     UK(health_fall, 1, 100),
     UK(max_response_header_bytes, 1024, 1048576),
     UK(buffer_bytes, 4096, 16777216),
+    UK(resolve_interval_ms, 0, 86400000),
 };
 #undef UK
 /* Bits of md_upstream_conf.seen past the numeric keys. */
-enum { SEEN_BALANCE = 20, SEEN_HEALTH_PATH = 21 };
+enum { SEEN_BALANCE = 20, SEEN_HEALTH_PATH = 21, SEEN_RESOLVE_FILE = 22 };
 
 int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, char *msg,
                     size_t msg_len)
@@ -247,6 +309,8 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
         bit = SEEN_BALANCE;
     if (k == NULL && strcmp(key, "health_path") == 0)
         bit = SEEN_HEALTH_PATH;
+    if (k == NULL && strcmp(key, "resolve_file") == 0)
+        bit = SEEN_RESOLVE_FILE;
     if (bit < 0)
         return -ENOENT;
     if (u->seen & (UINT32_C(1) << bit)) {
@@ -262,7 +326,30 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
             return -EINVAL;
         }
         uint32_t v = (uint32_t)v64; /* k->max fits 32 bits */
+        if (k->offset == offsetof(md_upstream_conf, resolve_interval_ms) && v != 0 && v < 10) {
+            md_say(msg, msg_len, "expected 0 (off) or at least 10, got \"%s\"", value);
+            return -EINVAL;
+        }
         memcpy((char *)u + k->offset, &v, sizeof v);
+        return 0;
+    }
+    if (bit == SEEN_RESOLVE_FILE) {
+        /* Before the servers: they are looked up in it as they are read. */
+        if (u->nentries != 0) {
+            md_say(msg, msg_len, "must come before the server keys");
+            return -EINVAL;
+        }
+        if (value[0] == '\0' || strlen(value) >= sizeof u->resolve_file) {
+            md_say(msg, msg_len, "expected a path of 1 to %zu bytes", sizeof u->resolve_file - 1);
+            return -EINVAL;
+        }
+        FILE *f = fopen(value, "r");
+        if (f == NULL) {
+            md_say(msg, msg_len, "cannot read %s: %s", value, strerror(errno));
+            return -EINVAL;
+        }
+        fclose(f);
+        snprintf(u->resolve_file, sizeof u->resolve_file, "%s", value);
         return 0;
     }
     if (bit == SEEN_HEALTH_PATH) {
@@ -311,12 +398,17 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
     return 0;
 }
 
-int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len)
+int md_upstream_check(md_upstream_conf *u, char *msg, size_t msg_len)
 {
     if (u->nservers == 0) {
         md_say(msg, msg_len, "server: at least one required");
         return -EINVAL;
     }
+    /* A re-resolved name's servers are labelled by address even when it has one now, so
+     * that each address keeps its /metrics series as the answer changes. */
+    for (uint32_t i = 0; u->resolve_interval_ms != 0 && i < u->nservers; i++)
+        if (u->entries[u->servers[i].entry].name)
+            md_upstream_label(&u->servers[i], true);
     return md_upstream_tls_check(u, msg, msg_len);
 }
 
@@ -401,12 +493,18 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
         pthread_mutex_init(&up->mu, NULL);
         up->n = md_upstream_counters_of(up->conf->name, "");
         bool counted = up->n != NULL;
-        for (uint32_t j = 0; j < up->conf->nservers; j++) {
-            up->peers[j].conf = &up->conf->servers[j];
-            up->peers[j].up = up;
-            up->peers[j].n = md_upstream_counters_of(up->conf->name, up->conf->servers[j].label);
-            counted = counted && up->peers[j].n != NULL;
+        for (uint32_t j = 0; j < MD_UPSTREAM_SLOTS_MAX; j++) {
+            md_upstream_peer *p = &up->peers[j];
+            p->conf = &p->slot;
+            p->up = up;
+            if (j >= up->conf->nservers)
+                continue;
+            p->slot = up->conf->servers[j];
+            p->live = p->used = true;
+            p->n = md_upstream_counters_of(up->conf->name, p->slot.label);
+            counted = counted && p->n != NULL;
         }
+        up->nslots = up->nlive = up->conf->nservers;
         if (!counted) {
             us->conf.n = i + 1; /* the groups made so far, for the free */
             md_upstreams_unref(us);
@@ -421,6 +519,8 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
     }
     if (rt != NULL) {
         int rc = md_upstream_health_start(us);
+        if (rc == 0)
+            rc = md_upstream_resolve_start(us);
         if (rc != 0) {
             md_upstreams_free(us);
             return rc;
@@ -435,6 +535,7 @@ void md_upstreams_free(md_upstreams *us)
     if (us == NULL)
         return;
     md_upstream_health_stop(us);
+    md_upstream_resolve_stop(us);
     md_upstreams_unref(us);
 }
 
@@ -447,7 +548,7 @@ void md_upstreams_unref(md_upstreams *us)
         return;
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
-        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+        for (uint32_t j = 0; j < up->nslots; j++) {
             md_upstream_peer *p = &up->peers[j];
             while (p->idle != NULL) {
                 md_upstream_conn *c = p->idle;
@@ -465,16 +566,33 @@ void md_upstreams_unref(md_upstreams *us)
 
 static bool usable_locked(const md_upstream_peer *p, uint64_t now_ms)
 {
-    return now_ms >= p->down_until_ms && !p->health_down &&
+    return p->live && now_ms >= p->down_until_ms && !p->health_down &&
            (p->conf->max_conns == 0 || p->active < p->conf->max_conns);
 }
 
 bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms)
 {
     pthread_mutex_lock(&p->up->mu);
-    bool up = now_ms >= p->down_until_ms && !p->health_down;
+    bool up = p->live && now_ms >= p->down_until_ms && !p->health_down;
     pthread_mutex_unlock(&p->up->mu);
     return up;
+}
+
+bool md_upstream_pin(md_upstream_peer *p)
+{
+    pthread_mutex_lock(&p->up->mu);
+    bool live = p->live;
+    if (live)
+        p->pins++;
+    pthread_mutex_unlock(&p->up->mu);
+    return live;
+}
+
+void md_upstream_unpin(md_upstream_peer *p)
+{
+    pthread_mutex_lock(&p->up->mu);
+    p->pins--;
+    pthread_mutex_unlock(&p->up->mu);
 }
 
 /* FNV-1a, 64 bits: stable across runs and builds, so a key keeps its server. */
@@ -494,7 +612,7 @@ static md_upstream_peer *pick_rr_locked(md_upstream *up, uint64_t tried, uint64_
 {
     md_upstream_peer *best = NULL;
     int64_t total = 0;
-    for (uint32_t i = 0; i < up->conf->nservers; i++) {
+    for (uint32_t i = 0; i < up->nslots; i++) {
         md_upstream_peer *p = &up->peers[i];
         if ((tried >> i) & 1 || !usable_locked(p, now_ms))
             continue;
@@ -511,7 +629,7 @@ static md_upstream_peer *pick_rr_locked(md_upstream *up, uint64_t tried, uint64_
 static md_upstream_peer *pick_least_locked(md_upstream *up, uint64_t tried, uint64_t now_ms)
 {
     md_upstream_peer *best = NULL;
-    uint32_t n = up->conf->nservers;
+    uint32_t n = up->nslots;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (up->rr + k) % n;
         md_upstream_peer *p = &up->peers[i];
@@ -532,15 +650,16 @@ static md_upstream_peer *pick_least_locked(md_upstream *up, uint64_t tried, uint
 static md_upstream_peer *pick_hash_locked(md_upstream *up, uint64_t tried, const char *key,
                                           size_t key_len, uint64_t now_ms)
 {
+    /* Over the live slots only: a key moves when the set changes, as with any reload. */
     uint32_t total = 0;
-    for (uint32_t i = 0; i < up->conf->nservers; i++)
-        total += up->peers[i].conf->weight;
+    for (uint32_t i = 0; i < up->nslots; i++)
+        total += up->peers[i].live ? up->peers[i].conf->weight : 0;
     uint64_t h = fnv1a(key, key_len, UINT64_C(0xcbf29ce484222325));
     for (int round = 0; round < 20 && total != 0; round++) {
         uint32_t w = (uint32_t)(h % total);
         uint32_t i = 0;
-        while (w >= up->peers[i].conf->weight) {
-            w -= up->peers[i].conf->weight;
+        while (!up->peers[i].live || w >= up->peers[i].conf->weight) {
+            w -= up->peers[i].live ? up->peers[i].conf->weight : 0;
             i++;
         }
         md_upstream_peer *p = &up->peers[i];
@@ -585,7 +704,7 @@ void md_upstream_done(md_upstream_peer *p, bool failed, uint64_t now_ms)
     p->active--;
     /* A group of one server never takes it out (as nginx): there is no other to send its
      * requests to, and a restarted server must get them at once. */
-    if (failed && up->conf->max_fails != 0 && up->conf->nservers > 1) {
+    if (failed && up->conf->max_fails != 0 && up->nlive > 1) {
         if (now_ms - p->fail_start_ms > up->conf->fail_timeout_ms) {
             p->fail_start_ms = now_ms;
             p->fails = 0;
@@ -618,6 +737,144 @@ void md_upstream_health_result(md_upstream_peer *p, bool good)
         }
     }
     pthread_mutex_unlock(&up->mu);
+}
+
+static void close_list(md_upstream_conn *c);
+
+/* --- Re-resolution's changes (the protocol is upstream.h's, above md_upstream_peer) ------ */
+
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return x->sin6_port == y->sin6_port &&
+           memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0 &&
+           x->sin6_scope_id == y->sin6_scope_id;
+}
+
+static bool drained_locked(const md_upstream_peer *p)
+{
+    return !p->live && p->active == 0 && p->pins == 0 && p->nidle == 0;
+}
+
+static void take_pool_locked(md_upstream_peer *p, md_upstream_conn **dead)
+{
+    while (p->idle != NULL) {
+        md_upstream_conn *c = p->idle;
+        p->idle = c->next;
+        c->next = *dead;
+        *dead = c;
+    }
+    p->idle_tail = NULL;
+    p->nidle = 0;
+}
+
+/* A slot for a new address of entry: one never used, else one of the entry's drained ones,
+ * else any drained one (a departed address's counters stay in the registry). */
+static md_upstream_peer *free_slot_locked(md_upstream *up, uint32_t entry)
+{
+    if (up->nslots < MD_UPSTREAM_SLOTS_MAX)
+        return &up->peers[up->nslots++];
+    md_upstream_peer *any = NULL;
+    for (uint32_t i = 0; i < up->nslots; i++) {
+        md_upstream_peer *p = &up->peers[i];
+        if (!drained_locked(p))
+            continue;
+        if (p->slot.entry == entry)
+            return p;
+        if (any == NULL)
+            any = p;
+    }
+    return any;
+}
+
+md_upstream_change md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a)
+{
+    md_upstream_change ch = {0};
+    if (a->n == 0 || entry >= up->conf->nentries)
+        return ch; /* never empty a group over an answer without addresses */
+    const md_upstream_entry *e = &up->conf->entries[entry];
+    /* Counters first, outside the mutex (the registry has a lock of its own). */
+    md_upstream_counters *n[MD_UPSTREAM_SLOTS_MAX];
+    md_upstream_server_conf fresh[MD_UPSTREAM_SLOTS_MAX];
+    for (uint32_t k = 0; k < a->n; k++) {
+        md_upstream_server_conf *s = &fresh[k];
+        memset(s, 0, sizeof *s);
+        memcpy(&s->addr, &a->addr[k], sizeof s->addr);
+        s->addrlen = a->addrlen[k];
+        s->weight = e->weight;
+        s->max_conns = e->max_conns;
+        s->entry = (uint8_t)entry;
+        snprintf(s->host, sizeof s->host, "%s", e->written);
+        md_upstream_label(s, true);
+        n[k] = md_upstream_counters_of(up->conf->name, s->label);
+    }
+    md_upstream_conn *dead = NULL;
+    struct ssl_session_st *stale[MD_UPSTREAM_SLOTS_MAX];
+    uint32_t nstale = 0;
+    pthread_mutex_lock(&up->mu);
+    /* Out: the entry's live slots whose address left. */
+    for (uint32_t i = 0; i < up->nslots; i++) {
+        md_upstream_peer *p = &up->peers[i];
+        if (!p->live || p->slot.entry != entry)
+            continue;
+        bool kept = false;
+        for (uint32_t k = 0; k < a->n && !kept; k++)
+            kept = same_addr(&p->slot.addr, &a->addr[k]);
+        if (!kept) {
+            p->live = false;
+            up->nlive--;
+            ch.removed++;
+            take_pool_locked(p, &dead);
+        }
+    }
+    /* In: addresses without a live slot, in a slot of their own again or a free one. */
+    for (uint32_t k = 0; k < a->n; k++) {
+        md_upstream_peer *back = NULL;
+        bool have = false;
+        for (uint32_t i = 0; i < up->nslots && !have; i++) {
+            md_upstream_peer *p = &up->peers[i];
+            if (p->slot.entry != entry || !same_addr(&p->slot.addr, &a->addr[k]))
+                continue;
+            have = p->live;
+            if (!p->live && back == NULL)
+                back = p;
+        }
+        if (have)
+            continue;
+        md_upstream_peer *p = back;
+        if (p == NULL) {
+            if (n[k] == NULL || (p = free_slot_locked(up, entry)) == NULL) {
+                ch.missed++;
+                continue;
+            }
+            if (p->tls_session != NULL && nstale < MD_UPSTREAM_SLOTS_MAX)
+                stale[nstale++] = p->tls_session; /* another server's */
+            p->tls_session = NULL;
+            p->slot = fresh[k];
+            p->n = n[k];
+            p->used = true;
+        }
+        /* Back in the set with a clean record (a generation's start is as clean). */
+        p->live = true;
+        p->current_weight = 0;
+        p->fails = 0;
+        p->down_until_ms = 0;
+        p->health_down = false;
+        p->health_good = p->health_bad = 0;
+        up->nlive++;
+        ch.added++;
+    }
+    pthread_mutex_unlock(&up->mu);
+    close_list(dead);
+    for (uint32_t i = 0; i < nstale; i++)
+        md_upstream_tls_session_free(stale[i]);
+    return ch;
 }
 
 /* --- Pool ------------------------------------------------------------------------------ */
@@ -753,7 +1010,7 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     md_upstream_conn *dead = NULL;
     c->idle_since_ms = now_ms;
     pthread_mutex_lock(&p->up->mu);
-    if (p->up->conf->keepalive != 0 && !p->up->closing) {
+    if (p->up->conf->keepalive != 0 && !p->up->closing && p->live) {
         MP__LIST_PUSH_FRONT_TAIL(p->idle, p->idle_tail, c, prev, next);
         p->nidle++;
         c = NULL;
@@ -768,12 +1025,13 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
 void md_upstreams_shutdown(md_upstreams *us)
 {
     md_upstream_health_stop(us);
+    md_upstream_resolve_stop(us);
     for (uint32_t i = 0; i < us->conf.n; i++) {
         md_upstream *up = &us->u[i];
         md_upstream_conn *dead = NULL;
         pthread_mutex_lock(&up->mu);
         up->closing = true;
-        for (uint32_t j = 0; j < up->conf->nservers; j++) {
+        for (uint32_t j = 0; j < up->nslots; j++) {
             md_upstream_peer *p = &up->peers[j];
             while (p->idle != NULL) {
                 md_upstream_conn *c = p->idle;

@@ -18,6 +18,11 @@
  * would open new ones and keep up to workers x keepalive idle connections. The lock is held
  * for a few pointer moves only, never across I/O.
  *
+ * Re-resolution (resolve_interval_ms, upstream_resolve.c) changes a group's set of servers
+ * while it serves: each peer is a slot with its own copy of its server's settings, which
+ * md_upstream_apply() marks out of the set or gives to a new address (the protocol is at
+ * md_upstream_peer).
+ *
  * Thread rules: the configuration is immutable once built. Everything marked "guarded by
  * up->mu" is taken under that mutex from any worker's task; counters for /metrics are relaxed
  * atomics (no other memory is published through them).
@@ -38,7 +43,9 @@
 
 enum {
     MD_UPSTREAMS_MAX = 16,           /* [upstream] sections */
-    MD_UPSTREAM_SERVERS_MAX = 16,    /* servers of one group, after resolving names */
+    MD_UPSTREAM_SERVERS_MAX = 16,    /* servers of one group, after resolving names at load */
+    MD_UPSTREAM_SLOTS_MAX = 32,      /* a group's peers while running: room for re-resolved
+                                        names' new addresses while old ones drain */
     MD_UPSTREAM_NAME_MAX = 33,       /* a group's name, with its NUL */
     MD_UPSTREAM_LABEL_MAX = 80,      /* a server's label (logs, metrics), with its NUL */
     MD_UPSTREAM_PATH_MAX = 128,      /* health_path, with its NUL */
@@ -62,7 +69,18 @@ typedef struct md_upstream_server_conf {
     char host[MD_UPSTREAM_LABEL_MAX];  /* "HOST:PORT" as written: the Host for host = upstream */
     uint16_t weight;                   /* 1..100 */
     uint32_t max_conns;                /* 0 = unlimited */
+    uint8_t entry;                     /* the `server =` line it came from (entries[]) */
 } md_upstream_server_conf;
+
+/* One `server =` line: what re-resolution needs to look its name up again. */
+typedef struct md_upstream_entry {
+    char host[MD_UPSTREAM_LABEL_MAX];    /* the name or address, without brackets */
+    char port[6];                        /* as written, checked */
+    char written[MD_UPSTREAM_LABEL_MAX]; /* "HOST:PORT" as written */
+    uint16_t weight;
+    uint32_t max_conns;
+    bool name; /* a DNS name (not an address): re-resolved with resolve_interval_ms */
+} md_upstream_entry;
 
 /* One [upstream NAME] section. */
 typedef struct md_upstream_conf {
@@ -70,7 +88,12 @@ typedef struct md_upstream_conf {
     uint32_t line; /* of its header */
     uint32_t nservers;
     md_upstream_server_conf servers[MD_UPSTREAM_SERVERS_MAX];
-    uint8_t balance; /* md_balance */
+    uint32_t nentries;
+    md_upstream_entry entries[MD_UPSTREAM_SERVERS_MAX];
+    uint32_t resolve_interval_ms; /* 0: names resolved at load only (upstream_resolve.c) */
+    char resolve_file[MD_UPSTREAM_TLS_PATH_MAX]; /* "": the system's resolver; else a hosts(5)
+                                                    file the names are looked up in */
+    uint8_t balance;                             /* md_balance */
     char hash_header[MD_UPSTREAM_HEADER_MAX];
     uint32_t keepalive, keepalive_timeout_ms, keepalive_surplus_ms, connect_timeout_ms,
         send_timeout_ms, read_timeout_ms, header_timeout_ms, tries, retry_timeout_ms, max_fails,
@@ -102,8 +125,11 @@ int md_upstream_add(md_upstream_table *t, const char *spec, uint32_t line, char 
 /* One key of section u. 0, -ENOENT (no such key), or -EINVAL with msg (without the key). */
 int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, char *msg,
                     size_t msg_len);
-/* At the section's end: at least one server. 0 or -EINVAL with msg. */
-int md_upstream_check(const md_upstream_conf *u, char *msg, size_t msg_len);
+/* At the section's end: at least one server; the labels of re-resolved names. 0 or -EINVAL
+ * with msg. */
+int md_upstream_check(md_upstream_conf *u, char *msg, size_t msg_len);
+/* s->label from s->host, with "/ADDRESS" after it when with_address. */
+void md_upstream_label(md_upstream_server_conf *s, bool with_address);
 /* The group named name, or -1. */
 int md_upstream_find(const md_upstream_table *t, const char *name);
 
@@ -142,17 +168,36 @@ typedef struct md_upstream_counters {
     _Atomic uint64_t responses[MD_HTTP_STATUS_CLASSES]; /* response heads passed on, by class */
     _Atomic uint64_t header_ms[MD_METRICS_BUCKETS + 1]; /* their header time, bucketed */
     _Atomic uint64_t header_ms_sum;
+    _Atomic uint64_t resolutions, resolve_failures; /* the group's: re-resolutions of its names */
 } md_upstream_counters;
 
 /* The counters of (group, server), made at the first ask; NULL when memory runs out. Any
  * thread. */
 md_upstream_counters *md_upstream_counters_of(const char *group, const char *server);
 
+/* A slot of a group: one server address. Re-resolution (upstream_resolve.c) changes the set
+ * while requests run, and this protocol keeps a request from seeing its server's settings
+ * change under it (the interleaving: a request picks slot 3 for address A, A leaves the DNS
+ * answer, and the slot is given to a new address B while the request still connects to, logs
+ * and counts against slot 3):
+ *   - a slot's conf and n change only under up->mu, and only while it is not live, no
+ *     request is active on it, no health check pins it and nothing is pooled for it
+ *     (md_upstream_apply);
+ *   - whoever reads them outside the mutex holds the slot: a request between
+ *     md_upstream_pick() and md_upstream_done(), the health check between md_upstream_pin()
+ *     and md_upstream_unpin(); /metrics reads them under the mutex.
+ * A slot that stops being live is never picked again; its pooled connections are closed and
+ * a connection put back for it is closed instead, so requests in flight finish on it. The
+ * access log keeps n->server (the registry's, never rewritten), not conf->label. */
 typedef struct md_upstream_peer {
-    const md_upstream_server_conf *conf;
-    md_upstream_counters *n; /* its /metrics counters */
+    const md_upstream_server_conf *conf; /* &slot */
+    md_upstream_counters *n;             /* its /metrics counters */
     struct md_upstream *up;
+    md_upstream_server_conf slot;
     /* guarded by up->mu: */
+    bool live;              /* in the group's current set: may be picked */
+    bool used;              /* ever given an address (conf and n are set) */
+    uint32_t pins;          /* health checks holding it */
     int64_t current_weight; /* smooth weighted round robin */
     uint32_t active;        /* requests using it now */
     uint32_t fails;         /* passive failures since fail_start_ms */
@@ -185,16 +230,21 @@ typedef struct md_upstream {
     pthread_mutex_t mu;
     uint32_t rr;  /* guarded by mu: where least_conn's ties start */
     bool closing; /* guarded by mu: md_upstreams_shutdown() ran, nothing is pooled any more */
-    md_upstream_counters *n;    /* the group's /metrics counters (retries) */
+    md_upstream_counters *n;    /* the group's /metrics counters (retries, resolutions) */
     struct ssl_ctx_st *tls_ctx; /* tls = on: the generation's client context; NULL: plaintext */
-    md_upstream_peer peers[MD_UPSTREAM_SERVERS_MAX];
+    uint32_t nslots;            /* guarded by mu: peers[0..nslots) are used; only grows */
+    uint32_t nlive;             /* guarded by mu: of them live */
+    bool resolve_failing[MD_UPSTREAM_SERVERS_MAX]; /* the resolver task's: by entry, for logs */
+    bool resolve_waiting[MD_UPSTREAM_SERVERS_MAX]; /* likewise: addresses wait for a slot */
+    md_upstream_peer peers[MD_UPSTREAM_SLOTS_MAX];
 } md_upstream;
 
 typedef struct md_upstreams {
     md_upstream_table conf; /* a copy: peers point into it */
     mp_runtime *rt;
-    struct md_health *health; /* the checks' task (upstream_health.c); NULL once stopped */
-    _Atomic int refs;         /* the generation's hold and the task's (upstream_health.c) */
+    struct md_health *health;     /* the checks' task (upstream_health.c); NULL once stopped */
+    struct md_resolver *resolver; /* re-resolution's task (upstream_resolve.c); NULL: none */
+    _Atomic int refs;             /* the generation's hold and the tasks' (upstream_health.c) */
     md_upstream u[MD_UPSTREAMS_MAX];
 } md_upstreams;
 
@@ -226,6 +276,48 @@ bool md_upstream_peer_up(md_upstream_peer *p, uint64_t now_ms);
 
 /* Active health: one check's result for p (rise/fall counting). */
 void md_upstream_health_result(md_upstream_peer *p, bool good);
+/* The health task holds p for a check: false when p is not live (nothing to check). */
+bool md_upstream_pin(md_upstream_peer *p);
+void md_upstream_unpin(md_upstream_peer *p);
+
+/* --- Re-resolution (upstream_resolve.c) --- */
+
+/* A name's addresses, as a resolver found them. ttl_ms: the smallest TTL of the DNS answer's
+ * A/AAAA records, or UINT32_MAX when unknown (/etc/hosts, a resolver without TTLs). */
+typedef struct md_upstream_addrs {
+    uint32_t n;
+    uint32_t ttl_ms;
+    struct sockaddr_storage addr[MD_UPSTREAM_SLOTS_MAX];
+    uint32_t addrlen[MD_UPSTREAM_SLOTS_MAX];
+} md_upstream_addrs;
+
+/* Looks host:port up, blocking (a blocking-pool thread): 0 with out filled (n >= 1), or a
+ * negative errno / EAI_ code. The default is the system's (getaddrinfo, and libresolv for the
+ * TTL); tests set their own before any runtime runs. */
+typedef int (*md_upstream_resolver)(const char *host, const char *port, md_upstream_addrs *out);
+extern md_upstream_resolver md_upstream_resolve_hook;
+int md_upstream_resolve_system(const char *host, const char *port, md_upstream_addrs *out);
+/* host's addresses in the hosts(5) file path ("ADDRESS NAME [ALIAS...]" lines, # comments),
+ * in the file's order, with port; no TTL. 0, -ENOENT (not there), or -errno (unreadable). */
+int md_upstream_resolve_file(const char *path, const char *host, const char *port,
+                             md_upstream_addrs *out);
+
+/* The addresses of entry (a `server =` name) are now a: slots of the entry whose address left
+ * go out of the set (their pool closed, requests in flight finish), new addresses take a slot
+ * never used, or one of the entry's drained ones, or any drained one. An empty a changes
+ * nothing. Says how many addresses came in, went out, and found no slot (all busy draining;
+ * the next round tries again). Any thread but the loop's (it closes connections). */
+typedef struct md_upstream_change {
+    uint32_t added, removed, missed;
+} md_upstream_change;
+md_upstream_change md_upstream_apply(md_upstream *up, uint32_t entry, const md_upstream_addrs *a);
+/* When re-resolution of entry is due next, after a round that found ttl_ms (UINT32_MAX:
+ * unknown): min(resolve_interval_ms, max(ttl_ms, MD_UPSTREAM_TTL_FLOOR_MS)). */
+enum { MD_UPSTREAM_TTL_FLOOR_MS = 1000 };
+uint32_t md_upstream_resolve_delay(const md_upstream_conf *u, uint32_t ttl_ms);
+/* Starts the generation's resolver task, when a group has resolve_interval_ms and a name. */
+int md_upstream_resolve_start(md_upstreams *us);
+void md_upstream_resolve_stop(md_upstreams *us);
 
 /* The pool, a list from the most recently used (taken first: the warmest, the least likely
  * to have been closed by the server) to the least (closed first). take: an idle connection
@@ -266,6 +358,8 @@ int md_upstream_tls_check(const md_upstream_conf *u, char *msg, size_t msg_len);
 /* The group's client context for a generation (up->tls_ctx; nothing without tls = on). 0 or
  * -EINVAL with msg. */
 int md_upstream_tls_init(md_upstream *up, char *msg, size_t msg_len);
+/* A session a slot kept for a server it no longer has (md_upstream_apply). */
+void md_upstream_tls_session_free(struct ssl_session_st *sess);
 /* The context and the peers' sessions, at the generation's end. */
 void md_upstream_tls_fini(md_upstream *up);
 /* The connected c's TLS stream, set up to verify p's certificate (chain and name), with SNI,

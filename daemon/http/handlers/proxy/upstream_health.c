@@ -39,7 +39,8 @@ typedef struct md_health {
     md_upstreams *us;
     mp_timer timer;
     uint8_t state;
-    uint32_t group, server; /* the check in progress */
+    uint32_t group, server; /* the check in progress (a slot index) */
+    bool pinned;            /* the slot being checked is held (md_upstream_pin) */
     uint64_t deadline_ms;
     uint64_t next_ms[MD_UPSTREAMS_MAX]; /* when each group's next round starts */
     md_upstream_conn *conn;             /* over TLS too with tls = on (the group's context) */
@@ -68,11 +69,14 @@ static void checked(md_health *h, bool good, const char *why)
         md_log(now ? MD_LOG_INFO : MD_LOG_ERROR, "upstream %s server %s: health check %s: %s",
                up->conf->name, p->conf->label, good ? "passed" : why, now ? "up" : "down");
     close_conn(h);
+    md_upstream_unpin(p);
+    h->pinned = false;
     h->server++;
     h->state = H_WAIT;
 }
 
-/* The next check due: (group, server) with h->server < nservers, or false. */
+/* The next check due: (group, slot) with h->server < MD_UPSTREAM_SLOTS_MAX, or false; a slot
+ * not live is skipped when it is pinned (re-resolution changes the set meanwhile). */
 static bool next_check(md_health *h, uint64_t now, uint64_t *wake)
 {
     *wake = UINT64_MAX;
@@ -80,9 +84,9 @@ static bool next_check(md_health *h, uint64_t now, uint64_t *wake)
         const md_upstream_conf *c = h->us->u[g].conf;
         if (c->health_path[0] == '\0')
             continue;
-        if (h->group == g && h->server < c->nservers && h->next_ms[g] <= now)
+        if (h->group == g && h->server < MD_UPSTREAM_SLOTS_MAX && h->next_ms[g] <= now)
             return true;
-        if (h->group == g && h->server >= c->nservers && h->next_ms[g] <= now) {
+        if (h->group == g && h->server >= MD_UPSTREAM_SLOTS_MAX && h->next_ms[g] <= now) {
             h->next_ms[g] = now + c->health_interval_ms; /* round done */
             h->server = 0;
         }
@@ -109,7 +113,7 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
                 /* between rounds: sweep the pools, then sleep until the next round (or a
                  * second, for the sweep, when no group checks) */
                 for (uint32_t g = 0; g < h->us->conf.n; g++)
-                    for (uint32_t s = 0; s < h->us->u[g].conf->nservers; s++)
+                    for (uint32_t s = 0; s < MD_UPSTREAM_SLOTS_MAX; s++)
                         md_upstream_pool_sweep(&h->us->u[g].peers[s], now);
                 if (wake > now + 1000)
                     wake = now + 1000;
@@ -119,6 +123,11 @@ static mp_poll health_poll(mp_task *task, mp_context *cx)
             }
             md_upstream *up = &h->us->u[h->group];
             md_upstream_peer *p = &up->peers[h->server];
+            if (!md_upstream_pin(p)) {
+                h->server++; /* not in the set now */
+                break;
+            }
+            h->pinned = true;
             if (md_upstream_conn_open(p, &h->conn) != 0) {
                 h->conn = NULL;
                 checked(h, false, "cannot connect");
@@ -223,6 +232,9 @@ static void health_cancel(mp_task *task)
     md_health *h = mp_container_of(task, md_health, task);
     mp_timer_cancel(&h->timer);
     close_conn(h);
+    if (h->pinned)
+        md_upstream_unpin(&h->us->u[h->group].peers[h->server]);
+    h->pinned = false;
 }
 
 static void health_release(mp_task *task)

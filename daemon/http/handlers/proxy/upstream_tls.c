@@ -218,9 +218,14 @@ int md_upstream_tls_init(md_upstream *up, char *msg, size_t msg_len)
     return up->tls_ctx != NULL ? 0 : -EINVAL;
 }
 
+void md_upstream_tls_session_free(struct ssl_session_st *sess)
+{
+    SSL_SESSION_free(sess);
+}
+
 void md_upstream_tls_fini(md_upstream *up)
 {
-    for (uint32_t j = 0; j < up->conf->nservers; j++) {
+    for (uint32_t j = 0; j < up->nslots; j++) {
         SSL_SESSION_free(up->peers[j].tls_session);
         up->peers[j].tls_session = NULL;
     }
