@@ -82,7 +82,9 @@ typedef struct h2_stream {
     bool blocked;      /* its handler's io->write found out full */
     bool more;         /* its handler said MD_PENDING_MORE */
     bool reset;        /* RST_STREAM submitted */
+    bool rst_owed;     /* its response ended before its request: RST_STREAM NO_ERROR next */
     bool has_length;   /* content-length came */
+    bool trailer;      /* a trailer field came: the body's trailers are announced */
     bool kept_target;  /* :path begins r.kept (keep_fields) */
     bool kept_host;    /* ... and :authority as Host follows it */
     uint32_t fields;   /* header fields */
@@ -95,6 +97,8 @@ typedef struct h2_stream {
     md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
     char *authority;   /* with keep_fields: :authority, for the kept block's Host */
     size_t authority_len;
+    char *trailers; /* a relayed response's trailers ("Name: value" CRLF), until its end */
+    size_t trailers_len;
     char *cookie; /* with keep_fields: the cookie fields, joined with "; " (RFC 9113 8.2.3) */
     size_t cookie_len, cookie_cap;
     char head[HEAD_KEEP]; /* the response head's strings (keep_head) */
@@ -155,6 +159,8 @@ static void consume(md_h2_conn *h, int32_t id, size_t n)
 
 /* ---- the head writer (md_http_wire) ---- */
 
+static bool submit_trailers(h2_stream *st);
+
 /* DATA without copies: the source only says how much of the stream's output the next frame
  * carries (NGHTTP2_DATA_FLAG_NO_COPY), and data_send writes the frame's header and those bytes
  * straight from the stream's output into the connection's, rather than into nghttp2's buffer
@@ -171,6 +177,8 @@ static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     size_t n = have < length ? have : length;
     if (n == have && st->resp_done) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (submit_trailers(st))
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
     } else if (n == 0) {
         st->deferred = true;
         return NGHTTP2_ERR_DEFERRED;
@@ -259,6 +267,70 @@ static void keep_head(h2_stream *st, nghttp2_nv *nv, size_t n, const char *names
     }
 }
 
+/* "Name: value" CRLF lines as nghttp2's pairs, the names lower-cased (RFC 9113 8.2.1) into
+ * names (fields_len bytes), the connection-specific ones left out; nv has room for one per
+ * line. The pairs written. */
+static size_t fields_nv(const char *fields, size_t fields_len, char *names, nghttp2_nv *nv)
+{
+    size_t n = 0;
+    const char *p = fields, *end = fields != NULL ? fields + fields_len : NULL;
+    char *w = names;
+    while (p != NULL && p < end) {
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (eol == NULL)
+            eol = end;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon != NULL && colon > p) {
+            size_t nlen = (size_t)(colon - p);
+            for (size_t i = 0; i < nlen; i++)
+                w[i] = (char)md_ascii_lower((unsigned char)p[i]);
+            const char *v = colon + 1;
+            while (v < eol && (*v == ' ' || *v == '\t'))
+                v++;
+            if (!connection_specific(w, nlen))
+                nv[n++] = (nghttp2_nv){(uint8_t *)w, (uint8_t *)(uintptr_t)v, nlen,
+                                       (size_t)(eol - v), NGHTTP2_NV_FLAG_NONE};
+            w += nlen;
+        }
+        p = eol + 2;
+    }
+    return n;
+}
+
+/* The "Name: value" CRLF lines in fields: a bound on the pairs fields_nv() writes. */
+static size_t field_lines(const char *fields, size_t fields_len)
+{
+    size_t n = 0;
+    for (size_t at = 0; fields != NULL && at < fields_len; n++) {
+        const char *nl = memchr(fields + at, '\n', fields_len - at);
+        if (nl == NULL)
+            break;
+        at = (size_t)(nl - fields) + 1;
+    }
+    return n;
+}
+
+/* The stream's trailers as a HEADERS frame that ends it, in place of DATA's END_STREAM. true
+ * when they went (nghttp2 copies them); false: none, or no memory (the stream ends without). */
+static bool submit_trailers(h2_stream *st)
+{
+    if (st->trailers == NULL)
+        return false;
+    size_t nfields = field_lines(st->trailers, st->trailers_len);
+    nghttp2_nv *nv = malloc((nfields + 1) * sizeof *nv);
+    char *names = malloc(st->trailers_len + 1);
+    bool sent = false;
+    if (nv != NULL && names != NULL) {
+        size_t n = fields_nv(st->trailers, st->trailers_len, names, nv);
+        sent = n != 0 && nghttp2_submit_trailer(st->h->s, st->id, nv, n) == 0;
+    }
+    free(nv);
+    free(names);
+    free(st->trailers);
+    st->trailers = NULL;
+    return sent;
+}
+
 #define NV(n, v, vl)                                                                               \
     ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE})
 
@@ -273,13 +345,7 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
         return 0; /* a second head (a handler's error after its head): the stream is reset */
     /* The handler's fields as name/value pairs, names lower-cased (RFC 9113 8.2.1) into one
      * buffer: nghttp2 copies them all at the submit. */
-    size_t nfields = 0;
-    for (size_t at = 0; fields != NULL && at < fields_len; nfields++) {
-        const char *nl = memchr(fields + at, '\n', fields_len - at);
-        if (nl == NULL)
-            break;
-        at = (size_t)(nl - fields) + 1;
-    }
+    size_t nfields = field_lines(fields, fields_len);
     nghttp2_nv stack_nv[16];
     char stack_names[512];
     nghttp2_nv *nv = stack_nv;
@@ -303,27 +369,7 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
         nv[n++] = NV("date", date, dlen);
         nv[n++] = NV("server", "magpied", 7);
     }
-    const char *p = fields, *end = fields != NULL ? fields + fields_len : NULL;
-    char *w = names;
-    while (p != NULL && p < end) {
-        const char *eol = memchr(p, '\r', (size_t)(end - p));
-        if (eol == NULL)
-            eol = end;
-        const char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon != NULL && colon > p) {
-            size_t nlen = (size_t)(colon - p);
-            for (size_t i = 0; i < nlen; i++)
-                w[i] = (char)md_ascii_lower((unsigned char)p[i]);
-            const char *v = colon + 1;
-            while (v < eol && (*v == ' ' || *v == '\t'))
-                v++;
-            if (!connection_specific(w, nlen))
-                nv[n++] = (nghttp2_nv){(uint8_t *)w, (uint8_t *)(uintptr_t)v, nlen,
-                                       (size_t)(eol - v), NGHTTP2_NV_FLAG_NONE};
-            w += nlen;
-        }
-        p = eol + 2;
-    }
+    n += fields_nv(fields, fields_len, names, nv + n);
     if (allow != NULL)
         nv[n++] = NV("allow", allow, strlen(allow));
     if (ctype != NULL)
@@ -344,7 +390,7 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
         nv[n++] = NV("content-length", len_text, l);
     }
     bool body = !md_http_req_is_head(r) && status != 304 && status != 204 && length != 0;
-    keep_head(st, nv, n, names, w);
+    keep_head(st, nv, n, names, names + fields_len);
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read};
     int rc = nghttp2_submit_response(h->s, st->id, nv, n, body ? &prd : NULL);
     if (nv != stack_nv) {
@@ -371,7 +417,21 @@ static int h2_relay(md_http_req *r, unsigned status, const char *fields, size_t 
     return submit_head(stream_of(r), status, false, NULL, fields, fields_len, NULL, length);
 }
 
-static const md_http_wire h2_wire = {.head = h2_head, .relay = h2_relay};
+/* A relayed body's trailers: held until its source ends (data_read). */
+static int h2_trailers(md_http_req *r, const char *fields, size_t fields_len)
+{
+    h2_stream *st = stream_of(r);
+    if (!st->answered || !st->has_body || st->reset || st->trailers != NULL || fields_len == 0)
+        return 0; /* no body to follow (HEAD): nothing to end with them */
+    st->trailers = malloc(fields_len);
+    if (st->trailers == NULL)
+        return -ENOMEM;
+    memcpy(st->trailers, fields, fields_len);
+    st->trailers_len = fields_len;
+    return 0;
+}
+
+static const md_http_wire h2_wire = {.head = h2_head, .relay = h2_relay, .trailers = h2_trailers};
 
 /* ---- streams ---- */
 
@@ -394,6 +454,7 @@ static void stream_free(md_h2_conn *h, h2_stream *st)
     md_outbuf_free(&st->out);
     md_outbuf_free(&st->in);
     free(st->authority);
+    free(st->trailers);
     free(st->cookie);
     if (st->prev != NULL)
         st->prev->next = st->next;
@@ -489,10 +550,21 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
         return;
     }
     md__http_req_route(r);
+    /* A refusal (404, 401, 403, 405, 429, ...) needs none of the body: answered at once, the
+     * rest of the body dropped (its DATA still credited to the windows), and the stream reset
+     * with NO_ERROR once the response has ended (on_frame_send, RFC 9113 8.1). */
+    if (!end && md__http_req_refusal(r) != 0) {
+        st->early = true;
+        answer(st);
+        return;
+    }
     /* A body without Content-Length is, for a handler, one of unknown length (HTTP/1.1's
-     * chunked); none at all when END_STREAM ended the head. */
+     * chunked); none at all when END_STREAM ended the head. So is one whose head announces
+     * trailers (a Trailer field): relayed as HTTP/1.1, only a chunked body carries them
+     * (nghttp2 still holds the DATA to the Content-Length). */
+    bool chunked = !end && (!st->has_length || st->trailer);
     if (md__http_req_wants_head(r) &&
-        md__http_req_head(r, st->has_length ? st->length : 0, !st->has_length && !end) != 0) {
+        md__http_req_head(r, st->has_length && !chunked ? st->length : 0, chunked) != 0) {
         reset(st, NGHTTP2_INTERNAL_ERROR);
         return;
     }
@@ -725,6 +797,27 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     return 0;
 }
 
+/* A trailer field as "name: value" CRLF in r.trailers (md_http_req_trailers), as http1.c keeps
+ * a chunked body's: past max_header_bytes all of them are dropped. */
+static void keep_trailer(md_h2_conn *h, md_http_req *r, const uint8_t *name, size_t namelen,
+                         const uint8_t *value, size_t valuelen)
+{
+    size_t len = namelen + valuelen + 4;
+    if (r->trailers_over)
+        return;
+    if (r->trailers_len + len > h->srv->limits.max_header_bytes ||
+        md_bytes_grow(&r->trailers, &r->trailers_cap, r->trailers_len + len, 256) != 0) {
+        r->trailers_over = true;
+        return;
+    }
+    char *w = r->trailers + r->trailers_len;
+    memcpy(w, name, namelen);
+    memcpy(w + namelen, ": ", 2);
+    memcpy(w + namelen + 2, value, valuelen);
+    memcpy(w + namelen + 2 + valuelen, "\r\n", 2);
+    r->trailers_len += len;
+}
+
 /* The authority that chooses the request's site (request.c): :authority, or Host. */
 static void set_host(md_http_req *r, const uint8_t *v, size_t len)
 {
@@ -741,8 +834,15 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     (void)flags;
     md_h2_conn *h = user;
     h2_stream *st = stream_get(h, f->hd.stream_id);
-    if (st == NULL || st->head_done || st->status != 0)
-        return 0; /* trailers, or a head already refused: only nghttp2's limits count */
+    if (st == NULL || st->status != 0)
+        return 0; /* a head already refused: only nghttp2's limits count */
+    if (st->head_done) {
+        /* Trailers (nghttp2 has refused a pseudo-header in them, and resets a block without
+         * END_STREAM): kept as HTTP/1.1's chunked ones are, for the proxy to pass on. */
+        if (h->srv->keep_fields && !st->early && namelen != 0 && name[0] != ':')
+            keep_trailer(h, &st->r, name, namelen, value, valuelen);
+        return 0;
+    }
     const md_http_limits *l = &h->srv->limits;
     st->hbytes += namelen + valuelen + 32;
     if (++st->fields > l->max_headers || st->hbytes > l->max_header_bytes) {
@@ -769,6 +869,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     if (name_is(name, namelen, "host")) { /* RFC 9113 8.3.1: :authority wins when both came */
         if (r->host_len == 0)
             set_host(r, value, valuelen);
+        return 0;
+    }
+    if (name_is(name, namelen, "trailer")) {
+        st->trailer = true;
         return 0;
     }
     if (name_is(name, namelen, "content-length")) {
@@ -925,6 +1029,20 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
         h->refused = true;
         atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
     }
+    /* A complete response before the complete request (a 413, a refusal, a proxied early
+     * answer): RST_STREAM NO_ERROR tells the client to stop sending the body (RFC 9113 8.1);
+     * what it sent meanwhile is dropped and credited to the connection's window (nghttp2 counts
+     * DATA on a closed stream as consumed, on_stream_close what the stream held). It goes in
+     * a write of its own after the response's: a client that reads both at once may drop a
+     * response its stream's reset overtook (curl 7.88 does). */
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        h2_stream *st = stream_get(h, f->hd.stream_id);
+        if (st != NULL && !st->req_done) {
+            st->early = true;    /* the rest of its body is dropped */
+            st->rst_owed = true; /* after the response has been written (md_h2_conn_send) */
+        }
+    }
     return 0;
 }
 
@@ -934,8 +1052,14 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
     (void)code;
     md_h2_conn *h = user;
     h2_stream *st = stream_get(h, id);
-    if (st != NULL)
+    if (st != NULL) {
+        /* DATA the stream held and never gave back: the connection's window has it again
+         * (the stream's is gone with it). */
+        size_t held = st->unconsumed + md_outbuf_pending(&st->in);
+        if (held != 0)
+            (void)nghttp2_session_consume_connection(h->s, held);
         stream_free(h, st);
+    }
     return 0;
 }
 
@@ -1088,6 +1212,11 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
 
 int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
 {
+    for (h2_stream *st = h->streams; st != NULL; st = st->next)
+        if (st->rst_owed && !st->req_done && md_outbuf_pending(out) == 0) {
+            st->rst_owed = false;
+            reset(st, NGHTTP2_NO_ERROR);
+        }
     for (h2_stream *st = h->streams; st != NULL; st = st->next)
         if (st->deferred && (md_outbuf_pending(&st->out) != 0 || st->resp_done)) {
             st->deferred = false;

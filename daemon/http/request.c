@@ -589,6 +589,13 @@ int md_http_respond_relayed(md_http_req *req, unsigned status, const char *field
     return req->wire->relay(req, status, fields, fields_len, length);
 }
 
+int md_http_respond_trailers(md_http_req *req, const char *fields, size_t fields_len)
+{
+    if (req->wire == NULL || req->wire->trailers == NULL)
+        return -EINVAL;
+    return req->wire->trailers(req, fields, fields_len);
+}
+
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes)
 {
     md__http_account_response(req, status, body_bytes);

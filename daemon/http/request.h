@@ -127,6 +127,11 @@ bool md_http_req_frames_body(const md_http_req *req);
  * -ENOMEM, or -EINVAL over HTTP/1.x (whose heads the handler writes as text). */
 int md_http_respond_relayed(md_http_req *req, unsigned status, const char *fields,
                             size_t fields_len, uint64_t length);
+/* Trailer fields after a relayed body (md_http_respond_relayed, length unknown): "Name: value"
+ * CRLF lines, already filtered (no framing, routing, authentication fields, RFC 9110 6.5.1),
+ * sent once the body has left (HTTP/2: a HEADERS frame that ends the stream). 0, -ENOMEM, or
+ * -EINVAL over HTTP/1.x (whose chunked trailers the handler writes as text). */
+int md_http_respond_trailers(md_http_req *req, const char *fields, size_t fields_len);
 /* A response whose head the handler wrote into out itself (a proxied one): counted, and
  * logged, as one of status with body_bytes of body. */
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes);

@@ -33,6 +33,9 @@ typedef struct md_http_wire {
      * MD_HTTP_LENGTH_UNKNOWN. 0 or -ENOMEM. */
     int (*relay)(md_http_req *r, unsigned status, const char *fields, size_t fields_len,
                  uint64_t length);
+    /* Trailers after a relayed body (md_http_respond_trailers): kept until the body has
+     * left. 0 or -ENOMEM. NULL: none can be sent. */
+    int (*trailers)(md_http_req *r, const char *fields, size_t fields_len);
 } md_http_wire;
 _Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
 

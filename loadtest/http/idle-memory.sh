@@ -3,6 +3,7 @@
 #
 #   loadtest/http/idle-memory.sh                    1000, 10000 and 50000 connections
 #   COUNTS="1000 10000" SERVERS=magpied loadtest/http/idle-memory.sh
+#   PROTO=h2c COUNTS=10000 loadtest/http/idle-memory.sh     idle HTTP/2 connections (h2c)
 #
 # For each server and each count N, in one run: start the server fresh on 127.0.0.1 and a
 # free port, answer one GET / (so its threads and workers are up), read its RSS ("before");
@@ -11,6 +12,11 @@
 # close), wait SETTLE seconds and read it once more ("after"). RSS is VmRSS summed over the
 # server's processes (nginx: master and workers). Prints a Markdown table; per connection is
 # (with - before) / N, returned is (with - after) / (with - before).
+#
+# PROTO=h2c: HTTP/2 with prior knowledge on the plaintext listener (magpied `[http] http2 =
+# on`, nginx `listen ... http2`): each client connection sends the preface and SETTINGS,
+# acknowledges the server's, makes one GET / and then idles (idle_clients.c h2c). HTTP/2 over
+# TLS is not measured here.
 #
 # Runs as root to raise RLIMIT_NOFILE on both sides (ulimit -n in the server's subshell; the
 # client raises its own); where even root may not raise the hard limit (a container without
@@ -24,6 +30,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 COUNTS=${COUNTS:-1000 10000 50000}
 SERVERS=${SERVERS:-magpied nginx}
 SETTLE=${SETTLE:-3}
+PROTO=${PROTO:-http1}
+case $PROTO in http1 | h2c) ;; *) echo "idle-memory: PROTO=http1 or h2c" >&2; exit 2 ;; esac
 READY_TIMEOUT=${READY_TIMEOUT:-180}
 OUTDIR=${OUTDIR:-$ROOT/build/loadtest}
 MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
@@ -91,13 +99,15 @@ start_server() { # NAME PORT N
         (ulimit -n "$nofile" && exec "$MAGPIED" -c "$ROOT/config/magpied.conf" \
             --set "http.listen=127.0.0.1:$port" --set "echo.listen=" \
             --set "limits.max_connections=$((n + 100))" \
-            --set "limits.keepalive_timeout_ms=600000" >"$RUN/magpied.out" 2>&1) &
+            --set "limits.keepalive_timeout_ms=600000" \
+            $([[ $PROTO == h2c ]] && echo --set http.http2=on) >"$RUN/magpied.out" 2>&1) &
         ;;
     nginx)
         sed -e "s|@WORKERS@|auto|; s|@PORT@|$port|g; s|@RUNDIR@|$RUN|g" \
             -e "s|worker_connections 4096;|worker_connections $((n + 256));|" \
             -e "s|keepalive_timeout 75s;|keepalive_timeout 600s;|" \
             -e "s|^daemon off;|daemon off;\nworker_rlimit_nofile $nofile;|" \
+            -e "$([[ $PROTO == h2c ]] && echo "s|listen 127.0.0.1:$port |listen 127.0.0.1:$port http2 |")" \
             "$ROOT/loadtest/peers/nginx/nginx.conf.in" >"$RUN/nginx.conf"
         (ulimit -n "$nofile" && exec "$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" \
             -e "$RUN/nginx-error.log") &
@@ -118,10 +128,12 @@ for n in $COUNTS; do
     for name in $SERVERS; do
         port=$(free_port)
         start_server "$name" "$port" "$n"
-        curl -s -o /dev/null "http://127.0.0.1:$port/" || die "$name: GET / failed"
+        curl -s $([[ $PROTO == h2c ]] && echo --http2-prior-knowledge) -o /dev/null \
+            "http://127.0.0.1:$port/" || die "$name: GET / failed"
         sleep 1
         before=$(rss_kib "$SERVER_PID")
-        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" >"$RUN/client.out" 2>&1 &
+        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" $([[ $PROTO == h2c ]] && echo h2c) \
+            >"$RUN/client.out" 2>&1 &
         CLIENT_PID=$!
         for _ in $(seq $((READY_TIMEOUT * 10))); do
             grep -q '^ready' "$RUN/client.out" 2>/dev/null && break
@@ -137,7 +149,7 @@ for n in $COUNTS; do
         after=$(rss_kib "$SERVER_PID")
         stop_pid "$SERVER_PID"
         SERVER_PID=
-        awk -v s="$name" -v n="$n" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
+        awk -v s="$name$([[ $PROTO == h2c ]] && echo " (h2c)")" -v n="$n" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
             per = (w - b) / n; ret = (w > b) ? 100 * (w - a) / (w - b) : 0;
             printf "| %s | %d | %d | %d | %d | %.2f | %.0f%% |\n", s, n, b, w, a, per, ret }'
     done

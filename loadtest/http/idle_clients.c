@@ -2,11 +2,16 @@
  * its response, and keep them all open, idle, until SIGTERM (the kernel closes them as the
  * process ends) or HOLD seconds pass. For loadtest/http/idle-memory.sh.
  *
- *   idle_clients PORT N [HOLD_SECONDS [tls]]  prints "ready N" once every response is in
+ *   idle_clients PORT N [HOLD_SECONDS [tls|h2c]]  prints "ready N" once every response is in
  *
  * With "tls" each connection first runs a TLS handshake (OpenSSL, no verification, TLS 1.2
  * or 1.3 as the server picks) and sends its GET over it; the sessions stay open and idle as
  * the plain ones do. For loadtest/http/tls-compare.sh.
+ *
+ * With "h2c" each connection speaks HTTP/2 with prior knowledge: the preface and an empty
+ * SETTINGS frame, the server's SETTINGS acknowledged, one GET / on stream 1 (HPACK from the
+ * static table, :authority a literal) read to its END_STREAM, then idle as the others: an
+ * HTTP/2 connection a browser keeps open after a page. For loadtest/http/idle-memory.sh.
  *
  * Loopback only. More than 20000 connections come from 127.0.0.2, 127.0.0.3, ... (with
  * IP_BIND_ADDRESS_NO_PORT), so that the ephemeral port range of one source address does not
@@ -19,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +87,53 @@ static int read_response(int fd, SSL *ssl)
     }
 }
 
+/* HTTP/2 with prior knowledge: the preface, SETTINGS, and GET / on stream 1 (:method GET,
+ * :scheme http, :path / from the static table, :authority 127.0.0.1 without indexing). */
+static const char h2_hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                               "\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+                               "\x00\x00\x0e\x01\x05\x00\x00\x00\x01"
+                               "\x82\x86\x84\x01\x09"
+                               "127.0.0.1";
+static const char h2_settings_ack[] = "\x00\x00\x00\x04\x01\x00\x00\x00\x00";
+
+/* Reads frames until stream 1 ends, acknowledging the server's SETTINGS. 0 or -1. */
+static int h2_read_response(int fd)
+{
+    unsigned char buf[16384];
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) != 1)
+            return -1;
+        ssize_t n = read(fd, buf + got, sizeof buf - got);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+        size_t at = 0;
+        while (got - at >= 9) {
+            size_t len = (size_t)buf[at] << 16 | (size_t)buf[at + 1] << 8 | buf[at + 2];
+            unsigned type = buf[at + 3], flags = buf[at + 4];
+            unsigned sid = ((unsigned)buf[at + 5] & 0x7f) << 24 | (unsigned)buf[at + 6] << 16 |
+                           (unsigned)buf[at + 7] << 8 | buf[at + 8];
+            if (len > sizeof buf - 9)
+                return -1;
+            if (got - at < 9 + len)
+                break;
+            if (type == 4 && !(flags & 1) &&
+                write(fd, h2_settings_ack, sizeof h2_settings_ack - 1) !=
+                    (ssize_t)(sizeof h2_settings_ack - 1))
+                return -1;
+            if (type == 7) /* GOAWAY */
+                return -1;
+            if (sid == 1 && (type == 0 || type == 1) && (flags & 1))
+                return 0;
+            at += 9 + len;
+        }
+        memmove(buf, buf + at, got - at);
+        got -= at;
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -90,6 +143,7 @@ int main(int argc, char **argv)
     int port = atoi(argv[1]), n = atoi(argv[2]);
     int hold = argc > 3 ? atoi(argv[3]) : 600;
     SSL_CTX *ctx = NULL;
+    bool h2c = argc > 4 && strcmp(argv[4], "h2c") == 0;
     if (argc > 4 && strcmp(argv[4], "tls") == 0) {
         ctx = SSL_CTX_new(TLS_client_method());
         if (!ctx)
@@ -126,6 +180,14 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
+            if (h2c && fds[i] >= 0) {
+                if (write(fds[i], h2_hello, sizeof h2_hello - 1) !=
+                    (ssize_t)(sizeof h2_hello - 1)) {
+                    fprintf(stderr, "idle_clients: connection %d: %s\n", i, strerror(errno));
+                    return 1;
+                }
+                continue;
+            }
             if (fds[i] < 0 ||
                 (ssls[i] ? SSL_write(ssls[i], req, (int)sizeof req - 1)
                          : write(fds[i], req, sizeof req - 1)) != (ssize_t)(sizeof req - 1)) {
@@ -134,7 +196,7 @@ int main(int argc, char **argv)
             }
         }
         for (int i = at; i < end; i++)
-            if (read_response(fds[i], ssls[i]) != 0) {
+            if ((h2c ? h2_read_response(fds[i]) : read_response(fds[i], ssls[i])) != 0) {
                 fprintf(stderr, "idle_clients: no response on connection %d\n", i);
                 return 1;
             }

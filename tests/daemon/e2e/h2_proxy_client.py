@@ -10,6 +10,12 @@ to magpied, whose /app routes proxy to the test upstream (upstream.c). Run with 
         2 s, then as fast as it comes); prints "grew KB" (magpied's VmRSS growth, largest seen
         while the body was held back), then "done BYTES OK|BAD" (the bytes checked)
 
+    h2_proxy_client.py PORT trailers
+        two POSTs to /app/post with request trailers (one with Content-Length and a Trailer
+        field, one with neither), then a GET of /app/mode/trailers; prints "echo N" and the
+        upstream's echo of each POST (the request as it read it), then "trailers NAME=VALUE..."
+        (the response's trailers, sorted) and "status N"
+
 Every run ends within 20 s (a socket timeout), printing "timeout" when it did not finish.
 """
 import socket
@@ -133,12 +139,53 @@ def small_window(port, pid, nbytes):
     print("done %d %s" % (len(body), "OK" if ok else "BAD"))
 
 
+def post_with_trailers(cl, path, head, body, trailers):
+    sid = cl.c.get_next_available_stream_id()
+    cl.c.send_headers(sid, [(":method", "POST"), (":scheme", "http"),
+                            (":authority", "127.0.0.1"), (":path", path)] + head)
+    cl.c.send_data(sid, body)
+    cl.c.send_headers(sid, trailers, end_stream=True)
+    cl.flush()
+    cl.body[sid] = bytearray()
+    return sid
+
+
+def trailers(port):
+    cl = Client(port)
+    got = {}
+    orig = cl.c.receive_data
+
+    def receive(data):
+        events = orig(data)
+        for e in events:
+            if isinstance(e, h2.events.TrailersReceived):
+                got[e.stream_id] = [(k.decode(), v.decode()) for k, v in e.headers]
+        return events
+    cl.c.receive_data = receive
+    t = [("x-checksum", "abc"), ("authorization", "Basic eDp5"), ("host", "evil.example"),
+         ("content-type", "text/evil"), ("x-late", "1")]
+    one = post_with_trailers(cl, "/app/post", [("content-length", "5"),
+                                               ("trailer", "x-checksum, x-late")], b"hello", t)
+    two = post_with_trailers(cl, "/app/post", [], b"world", t)
+    three = cl.get("/app/mode/trailers")
+    while not all(s in cl.ended or s in cl.reset for s in (one, two, three)):
+        if not cl.pump():
+            break
+    for sid in (one, two):
+        print("echo %s" % cl.status.get(sid))
+        print(bytes(cl.body[sid]).decode(errors="replace"))
+    print("trailers " + " ".join("%s=%s" % kv for kv in sorted(got.get(three, []))))
+    print("status %s %s" % (cl.status.get(three), bytes(cl.body[three]).decode()))
+
+
 def main():
     port = int(sys.argv[1])
     mode = sys.argv[2]
     try:
         if mode == "slow_and_fast":
             slow_and_fast(port)
+        elif mode == "trailers":
+            trailers(port)
         elif mode == "small_window":
             small_window(port, int(sys.argv[3]), int(sys.argv[4]))
         else:

@@ -3,7 +3,9 @@
  * (--http2-prior-knowledge, --http2), nghttp (many streams at once) and hostile clients in
  * /usr/bin/python3 (tests/daemon/e2e/h2_attack.py: Rapid Reset, PING, SETTINGS, CONTINUATION
  * and empty-DATA floods, an HPACK bomb, a peer that never reads), each answered with GOAWAY
- * (or 431) while another client is served (the proxy over h2: test_proxy_h2.c);
+ * (or 431) while another client is served (the proxy over h2: test_proxy_h2.c); a stream's
+ * end in python3-h2 (h2_stream_client.py: RST_STREAM NO_ERROR after an early answer, malformed
+ * trailers);
  * "Upgrade: h2c" ignored; the access log's
  * HTTP/2.0; GOAWAY at a graceful stop; `magpied -t` on the new keys. */
 #include <criterion/criterion.h>
@@ -225,6 +227,45 @@ Test(http2, floods_end_with_goaway_while_others_are_served, .timeout = 120)
     attack(&d, "hpack_bomb", "status 431");
     cr_assert_geq(metric(&d, "magpied_http2_refused_total"), 5);
     cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
+    finish(&d);
+}
+
+/* h2_stream_client.py's verdict on a mode against d. */
+static const char *stream_client(const daemon_proc *d, const char *args)
+{
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 /usr/bin/python3 %s/tests/daemon/e2e/h2_stream_client.py %d %s",
+             getenv("PWD") != NULL ? getenv("PWD") : ".", d->http, args);
+    return run(cmd);
+}
+
+/* A response complete before the request body (a refusal at the head, a 413 by its
+ * Content-Length): RST_STREAM NO_ERROR stops the client (RFC 9113 8.1), the DATA it sent
+ * meanwhile is credited back to the connection's window (24 rounds of 64 KiB outrun its 1 MiB
+ * were it not), and the connection serves on. */
+Test(http2, an_early_answer_resets_the_stream_with_no_error, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    const char *out = stream_client(&d, "early /nothere - 24");
+    cr_assert_str_eq(out, "status 404\nreset 0\ndropped 1535 KiB\nsecond 200 Hello, World!\n", "%s",
+                     out);
+    out = stream_client(&d, "early /echo 10000000 24");
+    cr_assert_str_eq(out, "status 413\nreset 0\ndropped 1535 KiB\nsecond 200 Hello, World!\n", "%s",
+                     out);
+    cr_assert_eq(metric(&d, "magpied_http2_refused_total"), 0, "no protocol error counted");
+    finish(&d);
+}
+
+/* Malformed trailers are a stream error (RFC 9113 8.1, 8.3): a pseudo-header in them, or
+ * trailers without END_STREAM, reset that stream with PROTOCOL_ERROR; the connection goes on. */
+Test(http2, malformed_trailers_reset_the_stream, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    const char *out = stream_client(&d, "bad_trailers");
+    cr_assert_str_eq(out, "rst1 1\nrst3 1\nstatus5 200\n", "%s", out);
     finish(&d);
 }
 

@@ -68,9 +68,19 @@ Test(proxy_h2, heads_bodies_and_statuses_over_h2c, .timeout = 90)
     cr_assert_null(strcasestr(head, "\nproxy-connection:"), "%s", head);
     cr_assert_null(strcasestr(head, "\nx-secret:"), "named by Connection: %s", head);
     cr_assert_not_null(strstr(head, "\nx-end-to-end: kept"), "%s", head);
-    /* A chunked body de-chunked into DATA frames; its trailers are not passed on. */
+    /* A chunked body de-chunked into DATA frames, its trailers in a HEADERS frame after it. */
     cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
     cr_assert_str_eq(h2c(&d, "", "/app/mode/trailers"), "hello");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 nghttp -v 'http://127.0.0.1:%d/app/mode/chunked' 2>&1 | "
+             "grep -a -E 'x-tr|recv (DATA|HEADERS) frame'",
+             d.http);
+    /* nghttp prints a block's fields, then its frame: the trailer after the DATA frame. */
+    const char *tr = run(cmd);
+    const char *data = strstr(tr, "recv DATA frame");
+    cr_assert(data != NULL && strstr(data, "recv (stream_id=13) x-tr: v\n"),
+              "the trailer in a HEADERS frame after the body: %s", tr);
     /* Content-Length passed on when known; a close-delimited body ends the stream. */
     head = h2c(&d, "-D - -o /dev/null", "/app/mode/big?bytes=300000");
     cr_assert_not_null(strstr(head, "content-length: 300000"), "%s", head);
@@ -130,6 +140,48 @@ Test(proxy_h2, request_bodies_go_up_streamed, .timeout = 90)
     for (int i = 0; i < 10; i++)
         cr_assert_str_eq(h2c(&d, "", "/app/mode/chunked"), "hello world");
     cr_assert_leq(stats_of(&u).accepts - before, 2, "the keep-alive pool serves HTTP/2 too");
+    cr_assert_eq(stats_of(&u).bad, 0);
+    pair_stop(&u, &d);
+}
+
+/* Trailers both ways: an HTTP/2 request's go upstream in the last chunk of a chunked body
+ * (also when it had a Content-Length and announced them), less those a trailer must not carry;
+ * an upstream's chunked response trailers come back in a HEADERS frame that ends the stream,
+ * filtered the same way. */
+Test(proxy_h2, trailers_both_ways, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 25 /usr/bin/python3 %s/tests/daemon/e2e/h2_proxy_client.py %d trailers",
+             src_dir(), d.http);
+    const char *out = run(cmd);
+    /* Content-Length 5 and a Trailer field: chunked upstream, the Trailer field with it. */
+    const char *one = strstr(out, "echo 200\nPOST /app/post HTTP/1.1\r\n");
+    cr_assert_not_null(one, "%s", out);
+    const char *two = strstr(one + 1, "echo 200\nPOST /app/post HTTP/1.1\r\n");
+    cr_assert_not_null(two, "%s", out);
+    const char *tail = strstr(out, "\ntrailers ");
+    cr_assert_not_null(tail, "%s", out);
+    for (const char *e = one; e != NULL; e = e == one ? two : NULL) {
+        const char *end = e == one ? two : tail;
+        char echo[4096];
+        size_t n = (size_t)(end - e) < sizeof echo - 1 ? (size_t)(end - e) : sizeof echo - 1;
+        memcpy(echo, e, n);
+        echo[n] = 0;
+        cr_assert_not_null(strstr(echo, "\r\nTransfer-Encoding: chunked\r\n"), "%s", echo);
+        cr_assert_null(strstr(echo, "Content-Length"), "%s", echo);
+        cr_assert_not_null(strstr(echo, "0\r\nx-checksum: abc\r\nx-late: 1\r\n\r\n"),
+                           "the trailers in the last chunk, filtered: %s", echo);
+        cr_assert_null(strstr(echo, "Basic eDp5"), "%s", echo);
+        cr_assert_null(strstr(echo, "evil"), "%s", echo);
+    }
+    cr_assert_not_null(strstr(one, "\r\ntrailer: x-checksum, x-late\r\n"), "%s", out);
+    /* The upstream's: only the end-to-end ones, after "hello". */
+    cr_assert_not_null(
+        strstr(tail, "\ntrailers server-timing=app;dur=7 x-checksum=5d41402a\nstatus 200 hello\n"),
+        "%s", out);
     cr_assert_eq(stats_of(&u).bad, 0);
     pair_stop(&u, &d);
 }

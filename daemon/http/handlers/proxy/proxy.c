@@ -21,7 +21,8 @@
  *
  * Over HTTP/2 (md_http_req_frames_body) the same: the stream's DATA is the piped body, and the
  * response head goes through md_http_respond_relayed (proxy_msg.h's framed mode), its body
- * de-chunked; after the head a failure resets the stream only.
+ * de-chunked, its trailers through md_http_respond_trailers; after the head a failure resets the
+ * stream only.
  *
  * An upstream connection goes back to the pool only when its response ended exactly at the
  * end of what was read, framed by length or chunks, with the request sent whole and the
@@ -319,6 +320,12 @@ static void finish(proxy *p, bool extra)
         md_upstream_pool_put(uc, mp_now_ms());
     }
     release_conn(p, false);
+}
+
+/* ... and its trailers (an upstream's chunked ones), after the body. */
+static int relay_trailers(void *arg, const char *fields, size_t len)
+{
+    return md_http_respond_trailers(arg, fields, len);
 }
 
 static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
@@ -793,6 +800,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                     !framed && md_http_req_version_minor(req) == 0, md_http_req_closes(req));
                 p->resp.framed = framed;
                 p->resp.head_fn = relay_head;
+                p->resp.trailers_fn = relay_trailers;
                 p->resp.head_arg = req;
                 p->resp.via = opts(p->route)->via;
                 p->resp.headers = &p->route->headers;

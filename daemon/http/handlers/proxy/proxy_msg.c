@@ -271,12 +271,14 @@ static int r_status_complete(llhttp_t *p)
 }
 
 /* In the trailer section (after the final head): whether these bytes of it are kept. Only a
- * chunked client body carries trailers; past max_head they are all dropped and the body still
- * ends with its last chunk (its bytes have gone out: a 502 is no longer possible, and a
- * recipient may discard trailers, RFC 9110 6.5.1). */
+ * chunked client body carries trailers, or a framed one given to trailers_fn; past max_head they
+ * are all dropped and the body still ends with its last chunk (its bytes have gone out: a 502 is no
+ * longer possible, and a recipient may discard trailers, RFC 9110 6.5.1). */
 static bool trailer_kept(md_proxy_resp *r, size_t len)
 {
-    if (r->client_framing != MD_CLIENT_CHUNKED || r->trailers_over)
+    if ((r->client_framing != MD_CLIENT_CHUNKED &&
+         (r->client_framing != MD_CLIENT_FRAMED || r->trailers_fn == NULL)) ||
+        r->trailers_over)
         return false;
     if (r->fields_len - r->trailer_at + len > r->max_head) {
         r->trailers_over = true;
@@ -688,6 +690,26 @@ static bool end_chunked(md_proxy_resp *r)
            out_put(r, "\r\n", 2);
 }
 
+/* A framed client body's trailers, filtered as end_chunked's, to trailers_fn. */
+static int end_framed(md_proxy_resp *r)
+{
+    if (r->trailers_fn == NULL || r->fields_len == r->trailer_at)
+        return 0;
+    md_outbuf fields = {0};
+    md_outbuf *out = r->out;
+    r->out = &fields;
+    int rc = put_fields(r, r->trailer_at, r->fields_len, r->status, false, true);
+    r->out = out;
+    if (rc == 0 && md_outbuf_pending(&fields) != 0 &&
+        r->trailers_fn(r->head_arg, md_outbuf_pending_data(&fields), md_outbuf_pending(&fields)) !=
+            0) {
+        r->error = MD_RESP_NOMEM;
+        rc = HPE_USER;
+    }
+    md_outbuf_free(&fields);
+    return rc;
+}
+
 static int r_message_complete(llhttp_t *p)
 {
     md_proxy_resp *r = resp_of(p);
@@ -695,6 +717,8 @@ static int r_message_complete(llhttp_t *p)
         return HPE_PAUSED; /* an interim response: feed starts the next head's count */
     r->complete = true;
     if ((r->client_framing == MD_CLIENT_CHUNKED || r->zs != NULL) && !end_chunked(r))
+        return HPE_USER;
+    if (r->client_framing == MD_CLIENT_FRAMED && end_framed(r) != 0)
         return HPE_USER;
     return HPE_PAUSED; /* anything after it is not this response's */
 }

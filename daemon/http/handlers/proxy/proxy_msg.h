@@ -63,9 +63,10 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
  * Expect never goes upstream), so a client never gets two. Each head is bounded by max_head
  * on its own; more than MD_PROXY_MAX_INTERIM of them before the final response is GARBAGE.
  *
- * A framed client (HTTP/2) gets no interim response, and no trailers.
+ * A framed client (HTTP/2) gets no interim response.
  *
- * Trailers (RFC 9110 6.5): passed on when the client's body is chunked, without hop-by-hop
+ * Trailers (RFC 9110 6.5): passed on when the client's body is chunked (or framed, through
+ * trailers_fn: HTTP/2's trailing HEADERS), without hop-by-hop
  * fields and those a trailer must not carry (framing, routing, request modifiers,
  * authentication, response control data, Content-Encoding/-Type/-Range, Trailer), bounded by
  * max_head; otherwise dropped, as RFC 9112 7.1.2 allows (and always when the body is
@@ -108,6 +109,10 @@ typedef enum md_proxy_client_framing {
 #define MD_PROXY_LENGTH_UNKNOWN UINT64_MAX
 typedef int (*md_proxy_head_fn)(void *arg, unsigned status, const char *fields, size_t len,
                                 uint64_t length);
+/* Where a framed client's trailers go (md_proxy_resp.trailers_fn): the upstream's chunked
+ * trailer fields, filtered as an HTTP/1.1 client's are, "Name: value" CRLF lines; called once,
+ * before the response completes, only when some are left. 0 or -ENOMEM. */
+typedef int (*md_proxy_trailers_fn)(void *arg, const char *fields, size_t len);
 
 typedef struct md_proxy_resp {
     llhttp_t parser;
@@ -120,10 +125,11 @@ typedef struct md_proxy_resp {
     bool tunnel_ok;        /* a 101 may start a tunnel */
     bool via;              /* append Via: 1.1 magpied */
     /* The client's protocol frames the body itself (HTTP/2): the final head goes to head_fn
-     * instead of out, no interim head and no trailers go on, and the body is passed as it
-     * comes, de-chunked (MD_CLIENT_FRAMED), or MD_CLIENT_LENGTH. */
+     * instead of out, no interim head goes on, trailers go to trailers_fn, and the body is passed
+     * as it comes, de-chunked (MD_CLIENT_FRAMED), or MD_CLIENT_LENGTH. */
     bool framed;
     md_proxy_head_fn head_fn;
+    md_proxy_trailers_fn trailers_fn; /* NULL: a framed client's trailers are dropped */
     void *head_arg;
     /* The route's header rules (http/headers.h) on the final head; NULL: none. */
     const struct md_route_headers *headers;

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""HTTP/2 clients for tests/daemon/e2e/test_http2.c that check a stream's end (run with
+/usr/bin/python3, which has python3-h2):
+
+    h2_stream_client.py PORT early PATH CONTENT_LENGTH|- ROUNDS
+        ROUNDS POSTs of PATH on one connection, one after the other, each with a body of 64
+        KiB (16 KiB a frame, sent without waiting) that the server answers before it is
+        whole; prints "status N..." and "reset CODE..." (the distinct statuses and RST_STREAM
+        codes seen), "dropped K KiB", then "second N BODY" for a GET of / on the same
+        connection; "stalled after I rounds" when the connection's window ran dry (dropped
+        DATA not credited back)
+    h2_stream_client.py PORT bad_trailers
+        raw frames: trailers with a pseudo-header (stream 1), trailers without END_STREAM
+        (stream 3), then a GET of / (stream 5); prints "rst1 CODE", "rst3 CODE" (RST_STREAM
+        codes, "none" when absent), "goaway CODE" if one came, and "status5 N"
+
+Every run ends within 15 s (a socket timeout), printing "timeout" when it did not finish.
+"""
+import socket
+import sys
+import time
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+from hpack import Decoder, Encoder
+from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame,
+                              SettingsFrame)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def early(port, path, length, rounds):
+    s = socket.create_connection(("127.0.0.1", port))
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    s.settimeout(0.5)
+    head = [(":method", "POST"), (":scheme", "http"), (":authority", "127.0.0.1"),
+            (":path", path)]
+    if length is not None:
+        head.append(("content-length", str(length)))
+    chunk = b"x" * 16384
+    statuses, resets = set(), set()
+    dropped = 0
+    deadline = time.time() + 12
+    events = []
+
+    def pump():
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            return True
+        if not data:
+            return False
+        for e in c.receive_data(data):
+            if isinstance(e, h2.events.DataReceived):
+                c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            events.append(e)
+        s.sendall(c.data_to_send())
+        return True
+
+    # Each round: a POST whose body fills the stream's window (sent without waiting for the
+    # answer), then the answer and the reset awaited. Were the dropped DATA not credited to
+    # the connection's window, it would run dry before the rounds end: "stalled".
+    for i in range(rounds):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, head)
+        sent = 0
+        while sent < 64 * 1024 and time.time() < deadline:
+            n = min(len(chunk), c.local_flow_control_window(sid), c.max_outbound_frame_size)
+            if n == 0:
+                s.sendall(c.data_to_send())
+                if not pump():
+                    break
+                if any(isinstance(e, h2.events.StreamReset) and e.stream_id == sid
+                       for e in events):
+                    break
+                continue
+            c.send_data(sid, chunk[:n])
+            sent += n
+        s.sendall(c.data_to_send())  # the head and the body in one write: all read at once
+        dropped += sent
+        while time.time() < deadline and not any(
+                isinstance(e, h2.events.StreamReset) and e.stream_id == sid for e in events):
+            if not pump():
+                break
+        for e in events:
+            if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                statuses.add(dict(e.headers)[b":status"].decode())
+            elif isinstance(e, h2.events.StreamReset) and e.stream_id == sid:
+                resets.add(int(e.error_code))
+        if time.time() >= deadline:
+            print("stalled after %d rounds" % i)
+            return
+        events.clear()
+    print("status %s" % " ".join(sorted(statuses)))
+    print("reset %s" % " ".join(str(r) for r in sorted(resets)))
+    print("dropped %d KiB" % (dropped // 1024))
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "GET"), (":scheme", "http"), (":authority", "127.0.0.1"),
+                         (":path", "/")], end_stream=True)
+    s.sendall(c.data_to_send())
+    body, status = b"", None
+    while time.time() < deadline and not any(
+            isinstance(e, h2.events.StreamEnded) and e.stream_id == sid for e in events):
+        if not pump():
+            break
+        for e in events:
+            if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                status = dict(e.headers)[b":status"].decode()
+            elif isinstance(e, h2.events.DataReceived) and e.stream_id == sid:
+                body += e.data
+        events[:] = [e for e in events if isinstance(e, h2.events.StreamEnded)]
+    print("second %s %s" % (status, body.decode()))
+
+
+def headers_frame(enc, sid, fields, end_stream):
+    f = HeadersFrame(sid)
+    f.data = enc.encode(fields)
+    f.flags.add("END_HEADERS")
+    if end_stream:
+        f.flags.add("END_STREAM")
+    return f.serialize()
+
+
+def bad_trailers(port):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(15)
+    enc = Encoder()
+    post = [(":method", "POST"), (":scheme", "http"), (":authority", "a"), (":path", "/echo")]
+    out = [PREFACE, SettingsFrame(0).serialize()]
+    out.append(headers_frame(enc, 1, post, False))
+    out.append(DataFrame(1, data=b"x").serialize())
+    out.append(headers_frame(enc, 1, [(":path", "/other"), ("x-t", "1")], True))
+    out.append(headers_frame(enc, 3, post, False))
+    out.append(DataFrame(3, data=b"x").serialize())
+    out.append(headers_frame(enc, 3, [("x-t", "1")], False))
+    out.append(headers_frame(enc, 5, [(":method", "GET"), (":scheme", "http"),
+                                      (":authority", "a"), (":path", "/")], True))
+    s.sendall(b"".join(out))
+    dec = Decoder()
+    rst = {}
+    status5 = None
+    buf = b""
+    deadline = time.time() + 10
+    while time.time() < deadline and status5 is None:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9:
+            f, length = Frame.parse_frame_header(memoryview(buf[:9]))
+            if len(buf) < 9 + length:
+                break
+            f.parse_body(memoryview(buf[9:9 + length]))
+            buf = buf[9 + length:]
+            if isinstance(f, RstStreamFrame):
+                rst[f.stream_id] = f.error_code
+            elif isinstance(f, GoAwayFrame):
+                print("goaway %d" % f.error_code)
+            elif isinstance(f, HeadersFrame):
+                fields = dict((k if isinstance(k, str) else k.decode(),
+                               v if isinstance(v, str) else v.decode())
+                              for k, v in dec.decode(f.data))
+                if f.stream_id == 5:
+                    status5 = fields.get(":status")
+    print("rst1 %s" % rst.get(1, "none"))
+    print("rst3 %s" % rst.get(3, "none"))
+    print("status5 %s" % status5)
+
+
+def main():
+    port, mode = int(sys.argv[1]), sys.argv[2]
+    try:
+        if mode == "early":
+            early(port, sys.argv[3], int(sys.argv[4]) if sys.argv[4] != "-" else None,
+                  int(sys.argv[5]))
+        elif mode == "bad_trailers":
+            bad_trailers(port)
+        else:
+            print("unknown mode")
+    except socket.timeout:
+        print("timeout")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
