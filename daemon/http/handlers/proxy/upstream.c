@@ -539,7 +539,23 @@ void md_upstreams_free(md_upstreams *us)
     md_upstreams_unref(us);
 }
 
-/* The generation's and the checks' task's holds (upstream_health.c). */
+int md_upstreams_spawn(md_upstreams *us, mp_task *t)
+{
+    /* Relaxed: nothing is published through the count; the spawn orders the task's view. */
+    atomic_fetch_add_explicit(&us->refs, 1, memory_order_relaxed);
+    int rc = mp_spawn_joinable(us->rt, t);
+    if (rc != 0)
+        atomic_fetch_sub_explicit(&us->refs, 1, memory_order_relaxed);
+    return rc;
+}
+
+void md_upstreams_task_stop(mp_task *t)
+{
+    mp_task_cancel(t);
+    mp_detach(t); /* its release gives up its hold on us */
+}
+
+/* The generation's and its tasks' holds (md_upstreams_spawn). */
 void md_upstreams_unref(md_upstreams *us)
 {
     /* Acq_rel: each holder's last use of us comes before the other's free (the release half

@@ -258,6 +258,12 @@ int md_upstreams_new(md_upstreams **out, const md_upstream_table *t, mp_runtime 
 void md_upstreams_free(md_upstreams *us);
 /* Stops the checks' task now (upstream_health.c). */
 void md_upstream_health_stop(md_upstreams *us);
+/* The generation's background tasks (the health checks, re-resolution): t spawned joinable
+ * on us's runtime holding us (0, or mp_spawn's error with no hold taken); its release calls
+ * md_upstreams_unref(). md_upstreams_task_stop() cancels and detaches it. */
+int md_upstreams_spawn(md_upstreams *us, mp_task *t);
+void md_upstreams_task_stop(mp_task *t);
+void md_upstreams_unref(md_upstreams *us);
 /* The server stops (md_server_drain, while the runtime still runs): stops the checks, closes
  * the pooled connections, and makes every later put close its connection instead, so that
  * no socket is left for after the runtime is gone. */

@@ -30,7 +30,6 @@
 
 int md_upstream_health_start(md_upstreams *us);
 void md_upstream_health_stop(md_upstreams *us);
-void md_upstreams_unref(md_upstreams *us); /* upstream.c */
 
 enum { H_WAIT, H_CONNECT, H_HANDSHAKE, H_SEND, H_READ };
 
@@ -259,11 +258,8 @@ int md_upstream_health_start(md_upstreams *us)
         h->next_ms[g] = now; /* a first round at once */
     mp_task_init(&h->task, &health_vt);
     mp_task_set_name(&h->task, "upstream health");
-    /* Relaxed: nothing is published through the count; the spawn orders the task's view. */
-    atomic_fetch_add_explicit(&us->refs, 1, memory_order_relaxed);
-    int rc = mp_spawn_joinable(us->rt, &h->task);
+    int rc = md_upstreams_spawn(us, &h->task);
     if (rc != 0) {
-        atomic_fetch_sub_explicit(&us->refs, 1, memory_order_relaxed);
         free(h);
         return rc;
     }
@@ -277,6 +273,5 @@ void md_upstream_health_stop(md_upstreams *us)
     if (h == NULL)
         return;
     us->health = NULL;
-    mp_task_cancel(&h->task);
-    mp_detach(&h->task); /* its release gives up its hold on us */
+    md_upstreams_task_stop(&h->task);
 }

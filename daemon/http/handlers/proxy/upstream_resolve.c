@@ -36,8 +36,6 @@
 #include "core/log.h"
 #include "http/handlers/proxy/upstream.h"
 
-void md_upstreams_unref(md_upstreams *us); /* upstream.c */
-
 md_upstream_resolver md_upstream_resolve_hook;
 
 uint32_t md_upstream_resolve_delay(const md_upstream_conf *u, uint32_t ttl_ms)
@@ -374,11 +372,8 @@ int md_upstream_resolve_start(md_upstreams *us)
         r->next_ms[g] = now + us->u[g].conf->resolve_interval_ms;
     mp_task_init(&r->task, &resolver_vt);
     mp_task_set_name(&r->task, "upstream resolver");
-    /* Relaxed: nothing is published through the count; the spawn orders the task's view. */
-    atomic_fetch_add_explicit(&us->refs, 1, memory_order_relaxed);
-    int rc = mp_spawn_joinable(us->rt, &r->task);
+    int rc = md_upstreams_spawn(us, &r->task);
     if (rc != 0) {
-        atomic_fetch_sub_explicit(&us->refs, 1, memory_order_relaxed);
         free(r);
         return rc;
     }
@@ -392,6 +387,5 @@ void md_upstream_resolve_stop(md_upstreams *us)
     if (r == NULL)
         return;
     us->resolver = NULL;
-    mp_task_cancel(&r->task);
-    mp_detach(&r->task); /* its release gives up its hold on us */
+    md_upstreams_task_stop(&r->task);
 }
