@@ -82,7 +82,6 @@ typedef struct h2_stream {
     bool blocked;      /* its handler's io->write found out full */
     bool more;         /* its handler said MD_PENDING_MORE */
     bool reset;        /* RST_STREAM submitted */
-    bool rst_owed;     /* its response ended before its request: RST_STREAM NO_ERROR next */
     bool has_length;   /* content-length came */
     bool trailer;      /* a trailer field came: the body's trailers are announced */
     bool kept_target;  /* :path begins r.kept (keep_fields) */
@@ -551,8 +550,7 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
     }
     md__http_req_route(r);
     /* A refusal (404, 401, 403, 405, 429, ...) needs none of the body: answered at once, the
-     * rest of the body dropped (its DATA still credited to the windows), and the stream reset
-     * with NO_ERROR once the response has ended (on_frame_send, RFC 9113 8.1). */
+     * rest of the body dropped as it comes (its DATA still credited to the windows). */
     if (!end && md__http_req_refusal(r) != 0) {
         st->early = true;
         answer(st);
@@ -1030,18 +1028,16 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
         atomic_fetch_add_explicit(&h2_refused, 1, memory_order_relaxed);
     }
     /* A complete response before the complete request (a 413, a refusal, a proxied early
-     * answer): RST_STREAM NO_ERROR tells the client to stop sending the body (RFC 9113 8.1);
-     * what it sent meanwhile is dropped and credited to the connection's window (nghttp2 counts
-     * DATA on a closed stream as consumed, on_stream_close what the stream held). It goes in
-     * a write of its own after the response's: a client that reads both at once may drop a
-     * response its stream's reset overtook (curl 7.88 does). */
+     * answer): the rest of the body is read and dropped, each DATA credited to the windows
+     * (on_data; on_stream_close what the stream held). No RST_STREAM NO_ERROR asks the client
+     * to stop (RFC 9113 8.1 allows it): curl 7.88, Debian 12's, then failed the request with
+     * its response unread now and then (error 92), even with the reset in a write of its
+     * own after the response's. */
     if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
         (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
         h2_stream *st = stream_get(h, f->hd.stream_id);
-        if (st != NULL && !st->req_done) {
-            st->early = true;    /* the rest of its body is dropped */
-            st->rst_owed = true; /* after the response has been written (md_h2_conn_send) */
-        }
+        if (st != NULL && !st->req_done)
+            st->early = true; /* the rest of its body is dropped */
     }
     return 0;
 }
@@ -1212,11 +1208,6 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
 
 int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
 {
-    for (h2_stream *st = h->streams; st != NULL; st = st->next)
-        if (st->rst_owed && !st->req_done && md_outbuf_pending(out) == 0) {
-            st->rst_owed = false;
-            reset(st, NGHTTP2_NO_ERROR);
-        }
     for (h2_stream *st = h->streams; st != NULL; st = st->next)
         if (st->deferred && (md_outbuf_pending(&st->out) != 0 || st->resp_done)) {
             st->deferred = false;

@@ -6,7 +6,8 @@
         ROUNDS POSTs of PATH on one connection, one after the other, each with a body of 64
         KiB (16 KiB a frame, sent without waiting) that the server answers before it is
         whole; prints "status N..." and "reset CODE..." (the distinct statuses and RST_STREAM
-        codes seen), "dropped K KiB", then "second N BODY" for a GET of / on the same
+        codes seen, "none" when none came), "dropped over 1 MiB" (or "dropped K KiB"), then
+        "second N BODY" for a GET of / on the same
         connection; "stalled after I rounds" when the connection's window ran dry (dropped
         DATA not credited back)
     h2_stream_client.py PORT bad_trailers
@@ -62,7 +63,7 @@ def early(port, path, length, rounds):
         return True
 
     # Each round: a POST whose body fills the stream's window (sent without waiting for the
-    # answer), then the answer and the reset awaited. Were the dropped DATA not credited to
+    # answer), then the answer's end (or a reset) awaited. Were the dropped DATA not credited to
     # the connection's window, it would run dry before the rounds end: "stalled".
     for i in range(rounds):
         sid = c.get_next_available_stream_id()
@@ -83,7 +84,8 @@ def early(port, path, length, rounds):
         s.sendall(c.data_to_send())  # the head and the body in one write: all read at once
         dropped += sent
         while time.time() < deadline and not any(
-                isinstance(e, h2.events.StreamReset) and e.stream_id == sid for e in events):
+                isinstance(e, (h2.events.StreamReset, h2.events.StreamEnded)) and e.stream_id == sid
+                for e in events):
             if not pump():
                 break
         for e in events:
@@ -96,8 +98,9 @@ def early(port, path, length, rounds):
             return
         events.clear()
     print("status %s" % " ".join(sorted(statuses)))
-    print("reset %s" % " ".join(str(r) for r in sorted(resets)))
-    print("dropped %d KiB" % (dropped // 1024))
+    print("reset %s" % (" ".join(str(r) for r in sorted(resets)) or "none"))
+    # More than the connection's 1 MiB window: the dropped DATA was credited back.
+    print("dropped %s" % ("over 1 MiB" if dropped > 1 << 20 else "%d KiB" % (dropped // 1024)))
     sid = c.get_next_available_stream_id()
     c.send_headers(sid, [(":method", "GET"), (":scheme", "http"), (":authority", "127.0.0.1"),
                          (":path", "/")], end_stream=True)

@@ -241,19 +241,19 @@ static const char *stream_client(const daemon_proc *d, const char *args)
 }
 
 /* A response complete before the request body (a refusal at the head, a 413 by its
- * Content-Length): RST_STREAM NO_ERROR stops the client (RFC 9113 8.1), the DATA it sent
- * meanwhile is credited back to the connection's window (24 rounds of 64 KiB outrun its 1 MiB
- * were it not), and the connection serves on. */
-Test(http2, an_early_answer_resets_the_stream_with_no_error, .timeout = 60)
+ * Content-Length): no RST_STREAM follows (curl 7.88 may lose the response to one), the DATA
+ * the client sends on is dropped and credited back to the connection's window (24 rounds of
+ * 64 KiB outrun its 1 MiB were it not), and the connection serves on. */
+Test(http2, an_early_answer_drops_the_rest_of_the_body, .timeout = 60)
 {
     setup(NULL);
     daemon_proc d = start_h2();
     const char *out = stream_client(&d, "early /nothere - 24");
-    cr_assert_str_eq(out, "status 404\nreset 0\ndropped 1535 KiB\nsecond 200 Hello, World!\n", "%s",
-                     out);
+    cr_assert_str_eq(out, "status 404\nreset none\ndropped over 1 MiB\nsecond 200 Hello, World!\n",
+                     "%s", out);
     out = stream_client(&d, "early /echo 10000000 24");
-    cr_assert_str_eq(out, "status 413\nreset 0\ndropped 1535 KiB\nsecond 200 Hello, World!\n", "%s",
-                     out);
+    cr_assert_str_eq(out, "status 413\nreset none\ndropped over 1 MiB\nsecond 200 Hello, World!\n",
+                     "%s", out);
     cr_assert_eq(metric(&d, "magpied_http2_refused_total"), 0, "no protocol error counted");
     finish(&d);
 }
