@@ -33,8 +33,14 @@
 # binary (its libraries in build/scaling/lib). Each server gets W workers (nginx W worker
 # processes, Go GOMAXPROCS=W, hyper W Tokio workers, magpied [runtime] workers = W) and
 # magpie-load LOAD_THREADS runtime workers (default W/2, at least 1), so the client has cores
-# of its own. Results: $OUT/http-wW/ (results.md, runs.csv, the plots). The machine needs
-# bash, coreutils, curl, iproute2 (ss) and util-linux (flock); no compiler.
+# of its own. Then, at the same W, loadtest/http/tls-compare.sh: full TLS 1.3 handshakes per
+# second and keep-alive requests over TLS (TLS_SCENARIOS, default "full ka256"; TLS_ROUNDS 1,
+# TLS_DURATION 5 s; TLS_SERVERS; TLS_LOAD_THREADS, default the smaller of 2W and the CPUs W
+# leaves), magpied against nginx and HAProxy on one certificate made there. HTTP=0 or
+# TLS=0 leaves either part out. Results: $OUT/http-wW/ (results.md, runs.csv, the plots) and
+# $OUT/tls-wW/ (tls-*.md). The machine needs bash, coreutils and util-linux (flock); no
+# compiler: openssl, curl, ss and haproxy are packed (build/scaling/http/tools) with their
+# libraries, and used instead of the machine's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,10 +56,21 @@ pack_http() {
         "$h/loadtest/http" "$h/config" "$h/nginx" "$pack/lib"
     cp build/release/magpied build/release/magpie-load "$h/build/release/"
     cp loadtest/load/bench-http.sh "$h/loadtest/load/"
+    cp loadtest/http/tls-compare.sh loadtest/http/lib.sh "$h/loadtest/http/"
     cp loadtest/peers/nginx/nginx.conf.in "$h/loadtest/peers/nginx/"
     cp loadtest/http/idle_clients.c "$h/loadtest/http/"
     cp config/magpied.conf "$h/config/"
     cc -O2 -Wall -o "$h/build/loadtest/bin/idle_clients" loadtest/http/idle_clients.c -lssl -lcrypto
+    # The tools the scripts call that a bare image may lack (the TLS run's certificate is made
+    # with openssl there), and HAProxy for the TLS comparison; each with its libraries below.
+    mkdir -p "$h/tools"
+    local t tools=""
+    for t in openssl curl ss haproxy; do
+        if command -v "$t" >/dev/null; then
+            cp "$(command -v "$t")" "$h/tools/"
+            tools="$tools $h/tools/$t"
+        fi
+    done
     # The peers as bench-http.sh builds them; one that cannot be built here is left out
     # (bench-http.sh then skips it there with the reason).
     BENCH_BUILD_ONLY=1 SERVERS="go hyper" OUT=$PWD/$pack/http-build \
@@ -65,7 +82,7 @@ pack_http() {
             echo "scaling.sh: $p not built here (see $pack/http-peers.log): skipped there" >&2
         fi
     done
-    local bins="$h/build/release/magpied $h/build/release/magpie-load"
+    local bins="$h/build/release/magpied $h/build/release/magpie-load $h/build/loadtest/bin/idle_clients$tools"
     if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
         cp "$(command -v nginx || echo /usr/sbin/nginx)" "$h/nginx/nginx"
         bins="$bins $h/nginx/nginx"
@@ -121,9 +138,12 @@ run | variants | http) ;;
 esac
 
 export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The tools packed beside the suite, before the machine's own: they go with the libraries
+# above, which a machine's own curl does not (a lent Ubuntu machine's curl failed with them).
+export PATH=$PWD/$pack/http/tools:$PATH
 
 if [ "$mode" = http ]; then
-    res=${OUT:-$pack/results}
+    res=${OUT:-$PWD/$pack/results}
     h=$pack/http
     [ -x "$h/build/release/magpied" ] || { echo "scaling.sh: pack first ($h)" >&2; exit 2; }
     ngx=$h/nginx/nginx
@@ -132,14 +152,30 @@ if [ "$mode" = http ]; then
     for w in ${WORKERS:-4 8 16}; do
         lt=${LOAD_THREADS:-$((w / 2 > 0 ? w / 2 : 1))}
         echo "== WORKERS=$w LOAD_THREADS=$lt" >&2
-        WORKERS=$w LOAD_THREADS=$lt BENCH_PREBUILT=1 NGINX=$ngx OUT=$PWD/$res/http-w$w \
-            "$h/loadtest/load/bench-http.sh" || echo "scaling.sh: bench-http failed at WORKERS=$w" >&2
+        if [[ ${HTTP:-1} == 1 ]]; then
+            WORKERS=$w LOAD_THREADS=$lt BENCH_PREBUILT=1 NGINX=$ngx OUT=$res/http-w$w \
+                "$h/loadtest/load/bench-http.sh" || echo "scaling.sh: bench-http failed at WORKERS=$w" >&2
+        fi
+        # TLS: full handshakes per second (a connection per request) and keep-alive requests
+        # over TLS at W workers, magpied against nginx and HAProxy (tls-compare.sh).
+        if [[ ${TLS:-1} == 1 ]]; then
+            # A client handshake costs about what the server's does: give the client up to
+            # twice the server's workers, within the cores the server leaves.
+            tlt=${TLS_LOAD_THREADS:-$((2 * w < $(nproc) - w ? 2 * w : $(nproc) - w))}
+            ((tlt >= 1)) || tlt=1
+            WORKERS=$w LOAD_THREADS=$tlt BENCH_PREBUILT=1 NGINX=$ngx HAPROXY=$PWD/$h/tools/haproxy \
+                SERVERS=${TLS_SERVERS:-magpied nginx haproxy} SCENARIOS=${TLS_SCENARIOS:-full ka256} ROUNDS=${TLS_ROUNDS:-1} \
+                DURATION=${TLS_DURATION:-5} XCHECK=0 IDLE_N=0 QUIET_WAIT=0 \
+                OUTDIR=$res/tls-w$w MAGPIED=$PWD/$h/build/release/magpied \
+                LOAD=$PWD/$h/build/release/magpie-load "$h/loadtest/http/tls-compare.sh" ||
+                echo "scaling.sh: tls-compare failed at WORKERS=$w" >&2
+        fi
     done
     exit 0
 fi
 
 if [ "$mode" = variants ]; then
-    res=${OUT:-$pack/results}
+    res=${OUT:-$PWD/$pack/results}
     mkdir -p "$res"
     raw=$res/variants.txt
     : >"$raw"

@@ -37,6 +37,10 @@
 # idle) and report RSS and PSS of the server's processes before and with them, per
 # connection.
 #
+# WORKERS (default 2) sets every server's workers / worker processes / threads; NGINX and
+# HAPROXY name their binaries; BENCH_PREBUILT=1 builds nothing (loadtest/scaling.sh's `http`
+# runs it that way at 2 to 16 workers).
+#
 # With XCHECK=1 (the default) one cell is measured again with h2load --h1 (nghttp2-client):
 # ka64 on every server, the same connections and duration, as a check on magpie-load.
 #
@@ -82,9 +86,13 @@ log() { printf '== %s\n' "$*" >&2; }
 die() { printf 'tls-compare.sh: %s\n' "$*" >&2; exit 1; }
 
 [[ $# -eq 0 ]] || { echo "usage: $0   (knobs are environment variables, see the top of the file)" >&2; exit 2; }
-for t in curl openssl timeout flock ss cc; do
+# BENCH_PREBUILT=1 builds nothing: magpied, magpie-load and $OUTDIR/bin/idle_clients are taken
+# as they are (loadtest/scaling.sh packs them for a machine with no compiler).
+PREBUILT=${BENCH_PREBUILT:-0}
+for t in curl openssl timeout flock ss; do
     command -v "$t" >/dev/null || die "$t not found"
 done
+[[ $PREBUILT == 1 ]] || command -v cc >/dev/null || die "cc not found"
 
 # stop_pid, free_port, cpu_ticks, busy_ticks, settle, median, fmt_rps ...
 # shellcheck source=loadtest/http/lib.sh
@@ -119,16 +127,20 @@ bench_lock
 # What runs.
 
 declare -A SKIP=()
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
 [[ -x $NGINX ]] || SKIP[nginx]="nginx not installed (apt-get install nginx-light)"
 [[ -x $HAPROXY ]] || SKIP[haproxy]="haproxy not installed (apt-get install haproxy)"
 if [[ ! -x $MAGPIED || ! -x $LOAD ]]; then
     log "building magpied and magpie-load (make)"
     make -C "$ROOT" -s -j2 build/release/magpied build/release/magpie-load >&2 || die "make failed"
 fi
-cc -O2 -Wall -o "$OUTDIR/bin/idle_clients" "$HERE/idle_clients.c" -lssl -lcrypto ||
-    die "cannot build idle_clients.c"
+if [[ $PREBUILT == 1 ]]; then
+    [[ -x $OUTDIR/bin/idle_clients || $IDLE_N == 0 ]] || die "BENCH_PREBUILT=1: no $OUTDIR/bin/idle_clients"
+else
+    cc -O2 -Wall -o "$OUTDIR/bin/idle_clients" "$HERE/idle_clients.c" -lssl -lcrypto ||
+        die "cannot build idle_clients.c"
+fi
 
 # The certificate (ECDSA P-256, self-signed: magpie-load does not verify by default), the
 # files, and HAProxy's crt (certificate and key in one file).
