@@ -209,7 +209,7 @@ DEPS ?= .ci/deps.sh
 
 # Targets that install or only recurse need nothing yet; any other goal builds, and stops
 # here when a package it builds from is missing (`make deps` installs them).
-NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress fuzz lint lint-check clean bench uninstall
+NO_BUILD_GOALS := deps test-deps lint-deps run test test-repeat stress fuzz testssl lint lint-check clean bench uninstall
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   MISSING_DEB_PKGS := $(strip $(shell $(DEPS) --missing $(BUILD_DEB_PKGS)))
   ifneq ($(MISSING_DEB_PKGS),)
@@ -217,7 +217,7 @@ ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
-.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress fuzz run bench clean install lint deps test-deps lint-deps
+.PHONY: docs uninstall FORCE load bench-http bench-all examples all check header-check build-tests lint-check test test-repeat stress fuzz testssl run bench clean install lint deps test-deps lint-deps
 # The release build is also reachable as build/magpied.
 PROGRAMS := $(MAGPIED)
 ifeq ($(VARIANT),release)
@@ -425,6 +425,14 @@ stress:
 # Hostile configurations, reloads, HTTP/1.1 bytes and HTTP/2 frames against magpied
 # (tests/fuzz/fuzz.py), a new seed each run: `make fuzz SANITIZE=address,undefined FUZZ_CASES=2000`.
 FUZZ_CASES ?= 300
+# testssl.sh against the [https] listener of config/magpied-tls.conf (tests/tls/testssl.sh):
+# fails on a finding rated HIGH or CRITICAL. Minutes long, so not part of `make test`.
+testssl:
+	@+$(SUBMAKE) test-deps
+	@$(DEPS) testssl.sh
+	@+$(SUBMAKE) $(MAGPIED)
+	tests/tls/testssl.sh $(MAGPIED)
+
 fuzz:
 	@+$(SUBMAKE) test-deps
 	@+$(SUBMAKE) $(MAGPIED)

@@ -38,6 +38,8 @@ typedef struct md_tls_config {
     uint32_t handshake_rate_grace_ms;         /* ... once this long has passed since accept */
     bool session_tickets;
     bool strict_sni;                /* a server name no site has (or none): the handshake fails */
+    bool prefer_server_ciphers;     /* our order of ciphers and suites, ChaCha20 first for a
+                                       client that lists it first (no AES instructions) */
     uint32_t ticket_key_rotation_s; /* a new session ticket key this often */
     uint32_t line[16];              /* per key of tls.c's table */
     /* The section messages name: "" for [https]; "site NAME" for a site's certificate,

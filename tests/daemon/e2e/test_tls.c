@@ -270,6 +270,37 @@ Test(tls, rsa_and_ecdsa_side_by_side, .timeout = 60)
     finish(&d);
 }
 
+/* prefer_server_ciphers: on (the default) our order picks the suite, AES-128-GCM first, except
+ * for a client that lists ChaCha20 first; off, the client's order. */
+static void suite_order_checks(bool server_order)
+{
+    daemon_proc d = start_tls();
+    char *out = s_client(&d, "true", "-ciphersuites TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256");
+    cr_assert(strstr(out, server_order ? "Cipher is TLS_AES_128_GCM_SHA256"
+                                       : "Cipher is TLS_AES_256_GCM_SHA384"),
+              "%s", out);
+    out = s_client(&d, "true",
+                   "-tls1_2 -cipher ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256");
+    cr_assert(strstr(out, server_order ? "Cipher is ECDHE-ECDSA-AES128-GCM-SHA256"
+                                       : "Cipher is ECDHE-ECDSA-AES256-GCM-SHA384"),
+              "%s", out);
+    out = s_client(&d, "true", "-ciphersuites TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256");
+    cr_assert(strstr(out, "Cipher is TLS_CHACHA20_POLY1305_SHA256"), "%s", out);
+    finish(&d);
+}
+
+Test(tls, server_order_of_suites_by_default, .timeout = 60)
+{
+    setup(NULL);
+    suite_order_checks(true);
+}
+
+Test(tls, client_order_with_prefer_server_ciphers_off, .timeout = 60)
+{
+    setup("prefer_server_ciphers = off");
+    suite_order_checks(false);
+}
+
 /* Reads until the peer closes (0), an error (-1), or timeout_ms pass (-2). */
 static int wait_closed(int fd, int timeout_ms, char *first, size_t *got)
 {
