@@ -5,7 +5,9 @@
  * connection would malloc and free one per request. Buffers of the first size go back to a
  * small cache of the thread's instead (libmagpie's mp_block_cache): no locking, and bounded,
  * so idle connections still hold nothing. It keeps a burst's worth: each HTTP/2 stream has a
- * buffer of its own, and one read begins up to a connection's concurrent streams at once.
+ * buffer of its own, and one read begins up to a connection's concurrent streams at once. An
+ * HTTP/2 connection's DATA bursts take MD_OUTBUF_BATCH bytes at once (md_outbuf_batch()), from
+ * a second such cache.
  */
 #include "core/outbuf.h"
 
@@ -16,9 +18,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 16 };
+enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 16, BATCH_CACHE = 4 };
 
 static mp_block_cache cache = MP_BLOCK_CACHE_INIT(OUTBUF_MIN, OUTBUF_CACHE);
+/* md_outbuf_batch()'s blocks: a worker writes one connection's burst at a time, so a few. */
+static mp_block_cache batch_cache = MP_BLOCK_CACHE_INIT(MD_OUTBUF_BATCH, BATCH_CACHE);
 
 void md_outbuf_init(md_outbuf *b)
 {
@@ -33,6 +37,8 @@ void md_outbuf_free(md_outbuf *b)
 {
     if (b->cap == OUTBUF_MIN)
         mp_block_cache_give(&cache, b->data);
+    else if (b->cap == MD_OUTBUF_BATCH)
+        mp_block_cache_give(&batch_cache, b->data);
     else
         free(b->data);
     md_outbuf_init(b);
@@ -120,4 +126,17 @@ int md_outbuf_lend(md_outbuf *b, const char *p, size_t n)
 int md_outbuf_own(md_outbuf *b)
 {
     return b->lent != NULL ? take_lent(b, 0) : 0;
+}
+
+int md_outbuf_batch(md_outbuf *b)
+{
+    if (b->len != b->head || b->cap >= MD_OUTBUF_BATCH)
+        return 0;
+    char *p = mp_block_cache_take(&batch_cache);
+    if (p == NULL)
+        return -ENOMEM;
+    md_outbuf_free(b);
+    b->data = p;
+    b->cap = MD_OUTBUF_BATCH;
+    return 0;
 }

@@ -49,6 +49,15 @@ int md_outbuf_lend(md_outbuf *b, const char *p, size_t n);
  * lost: they stay lent). */
 int md_outbuf_own(md_outbuf *b);
 
+/* The storage md_outbuf_batch() gives: a burst of frames written at once (HTTP/2's DATA, up to
+ * conn_http.c's 64 KiB a write, and one frame more). */
+#define MD_OUTBUF_BATCH (96u * 1024u)
+/* Gives a buffer that owes nothing MD_OUTBUF_BATCH bytes of storage at once, from a small
+ * cache of the thread's (md_outbuf_free() gives it back there), rather than growing it by
+ * doubling: each step a realloc that copies, and past glibc's mmap threshold an mmap and a
+ * munmap per burst. A buffer that owes bytes, or has the room, is left as it is. 0 or -ENOMEM. */
+int md_outbuf_batch(md_outbuf *b);
+
 static inline size_t md_outbuf_pending(const md_outbuf *b)
 {
     return b->len - b->head;

@@ -174,6 +174,16 @@ typedef struct md_http_io {
      * sent in pieces by sendfile would otherwise have its last short segment held by Nagle
      * until the peer's delayed ACK. NULL without a socket. */
     void (*nodelay)(struct md_http_io *io);
+    /* Owes data[0..len) after what out holds, without copying it: an HTTP/2 stream's DATA
+     * frames are written from it straight into the connection's output, so the body crosses
+     * user space once. The bytes must stay as they are until release(arg) is called, once,
+     * from the connection's task: when the last of them went into the connection's output,
+     * or the stream ended first (a reset, a close). Nothing more is written, and the handler
+     * is not polled, until then. MP_READY with *err 0 (the bytes are lent: release will be
+     * called), or MP_PENDING while the stream's output is full (nothing lent, call again).
+     * NULL where the transport has none (HTTP/1.1 sends files with sendfile). */
+    mp_poll (*lend)(struct md_http_io *io, mp_context *cx, const char *data, size_t len,
+                    void (*release)(void *arg), void *arg, int *err);
 } md_http_io;
 
 /* A response that finishes later. Lives where the handler put it (usually its own struct,

@@ -94,7 +94,13 @@ typedef struct h2_stream {
     size_t unconsumed; /* DATA bytes not yet given back to the windows */
     md_outbuf out;     /* the response body owed */
     md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
-    char *authority;   /* with keep_fields: :authority, for the kept block's Host */
+    /* Bytes its handler lent (md_http_io.lend): owed after out's, written from where they are
+     * into the connection's output; release(arg) once they all went, or at the stream's end. */
+    const char *lent;
+    size_t lent_len;
+    void (*lent_release)(void *arg);
+    void *lent_arg;
+    char *authority; /* with keep_fields: :authority, for the kept block's Host */
     size_t authority_len;
     char *trailers; /* a relayed response's trailers ("Name: value" CRLF), until its end */
     size_t trailers_len;
@@ -135,6 +141,24 @@ static h2_stream *stream_of(const md_http_req *r)
     return (h2_stream *)(void *)((char *)r - offsetof(h2_stream, r));
 }
 
+/* The response body bytes the stream owes: its output's, then what its handler lent. */
+static size_t owed(const h2_stream *st)
+{
+    return md_outbuf_pending(&st->out) + st->lent_len;
+}
+
+/* The lent bytes are no longer needed (all written, or the stream ends): their owner's. */
+static void lent_release(h2_stream *st)
+{
+    if (st->lent_release == NULL)
+        return;
+    void (*release)(void *) = st->lent_release;
+    st->lent_release = NULL;
+    st->lent = NULL;
+    st->lent_len = 0;
+    release(st->lent_arg);
+}
+
 static void enter(md_h2_conn *h, h2_stream *st)
 {
     md__http_req_enter(&st->r, h->now_ns, &st->out);
@@ -172,7 +196,7 @@ static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     (void)buf;
     (void)user;
     h2_stream *st = src->ptr;
-    size_t have = md_outbuf_pending(&st->out);
+    size_t have = owed(st);
     size_t n = have < length ? have : length;
     if (n == have && st->resp_done) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -186,9 +210,11 @@ static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     return (ssize_t)n;
 }
 
-/* The DATA frame data_read sized: its header, then length bytes of the stream's output (no
- * padding is asked for; written all the same if nghttp2 adds it). Past the connection's
- * bound (md_h2_conn_send's max) the session pauses until the output has left. */
+/* The DATA frame data_read sized: its header, then length bytes of the stream's output and
+ * after them of what its handler lent (no padding is asked for; written all the same if
+ * nghttp2 adds it). This is the one copy of a body in user space: from the handler's bytes (a
+ * file's kept in the open-file cache) or the stream's output into the connection's. Past the
+ * connection's bound (md_h2_conn_send's max) the session pauses until the output has left. */
 static int data_send(nghttp2_session *s, nghttp2_frame *f, const uint8_t *framehd, size_t length,
                      nghttp2_data_source *src, void *user)
 {
@@ -204,14 +230,26 @@ static int data_send(nghttp2_session *s, nghttp2_frame *f, const uint8_t *frameh
     w += 9;
     if (pad > 0)
         *w++ = (char)(pad - 1);
-    memcpy(w, md_outbuf_pending_data(&st->out), length);
+    size_t from_out = md_outbuf_pending(&st->out);
+    if (from_out > length)
+        from_out = length;
+    if (from_out != 0)
+        memcpy(w, md_outbuf_pending_data(&st->out), from_out);
+    md_outbuf_consume(&st->out, from_out);
+    if (length > from_out) { /* data_read sized the frame within owed(): the rest is lent */
+        size_t n = length - from_out;
+        memcpy(w + from_out, st->lent, n);
+        st->lent += n;
+        st->lent_len -= n;
+        if (st->lent_len == 0)
+            lent_release(st);
+    }
     w += length;
     if (pad > 1) {
         memset(w, 0, pad - 1);
         w += pad - 1;
     }
     md_outbuf_commit(out, w);
-    md_outbuf_consume(&st->out, length);
     if (length != 0)
         h->sent_ns = h->now_ns;
     if (md_outbuf_pending(&st->out) == 0 && st->out.data != NULL && st->out.cap > STREAM_OUT_HIGH)
@@ -444,6 +482,7 @@ static mp_block_cache stream_cache = MP_BLOCK_CACHE_INIT(sizeof(h2_stream), MP_B
 
 static void stream_free(md_h2_conn *h, h2_stream *st)
 {
+    lent_release(st); /* before the cancel: lent bytes may be the handler's own */
     if (st->r.pending != NULL) {
         md_http_pending *p = st->r.pending;
         st->r.pending = NULL;
@@ -473,8 +512,10 @@ static void finish(h2_stream *st)
     st->resp_done = true;
     if (!st->answered)
         reset(st, NGHTTP2_INTERNAL_ERROR); /* done without a head: nothing to send */
-    else if (!st->has_body)
+    else if (!st->has_body) {
+        lent_release(st);
         md_outbuf_free(&st->out);
+    }
 }
 
 /* A piping handler's body is done with (it answered, failed, or the stream ended early): what
@@ -1140,7 +1181,7 @@ int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len
 }
 
 /* The io a stream's pending handler gets: writes go to the stream's output, which DATA frames
- * drain; no socket, no sendfile (the static handler copies). */
+ * drain, and lent bytes follow it there without a copy (data_send); no socket, no sendfile. */
 struct h2_io {
     md_http_io io;
     h2_stream *st;
@@ -1150,11 +1191,30 @@ static mp_poll stream_write(md_http_io *io, mp_context *cx, const char *data, si
 {
     (void)cx; /* the connection's task polls the stream again once its output drained */
     h2_stream *st = ((struct h2_io *)(void *)io)->st;
-    if (md_outbuf_pending(&st->out) >= STREAM_OUT_HIGH) {
-        st->blocked = true;
+    if (owed(st) >= STREAM_OUT_HIGH || st->lent_release != NULL) {
+        st->blocked = true; /* nothing goes after lent bytes until they are released */
         return MP_PENDING;
     }
     *err = md_outbuf_append(&st->out, data, len);
+    return MP_READY;
+}
+
+static mp_poll stream_lend(md_http_io *io, mp_context *cx, const char *data, size_t len,
+                           void (*release)(void *arg), void *arg, int *err)
+{
+    (void)cx; /* as stream_write */
+    h2_stream *st = ((struct h2_io *)(void *)io)->st;
+    if (owed(st) >= STREAM_OUT_HIGH || st->lent_release != NULL) {
+        st->blocked = true;
+        return MP_PENDING;
+    }
+    *err = 0;
+    st->lent = data;
+    st->lent_len = len;
+    st->lent_release = release;
+    st->lent_arg = arg;
+    if (len == 0 || st->reset || (st->answered && !st->has_body))
+        lent_release(st); /* nothing of it will be sent (a HEAD's, a reset stream's) */
     return MP_READY;
 }
 
@@ -1164,8 +1224,8 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
     md_http_date_refresh(h->srv->clock);
     bool moved = false;
     for (h2_stream *st = h->streams; st != NULL; st = st->next) {
-        size_t owed = md_outbuf_pending(&st->out);
-        if (st->unconsumed != 0 && owed < STREAM_OUT_HIGH) {
+        size_t due = owed(st);
+        if (st->unconsumed != 0 && due < STREAM_OUT_HIGH) {
             consume(h, st->id, st->unconsumed);
             st->unconsumed = 0;
             moved = true;
@@ -1173,17 +1233,19 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
         md_http_pending *p = st->r.pending;
         if (p == NULL || st->reset)
             continue;
-        if ((st->blocked && owed >= STREAM_OUT_HIGH / 2) || (st->more && owed != 0))
+        if ((st->blocked && due >= STREAM_OUT_HIGH / 2) || (st->more && due != 0))
             continue;
+        if (st->lent_release != NULL)
+            continue; /* polled again once its lent bytes went: nothing goes after them */
         if (st->r.piping && st->r.pipe_read && !st->r.body_done)
             continue; /* it waits for the peer's next DATA (on_data gives it) */
         st->blocked = st->more = false;
         bool answered = st->answered;
-        struct h2_io io = {{.fd = -1, .write = stream_write}, st};
+        struct h2_io io = {{.fd = -1, .write = stream_write, .lend = stream_lend}, st};
         enter(h, st);
         int rc = p->poll(p, &st->r, cx, &io.io, &st->out);
         if (rc == MD_PENDING_WAIT) {
-            if (md_outbuf_pending(&st->out) != owed || st->answered != answered)
+            if (owed(st) != due || st->answered != answered)
                 moved = true;
             continue;
         }
@@ -1208,18 +1270,28 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
 
 int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
 {
-    for (h2_stream *st = h->streams; st != NULL; st = st->next)
-        if (st->deferred && (md_outbuf_pending(&st->out) != 0 || st->resp_done)) {
+    size_t due = 0; /* body bytes the streams owe */
+    for (h2_stream *st = h->streams; st != NULL; st = st->next) {
+        if (st->deferred && (owed(st) != 0 || st->resp_done)) {
             st->deferred = false;
             (void)nghttp2_session_resume_data(h->s, st->id);
         }
+        if (st->answered && st->has_body)
+            due += owed(st);
+    }
     /* A burst of responses (a read's worth of streams, each answered at once) is some KiB of
-     * frames: room for them at once, rather than a first buffer grown twice by realloc (each
-     * time a copy when the heap cannot extend it in place). */
-    if (md_outbuf_pending(out) == 0 && out->cap < SEND_FIRST && nghttp2_session_want_write(h->s)) {
-        md_outbuf_free(out);
-        if (md_outbuf_grow(out, SEND_FIRST) != 0)
-            return -ENOMEM;
+     * frames: room for them at once, rather than a first buffer grown by realloc (each time a
+     * copy when the heap cannot extend it in place); a burst of DATA larger than that, a
+     * batch's room (outbuf.h) from the thread's cache. */
+    if (md_outbuf_pending(out) == 0 && nghttp2_session_want_write(h->s)) {
+        if (due > SEND_FIRST && max > SEND_FIRST) {
+            if (md_outbuf_batch(out) != 0)
+                return -ENOMEM;
+        } else if (out->cap < SEND_FIRST) {
+            md_outbuf_free(out);
+            if (md_outbuf_grow(out, SEND_FIRST) != 0)
+                return -ENOMEM;
+        }
     }
     size_t before = md_outbuf_pending(out);
     h->sending = out;
@@ -1275,7 +1347,7 @@ static void waits(const md_h2_conn *h, bool *reading, bool *sending)
     for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
         if (stream_reading(st))
             *reading = true;
-        if (st->answered && st->has_body && md_outbuf_pending(&st->out) != 0)
+        if (st->answered && st->has_body && owed(st) != 0)
             *sending = true;
     }
 }

@@ -379,6 +379,9 @@ static md_close_reason expired_reason(md_http_expired e)
 
 /* HTTP/2's frames owed at most, per write: nghttp2 is asked for more once they are written. */
 #define H2_OUT_BATCH (64u * 1024u)
+/* A batch and the DATA frame that passes it (16 KiB and its header) fit md_outbuf_batch()'s
+ * storage (http2.c takes it for bursts of DATA): no realloc in the middle of a burst. */
+_Static_assert(H2_OUT_BATCH + 16384 + 9 + 4096 <= MD_OUTBUF_BATCH, "a burst fits one batch");
 
 /* The HTTP/2 task (http/http2.h): the same transport, timer and close as HTTP/1.1's, around
  * an nghttp2 session. Each pass polls the streams' pending handlers (each holds its waker on

@@ -1,4 +1,5 @@
-/* Tests for daemon/core/outbuf.c: appends, partial writes, compaction and growth, lent bytes. */
+/* Tests for daemon/core/outbuf.c: appends, partial writes, compaction and growth, lent bytes,
+ * the batch room of HTTP/2 bursts. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
@@ -182,4 +183,34 @@ Test(outbuf, bytes_grow_first_then_doubling, .timeout = 5)
     cr_assert_eq(md_bytes_grow(&d, &cap, 5000, 64), 0); /* a first need above first */
     cr_assert_eq(cap, 5000);
     free(d);
+}
+
+/* md_outbuf_batch(): an empty buffer gets MD_OUTBUF_BATCH bytes at once, and the same block
+ * comes back from the thread's cache after a free; one that owes bytes is left alone. */
+Test(outbuf, batch_room_at_once_and_from_the_cache, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_batch(&b), 0);
+    cr_assert_eq(b.cap, MD_OUTBUF_BATCH);
+    char *first = b.data;
+    cr_assert_eq(md_outbuf_append(&b, "frames", 6), 0);
+    cr_assert_eq(md_outbuf_batch(&b), 0); /* owes bytes: nothing moves */
+    cr_assert_eq(b.data, first);
+    char *w = md_outbuf_reserve(&b, MD_OUTBUF_BATCH - 6);
+    cr_assert_eq(w, first + 6, "the room is there without a realloc");
+    md_outbuf_commit(&b, w + MD_OUTBUF_BATCH - 6);
+    md_outbuf_consume(&b, MD_OUTBUF_BATCH);
+    md_outbuf_free(&b);
+    cr_assert_null(b.data);
+    cr_assert_eq(md_outbuf_batch(&b), 0);
+    cr_assert_eq(b.data, first, "the block came back from the thread's cache");
+    md_outbuf_free(&b);
+    /* A buffer with a small block owing nothing trades it for a batch. */
+    cr_assert_eq(md_outbuf_append(&b, "x", 1), 0);
+    md_outbuf_consume(&b, 1);
+    cr_assert_lt(b.cap, MD_OUTBUF_BATCH);
+    cr_assert_eq(md_outbuf_batch(&b), 0);
+    cr_assert_eq(b.cap, MD_OUTBUF_BATCH);
+    md_outbuf_free(&b);
 }

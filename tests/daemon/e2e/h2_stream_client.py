@@ -14,6 +14,14 @@
         raw frames: trailers with a pseudo-header (stream 1), trailers without END_STREAM
         (stream 3), then a GET of / (stream 5); prints "rst1 CODE", "rst3 CODE" (RST_STREAM
         codes, "none" when absent), "goaway CODE" if one came, and "status5 N"
+    h2_stream_client.py PORT fetch WINDOW CAFILE|- ROOT PATH...
+        every PATH requested at once on one connection (TLS with ALPN h2 when CAFILE is
+        given), with WINDOW as the client's stream window (SETTINGS_INITIAL_WINDOW_SIZE; the
+        client gives it back as it reads); a PATH that starts with "!" is reset (RST_STREAM
+        CANCEL) once its first DATA came. Each body is compared with ROOT + PATH, byte for
+        byte; then one more GET of the first PATH on the same connection. Prints "same N"
+        (N bodies whole and equal, the extra GET included), "differ PATH GOT_LEN" for each
+        that is not, "reset N" (the streams reset, none answered after)
 
 Every run ends within 15 s (a socket timeout), printing "timeout" when it did not finish.
 """
@@ -23,8 +31,10 @@ import time
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 from hpack import Decoder, Encoder
 from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame,
                               SettingsFrame)
@@ -174,6 +184,72 @@ def bad_trailers(port):
     print("status5 %s" % status5)
 
 
+def fetch(port, window, cafile, root, paths):
+    raw = socket.create_connection(("127.0.0.1", port))
+    if cafile != "-":
+        import ssl
+        ctx = ssl.create_default_context(cafile=cafile)
+        ctx.set_alpn_protocols(["h2"])
+        s = ctx.wrap_socket(raw, server_hostname="localhost")
+    else:
+        s = raw
+    s.settimeout(15)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.local_settings = h2.settings.Settings(
+        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+    c.initiate_connection()
+    bodies, done, resets, want = {}, set(), set(), {}
+    deadline = time.time() + 12
+
+    def ask(path):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, [(":method", "GET"), (":scheme", "https" if cafile != "-" else "http"),
+                             (":authority", "localhost"), (":path", path.lstrip("!"))],
+                       end_stream=True)
+        want[sid] = path
+        bodies[sid] = b""
+
+    for p in paths:
+        ask(p)
+    s.sendall(c.data_to_send())
+    extra = False
+    while time.time() < deadline:
+        if len(done) == len(want):
+            if extra:
+                break
+            extra = True
+            ask(paths[0].lstrip("!"))
+            s.sendall(c.data_to_send())
+        data = s.recv(65536)
+        if not data:
+            break
+        for e in c.receive_data(data):
+            if isinstance(e, h2.events.DataReceived):
+                c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                if e.stream_id in resets:
+                    continue
+                bodies[e.stream_id] += e.data
+                if want[e.stream_id].startswith("!"):
+                    c.reset_stream(e.stream_id, h2.errors.ErrorCodes.CANCEL)
+                    resets.add(e.stream_id)
+                    done.add(e.stream_id)
+            elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+                done.add(e.stream_id)
+        s.sendall(c.data_to_send())
+    same = 0
+    for sid, path in want.items():
+        if path.startswith("!"):
+            continue
+        with open(root + path, "rb") as f:
+            expect = f.read()
+        if bodies[sid] == expect:
+            same += 1
+        else:
+            print("differ %s %d" % (path, len(bodies[sid])))
+    print("same %d" % same)
+    print("reset %d" % len(resets))
+
+
 def main():
     port, mode = int(sys.argv[1]), sys.argv[2]
     try:
@@ -182,6 +258,8 @@ def main():
                   int(sys.argv[5]))
         elif mode == "bad_trailers":
             bad_trailers(port)
+        elif mode == "fetch":
+            fetch(port, int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:])
         else:
             print("unknown mode")
     except socket.timeout:

@@ -5,7 +5,8 @@
  * and empty-DATA floods, an HPACK bomb, a peer that never reads), each answered with GOAWAY
  * (or 431) while another client is served (the proxy over h2: test_proxy_h2.c); a stream's
  * end in python3-h2 (h2_stream_client.py: RST_STREAM NO_ERROR after an early answer, malformed
- * trailers);
+ * trailers); static bodies (the open-file cache's kept bytes lent to DATA frames, read ones)
+ * whole over h2c and TLS, many at once, through small windows;
  * "Upgrade: h2c" ignored; the access log's
  * HTTP/2.0; GOAWAY at a graceful stop; `magpied -t` on the new keys. */
 #include <criterion/criterion.h>
@@ -31,10 +32,13 @@ static char accesslog[PKI_DIR_MAX + 16];
 static void setup(const char *extra)
 {
     pki_make(dir);
-    char cmd[PKI_DIR_MAX + 256];
+    char cmd[PKI_DIR_MAX + 512];
     snprintf(cmd, sizeof cmd,
              "cd '%s' && mkdir -p www/files && printf 'small file\\n' > www/files/small.txt && "
              "head -c 1048576 /dev/urandom > www/files/big.bin && "
+             "head -c 65536 /dev/urandom > www/files/64k.bin && "
+             "for i in 1 2 3 4 5 6 7 8; do head -c $((i * 9000 + i)) /dev/urandom "
+             "> www/files/f$i.bin; done && "
              "head -c 300000 /dev/urandom > body.bin",
              dir);
     cr_assert_eq(system(cmd), 0);
@@ -152,6 +156,87 @@ Test(http2, many_streams_at_once_with_nghttp, .timeout = 60)
         "timeout 20 nghttp -ns -m 20 https://127.0.0.1:%d/files/big.bin 2>&1 | grep -c ' 200 '",
         d.https);
     cr_assert_eq(atoi(run(cmd)), 20);
+    finish(&d);
+}
+
+/* Whether the file fetched into dir/name is www/files/file, byte for byte. */
+static bool same_file(const char *name, const char *file)
+{
+    char cmd[PKI_DIR_MAX * 2 + 200];
+    snprintf(cmd, sizeof cmd, "cmp '%s/%s' '%s/www/files/%s' && echo same", dir, name, dir, file);
+    return strcmp(run(cmd), "same\n") == 0;
+}
+
+/* The static handler's bodies over HTTP/2 go from the open-file cache's kept bytes (64k.bin:
+ * [static] open_file_cache_bytes_max, 64 KiB by default) or from reads (big.bin), into DATA
+ * frames: whole and in order over h2c and TLS, twice each (the first response reads the bytes
+ * the cache keeps), a range of them, and through a client's 1023-byte stream windows. */
+Test(http2, static_bodies_whole_over_h2c_and_tls, .timeout = 90)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    const char *files[] = {"64k.bin", "big.bin", "f1.bin", "f8.bin"};
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "/files/%s", files[i]);
+            cr_assert_str_eq(h2c(&d, "-o got.h2c -w '%{http_version} %{http_code}'", path),
+                             "2 200");
+            cr_assert(same_file("got.h2c", files[i]), "h2c %s, round %d", files[i], round);
+            cr_assert_str_eq(h2s(&d, "-o got.tls -w '%{http_version} %{http_code}'", path),
+                             "2 200");
+            cr_assert(same_file("got.tls", files[i]), "TLS %s, round %d", files[i], round);
+        }
+    }
+    /* A range of the kept bytes. */
+    cr_assert_str_eq(h2c(&d, "-r 1000-60999 -o range.out -w '%{http_code}'", "/files/64k.bin"),
+                     "206");
+    char cmd[PKI_DIR_MAX * 2 + 300];
+    snprintf(cmd, sizeof cmd,
+             "tail -c +1001 '%s/www/files/64k.bin' | head -c 60000 | cmp - '%s/range.out' && "
+             "echo same",
+             dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    /* A reader with 1023-byte stream windows and a 16 KiB connection window. */
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 nghttp -w 10 -W 14 http://127.0.0.1:%d/files/64k.bin > '%s/w.out' && "
+             "cmp '%s/w.out' '%s/www/files/64k.bin' && echo same",
+             d.http, dir, dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 nghttp -w 12 https://127.0.0.1:%d/files/64k.bin > '%s/w.out' && "
+             "cmp '%s/w.out' '%s/www/files/64k.bin' && echo same",
+             d.https, dir, dir, dir);
+    cr_assert_str_eq(run(cmd), "same\n");
+    finish(&d);
+}
+
+/* Many streams of different files at once on one connection (h2_stream_client.py fetch), each
+ * compared byte for byte: a frame never carries another stream's bytes, nor skips any; with
+ * the client's default stream window and with 4 KiB ones, some streams reset by the client
+ * after their first DATA (their lent bytes dropped), and the connection goes on after. */
+Test(http2, many_files_at_once_byte_for_byte, .timeout = 90)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    static const char *const paths =
+        "/files/f1.bin /files/f2.bin /files/f3.bin /files/f4.bin /files/f5.bin /files/f6.bin "
+        "/files/f7.bin /files/f8.bin /files/64k.bin /files/64k.bin '!/files/64k.bin' "
+        "/files/f8.bin /files/64k.bin /files/big.bin '!/files/big.bin' /files/f2.bin";
+    for (int tls = 0; tls < 2; tls++) {
+        for (int small = 0; small < 2; small++) {
+            char cmd[PKI_DIR_MAX * 3 + 900];
+            char ca[PKI_DIR_MAX + 16];
+            snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+            snprintf(cmd, sizeof cmd,
+                     "timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_stream_client.py %d fetch "
+                     "%d %s '%s/www' %s",
+                     tls ? d.https : d.http, small ? 4096 : 65535, tls ? ca : "-", dir, paths);
+            const char *out = run(cmd);
+            cr_assert_str_eq(out, "same 15\nreset 2\n", "tls %d, small windows %d: %s", tls, small,
+                             out);
+        }
+    }
     finish(&d);
 }
 

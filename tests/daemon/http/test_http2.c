@@ -2,7 +2,9 @@
  * connection task does (feed, run, send), over the built-in routes: responses and their heads,
  * HEAD, the core's refusals, concurrent streams, request bodies both ways with flow control
  * (an echo larger than every window), the limits (431, 413, min_body_rate's 408), GOAWAY on drain
- * and on the idle deadline, and the defences (a PING flood, Rapid Reset, a window held at zero). */
+ * and on the idle deadline, and the defences (a PING flood, Rapid Reset, a window held at zero);
+ * pending handlers, and bytes a handler lends (md_http_io.lend: sent in order after its output,
+ * through small windows, released once, when sent or when the stream or connection ends). */
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
 
@@ -766,6 +768,68 @@ static int piper_on_body(md_http_req *req, const md_route *r, const char *at, si
 static const md_handler pipe_handler = {
     .name = "pipe", .on_head = piper_on_head, .on_body = piper_on_body, .on_req = held_on_req};
 
+/* A handler that lends its body (md_http_io.lend): three bytes through out, then LEND_N bytes
+ * of its own, which DATA frames take without a copy into the stream; counts its releases. */
+#define LEND_N 200000
+static char lend_src[LEND_N];
+static struct lender {
+    md_http_pending p;
+    int step, released, cancelled;
+    bool now; /* /lend/now: head and lent bytes in one poll, no bytes through out */
+} lenders[4];
+static int nlenders;
+
+static void lend_release(void *arg)
+{
+    ((struct lender *)arg)->released++;
+}
+
+static int lender_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
+                       md_outbuf *out)
+{
+    struct lender *l = (struct lender *)p;
+    int err = -1;
+    if (l->now) {
+        l->step = 2;
+        cr_assert_eq(md_http_respond_head(req, 200, "", "application/octet-stream", LEND_N), 0);
+        cr_assert_eq(io->lend(io, cx, lend_src, LEND_N, lend_release, l, &err), MP_READY);
+        cr_assert_eq(err, 0);
+        return 0;
+    }
+    if (++l->step == 1)
+        return md_http_respond_head(req, 200, "", "application/octet-stream", 3 + LEND_N) != 0
+                   ? -ENOMEM
+                   : MD_PENDING_MORE;
+    if (md_outbuf_append(out, "abc", 3) != 0)
+        return -ENOMEM;
+    cr_assert_not_null(io->lend, "an HTTP/2 stream takes lent bytes");
+    cr_assert_eq(io->lend(io, cx, lend_src, LEND_N, lend_release, l, &err), MP_READY);
+    cr_assert_eq(err, 0);
+    cr_assert_eq(io->write(io, cx, "x", 1, &err), MP_PENDING, "nothing goes after lent bytes");
+    return 0;
+}
+
+static void lender_cancel(md_http_pending *p)
+{
+    ((struct lender *)p)->cancelled++;
+}
+
+static int lender_on_req(md_http_req *req, const md_route *r)
+{
+    (void)r;
+    cr_assert_lt(nlenders, 4);
+    struct lender *l = &lenders[nlenders++];
+    size_t len;
+    const char *path = md_http_req_path(req, &len);
+    l->now = len == 9 && memcmp(path, "/lend/now", 9) == 0;
+    l->p.poll = lender_poll;
+    l->p.cancel = lender_cancel;
+    md_http_req_pend(req, &l->p);
+    return MD_HANDLER_PENDING;
+}
+
+static const md_handler lend_handler = {.name = "lend", .on_req = lender_on_req};
+
 static md_route_table table;
 
 static void held_setup(void)
@@ -782,13 +846,20 @@ static void held_setup(void)
     cr_assert_eq(md_route_key(&table.r[1], "handler", "text", 0, msg, sizeof msg), 0);
     cr_assert_eq(md_routes_add(&table, " /h1", 3, msg, sizeof msg), 0); /* the piping one */
     cr_assert_eq(md_route_key(&table.r[2], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_routes_add(&table, " /lend", 5, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&table.r[3], "handler", "text", 0, msg, sizeof msg), 0);
     md_routes_prepare(&table);
     table.r[1].handler = &held_handler; /* a test's own handlers on the interface */
     table.r[2].handler = &pipe_handler;
     table.r[2].methods |= MD_METHOD(MD_POST);
+    table.r[3].handler = &lend_handler;
     srv.routes = &table;
     srv.keep_fields = true;
     memset(&piper, 0, sizeof piper);
+    memset(lenders, 0, sizeof lenders);
+    nlenders = 0;
+    for (size_t i = 0; i < LEND_N; i++)
+        lend_src[i] = (char)(i * 7 + i / 251);
 }
 
 TestSuite(http2_pending, .init = held_setup, .timeout = 20);
@@ -915,5 +986,112 @@ Test(http2_pending, a_piping_handler_that_holds_its_span_holds_the_window_shut)
     cr_assert_eq(r->status, 201);
     cr_assert_eq(piper.got, sizeof big);
     client_close(&c);
+    expect_no_leaks();
+}
+
+/* The body a lender sends: "abc", then lend_src. */
+static void expect_lent_body(struct client *c, int32_t id)
+{
+    struct resp *r = resp_of(c, id);
+    cr_assert(r->closed);
+    cr_assert_eq(r->rst, 0);
+    cr_assert_eq(r->status, 200);
+    cr_assert_eq(r->clen, 3 + LEND_N);
+    cr_assert_eq(r->len, 3 + LEND_N);
+    cr_assert_eq(memcmp(r->body, "abc", 3), 0);
+    cr_assert_eq(memcmp(r->body + 3, lend_src, LEND_N), 0, "the lent bytes, in order");
+}
+
+Test(http2_pending, lent_bytes_follow_the_output_and_are_released_once_sent)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/lend/a", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    expect_lent_body(&c, id);
+    cr_assert_eq(lenders[0].released, 1);
+    cr_assert_eq(lenders[0].cancelled, 0);
+    client_close(&c);
+    cr_assert_eq(lenders[0].released, 1, "not again at the close");
+    expect_no_leaks();
+}
+
+Test(http2_pending, lent_bytes_go_through_small_windows_on_streams_side_by_side)
+{
+    struct client c;
+    client_open(&c);
+    /* 1000-byte stream windows: the first frame is "abc" and 997 lent bytes, the rest of
+     * them a thousand at a time, as the client gives its window back; four streams share the
+     * connection's window, with a small response between them. */
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1000}};
+    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
+    cr_assert_eq(pump(&c), 0);
+    int32_t id[4];
+    for (int i = 0; i < 4; i++)
+        id[i] = request(&c, "GET", "/lend/a", NULL, 0, false);
+    int32_t small = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 4; i++) {
+        expect_lent_body(&c, id[i]);
+        cr_assert_eq(lenders[i].released, 1);
+    }
+    cr_assert_eq(resp_of(&c, small)->status, 200);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+Test(http2_pending, lent_bytes_are_released_when_the_stream_or_connection_ends_first)
+{
+    struct client c;
+    client_open(&c);
+    /* No window for responses: the lent bytes wait in the stream. */
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
+    cr_assert_eq(pump(&c), 0);
+    int32_t reset = request(&c, "GET", "/lend/a", NULL, 0, false);
+    (void)request(&c, "GET", "/lend/b", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, reset)->status, 200);
+    cr_assert_eq(lenders[0].step, 2, "its bytes are lent");
+    cr_assert_eq(lenders[0].released, 0, "and held while they wait for a window");
+    /* The client resets one stream mid-body: its bytes go back at once. */
+    cr_assert_eq(nghttp2_submit_rst_stream(c.cl, NGHTTP2_FLAG_NONE, reset, NGHTTP2_CANCEL), 0);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(lenders[0].released, 1);
+    cr_assert_eq(lenders[1].released, 0);
+    /* The connection closes under the other: released there. */
+    client_close(&c);
+    cr_assert_eq(lenders[1].released, 1);
+    cr_assert_eq(lenders[0].released + lenders[1].released, 2, "once each");
+    expect_no_leaks();
+}
+
+Test(http2_pending, lent_bytes_of_a_head_response_are_released_at_once)
+{
+    struct client c;
+    client_open(&c);
+    /* Lent in the poll that gave the head: a HEAD has no body to send them in. */
+    int32_t id = request(&c, "HEAD", "/lend/now", NULL, 0, false);
+    /* A later poll's: the stream ended with its HEADERS, the handler is cancelled unpolled. */
+    int32_t later = request(&c, "HEAD", "/lend/a", NULL, 0, false);
+    /* And the same lend in a GET goes out whole. */
+    int32_t get = request(&c, "GET", "/lend/now", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    for (int i = 0; i < 2; i++) {
+        struct resp *r = resp_of(&c, i == 0 ? id : later);
+        cr_assert(r->closed);
+        cr_assert_eq(r->status, 200);
+        cr_assert_eq(r->len, 0);
+    }
+    cr_assert(lenders[0].now);
+    cr_assert_eq(lenders[0].released, 1);
+    cr_assert_eq(lenders[1].released, 0);
+    cr_assert_eq(lenders[1].cancelled, 1);
+    struct resp *g = resp_of(&c, get);
+    cr_assert_eq(g->len, LEND_N);
+    cr_assert_eq(memcmp(g->body, lend_src, LEND_N), 0);
+    cr_assert_eq(lenders[2].released, 1);
+    client_close(&c);
+    cr_assert_eq(lenders[0].released + lenders[1].released + lenders[2].released, 2);
     expect_no_leaks();
 }

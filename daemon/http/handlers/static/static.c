@@ -31,8 +31,12 @@
  * so the body never passes through user space. A file that shrinks under a download ends the
  * response short with a close: nothing past the new end is presented as content. A file the
  * open-file cache keeps the bytes of ([static] open_file_cache_bytes_max, md_file_bytes()) is
- * copied from them instead of read: a small one into the output after its head, and a larger
- * one where there is no sendfile (an HTTP/2 stream) in one write.
+ * copied from them instead of read: a small one into the output after its head; a larger one
+ * on an HTTP/2 stream (no sendfile there) is lent to the stream (md_http_io.lend, holding the
+ * file's reference until its DATA frames have copied them into the connection's output: the
+ * one copy in user space), or else written in one write. Where there is no sendfile and no
+ * kept bytes, pieces of up to 64 KiB are read with preadv2(RWF_NOWAIT) straight into the output,
+ * one at a time as it drains (a piece the page cache does not have goes through chunk[]).
  *
  * Blocking: no open, stat or read of file data waits for the disk on the worker. A file is
  * first looked up in the worker's open-file cache (file_cache.h: descriptors and their stat,
@@ -220,6 +224,7 @@ enum {
     SMALL = 16384,          /* read into the output with its head */
     CHUNK = 16384,          /* a piece not in the page cache, read on the pool and written */
     SENDFILE_MAX = 1 << 20, /* bytes per sendfile call, so one connection yields */
+    COPY_PIECE = 65536,     /* a piece read into the output where there is no sendfile */
     FIELDS_MAX = 512,       /* the header lines this handler adds */
     REL_MAX = MD_HTTP_TARGET_MAX + INDEX_MAX + 4,
 };
@@ -722,6 +727,12 @@ static int code_poll(struct static_send *s, md_http_req *req, mp_context *cx, md
 
 static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct static_send *s);
 
+/* md_http_io.lend's release of a file's kept bytes: the reference the response held. */
+static void file_release(void *f)
+{
+    md_file_put(f);
+}
+
 static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_http_io *io,
                        md_outbuf *out)
 {
@@ -803,6 +814,19 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
         /* No sendfile (HTTP/2's streams): a file the cache keeps is written from its bytes, whole,
          * rather than read a piece at a time into chunk[] and copied from there. */
         const char *kept = s->reading ? NULL : md_file_bytes(s->file);
+        if (kept != NULL && io->lend != NULL) {
+            /* HTTP/2: lent, not copied; the DATA frames copy them into the connection's
+             * output. The lend takes over the response's reference, and with it the bytes. */
+            int err;
+            if (io->lend(io, cx, kept + s->off, (size_t)left, file_release, s->file, &err) ==
+                MP_PENDING)
+                return MD_PENDING_WAIT;
+            if (err != 0)
+                return err;
+            s->file = NULL;
+            s->off = s->end;
+            return 0;
+        }
         if (kept != NULL) {
             int err;
             if (io->write(io, cx, kept + s->off, (size_t)left, &err) == MP_PENDING)
@@ -811,6 +835,28 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
                 return err;
             s->off = s->end;
             return 0;
+        }
+        /* No sendfile: a piece from the page cache straight into the output (HTTP/2: the
+         * stream's, whose DATA frames copy it once more, into the connection's), written
+         * before the next is read. */
+        if (!s->reading) {
+            size_t want = left < COPY_PIECE ? (size_t)left : COPY_PIECE;
+            char *w = md_outbuf_reserve(out, want);
+            if (w == NULL)
+                return -ENOMEM;
+            struct iovec iov = {.iov_base = w, .iov_len = want};
+            ssize_t n = preadv2(fd, &iov, 1, (off_t)s->off, RWF_NOWAIT);
+            if (n < 0 && errno == EOPNOTSUPP)
+                n = pread(fd, w, want, (off_t)s->off); /* a file system without RWF_NOWAIT */
+            if (n == 0)
+                return -EIO; /* it shrank */
+            if (n < 0 && errno != EAGAIN)
+                return -errno;
+            if (n > 0) {
+                md_outbuf_commit(out, w + n);
+                s->off += (uint64_t)n;
+                return s->off == s->end ? 0 : MD_PENDING_MORE;
+            }
         }
         /* The piece is not in the page cache, or sendfile cannot serve this file: one piece
          * read (on the blocking pool if need be) and written through the bounded write. */
