@@ -40,6 +40,7 @@ WARMUP=${WARMUP:-2}
 LEAD=${LEAD:-2}
 CG_LEAD=${CG_LEAD:-60}
 CG_CACHE=${CG_CACHE:-no}
+CG_OPTS=${CG_OPTS:-}
 LOAD_THREADS=${LOAD_THREADS:-2}
 WORKERS=${WORKERS:-2}
 SERVER=${SERVER:-magpied}
@@ -167,7 +168,8 @@ EOF
     *) die "SERVER: magpied or nginx" ;;
     esac
     if [[ ${CG:-0} == 1 ]]; then
-        cmd=(valgrind --tool=callgrind --cache-sim="$CG_CACHE" --dump-instr=no --callgrind-out-file="$OUT/cg.out.%p" "${cmd[@]}")
+        # shellcheck disable=SC2206 # CG_OPTS: words
+        cmd=(valgrind --tool=callgrind --cache-sim="$CG_CACHE" $CG_OPTS --dump-instr=no --callgrind-out-file="$OUT/cg.out.%p" "${cmd[@]}")
     fi
     (ulimit -n $((conns + 512)) && exec "${cmd[@]}") >"$RUN/server.log" 2>&1 </dev/null 9>&- &
     SRV_PID=$!
