@@ -44,6 +44,10 @@ struct md_tls_stream {
     int failed;   /* sticky: a fatal TLS or socket error (negative errno) */
     bool writing; /* wbuf holds the caller's write (md_tls_stream_write) */
     bool eof;     /* the peer's close_notify came */
+    /* The last read took all the bytes it was shown and left OpenSSL nothing buffered: until
+     * more arrive, SSL_read_ex could only answer WANT_READ (after allocating and freeing its
+     * record buffer, SSL_MODE_RELEASE_BUFFERS). */
+    bool drained;
 };
 
 static int bio_write(BIO *b, const char *data, int len)
@@ -162,6 +166,15 @@ static mp_poll flush(md_tls_stream *s, mp_context *cx)
     return MP_READY;
 }
 
+/* The thread's error queue emptied before an SSL call (SSL_get_error reads it). Only when
+ * something is queued: ERR_clear_error() resets all 16 of its slots whatever they hold, two
+ * CRYPTO_free calls each, which was a tenth of a keep-alive request's instructions. */
+static void err_reset(void)
+{
+    if (ERR_peek_error() != 0)
+        ERR_clear_error();
+}
+
 /* One SSL call (handshake or read) with the view raw[0..raw_len) to read from; what OpenSSL
  * took is consumed from the stream. */
 static int call(md_tls_stream *s, const char *raw, size_t raw_len, bool hs, size_t *n)
@@ -169,9 +182,11 @@ static int call(md_tls_stream *s, const char *raw, size_t raw_len, bool hs, size
     s->in = raw;
     s->in_len = raw_len;
     s->in_used = 0;
-    ERR_clear_error();
+    err_reset();
     int ok = hs ? SSL_do_handshake(s->ssl) == 1 : SSL_read_ex(s->ssl, s->pbuf, PLAIN_CAP, n);
     int e = ok ? SSL_ERROR_NONE : SSL_get_error(s->ssl, 0);
+    s->drained = !hs && e == SSL_ERROR_NONE && s->in_used == raw_len &&
+                 SSL_is_init_finished(s->ssl) && !SSL_has_pending(s->ssl);
     if (s->in_used != 0)
         mp_tcp_consume(s->tcp, s->in_used);
     s->in = NULL;
@@ -215,7 +230,9 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             return MP_READY;
         }
         size_t n = 0;
-        int e = call(s, raw, raw_len, hs, &n);
+        /* Nothing new to show OpenSSL after a read that drained: straight to the socket. */
+        int e =
+            !hs && raw_len == 0 && s->drained ? SSL_ERROR_WANT_READ : call(s, raw, raw_len, hs, &n);
         raw = NULL;
         raw_len = 0;
         if (e == SSL_ERROR_NONE) {
@@ -324,7 +341,7 @@ mp_poll md_tls_stream_encrypt(md_tls_stream *s, mp_context *cx, const char *data
     if (flush(s, cx) == MP_PENDING)
         return MP_PENDING;
     size_t n;
-    ERR_clear_error();
+    err_reset();
     if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
         fail(s, -EPROTO);
     *err = s->failed;

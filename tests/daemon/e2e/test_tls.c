@@ -179,6 +179,58 @@ Test(tls, keepalive_several_requests_on_one_connection, .timeout = 60)
     finish(&d);
 }
 
+/* Requests whose records arrive apart: the head split over two records with a pause between
+ * them (the first read drains OpenSSL, and the wait for more goes straight to the socket), a
+ * request after an idle moment, and a pipelined pair whose second request is split the same
+ * way. Every answer comes, in order, on one connection. */
+Test(tls, requests_split_over_records_that_arrive_apart, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_tls();
+    char py[PKI_DIR_MAX + 16];
+    snprintf(py, sizeof py, "%s/split.py", dir);
+    FILE *f = fopen(py, "w");
+    cr_assert_not_null(f);
+    fputs("import socket, ssl, sys, time\n"
+          "ctx = ssl.create_default_context(cafile=sys.argv[2])\n"
+          "ctx.check_hostname = False\n"
+          "s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', int(sys.argv[1]))))\n"
+          "def answer(want):\n"
+          "    got = b''\n"
+          "    while want not in got:\n"
+          "        b = s.recv(65536)\n"
+          "        if not b: break\n"
+          "        got += b\n"
+          "    return got\n"
+          "s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n')\n"
+          "time.sleep(0.3)\n"
+          "s.sendall(b'\\r\\n')\n"
+          "n = answer(b'Hello, World!').count(b'Hello, World!')\n"
+          "time.sleep(0.3)\n"
+          "s.sendall(b'GET /files/small.txt HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+          "n += answer(b'small file').count(b'small file')\n"
+          "s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nGET /files/small.txt "
+          "HTTP/1.1\\r\\nHo')\n"
+          "time.sleep(0.3)\n"
+          "s.sendall(b'st: x\\r\\nConnection: close\\r\\n\\r\\n')\n"
+          "rest = b''\n"
+          "while True:\n"
+          "    b = s.recv(65536)\n"
+          "    if not b: break\n"
+          "    rest += b\n"
+          "a, b = rest.find(b'Hello, World!'), rest.find(b'small file')\n"
+          "print('answers', n + (a >= 0) + (b > a), flush=True)\n",
+          f);
+    fclose(f);
+    char cmd[PKI_DIR_MAX * 3 + 100];
+    snprintf(cmd, sizeof cmd, "timeout 20 /usr/bin/python3 '%s' %d '%s/ca.pem' 2>&1", py, d.https,
+             dir);
+    cr_assert_str_eq(run(cmd), "answers 4\n");
+    /* one connection, and the scrape's own */
+    cr_assert_eq(metric(&d, "magpied_tls_handshakes_total{version=\"TLSv1.3\"}"), 2);
+    finish(&d);
+}
+
 Test(tls, s_client_sni_alpn_and_protocols, .timeout = 60)
 {
     setup(NULL);
