@@ -13,9 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
+#include "daemon/decode_body.h"
 #include "daemon/magpied_harness.h"
 #include "test_net.h"
 
@@ -160,34 +159,6 @@ static size_t unchunk(const char *body, size_t n, char *out)
     }
 }
 
-static size_t decode(const char *coding, const char *in, size_t n, char *out, size_t cap)
-{
-    if (strcmp(coding, "gzip") == 0) {
-        z_stream s = {0};
-        cr_assert_eq(inflateInit2(&s, 15 + 16), Z_OK);
-        s.next_in = (Bytef *)(uintptr_t)in;
-        s.avail_in = (uInt)n;
-        s.next_out = (Bytef *)out;
-        s.avail_out = (uInt)cap;
-        cr_assert_eq(inflate(&s, Z_FINISH), Z_STREAM_END, "a whole gzip stream");
-        size_t got = cap - s.avail_out;
-        inflateEnd(&s);
-        return got;
-    }
-    cr_assert_str_eq(coding, "zstd");
-    ZSTD_DStream *z = ZSTD_createDStream();
-    ZSTD_inBuffer ib = {in, n, 0};
-    ZSTD_outBuffer ob = {out, cap, 0};
-    size_t left = 1;
-    while (ib.pos < ib.size) {
-        left = ZSTD_decompressStream(z, &ob, &ib);
-        cr_assert(!ZSTD_isError(left), "%s", ZSTD_getErrorName(left));
-    }
-    cr_assert_eq(left, 0, "a whole zstd frame");
-    ZSTD_freeDStream(z);
-    return ob.pos;
-}
-
 /* GET name with ae; the response is coded with want, and decodes to the file. */
 static void expect_coded(const char *name, const char *ae, const char *want)
 {
@@ -212,7 +183,7 @@ static void expect_coded(const char *name, const char *ae, const char *want)
     char *coded = malloc(n), *plain = malloc(flen + 1024);
     size_t clen = unchunk(body, n - (size_t)(body - r), coded);
     cr_expect_lt(clen, flen, "smaller");
-    size_t got = decode(want, coded, clen, plain, flen + 1024);
+    size_t got = decode_body(want, coded, clen, plain, flen + 1024);
     cr_expect_eq(got, flen);
     cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
     free(coded);
@@ -428,7 +399,7 @@ Test(compress_e2e, slow_reader_bounded)
     size_t flen;
     char *orig = file("noise.txt", &flen);
     char *plain = malloc(flen + 1024);
-    cr_expect_eq(decode("gzip", coded, clen, plain, flen + 1024), flen);
+    cr_expect_eq(decode_body("gzip", coded, clen, plain, flen + 1024), flen);
     cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
     free(plain);
     free(orig);
@@ -457,7 +428,7 @@ Test(compress_e2e, http2)
         cr_expect(strstr(head, want) != NULL, "%s", head);
         cr_expect(strstr(head, "content-length") == NULL, "%s", head);
         char *plain = malloc(flen + 1024);
-        cr_expect_eq(decode(codings[i], body, bn, plain, flen + 1024), flen);
+        cr_expect_eq(decode_body(codings[i], body, bn, plain, flen + 1024), flen);
         cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
         free(plain);
         free(orig);

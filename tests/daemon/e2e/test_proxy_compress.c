@@ -5,9 +5,7 @@
  * with Cache-Control: no-transform, a small or uncompressible one, HEAD, HTTP/1.0; and
  * magpied's memory bounded while a client reads a coded body slowly. */
 #include <criterion/criterion.h>
-#include <zlib.h>
-#include <zstd.h>
-
+#include "daemon/decode_body.h"
 #include "daemon/e2e/proxy_harness.h"
 
 TestSuite(proxy_compress, .init = proxy_dir_make, .fini = proxy_dir_remove, .timeout = 60);
@@ -41,37 +39,13 @@ static bool is_text(const char *b, size_t n, size_t want)
     return true;
 }
 
-/* in[0..n) decoded by coding into a malloc'd buffer; *len its length. */
+/* in[0..n) decoded by coding into a malloc'd buffer (1 MiB at most); *len its length. */
 static char *decode(const char *coding, const char *in, size_t n, size_t *len)
 {
     size_t cap = 1 << 20;
     char *out = malloc(cap);
     cr_assert_not_null(out);
-    if (strcmp(coding, "gzip") == 0) {
-        z_stream s = {0};
-        cr_assert_eq(inflateInit2(&s, 15 + 16), Z_OK);
-        s.next_in = (Bytef *)(uintptr_t)in;
-        s.avail_in = (uInt)n;
-        s.next_out = (Bytef *)out;
-        s.avail_out = (uInt)cap;
-        cr_assert_eq(inflate(&s, Z_FINISH), Z_STREAM_END, "a whole gzip stream");
-        cr_assert_eq(s.avail_in, 0, "bytes after the gzip stream");
-        *len = cap - s.avail_out;
-        inflateEnd(&s);
-        return out;
-    }
-    cr_assert_str_eq(coding, "zstd");
-    ZSTD_DStream *z = ZSTD_createDStream();
-    ZSTD_inBuffer ib = {in, n, 0};
-    ZSTD_outBuffer ob = {out, cap, 0};
-    size_t left = 1;
-    while (ib.pos < ib.size) {
-        left = ZSTD_decompressStream(z, &ob, &ib);
-        cr_assert(!ZSTD_isError(left), "%s", ZSTD_getErrorName(left));
-    }
-    cr_assert_eq(left, 0, "a whole zstd frame");
-    ZSTD_freeDStream(z);
-    *len = ob.pos;
+    *len = decode_body(coding, in, n, out, cap);
     return out;
 }
 
