@@ -425,6 +425,16 @@ static inline void still_serves(int port)
     response_free(&r);
 }
 
+/* The growth allowed over the baseline while a client reads slowly (slow_read): the response
+ * window (64 KiB) and read buffers, with room for the allocator; far under the tens of MiB
+ * an unbounded proxy would take. The sanitizers keep freed blocks in quarantine and shadow what
+ * is touched, so they get more. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_SLACK_KIB (24L << 10)
+#else
+#define RSS_SLACK_KIB (8L << 10)
+#endif
+
 /* magpied's resident memory in KiB (VmRSS), -1 when it is gone. */
 static inline long rss_kib(pid_t pid)
 {
@@ -439,6 +449,56 @@ static inline long rss_kib(pid_t pid)
             break;
     fclose(f);
     return kib;
+}
+
+static inline long elapsed_ms(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* A slow reader of a response: a connection to port with a small receive buffer (so that
+ * magpied's writes stall at once), the bytes it has read, and magpied's largest VmRSS seen. */
+typedef struct slow_reader {
+    int fd;
+    pid_t pid;        /* magpied's, whose VmRSS is watched */
+    long got, peak;   /* bytes read; the largest VmRSS (KiB), from the value before */
+    char first[4097]; /* the first read (the head), NUL-terminated */
+} slow_reader;
+
+/* Connect it and send req; peak starts at base. */
+static inline void slow_open(slow_reader *s, int port, pid_t pid, long base, const char *req)
+{
+    *s = (slow_reader){.fd = socket(AF_INET, SOCK_STREAM, 0), .pid = pid, .peak = base};
+    cr_assert_geq(s->fd, 0);
+    int small = 16384;
+    setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    test_write_all(s->fd, req, strlen(req));
+}
+
+/* Read 4 KiB at a time with pause_us between reads, until it has read `bytes` in all or
+ * for `ms` milliseconds (the one that is not 0), noting magpied's VmRSS after each read. */
+static inline void slow_read(slow_reader *s, long bytes, long ms, useconds_t pause_us)
+{
+    static char buf[4096];
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (bytes > 0 ? s->got < bytes : elapsed_ms(&t0) < ms) {
+        struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+        cr_assert_eq(poll(&pfd, 1, 10000), 1, "the response stopped after %ld bytes", s->got);
+        ssize_t n = read(s->fd, s->got == 0 ? s->first : buf, 4096);
+        cr_assert_gt(n, 0, "closed after %ld bytes", s->got);
+        if (s->got == 0)
+            s->first[n] = 0;
+        s->got += n;
+        long rss = rss_kib(s->pid);
+        s->peak = rss > s->peak ? rss : s->peak;
+        usleep(pause_us);
+    }
 }
 
 #endif
