@@ -127,23 +127,21 @@ static inline void proxy_dir_remove(void)
         fprintf(stderr, "could not remove %s\n", proxy_dir);
 }
 
-/* The head of every config: ephemeral port, no echo listener, two workers, bodies large
- * enough for the flow-control tests. */
-#define PROXY_CONF_HEAD                                                                            \
-    "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"                     \
+/* The head of every config: ephemeral port (h2c on it for proxy_start_h2), no echo listener,
+ * two workers, bodies large enough for the flow-control tests. */
+#define PROXY_CONF_HEAD_WITH(http_keys)                                                            \
+    "[http]\nlisten = 127.0.0.1:0\n" http_keys "[echo]\nlisten =\n[runtime]\nworkers = 2\n"        \
     "[limits]\nmax_body_bytes = 104857600\n"                                                       \
     "[route = /metrics]\nhandler = metrics\n"
+#define PROXY_CONF_HEAD PROXY_CONF_HEAD_WITH("")
 
-/* Start magpied on a config made of PROXY_CONF_HEAD and the printf-formatted rest. Its
- * stderr goes to proxy_dir/err.log (shown when it exits badly). */
-__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(const char *fmt, ...)
+/* Start magpied on a config made of head and the vprintf-formatted rest. Its stderr goes to
+ * proxy_dir/err.log (shown when it exits badly). */
+static inline daemon_proc proxy_vstart(const char *head, const char *fmt, va_list ap)
 {
     static char text[8192], path[128], err[128];
-    int n = snprintf(text, sizeof text, "%s", PROXY_CONF_HEAD);
-    va_list ap;
-    va_start(ap, fmt);
+    int n = snprintf(text, sizeof text, "%s", head);
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-    va_end(ap);
     snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
     snprintf(err, sizeof err, "%s/err.log", proxy_dir);
     FILE *f = fopen(path, "w");
@@ -151,6 +149,26 @@ __attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(cons
     fputs(text, f);
     fclose(f);
     return start_with(path, NULL, err);
+}
+
+/* Start magpied on a config made of PROXY_CONF_HEAD and the printf-formatted rest. */
+__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    daemon_proc d = proxy_vstart(PROXY_CONF_HEAD, fmt, ap);
+    va_end(ap);
+    return d;
+}
+
+/* The same with h2c (HTTP/2 by prior knowledge) on the plaintext listener. */
+__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start_h2(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    daemon_proc d = proxy_vstart(PROXY_CONF_HEAD_WITH("http2 = on\n"), fmt, ap);
+    va_end(ap);
+    return d;
 }
 
 /* One upstream, and magpied in front of it on a config whose one %d is the upstream's port. */
@@ -195,7 +213,6 @@ static inline void client_send(client *c, const char *text)
     test_write_all(c->fd, text, strlen(text));
 }
 
-/* Read more (waiting at most timeout_ms); false on EOF, error or time-out. */
 /* The pair started with conf, and a client on the daemon that has sent req. */
 static inline client pair_client(const char *conf, upstream_proc *u, daemon_proc *d,
                                  const char *req)
@@ -206,6 +223,7 @@ static inline client pair_client(const char *conf, upstream_proc *u, daemon_proc
     return c;
 }
 
+/* Read more (waiting at most timeout_ms); false on EOF, error or time-out. */
 static inline bool client_fill(client *c, int timeout_ms)
 {
     if (c->eof)

@@ -13,20 +13,14 @@ TestSuite(proxy_compress, .init = proxy_dir_make, .fini = proxy_dir_remove, .tim
 /* magpied with h2c on, / proxied to the upstream u with compress = gzip zstd. */
 static daemon_proc cz_start(const upstream_proc *u)
 {
-    char path[128], err[128];
-    snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
-    snprintf(err, sizeof err, "%s/err.log", proxy_dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
-            "[upstream app]\nserver = 127.0.0.1:%d\nbuffer_bytes = 65536\n"
-            "read_timeout_ms = 30000\n"
-            "[route /]\nhandler = proxy\nupstream = app\ncompress = gzip zstd\n",
-            u->port);
-    fclose(f);
-    return start_with(path, NULL, err);
+    return proxy_start_h2("[upstream app]\nserver = 127.0.0.1:%d\nbuffer_bytes = 65536\n"
+                          "read_timeout_ms = 30000\n"
+                          "[route /]\nhandler = proxy\nupstream = app\ncompress = gzip zstd\n",
+                          u->port);
 }
+
+/* A client that takes gzip says so. */
+#define AE_GZIP "Accept-Encoding: gzip\r\n"
 
 /* The body /mode/text sends without noise: n bytes of 'a' + i % 26. */
 static bool is_text(const char *b, size_t n, size_t want)
@@ -127,8 +121,8 @@ Test(proxy_compress, passes_what_it_must_not_code)
         int vary; /* Vary fields in the answer */
     } cases[] = {
         /* already coded by the upstream: never again, passed as it is */
-        {"/mode/text?bytes=20000&ce=gzip", "Accept-Encoding: gzip\r\n", 0},
-        {"/mode/text?bytes=20000&ce=br&frame=chunked", "Accept-Encoding: gzip\r\n", 0},
+        {"/mode/text?bytes=20000&ce=gzip", AE_GZIP, 0},
+        {"/mode/text?bytes=20000&ce=br&frame=chunked", AE_GZIP, 0},
         /* the upstream forbids transforming it (RFC 9110 7.7) */
         {"/mode/text?bytes=20000&cc=no-transform", NULL, 0},
         {"/mode/text?bytes=20000&cc=public,No-Transform&frame=chunked", NULL, 0},
@@ -185,8 +179,7 @@ Test(proxy_compress, merges_vary)
 {
     upstream_proc u = upstream_start(0);
     daemon_proc d = cz_start(&u);
-    const char *gz = "Accept-Encoding: gzip\r\n";
-    response r = fetch(d.http, "/mode/text?bytes=20000&vary=Origin", gz);
+    response r = fetch(d.http, "/mode/text?bytes=20000&vary=Origin", AE_GZIP);
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_expect_eq(head_field(r.head, "Content-Encoding", NULL, 0), 1, "%s", r.head);
     cr_expect_eq(head_field(r.head, "Vary", NULL, 0), 2, "%s", r.head);
@@ -196,7 +189,7 @@ Test(proxy_compress, merges_vary)
     static const char *const named[] = {"/mode/text?bytes=20000&vary=origin,accept-encoding",
                                         "/mode/text?bytes=20000&vary=*"};
     for (int i = 0; i < 2; i++) {
-        r = fetch(d.http, named[i], gz);
+        r = fetch(d.http, named[i], AE_GZIP);
         cr_expect_eq(head_field(r.head, "Content-Encoding", NULL, 0), 1, "%s", r.head);
         cr_expect_eq(head_field(r.head, "Vary", NULL, 0), 1, "%s", r.head);
         response_free(&r);
@@ -285,7 +278,7 @@ Test(proxy_compress, slow_reader_bounds_memory)
     upstream_proc u = upstream_start(0);
     daemon_proc d = cz_start(&u);
     for (int i = 0; i < 2; i++) { /* a compression context made on each worker, pools warm */
-        response r = fetch(d.http, "/mode/text?bytes=300000&noise=1", "Accept-Encoding: gzip\r\n");
+        response r = fetch(d.http, "/mode/text?bytes=300000&noise=1", AE_GZIP);
         cr_assert_eq(r.status, 200, "%s", r.head);
         response_free(&r);
     }
@@ -309,7 +302,7 @@ Test(proxy_compress, slow_reader_bounds_memory)
                  "magpied grew by %ld KiB (from %ld) while a client read a coded body slowly",
                  peak - base, base);
     /* The upstream still serves, and magpied too. */
-    response r = fetch(d.http, "/mode/text?bytes=3000", "Accept-Encoding: gzip\r\n");
+    response r = fetch(d.http, "/mode/text?bytes=3000", AE_GZIP);
     expect_coded(&r, "gzip", 3000);
     response_free(&r);
     pair_stop(&u, &d);
