@@ -195,6 +195,21 @@ static inline char *run(const char *cmd)
     return out;
 }
 
+/* magpied -t on text, written to dir/check.conf: what it printed (both streams), then "rc=N",
+ * its exit status. */
+static inline char *check_conf(const char *dir, const char *text)
+{
+    char conf[PATH_MAX], exe[PATH_MAX + 32], cmd[3 * PATH_MAX];
+    snprintf(conf, sizeof conf, "%s/check.conf", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f, "%s", conf);
+    fputs(text, f);
+    fclose(f);
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo rc=$?", exe, conf);
+    return run(cmd);
+}
+
 static inline int wait_exit(daemon_proc *d, int timeout_ms)
 {
     for (int waited = 0; waited < timeout_ms; waited += 10) {
