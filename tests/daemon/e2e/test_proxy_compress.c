@@ -209,6 +209,26 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
+/* GET path over h2c (curl) with Accept-Encoding: ae; the head and the body (*bn bytes),
+ * malloc'd. */
+static void h2_fetch(int port, const char *ae, const char *path, char **head, char **body,
+                     size_t *bn)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head -o h2.body "
+             "-H 'Accept-Encoding: %s' 'http://127.0.0.1:%d%s' 2>&1 && echo ok",
+             proxy_dir, ae, port, path);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "ok") != NULL, "curl: %s", out);
+    char p[160];
+    size_t hn;
+    snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
+    *head = slurp(p, &hn);
+    snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
+    *body = slurp(p, bn);
+}
+
 /* HTTP/2 (h2c): the coded body in DATA frames, no content-length, Vary and a weak ETag. */
 Test(proxy_compress, http2)
 {
@@ -216,21 +236,12 @@ Test(proxy_compress, http2)
     daemon_proc d = cz_start(&u);
     static const char *const codings[] = {"gzip", "zstd"};
     static const char *const frames[] = {"length", "chunked"};
+    char *head, *body;
+    size_t bn;
     for (int i = 0; i < 2; i++) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd,
-                 "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head "
-                 "-o h2.body -H 'Accept-Encoding: %s' "
-                 "'http://127.0.0.1:%d/mode/text?bytes=70000&frame=%s' 2>&1 && echo ok",
-                 proxy_dir, codings[i], d.http, frames[i]);
-        char *out = run(cmd);
-        cr_assert(strstr(out, "ok") != NULL, "curl: %s", out);
-        char p[160];
-        size_t hn, bn;
-        snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
-        char *head = slurp(p, &hn);
-        snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
-        char *body = slurp(p, &bn);
+        char path[128];
+        snprintf(path, sizeof path, "/mode/text?bytes=70000&frame=%s", frames[i]);
+        h2_fetch(d.http, codings[i], path, &head, &body, &bn);
         cr_expect(strstr(head, "HTTP/2 200") != NULL, "%s", head);
         char want[64];
         snprintf(want, sizeof want, "content-encoding: %s\r\n", codings[i]);
@@ -246,19 +257,7 @@ Test(proxy_compress, http2)
         free(body);
     }
     /* Already coded upstream: passed as it is, its length kept. */
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head -o h2.body "
-             "-H 'Accept-Encoding: gzip' 'http://127.0.0.1:%d/mode/text?bytes=20000&ce=gzip' "
-             "2>&1 && echo ok",
-             proxy_dir, d.http);
-    cr_assert(strstr(run(cmd), "ok") != NULL);
-    char p[160];
-    size_t hn, bn;
-    snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
-    char *head = slurp(p, &hn);
-    snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
-    char *body = slurp(p, &bn);
+    h2_fetch(d.http, "gzip", "/mode/text?bytes=20000&ce=gzip", &head, &body, &bn);
     cr_expect(strstr(head, "content-encoding: gzip\r\n") != NULL, "%s", head);
     cr_expect(strstr(head, "content-length: 20000\r\n") != NULL, "%s", head);
     cr_expect(is_text(body, bn, 20000), "the upstream's bytes");
