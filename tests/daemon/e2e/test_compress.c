@@ -7,7 +7,6 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,31 +22,22 @@ static daemon_proc d;
 
 enum { BIG = 16u << 20 }; /* the slow reader's file: random bytes, so its coded body is as big */
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-}
-
 static void setup(void)
 {
     harness_dir_make(dir, sizeof dir, "compress");
     /* page.html: 200 KB of text; tiny.txt under the minimum; pic.png not a listed type;
      * style.css with style.css.gz beside it; noise.txt random (incompressible) text/plain. */
-    sh("cd %s && mkdir -p www && "
-       "for i in $(seq 1 4000); do echo \"<p>line $i of the magpie page, compressible</p>\"; "
-       "done > www/page.html && printf 'tiny\\n' > www/tiny.txt && "
-       "head -c 5000 /dev/zero > www/pic.png && "
-       "for i in $(seq 1 200); do echo 'body { color: red }'; done > www/style.css && "
-       "gzip -k www/style.css && cp www/page.html www/z.html && printf 'ZSTDFILE' > www/z.html.zst "
-       "&& "
-       "head -c %u /dev/urandom > www/noise.txt",
-       dir, BIG);
+    harness_sh(
+        "cd %s && mkdir -p www && "
+        "for i in $(seq 1 4000); do echo \"<p>line $i of the magpie page, compressible</p>\"; "
+        "done > www/page.html && printf 'tiny\\n' > www/tiny.txt && "
+        "head -c 5000 /dev/zero > www/pic.png && "
+        "for i in $(seq 1 200); do echo 'body { color: red }'; done > www/style.css && "
+        "gzip -k www/style.css && cp www/page.html www/z.html && printf 'ZSTDFILE' > "
+        "www/z.html.zst "
+        "&& "
+        "head -c %u /dev/urandom > www/noise.txt",
+        dir, BIG);
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     FILE *f = fopen(conf, "w");

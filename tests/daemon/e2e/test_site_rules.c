@@ -33,22 +33,12 @@ static void dir_remove(void)
 
 TestSuite(site_rules, .init = dir_make, .fini = dir_remove, .timeout = 30);
 
-static void write_file(const char *name, const char *text)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* The default site ([http]) with a security header on every response it gives without a
  * route and pages for 400 (a file) and 431 (a text); [site b] with its own; routes /r (with a
  * rule of its own) and /plain. */
 static daemon_proc rules_start(void)
 {
-    write_file("bad.html", "<h1>bad request, sorry</h1>\n");
+    harness_write_file(harness_path(dir, "bad.html"), "<h1>bad request, sorry</h1>\n");
     char conf[8192], path[128];
     snprintf(conf, sizeof conf,
              "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n"
@@ -63,7 +53,7 @@ static daemon_proc rules_start(void)
              "error_page = 404 b has no such page\n"
              "[route = /r]\nhandler = text\nbody = b routed\n",
              dir);
-    write_file("magpied.conf", conf);
+    harness_write_file(harness_path(dir, "magpied.conf"), conf);
     snprintf(path, sizeof path, "%s/magpied.conf", dir);
     static char err[128];
     snprintf(err, sizeof err, "%s/err.log", dir);
