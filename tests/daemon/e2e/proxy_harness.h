@@ -108,23 +108,19 @@ static char proxy_dir[64];
 
 static inline void proxy_dir_make(void)
 {
-    snprintf(proxy_dir, sizeof proxy_dir, "/tmp/magpied-proxy-XXXXXX");
-    cr_assert_not_null(mkdtemp(proxy_dir));
+    harness_dir_make(proxy_dir, sizeof proxy_dir, "proxy");
 }
 
 /* PROXY_TEST_KEEP=1 keeps the folder (magpied's config and err.log) for a look after. */
 static inline void proxy_dir_remove(void)
 {
-    kill_leftover();
     const char *keep = getenv("PROXY_TEST_KEEP");
     if (keep != NULL && strcmp(keep, "1") == 0) {
+        kill_leftover();
         fprintf(stderr, "kept %s\n", proxy_dir);
         return;
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", proxy_dir);
-    if (proxy_dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", proxy_dir);
+    harness_dir_remove(proxy_dir);
 }
 
 /* The head of every config: ephemeral port (h2c on it for proxy_start_h2), no echo listener,

@@ -18,17 +18,12 @@ static char dir[64];
 
 static void dir_make(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/magpied-site-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    harness_dir_make(dir, sizeof dir, "site");
 }
 
 static void dir_remove(void)
 {
-    kill_leftover();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_dir_remove(dir);
 }
 
 TestSuite(site_rules, .init = dir_make, .fini = dir_remove, .timeout = 30);
