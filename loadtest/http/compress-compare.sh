@@ -30,6 +30,10 @@ die() {
     log "$*"
     exit 1
 }
+PROG=compress-compare.sh
+# free_port and cpu_ticks
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/lib.sh"
 [[ -x $MAGPIED ]] || die "no $MAGPIED (make -j2 build/release/magpied)"
 [[ -x $NGINX ]] || die "no $NGINX (apt-get install nginx-light)"
 command -v wrk >/dev/null || die "no wrk"
@@ -51,34 +55,6 @@ mkdir -p "$RUN/www"
 cat "$ROOT"/daemon/README.md "$ROOT"/runtime/*.md "$ROOT"/loadtest/README.md >"$RUN/all.txt"
 head -c 65536 "$RUN/all.txt" >"$RUN/www/64k.txt"
 [[ $(stat -c %s "$RUN/www/64k.txt") == 65536 ]] || die "could not make a 64 KiB text file"
-
-free_port() {
-    local lo hi p i
-    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
-    for ((i = 0; i < 200; i++)); do
-        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-        [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] && { echo "$p"; return; }
-    done
-    die "no free port"
-}
-
-tree_pids() {
-    local c
-    echo "$1"
-    for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
-}
-
-cpu_ticks() { # utime+stime of PID's process tree
-    local total=0 pid s
-    for pid in $(tree_pids "$1"); do
-        { s=$(<"/proc/$pid/stat"); } 2>/dev/null || continue
-        s=${s##*) }
-        # shellcheck disable=SC2086
-        set -- $s
-        total=$((total + ${12} + ${13}))
-    done
-    echo "$total"
-}
 
 start() { # SERVER LEVEL: sets SRV_PID and PORT
     PORT=$(free_port)

@@ -148,7 +148,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
 done
 stop_all
 
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+med() { tr ' ' '\n' | grep . | median; }
 {
     echo "| variant | filters on the route | instructions/request | vs plain | req/s (median of $ROUNDS) | vs plain | server CPU µs/request |"
     echo "|---|---|---:|---:|---:|---:|---:|"

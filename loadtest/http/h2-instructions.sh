@@ -26,6 +26,7 @@ REQUESTS=${REQUESTS:-20000}
 SCENARIOS=${SCENARIOS:-a b c h1}
 TOP=${TOP:-15}
 PROG=h2-instructions.sh
+STOP_WAIT=20 # lib.sh's stop_pid: valgrind writes its profile at exit
 RUN=$(mktemp -d /tmp/h2-insn-XXXXXX)
 
 log() { echo "$PROG: $*" >&2; }
@@ -41,19 +42,8 @@ for tool in valgrind callgrind_control callgrind_annotate h2load curl; do
 done
 [[ -x $MAGPIED ]] || die "no magpied at $MAGPIED (make, or MAGPIED=path)"
 
-stop_slow() { # PID: TERM, then up to 20 s for valgrind to write its profile, then KILL
-    local pid=$1 i
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 200; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 cleanup() {
-    if [[ -n $SRV_PID ]]; then stop_slow "$SRV_PID"; fi
+    if [[ -n $SRV_PID ]]; then stop_pid "$SRV_PID"; fi
 }
 trap cleanup EXIT
 
@@ -107,7 +97,7 @@ for s in $SCENARIOS; do
     IR[$s]=$(awk '/^summary:/ {print $2}' "$RUN/$s.cg")
     log "$s: ${REQ[$s]} requests, ${IR[$s]} instructions"
 done
-stop_slow "$SRV_PID"
+stop_pid "$SRV_PID"
 SRV_PID=
 
 echo "| scenario | h2load | requests | instructions/request |"

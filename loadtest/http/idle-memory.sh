@@ -45,19 +45,14 @@ die() {
     exit 1
 }
 
+PROG=idle-memory.sh
+STOP_WAIT=10
+# stop_pid and free_port
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/lib.sh"
+
 SERVER_PID=
 CLIENT_PID=
-stop_pid() { # PID: TERM, up to 10 s, then KILL
-    local pid=$1
-    [[ -n $pid ]] || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 cleanup() {
     stop_pid "$CLIENT_PID"
     stop_pid "$SERVER_PID"
@@ -70,10 +65,6 @@ trap 'exit 130' INT TERM
 [[ -x $MAGPIED ]] || make -C "$ROOT" -j2 build/release/magpied >&2
 mkdir -p "$OUTDIR/bin"
 cc -O2 -Wall -o "$CLIENT" "$HERE/idle_clients.c" -lssl -lcrypto
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 # VmRSS in KiB of PID and its children.
 rss_kib() {

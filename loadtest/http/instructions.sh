@@ -45,8 +45,9 @@ LOCK_WAIT=${LOCK_WAIT:-3600}
 log() { printf '== %s\n' "$*" >&2; }
 die() { printf 'instructions.sh: %s\n' "$*" >&2; exit 1; }
 
-# build_floor and free_port; its stop_pid is replaced below by one that waits longer.
+# build_floor, free_port and stop_pid (given 10 s: valgrind writes its profile at exit).
 PROG=instructions.sh
+STOP_WAIT=10
 # shellcheck source=loadtest/http/lib.sh
 source "$HERE/lib.sh"
 
@@ -61,21 +62,6 @@ TMP=$(mktemp -d)
 
 SRV_PID=
 AUX_PID=
-
-stop_pid() { # PID: TERM, wait up to 10 s (valgrind writes its profile), then KILL
-    local pid=$1 i
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; then
-        echo "instructions.sh: PID $pid did not stop on SIGTERM; sending SIGKILL" >&2
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
     local rc=$?

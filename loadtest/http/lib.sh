@@ -1,4 +1,5 @@
-# loadtest/http/lib.sh: what the HTTP comparisons share (compare.sh, proxy-compare.sh):
+# loadtest/http/lib.sh: what the HTTP comparisons share (compare.sh, proxy-compare.sh, and the
+# other scripts here and in ../load that source it for some of it):
 # stopping processes by PID, free ports, a process tree's CPU time from /proc, bounded wrk
 # runs with the server's CPU per request, waiting for a quiet machine, and the Markdown
 # tables with their paired ratios. Sourced, not run.
@@ -27,11 +28,14 @@ bench_lock() {
     fi
 }
 
-stop_pid() { # PID: TERM, wait up to 5 s, then KILL; always reaps it.
-    local pid=$1 i
+# stop_pid PID [SECONDS]: TERM, wait up to SECONDS (STOP_WAIT, else 5: more for valgrind,
+# which writes its profile at exit), then KILL; always reaps it. No PID: nothing to do.
+stop_pid() {
+    local pid=$1 secs=${2:-${STOP_WAIT:-5}} i
+    [[ -n $pid ]] || return 0
     kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
     kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
+    for ((i = 0; i < secs * 10; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         # A reaped-but-not-waited child still answers kill -0 as a zombie; check state.
         [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
@@ -216,15 +220,18 @@ paired_ratio() { # CSV PEER SCENARIO
     awk -F, -v p="$2" -v c="$3" '
         NR > 1 && $3 == c && $2 == "magpied" { m[$1] = $8 }
         NR > 1 && $3 == c && $2 == p { q[$1] = $8 }
-        END {
+        '"$PAIRED_RATIO_END" "$1"
+}
+# The END of an awk program that filled m[ROUND] (magpied's figure) and q[ROUND] (the peer's):
+# the median (min-max) of m[r] / q[r] over the rounds that have both, "n/a" when none.
+PAIRED_RATIO_END='END {
             n = 0
             for (r in m) if ((r in q) && q[r] > 0) x[++n] = m[r] / q[r]
             if (n == 0) { print "n/a"; exit }
             for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
             med = n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
             printf "%.2f (%.2f–%.2f)", med, x[1], x[n]
-        }' "$1"
-}
+        }'
 
 report() { # CSV SERVER...
     local csv=$1 sc s rps p50 p99 cpu mr mc errs

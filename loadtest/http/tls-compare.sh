@@ -476,14 +476,7 @@ pratio() { # PEER SCENARIO FIELD
         NR == 1 { for (i = 1; i <= NF; i++) idx[$i] = i; next }
         $idx["scenario"] == c && $idx["requests"] > 0 && $idx["server"] == "magpied" { m[$1] = $idx[f] }
         $idx["scenario"] == c && $idx["requests"] > 0 && $idx["server"] == p { q[$1] = $idx[f] }
-        END {
-            n = 0
-            for (r in m) if ((r in q) && q[r] > 0) x[++n] = m[r] / q[r]
-            if (n == 0) { print "n/a"; exit }
-            for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
-            med = n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
-            printf "%.2f (%.2f–%.2f)", med, x[1], x[n]
-        }' "$CSV"
+        '"$PAIRED_RATIO_END" "$CSV"
 }
 pmed() { pratio "$@" | awk '{ print $1 }'; }
 

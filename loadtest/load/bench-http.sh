@@ -72,6 +72,10 @@ PREBUILT=${BENCH_PREBUILT:-0} # 1: the peers and idle_clients are in BIN already
 
 log() { printf '%s\n' "$*" >&2; }
 die() { printf 'bench-http: %s\n' "$*" >&2; exit 1; }
+PROG=bench-http.sh
+# free_port, tree_pids and cpu_ticks
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/../http/lib.sh"
 for t in curl timeout flock ss; do command -v "$t" >/dev/null || die "$t not found"; done
 [[ -x $MAGPIED && -x $LOAD ]] || die "build first: make all load"
 mkdir -p "$OUT/raw" "$BIN" /tmp/lt
@@ -190,27 +194,6 @@ if [[ -n $SWEEP_BASE ]]; then
     [[ " ${ACTIVE[*]} " == *" $SWEEP_BASE "* ]] || die "SWEEP_BASE=$SWEEP_BASE is not among the servers that run (${ACTIVE[*]})"
     [[ " $SCENARIOS " == *" c64 "* ]] || die "SWEEP_BASE needs c64 in SCENARIOS"
 fi
-
-free_port() {
-    local lo hi p
-    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
-    for _ in $(seq 200); do
-        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-        [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] && { echo "$p"; return; }
-    done
-    die "no free port"
-}
-tree_pids() {
-    echo "$1"
-    for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
-}
-cpu_ticks() { # utime+stime of the server's processes
-    local t=0 p
-    for p in $(tree_pids "$SRV_PID"); do
-        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-    done
-    echo "$t"
-}
 
 start_server() { # NAME: start on a free port and wait for GET /; 1 on failure
     local name=$1 w=$WORKERS port
@@ -380,11 +363,11 @@ for r in $(seq "$ROUNDS"); do
             fi
             progress "$s" "$sc" "$r"
             base=$OUT/raw/$s-$sc-r$r
-            t0=$(cpu_ticks)
+            t0=$(cpu_ticks "$SRV_PID")
             # shellcheck disable=SC2086 # the scenario's arguments are split on purpose
             timeout $((DURATION + 60)) "$LOAD" -t "$LOAD_THREADS" -d "$DURATION" $args \
                 --json "$base.json" "$URL" >"$base.txt" 2>&1 || log "  magpie-load exited $? (see $base.txt)"
-            t1=$(cpu_ticks)
+            t1=$(cpu_ticks "$SRV_PID")
             [[ -s $base.json ]] || continue
             reqs=$(jget "$base.json" requests)
             rps=$(jget "$base.json" requests_per_s)

@@ -52,11 +52,10 @@ else
     CLI=()
     WORKERS=${WORKERS:-0}
 fi
-SRV_PID=
-tree_pids() { # PID and its descendants (nginx: master and workers)
-    echo "$1"
-    for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
-}
+PROG=vs-wrk.sh
+# tree_pids, cpu_ticks and to_us
+# shellcheck source=loadtest/http/lib.sh
+source "$HERE/../http/lib.sh"
 cleanup() {
     if [[ -n $SRV_PID ]]; then
         local pids
@@ -82,7 +81,7 @@ nginx)
     mkdir -p /tmp/lt
     RUN=$(mktemp -d /tmp/lt/vs-wrk.XXXXXX)
     chmod 755 "$RUN" # its workers run as nobody
-    PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    PORT=$(free_port)
     nw=auto
     ((WORKERS > 0)) && nw=$WORKERS
     sed -e "s|@WORKERS@|$nw|g" -e "s|@PORT@|$PORT|g" -e "s|@RUNDIR@|$RUN|g" \
@@ -101,34 +100,21 @@ if [[ -z $PORT ]] || ! kill -0 "$SRV_PID" 2>/dev/null; then
 fi
 URL=http://127.0.0.1:$PORT/
 CLK=$(getconf CLK_TCK)
-srv_cpu() { # utime+stime of the server's processes, ticks
-    local t=0 p
-    for p in $(tree_pids "$SRV_PID"); do
-        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-    done
-    echo "$t"
-}
-
 # run FILE CMD...: runs CMD in a subshell of its own, whose `times` gives the client's CPU.
 run() {
     local file=$1
     shift
     local s0 s1
-    s0=$(srv_cpu)
+    s0=$(cpu_ticks "$SRV_PID")
     (
         timeout $((DURATION + 30)) "$@" >"$file" 2>&1 || echo "exit $?" >>"$file"
         times >"$file.times"
     )
-    s1=$(srv_cpu)
+    s1=$(cpu_ticks "$SRV_PID")
     # `times`: line 2 is the children's "XmY.YYYs XmZ.ZZZs" (user, sys): total, user, sys.
     awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); us = u[1] * 60 + u[2]; ss = s[1] * 60 + s[2]
                    printf "%.3f %.3f %.3f\n", us + ss, us, ss }' "$file.times" >"$file.cpu"
     echo $(( s1 - s0 )) >"$file.srvticks"
-}
-
-to_us() { # wrk's "123.45us" / "1.23ms" / "1.00s" to microseconds
-    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000;
-                           else if (v ~ /s$/) print n * 1e6; else print n }'
 }
 
 declare -A BINARY=([load]=$LOAD) THREADS=([load]=$LOAD_THREADS)

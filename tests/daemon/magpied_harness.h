@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,40 @@ static inline void harness_dir_remove(const char *dir)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (dir[0] != '\0' && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* dir/name, in one of 8 static buffers (a call may hold a few at once). */
+static inline const char *harness_path(const char *dir, const char *name)
+{
+    static char paths[8][PATH_MAX];
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
+}
+
+/* text written to path whole: to path.new, then renamed over path (as an editor or a
+ * deployment would: magpied, reloading, never reads half of it). */
+static inline void harness_write_file(const char *path, const char *text)
+{
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f, "%s", tmp);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", tmp);
+    cr_assert_eq(rename(tmp, path), 0, "%s", path);
+}
+
+/* A shell command, printf-formatted, that must succeed. */
+__attribute__((format(printf, 1, 2))) static inline void harness_sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
 /* build/<variant>/tests/<folders>/test_x -> build/<variant>/magpied, whatever the folders
@@ -193,6 +228,21 @@ static inline char *run(const char *cmd)
     out[n] = 0;
     pclose(f);
     return out;
+}
+
+/* magpied -t on text, written to dir/check.conf: what it printed (both streams), then "rc=N",
+ * its exit status. */
+static inline char *check_conf(const char *dir, const char *text)
+{
+    char conf[PATH_MAX], exe[PATH_MAX + 32], cmd[3 * PATH_MAX];
+    snprintf(conf, sizeof conf, "%s/check.conf", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f, "%s", conf);
+    fputs(text, f);
+    fclose(f);
+    magpied_path(exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "'%s' -t -c '%s' 2>&1; echo rc=$?", exe, conf);
+    return run(cmd);
 }
 
 static inline int wait_exit(daemon_proc *d, int timeout_ms)

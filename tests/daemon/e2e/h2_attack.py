@@ -14,21 +14,17 @@ import socket
 import sys
 import time
 
-from hpack import Encoder
-from hyperframe.frame import (ContinuationFrame, DataFrame, Frame, GoAwayFrame, HeadersFrame,
-                              PingFrame, RstStreamFrame, SettingsFrame, WindowUpdateFrame)
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+sys.dont_write_bytecode = True  # no __pycache__ beside the tests
+from h2_common import headers_frame, raw_connect, split_frames  # noqa: E402
+from hpack import Encoder  # noqa: E402
+from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame,  # noqa: E402
+                              HeadersFrame, PingFrame, RstStreamFrame, SettingsFrame,
+                              WindowUpdateFrame)
 
 
 def headers(enc, sid, end_stream=True, path="/"):
-    f = HeadersFrame(sid)
-    f.data = enc.encode([(":method", "GET"), (":scheme", "http"), (":authority", "a"),
-                         (":path", path)])
-    f.flags.add("END_HEADERS")
-    if end_stream:
-        f.flags.add("END_STREAM")
-    return f.serialize()
+    return headers_frame(enc, sid, [(":method", "GET"), (":scheme", "http"), (":authority", "a"),
+                                    (":path", path)], end_stream)
 
 
 def send_all(s, data):
@@ -53,12 +49,8 @@ def verdict(s, deadline):
         if not chunk:
             break
         buf += chunk
-        while len(buf) >= 9:
-            f, length = Frame.parse_frame_header(memoryview(buf[:9]))
-            if len(buf) < 9 + length:
-                break
-            f.parse_body(memoryview(buf[9:9 + length]))
-            buf = buf[9 + length:]
+        frames, buf = split_frames(buf)
+        for f in frames:
             if isinstance(f, GoAwayFrame):
                 return "goaway %d" % f.error_code
             if isinstance(f, RstStreamFrame) and rst is None:
@@ -81,9 +73,8 @@ def verdict(s, deadline):
 
 def main():
     port, mode = int(sys.argv[1]), sys.argv[2]
-    s = socket.create_connection(("127.0.0.1", port))
+    s, out = raw_connect(port)
     enc = Encoder()
-    out = [PREFACE, SettingsFrame(0).serialize()]
     if mode == "rapid_reset":
         for i in range(5000):
             sid = 1 + 2 * i

@@ -27,6 +27,9 @@ import h2.connection
 import h2.events
 import h2.settings
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the tests
+from h2_common import run_mode  # noqa: E402
+
 
 def rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
@@ -179,20 +182,11 @@ def trailers(port):
 
 
 def main():
-    port = int(sys.argv[1])
-    mode = sys.argv[2]
-    try:
-        if mode == "slow_and_fast":
-            slow_and_fast(port)
-        elif mode == "trailers":
-            trailers(port)
-        elif mode == "small_window":
-            small_window(port, int(sys.argv[3]), int(sys.argv[4]))
-        else:
-            print("unknown mode")
-    except socket.timeout:
-        print("timeout")
-    sys.stdout.flush()
+    run_mode({
+        "slow_and_fast": lambda port, a: slow_and_fast(port),
+        "trailers": lambda port, a: trailers(port),
+        "small_window": lambda port, a: small_window(port, int(a[0]), int(a[1])),
+    })
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from hpack import Decoder, Encoder
-from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame,
-                              SettingsFrame)
+from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+sys.dont_write_bytecode = True  # no __pycache__ beside the tests
+from h2_common import headers_frame, raw_connect, run_mode, split_frames  # noqa: E402
 
 
 def early(port, path, length, rounds):
@@ -129,21 +129,11 @@ def early(port, path, length, rounds):
     print("second %s %s" % (status, body.decode()))
 
 
-def headers_frame(enc, sid, fields, end_stream):
-    f = HeadersFrame(sid)
-    f.data = enc.encode(fields)
-    f.flags.add("END_HEADERS")
-    if end_stream:
-        f.flags.add("END_STREAM")
-    return f.serialize()
-
-
 def bad_trailers(port):
-    s = socket.create_connection(("127.0.0.1", port))
+    s, out = raw_connect(port)
     s.settimeout(15)
     enc = Encoder()
     post = [(":method", "POST"), (":scheme", "http"), (":authority", "a"), (":path", "/echo")]
-    out = [PREFACE, SettingsFrame(0).serialize()]
     out.append(headers_frame(enc, 1, post, False))
     out.append(DataFrame(1, data=b"x").serialize())
     out.append(headers_frame(enc, 1, [(":path", "/other"), ("x-t", "1")], True))
@@ -163,12 +153,8 @@ def bad_trailers(port):
         if not chunk:
             break
         buf += chunk
-        while len(buf) >= 9:
-            f, length = Frame.parse_frame_header(memoryview(buf[:9]))
-            if len(buf) < 9 + length:
-                break
-            f.parse_body(memoryview(buf[9:9 + length]))
-            buf = buf[9 + length:]
+        frames, buf = split_frames(buf)
+        for f in frames:
             if isinstance(f, RstStreamFrame):
                 rst[f.stream_id] = f.error_code
             elif isinstance(f, GoAwayFrame):
@@ -251,20 +237,11 @@ def fetch(port, window, cafile, root, paths):
 
 
 def main():
-    port, mode = int(sys.argv[1]), sys.argv[2]
-    try:
-        if mode == "early":
-            early(port, sys.argv[3], int(sys.argv[4]) if sys.argv[4] != "-" else None,
-                  int(sys.argv[5]))
-        elif mode == "bad_trailers":
-            bad_trailers(port)
-        elif mode == "fetch":
-            fetch(port, int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:])
-        else:
-            print("unknown mode")
-    except socket.timeout:
-        print("timeout")
-    sys.stdout.flush()
+    run_mode({
+        "early": lambda port, a: early(port, a[0], int(a[1]) if a[1] != "-" else None, int(a[2])),
+        "bad_trailers": lambda port, a: bad_trailers(port),
+        "fetch": lambda port, a: fetch(port, int(a[0]), a[1], a[2], a[3:]),
+    })
 
 
 if __name__ == "__main__":

@@ -108,42 +108,36 @@ static char proxy_dir[64];
 
 static inline void proxy_dir_make(void)
 {
-    snprintf(proxy_dir, sizeof proxy_dir, "/tmp/magpied-proxy-XXXXXX");
-    cr_assert_not_null(mkdtemp(proxy_dir));
+    harness_dir_make(proxy_dir, sizeof proxy_dir, "proxy");
 }
 
 /* PROXY_TEST_KEEP=1 keeps the folder (magpied's config and err.log) for a look after. */
 static inline void proxy_dir_remove(void)
 {
-    kill_leftover();
     const char *keep = getenv("PROXY_TEST_KEEP");
     if (keep != NULL && strcmp(keep, "1") == 0) {
+        kill_leftover();
         fprintf(stderr, "kept %s\n", proxy_dir);
         return;
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", proxy_dir);
-    if (proxy_dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", proxy_dir);
+    harness_dir_remove(proxy_dir);
 }
 
-/* The head of every config: ephemeral port, no echo listener, two workers, bodies large
- * enough for the flow-control tests. */
-#define PROXY_CONF_HEAD                                                                            \
-    "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"                     \
+/* The head of every config: ephemeral port (h2c on it for proxy_start_h2), no echo listener,
+ * two workers, bodies large enough for the flow-control tests. */
+#define PROXY_CONF_HEAD_WITH(http_keys)                                                            \
+    "[http]\nlisten = 127.0.0.1:0\n" http_keys "[echo]\nlisten =\n[runtime]\nworkers = 2\n"        \
     "[limits]\nmax_body_bytes = 104857600\n"                                                       \
     "[route = /metrics]\nhandler = metrics\n"
+#define PROXY_CONF_HEAD PROXY_CONF_HEAD_WITH("")
 
-/* Start magpied on a config made of PROXY_CONF_HEAD and the printf-formatted rest. Its
- * stderr goes to proxy_dir/err.log (shown when it exits badly). */
-__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(const char *fmt, ...)
+/* Start magpied on a config made of head and the vprintf-formatted rest. Its stderr goes to
+ * proxy_dir/err.log (shown when it exits badly). */
+static inline daemon_proc proxy_vstart(const char *head, const char *fmt, va_list ap)
 {
     static char text[8192], path[128], err[128];
-    int n = snprintf(text, sizeof text, "%s", PROXY_CONF_HEAD);
-    va_list ap;
-    va_start(ap, fmt);
+    int n = snprintf(text, sizeof text, "%s", head);
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-    va_end(ap);
     snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
     snprintf(err, sizeof err, "%s/err.log", proxy_dir);
     FILE *f = fopen(path, "w");
@@ -151,6 +145,26 @@ __attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(cons
     fputs(text, f);
     fclose(f);
     return start_with(path, NULL, err);
+}
+
+/* Start magpied on a config made of PROXY_CONF_HEAD and the printf-formatted rest. */
+__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    daemon_proc d = proxy_vstart(PROXY_CONF_HEAD, fmt, ap);
+    va_end(ap);
+    return d;
+}
+
+/* The same with h2c (HTTP/2 by prior knowledge) on the plaintext listener. */
+__attribute__((format(printf, 1, 2))) static inline daemon_proc proxy_start_h2(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    daemon_proc d = proxy_vstart(PROXY_CONF_HEAD_WITH("http2 = on\n"), fmt, ap);
+    va_end(ap);
+    return d;
 }
 
 /* One upstream, and magpied in front of it on a config whose one %d is the upstream's port. */
@@ -195,7 +209,6 @@ static inline void client_send(client *c, const char *text)
     test_write_all(c->fd, text, strlen(text));
 }
 
-/* Read more (waiting at most timeout_ms); false on EOF, error or time-out. */
 /* The pair started with conf, and a client on the daemon that has sent req. */
 static inline client pair_client(const char *conf, upstream_proc *u, daemon_proc *d,
                                  const char *req)
@@ -206,6 +219,7 @@ static inline client pair_client(const char *conf, upstream_proc *u, daemon_proc
     return c;
 }
 
+/* Read more (waiting at most timeout_ms); false on EOF, error or time-out. */
 static inline bool client_fill(client *c, int timeout_ms)
 {
     if (c->eof)
@@ -425,6 +439,16 @@ static inline void still_serves(int port)
     response_free(&r);
 }
 
+/* The growth allowed over the baseline while a client reads slowly (slow_read): the response
+ * window (64 KiB) and read buffers, with room for the allocator; far under the tens of MiB
+ * an unbounded proxy would take. The sanitizers keep freed blocks in quarantine and shadow what
+ * is touched, so they get more. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_SLACK_KIB (24L << 10)
+#else
+#define RSS_SLACK_KIB (8L << 10)
+#endif
+
 /* magpied's resident memory in KiB (VmRSS), -1 when it is gone. */
 static inline long rss_kib(pid_t pid)
 {
@@ -439,6 +463,56 @@ static inline long rss_kib(pid_t pid)
             break;
     fclose(f);
     return kib;
+}
+
+static inline long elapsed_ms(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* A slow reader of a response: a connection to port with a small receive buffer (so that
+ * magpied's writes stall at once), the bytes it has read, and magpied's largest VmRSS seen. */
+typedef struct slow_reader {
+    int fd;
+    pid_t pid;        /* magpied's, whose VmRSS is watched */
+    long got, peak;   /* bytes read; the largest VmRSS (KiB), from the value before */
+    char first[4097]; /* the first read (the head), NUL-terminated */
+} slow_reader;
+
+/* Connect it and send req; peak starts at base. */
+static inline void slow_open(slow_reader *s, int port, pid_t pid, long base, const char *req)
+{
+    *s = (slow_reader){.fd = socket(AF_INET, SOCK_STREAM, 0), .pid = pid, .peak = base};
+    cr_assert_geq(s->fd, 0);
+    int small = 16384;
+    setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    test_write_all(s->fd, req, strlen(req));
+}
+
+/* Read 4 KiB at a time with pause_us between reads, until it has read `bytes` in all or
+ * for `ms` milliseconds (the one that is not 0), noting magpied's VmRSS after each read. */
+static inline void slow_read(slow_reader *s, long bytes, long ms, useconds_t pause_us)
+{
+    static char buf[4096];
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (bytes > 0 ? s->got < bytes : elapsed_ms(&t0) < ms) {
+        struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+        cr_assert_eq(poll(&pfd, 1, 10000), 1, "the response stopped after %ld bytes", s->got);
+        ssize_t n = read(s->fd, s->got == 0 ? s->first : buf, 4096);
+        cr_assert_gt(n, 0, "closed after %ld bytes", s->got);
+        if (s->got == 0)
+            s->first[n] = 0;
+        s->got += n;
+        long rss = rss_kib(s->pid);
+        s->peak = rss > s->peak ? rss : s->peak;
+        usleep(pause_us);
+    }
 }
 
 #endif

@@ -7,15 +7,13 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
+#include "daemon/decode_body.h"
 #include "daemon/magpied_harness.h"
 #include "test_net.h"
 
@@ -24,31 +22,22 @@ static daemon_proc d;
 
 enum { BIG = 16u << 20 }; /* the slow reader's file: random bytes, so its coded body is as big */
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-}
-
 static void setup(void)
 {
     harness_dir_make(dir, sizeof dir, "compress");
     /* page.html: 200 KB of text; tiny.txt under the minimum; pic.png not a listed type;
      * style.css with style.css.gz beside it; noise.txt random (incompressible) text/plain. */
-    sh("cd %s && mkdir -p www && "
-       "for i in $(seq 1 4000); do echo \"<p>line $i of the magpie page, compressible</p>\"; "
-       "done > www/page.html && printf 'tiny\\n' > www/tiny.txt && "
-       "head -c 5000 /dev/zero > www/pic.png && "
-       "for i in $(seq 1 200); do echo 'body { color: red }'; done > www/style.css && "
-       "gzip -k www/style.css && cp www/page.html www/z.html && printf 'ZSTDFILE' > www/z.html.zst "
-       "&& "
-       "head -c %u /dev/urandom > www/noise.txt",
-       dir, BIG);
+    harness_sh(
+        "cd %s && mkdir -p www && "
+        "for i in $(seq 1 4000); do echo \"<p>line $i of the magpie page, compressible</p>\"; "
+        "done > www/page.html && printf 'tiny\\n' > www/tiny.txt && "
+        "head -c 5000 /dev/zero > www/pic.png && "
+        "for i in $(seq 1 200); do echo 'body { color: red }'; done > www/style.css && "
+        "gzip -k www/style.css && cp www/page.html www/z.html && printf 'ZSTDFILE' > "
+        "www/z.html.zst "
+        "&& "
+        "head -c %u /dev/urandom > www/noise.txt",
+        dir, BIG);
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     FILE *f = fopen(conf, "w");
@@ -160,34 +149,6 @@ static size_t unchunk(const char *body, size_t n, char *out)
     }
 }
 
-static size_t decode(const char *coding, const char *in, size_t n, char *out, size_t cap)
-{
-    if (strcmp(coding, "gzip") == 0) {
-        z_stream s = {0};
-        cr_assert_eq(inflateInit2(&s, 15 + 16), Z_OK);
-        s.next_in = (Bytef *)(uintptr_t)in;
-        s.avail_in = (uInt)n;
-        s.next_out = (Bytef *)out;
-        s.avail_out = (uInt)cap;
-        cr_assert_eq(inflate(&s, Z_FINISH), Z_STREAM_END, "a whole gzip stream");
-        size_t got = cap - s.avail_out;
-        inflateEnd(&s);
-        return got;
-    }
-    cr_assert_str_eq(coding, "zstd");
-    ZSTD_DStream *z = ZSTD_createDStream();
-    ZSTD_inBuffer ib = {in, n, 0};
-    ZSTD_outBuffer ob = {out, cap, 0};
-    size_t left = 1;
-    while (ib.pos < ib.size) {
-        left = ZSTD_decompressStream(z, &ob, &ib);
-        cr_assert(!ZSTD_isError(left), "%s", ZSTD_getErrorName(left));
-    }
-    cr_assert_eq(left, 0, "a whole zstd frame");
-    ZSTD_freeDStream(z);
-    return ob.pos;
-}
-
 /* GET name with ae; the response is coded with want, and decodes to the file. */
 static void expect_coded(const char *name, const char *ae, const char *want)
 {
@@ -212,7 +173,7 @@ static void expect_coded(const char *name, const char *ae, const char *want)
     char *coded = malloc(n), *plain = malloc(flen + 1024);
     size_t clen = unchunk(body, n - (size_t)(body - r), coded);
     cr_expect_lt(clen, flen, "smaller");
-    size_t got = decode(want, coded, clen, plain, flen + 1024);
+    size_t got = decode_body(want, coded, clen, plain, flen + 1024);
     cr_expect_eq(got, flen);
     cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
     free(coded);
@@ -428,7 +389,7 @@ Test(compress_e2e, slow_reader_bounded)
     size_t flen;
     char *orig = file("noise.txt", &flen);
     char *plain = malloc(flen + 1024);
-    cr_expect_eq(decode("gzip", coded, clen, plain, flen + 1024), flen);
+    cr_expect_eq(decode_body("gzip", coded, clen, plain, flen + 1024), flen);
     cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
     free(plain);
     free(orig);
@@ -457,7 +418,7 @@ Test(compress_e2e, http2)
         cr_expect(strstr(head, want) != NULL, "%s", head);
         cr_expect(strstr(head, "content-length") == NULL, "%s", head);
         char *plain = malloc(flen + 1024);
-        cr_expect_eq(decode(codings[i], body, bn, plain, flen + 1024), flen);
+        cr_expect_eq(decode_body(codings[i], body, bn, plain, flen + 1024), flen);
         cr_expect(memcmp(plain, orig, flen) == 0, "the file's bytes");
         free(plain);
         free(orig);
@@ -492,33 +453,19 @@ Test(compress_e2e, check_keys)
         {"compress_min_length = x", ":7: [route /] compress_min_length: expected an integer"},
         {"compress_types = html", ":7: [route /] compress_types: expected media types"},
     };
-    char exe[PATH_MAX + 32];
-    magpied_path(exe, sizeof exe);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char conf[128];
-        snprintf(conf, sizeof conf, "%s/bad.conf", dir);
-        FILE *f = fopen(conf, "w");
-        fprintf(f,
-                "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[route /]\nhandler = static\n"
-                "%s\nroot = /tmp\n",
-                cases[i][0]);
-        fclose(f);
-        char cmd[PATH_MAX + 200];
-        snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
-        char *out = run(cmd);
+        char text[512];
+        snprintf(text, sizeof text,
+                 "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[route /]\nhandler = static\n"
+                 "%s\nroot = /tmp\n",
+                 cases[i][0]);
+        char *out = check_conf(dir, text);
         cr_expect(strstr(out, cases[i][1]) != NULL && strstr(out, "rc=1") != NULL, "%s: %s",
                   cases[i][0], out);
     }
     /* The proxy codes what it relays (proxy_msg.h): accepted there. */
-    char conf[128];
-    snprintf(conf, sizeof conf, "%s/bad.conf", dir);
-    FILE *f = fopen(conf, "w");
-    fprintf(f, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[upstream app]\n"
-               "server = 127.0.0.1:9\n[route /]\nhandler = proxy\nupstream = app\n"
-               "compress = gzip\n");
-    fclose(f);
-    char cmd[PATH_MAX + 200];
-    snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
-    char *out = run(cmd);
+    char *out = check_conf(dir, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[upstream app]\n"
+                                "server = 127.0.0.1:9\n[route /]\nhandler = proxy\nupstream = app\n"
+                                "compress = gzip\n");
     cr_expect(strstr(out, "is valid") != NULL && strstr(out, "rc=0") != NULL, "%s", out);
 }

@@ -73,22 +73,7 @@ static const char conf_bad[] = "[limits]\nmax_requests_per_connection = many\n";
 
 static const char *in_dir(const char *name)
 {
-    static char paths[4][160];
-    static int next;
-    char *p = paths[next++ % 4];
-    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
-    return p;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    char tmp[200];
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    FILE *f = fopen(tmp, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    cr_assert_eq(rename(tmp, path), 0); /* whole, as a deployment would */
+    return harness_path(dir, name);
 }
 
 static int count_in_file(const char *path, const char *needle)
@@ -338,7 +323,7 @@ Test(reload, pipelined_keepalive_load_loses_no_request_across_reloads_and_reques
      .timeout = 120)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, conf_a);
+    harness_write_file(conf, conf_a);
     daemon_proc d = start_with(conf, NULL, err);
     atomic_bool done = false;
     load loads[CLIENTS];
@@ -356,10 +341,10 @@ Test(reload, pipelined_keepalive_load_loses_no_request_across_reloads_and_reques
         if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= RUN_MS)
             break;
         if (i == 3) {
-            write_file(conf, conf_bad);
+            harness_write_file(conf, conf_bad);
             reload_and_wait(&d, err, "keeping the running configuration", ++failed);
         } else {
-            write_file(conf, i % 2 ? conf_b : conf_a);
+            harness_write_file(conf, i % 2 ? conf_b : conf_a);
             reload_and_wait(&d, err, "reloaded", ++ok);
         }
         usleep(20000);

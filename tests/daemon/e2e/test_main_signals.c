@@ -25,25 +25,9 @@ static void remove_dir(void)
 
 TestSuite(signals, .init = make_dir, .fini = remove_dir, .timeout = 60);
 
-/* dir/name, in a static buffer per call site's slot. */
 static const char *in_dir(const char *name)
 {
-    static char paths[8][160];
-    static int next;
-    char *p = paths[next++ % 8];
-    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
-    return p;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    char tmp[200];
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    FILE *f = fopen(tmp, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    cr_assert_eq(rename(tmp, path), 0); /* whole, as an editor or deployment would */
+    return harness_path(dir, name);
 }
 
 static int count_in_file(const char *path, const char *needle)
@@ -95,12 +79,14 @@ static char *metrics(int port)
 Test(signals, reload_applies_new_limits_from_the_next_request_and_keeps_the_listener)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    harness_write_file(
+        conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
     daemon_proc d = start_with(conf, NULL, err);
     int kept = test_connect(d.http);
     cr_assert_eq(request_with_fields(kept, 3), 200);
 
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 3\n");
+    harness_write_file(
+        conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 3\n");
     reload_and_wait(&d, err, "reloaded", 1);
     /* Four fields (Host and three more) are one too many now, on the old connection too. */
     cr_assert_eq(request_with_fields(kept, 3), 431);
@@ -121,9 +107,11 @@ Test(signals, reload_applies_new_limits_from_the_next_request_and_keeps_the_list
 Test(signals, reload_to_an_invalid_file_keeps_the_running_configuration)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    harness_write_file(
+        conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
     daemon_proc d = start_with(conf, NULL, err);
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[limits]\nmax_headers = 1\nmax_hedaers = 2\n");
+    harness_write_file(
+        conf, "[http]\nlisten = 127.0.0.1:0\n[limits]\nmax_headers = 1\nmax_hedaers = 2\n");
     reload_and_wait(&d, err, "keeping the running configuration", 1);
     char where[256];
     snprintf(where, sizeof where, "%s:5: [limits] max_hedaers", conf);
@@ -141,14 +129,14 @@ Test(signals, reload_to_an_invalid_file_keeps_the_running_configuration)
 Test(signals, reload_moves_a_changed_listener_and_opens_a_new_one)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    harness_write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
     daemon_proc d = start_with(conf, NULL, err);
     cr_assert_eq(d.echo, 0);
     int http2 = free_port(), echo2 = free_port();
     char text[256];
     snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[echo]\nlisten = 127.0.0.1:%d\n",
              http2, echo2);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     reload_and_wait(&d, err, "reloaded", 1);
     cr_assert_eq(http_status(http2, "/healthz"), 200);
     /* The old address is closed. */
@@ -170,7 +158,8 @@ Test(signals, reload_moves_a_changed_listener_and_opens_a_new_one)
 Test(signals, reload_to_an_unbindable_address_changes_nothing)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
+    harness_write_file(
+        conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 4\n");
     daemon_proc d = start_with(conf, NULL, err);
     /* A port someone else holds. */
     int taken = socket(AF_INET, SOCK_STREAM, 0);
@@ -182,7 +171,7 @@ Test(signals, reload_to_an_unbindable_address_changes_nothing)
     char text[256];
     snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[limits]\nmax_headers = 1\n",
              ntohs(a.sin_port));
-    write_file(conf, text);
+    harness_write_file(conf, text);
     reload_and_wait(&d, err, "keeping the running configuration", 1);
     cr_assert(file_has(err, "address already in use", 0));
     /* Nothing of the new file applied: old port, old limits. */
@@ -198,7 +187,7 @@ Test(signals, reload_under_load_loses_no_request, .timeout = 90)
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
     const char *a = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 50\n";
     const char *b = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[limits]\nmax_headers = 60\n";
-    write_file(conf, a);
+    harness_write_file(conf, a);
     daemon_proc d = start_with(conf, NULL, err);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "wrk -t1 -c32 -d3s http://127.0.0.1:%d/ 2>&1", d.http);
@@ -206,7 +195,7 @@ Test(signals, reload_under_load_loses_no_request, .timeout = 90)
     cr_assert_not_null(wrk);
     usleep(300000);
     for (int i = 1; i <= 10; i++) {
-        write_file(conf, i % 2 ? b : a);
+        harness_write_file(conf, i % 2 ? b : a);
         reload_and_wait(&d, err, "reloaded", i);
         usleep(150000);
     }
@@ -233,7 +222,7 @@ static const char *notify_recv(int fd)
 Test(signals, reload_sends_reloading_with_monotonic_usec_then_ready)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    harness_write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
     int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
     /* An abstract socket this time (the other notify test uses a path). */
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -262,7 +251,7 @@ Test(signals, reload_sends_reloading_with_monotonic_usec_then_ready)
     cr_assert_eq(strncmp(msg, "READY=1\nSTATUS=listening http=", 30), 0, "got: %s", msg);
 
     /* A failed reload ends with READY=1 too (systemd waits for it), saying it failed. */
-    write_file(conf, "[http]\nlisten = nowhere\n");
+    harness_write_file(conf, "[http]\nlisten = nowhere\n");
     kill(d.pid, SIGHUP);
     cr_assert_eq(strncmp(notify_recv(fd), "RELOADING=1\n", 12), 0);
     msg = notify_recv(fd);
@@ -280,7 +269,7 @@ Test(signals, sigusr1_reopens_both_logs_without_losing_a_line)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
              "[log]\naccess_log = %s\nerror_log = %s\n",
              access, errors);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     cr_assert_eq(http_status(d.http, "/before"), 404);
     cr_assert(file_has(access, "\"GET /before HTTP/1.1\" 404", 5000));
@@ -315,7 +304,7 @@ Test(signals, sigusr2_dumps_the_runtime_and_slow_polls_are_logged)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
              "slow_poll_us = 1\n[log]\nerror_log = %s\n",
              errors);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     /* A keep-alive connection left idle after a request: its task waits for the next one
      * (it has suspended, so the dump lists it). */
@@ -355,7 +344,7 @@ Test(signals, access_log_json_and_combined_lines)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
              "[log]\naccess_log = %s\naccess_format = json\n",
              access);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     char cmd[256];
     snprintf(cmd, sizeof cmd,
@@ -373,7 +362,7 @@ Test(signals, access_log_json_and_combined_lines)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
              "[log]\naccess_log = %s\naccess_format = combined\nerror_log = %s\n",
              access, err);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     reload_and_wait(&d, err, "reloaded", 1);
     run(cmd);
     cr_assert(file_has(access, "127.0.0.1 - - [", 5000));
@@ -391,7 +380,7 @@ Test(signals, two_processes_share_a_port_with_reuseport, .timeout = 90)
              "[http]\nlisten = 127.0.0.1:%d\nreuseport = on\n[echo]\nlisten =\n"
              "[log]\naccess_log = stderr\n",
              port);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     const char *log1 = in_dir("one.log"), *log2 = in_dir("two.log");
     daemon_proc one = start_with(conf, NULL, log1);
     pid_t first = running; /* start_with tracks one daemon for the suite's cleanup */
@@ -409,7 +398,7 @@ Test(signals, two_processes_share_a_port_with_reuseport, .timeout = 90)
 
     /* Without reuseport the second one cannot bind, and says so. */
     snprintf(text, sizeof text, "[http]\nlisten = 127.0.0.1:%d\n[echo]\nlisten =\n", port);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     one = start_with(conf, NULL, NULL);
     char exe[PATH_MAX + 32], cmd[PATH_MAX + 300];
     magpied_path(exe, sizeof exe);
@@ -433,7 +422,7 @@ Test(signals, an_access_log_fifo_nobody_reads_costs_lines_not_reopen_or_exit)
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
              "[log]\naccess_log = %s\nerror_log = %s\n",
              fifo, errors);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
 
     /* 300 requests whose lines (each over 1 KiB) are several times what the pipe holds. */
@@ -468,7 +457,7 @@ Test(signals, an_error_log_pipe_whose_reader_is_gone_does_not_kill_the_daemon)
     char text[512];
     snprintf(text, sizeof text,
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", fifo);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     close(reader);
     /* The reopen fails (a FIFO without a reader cannot be opened for writing without
@@ -489,7 +478,7 @@ Test(signals, a_connection_from_before_the_access_log_was_on_is_logged_with_its_
     char text[512];
     snprintf(text, sizeof text,
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", err);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     int fd = test_connect(d.http);
     static const char first[] = "GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -502,7 +491,7 @@ Test(signals, a_connection_from_before_the_access_log_was_on_is_logged_with_its_
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
              "[log]\nerror_log = %s\naccess_log = %s\n",
              err, access);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     reload_and_wait(&d, err, "reloaded", 1);
     test_write_all(fd, second, sizeof second - 1);
     cr_assert(read_some(fd, got, sizeof got, "HTTP/1.1 404", 1) > 0);
@@ -540,7 +529,7 @@ Test(signals, old_http_settings_are_freed_once_no_connection_is_at_them)
     char text[512];
     snprintf(text, sizeof text,
              "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[log]\nerror_log = %s\n", err);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     cr_assert_eq(http_generations(d.http), 1);
     int fd = test_connect(d.http);
@@ -568,7 +557,7 @@ Test(signals, old_http_settings_are_freed_once_no_connection_is_at_them)
 Test(signals, stop_line_says_connection_or_connections)
 {
     const char *conf = in_dir("magpied.conf"), *err = in_dir("error.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
+    harness_write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n");
     for (int open = 1; open <= 2; open++) {
         daemon_proc d = start_with(conf, NULL, err);
         int fds[2];
@@ -590,7 +579,7 @@ Test(signals, stop_line_says_connection_or_connections)
 Test(signals, listening_is_said_once_when_stdout_is_the_log)
 {
     const char *conf = in_dir("magpied.conf"), *out = in_dir("out.log");
-    write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten = 127.0.0.1:0\n");
+    harness_write_file(conf, "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten = 127.0.0.1:0\n");
     char exe[PATH_MAX + 32];
     magpied_path(exe, sizeof exe);
     pid_t pid = fork();

@@ -5,9 +5,7 @@
  * with Cache-Control: no-transform, a small or uncompressible one, HEAD, HTTP/1.0; and
  * magpied's memory bounded while a client reads a coded body slowly. */
 #include <criterion/criterion.h>
-#include <zlib.h>
-#include <zstd.h>
-
+#include "daemon/decode_body.h"
 #include "daemon/e2e/proxy_harness.h"
 
 TestSuite(proxy_compress, .init = proxy_dir_make, .fini = proxy_dir_remove, .timeout = 60);
@@ -15,20 +13,14 @@ TestSuite(proxy_compress, .init = proxy_dir_make, .fini = proxy_dir_remove, .tim
 /* magpied with h2c on, / proxied to the upstream u with compress = gzip zstd. */
 static daemon_proc cz_start(const upstream_proc *u)
 {
-    char path[128], err[128];
-    snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
-    snprintf(err, sizeof err, "%s/err.log", proxy_dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
-            "[upstream app]\nserver = 127.0.0.1:%d\nbuffer_bytes = 65536\n"
-            "read_timeout_ms = 30000\n"
-            "[route /]\nhandler = proxy\nupstream = app\ncompress = gzip zstd\n",
-            u->port);
-    fclose(f);
-    return start_with(path, NULL, err);
+    return proxy_start_h2("[upstream app]\nserver = 127.0.0.1:%d\nbuffer_bytes = 65536\n"
+                          "read_timeout_ms = 30000\n"
+                          "[route /]\nhandler = proxy\nupstream = app\ncompress = gzip zstd\n",
+                          u->port);
 }
+
+/* A client that takes gzip says so. */
+#define AE_GZIP "Accept-Encoding: gzip\r\n"
 
 /* The body /mode/text sends without noise: n bytes of 'a' + i % 26. */
 static bool is_text(const char *b, size_t n, size_t want)
@@ -41,37 +33,13 @@ static bool is_text(const char *b, size_t n, size_t want)
     return true;
 }
 
-/* in[0..n) decoded by coding into a malloc'd buffer; *len its length. */
+/* in[0..n) decoded by coding into a malloc'd buffer (1 MiB at most); *len its length. */
 static char *decode(const char *coding, const char *in, size_t n, size_t *len)
 {
     size_t cap = 1 << 20;
     char *out = malloc(cap);
     cr_assert_not_null(out);
-    if (strcmp(coding, "gzip") == 0) {
-        z_stream s = {0};
-        cr_assert_eq(inflateInit2(&s, 15 + 16), Z_OK);
-        s.next_in = (Bytef *)(uintptr_t)in;
-        s.avail_in = (uInt)n;
-        s.next_out = (Bytef *)out;
-        s.avail_out = (uInt)cap;
-        cr_assert_eq(inflate(&s, Z_FINISH), Z_STREAM_END, "a whole gzip stream");
-        cr_assert_eq(s.avail_in, 0, "bytes after the gzip stream");
-        *len = cap - s.avail_out;
-        inflateEnd(&s);
-        return out;
-    }
-    cr_assert_str_eq(coding, "zstd");
-    ZSTD_DStream *z = ZSTD_createDStream();
-    ZSTD_inBuffer ib = {in, n, 0};
-    ZSTD_outBuffer ob = {out, cap, 0};
-    size_t left = 1;
-    while (ib.pos < ib.size) {
-        left = ZSTD_decompressStream(z, &ob, &ib);
-        cr_assert(!ZSTD_isError(left), "%s", ZSTD_getErrorName(left));
-    }
-    cr_assert_eq(left, 0, "a whole zstd frame");
-    ZSTD_freeDStream(z);
-    *len = ob.pos;
+    *len = decode_body(coding, in, n, out, cap);
     return out;
 }
 
@@ -153,8 +121,8 @@ Test(proxy_compress, passes_what_it_must_not_code)
         int vary; /* Vary fields in the answer */
     } cases[] = {
         /* already coded by the upstream: never again, passed as it is */
-        {"/mode/text?bytes=20000&ce=gzip", "Accept-Encoding: gzip\r\n", 0},
-        {"/mode/text?bytes=20000&ce=br&frame=chunked", "Accept-Encoding: gzip\r\n", 0},
+        {"/mode/text?bytes=20000&ce=gzip", AE_GZIP, 0},
+        {"/mode/text?bytes=20000&ce=br&frame=chunked", AE_GZIP, 0},
         /* the upstream forbids transforming it (RFC 9110 7.7) */
         {"/mode/text?bytes=20000&cc=no-transform", NULL, 0},
         {"/mode/text?bytes=20000&cc=public,No-Transform&frame=chunked", NULL, 0},
@@ -211,8 +179,7 @@ Test(proxy_compress, merges_vary)
 {
     upstream_proc u = upstream_start(0);
     daemon_proc d = cz_start(&u);
-    const char *gz = "Accept-Encoding: gzip\r\n";
-    response r = fetch(d.http, "/mode/text?bytes=20000&vary=Origin", gz);
+    response r = fetch(d.http, "/mode/text?bytes=20000&vary=Origin", AE_GZIP);
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_expect_eq(head_field(r.head, "Content-Encoding", NULL, 0), 1, "%s", r.head);
     cr_expect_eq(head_field(r.head, "Vary", NULL, 0), 2, "%s", r.head);
@@ -222,7 +189,7 @@ Test(proxy_compress, merges_vary)
     static const char *const named[] = {"/mode/text?bytes=20000&vary=origin,accept-encoding",
                                         "/mode/text?bytes=20000&vary=*"};
     for (int i = 0; i < 2; i++) {
-        r = fetch(d.http, named[i], gz);
+        r = fetch(d.http, named[i], AE_GZIP);
         cr_expect_eq(head_field(r.head, "Content-Encoding", NULL, 0), 1, "%s", r.head);
         cr_expect_eq(head_field(r.head, "Vary", NULL, 0), 1, "%s", r.head);
         response_free(&r);
@@ -242,6 +209,26 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
+/* GET path over h2c (curl) with Accept-Encoding: ae; the head and the body (*bn bytes),
+ * malloc'd. */
+static void h2_fetch(int port, const char *ae, const char *path, char **head, char **body,
+                     size_t *bn)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head -o h2.body "
+             "-H 'Accept-Encoding: %s' 'http://127.0.0.1:%d%s' 2>&1 && echo ok",
+             proxy_dir, ae, port, path);
+    char *out = run(cmd);
+    cr_assert(strstr(out, "ok") != NULL, "curl: %s", out);
+    char p[160];
+    size_t hn;
+    snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
+    *head = slurp(p, &hn);
+    snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
+    *body = slurp(p, bn);
+}
+
 /* HTTP/2 (h2c): the coded body in DATA frames, no content-length, Vary and a weak ETag. */
 Test(proxy_compress, http2)
 {
@@ -249,21 +236,12 @@ Test(proxy_compress, http2)
     daemon_proc d = cz_start(&u);
     static const char *const codings[] = {"gzip", "zstd"};
     static const char *const frames[] = {"length", "chunked"};
+    char *head, *body;
+    size_t bn;
     for (int i = 0; i < 2; i++) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd,
-                 "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head "
-                 "-o h2.body -H 'Accept-Encoding: %s' "
-                 "'http://127.0.0.1:%d/mode/text?bytes=70000&frame=%s' 2>&1 && echo ok",
-                 proxy_dir, codings[i], d.http, frames[i]);
-        char *out = run(cmd);
-        cr_assert(strstr(out, "ok") != NULL, "curl: %s", out);
-        char p[160];
-        size_t hn, bn;
-        snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
-        char *head = slurp(p, &hn);
-        snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
-        char *body = slurp(p, &bn);
+        char path[128];
+        snprintf(path, sizeof path, "/mode/text?bytes=70000&frame=%s", frames[i]);
+        h2_fetch(d.http, codings[i], path, &head, &body, &bn);
         cr_expect(strstr(head, "HTTP/2 200") != NULL, "%s", head);
         char want[64];
         snprintf(want, sizeof want, "content-encoding: %s\r\n", codings[i]);
@@ -279,19 +257,7 @@ Test(proxy_compress, http2)
         free(body);
     }
     /* Already coded upstream: passed as it is, its length kept. */
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && curl -sS --max-time 15 --http2-prior-knowledge -D h2.head -o h2.body "
-             "-H 'Accept-Encoding: gzip' 'http://127.0.0.1:%d/mode/text?bytes=20000&ce=gzip' "
-             "2>&1 && echo ok",
-             proxy_dir, d.http);
-    cr_assert(strstr(run(cmd), "ok") != NULL);
-    char p[160];
-    size_t hn, bn;
-    snprintf(p, sizeof p, "%s/h2.head", proxy_dir);
-    char *head = slurp(p, &hn);
-    snprintf(p, sizeof p, "%s/h2.body", proxy_dir);
-    char *body = slurp(p, &bn);
+    h2_fetch(d.http, "gzip", "/mode/text?bytes=20000&ce=gzip", &head, &body, &bn);
     cr_expect(strstr(head, "content-encoding: gzip\r\n") != NULL, "%s", head);
     cr_expect(strstr(head, "content-length: 20000\r\n") != NULL, "%s", head);
     cr_expect(is_text(body, bn, 20000), "the upstream's bytes");
@@ -300,11 +266,6 @@ Test(proxy_compress, http2)
     pair_stop(&u, &d);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RSS_SLACK_KIB (24L << 10)
-#else
-#define RSS_SLACK_KIB (8L << 10)
-#endif
 #define BIG (32L << 20)
 
 /* A client that reads a coded body slowly holds magpied's memory to buffer_bytes of coded
@@ -316,40 +277,23 @@ Test(proxy_compress, slow_reader_bounds_memory)
     upstream_proc u = upstream_start(0);
     daemon_proc d = cz_start(&u);
     for (int i = 0; i < 2; i++) { /* a compression context made on each worker, pools warm */
-        response r = fetch(d.http, "/mode/text?bytes=300000&noise=1", "Accept-Encoding: gzip\r\n");
+        response r = fetch(d.http, "/mode/text?bytes=300000&noise=1", AE_GZIP);
         cr_assert_eq(r.status, 200, "%s", r.head);
         response_free(&r);
     }
     long base = rss_kib(d.pid);
     cr_assert_gt(base, 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 16384;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.http)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     char req[256];
     snprintf(req, sizeof req,
              "GET /mode/text?bytes=%ld&noise=1&frame=chunked HTTP/1.1\r\nHost: x\r\n"
              "Accept-Encoding: gzip\r\n\r\n",
              BIG);
-    test_write_all(fd, req, strlen(req));
-    static char buf[4096];
-    char first[4097];
-    long got = 0, peak = base;
-    while (got < (1L << 20)) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        cr_assert_eq(poll(&pfd, 1, 10000), 1, "the response stopped after %ld bytes", got);
-        ssize_t n = read(fd, got == 0 ? first : buf, 4096);
-        cr_assert_gt(n, 0, "closed after %ld bytes", got);
-        if (got == 0)
-            first[n] = 0;
-        got += n;
-        long rss = rss_kib(d.pid);
-        peak = rss > peak ? rss : peak;
-        usleep(2000);
-    }
-    close(fd);
+    slow_reader s;
+    slow_open(&s, d.http, d.pid, base, req);
+    slow_read(&s, 1L << 20, 0, 2000);
+    close(s.fd);
+    const char *first = s.first;
+    long peak = s.peak;
     cr_assert(strncmp(first, "HTTP/1.1 200 ", 13) == 0, "%.300s", first);
     cr_assert(strstr(first, "Content-Encoding: gzip\r\n") != NULL, "%.300s", first);
     fprintf(stderr, "slow_reader_bounds_memory: VmRSS %ld KiB, peak +%ld KiB\n", base, peak - base);
@@ -357,7 +301,7 @@ Test(proxy_compress, slow_reader_bounds_memory)
                  "magpied grew by %ld KiB (from %ld) while a client read a coded body slowly",
                  peak - base, base);
     /* The upstream still serves, and magpied too. */
-    response r = fetch(d.http, "/mode/text?bytes=3000", "Accept-Encoding: gzip\r\n");
+    response r = fetch(d.http, "/mode/text?bytes=3000", AE_GZIP);
     expect_coded(&r, "gzip", 3000);
     response_free(&r);
     pair_stop(&u, &d);

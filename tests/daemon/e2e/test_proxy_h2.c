@@ -20,20 +20,9 @@ static const char *src_dir(void)
 /* magpied with h2c on, /app proxied to the upstream u. */
 static daemon_proc h2_start(const upstream_proc *u, const char *extra)
 {
-    char path[128], err[128];
-    snprintf(path, sizeof path, "%s/magpied.conf", proxy_dir);
-    snprintf(err, sizeof err, "%s/err.log", proxy_dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
-            "[limits]\nmax_body_bytes = 104857600\n"
-            "[route = /metrics]\nhandler = metrics\n"
-            "[upstream app]\nserver = 127.0.0.1:%d\n%s\n"
-            "[route /app]\nhandler = proxy\nupstream = app\n",
-            u->port, extra != NULL ? extra : "");
-    fclose(f);
-    return start_with(path, NULL, err);
+    return proxy_start_h2("[upstream app]\nserver = 127.0.0.1:%d\n%s\n"
+                          "[route /app]\nhandler = proxy\nupstream = app\n",
+                          u->port, extra != NULL ? extra : "");
 }
 
 /* curl over h2c with prior knowledge; args before the URL. */

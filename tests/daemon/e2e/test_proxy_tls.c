@@ -33,14 +33,6 @@ static void kill_all(void)
 
 TestSuite(proxy_tls, .fini = kill_all);
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* The origin: magpied with [https] on ec.pem (localhost and 127.0.0.1), keep-alive as given. */
 static daemon_proc origin_start(const char *limits)
 {
@@ -56,7 +48,7 @@ static daemon_proc origin_start(const char *limits)
              "[route = /]\nhandler = text\nbody = Hello, World!\n"
              "[route = /metrics]\nhandler = metrics\n",
              dir, dir, limits != NULL ? limits : "");
-    write_file(path, text);
+    harness_write_file(path, text);
     static char err_keep[PKI_DIR_MAX + 32];
     snprintf(err_keep, sizeof err_keep, "%s", err);
     daemon_proc o = start_with(path, NULL, err_keep);
@@ -89,7 +81,7 @@ static void front_conf(char *path, size_t len, const char *server, const char *k
              "[route = /]\nhandler = proxy\nupstream = up\n"
              "[route = /front-metrics]\nhandler = metrics\n",
              server, keys);
-    write_file(path, text);
+    harness_write_file(path, text);
 }
 
 static daemon_proc front_start(const char *server, const char *keys)

@@ -28,17 +28,6 @@ static void remove_dir(void)
 
 TestSuite(routes_e2e, .init = make_dir, .fini = remove_dir, .timeout = 60);
 
-static void write_file(const char *path, const char *text)
-{
-    char tmp[200];
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    FILE *f = fopen(tmp, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    cr_assert_eq(rename(tmp, path), 0);
-}
-
 #define HEAD_CONF "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
 
 static const char *const routes_conf =
@@ -78,7 +67,7 @@ Test(routes_e2e, prefix_exact_and_handlers)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, routes_conf);
+    harness_write_file(conf, routes_conf);
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/"), "HTTP/1.1 404", "\r\n\r\nnothing here");
     expect(get(d.http, "/docs"), "HTTP/1.1 200", "Content-Type: text/html\r\n");
@@ -110,7 +99,7 @@ Test(routes_e2e, path_rules)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, routes_conf);
+    harness_write_file(conf, routes_conf);
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/x/../docs"), "HTTP/1.1 200", "\r\n\r\ndocs");
     expect(get(d.http, "/x/%2e%2e/docs"), "HTTP/1.1 200", "\r\n\r\ndocs");
@@ -145,10 +134,10 @@ Test(routes_e2e, reload_swaps_the_table_and_a_bad_one_keeps_it)
     char conf[128], err[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     snprintf(err, sizeof err, "%s/error.log", dir);
-    write_file(conf, routes_conf);
+    harness_write_file(conf, routes_conf);
     daemon_proc d = start_with(conf, NULL, err);
     expect(get(d.http, "/docs"), "HTTP/1.1 200", "docs");
-    write_file(conf, HEAD_CONF "[route = /]\nhandler = text\nbody = v2\n");
+    harness_write_file(conf, HEAD_CONF "[route = /]\nhandler = text\nbody = v2\n");
     kill(d.pid, SIGHUP);
     int code = 0;
     for (int i = 0; i < 250 && (code = http_status(d.http, "/docs")) != 404; i++)
@@ -156,7 +145,7 @@ Test(routes_e2e, reload_swaps_the_table_and_a_bad_one_keeps_it)
     cr_assert_eq(code, 404, "the old table's /docs still answers");
     expect(get(d.http, "/"), "HTTP/1.1 200", "\r\n\r\nv2");
     /* A route without its handler's required option: the reload fails, the table stays. */
-    write_file(conf, HEAD_CONF "[route /r]\nhandler = redirect\n");
+    harness_write_file(conf, HEAD_CONF "[route /r]\nhandler = redirect\n");
     kill(d.pid, SIGHUP);
     cr_assert(file_has(err, "location: required for handler = redirect", 5000));
     expect(get(d.http, "/"), "HTTP/1.1 200", "\r\n\r\nv2");
@@ -169,18 +158,18 @@ Test(routes_e2e, config_check_names_file_line_and_key)
     char conf[128], cmd[PATH_MAX + 256], exe[PATH_MAX + 32];
     magpied_path(exe, sizeof exe);
     snprintf(conf, sizeof conf, "%s/bad.conf", dir);
-    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nstatus = 299\n");
+    harness_write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nstatus = 299\n");
     snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
     char *out = run(cmd);
     cr_assert(strstr(out, "bad.conf:9: [route /a] status: expected a status"), "%s", out);
     cr_assert(strstr(out, "rc=1"), "%s", out);
-    write_file(conf, HEAD_CONF "[route /a]\nbody = x\n");
+    harness_write_file(conf, HEAD_CONF "[route /a]\nbody = x\n");
     out = run(cmd);
     cr_assert(strstr(out, "bad.conf:8: [route /a] body: set handler first"), "%s", out);
-    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\n[route /a]\nhandler = echo\n");
+    harness_write_file(conf, HEAD_CONF "[route /a]\nhandler = text\n[route /a]\nhandler = echo\n");
     out = run(cmd);
     cr_assert(strstr(out, "bad.conf:9: [route /a]: the same route as line 7"), "%s", out);
-    write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nlimit_rate = 10/h\n");
+    harness_write_file(conf, HEAD_CONF "[route /a]\nhandler = text\nlimit_rate = 10/h\n");
     out = run(cmd);
     cr_assert(strstr(out, "bad.conf:9: [route /a] limit_rate: expected N/s or N/m"), "%s", out);
 }
@@ -211,12 +200,13 @@ Test(routes_e2e, allow_and_deny_by_client_address)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, HEAD_CONF "[route = /only2]\nhandler = text\nbody = two\n"
-                               "allow = 127.0.0.2\ndeny = all\n"
-                               "[route = /not2]\nhandler = text\nbody = not two\n"
-                               "deny = 127.0.0.2/32\n"
-                               "[route = /metrics]\nhandler = metrics\nallow = 127.0.0.0/8, ::1\n"
-                               "deny = all\n");
+    harness_write_file(conf,
+                       HEAD_CONF "[route = /only2]\nhandler = text\nbody = two\n"
+                                 "allow = 127.0.0.2\ndeny = all\n"
+                                 "[route = /not2]\nhandler = text\nbody = not two\n"
+                                 "deny = 127.0.0.2/32\n"
+                                 "[route = /metrics]\nhandler = metrics\nallow = 127.0.0.0/8, ::1\n"
+                                 "deny = all\n");
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/only2"), "HTTP/1.1 403", NULL);
     expect(get_from_127_0_0_2(d.http, "/only2"), "HTTP/1.1 200", "\r\n\r\ntwo");
@@ -246,7 +236,7 @@ Test(routes_e2e, builtin_metrics_and_echo_answer_loopback_clients)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, HEAD_CONF);
+    harness_write_file(conf, HEAD_CONF);
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/metrics"), "HTTP/1.1 200", "magpied_");
     expect(get_from_127_0_0_2(d.http, "/metrics"), "HTTP/1.1 200", "magpied_");
@@ -263,9 +253,9 @@ Test(routes_e2e, limit_rate_per_client)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, HEAD_CONF "[route = /slow]\nhandler = text\nbody = ok\n"
-                               "limit_rate = 1/m\nlimit_burst = 1\n"
-                               "[route = /metrics]\nhandler = metrics\n");
+    harness_write_file(conf, HEAD_CONF "[route = /slow]\nhandler = text\nbody = ok\n"
+                                       "limit_rate = 1/m\nlimit_burst = 1\n"
+                                       "[route = /metrics]\nhandler = metrics\n");
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/slow"), "HTTP/1.1 200", "\r\n\r\nok");
     expect(get(d.http, "/slow"), "HTTP/1.1 200", "\r\n\r\nok");
@@ -322,14 +312,14 @@ Test(routes_e2e, auth_basic_per_route_and_reloaded_with_its_file)
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     snprintf(users, sizeof users, "%s/users", dir);
     snprintf(err, sizeof err, "%s/error.log", dir);
-    write_file(users, BOB_PW);
+    harness_write_file(users, BOB_PW);
     char text[1024];
     snprintf(text, sizeof text,
              HEAD_CONF "[route /]\nhandler = text\nbody = open\n"
                        "[route /private]\nhandler = text\nbody = secret\nauth_basic = Staff area\n"
                        "auth_basic_user_file = %s\n",
              users);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, err);
     expect(get(d.http, "/"), "HTTP/1.1 200", "open");
     expect(get(d.http, "/private/x"), "HTTP/1.1 401",
@@ -350,7 +340,7 @@ Test(routes_e2e, auth_basic_per_route_and_reloaded_with_its_file)
     cr_assert_eq(n, 3, "%s", resp);
 
     /* The file changes: a SIGHUP reads it again; bob is gone, ann is in. */
-    write_file(users, ANN_PW2);
+    harness_write_file(users, ANN_PW2);
     kill(d.pid, SIGHUP);
     int code = 0;
     for (int i = 0; i < 250; i++) {
@@ -364,7 +354,7 @@ Test(routes_e2e, auth_basic_per_route_and_reloaded_with_its_file)
     cr_assert_eq(code, 401, "bob still let in after the reload");
     expect(get_auth(d.http, "/private", "Basic YW5uOnB3Mg=="), "HTTP/1.1 200", "secret");
     /* A bad line: the reload fails and says where; the running file stays. */
-    write_file(users, ANN_PW2 "bob:plain\n");
+    harness_write_file(users, ANN_PW2 "bob:plain\n");
     kill(d.pid, SIGHUP);
     char want[200];
     snprintf(want, sizeof want, "%s:2: not a bcrypt", users);
@@ -391,15 +381,15 @@ Test(routes_e2e, header_rules_per_route)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, HEAD_CONF "[route /]\nhandler = text\nbody = open\n"
-                               "header_add = X-Frame-Options: DENY\n"
-                               "header_add = Content-Security-Policy: default-src 'self'\n"
-                               "[route /old]\nhandler = redirect\nlocation = /new\n"
-                               "header_set = Cache-Control: no-store\n"
-                               "[route /gone]\nhandler = text\nstatus = 404\nbody = gone\n"
-                               "header_add = X-Why: moved\nheader_always = on\n"
-                               "[route /quiet]\nhandler = text\nstatus = 404\nbody = gone\n"
-                               "header_add = X-Why: moved\n");
+    harness_write_file(conf, HEAD_CONF "[route /]\nhandler = text\nbody = open\n"
+                                       "header_add = X-Frame-Options: DENY\n"
+                                       "header_add = Content-Security-Policy: default-src 'self'\n"
+                                       "[route /old]\nhandler = redirect\nlocation = /new\n"
+                                       "header_set = Cache-Control: no-store\n"
+                                       "[route /gone]\nhandler = text\nstatus = 404\nbody = gone\n"
+                                       "header_add = X-Why: moved\nheader_always = on\n"
+                                       "[route /quiet]\nhandler = text\nstatus = 404\nbody = gone\n"
+                                       "header_add = X-Why: moved\n");
     daemon_proc d = start_with(conf, NULL, NULL);
     char *resp = get(d.http, "/");
     expect(resp, "HTTP/1.1 200", "\r\nX-Frame-Options: DENY\r\n");
@@ -421,12 +411,13 @@ Test(routes_e2e, header_rules_per_route)
 
     char cmd[PATH_MAX + 256], exe[PATH_MAX + 32];
     magpied_path(exe, sizeof exe);
-    write_file(conf, HEAD_CONF "[route /]\nhandler = text\nheader_add = Bad Name: x\n");
+    harness_write_file(conf, HEAD_CONF "[route /]\nhandler = text\nheader_add = Bad Name: x\n");
     snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
     char *out = run(cmd);
     cr_assert(strstr(out, "magpied.conf:9: [route /] header_add: expected \"Name: value\""), "%s",
               out);
-    write_file(conf, HEAD_CONF "[route /]\nhandler = text\nheader_set = Content-Length: 1\n");
+    harness_write_file(conf,
+                       HEAD_CONF "[route /]\nhandler = text\nheader_set = Content-Length: 1\n");
     out = run(cmd);
     cr_assert(strstr(out, "header_set: \"Content-Length\" is written by magpied itself"), "%s",
               out);
@@ -473,7 +464,7 @@ Test(routes_e2e, real_ip_from_a_trusted_balancer)
                        "real_ip_from = 127.0.0.1, 10.0.0.0/8\nreal_ip_header = X-Forwarded-For\n"
                        "allow = 203.0.113.0/24\ndeny = all\n",
              log);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get_xff(d.http, 0x7f000001, "203.0.113.5"), "HTTP/1.1 200", "inner");
     expect(get_xff(d.http, 0x7f000001, "198.51.100.1"), "HTTP/1.1 403", NULL);
@@ -503,14 +494,15 @@ Test(routes_e2e, redirect_keeps_path_and_query)
 {
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    write_file(conf, HEAD_CONF "[route /old]\nhandler = redirect\nstatus = 308\n"
-                               "location = https://example.com/new\nkeep_path = on\n"
-                               "keep_query = on\n"
-                               "[route /docs/]\nhandler = redirect\nlocation = /manual/\n"
-                               "keep_path = on\n"
-                               "[route /q]\nhandler = redirect\nlocation = /search?src=old\n"
-                               "keep_query = on\n"
-                               "[route /fixed]\nhandler = redirect\nlocation = /there\n");
+    harness_write_file(conf,
+                       HEAD_CONF "[route /old]\nhandler = redirect\nstatus = 308\n"
+                                 "location = https://example.com/new\nkeep_path = on\n"
+                                 "keep_query = on\n"
+                                 "[route /docs/]\nhandler = redirect\nlocation = /manual/\n"
+                                 "keep_path = on\n"
+                                 "[route /q]\nhandler = redirect\nlocation = /search?src=old\n"
+                                 "keep_query = on\n"
+                                 "[route /fixed]\nhandler = redirect\nlocation = /there\n");
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/old"), "HTTP/1.1 308", "\r\nLocation: https://example.com/new\r\n");
     expect(get(d.http, "/old/a/b?x=1&y=%20"), "HTTP/1.1 308",
@@ -537,14 +529,14 @@ Test(routes_e2e, error_pages_per_route)
     snprintf(root, sizeof root, "%s/www", dir);
     snprintf(err, sizeof err, "%s/error.log", dir);
     mkdir(root, 0755);
-    write_file(page, "<h1>nothing here</h1>\n");
+    harness_write_file(page, "<h1>nothing here</h1>\n");
     char text[1024];
     snprintf(text, sizeof text,
              HEAD_CONF "[route /files]\nhandler = static\nroot = %s\nerror_page = 404 %s\n"
                        "[route /staff]\nhandler = text\nbody = x\nallow = 10.0.0.0/8\n"
                        "deny = all\nerror_page = 403 staff only, sorry\n",
              root, page);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, err);
     char *resp = get(d.http, "/files/missing");
     expect(resp, "HTTP/1.1 404",
@@ -555,7 +547,7 @@ Test(routes_e2e, error_pages_per_route)
     expect(ask(d.http, "HEAD /files/missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
            "HTTP/1.1 404", "Content-Length: 22\r\n\r\n");
     /* The page is read again at a reload. */
-    write_file(page, "<p>gone</p>\n");
+    harness_write_file(page, "<p>gone</p>\n");
     kill(d.pid, SIGHUP);
     bool changed = false;
     for (int i = 0; i < 250 && !changed; i++) {
@@ -575,7 +567,7 @@ Test(routes_e2e, error_pages_per_route)
              page);
     cr_assert(strstr(out, want), "%s", out);
     cr_assert(strstr(out, "rc=1"), "%s", out);
-    write_file(conf, HEAD_CONF "[route /]\nhandler = text\nerror_page = 299 x\n");
+    harness_write_file(conf, HEAD_CONF "[route /]\nhandler = text\nerror_page = 299 x\n");
     out = run(cmd);
     cr_assert(strstr(out, "[route /] error_page: expected STATUS PAGE"), "%s", out);
 }
@@ -588,17 +580,17 @@ Test(routes_e2e, static_try_html_and_fallback)
     snprintf(root, sizeof root, "%s/site", dir);
     mkdir(root, 0755);
     snprintf(f, sizeof f, "%s/index.html", root);
-    write_file(f, "app shell\n");
+    harness_write_file(f, "app shell\n");
     snprintf(f, sizeof f, "%s/about.html", root);
-    write_file(f, "about page\n");
+    harness_write_file(f, "about page\n");
     snprintf(f, sizeof f, "%s/data.json", root);
-    write_file(f, "{}\n");
+    harness_write_file(f, "{}\n");
     char text[1024];
     snprintf(text, sizeof text,
              HEAD_CONF "[route /]\nhandler = static\nroot = %s\ntry_html = on\n"
                        "fallback = /index.html\n",
              root);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     daemon_proc d = start_with(conf, NULL, NULL);
     expect(get(d.http, "/data.json"), "HTTP/1.1 200", "\r\n\r\n{}\n");
     expect(get(d.http, "/about"), "HTTP/1.1 200", "Content-Type: text/html");
@@ -612,7 +604,7 @@ Test(routes_e2e, static_try_html_and_fallback)
     magpied_path(exe, sizeof exe);
     snprintf(text, sizeof text,
              HEAD_CONF "[route /]\nhandler = static\nroot = %s\nfallback = /../etc/passwd\n", root);
-    write_file(conf, text);
+    harness_write_file(conf, text);
     snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
     char *out = run(cmd);
     cr_assert(strstr(out, "[route /] fallback: expected a file's path below the root"), "%s", out);

@@ -18,37 +18,22 @@ static char dir[64];
 
 static void dir_make(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/magpied-site-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    harness_dir_make(dir, sizeof dir, "site");
 }
 
 static void dir_remove(void)
 {
-    kill_leftover();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (dir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_dir_remove(dir);
 }
 
 TestSuite(site_rules, .init = dir_make, .fini = dir_remove, .timeout = 30);
-
-static void write_file(const char *name, const char *text)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
-}
 
 /* The default site ([http]) with a security header on every response it gives without a
  * route and pages for 400 (a file) and 431 (a text); [site b] with its own; routes /r (with a
  * rule of its own) and /plain. */
 static daemon_proc rules_start(void)
 {
-    write_file("bad.html", "<h1>bad request, sorry</h1>\n");
+    harness_write_file(harness_path(dir, "bad.html"), "<h1>bad request, sorry</h1>\n");
     char conf[8192], path[128];
     snprintf(conf, sizeof conf,
              "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n"
@@ -63,7 +48,7 @@ static daemon_proc rules_start(void)
              "error_page = 404 b has no such page\n"
              "[route = /r]\nhandler = text\nbody = b routed\n",
              dir);
-    write_file("magpied.conf", conf);
+    harness_write_file(harness_path(dir, "magpied.conf"), conf);
     snprintf(path, sizeof path, "%s/magpied.conf", dir);
     static char err[128];
     snprintf(err, sizeof err, "%s/err.log", dir);
@@ -71,14 +56,17 @@ static daemon_proc rules_start(void)
 }
 
 /* req on a new connection: the whole answer, read until magpied closes (or until once is
- * seen: for an answer that keeps the connection). */
-static char *exchange(int port, const char *req, const char *once)
+ * seen: for an answer that keeps the connection), which has the status given. */
+static char *exchange(int port, const char *req, const char *once, int status)
 {
     static char buf[65536];
     int fd = test_connect(port);
     test_write_all(fd, req, strlen(req));
     read_some(fd, buf, sizeof buf, once, 1);
     close(fd);
+    char line[16];
+    snprintf(line, sizeof line, "HTTP/1.1 %d ", status);
+    cr_assert(strncmp(buf, line, strlen(line)) == 0, "%.60s: %s", req, buf);
     return buf;
 }
 
@@ -99,8 +87,7 @@ Test(site_rules, errors_before_the_route_get_the_sites_fields_and_pages)
 {
     daemon_proc d = rules_start();
     /* A malformed field line: 400, the page from the file, the header, and the close. */
-    char *r = exchange(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 400 ", 13) == 0, "%s", r);
+    char *r = exchange(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", NULL, 400);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_expect(has_field(r, "\r\nConnection: close\r\n"), "%s", r);
     cr_expect(has_field(r, "\r\nContent-Type: text/html\r\n"), "%s", r);
@@ -110,38 +97,33 @@ Test(site_rules, errors_before_the_route_get_the_sites_fields_and_pages)
     /* A field over max_header_bytes: 431 with the text page. */
     char big[2048 + 128];
     snprintf(big, sizeof big, "GET /r HTTP/1.1\r\nHost: x\r\nX-Big: %02000d\r\n\r\n", 7);
-    r = exchange(d.http, big, NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 431 ", 13) == 0, "%s", r);
+    r = exchange(d.http, big, NULL, 431);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_expect(has_field(r, "\r\nConnection: close\r\n"), "%s", r);
     cr_expect_str_eq(body_of(r), "headers too large here");
 
     /* An HTTP version magpied does not speak: 505, the header, its own body. */
-    r = exchange(d.http, "GET /r HTTP/2.5\r\nHost: x\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 505 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "GET /r HTTP/2.5\r\nHost: x\r\n\r\n", NULL, 505);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_expect(has_field(r, "\r\nConnection: close\r\n"), "%s", r);
 
     /* A path no route matches: the site's 404, and the connection stays. */
-    r = exchange(d.http, "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", "no such page");
-    cr_assert(strncmp(r, "HTTP/1.1 404 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", "no such page", 404);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_expect(!has_field(r, "Connection: close"), "%s", r);
     cr_expect_str_eq(body_of(r), "no such page");
 
     /* A routed response has its route's rules, not the site's. */
-    r = exchange(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 200 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "GET /r HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL, 200);
     cr_expect(has_field(r, "\r\nX-Route: r\r\n"), "%s", r);
     cr_expect(!has_field(r, "X-Frame-Options"), "%s", r);
     /* A route that sets no rule has its site's. */
-    r = exchange(d.http, "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 200 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL, 200);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_expect_str_eq(body_of(r), "plain");
     /* ... also on its 405, with its site's page if it had one (it has none for 405). */
-    r = exchange(d.http, "DELETE /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 405 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "DELETE /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL,
+                 405);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_assert_eq(stop(&d), 0);
 }
@@ -149,14 +131,12 @@ Test(site_rules, errors_before_the_route_get_the_sites_fields_and_pages)
 Test(site_rules, a_named_site_has_its_own)
 {
     daemon_proc d = rules_start();
-    char *r = exchange(d.http, "GET /nowhere HTTP/1.1\r\nHost: b.test\r\n\r\n", "page");
-    cr_assert(strncmp(r, "HTTP/1.1 404 ", 13) == 0, "%s", r);
+    char *r = exchange(d.http, "GET /nowhere HTTP/1.1\r\nHost: b.test\r\n\r\n", "page", 404);
     cr_expect(has_field(r, "\r\nX-Site: b\r\n"), "%s", r);
     cr_expect(!has_field(r, "X-Frame-Options"), "%s", r);
     cr_expect_str_eq(body_of(r), "b has no such page");
     /* Before its Host is read, a request is the listener's default site's. */
-    r = exchange(d.http, "GET /r HTTP/1.1\r\nBad Header\r\nHost: b.test\r\n\r\n", NULL);
-    cr_assert(strncmp(r, "HTTP/1.1 400 ", 13) == 0, "%s", r);
+    r = exchange(d.http, "GET /r HTTP/1.1\r\nBad Header\r\nHost: b.test\r\n\r\n", NULL, 400);
     cr_expect(has_field(r, "\r\nX-Frame-Options: DENY\r\n"), "%s", r);
     cr_assert_eq(stop(&d), 0);
 }
@@ -202,19 +182,11 @@ Test(site_rules, check_keys)
         {"[site s]\nnames = s.test\n", "error_page = 404 /nonexistent/page.html",
          "[site s] error_page:"},
     };
-    char exe[PATH_MAX + 32];
-    magpied_path(exe, sizeof exe);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char conf[128];
-        snprintf(conf, sizeof conf, "%s/bad.conf", dir);
-        FILE *f = fopen(conf, "w");
-        cr_assert_not_null(f);
-        fprintf(f, "[echo]\nlisten =\n%s%s\n[http]\nlisten = 127.0.0.1:0\n", cases[i][0],
-                cases[i][1]);
-        fclose(f);
-        char cmd[PATH_MAX + 200];
-        snprintf(cmd, sizeof cmd, "%s -t -c %s 2>&1; echo rc=$?", exe, conf);
-        char *out = run(cmd);
+        char text[512];
+        snprintf(text, sizeof text, "[echo]\nlisten =\n%s%s\n[http]\nlisten = 127.0.0.1:0\n",
+                 cases[i][0], cases[i][1]);
+        char *out = check_conf(dir, text);
         cr_expect(strstr(out, cases[i][2]) != NULL && strstr(out, "rc=1") != NULL, "%s: %s",
                   cases[i][1], out);
     }

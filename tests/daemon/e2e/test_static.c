@@ -24,31 +24,21 @@ static daemon_proc d;
 /* The open-file cache's window in these tests: a replaced file is served new after it. */
 enum { VALID_MS = 100 };
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-}
-
 /* The tree: www/ is the root; outside/ is beside it, for symlinks that leave the root. */
 static void setup(void)
 {
     harness_dir_make(dir, sizeof dir, "static");
-    sh("cd %s && mkdir -p www/sub www/empty www/.git outside 'www/a b%%c' && "
-       "printf 'hello index\\n' > www/index.html && printf 'sub index\\n' > www/sub/index.html && "
-       "printf 'a{}\\n' > www/sub/a.css && printf 'secret\\n' > www/.env && "
-       "printf 'x\\n' > www/.git/config && printf 'outside\\n' > outside/secret.txt && "
-       "ln -s ../outside/secret.txt www/escape && ln -s /etc/passwd www/passwd && "
-       "ln -s index.html www/inside.html && mkfifo www/fifo && "
-       "printf 'body { color: red }\\n' > www/style.css && gzip -k www/style.css && "
-       "printf 'js' > www/app.js && printf 'BR' > www/app.js.br && "
-       "head -c 3000000 /dev/urandom > www/big.bin && printf '0123456789' > www/ten.txt",
-       dir);
+    harness_sh(
+        "cd %s && mkdir -p www/sub www/empty www/.git outside 'www/a b%%c' && "
+        "printf 'hello index\\n' > www/index.html && printf 'sub index\\n' > www/sub/index.html && "
+        "printf 'a{}\\n' > www/sub/a.css && printf 'secret\\n' > www/.env && "
+        "printf 'x\\n' > www/.git/config && printf 'outside\\n' > outside/secret.txt && "
+        "ln -s ../outside/secret.txt www/escape && ln -s /etc/passwd www/passwd && "
+        "ln -s index.html www/inside.html && mkfifo www/fifo && "
+        "printf 'body { color: red }\\n' > www/style.css && gzip -k www/style.css && "
+        "printf 'js' > www/app.js && printf 'BR' > www/app.js.br && "
+        "head -c 3000000 /dev/urandom > www/big.bin && printf '0123456789' > www/ten.txt",
+        dir);
     char conf[128];
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     FILE *f = fopen(conf, "w");
@@ -186,7 +176,7 @@ Test(static_e2e, traversal_shapes_dotfiles_symlinks_fifos)
  * started as nobody (setpriv) on the same tree for this one check. */
 Test(static_e2e, unreadable_file_is_403)
 {
-    sh("printf x > %s/www/locked.txt && chmod 000 %s/www/locked.txt", dir, dir);
+    harness_sh("printf x > %s/www/locked.txt && chmod 000 %s/www/locked.txt", dir, dir);
     if (geteuid() != 0) {
         expect(get("/locked.txt"), "HTTP/1.1 403", NULL);
         return;
@@ -194,9 +184,10 @@ Test(static_e2e, unreadable_file_is_403)
     char exe[PATH_MAX + 32], cmd[PATH_MAX + 512];
     magpied_path(exe, sizeof exe);
     int port = free_port();
-    sh("chmod a+rx %s %s/www && printf '[http]\\nlisten = 127.0.0.1:%d\\n[echo]\\nlisten =\\n"
-       "[route /]\\nhandler = static\\nroot = %s/www\\n' > %s/nobody.conf",
-       dir, dir, port, dir, dir);
+    harness_sh(
+        "chmod a+rx %s %s/www && printf '[http]\\nlisten = 127.0.0.1:%d\\n[echo]\\nlisten =\\n"
+        "[route /]\\nhandler = static\\nroot = %s/www\\n' > %s/nobody.conf",
+        dir, dir, port, dir, dir);
     snprintf(cmd, sizeof cmd,
              "timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups %s -c %s/nobody.conf "
              ">%s/nobody.out 2>&1 & echo $!",
@@ -248,7 +239,8 @@ Test(static_e2e, validators_and_304)
     expect(get_with("/ten.txt", f), "HTTP/1.1 200", NULL);
 
     /* Replaced by rename: new content, new ETag, once the open-file cache's window passed. */
-    sh("printf 'abcdefghij' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
+    harness_sh("printf 'abcdefghij' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir,
+               dir);
     usleep((VALID_MS + 50) * 1000);
     r = get("/ten.txt");
     expect(r, "HTTP/1.1 200", "\r\n\r\nabcdefghij");
@@ -370,7 +362,7 @@ Test(static_e2e, large_file_whole_to_fast_and_slow_readers)
  * longer than a second). */
 Test(static_e2e, a_peer_that_never_reads_a_large_file_is_closed_by_the_send_timeout)
 {
-    sh("head -c 33554432 /dev/zero > %s/www/huge.bin", dir);
+    harness_sh("head -c 33554432 /dev/zero > %s/www/huge.bin", dir);
     char conf[128];
     snprintf(conf, sizeof conf, "%s/short.conf", dir);
     FILE *f = fopen(conf, "w");
@@ -444,9 +436,10 @@ Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
 {
     int dropped_tries = 0;
     for (int attempt = 0; attempt < 8; attempt++) {
-        sh("cd %s/www && head -c 9000 /dev/urandom > cold.dat && head -c 2500000 /dev/urandom > "
-           "cold.bin",
-           dir);
+        harness_sh(
+            "cd %s/www && head -c 9000 /dev/urandom > cold.dat && head -c 2500000 /dev/urandom > "
+            "cold.bin",
+            dir);
         bool dropped = drop_from_cache("cold.dat");
         dropped |= drop_from_cache("cold.bin");
         unsigned long long before = blocking_jobs();
@@ -472,14 +465,14 @@ Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
  * and never a hang; the daemon goes on serving. */
 Test(static_e2e, file_shrinking_mid_send_ends_with_a_close)
 {
-    sh("cp %s/www/big.bin %s/www/shrink.bin", dir, dir);
+    harness_sh("cp %s/www/big.bin %s/www/shrink.bin", dir, dir);
     int fd = test_connect(d.http);
     const char *req = "GET /shrink.bin HTTP/1.1\r\nHost: x\r\n\r\n";
     test_write_all(fd, req, strlen(req));
     char head[4096];
     ssize_t n = read(fd, head, sizeof head); /* the head and a first piece; then stop reading */
     cr_assert_gt(n, 0);
-    sh("truncate -s 100000 %s/www/shrink.bin", dir);
+    harness_sh("truncate -s 100000 %s/www/shrink.bin", dir);
     size_t total = 0;
     static char buf[1 << 16];
     for (;;) {
@@ -530,7 +523,8 @@ Test(static_e2e, open_file_cache_hits_and_replaced_file_after_the_window)
     /* A 10-byte file: its bytes kept with the entry (open_file_cache_bytes_max), no pread. */
     cr_expect_geq(metric(OFC "kept_bytes"), 10);
 
-    sh("printf 'ABCDEFGHIJ' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir, dir);
+    harness_sh("printf 'ABCDEFGHIJ' > %s/www/ten.new && mv %s/www/ten.new %s/www/ten.txt", dir, dir,
+               dir);
     char *r = get("/ten.txt");
     if (strstr(r, "0123456789") != NULL) /* still the cached one: whole, with its own ETag */
         cr_expect_str_eq(field(r, "ETag"), etag);
@@ -552,11 +546,11 @@ Test(static_e2e, missing_file_remembered_then_seen_once_created)
     for (int i = 0; i < 10; i++)
         expect(get("/later.txt"), "HTTP/1.1 404", NULL);
     cr_expect_geq(metric(OFC "negative_hits_total") - neg0, 8, "10 requests, 2 workers");
-    sh("printf 'now here' > %s/www/later.new && mv %s/www/later.new %s/www/later.txt", dir, dir,
-       dir);
+    harness_sh("printf 'now here' > %s/www/later.new && mv %s/www/later.new %s/www/later.txt", dir,
+               dir, dir);
     usleep((VALID_MS + 50) * 1000);
     expect(get("/later.txt"), "HTTP/1.1 200", "\r\n\r\nnow here");
-    sh("rm %s/www/later.txt", dir);
+    harness_sh("rm %s/www/later.txt", dir);
 }
 
 /* SIGHUP with open_file_cache_entries = 0: the cache is off from the next request on (its
@@ -589,7 +583,7 @@ Test(static_e2e, reload_turns_the_open_file_cache_off)
  * the new size. */
 Test(static_e2e, shrunk_cached_file_ends_short_with_a_close)
 {
-    sh("head -c 100000 /dev/urandom > %s/www/cut.bin", dir);
+    harness_sh("head -c 100000 /dev/urandom > %s/www/cut.bin", dir);
     expect(get("/cut.bin"), "HTTP/1.1 200", "Content-Length: 100000\r\n");
     char path[128];
     snprintf(path, sizeof path, "%s/www/cut.bin", dir);

@@ -4,9 +4,8 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
-#include <zstd.h>
 
+#include "daemon/decode_body.h"
 #include "http/compress.h"
 
 TestSuite(compress, .timeout = 30);
@@ -173,37 +172,6 @@ static size_t unchunk(const char *in, size_t n, char *out, size_t *outn)
     }
 }
 
-static size_t gunzip(const char *in, size_t n, char *out, size_t cap)
-{
-    z_stream s = {0};
-    cr_assert_eq(inflateInit2(&s, 15 + 16), Z_OK);
-    s.next_in = (Bytef *)(uintptr_t)in;
-    s.avail_in = (uInt)n;
-    s.next_out = (Bytef *)out;
-    s.avail_out = (uInt)cap;
-    cr_assert_eq(inflate(&s, Z_FINISH), Z_STREAM_END, "a whole gzip stream");
-    cr_expect_eq(s.avail_in, 0, "nothing after it");
-    size_t got = cap - s.avail_out;
-    inflateEnd(&s);
-    return got;
-}
-
-static size_t unzstd(const char *in, size_t n, char *out, size_t cap)
-{
-    ZSTD_DStream *d = ZSTD_createDStream();
-    cr_assert_not_null(d);
-    ZSTD_inBuffer ib = {in, n, 0};
-    ZSTD_outBuffer ob = {out, cap, 0};
-    size_t left = 1;
-    while (ib.pos < ib.size) {
-        left = ZSTD_decompressStream(d, &ob, &ib);
-        cr_assert(!ZSTD_isError(left), "%s", ZSTD_getErrorName(left));
-    }
-    cr_expect_eq(left, 0, "a whole frame");
-    ZSTD_freeDStream(d);
-    return ob.pos;
-}
-
 /* body through a compressor of coding at level, written in pieces of step bytes, decoded. */
 static void round_trip(unsigned coding, int level, bool chunked, const char *body, size_t n,
                        size_t step)
@@ -229,8 +197,8 @@ static void round_trip(unsigned coding, int level, bool chunked, const char *bod
     } else {
         memcpy(coded, data, len);
     }
-    size_t got = coding == MD_CODING_GZIP ? gunzip(coded, clen, plain, n + 64)
-                                          : unzstd(coded, clen, plain, n + 64);
+    size_t got =
+        decode_body(coding == MD_CODING_GZIP ? "gzip" : "zstd", coded, clen, plain, n + 64);
     cr_expect_eq(got, n);
     cr_expect(memcmp(plain, body, n) == 0, "the body back");
     free(coded);
