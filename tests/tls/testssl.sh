@@ -3,7 +3,7 @@
 # listener as config/magpied-tls.conf ships it, with only what a deployment changes set on the
 # command line (the certificate pairs, the addresses). It fails on any finding rated HIGH or
 # CRITICAL, and prints every finding above OK and INFO so that daemon/README.md can say what it
-# reports.
+# reports; the whole report is left in build/testssl/.
 #
 #   tests/tls/testssl.sh [MAGPIED]         default build/release/magpied
 #
@@ -75,6 +75,9 @@ echo "testssl.sh $version; $(openssl version)"
 "$TESTSSL" --quiet --color 0 --warnings batch --add-ca "$WORK/ca.pem" --jsonfile "$WORK/out.json" \
     --ip 127.0.0.1 "localhost:$HTTPS" >testssl.log 2>&1 || true
 [[ -s out.json ]] || { tail -20 testssl.log >&2; die "testssl wrote no findings"; }
+# The whole report, kept for a reader: build/testssl/ (testssl.log and its JSON).
+mkdir -p "$ROOT/build/testssl"
+cp testssl.log out.json "$ROOT/build/testssl/"
 kill -0 "$PID" 2>/dev/null || die "magpied exited during the scan"
 
 /usr/bin/python3 - out.json <<'PY'
