@@ -99,8 +99,11 @@ ifeq ($(SANITIZE),)
 else ifeq ($(SANITIZE),thread)
   VARIANT   := tsan
   OPT       := -O1 -fsanitize=thread
-  # Criterion cannot place its arena under TSan without this (see the file).
-  TEST_EXTRA := tests/tsan_arena.c
+  # Criterion cannot place its arena under TSan without this (see the file). Linked as an
+  # object: compiled on each test's command line, its dependencies overwrote the test's own
+  # in the .d file, and a changed test header then rebuilt no TSan suite.
+  TEST_EXTRA = $(B)/obj/tests/tsan_arena.o
+  TEST_EXTRA_DEP = $(B)/obj/tests/tsan_arena.o
 else ifeq ($(SANITIZE),address,undefined)
   VARIANT   := asan
   OPT       := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -288,7 +291,7 @@ build/magpied: build/release/magpied
 	$(call quiet,LN,$@)
 	$(Q)ln -sf release/magpied $@
 
-$(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB)
+$(B)/tests/daemon/%: tests/daemon/%.c $(D_LIB) $(LIB) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests $< $(TEST_EXTRA) $(D_LIB) $(LIB) -o $@ $(LDFLAGS_ALL) $(D_LIBS) -lcriterion
@@ -325,18 +328,18 @@ $(LIB_Q4): $(RT_Q4_OBJS)
 
 # test_udp fails chosen sends with EAGAIN, which loopback never does (see the test).
 $(B)/tests/runtime/test_udp: TEST_EXTRA += -Wl,--wrap=sendto,--wrap=sendmmsg
-$(B)/tests/runtime/%: tests/runtime/%.c $(LIB)
+$(B)/tests/runtime/%: tests/runtime/%.c $(LIB) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
-$(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4)
+$(B)/tests/runtime/%-q4: tests/runtime/%.c $(LIB_Q4) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests -DMP_QUEUE_CAPACITY=4 $< $(TEST_EXTRA) $(LIB_Q4) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
 
 # Run from the repository root; they know their build and how it was sanitized.
-$(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB)
+$(B)/tests/systemd/%: tests/systemd/%.c $(D_LIB) $(LIB) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(D_INC) -Itests -DTEST_BUILD_DIR='"$(B)"' -DTEST_SANITIZE='"$(SANITIZE)"' \
@@ -348,7 +351,7 @@ $(B)/examples/%: runtime/examples/%.c $(LIB)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) -Iruntime/include $< $(LIB) -o $@ $(LDFLAGS_ALL) -luv
 
-$(B)/tests/runtime/test_examples: tests/runtime/test_examples.c $(LIB) $(EX_BINS)
+$(B)/tests/runtime/test_examples: tests/runtime/test_examples.c $(LIB) $(EX_BINS) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) $(RT_INC) -Itests -DEXAMPLES_DIR='"$(B)/examples"' $< $(TEST_EXTRA) $(LIB) -o $@ $(LDFLAGS_ALL) -luv -lcriterion
@@ -361,7 +364,7 @@ $(B)/obj/loadtest/load/%.o: loadtest/load/%.c
 $(LOAD): $(LOAD_OBJS) $(LIB)
 	$(call quiet,LD,$@)
 	$(Q)$(CC) $^ -o $@ $(LDFLAGS_ALL) $(LTO_LINK) -luv -lssl -lcrypto
-$(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS)
+$(B)/tests/loadtest/%: tests/loadtest/%.c $(LOAD_LIB_OBJS) $(TEST_EXTRA_DEP)
 	@mkdir -p $(@D)
 	$(call quiet,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_NOLTO) -Iloadtest/load -Iruntime/include -Itests -DTEST_BUILD_DIR='"$(B)"' $< $(TEST_EXTRA) \
