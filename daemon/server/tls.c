@@ -491,6 +491,51 @@ static void set_dhe_group(SSL_CTX *ctx)
     EVP_PKEY_CTX_free(pc);
 }
 
+/* RFC 6066 3: a server MUST NOT resume a session under another server name than the one it
+ * was made for (nginx and HAProxy do; magpied did too: its ticket keys and its session ID
+ * context are the same for every name). OpenSSL resumes a session, from a ticket or from the
+ * cache, in TLS 1.2 and 1.3, only in the session ID context it was made in, and keeps a context
+ * set on the connection when SNI moves it to a site's SSL_CTX. So each connection's context is
+ * its server name, set here, before OpenSSL looks at any session: "n:" and the name in lower
+ * case, or its SHA-256 when longer than that fits; "magpied" (the contexts' own) without SNI. */
+static int on_client_hello(SSL *ssl, int *alert, void *arg)
+{
+    (void)alert, (void)arg;
+    const unsigned char *p;
+    size_t len;
+    /* server_name (RFC 6066 3): a 2-byte list length, then entries of a type (0: host_name),
+     * a 2-byte length and the name. A malformed one is OpenSSL's to refuse later. */
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1 || len < 5 ||
+        p[2] != TLSEXT_NAMETYPE_host_name)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    size_t n = (size_t)p[3] << 8 | p[4];
+    if (n == 0 || n > len - 5)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    unsigned char sid[SSL_MAX_SID_CTX_LENGTH];
+    unsigned int sid_len;
+    if (n <= sizeof sid - 2) {
+        sid[0] = 'n';
+        sid[1] = ':';
+        for (size_t i = 0; i < n; i++)
+            sid[2 + i] = md_ascii_lower(p[5 + i]);
+        sid_len = (unsigned int)n + 2;
+    } else {
+        char lower[256];
+        for (size_t i = 0; i < n && i < sizeof lower; i++)
+            lower[i] = (char)md_ascii_lower(p[5 + i]);
+        if (EVP_Digest(lower, n < sizeof lower ? n : sizeof lower, sid, &sid_len, EVP_sha256(),
+                       NULL) != 1) {
+            *alert = SSL_AD_INTERNAL_ERROR;
+            return SSL_CLIENT_HELLO_ERROR;
+        }
+    }
+    if (SSL_set_session_id_context(ssl, sid, sid_len) != 1) {
+        *alert = SSL_AD_INTERNAL_ERROR;
+        return SSL_CLIENT_HELLO_ERROR;
+    }
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
 static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *err)
 {
     char why[300];
@@ -535,6 +580,7 @@ static SSL_CTX *ctx_make(const md_tls_config *t, const char *source, md_error *e
         goto out_free;
     static const unsigned char sid_ctx[] = "magpied";
     SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
+    SSL_CTX_set_client_hello_cb(ctx, on_client_hello, NULL);
     if (t->session_cache == 0) {
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     } else {

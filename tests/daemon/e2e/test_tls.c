@@ -287,6 +287,44 @@ Test(tls, resumption_tls13_and_tls12, .timeout = 60)
     finish(&d);
 }
 
+/* RFC 6066 3: a session made for one server name is not resumed under another (nor without
+ * one), whether it comes back as a TLS 1.3 ticket, a TLS 1.2 ticket or a TLS 1.2 session ID;
+ * the same name, in any case, resumes it. */
+Test(tls, a_session_resumes_only_under_its_server_name, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_tls();
+    static const struct {
+        const char *opts, *file, *made, *reused;
+    } kinds[] = {
+        {"-ign_eof", "n13.pem", "New, TLSv1.3", "Reused, TLSv1.3"},
+        {"-tls1_2", "n12.pem", "New, TLSv1.2", "Reused, TLSv1.2"},
+        {"-tls1_2 -no_ticket", "nid.pem", "New, TLSv1.2", "Reused, TLSv1.2"},
+    };
+    char args[PKI_DIR_MAX + 200];
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        snprintf(args, sizeof args, "%s -servername a.example -sess_out '%s/%s'", kinds[i].opts,
+                 dir, kinds[i].file);
+        char *out = s_client(&d, ASK_AND_CLOSE, args);
+        cr_assert(strstr(out, kinds[i].made), "%s", out);
+        snprintf(args, sizeof args, "%s -servername b.example -sess_in '%s/%s'", kinds[i].opts, dir,
+                 kinds[i].file);
+        out = s_client(&d, "true", args);
+        cr_assert(strstr(out, kinds[i].made), "another name resumed: %s", out);
+        snprintf(args, sizeof args, "%s -noservername -sess_in '%s/%s'", kinds[i].opts, dir,
+                 kinds[i].file);
+        out = s_client(&d, "true", args);
+        cr_assert(strstr(out, kinds[i].made), "no name resumed: %s", out);
+        snprintf(args, sizeof args, "%s -servername A.Example -sess_in '%s/%s'", kinds[i].opts, dir,
+                 kinds[i].file);
+        out = s_client(&d, "true", args);
+        cr_assert(strstr(out, kinds[i].reused), "the same name not resumed: %s", out);
+    }
+    cr_assert_eq(metric(&d, "magpied_tls_resumptions_total"), 3, "%lld",
+                 metric(&d, "magpied_tls_resumptions_total"));
+    finish(&d);
+}
+
 Test(tls, renegotiation_refused, .timeout = 60)
 {
     setup(NULL);
