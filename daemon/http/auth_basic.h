@@ -49,7 +49,7 @@ int md_auth_check(const md_route_auth *a, char *msg, size_t msg_len);
 /* Reads path: 0 with *out, or a negative errno with msg ("PATH:LINE: why" or "PATH: why"). */
 int md_htpasswd_load(const char *path, md_htpasswd **out, char *msg, size_t msg_len);
 void md_htpasswd_free(md_htpasswd *h);
-/* Users in h. */
+/* Users in h (tests). */
 size_t md_htpasswd_count(const md_htpasswd *h);
 
 /* Whether the Authorization value (len bytes) is Basic credentials of a user of h whose

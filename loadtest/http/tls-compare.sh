@@ -97,6 +97,8 @@ done
 # stop_pid, free_port, cpu_ticks, busy_ticks, settle, median, fmt_rps ...
 # shellcheck source=loadtest/http/lib.sh
 source "$HERE/lib.sh"
+# shellcheck source=loadtest/http/tls-servers.sh
+source "$HERE/tls-servers.sh"
 
 RUN=
 CLIENT_PID=
@@ -144,12 +146,7 @@ fi
 
 # The certificate (ECDSA P-256, self-signed: magpie-load does not verify by default), the
 # files, and HAProxy's crt (certificate and key in one file).
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -keyout "$RUN/key.pem" -out "$RUN/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null || die "openssl req failed"
-cat "$RUN/cert.pem" "$RUN/key.pem" >"$RUN/haproxy.pem"
-mkdir -p "$RUN/www/static"
-head -c 1024 /dev/urandom >"$RUN/www/static/1k.bin"
+tls_site "$RUN" || die "openssl req failed"
 head -c 1048576 /dev/urandom >"$RUN/www/static/1m.bin"
 chmod -R a+rX "$RUN"
 
@@ -162,122 +159,20 @@ serves() { # SERVER SCENARIO
 # Starting one server: on a free port, with NOFILE descriptors and room for CONNS connections.
 
 start_tls_server() { # NAME [CONNS]
-    local name=$1 conns=${2:-4096} nofile conf
-    local -a cmd
+    local name=$1 conns=${2:-4096} nofile
     nofile=$((conns + 512))
+    [[ $name != haproxy ]] || nofile=$((2 * conns + 512)) # it counts two descriptors per connection
     PORT=$(free_port)
-    case $name in
-    magpied)
-        conf=$RUN/magpied.conf
-        cat >"$conf" <<EOF
-[http]
-listen = 127.0.0.1:$(free_port)
-[echo]
-listen =
-[https]
-listen = 127.0.0.1:$PORT
-certificate = $RUN/cert.pem
-certificate_key = $RUN/key.pem
-max_connections = $((conns + 100))
-[limits]
-max_connections = $((conns + 100))
-keepalive_timeout_ms = 600000
-[runtime]
-workers = $WORKERS
-[log]
-access_log = off
-[route = /]
-handler = text
-body = Hello, World!
-[route /static]
-handler = static
-root = $RUN/www
-EOF
-        cmd=("$MAGPIED" -c "$conf")
-        ;;
-    nginx)
-        conf=$RUN/nginx.conf
-        cat >"$conf" <<EOF
-daemon off;
-master_process on;
-worker_processes $WORKERS;
-worker_rlimit_nofile $nofile;
-pid $RUN/nginx.pid;
-error_log $RUN/nginx-error.log warn;
-events { worker_connections $((conns + 256)); }
-http {
-    access_log off;
-    server_tokens off;
-    keepalive_requests 1000000;
-    keepalive_timeout 600s;
-    client_body_temp_path $RUN/client_body;
-    proxy_temp_path $RUN/proxy;
-    fastcgi_temp_path $RUN/fastcgi;
-    uwsgi_temp_path $RUN/uwsgi;
-    scgi_temp_path $RUN/scgi;
-    server {
-        listen 127.0.0.1:$PORT ssl backlog=1024;
-        ssl_certificate $RUN/cert.pem;
-        ssl_certificate_key $RUN/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_session_tickets on;
-        location = / { default_type text/plain; return 200 "Hello, World!"; }
-        location /static/ {
-            root $RUN/www;
-            sendfile on;
-            tcp_nopush on;
-            open_file_cache max=1000 inactive=20s;
-        }
-        location / { return 404; }
-    }
-}
-EOF
-        cmd=("$NGINX" -p "$RUN/" -c "$conf" -e "$RUN/nginx-error.log")
-        ;;
-    haproxy)
-        nofile=$((2 * conns + 512)) # it counts two descriptors per connection (a server's too)
-        conf=$RUN/haproxy.cfg
-        cat >"$conf" <<EOF
-global
-    maxconn $((conns + 100))
-    nbthread $WORKERS
-defaults
-    mode http
-    option http-keep-alive
-    timeout client 600s
-    timeout http-keep-alive 600s
-    timeout http-request 30s
-frontend fe
-    bind 127.0.0.1:$PORT ssl crt $RUN/haproxy.pem
-    http-request return status 200 content-type text/plain string "Hello, World!" if { path / }
-    http-request return status 200 content-type application/octet-stream file $RUN/www/static/1k.bin if { path /static/1k.bin }
-    http-request return status 404
-EOF
-        cmd=("$HAPROXY" -db -f "$conf")
-        ;;
-    *) die "unknown server '$name' (known: magpied nginx haproxy)" ;;
-    esac
-    echo "+ ${cmd[*]}" >"$RUN/$name.log"
-    (ulimit -n "$nofile" && exec "${cmd[@]}") >>"$RUN/$name.log" 2>&1 </dev/null 9>&- &
+    tls_server_conf "$name" "$RUN" "$PORT" "$WORKERS" "$conns" || die "no such server"
+    echo "+ ${TLS_CMD[*]}" >"$RUN/$name.log"
+    (ulimit -n "$nofile" && exec "${TLS_CMD[@]}") >>"$RUN/$name.log" 2>&1 </dev/null 9>&- &
     SRV_PID=$!
-    local deadline=$((SECONDS + READY_TIMEOUT))
-    while ((SECONDS < deadline)); do
-        if ! kill -0 "$SRV_PID" 2>/dev/null; then
-            echo "tls-compare.sh: $name exited during start-up:" >&2
-            tail -20 "$RUN/$name.log" >&2
-            [[ $name != nginx ]] || tail -5 "$RUN/nginx-error.log" >&2 2>/dev/null || true
-            SRV_PID=
-            return 1
-        fi
-        if [[ $(curl -sk --max-time 1 "https://127.0.0.1:$PORT/" 2>/dev/null) == "Hello, World!" ]]; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "tls-compare.sh: $name did not answer GET / over TLS within ${READY_TIMEOUT}s" >&2
-    tail -20 "$RUN/$name.log" >&2
-    stop_server
-    return 1
+    if ! wait_https "$SRV_PID" "$PORT" "$READY_TIMEOUT" "$RUN/$name.log"; then
+        echo "tls-compare.sh: $name did not start" >&2
+        [[ $name != nginx ]] || tail -5 "$RUN/nginx-error.log" >&2 2>/dev/null || true
+        stop_server
+        return 1
+    fi
 }
 
 check_files() { # NAME: the 1k file (every server) and the 1m one (file servers) come whole

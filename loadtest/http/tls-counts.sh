@@ -66,6 +66,8 @@ for t in perf curl openssl timeout flock ss; do
 done
 # shellcheck source=loadtest/http/lib.sh
 source "$HERE/lib.sh"
+# shellcheck source=loadtest/http/tls-servers.sh
+source "$HERE/tls-servers.sh"
 
 RUN=
 PERF_PID=
@@ -93,93 +95,25 @@ chmod 755 "$RUN"
 bench_lock
 [[ -x $MAGPIED && -x $LOAD ]] || make -C "$ROOT" -s -j2 build/release/magpied build/release/magpie-load >&2
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -keyout "$RUN/key.pem" -out "$RUN/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null || die "openssl req failed"
-mkdir -p "$RUN/www/static"
-head -c 1024 /dev/urandom >"$RUN/www/static/1k.bin"
+tls_site "$RUN" || die "openssl req failed"
 chmod -R a+rX "$RUN"
 
 start() { # CONNS
     local conns=$1
-    local -a cmd
+    [[ $SERVER == magpied || $SERVER == nginx ]] || die "SERVER: magpied or nginx"
     PORT=$(free_port)
-    case $SERVER in
-    magpied)
-        cat >"$RUN/magpied.conf" <<EOF
-[http]
-listen = 127.0.0.1:$(free_port)
-[echo]
-listen =
-[https]
-listen = 127.0.0.1:$PORT
-certificate = $RUN/cert.pem
-certificate_key = $RUN/key.pem
-max_connections = $((conns + 100))
-$(if [[ ${CG:-0} == 1 ]]; then printf 'handshake_timeout_ms = 600000\nhandshake_min_rate = 0\n'; fi)
-[limits]
-max_connections = $((conns + 100))
-keepalive_timeout_ms = 600000
-[runtime]
-workers = $WORKERS
-[log]
-access_log = off
-[route = /metrics]
-handler = metrics
-[route = /]
-handler = text
-body = Hello, World!
-[route /static]
-handler = static
-root = $RUN/www
-EOF
-        cmd=("$MAGPIED" -c "$RUN/magpied.conf")
-        ;;
-    nginx)
-        cat >"$RUN/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes $WORKERS;
-pid $RUN/nginx.pid;
-error_log $RUN/nginx-error.log warn;
-events { worker_connections $((conns + 256)); }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    keepalive_timeout 600s;
-    client_body_temp_path $RUN/client_body;
-    proxy_temp_path $RUN/proxy;
-    fastcgi_temp_path $RUN/fastcgi;
-    uwsgi_temp_path $RUN/uwsgi;
-    scgi_temp_path $RUN/scgi;
-    server {
-        listen 127.0.0.1:$PORT ssl backlog=1024;
-        ssl_certificate $RUN/cert.pem;
-        ssl_certificate_key $RUN/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_session_tickets on;
-        location = / { default_type text/plain; return 200 "Hello, World!"; }
-        location /static/ { root $RUN/www; open_file_cache max=1000 inactive=20s; }
-    }
-}
-EOF
-        cmd=("$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log")
-        ;;
-    *) die "SERVER: magpied or nginx" ;;
-    esac
+    MAGPIED_HTTPS_EXTRA=$(if [[ ${CG:-0} == 1 ]]; then printf 'handshake_timeout_ms = 600000\nhandshake_min_rate = 0\n'; fi) \
+        MAGPIED_ROUTES_EXTRA=$'[route = /metrics]\nhandler = metrics' \
+        tls_server_conf "$SERVER" "$RUN" "$PORT" "$WORKERS" "$conns"
+    local -a cmd=("${TLS_CMD[@]}")
     if [[ ${CG:-0} == 1 ]]; then
         # shellcheck disable=SC2206 # CG_OPTS: words
         cmd=(valgrind --tool=callgrind --cache-sim="$CG_CACHE" $CG_OPTS --dump-instr=no --callgrind-out-file="$OUT/cg.out.%p" "${cmd[@]}")
     fi
     (ulimit -n $((conns + 512)) && exec "${cmd[@]}") >"$RUN/server.log" 2>&1 </dev/null 9>&- &
     SRV_PID=$!
-    local deadline=$((SECONDS + READY_TIMEOUT * (${CG:-0} == 1 ? 4 : 1)))
-    while ((SECONDS < deadline)); do
-        kill -0 "$SRV_PID" 2>/dev/null || { tail -5 "$RUN/server.log" >&2; die "$SERVER exited"; }
-        [[ $(curl -sk --max-time $((${CG:-0} == 1 ? 5 : 1)) "https://127.0.0.1:$PORT/" 2>/dev/null) != "Hello, World!" ]] || return 0
-        sleep 0.1
-    done
-    die "$SERVER did not answer within ${READY_TIMEOUT}s"
+    wait_https "$SRV_PID" "$PORT" $((READY_TIMEOUT * (${CG:-0} == 1 ? 4 : 1))) "$RUN/server.log" \
+        $((${CG:-0} == 1 ? 5 : 1)) || die "$SERVER did not start"
 }
 
 # The processes perf and strace attach to: magpied's PID, nginx's workers.

@@ -48,6 +48,8 @@ die() { printf 'tls-instructions.sh: %s\n' "$*" >&2; exit 1; }
 PROG=tls-instructions.sh
 # shellcheck source=loadtest/http/lib.sh
 source "$HERE/lib.sh"
+# shellcheck source=loadtest/http/tls-servers.sh
+source "$HERE/tls-servers.sh"
 
 for t in valgrind callgrind_control callgrind_annotate curl openssl ss flock timeout; do
     command -v "$t" >/dev/null || die "$t not found"
@@ -72,99 +74,18 @@ trap 'exit 143' TERM HUP
 
 bench_lock
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -keyout "$RUN/key.pem" -out "$RUN/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null || die "openssl req failed"
-cat "$RUN/cert.pem" "$RUN/key.pem" >"$RUN/haproxy.pem"
-mkdir -p "$RUN/www/static"
-head -c 1024 /dev/urandom >"$RUN/www/static/1k.bin"
+tls_site "$RUN" || die "openssl req failed"
 chmod -R a+rX "$RUN"
 
-start() { # NAME: under callgrind, on a free port
+start() { # NAME: under callgrind, on a free port, one worker (nginx: one process)
     local name=$1
-    local -a cmd
     PORT=$(free_port)
-    case $name in
-    magpied)
-        cat >"$RUN/magpied.conf" <<EOF
-[http]
-listen = 127.0.0.1:$(free_port)
-[echo]
-listen =
-[https]
-listen = 127.0.0.1:$PORT
-certificate = $RUN/cert.pem
-certificate_key = $RUN/key.pem
-[runtime]
-workers = 1
-[log]
-access_log = off
-[route = /]
-handler = text
-body = Hello, World!
-[route /static]
-handler = static
-root = $RUN/www
-EOF
-        cmd=("$MAGPIED" -c "$RUN/magpied.conf")
-        ;;
-    nginx)
-        cat >"$RUN/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $RUN/nginx.pid;
-error_log $RUN/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path $RUN/client_body;
-    proxy_temp_path $RUN/proxy;
-    fastcgi_temp_path $RUN/fastcgi;
-    uwsgi_temp_path $RUN/uwsgi;
-    scgi_temp_path $RUN/scgi;
-    server {
-        listen 127.0.0.1:$PORT ssl;
-        ssl_certificate $RUN/cert.pem;
-        ssl_certificate_key $RUN/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_session_tickets on;
-        location = / { default_type text/plain; return 200 "Hello, World!"; }
-        location /static/ { root $RUN/www; open_file_cache max=1000 inactive=20s; }
-    }
-}
-EOF
-        cmd=("$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log")
-        ;;
-    haproxy)
-        cat >"$RUN/haproxy.cfg" <<EOF
-global
-    maxconn 1000
-    nbthread 1
-defaults
-    mode http
-    timeout client 60s
-frontend fe
-    bind 127.0.0.1:$PORT ssl crt $RUN/haproxy.pem
-    http-request return status 200 content-type text/plain string "Hello, World!" if { path / }
-    http-request return status 200 content-type application/octet-stream file $RUN/www/static/1k.bin if { path /static/1k.bin }
-    http-request return status 404
-EOF
-        cmd=("$HAPROXY" -db -f "$RUN/haproxy.cfg")
-        ;;
-    *) die "unknown server $name" ;;
-    esac
+    NGINX_MASTER=off tls_server_conf "$name" "$RUN" "$PORT" 1 1000 || die "unknown server $name"
+    local -a cmd=("${TLS_CMD[@]}")
     valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$OUT/$name.cg.%p" \
         "${cmd[@]}" >>"$OUT/$name.log" 2>&1 </dev/null 9>&- &
     SRV_PID=$!
-    local deadline=$((SECONDS + READY_TIMEOUT))
-    while ((SECONDS < deadline)); do
-        kill -0 "$SRV_PID" 2>/dev/null || { tail "$OUT/$name.log" >&2; die "$name exited"; }
-        [[ $(curl -sk -m 5 "https://127.0.0.1:$PORT/" 2>/dev/null) == "Hello, World!" ]] && return
-        sleep 0.5
-    done
-    die "$name did not answer within ${READY_TIMEOUT}s"
+    wait_https "$SRV_PID" "$PORT" "$READY_TIMEOUT" "$OUT/$name.log" 5 || die "$name did not start"
 }
 
 load_args() { # SCENARIO

@@ -338,6 +338,7 @@ md_upstream_conn *md_upstream_pool_take(md_upstream_peer *p, uint64_t now_ms);
 void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms);
 /* Closes what take and put would (the health task's sweep, every second). */
 void md_upstream_pool_sweep(md_upstream_peer *p, uint64_t now_ms);
+/* Idle connections in p's pool (tests). */
 uint32_t md_upstream_pool_idle(md_upstream_peer *p);
 /* A new connection to p, connecting: 0 (poll mp_tcp_connect_poll), or a negative errno. */
 int md_upstream_conn_open(md_upstream_peer *p, md_upstream_conn **out);
