@@ -297,14 +297,17 @@ Test(tls, a_session_resumes_only_under_its_server_name, .timeout = 60)
     static const struct {
         const char *opts, *file, *made, *reused;
     } kinds[] = {
-        {"-ign_eof", "n13.pem", "New, TLSv1.3", "Reused, TLSv1.3"},
+        {"-tls1_3", "n13.pem", "New, TLSv1.3", "Reused, TLSv1.3"},
         {"-tls1_2", "n12.pem", "New, TLSv1.2", "Reused, TLSv1.2"},
         {"-tls1_2 -no_ticket", "nid.pem", "New, TLSv1.2", "Reused, TLSv1.2"},
     };
     char args[PKI_DIR_MAX + 200];
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        snprintf(args, sizeof args, "%s -servername a.example -sess_out '%s/%s'", kinds[i].opts,
-                 dir, kinds[i].file);
+        /* The session is kept once the response has come (a TLS 1.3 ticket arrives after the
+         * handshake); the resumptions below end at their handshake (no -ign_eof: stdin's EOF
+         * closes them, rather than the client's timeout). */
+        snprintf(args, sizeof args, "%s -ign_eof -servername a.example -sess_out '%s/%s'",
+                 kinds[i].opts, dir, kinds[i].file);
         char *out = s_client(&d, ASK_AND_CLOSE, args);
         cr_assert(strstr(out, kinds[i].made), "%s", out);
         snprintf(args, sizeof args, "%s -servername b.example -sess_in '%s/%s'", kinds[i].opts, dir,
