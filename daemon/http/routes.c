@@ -598,6 +598,10 @@ void md_routes_prepare(md_route_table *t)
         }
         t->order[j] = (uint8_t)i;
     }
+    for (uint32_t i = 0; i < t->n; i++) {
+        const md_route *r = &t->r[t->order[i]];
+        t->probe[i] = (struct md_route_probe){r->path_len, r->site, t->order[i]};
+    }
     allow_text(any, t->allow_any, sizeof t->allow_any);
 }
 
@@ -610,11 +614,12 @@ const md_route *md_routes_find_in(const md_route_table *t, unsigned site, const 
                                   size_t len)
 {
     for (uint32_t i = 0; i < t->n; i++) {
-        const md_route *r = &t->r[t->order[i]];
-        size_t n = r->path_len;
-        if (r->site != site)
+        const struct md_route_probe *k = &t->probe[i];
+        size_t n = k->path_len;
+        if (n > len || k->site != site)
             continue;
-        if (n > len || memcmp(r->path, path, n) != 0)
+        const md_route *r = &t->r[k->index];
+        if (memcmp(r->path, path, n) != 0)
             continue;
         if (n == len)
             return r;

@@ -76,6 +76,14 @@ typedef struct md_route_table {
     uint64_t id; /* unique per prepared table: tags this table's canned responses */
     md_route r[MD_ROUTES_MAX];
     uint8_t order[MD_ROUTES_MAX]; /* indices into r, longest path first, exact before prefix */
+    /* The lookup's view of r in that order (md_routes_prepare): what md_routes_find_in()
+     * tests before it reads a route, so that it touches only the routes whose path may match
+     * (a route is ~2 KiB, each on lines of its own). */
+    struct md_route_probe {
+        uint16_t path_len;
+        uint8_t site;
+        uint8_t index;
+    } probe[MD_ROUTES_MAX];
     char allow_any[MD_ROUTE_ALLOW_MAX]; /* for OPTIONS *: every method some route allows */
     /* [site NAME] sections (sites.h): sites[0] is the default site; nsites 0: no [site] */
     uint32_t nsites;
