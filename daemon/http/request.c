@@ -914,28 +914,6 @@ void md__http_req_route(md_http_req *r)
                       r->route->auth.realm[0] != '\0' && !authorized(r, r->route);
 }
 
-unsigned md__http_req_refusal(const md_http_req *r)
-{
-    const md_route *route = r->route;
-    if (r->asterisk)
-        return 0;
-    if (r->path_bad)
-        return 400;
-    if (r->misdirected)
-        return 421;
-    if (route == NULL)
-        return 404;
-    if (r->limited)
-        return 429;
-    if (r->forbidden)
-        return 403;
-    if (r->unauthorized)
-        return 401;
-    if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
-        return 405;
-    return 0;
-}
-
 int md__http_req_head(md_http_req *r, uint64_t length, bool chunked)
 {
     const md_route *route = r->route;

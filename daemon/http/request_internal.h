@@ -170,7 +170,27 @@ void md__http_req_route(md_http_req *r);
  * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
  * 401 for credentials its auth_basic refuses (http/auth_basic.h), 405; 0 when the request
  * goes on (to its handler, or to the core's OPTIONS). */
-unsigned md__http_req_refusal(const md_http_req *r);
+static inline unsigned md__http_req_refusal(const md_http_req *r)
+{
+    const md_route *route = r->route;
+    if (r->asterisk)
+        return 0;
+    if (r->path_bad)
+        return 400;
+    if (r->misdirected)
+        return 421;
+    if (route == NULL)
+        return 404;
+    if (r->limited)
+        return 429;
+    if (r->forbidden)
+        return 403;
+    if (r->unauthorized)
+        return 401;
+    if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
+        return 405;
+    return 0;
+}
 /* Whether the head goes to the route's handler: it has an on_head, the client is let in and
  * the route takes the method. Then md__http_req_refusal() is 0 (a route was found, so the path
  * decoded and the target is not "*"), and the protocol need not ask it. */
