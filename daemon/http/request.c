@@ -53,9 +53,8 @@ void md_http_limits_default(md_http_limits *l)
     l->send_buffer = 65536;
 }
 
-void md__http_req_fini(md_http_req *r)
+void md__http_req_release(md_http_req *r)
 {
-    /* Tested first: on the keep-alive path neither is held, and free(NULL) is still a call. */
     if (r->body != NULL) {
         free(r->body);
         r->body = NULL;

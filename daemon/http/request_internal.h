@@ -152,8 +152,14 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
  * marked cut (real_ip.h). */
 void md__http_req_keep(md_http_req *r, unsigned f, const char *at, size_t len);
 
-/* Releases what the request holds before its state is given back. */
-void md__http_req_fini(md_http_req *r);
+/* Releases what the request holds before its state is given back: inline, since on the
+ * keep-alive path it holds nothing (md__http_req_release() frees what it does). */
+void md__http_req_release(md_http_req *r);
+static inline void md__http_req_fini(md_http_req *r)
+{
+    if (r->body != NULL || r->kept != NULL || r->zs != NULL || r->trailers != NULL)
+        md__http_req_release(r);
+}
 
 /* Whether the response now being written ends the connection. */
 static inline bool md__http_req_closes(const md_http_req *r)

@@ -53,27 +53,6 @@ static int hex(unsigned ch)
     return -1;
 }
 
-bool md_path_is_normal(const char *in, size_t len)
-{
-    if (len == 0 || in[0] != '/')
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char ch = in[i];
-        if (ch == '%')
-            return false;
-        if (ch == '/' && i + 1 < len) {
-            char n = in[i + 1];
-            if (n == '/')
-                return false;
-            /* "/." followed by the end, '/', or ".": a dot segment */
-            if (n == '.' && (i + 2 == len || in[i + 2] == '/' ||
-                             (in[i + 2] == '.' && (i + 3 == len || in[i + 3] == '/'))))
-                return false;
-        }
-    }
-    return true;
-}
-
 int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len)
 {
     if (len == 0 || in[0] != '/')

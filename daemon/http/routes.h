@@ -164,7 +164,27 @@ static inline bool md_route_allows(const md_route *r, unsigned method)
 int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len);
 
 /* Whether the raw path is already what md_path_normalise() would make of it (no '%', no "//",
- * no "." or ".." segment): the common case, which needs no copy. */
-bool md_path_is_normal(const char *in, size_t len);
+ * no "." or ".." segment): the common case, which needs no copy.
+ * Inline: asked of every request's path (md__http_req_route). */
+static inline bool md_path_is_normal(const char *in, size_t len)
+{
+    if (len == 0 || in[0] != '/')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = in[i];
+        if (ch == '%')
+            return false;
+        if (ch == '/' && i + 1 < len) {
+            char n = in[i + 1];
+            if (n == '/')
+                return false;
+            /* "/." followed by the end, '/', or ".": a dot segment */
+            if (n == '.' && (i + 2 == len || in[i + 2] == '/' ||
+                             (in[i + 2] == '.' && (i + 3 == len || in[i + 3] == '/'))))
+                return false;
+        }
+    }
+    return true;
+}
 
 #endif
