@@ -2,9 +2,11 @@
  * rules every lookup goes through.
  *
  * A table holds at most MD_ROUTES_MAX routes, kept in order[] longest path first (exact before
- * prefix at equal length), so the lookup is one scan that stops at the first match: for the
- * shipped four exact routes, a length compare and at most one memcmp each. md_path_is_normal()
- * lets the usual path ("/", "/metrics") through without a copy.
+ * prefix at equal length), so the lookup is one scan that stops at the first match: over
+ * probe[] (each route's length and site, in that order), with a memcmp of the route's path
+ * only where those fit; for the shipped four exact routes, a length compare each and one
+ * memcmp. md_path_is_normal() (routes.h) lets the usual path ("/", "/metrics") through
+ * without a copy.
  */
 #include "http/routes.h"
 
