@@ -109,17 +109,25 @@ unsigned md_metrics_bucket(uint64_t ns);
 /* Bucket i's le label ("0.001", "+Inf" for MD_METRICS_BUCKETS). */
 const char *md_metrics_bucket_le(unsigned i);
 
-/* Adds n to a counter of the calling thread's shard (md_metrics_local()). */
-static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
+/* md_metrics_add() with the thread's md_metrics_self.owned read by the caller: one that adds
+ * several counters in a row reads it once (after each atomic store the compiler would read the
+ * thread-local flag again). */
+static inline void md_metrics_add_as(atomic_uint_fast64_t *counter, uint64_t n, bool owned)
 {
     /* Relaxed: a monotonic counter publishes nothing else. An owner is the shard's only
      * writer, so its add needs no read-modify-write; the scrape's relaxed loads see either
      * value, never a torn one. */
-    if (md_metrics_self.owned)
+    if (owned)
         atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
                               memory_order_relaxed);
     else
         atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* Adds n to a counter of the calling thread's shard (md_metrics_local()). */
+static inline void md_metrics_add(atomic_uint_fast64_t *counter, uint64_t n)
+{
+    md_metrics_add_as(counter, n, md_metrics_self.owned);
 }
 
 /* The slot of the route labelled label: the same slot for the same label for the process's
@@ -132,10 +140,11 @@ unsigned md_metrics_route_slot(md_metrics *m, const char *label);
 static inline void md_metrics_route_response(md_metrics_shard *s, unsigned slot, unsigned cls,
                                              unsigned bucket, uint64_t ns)
 {
+    bool owned = md_metrics_self.owned;
     md_metrics_route *r = &s->routes[slot < MD_METRICS_ROUTES ? slot : MD_METRICS_ROUTES - 1];
-    md_metrics_add(&r->responses[cls], 1);
-    md_metrics_add(&r->latency[bucket], 1);
-    md_metrics_add(&r->latency_sum_ns, ns);
+    md_metrics_add_as(&r->responses[cls], 1, owned);
+    md_metrics_add_as(&r->latency[bucket], 1, owned);
+    md_metrics_add_as(&r->latency_sum_ns, ns, owned);
 }
 
 /* A request of the route in slot refused by its rate limit. */

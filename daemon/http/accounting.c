@@ -51,17 +51,17 @@ void md__http_account_response(md_http_req *r, unsigned code, uint64_t body_byte
     if (srv->metrics == NULL)
         return;
     md_metrics_shard *s = md_metrics_local(srv->metrics);
+    bool owned = md_metrics_self.owned;
     /* Classes 1xx .. 5xx; a code outside them counts as 5xx. */
     unsigned cls = code / 100 - 1;
-    md_metrics_add(&s->responses[cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1],
-                   1);
+    if (cls >= MD_HTTP_STATUS_CLASSES)
+        cls = MD_HTTP_STATUS_CLASSES - 1;
+    md_metrics_add_as(&s->responses[cls], 1, owned);
     unsigned bucket = md_metrics_bucket(ns);
-    md_metrics_add(&s->latency[bucket], 1);
-    md_metrics_add(&s->latency_sum_ns, ns);
+    md_metrics_add_as(&s->latency[bucket], 1, owned);
+    md_metrics_add_as(&s->latency_sum_ns, ns, owned);
     if (r->route != NULL)
-        md_metrics_route_response(s, r->route->metric_slot,
-                                  cls < MD_HTTP_STATUS_CLASSES ? cls : MD_HTTP_STATUS_CLASSES - 1,
-                                  bucket, ns);
+        md_metrics_route_response(s, r->route->metric_slot, cls, bucket, ns);
 }
 
 void md__http_account_bytes(const md_http_server *srv, unsigned listener, size_t in, size_t out)
@@ -70,8 +70,9 @@ void md__http_account_bytes(const md_http_server *srv, unsigned listener, size_t
     if (m == NULL)
         return;
     md_metrics_shard *s = md_metrics_local(m);
+    bool owned = md_metrics_self.owned;
     if (in != 0)
-        md_metrics_add(&s->bytes_in[listener], in);
+        md_metrics_add_as(&s->bytes_in[listener], in, owned);
     if (out != 0)
-        md_metrics_add(&s->bytes_out[listener], out);
+        md_metrics_add_as(&s->bytes_out[listener], out, owned);
 }

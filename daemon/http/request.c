@@ -53,9 +53,8 @@ void md_http_limits_default(md_http_limits *l)
     l->send_buffer = 65536;
 }
 
-void md__http_req_fini(md_http_req *r)
+void md__http_req_release(md_http_req *r)
 {
-    /* Tested first: on the keep-alive path neither is held, and free(NULL) is still a call. */
     if (r->body != NULL) {
         free(r->body);
         r->body = NULL;
@@ -912,28 +911,6 @@ void md__http_req_route(md_http_req *r)
         admit(r, r->route);
     r->unauthorized = r->route != NULL && !r->forbidden && !r->limited &&
                       r->route->auth.realm[0] != '\0' && !authorized(r, r->route);
-}
-
-unsigned md__http_req_refusal(const md_http_req *r)
-{
-    const md_route *route = r->route;
-    if (r->asterisk)
-        return 0;
-    if (r->path_bad)
-        return 400;
-    if (r->misdirected)
-        return 421;
-    if (route == NULL)
-        return 404;
-    if (r->limited)
-        return 429;
-    if (r->forbidden)
-        return 403;
-    if (r->unauthorized)
-        return 401;
-    if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
-        return 405;
-    return 0;
 }
 
 int md__http_req_head(md_http_req *r, uint64_t length, bool chunked)

@@ -152,8 +152,14 @@ static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct
  * marked cut (real_ip.h). */
 void md__http_req_keep(md_http_req *r, unsigned f, const char *at, size_t len);
 
-/* Releases what the request holds before its state is given back. */
-void md__http_req_fini(md_http_req *r);
+/* Releases what the request holds before its state is given back: inline, since on the
+ * keep-alive path it holds nothing (md__http_req_release() frees what it does). */
+void md__http_req_release(md_http_req *r);
+static inline void md__http_req_fini(md_http_req *r)
+{
+    if (r->body != NULL || r->kept != NULL || r->zs != NULL || r->trailers != NULL)
+        md__http_req_release(r);
+}
 
 /* Whether the response now being written ends the connection. */
 static inline bool md__http_req_closes(const md_http_req *r)
@@ -170,7 +176,27 @@ void md__http_req_route(md_http_req *r);
  * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
  * 401 for credentials its auth_basic refuses (http/auth_basic.h), 405; 0 when the request
  * goes on (to its handler, or to the core's OPTIONS). */
-unsigned md__http_req_refusal(const md_http_req *r);
+static inline unsigned md__http_req_refusal(const md_http_req *r)
+{
+    const md_route *route = r->route;
+    if (r->asterisk)
+        return 0;
+    if (r->path_bad)
+        return 400;
+    if (r->misdirected)
+        return 421;
+    if (route == NULL)
+        return 404;
+    if (r->limited)
+        return 429;
+    if (r->forbidden)
+        return 403;
+    if (r->unauthorized)
+        return 401;
+    if (r->method != MD_OPTIONS && !md_route_allows(route, r->method))
+        return 405;
+    return 0;
+}
 /* Whether the head goes to the route's handler: it has an on_head, the client is let in and
  * the route takes the method. Then md__http_req_refusal() is 0 (a route was found, so the path
  * decoded and the target is not "*"), and the protocol need not ask it. */

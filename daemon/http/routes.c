@@ -2,9 +2,11 @@
  * rules every lookup goes through.
  *
  * A table holds at most MD_ROUTES_MAX routes, kept in order[] longest path first (exact before
- * prefix at equal length), so the lookup is one scan that stops at the first match: for the
- * shipped four exact routes, a length compare and at most one memcmp each. md_path_is_normal()
- * lets the usual path ("/", "/metrics") through without a copy.
+ * prefix at equal length), so the lookup is one scan that stops at the first match: over
+ * probe[] (each route's length and site, in that order), with a memcmp of the route's path
+ * only where those fit; for the shipped four exact routes, a length compare each and one
+ * memcmp. md_path_is_normal() (routes.h) lets the usual path ("/", "/metrics") through
+ * without a copy.
  */
 #include "http/routes.h"
 
@@ -51,27 +53,6 @@ static int hex(unsigned ch)
     if (ch >= 'a' && ch <= 'f')
         return (int)(ch - 'a' + 10);
     return -1;
-}
-
-bool md_path_is_normal(const char *in, size_t len)
-{
-    if (len == 0 || in[0] != '/')
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char ch = in[i];
-        if (ch == '%')
-            return false;
-        if (ch == '/' && i + 1 < len) {
-            char n = in[i + 1];
-            if (n == '/')
-                return false;
-            /* "/." followed by the end, '/', or ".": a dot segment */
-            if (n == '.' && (i + 2 == len || in[i + 2] == '/' ||
-                             (in[i + 2] == '.' && (i + 3 == len || in[i + 3] == '/'))))
-                return false;
-        }
-    }
-    return true;
 }
 
 int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len)
@@ -598,6 +579,10 @@ void md_routes_prepare(md_route_table *t)
         }
         t->order[j] = (uint8_t)i;
     }
+    for (uint32_t i = 0; i < t->n; i++) {
+        const md_route *r = &t->r[t->order[i]];
+        t->probe[i] = (struct md_route_probe){r->path_len, r->site, t->order[i]};
+    }
     allow_text(any, t->allow_any, sizeof t->allow_any);
 }
 
@@ -610,11 +595,12 @@ const md_route *md_routes_find_in(const md_route_table *t, unsigned site, const 
                                   size_t len)
 {
     for (uint32_t i = 0; i < t->n; i++) {
-        const md_route *r = &t->r[t->order[i]];
-        size_t n = r->path_len;
-        if (r->site != site)
+        const struct md_route_probe *k = &t->probe[i];
+        size_t n = k->path_len;
+        if (n > len || k->site != site)
             continue;
-        if (n > len || memcmp(r->path, path, n) != 0)
+        const md_route *r = &t->r[k->index];
+        if (memcmp(r->path, path, n) != 0)
             continue;
         if (n == len)
             return r;

@@ -76,6 +76,14 @@ typedef struct md_route_table {
     uint64_t id; /* unique per prepared table: tags this table's canned responses */
     md_route r[MD_ROUTES_MAX];
     uint8_t order[MD_ROUTES_MAX]; /* indices into r, longest path first, exact before prefix */
+    /* The lookup's view of r in that order (md_routes_prepare): what md_routes_find_in()
+     * tests before it reads a route, so that it touches only the routes whose path may match
+     * (a route is ~2 KiB, each on lines of its own). */
+    struct md_route_probe {
+        uint16_t path_len;
+        uint8_t site;
+        uint8_t index;
+    } probe[MD_ROUTES_MAX];
     char allow_any[MD_ROUTE_ALLOW_MAX]; /* for OPTIONS *: every method some route allows */
     /* [site NAME] sections (sites.h): sites[0] is the default site; nsites 0: no [site] */
     uint32_t nsites;
@@ -156,7 +164,27 @@ static inline bool md_route_allows(const md_route *r, unsigned method)
 int md_path_normalise(const char *in, size_t len, char *out, size_t *out_len);
 
 /* Whether the raw path is already what md_path_normalise() would make of it (no '%', no "//",
- * no "." or ".." segment): the common case, which needs no copy. */
-bool md_path_is_normal(const char *in, size_t len);
+ * no "." or ".." segment): the common case, which needs no copy.
+ * Inline: asked of every request's path (md__http_req_route). */
+static inline bool md_path_is_normal(const char *in, size_t len)
+{
+    if (len == 0 || in[0] != '/')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = in[i];
+        if (ch == '%')
+            return false;
+        if (ch == '/' && i + 1 < len) {
+            char n = in[i + 1];
+            if (n == '/')
+                return false;
+            /* "/." followed by the end, '/', or ".": a dot segment */
+            if (n == '.' && (i + 2 == len || in[i + 2] == '/' ||
+                             (in[i + 2] == '.' && (i + 3 == len || in[i + 3] == '/'))))
+                return false;
+        }
+    }
+    return true;
+}
 
 #endif

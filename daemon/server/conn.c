@@ -169,20 +169,37 @@ static mp_poll send_wait(md_conn *c, mp_context *cx, size_t done, int *err)
     return MP_READY;
 }
 
-static mp_poll conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, bool more,
+static mp_poll write_poll(md_conn *c, mp_context *cx, const char *data, size_t len, bool more,
                           int *err)
 {
+    return (more ? mp_tcp_write_more_poll : mp_tcp_write_poll)(&c->tcp, cx, data, len, err);
+}
+
+/* conn_write() once the peer has held a write back: wait within the limits, send again. Out of
+ * line, so that the write the kernel takes at once (nearly all) pays for no loop's frame. */
+__attribute__((noinline)) static mp_poll
+conn_write_wait(md_conn *c, mp_context *cx, const char *data, size_t len, bool more, int *err)
+{
     for (;;) {
-        if ((more ? mp_tcp_write_more_poll : mp_tcp_write_poll)(&c->tcp, cx, data, len, err) ==
-            MP_READY) {
-            c->send_blocked = false;
-            return MP_READY;
-        }
         if (send_wait(c, cx, mp_tcp_write_progress(&c->tcp), err) == MP_PENDING)
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
+        if (write_poll(c, cx, data, len, more, err) == MP_READY) {
+            c->send_blocked = false;
+            return MP_READY;
+        }
     }
+}
+
+static mp_poll conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, bool more,
+                          int *err)
+{
+    if (write_poll(c, cx, data, len, more, err) == MP_READY) {
+        c->send_blocked = false;
+        return MP_READY;
+    }
+    return conn_write_wait(c, cx, data, len, more, err);
 }
 
 mp_poll md_conn_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)

@@ -4,9 +4,12 @@
 #
 #   loadtest/http/instructions.sh                  both servers, defaults below
 #   DURATION=30 CONNS=16 loadtest/http/instructions.sh
+#   SERVERS="magpied floor nginx" loadtest/http/instructions.sh    nginx beside them
 #
 # For each server, started on 127.0.0.1 and a free port (magpied: 1 worker, access log off,
-# the echo listener off, its config copied to a temporary directory):
+# the echo listener off, its config copied to a temporary directory; nginx: peers/nginx's
+# configuration with one process, master_process off, so that callgrind sees the one that
+# serves):
 #
 #  1. under valgrind --tool=callgrind: warm up with wrk for WARMUP seconds, zero the counters
 #     (callgrind_control -z), run wrk -t1 -c CONNS for DURATION seconds, dump (callgrind_control
@@ -36,6 +39,7 @@ READY_TIMEOUT=${READY_TIMEOUT:-60}
 SERVERS=${SERVERS:-magpied floor}
 MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
 MAGPIED_CONF=${MAGPIED_CONF:-$ROOT/config/magpied.conf}
+NGINX=${NGINX:-/usr/sbin/nginx}
 LLHTTP_DIR=${LLHTTP_DIR:-/usr/share/llhttp}
 LLHTTP_INC_DIR=${LLHTTP_INC_DIR:-/usr/share/include/llhttp}
 OUTDIR=${OUTDIR:-$ROOT/build/loadtest}
@@ -92,6 +96,14 @@ start() {
             --set "echo.listen=" --set runtime.workers=1 --set log.access_log=off)
         ;;
     floor) cmd=("$FLOOR_DIR/floor" "$port") ;;
+    nginx)
+        [[ -x $NGINX ]] || die "nginx not found at $NGINX"
+        mkdir -p "$TMP/nginx"
+        sed -e "s/@WORKERS@/1/" -e "s/@PORT@/$port/" -e "s#@RUNDIR@#$TMP/nginx#g" \
+            -e "s/^master_process on;/master_process off;/" \
+            "$HERE/../peers/nginx/nginx.conf.in" >"$TMP/nginx/nginx.conf"
+        cmd=("$NGINX" -p "$TMP/nginx/" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log")
+        ;;
     *) die "unknown server $name" ;;
     esac
     "$@" "${cmd[@]}" >>"$RUN/$name.log" 2>&1 </dev/null 9>&- &
@@ -149,13 +161,15 @@ for name in $SERVERS; do
 done
 
 {
-    echo "| server | requests (callgrind) | instructions/request | ratio to floor | requests (strace) | syscalls/request |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| server | requests (callgrind) | instructions/request | ratio to floor | ratio to nginx | requests (strace) | syscalls/request |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
     for name in $SERVERS; do
         awk -v n="$name" -v r="${REQ[$name]}" -v i="${IR[$name]}" -v fr="${REQ[floor]:-0}" \
-            -v fi="${IR[floor]:-0}" -v sr="${SREQ[$name]}" -v s="${SYS[$name]}" 'BEGIN {
+            -v fi="${IR[floor]:-0}" -v nr="${REQ[nginx]:-0}" -v ni="${IR[nginx]:-0}" \
+            -v sr="${SREQ[$name]}" -v s="${SYS[$name]}" 'BEGIN {
             ratio = (fr > 0 && fi > 0) ? sprintf("%.2f", (i / r) / (fi / fr)) : "-"
-            printf "| %s | %d | %.0f | %s | %d | %.2f |\n", n, r, i / r, ratio, sr, s / sr }'
+            nratio = (nr > 0 && ni > 0) ? sprintf("%.2f", (i / r) / (ni / nr)) : "-"
+            printf "| %s | %d | %.0f | %s | %s | %d | %.2f |\n", n, r, i / r, ratio, nratio, sr, s / sr }'
     done
 } | tee "$RUN/table.md"
 

@@ -36,24 +36,31 @@ static void drain(mp__tcache *tc)
 
 static mp__tcache_class threads = MP__TCACHE_CLASS_INIT(NULL, drain);
 
-/* The cache's slot index, 0 .. MP_BLOCK_CACHES - 1; UINT_MAX when the process has used up its
- * caches (then the cache is plain malloc and free). */
-static unsigned id_of(mp_block_cache *c)
+/* id_of()'s first use of a cache: its number, by a CAS from 0. */
+static unsigned id_assign(mp_block_cache *c)
 {
-    /* Relaxed: the id is a number, published with nothing else; a racing first use sees
-     * either 0 (and CASes below) or the number. */
-    unsigned id = atomic_load_explicit(&c->id_, memory_order_relaxed);
-    if (id != 0)
-        return id <= MP_BLOCK_CACHES ? id - 1 : UINT_MAX;
     unsigned mine = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed) + 1;
     if (mine > MP_BLOCK_CACHES)
         mine = MP_BLOCK_CACHES + 1; /* none left: never cached */
     unsigned expected = 0;
-    /* Relaxed: see above; the loser takes the winner's number. */
+    /* Relaxed: see id_of(); the loser takes the winner's number. */
     if (!atomic_compare_exchange_strong_explicit(&c->id_, &expected, mine, memory_order_relaxed,
                                                  memory_order_relaxed))
         mine = expected;
     return mine > MP_BLOCK_CACHES ? UINT_MAX : mine - 1;
+}
+
+/* The cache's slot index, 0 .. MP_BLOCK_CACHES - 1; UINT_MAX when the process has used up its
+ * caches (then the cache is plain malloc and free). Inline, one compare when the cache has its
+ * number: take and give run once per request each (loadtest/http/instructions.sh). */
+static inline unsigned id_of(mp_block_cache *c)
+{
+    /* Relaxed: the id is a number, published with nothing else; a racing first use sees
+     * either 0 (and CASes in id_assign()) or the number. */
+    unsigned id = atomic_load_explicit(&c->id_, memory_order_relaxed);
+    if (id - 1 < MP_BLOCK_CACHES) /* 0 wraps round: not assigned yet */
+        return id - 1;
+    return id != 0 ? UINT_MAX : id_assign(c);
 }
 
 void *mp_block_cache_take(mp_block_cache *c)
