@@ -64,6 +64,8 @@
 #define SEND_FIRST (16u * 1024u)
 /* The connection's receive window, for all its streams' bodies together. */
 #define CONN_WINDOW (1u << 20)
+/* The stream ids a client skipped that a connection remembers (the latest gaps). */
+#define ID_GAPS 4
 
 static _Atomic uint64_t h2_conns, h2_streams, h2_refused;
 
@@ -115,18 +117,21 @@ struct md_h2_conn {
     md_http_server *srv;
     md_http_conn *hc;
     uint64_t now_ns;
-    uint64_t recv_ns;   /* the last bytes read */
-    uint64_t sent_ns;   /* the last DATA a stream sent, or when its wait for a window began */
-    uint64_t idle_ns;   /* when the last stream closed (or the session began) */
-    uint64_t tokens_ns; /* the cheap-frame bucket's last refill */
-    uint32_t tokens;    /* the cheap-frame bucket */
-    uint32_t nstreams;  /* streams with a block */
-    uint64_t requests;  /* streams begun */
-    bool refused;       /* ended on the peer's account (flood, abuse) */
-    bool draining;      /* GOAWAY for a graceful stop went */
-    md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
-    size_t send_max;    /* ... and its bound */
-    h2_stream *streams; /* every stream with a block */
+    uint64_t recv_ns;         /* the last bytes read */
+    uint64_t sent_ns;         /* the last DATA a stream sent, or when its wait for a window began */
+    uint64_t idle_ns;         /* when the last stream closed (or the session began) */
+    uint64_t tokens_ns;       /* the cheap-frame bucket's last refill */
+    uint32_t tokens;          /* the cheap-frame bucket */
+    uint32_t nstreams;        /* streams with a block */
+    uint64_t requests;        /* streams begun */
+    int32_t last_id;          /* the highest stream id of the peer's HEADERS */
+    uint8_t gap_next;         /* the slot in gaps the next skip takes */
+    int32_t gaps[ID_GAPS][2]; /* the ids skipped, first and last: no stream was ever opened */
+    bool refused;             /* ended on the peer's account (flood, abuse) */
+    bool draining;            /* GOAWAY for a graceful stop went */
+    md_outbuf *sending;       /* md_h2_conn_send's output, for data_send */
+    size_t send_max;          /* ... and its bound */
+    h2_stream *streams;       /* every stream with a block */
 };
 
 bool md_h2_is_preface(const char *data, size_t len)
@@ -793,6 +798,35 @@ static bool cheap_frame(md_h2_conn *h)
     return true;
 }
 
+/* A HEADERS whose stream id is below the peer's highest and one it skipped opens a stream
+ * out of order: a connection error PROTOCOL_ERROR (RFC 9113 5.1.1). nghttp2 ignores a HEADERS
+ * for any stream below the highest it no longer holds (it cannot tell one it reset, whose
+ * trailers may still come and must be ignored, from one never opened): the ids the peer
+ * skipped are remembered here, the latest ID_GAPS runs of them, to tell. */
+static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *user)
+{
+    md_h2_conn *h = user;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || id <= 0 || id % 2 == 0)
+        return 0; /* stream 0 and even ids: nghttp2's errors */
+    if (id > h->last_id) {
+        int32_t next = h->last_id > 0 ? h->last_id + 2 : 1; /* client ids are odd */
+        if (id > next) {
+            h->gaps[h->gap_next][0] = next;
+            h->gaps[h->gap_next][1] = id - 2;
+            h->gap_next = (uint8_t)((h->gap_next + 1) % ID_GAPS);
+        }
+        h->last_id = id;
+        return 0;
+    }
+    for (unsigned i = 0; i < ID_GAPS; i++)
+        if (id >= h->gaps[i][0] && id <= h->gaps[i][1]) {
+            (void)nghttp2_session_terminate_session(s, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+    return 0;
+}
+
 static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
     (void)s; /* the session is h's */
@@ -1122,6 +1156,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint
         free(h);
         return -ENOMEM;
     }
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);

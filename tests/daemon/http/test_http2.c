@@ -604,6 +604,44 @@ Test(http2, empty_data_flood_ends_with_goaway)
     expect_no_leaks();
 }
 
+/* A HEADERS on a stream id the client skipped (RFC 9113 5.1.1: ids only grow) is a connection
+ * error PROTOCOL_ERROR; nghttp2 alone ignores it. One on an id the client did open (trailers
+ * for a stream since reset) is not. */
+static uint32_t skipped_id_verdict(uint32_t first, uint32_t second)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1024];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    static const unsigned char block[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'}; /* GET / */
+    const uint8_t flags = NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM;
+    n += frame(buf + n, NGHTTP2_HEADERS, flags, first, block, sizeof block);
+    n += frame(buf + n, NGHTTP2_HEADERS, flags, second, block, sizeof block);
+    cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = UINT32_MAX;
+    (void)find_goaway(&out, &code);
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    return code;
+}
+
+Test(http2, headers_on_a_skipped_stream_id_is_a_protocol_error)
+{
+    cr_assert_eq(skipped_id_verdict(5, 3), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(skipped_id_verdict(0x7fffffff, 1), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(skipped_id_verdict(1, 3), UINT32_MAX, "ids in order: no GOAWAY");
+    expect_no_leaks();
+}
+
 Test(http2, zero_window_hits_the_send_deadline)
 {
     struct client c;
