@@ -73,29 +73,31 @@ typedef struct h2_stream {
     struct md_h2_conn *h;
     struct h2_stream *prev, *next;
     int32_t id;
-    uint16_t status;   /* an error decided while the head came (431, 414, 400, 501, 413) */
-    bool head_done;    /* the header block is complete */
-    bool req_done;     /* END_STREAM came */
-    bool early;        /* answered (or reset) before its body: the rest of it is dropped */
-    bool answered;     /* the response's HEADERS were submitted */
-    bool has_body;     /* ... with a data source */
-    bool resp_done;    /* the handler is done: the source ends once out is drained */
-    bool deferred;     /* the source said NGHTTP2_ERR_DEFERRED */
-    bool blocked;      /* its handler's io->write found out full */
-    bool more;         /* its handler said MD_PENDING_MORE */
-    bool reset;        /* RST_STREAM submitted */
-    bool has_length;   /* content-length came */
-    bool trailer;      /* a trailer field came: the body's trailers are announced */
-    bool kept_target;  /* :path begins r.kept (keep_fields) */
-    bool kept_host;    /* ... and :authority as Host follows it */
-    uint32_t fields;   /* header fields */
-    uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
-    uint64_t length;   /* content-length */
-    uint64_t body;     /* DATA bytes so far */
-    uint64_t body_ns;  /* when the head completed (min_body_rate's base) */
-    size_t unconsumed; /* DATA bytes not yet given back to the windows */
-    md_outbuf out;     /* the response body owed */
-    md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
+    uint16_t status;    /* an error decided while the head came (431, 414, 400, 501, 413) */
+    bool head_done;     /* the header block is complete */
+    bool req_done;      /* END_STREAM came */
+    bool early;         /* answered (or reset) before its body: the rest of it is dropped */
+    bool answered;      /* the response's HEADERS were submitted */
+    bool has_body;      /* ... with a data source */
+    bool resp_done;     /* the handler is done: the source ends once out is drained */
+    bool deferred;      /* the source said NGHTTP2_ERR_DEFERRED */
+    bool blocked;       /* its handler's io->write found out full */
+    bool more;          /* its handler said MD_PENDING_MORE */
+    bool reset;         /* RST_STREAM submitted */
+    bool has_length;    /* content-length came */
+    bool trailer;       /* a trailer field came: the body's trailers are announced */
+    bool kept_target;   /* :path begins r.kept (keep_fields) */
+    bool kept_host;     /* ... and :authority as Host follows it */
+    bool malformed;     /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
+    uint32_t host_full; /* the authority's length, :authority's or Host's (r.host: its start) */
+    uint32_t fields;    /* header fields */
+    uint64_t hbytes;    /* header list size (RFC 9113 6.5.2) */
+    uint64_t length;    /* content-length */
+    uint64_t body;      /* DATA bytes so far */
+    uint64_t body_ns;   /* when the head completed (min_body_rate's base) */
+    size_t unconsumed;  /* DATA bytes not yet given back to the windows */
+    md_outbuf out;      /* the response body owed */
+    md_outbuf in;       /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
     /* Bytes its handler lent (md_http_io.lend): owed after out's, written from where they are
      * into the connection's output; release(arg) once they all went, or at the stream's end. */
     const char *lent;
@@ -580,6 +582,10 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
     const md_http_limits *l = &h->srv->limits;
     st->head_done = true;
     st->body_ns = h->now_ns;
+    if (st->malformed) {
+        reset(st, NGHTTP2_PROTOCOL_ERROR);
+        return;
+    }
     if (st->status == 0 && !r->method_done)
         st->status = 501; /* a method magpied does not know */
     if (st->status == 0 && r->method == MD_CONNECT)
@@ -899,6 +905,18 @@ static void set_host(md_http_req *r, const uint8_t *v, size_t len)
     r->host_len = (uint16_t)n;
 }
 
+/* Whether a Host value names what :authority did (len bytes, r.host its first ones), case
+ * aside. */
+static bool same_authority(const md_http_req *r, uint32_t len, const uint8_t *v, size_t vlen)
+{
+    if (vlen != len)
+        return false;
+    for (size_t i = 0; i < r->host_len; i++)
+        if (md_ascii_lower((unsigned char)r->host[i]) != md_ascii_lower(v[i]))
+            return false;
+    return true;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
                      void *user)
@@ -928,8 +946,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             set_method(r, value, valuelen);
         else if (name_is(name, namelen, ":path"))
             st->status = (uint16_t)set_target(h, r, value, valuelen);
-        else if (name_is(name, namelen, ":authority"))
+        else if (name_is(name, namelen, ":authority")) {
             set_host(r, value, valuelen);
+            st->host_full = (uint32_t)valuelen;
+        }
         if (h->srv->keep_fields && st->status == 0 &&
             keep_pseudo(st, name, namelen, value, valuelen) != 0)
             st->status = 500;
@@ -939,9 +959,15 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         st->status = 500;
         return 0;
     }
-    if (name_is(name, namelen, "host")) { /* RFC 9113 8.3.1: :authority wins when both came */
-        if (r->host_len == 0)
+    if (name_is(name, namelen, "host")) {
+        /* RFC 9113 8.3.1: a Host that names another than :authority is malformed (as a
+         * second Host naming another over HTTP/1.1 is a 400). */
+        if (st->host_full == 0) {
             set_host(r, value, valuelen);
+            st->host_full = (uint32_t)valuelen;
+        } else if (!same_authority(r, st->host_full, value, valuelen)) {
+            st->malformed = true;
+        }
         return 0;
     }
     if (name_is(name, namelen, "trailer")) {

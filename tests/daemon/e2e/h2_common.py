@@ -63,6 +63,7 @@ def connect(port, cafile=None, alpn="h2"):
     """A connection to 127.0.0.1:port: plain (h2c by prior knowledge), or TLS with ALPN alpn
     offered and the server's certificate checked against cafile when cafile is given."""
     s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small frames go at once
     if cafile is None:
         return s
     import ssl

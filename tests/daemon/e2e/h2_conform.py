@@ -64,6 +64,7 @@ class Conn:
         self.block = b""  # a server header block waiting for its CONTINUATION
         self.server_settings = {}
         self.headers = {}  # stream -> the decoded fields of its last header block
+        self.credit = {}  # stream (0: the connection) -> the server's WINDOW_UPDATEs, summed
         self.deadline = time.time() + CASE_TIMEOUT
 
     def send(self, *frames):
@@ -111,6 +112,8 @@ class Conn:
                                              for k, v in fields]
         elif isinstance(f, SettingsFrame) and "ACK" not in f.flags:
             self.server_settings.update(f.settings)
+        elif isinstance(f, WindowUpdateFrame):
+            self.credit[f.stream_id] = self.credit.get(f.stream_id, 0) + f.window_increment
 
     def handshake(self, settings=None):
         """The prefaces and SETTINGS: ours (settings) sent, the server's acknowledged, ours
@@ -223,16 +226,19 @@ def response(c, sid, status=None):
         if f is None or f == "closed" or isinstance(f, GoAwayFrame) or (
                 isinstance(f, RstStreamFrame) and f.stream_id == sid):
             return False, describe(f) + (" after :status %s" % got if got else "")
+        if isinstance(f, DataFrame) and f.flow_controlled_length:
+            # Our windows given back (the connection's for any stream's DATA): the body
+            # comes whole however large.
+            c.send(WindowUpdateFrame(0, window_increment=f.flow_controlled_length).serialize())
+            if f.stream_id == sid:
+                c.send(WindowUpdateFrame(sid,
+                                         window_increment=f.flow_controlled_length).serialize())
         if f.stream_id != sid:
             continue
         if isinstance(f, HeadersFrame) and got is None and sid in c.headers:
             got = dict(c.headers[sid]).get(":status")
             if status is not None and got != str(status):
                 return False, ":status %s" % got
-        if isinstance(f, DataFrame) and f.flow_controlled_length:
-            # Our windows given back: the body comes whole however large.
-            c.send(WindowUpdateFrame(0, window_increment=f.flow_controlled_length).serialize(),
-                   WindowUpdateFrame(sid, window_increment=f.flow_controlled_length).serialize())
         if "END_STREAM" in f.flags:
             return (got is not None, "" if got is not None else "END_STREAM without a head")
 
@@ -483,6 +489,16 @@ def h_bad_preface(c):
 
 
 h_bad_preface.no_handshake = True
+
+
+@case("http2/3.5.3 a preface not HTTP/2's at all",
+      "GOAWAY PROTOCOL_ERROR or close (over h2c: HTTP/1.1's 400, then close)")
+def h_not_preface(c):
+    c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")
+    return conn_error(c, PROTOCOL_ERROR)
+
+
+h_not_preface.no_handshake = True
 
 
 # http2/4 Frames.
@@ -1191,10 +1207,127 @@ def h_connect(c):
     return any_status(c, 1)
 
 
-@case("http2/8.3.2 :authority and Host that differ", "a response (the :authority's)")
-def h_authority_host(c):
-    c.send(headers(c, 1, request(extra=[("host", "other.example")])))
-    return any_status(c, 1)
+malformed("http2/8.3.2 a Host that names another than :authority (RFC 9113 8.3.1's SHOULD)",
+          lambda: request(extra=[("host", "other.example")]))
+
+
+@case("http2/8.3.3 Host as :authority, and Host alone", "a 200 to each")
+def h_host_same(c):
+    c.send(headers(c, 1, request(extra=[("host", "127.0.0.1:%d" % ARGS.port)])))
+    ok, why = response(c, 1, 200)
+    if not ok:
+        return ok, why
+    c.send(headers(c, 3, request(authority=False, extra=[("host", "127.0.0.1")])))
+    return response(c, 3, 200)
+
+
+@case("http2/8.2.2 TE: trailers, and cookie crumbs", "a 200")
+def h_te_trailers(c):
+    c.send(headers(c, 1, request(extra=[("te", "trailers"), ("cookie", "a=1"),
+                                        ("cookie", "b=2")])))
+    return response(c, 1, 200)
+
+
+@case("http2/6.5.2.6 a header list over SETTINGS_MAX_HEADER_LIST_SIZE",
+      "a 431, or RST_STREAM or GOAWAY (any code), or close")
+def h_header_list_size(c):
+    limit = c.server_settings.get(6)
+    if limit is None:
+        return False, "no SETTINGS_MAX_HEADER_LIST_SIZE"
+    n = limit // 4000 + 2
+    b = c.enc.encode(request(extra=[("x-big-%d" % i, "v" * 4000) for i in range(n)]),
+                     huffman=False)
+    parts = [b[i:i + 16384] for i in range(0, len(b), 16384)]
+    frames = [raw_frame(HEADERS, END_STREAM | (END_HEADERS if len(parts) == 1 else 0), 1,
+                        parts[0])]
+    frames += [raw_frame(CONTINUATION, END_HEADERS if i == len(parts) - 1 else 0, 1, p)
+               for i, p in enumerate(parts) if i > 0]
+    c.send(*frames)
+    while True:
+        f = c.next()
+        if f is None:
+            return False, describe(f)
+        if f == "closed" or isinstance(f, (GoAwayFrame, RstStreamFrame)):
+            return True, ""
+        if isinstance(f, HeadersFrame) and f.stream_id == 1:
+            st = dict(c.headers.get(1, [])).get(":status")
+            return st == "431", ":status %s" % st
+
+
+@case("http2/5.4.2.1 a stream reset while its response is sent",
+      "the connection goes on: a 200 after")
+def h_reset_midway(c):
+    c.send(headers(c, 1, request("GET", ARGS.big)))
+    while True:  # the head and a first DATA, then the reset
+        f = c.next()
+        if f is None or f == "closed" or isinstance(f, (GoAwayFrame, RstStreamFrame)):
+            return False, describe(f)
+        if isinstance(f, DataFrame) and f.stream_id == 1:
+            break
+    c.send(RstStreamFrame(1, error_code=CANCEL).serialize(), headers(c, 3))
+    return response(c, 3, 200)
+
+
+@case("http2/5.4.2.2 a stream reset while its body is read", "the connection goes on: a 200 after")
+def h_reset_body(c):
+    c.send(headers(c, 1, request("POST"), end_stream=False), data(1, b"x" * 1000, False),
+           RstStreamFrame(1, error_code=CANCEL).serialize(), headers(c, 3))
+    return response(c, 3, 200)
+
+
+@case("http2/5.1.2.2 streams held by a window of 0 (h2spec's shape), one too many",
+      "RST_STREAM or GOAWAY PROTOCOL_ERROR or REFUSED_STREAM, or close")
+def h_concurrency_window(c):
+    n = c.server_settings.get(3)
+    if n is None or n > 1000:
+        return False, "SETTINGS_MAX_CONCURRENT_STREAMS is %s" % n
+    b = block(c, request())
+    c.send(setting(4, 0), *[raw_frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, b)
+                            for i in range(n + 1)])
+    return stream_error(c, PROTOCOL_ERROR, REFUSED_STREAM)
+
+
+@case("http2/6.1.4 padding counts against the windows and is given back",
+      "the body sent whole within the windows (2 MiB, four fifths of it padding), then PING ACK")
+def h_padding_flow(c):
+    c.send(headers(c, 1, request("POST"), end_stream=False))
+    # The pad length, data, padding: 320 bytes, 2 MiB of them outrun the connection's window
+    # (1 MiB), and their data stays below max_body_bytes (1 MiB by default).
+    payload = b"\xff" + b"x" * 64 + b"\0" * 255
+    sent, total = 0, 6554 * len(payload)  # 2 MiB
+    while sent < total:
+        conn_win = 65535 + c.credit.get(0, 0) - sent
+        stream_win = c.server_settings.get(4, 65535) + c.credit.get(1, 0) - sent
+        k = min(min(conn_win, stream_win) // len(payload), (total - sent) // len(payload))
+        if k > 0:  # what the windows take, in one write
+            last = sent + k * len(payload) >= total
+            c.send(*[raw_frame(DATA, PADDED | (END_STREAM if last and i == k - 1 else 0), 1,
+                               payload) for i in range(k)])
+            sent += k * len(payload)
+            continue
+        f = c.next()
+        if f is None or f == "closed" or isinstance(f, GoAwayFrame):
+            return False, describe(f) + " with %d of %d bytes sent" % (sent, total)
+        if isinstance(f, RstStreamFrame) or (f.stream_id == 1 and "END_STREAM" in f.flags):
+            break  # answered (or refused) before the whole body: the windows are moot
+        if isinstance(f, DataFrame) and f.flow_controlled_length:
+            c.send(WindowUpdateFrame(0, window_increment=f.flow_controlled_length).serialize(),
+                   WindowUpdateFrame(1, window_increment=f.flow_controlled_length).serialize())
+    ok, why = ping_ack(c)
+    return ok, why
+
+
+@case("hpack/6.3.2 SETTINGS_HEADER_TABLE_SIZE of 0: the server's blocks keep to it",
+      "two 200s, each block decoded with no dynamic table")
+def p_table_0(c):
+    c.send(setting(1, 0))
+    c.dec.max_allowed_table_size = 0
+    for sid in (1, 3):
+        c.send(headers(c, sid))
+        ok, why = response(c, sid, 200)
+        if not ok:
+            return ok, why
+    return True, ""
 
 
 # hpack (RFC 7541)
@@ -1344,7 +1477,7 @@ def main():
     p.add_argument("--big", default="/")
     p.add_argument("--list", action="store_true")
     p.add_argument("cases", nargs="*")
-    ARGS = p.parse_args()
+    ARGS = p.parse_intermixed_args()
     selected = [cs for cs in CASES
                 if not ARGS.cases or any(cs[0].startswith(n) for n in ARGS.cases)]
     if ARGS.list:
