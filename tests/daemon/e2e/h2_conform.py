@@ -1031,6 +1031,57 @@ def h_window_negative(c):
             return len(f.data) == 1, "DATA of %d bytes" % len(f.data)
 
 
+def first_data(c, sid):
+    """The length of the next DATA on sid, or the verdict's failure."""
+    while True:
+        f = c.next()
+        if f is None or f == "closed" or isinstance(f, (GoAwayFrame, RstStreamFrame)):
+            return None, describe(f)
+        if isinstance(f, DataFrame) and f.stream_id == sid:
+            return len(f.data), ""
+
+
+def settings_acked(c):
+    while True:
+        f = c.next()
+        if f is None or f == "closed" or isinstance(f, GoAwayFrame):
+            return False, describe(f)
+        if isinstance(f, SettingsFrame) and "ACK" in f.flags:
+            return True, ""
+
+
+@case("http2/6.9.2.4 windows of 3, then of 2 (h2spec's shape): -1, then 1 after WINDOW_UPDATE 2",
+      "DATA of 3 bytes, then of 1 byte (a body of 5 bytes or more at --path)")
+def h_window_3_2(c):
+    c.send(setting(4, 3))
+    ok, why = settings_acked(c)
+    if not ok:
+        return ok, why
+    c.send(headers(c, 1))
+    n, why = first_data(c, 1)
+    if n != 3:
+        return False, why or "DATA of %d bytes" % n
+    c.send(setting(4, 2))
+    ok, why = settings_acked(c)
+    if not ok:
+        return ok, why
+    c.send(WindowUpdateFrame(1, window_increment=2).serialize())
+    n, why = first_data(c, 1)
+    return n == 1, why or "DATA of %d bytes" % n
+
+
+@case("http2/6.9.2.5 a window of 0, then of 1 after the HEADERS (h2spec's shape)",
+      "DATA of 1 byte")
+def h_window_0_1(c):
+    c.send(setting(4, 0))
+    ok, why = settings_acked(c)
+    if not ok:
+        return ok, why
+    c.send(headers(c, 1), setting(4, 1))
+    n, why = first_data(c, 1)
+    return n == 1, why or "DATA of %d bytes" % n
+
+
 @case("http2/6.9.2.3 SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1 (with a stream open)",
       "GOAWAY FLOW_CONTROL_ERROR or close")
 def h_window_max_open(c):

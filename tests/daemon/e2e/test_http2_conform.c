@@ -2,8 +2,9 @@
  * h2spec's (frames, stream states and ids, SETTINGS, flow control, CONTINUATION, malformed
  * requests, HPACK's errors) and a few defences (floods answered with GOAWAY while another client
  * is served), against the built magpied: over h2c by prior knowledge, with POSTs refused at
- * their head (405) and taken by a handler (echo), and over TLS with ALPN h2. Every case must
- * pass; the script's output names the ones that did not. */
+ * their head (405), taken by a handler (echo) or by the proxy (fields kept, lower limits), and
+ * over TLS with ALPN h2. Every case must pass; the script's output names the ones that did
+ * not. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -18,7 +19,8 @@ TestSuite(http2_conform, .fini = kill_leftover);
 static char dir[PKI_DIR_MAX];
 static char conf[PKI_DIR_MAX + 16];
 
-static daemon_proc start_conform(void)
+/* magpied with h2c on [http], h2 on [https]; extra: more sections, appended. */
+static daemon_proc start_conform(const char *extra)
 {
     pki_make(dir);
     char cmd[PKI_DIR_MAX + 200];
@@ -35,8 +37,8 @@ static daemon_proc start_conform(void)
             "[runtime]\nworkers = 2\n"
             "[route = /]\nhandler = text\nbody = Hello, World!\n"
             "[route = /echo]\nhandler = echo\nmethods = POST\n"
-            "[route /files]\nhandler = static\nroot = %s/www\n",
-            dir, dir, dir);
+            "[route /files]\nhandler = static\nroot = %s/www\n%s",
+            dir, dir, dir, extra != NULL ? extra : "");
     fclose(f);
     daemon_proc d = start_with(conf, NULL, NULL);
     cr_assert_gt(d.http, 0);
@@ -60,7 +62,7 @@ static void conform(int port, const char *args)
 
 Test(http2_conform, h2c_posts_refused_at_the_head, .timeout = 240)
 {
-    daemon_proc d = start_conform();
+    daemon_proc d = start_conform(NULL);
     conform(d.http, "");
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
@@ -68,7 +70,7 @@ Test(http2_conform, h2c_posts_refused_at_the_head, .timeout = 240)
 
 Test(http2_conform, h2c_posts_taken_by_a_handler, .timeout = 240)
 {
-    daemon_proc d = start_conform();
+    daemon_proc d = start_conform(NULL);
     conform(d.http, "--post-path /echo");
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
@@ -76,10 +78,23 @@ Test(http2_conform, h2c_posts_taken_by_a_handler, .timeout = 240)
 
 Test(http2_conform, tls_alpn_h2, .timeout = 240)
 {
-    daemon_proc d = start_conform();
+    daemon_proc d = start_conform(NULL);
     char args[PKI_DIR_MAX + 32];
     snprintf(args, sizeof args, "--ca '%s/ca.pem'", dir);
     conform(d.https, args);
+    cr_assert_eq(stop(&d), 0);
+    pki_remove(dir);
+}
+
+/* Lower limits (3 streams at once, an 8 KiB header list) and a proxy route, whose handler has
+ * the request's fields kept (a dead upstream: its POSTs get 502). */
+Test(http2_conform, h2c_with_limits_and_kept_fields, .timeout = 240)
+{
+    daemon_proc d = start_conform("[limits]\nhttp2_max_concurrent_streams = 3\n"
+                                  "max_header_bytes = 8192\n"
+                                  "[upstream app]\nserver = 127.0.0.1:1\n"
+                                  "[route /app]\nhandler = proxy\nupstream = app\n");
+    conform(d.http, "--post-path /app");
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
 }
