@@ -218,6 +218,25 @@ def ping_ack(c, opaque=b"h2conf!!"):
             return False, "PING ACK of another payload"
 
 
+CONNECTION_SPECIFIC = ("connection", "keep-alive", "proxy-connection", "transfer-encoding",
+                       "upgrade")
+
+
+def head_faults(fields):
+    """What a response head breaks of RFC 9113 8.1.2 and 8.2: :status first and the only
+    pseudo-header field, names lower-case, no connection-specific field. "" when nothing."""
+    if not fields or fields[0][0] != ":status":
+        return "the head does not begin with :status: %r" % fields
+    for name, _ in fields[1:]:
+        if name.startswith(":"):
+            return "a pseudo-header field %s after :status" % name
+        if name != name.lower():
+            return "an upper-case field name %s" % name
+        if name in CONNECTION_SPECIFIC:
+            return "a connection-specific field %s" % name
+    return ""
+
+
 def response(c, sid, status=None):
     """A response on sid (its :status status when given), read to its END_STREAM."""
     got = None
@@ -239,6 +258,9 @@ def response(c, sid, status=None):
             got = dict(c.headers[sid]).get(":status")
             if status is not None and got != str(status):
                 return False, ":status %s" % got
+            bad = head_faults(c.headers[sid])
+            if bad:
+                return False, bad
         if "END_STREAM" in f.flags:
             return (got is not None, "" if got is not None else "END_STREAM without a head")
 
@@ -1270,6 +1292,30 @@ def h_host_same(c):
         return ok, why
     c.send(headers(c, 3, request(authority=False, extra=[("host", "127.0.0.1")])))
     return response(c, 3, 200)
+
+
+@case("http2/8.2.4 response heads of several kinds (404, 405, 206, 304, HEAD, OPTIONS *)",
+      "each head well-formed: :status first, lower-case names, no connection-specific field")
+def h_heads(c):
+    asks = [(request(path="/h2conf-nothing-here"), None),
+            (request("DELETE"), None),
+            (request("GET", ARGS.big, extra=[("range", "bytes=0-9")]), None),
+            (request("HEAD", ARGS.big), None),
+            (request("OPTIONS", "*"), None)]
+    sid = 1
+    for fields, status in asks:
+        c.send(headers(c, sid, fields))
+        ok, why = response(c, sid, status)
+        if not ok:
+            return False, "%s: %s" % (dict(fields)[":path"], why)
+        sid += 2
+    etag = dict(c.headers.get(5, [])).get("etag")
+    if etag is not None:
+        c.send(headers(c, sid, request("GET", ARGS.big, extra=[("if-none-match", etag)])))
+        ok, why = response(c, sid, 304)
+        if not ok:
+            return False, "If-None-Match: " + why
+    return True, ""
 
 
 @case("http2/8.2.2 TE: trailers, and cookie crumbs", "a 200")
