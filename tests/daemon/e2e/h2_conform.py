@@ -1258,6 +1258,18 @@ malformed("http2/8.1.2.6.2 content-length above the DATA of several frames",
 malformed("http2/8.1.2.6.3 content-length below the DATA",
           lambda: request("POST", extra=[("content-length", "8")]),
           lambda c: [data(1, b"test")])
+malformed("http2/8.1.2.6.4 content-length, and END_STREAM on the HEADERS",
+          lambda: request("POST", extra=[("content-length", "4")]))
+malformed("http2/8.1.2.6.5 two content-length values",
+          lambda: request("POST", extra=[("content-length", "4"), ("content-length", "5")]),
+          lambda c: [data(1, b"test")])
+malformed("http2/8.1.2.6.6 a content-length not a number",
+          lambda: request("POST", extra=[("content-length", "4x")]),
+          lambda c: [data(1, b"test")])
+malformed("http2/8.2.1.1 a field value with a CR", lambda: request(extra=[("x-a", "a\rb")]))
+malformed("http2/8.2.1.2 a field value with leading space", lambda: request(extra=[("x-a", " a")]))
+malformed("http2/8.2.1.3 a field name with a space", lambda: request(extra=[("x a", "a")]))
+malformed("http2/8.2.1.4 an empty field name", lambda: request(extra=[("", "a")]))
 malformed("http2/8.5.1 CONNECT with :scheme and :path",
           lambda: [(":method", "CONNECT"), (":scheme", "http"), (":path", "/"),
                    (":authority", "127.0.0.1:1")])

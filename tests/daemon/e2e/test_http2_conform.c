@@ -23,10 +23,12 @@ static char conf[PKI_DIR_MAX + 16];
 static daemon_proc start_conform(const char *extra)
 {
     pki_make(dir);
-    char cmd[PKI_DIR_MAX + 200];
+    char cmd[PKI_DIR_MAX * 4 + 300];
     snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/www/files' && head -c 1048576 /dev/urandom > '%s/www/files/big.bin'",
-             dir, dir);
+             "mkdir -p '%s/www/files' && head -c 1048576 /dev/urandom > '%s/www/files/big.bin' && "
+             "head -c 65536 /dev/urandom > '%s/www/files/64k.bin' && "
+             "printf 'small file\\n' > '%s/www/files/small.txt'",
+             dir, dir, dir, dir);
     cr_assert_eq(system(cmd), 0);
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     FILE *f = fopen(conf, "w");
@@ -76,25 +78,26 @@ Test(http2_conform, h2c_posts_taken_by_a_handler, .timeout = 240)
     pki_remove(dir);
 }
 
+/* Over TLS, GETs of a file the open-file cache keeps (its bytes lent to DATA frames). */
 Test(http2_conform, tls_alpn_h2, .timeout = 240)
 {
     daemon_proc d = start_conform(NULL);
-    char args[PKI_DIR_MAX + 32];
-    snprintf(args, sizeof args, "--ca '%s/ca.pem'", dir);
+    char args[PKI_DIR_MAX + 64];
+    snprintf(args, sizeof args, "--ca '%s/ca.pem' --path /files/64k.bin", dir);
     conform(d.https, args);
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
 }
 
 /* Lower limits (3 streams at once, an 8 KiB header list) and a proxy route, whose handler has
- * the request's fields kept (a dead upstream: its POSTs get 502). */
+ * the request's fields kept (a dead upstream: its POSTs get 502); GETs of a small file. */
 Test(http2_conform, h2c_with_limits_and_kept_fields, .timeout = 240)
 {
     daemon_proc d = start_conform("[limits]\nhttp2_max_concurrent_streams = 3\n"
                                   "max_header_bytes = 8192\n"
                                   "[upstream app]\nserver = 127.0.0.1:1\n"
                                   "[route /app]\nhandler = proxy\nupstream = app\n");
-    conform(d.http, "--post-path /app");
+    conform(d.http, "--post-path /app --path /files/small.txt");
     cr_assert_eq(stop(&d), 0);
     pki_remove(dir);
 }
