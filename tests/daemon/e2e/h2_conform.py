@@ -17,6 +17,13 @@ flow-control cases). CASE: names or prefixes of names to run (all when none).
 
 Prints "PASS name" or "FAIL name: detail" per case, then "N passed, M failed"; exits 1 when
 any case failed.
+
+Where the RFCs leave magpied a choice, the case accepts what magpied chose (config/
+magpied.conf.5's HTTP/2 section says why): a preface that begins as HTTP/2's and differs is
+closed without GOAWAY (RFC 9113 3.4: MAY); a Host that names another than :authority is
+malformed (8.3.1: SHOULD); CONNECT to an authority gets 501 (nothing is tunnelled);
+WINDOW_UPDATE frames are not counted as a flood (a client reading many large bodies sends
+thousands), so their flood only has to leave others served.
 """
 import argparse
 import socket
