@@ -1234,7 +1234,8 @@ malformed("http2/8.1.1 a second HEADERS without END_STREAM",
           lambda c: [data(1, end_stream=False), headers(c, 1, [("x-trailer", "1")],
                                                         end_stream=False)])
 malformed("http2/8.1.2.1 an upper-case field name", lambda: request(extra=[("X-Upper", "1")]))
-malformed("http2/8.1.2.1.1 an unknown pseudo-header field", lambda: request()[:3] + [(":foo", "x")] + request()[3:])
+malformed("http2/8.1.2.1.1 an unknown pseudo-header field",
+          lambda: request()[:3] + [(":foo", "x")] + request()[3:])
 malformed("http2/8.1.2.1.2 a response pseudo-header field in a request",
           lambda: request()[:3] + [(":status", "200")] + request()[3:])
 malformed("http2/8.1.2.1.3 a pseudo-header field in trailers", lambda: request("POST"),
