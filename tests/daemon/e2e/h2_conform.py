@@ -1615,6 +1615,28 @@ def d_last_id(c):
     return conn_error(c, PROTOCOL_ERROR)
 
 
+@case("defence/6 data dribble: windows of 1 byte given back a byte at a time (CVE-2019-9511)",
+      "others served; the connection ended or still answering PING")
+def d_dribble(c):
+    n = min(c.server_settings.get(3, 100), 100)
+    c.send(setting(4, 1), *[headers(c, 1 + 2 * i, request("GET", ARGS.big)) for i in range(n)])
+    c.s.settimeout(5)
+    for _ in range(20):
+        c.send(*[WindowUpdateFrame(1 + 2 * i, window_increment=1).serialize()
+                 for i in range(n)])
+    c.s.settimeout(0.2)
+    if not served_meanwhile():
+        return False, "a normal client was not served within 1 s"
+    c.deadline = time.time() + CASE_TIMEOUT
+    # The 1-byte DATA frames owed, then our PING's ACK, or the connection's end.
+    c.send(PingFrame(0, opaque_data=b"dribble!").serialize())
+    f = c.next()
+    while f is not None and f != "closed" and not isinstance(f, GoAwayFrame) and not (
+            isinstance(f, PingFrame) and "ACK" in f.flags):
+        f = c.next()
+    return f is not None, describe(f)
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
