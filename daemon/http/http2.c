@@ -73,31 +73,31 @@ typedef struct h2_stream {
     struct md_h2_conn *h;
     struct h2_stream *prev, *next;
     int32_t id;
-    uint16_t status;    /* an error decided while the head came (431, 414, 400, 501, 413) */
-    bool head_done;     /* the header block is complete */
-    bool req_done;      /* END_STREAM came */
-    bool early;         /* answered (or reset) before its body: the rest of it is dropped */
-    bool answered;      /* the response's HEADERS were submitted */
-    bool has_body;      /* ... with a data source */
-    bool resp_done;     /* the handler is done: the source ends once out is drained */
-    bool deferred;      /* the source said NGHTTP2_ERR_DEFERRED */
-    bool blocked;       /* its handler's io->write found out full */
-    bool more;          /* its handler said MD_PENDING_MORE */
-    bool reset;         /* RST_STREAM submitted */
-    bool has_length;    /* content-length came */
-    bool trailer;       /* a trailer field came: the body's trailers are announced */
-    bool kept_target;   /* :path begins r.kept (keep_fields) */
-    bool kept_host;     /* ... and :authority as Host follows it */
-    bool malformed;     /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
-    uint32_t host_full; /* the authority's length, :authority's or Host's (r.host: its start) */
-    uint32_t fields;    /* header fields */
-    uint64_t hbytes;    /* header list size (RFC 9113 6.5.2) */
-    uint64_t length;    /* content-length */
-    uint64_t body;      /* DATA bytes so far */
-    uint64_t body_ns;   /* when the head completed (min_body_rate's base) */
-    size_t unconsumed;  /* DATA bytes not yet given back to the windows */
-    md_outbuf out;      /* the response body owed */
-    md_outbuf in;       /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
+    uint16_t status;   /* an error decided while the head came (431, 414, 400, 501, 413) */
+    bool head_done;    /* the header block is complete */
+    bool req_done;     /* END_STREAM came */
+    bool early;        /* answered (or reset) before its body: the rest of it is dropped */
+    bool answered;     /* the response's HEADERS were submitted */
+    bool has_body;     /* ... with a data source */
+    bool resp_done;    /* the handler is done: the source ends once out is drained */
+    bool deferred;     /* the source said NGHTTP2_ERR_DEFERRED */
+    bool blocked;      /* its handler's io->write found out full */
+    bool more;         /* its handler said MD_PENDING_MORE */
+    bool reset;        /* RST_STREAM submitted */
+    bool has_length;   /* content-length came */
+    bool trailer;      /* a trailer field came: the body's trailers are announced */
+    bool kept_target;  /* :path begins r.kept (keep_fields) */
+    bool kept_host;    /* ... and :authority as Host follows it */
+    bool malformed;    /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
+    uint32_t hostlen;  /* the authority's length, :authority's or Host's (r.host: its start) */
+    uint32_t fields;   /* header fields */
+    uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
+    uint64_t length;   /* content-length */
+    uint64_t body;     /* DATA bytes so far */
+    uint64_t body_ns;  /* when the head completed (min_body_rate's base) */
+    size_t unconsumed; /* DATA bytes not yet given back to the windows */
+    md_outbuf out;     /* the response body owed */
+    md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
     /* Bytes its handler lent (md_http_io.lend): owed after out's, written from where they are
      * into the connection's output; release(arg) once they all went, or at the stream's end. */
     const char *lent;
@@ -119,22 +119,23 @@ struct md_h2_conn {
     md_http_server *srv;
     md_http_conn *hc;
     uint64_t now_ns;
-    uint64_t recv_ns;         /* the last bytes read */
-    uint64_t sent_ns;         /* the last DATA a stream sent, or when its wait for a window began */
-    uint64_t idle_ns;         /* when the last stream closed (or the session began) */
-    uint64_t tokens_ns;       /* the cheap-frame bucket's last refill */
-    uint32_t tokens;          /* the cheap-frame bucket */
-    uint32_t nstreams;        /* streams with a block */
-    uint64_t requests;        /* streams begun */
-    int32_t last_id;          /* the highest stream id of the peer's HEADERS */
-    uint8_t gap_next;         /* the slot in gaps the next skip takes */
-    int32_t gaps[ID_GAPS][2]; /* the ids skipped, first and last: no stream was ever opened */
-    bool refused;             /* ended on the peer's account (flood, abuse) */
-    bool draining;            /* GOAWAY for a graceful stop went */
-    md_outbuf *sending;       /* md_h2_conn_send's output, for data_send */
-    size_t send_max;          /* ... and its bound */
-    h2_stream *streams;       /* every stream with a block */
+    uint64_t recv_ns;   /* the last bytes read */
+    uint64_t sent_ns;   /* the last DATA a stream sent, or when its wait for a window began */
+    uint64_t idle_ns;   /* when the last stream closed (or the session began) */
+    uint64_t tokens_ns; /* the cheap-frame bucket's last refill */
+    uint32_t tokens;    /* the cheap-frame bucket */
+    uint32_t nstreams;  /* streams with a block */
+    uint64_t requests;  /* streams begun */
+    int32_t last_id;    /* the highest stream id of the peer's HEADERS */
+    uint8_t gap_next;   /* the slot in gaps the next skip takes */
+    int32_t gaps[8];    /* ID_GAPS runs of ids skipped: first, last */
+    bool refused;       /* ended on the peer's account (flood, abuse) */
+    bool draining;      /* GOAWAY for a graceful stop went */
+    md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
+    size_t send_max;    /* ... and its bound */
+    h2_stream *streams; /* every stream with a block */
 };
+_Static_assert(sizeof(((md_h2_conn *)0)->gaps) == 2 * ID_GAPS * sizeof(int32_t), "two ids a run");
 
 bool md_h2_is_preface(const char *data, size_t len)
 {
@@ -818,15 +819,15 @@ static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *
     if (id > h->last_id) {
         int32_t next = h->last_id > 0 ? h->last_id + 2 : 1; /* client ids are odd */
         if (id > next) {
-            h->gaps[h->gap_next][0] = next;
-            h->gaps[h->gap_next][1] = id - 2;
+            h->gaps[2 * h->gap_next] = next;
+            h->gaps[2 * h->gap_next + 1] = id - 2;
             h->gap_next = (uint8_t)((h->gap_next + 1) % ID_GAPS);
         }
         h->last_id = id;
         return 0;
     }
     for (unsigned i = 0; i < ID_GAPS; i++)
-        if (id >= h->gaps[i][0] && id <= h->gaps[i][1]) {
+        if (id >= h->gaps[2 * i] && id <= h->gaps[2 * i + 1]) {
             (void)nghttp2_session_terminate_session(s, NGHTTP2_PROTOCOL_ERROR);
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
@@ -948,7 +949,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             st->status = (uint16_t)set_target(h, r, value, valuelen);
         else if (name_is(name, namelen, ":authority")) {
             set_host(r, value, valuelen);
-            st->host_full = (uint32_t)valuelen;
+            st->hostlen = (uint32_t)valuelen;
         }
         if (h->srv->keep_fields && st->status == 0 &&
             keep_pseudo(st, name, namelen, value, valuelen) != 0)
@@ -962,10 +963,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     if (name_is(name, namelen, "host")) {
         /* RFC 9113 8.3.1: a Host that names another than :authority is malformed (as a
          * second Host naming another over HTTP/1.1 is a 400). */
-        if (st->host_full == 0) {
+        if (st->hostlen == 0) {
             set_host(r, value, valuelen);
-            st->host_full = (uint32_t)valuelen;
-        } else if (!same_authority(r, st->host_full, value, valuelen)) {
+            st->hostlen = (uint32_t)valuelen;
+        } else if (!same_authority(r, st->hostlen, value, valuelen)) {
             st->malformed = true;
         }
         return 0;
