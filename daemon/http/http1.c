@@ -245,6 +245,12 @@ static int fail(md_http_conn *c)
         return -ENOMEM;
     if (r->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
+    /* On a listener with h2c on, a connection whose first bytes do not begin with an HTTP
+     * method (an HTTP/2 client preface gone wrong, TLS on a plaintext port) is closed without
+     * a 400: RFC 9113 3.4 has an invalid preface end the connection, and such a client would
+     * read the 400 as a frame. */
+    if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->parser) == HPE_INVALID_METHOD)
+        return MD_HTTP_WANT_CLOSE;
     unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
     /* A 405 refused at the head (head_done()) still says what the route allows. */
     const char *allow = code == 405 && r->route != NULL ? r->route->allow : NULL;

@@ -60,6 +60,7 @@ typedef struct md_http_conn {
     bool closing;      /* the last response has been produced (or none will be) */
     bool draining;     /* md_http_conn_drain(): the next response closes */
     bool oom;          /* out could not grow */
+    bool h2c;          /* a plaintext listener with h2c on: no 400 to bytes not HTTP/1's */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
     bool req_zeroed;   /* req was zeroed by feed and nothing has used it since */

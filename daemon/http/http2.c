@@ -64,6 +64,8 @@
 #define SEND_FIRST (16u * 1024u)
 /* The connection's receive window, for all its streams' bodies together. */
 #define CONN_WINDOW (1u << 20)
+/* The stream ids a client skipped that a connection remembers (the latest gaps). */
+#define ID_GAPS 4
 
 static _Atomic uint64_t h2_conns, h2_streams, h2_refused;
 
@@ -86,6 +88,8 @@ typedef struct h2_stream {
     bool trailer;      /* a trailer field came: the body's trailers are announced */
     bool kept_target;  /* :path begins r.kept (keep_fields) */
     bool kept_host;    /* ... and :authority as Host follows it */
+    bool malformed;    /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
+    uint32_t hostlen;  /* the authority's length, :authority's or Host's (r.host: its start) */
     uint32_t fields;   /* header fields */
     uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
     uint64_t length;   /* content-length */
@@ -122,12 +126,16 @@ struct md_h2_conn {
     uint32_t tokens;    /* the cheap-frame bucket */
     uint32_t nstreams;  /* streams with a block */
     uint64_t requests;  /* streams begun */
+    int32_t last_id;    /* the highest stream id of the peer's HEADERS */
+    uint8_t gap_next;   /* the slot in gaps the next skip takes */
+    int32_t gaps[8];    /* ID_GAPS runs of ids skipped: first, last */
     bool refused;       /* ended on the peer's account (flood, abuse) */
     bool draining;      /* GOAWAY for a graceful stop went */
     md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
     size_t send_max;    /* ... and its bound */
     h2_stream *streams; /* every stream with a block */
 };
+_Static_assert(sizeof(((md_h2_conn *)0)->gaps) == 2 * ID_GAPS * sizeof(int32_t), "two ids a run");
 
 bool md_h2_is_preface(const char *data, size_t len)
 {
@@ -575,6 +583,10 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
     const md_http_limits *l = &h->srv->limits;
     st->head_done = true;
     st->body_ns = h->now_ns;
+    if (st->malformed) {
+        reset(st, NGHTTP2_PROTOCOL_ERROR);
+        return;
+    }
     if (st->status == 0 && !r->method_done)
         st->status = 501; /* a method magpied does not know */
     if (st->status == 0 && r->method == MD_CONNECT)
@@ -793,6 +805,35 @@ static bool cheap_frame(md_h2_conn *h)
     return true;
 }
 
+/* A HEADERS whose stream id is below the peer's highest and one it skipped opens a stream
+ * out of order: a connection error PROTOCOL_ERROR (RFC 9113 5.1.1). nghttp2 ignores a HEADERS
+ * for any stream below the highest it no longer holds (it cannot tell one it reset, whose
+ * trailers may still come and must be ignored, from one never opened): the ids the peer
+ * skipped are remembered here, the latest ID_GAPS runs of them, to tell. */
+static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *user)
+{
+    md_h2_conn *h = user;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || id <= 0 || id % 2 == 0)
+        return 0; /* stream 0 and even ids: nghttp2's errors */
+    if (id > h->last_id) {
+        int32_t next = h->last_id > 0 ? h->last_id + 2 : 1; /* client ids are odd */
+        if (id > next) {
+            h->gaps[2 * h->gap_next] = next;
+            h->gaps[2 * h->gap_next + 1] = id - 2;
+            h->gap_next = (uint8_t)((h->gap_next + 1) % ID_GAPS);
+        }
+        h->last_id = id;
+        return 0;
+    }
+    for (unsigned i = 0; i < ID_GAPS; i++)
+        if (id >= h->gaps[2 * i] && id <= h->gaps[2 * i + 1]) {
+            (void)nghttp2_session_terminate_session(s, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+    return 0;
+}
+
 static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
     (void)s; /* the session is h's */
@@ -865,6 +906,18 @@ static void set_host(md_http_req *r, const uint8_t *v, size_t len)
     r->host_len = (uint16_t)n;
 }
 
+/* Whether a Host value names what :authority did (len bytes, r.host its first ones), case
+ * aside. */
+static bool same_authority(const md_http_req *r, uint32_t len, const uint8_t *v, size_t vlen)
+{
+    if (vlen != len)
+        return false;
+    for (size_t i = 0; i < r->host_len; i++)
+        if (md_ascii_lower((unsigned char)r->host[i]) != md_ascii_lower(v[i]))
+            return false;
+    return true;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
                      void *user)
@@ -894,8 +947,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
             set_method(r, value, valuelen);
         else if (name_is(name, namelen, ":path"))
             st->status = (uint16_t)set_target(h, r, value, valuelen);
-        else if (name_is(name, namelen, ":authority"))
+        else if (name_is(name, namelen, ":authority")) {
             set_host(r, value, valuelen);
+            st->hostlen = (uint32_t)valuelen;
+        }
         if (h->srv->keep_fields && st->status == 0 &&
             keep_pseudo(st, name, namelen, value, valuelen) != 0)
             st->status = 500;
@@ -905,9 +960,15 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         st->status = 500;
         return 0;
     }
-    if (name_is(name, namelen, "host")) { /* RFC 9113 8.3.1: :authority wins when both came */
-        if (r->host_len == 0)
+    if (name_is(name, namelen, "host")) {
+        /* RFC 9113 8.3.1: a Host that names another than :authority is malformed (as a
+         * second Host naming another over HTTP/1.1 is a 400). */
+        if (st->hostlen == 0) {
             set_host(r, value, valuelen);
+            st->hostlen = (uint32_t)valuelen;
+        } else if (!same_authority(r, st->hostlen, value, valuelen)) {
+            st->malformed = true;
+        }
         return 0;
     }
     if (name_is(name, namelen, "trailer")) {
@@ -1122,6 +1183,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint
         free(h);
         return -ENOMEM;
     }
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);

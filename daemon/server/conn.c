@@ -325,6 +325,7 @@ int md_conn_accept(md_listener_state *l)
     c->min_send_rate = s->cfg.limits.min_send_rate;
     c->grace_ms = s->cfg.limits.min_rate_grace_ms;
     c->h2c = c->group != NULL && c->group->h2c;
+    c->http.h2c = c->h2c;
     c->why = MD_CLOSE_DONE;
     c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;

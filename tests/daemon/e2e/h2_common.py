@@ -51,3 +51,23 @@ def run_mode(modes):
     except socket.timeout:
         print("timeout")
     sys.stdout.flush()
+
+
+def raw_frame(ftype, flags, sid, payload=b""):
+    """A frame as bytes, whatever its fields: for the malformed ones hyperframe refuses to make."""
+    return (len(payload).to_bytes(3, "big") + bytes([ftype, flags]) +
+            (sid & 0xFFFFFFFF).to_bytes(4, "big") + payload)
+
+
+def connect(port, cafile=None, alpn="h2"):
+    """A connection to 127.0.0.1:port: plain (h2c by prior knowledge), or TLS with ALPN alpn
+    offered and the server's certificate checked against cafile when cafile is given."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small frames go at once
+    if cafile is None:
+        return s
+    import ssl
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.check_hostname = False
+    ctx.set_alpn_protocols([alpn])
+    return ctx.wrap_socket(s, server_hostname="localhost")

@@ -16,14 +16,23 @@ to magpied, whose /app routes proxy to the test upstream (upstream.c). Run with 
         upstream's echo of each POST (the request as it read it), then "trailers NAME=VALUE..."
         (the response's trailers, sorted) and "status N"
 
+    h2_proxy_client.py PORT reset_slow N GOFILE
+        N streams of /app/mode/slowhead?ms=60000 opened at once; once GOFILE exists (the test
+        saw their upstream connections) prints "reset" and resets them all (RST_STREAM
+        CANCEL), then GETs /app/fast and prints "fast N" (its status); holds the connection
+        open 15 s more (so that only the resets, not the close, can end the upstream
+        requests)
+
 Every run ends within 20 s (a socket timeout), printing "timeout" when it did not finish.
 """
+import os
 import socket
 import sys
 import time
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 
@@ -181,8 +190,36 @@ def trailers(port):
     print("status %s %s" % (cl.status.get(three), bytes(cl.body[three]).decode()))
 
 
+def reset_slow(port, n, gofile):
+    cl = Client(port)
+    sids = [cl.get("/app/mode/slowhead?ms=60000") for _ in range(n)]
+    end = time.time() + 15
+    while not os.path.exists(gofile) and time.time() < end:
+        time.sleep(0.05)
+    print("reset")
+    sys.stdout.flush()
+    for sid in sids:
+        cl.c.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+    cl.flush()
+    fast = cl.get("/app/fast")
+    while fast not in cl.ended and fast not in cl.reset:
+        if not cl.pump():
+            break
+    print("fast %s" % cl.status.get(fast))
+    sys.stdout.flush()
+    end = time.time() + 15
+    cl.s.settimeout(0.2)
+    while time.time() < end:
+        try:
+            if not cl.pump():
+                break
+        except socket.timeout:
+            pass
+
+
 def main():
     run_mode({
+        "reset_slow": lambda port, a: reset_slow(port, int(a[0]), a[1]),
         "slow_and_fast": lambda port, a: slow_and_fast(port),
         "trailers": lambda port, a: trailers(port),
         "small_window": lambda port, a: small_window(port, int(a[0]), int(a[1])),

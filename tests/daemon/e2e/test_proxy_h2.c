@@ -2,9 +2,9 @@
  * proxy route to the test upstream (upstream.c, HTTP/1.1), driven with curl
  * (--http2-prior-knowledge), nghttp (a large POST, GOAWAY on reload) and a python3-h2 client
  * (h2_proxy_client.py: a slow upstream stream beside a fast one, a reader with a small
- * window). What the upstream gets is HTTP/1.1 (its echo shows the request it read);
- * what the client gets is HTTP/2: the head through the protocol's writer, no hop-by-hop
- * fields, the body de-chunked into DATA frames. */
+ * window, slow streams reset by the client while their upstream requests wait). What the upstream
+ * gets is HTTP/1.1 (its echo shows the request it read); what the client gets is HTTP/2: the head
+ * through the protocol's writer, no hop-by-hop fields, the body de-chunked into DATA frames. */
 #include <criterion/criterion.h>
 
 #include "daemon/e2e/proxy_harness.h"
@@ -202,6 +202,50 @@ Test(proxy_h2, a_slow_upstream_stream_holds_no_other_up, .timeout = 60)
     const char *out = run(cmd);
     cr_assert_not_null(strstr(out, "fast_first\n"), "%s", out);
     cr_assert_not_null(strstr(out, "slow 200 "), "%s", out);
+    pair_stop(&u, &d);
+}
+
+/* magpied's connections to the upstream u, established (ss). */
+static int upstream_conns(const upstream_proc *u)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "ss -Htn state established '( dport = :%d )' | wc -l", u->port);
+    return atoi(run(cmd));
+}
+
+/* A stream the client resets while its handler waits on the upstream: the handler is
+ * cancelled and its upstream request ended with it (the connection closed, not left until the
+ * upstream answers), while the client's connection stays open and is served. */
+Test(proxy_h2, a_reset_stream_ends_its_upstream_request, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = h2_start(&u, NULL);
+    char go[PATH_MAX], out[PATH_MAX], cmd[PATH_MAX * 2 + 300];
+    snprintf(go, sizeof go, "%s/reset.go", proxy_dir);
+    snprintf(out, sizeof out, "%s/reset.out", proxy_dir);
+    snprintf(cmd, sizeof cmd,
+             "(timeout 40 /usr/bin/python3 %s/tests/daemon/e2e/h2_proxy_client.py %d reset_slow "
+             "20 '%s' > '%s' 2>&1 &)",
+             src_dir(), d.http, go, out);
+    cr_assert_eq(system(cmd), 0);
+    int n = 0;
+    for (int i = 0; i < 200 && n < 20; i++) {
+        n = upstream_conns(&u);
+        if (n < 20)
+            usleep(50000);
+    }
+    cr_assert_eq(n, 20, "the 20 slow requests reached the upstream");
+    harness_write_file(go, "go\n");
+    cr_assert(file_has(out, "fast 200\n", 20000), "served after the resets");
+    for (int i = 0; i < 200 && n > 1; i++) {
+        n = upstream_conns(&u);
+        if (n > 1)
+            usleep(50000);
+    }
+    cr_assert_leq(n, 1,
+                  "the reset streams' upstream connections closed (the fast one's may "
+                  "stay in the pool): %d",
+                  n);
     pair_stop(&u, &d);
 }
 

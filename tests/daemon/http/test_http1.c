@@ -478,6 +478,35 @@ Test(http1, malformed_is_400_then_close)
     expect_no_leaks();
 }
 
+/* On a listener with h2c on (md_http_conn.h2c), a connection whose first bytes do not begin
+ * with an HTTP method (h2spec's invalid preface, a TLS ClientHello) is closed with nothing
+ * written: its client speaks HTTP/2 or TLS and would read a 400 as a frame or a record. A
+ * request with a method, or a later request, gets its 400 as elsewhere. */
+Test(http1, h2c_listener_closes_on_bytes_not_http1)
+{
+    static const char *const quiet[] = {"INVALID CONNECTION PREFACE\r\n\r\n",
+                                        "\x16\x03\x01\x00\x05hello"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        struct session s;
+        session_open(&s);
+        s.c.h2c = true;
+        cr_assert_eq(feed(&s, quiet[i]), MD_HTTP_WANT_CLOSE, "%s", show(quiet[i], 8));
+        expect_out(&s, "");
+        session_close(&s);
+    }
+    expect_rejected("INVALID CONNECTION PREFACE\r\n\r\n", "400 Bad Request");
+    struct session s;
+    struct sb b = {0};
+    session_open(&s);
+    s.c.h2c = true;
+    cr_assert_eq(feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n\r\nINVALID\r\n\r\n"), MD_HTTP_WANT_CLOSE);
+    sb_hello(&b, NULL);
+    sb_error(&b, "400 Bad Request", "close");
+    expect_sb(&s, &b);
+    session_close(&s);
+    expect_no_leaks();
+}
+
 Test(http1, nul_in_value_is_400)
 {
     static const char in[] = "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n";

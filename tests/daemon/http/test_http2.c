@@ -604,6 +604,105 @@ Test(http2, empty_data_flood_ends_with_goaway)
     expect_no_leaks();
 }
 
+/* A HEADERS on a stream id the client skipped (RFC 9113 5.1.1: ids only grow) is a connection
+ * error PROTOCOL_ERROR; nghttp2 alone ignores it. One on an id the client did open (trailers
+ * for a stream since reset) is not. */
+static uint32_t skipped_id_verdict(uint32_t first, uint32_t second)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1024];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    static const unsigned char block[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'}; /* GET / */
+    const uint8_t flags = NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM;
+    n += frame(buf + n, NGHTTP2_HEADERS, flags, first, block, sizeof block);
+    n += frame(buf + n, NGHTTP2_HEADERS, flags, second, block, sizeof block);
+    cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = UINT32_MAX;
+    (void)find_goaway(&out, &code);
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    return code;
+}
+
+Test(http2, headers_on_a_skipped_stream_id_is_a_protocol_error)
+{
+    cr_assert_eq(skipped_id_verdict(5, 3), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(skipped_id_verdict(0x7fffffff, 1), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(skipped_id_verdict(1, 3), UINT32_MAX, "ids in order: no GOAWAY");
+    expect_no_leaks();
+}
+
+/* Whether out holds a RST_STREAM frame, and its code. */
+static bool find_rst(const md_outbuf *out, uint32_t *code)
+{
+    const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(out);
+    size_t n = md_outbuf_pending(out), at = 0;
+    while (at + 9 <= n) {
+        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
+        if (p[at + 3] == NGHTTP2_RST_STREAM && at + 9 + 4 <= n) {
+            const unsigned char *e = p + at + 9;
+            *code = (uint32_t)e[0] << 24 | (uint32_t)e[1] << 16 | (uint32_t)e[2] << 8 | e[3];
+            return true;
+        }
+        at += 9 + len;
+    }
+    return false;
+}
+
+/* GET / with :authority "a" and then the fields in more (HPACK), on stream 1: whether the
+ * server reset it, and with what code (UINT32_MAX: it answered). */
+static uint32_t reset_code_of(const unsigned char *more, size_t more_len)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    static char buf[1024];
+    unsigned char block[128] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
+    cr_assert_leq(more_len, sizeof block - 6);
+    memcpy(block + 6, more, more_len);
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1,
+               block, 6 + more_len);
+    cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code = UINT32_MAX;
+    (void)find_rst(&out, &code);
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    return code;
+}
+
+/* A Host that names another than :authority makes the request malformed (RFC 9113 8.3.1):
+ * its stream is reset with PROTOCOL_ERROR. The same name, in another case, is served. */
+Test(http2, host_other_than_authority_is_malformed)
+{
+    /* host (static index 38: 4-bit prefix 15, then 23), literal without indexing */
+    static const unsigned char other[] = {0x0f, 0x17, 0x01, 'b'};
+    static const unsigned char same[] = {0x0f, 0x17, 0x01, 'A'};
+    static const unsigned char longer[] = {0x0f, 0x17, 0x02, 'a', 'a'};
+    cr_assert_eq(reset_code_of(other, sizeof other), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(reset_code_of(longer, sizeof longer), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(reset_code_of(same, sizeof same), UINT32_MAX);
+    expect_no_leaks();
+}
+
 Test(http2, zero_window_hits_the_send_deadline)
 {
     struct client c;
