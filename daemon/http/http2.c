@@ -64,6 +64,12 @@
 #define SEND_FIRST (16u * 1024u)
 /* The connection's receive window, for all its streams' bodies together. */
 #define CONN_WINDOW (1u << 20)
+/* A graceful stop's two GOAWAYs (RFC 9113 6.8): first a notice naming the highest stream id
+ * there can be, with a PING behind it; then the final one, naming the last stream processed,
+ * once the PING's ACK shows the peer has read the notice (a stream it opened meanwhile is
+ * served, not refused), or NOTICE_WAIT after the notice when no ACK comes. */
+#define NOTICE_WAIT_NS (UINT64_C(1000) * 1000000u)
+static const uint8_t notice_ping[8] = {'m', 'a', 'g', 'p', 'i', 'e', 'd', 'n'};
 /* The stream ids a client skipped that a connection remembers (the latest gaps). */
 #define ID_GAPS 4
 
@@ -130,7 +136,8 @@ struct md_h2_conn {
     uint8_t gap_next;   /* the slot in gaps the next skip takes */
     int32_t gaps[8];    /* ID_GAPS runs of ids skipped: first, last */
     bool refused;       /* ended on the peer's account (flood, abuse) */
-    bool draining;      /* GOAWAY for a graceful stop went */
+    bool draining;      /* a GOAWAY went: the stop's notice, or the last request's */
+    uint64_t notice_ns; /* when the stop's notice went; 0: none, or the final GOAWAY went */
     md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
     size_t send_max;    /* ... and its bound */
     h2_stream *streams; /* every stream with a block */
@@ -805,6 +812,16 @@ static bool cheap_frame(md_h2_conn *h)
     return true;
 }
 
+/* The stop's final GOAWAY, naming the last stream processed: the streams up to it finish,
+ * later ones are refused, then the connection closes. */
+static void final_goaway(md_h2_conn *h)
+{
+    h->notice_ns = 0;
+    (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE,
+                                nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR,
+                                NULL, 0);
+}
+
 /* A HEADERS whose stream id is below the peer's highest and one it skipped opens a stream
  * out of order: a connection error PROTOCOL_ERROR (RFC 9113 5.1.1). nghttp2 ignores a HEADERS
  * for any stream below the highest it no longer holds (it cannot tell one it reset, whose
@@ -1013,6 +1030,12 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
     md_h2_conn *h = user;
     switch (f->hd.type) {
     case NGHTTP2_PING:
+        if ((f->hd.flags & NGHTTP2_FLAG_ACK) && h->notice_ns != 0 &&
+            memcmp(f->ping.opaque_data, notice_ping, sizeof notice_ping) == 0)
+            final_goaway(h); /* the peer has read the notice */
+        if (!cheap_frame(h))
+            return 0;
+        break;
     case NGHTTP2_PRIORITY:
     case NGHTTP2_RST_STREAM:
         if (!cheap_frame(h))
@@ -1414,7 +1437,7 @@ static void waits(const md_h2_conn *h, bool *reading, bool *sending)
     }
 }
 
-uint64_t md_h2_conn_deadline(const md_h2_conn *h)
+static uint64_t limits_deadline(const md_h2_conn *h)
 {
     const md_http_limits *l = &h->srv->limits;
     const uint64_t ms = UINT64_C(1000000);
@@ -1440,10 +1463,20 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h)
     return at;
 }
 
+uint64_t md_h2_conn_deadline(const md_h2_conn *h)
+{
+    uint64_t at = limits_deadline(h);
+    if (h->notice_ns != 0 && h->notice_ns + NOTICE_WAIT_NS < at)
+        at = h->notice_ns + NOTICE_WAIT_NS;
+    return at;
+}
+
 md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_stall)
 {
     *send_stall = false;
     h->now_ns = now_ns;
+    if (h->notice_ns != 0 && now_ns >= h->notice_ns + NOTICE_WAIT_NS)
+        final_goaway(h); /* no ACK came: the final GOAWAY all the same */
     if (now_ns < md_h2_conn_deadline(h))
         return MD_HTTP_EXPIRED_NONE;
     /* A stream whose body is too slow gets 408 (its body dropped, its window given back);
@@ -1476,14 +1509,17 @@ md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_st
     return why;
 }
 
-void md_h2_conn_drain(md_h2_conn *h)
+void md_h2_conn_drain(md_h2_conn *h, uint64_t now_ns)
 {
     if (h->draining)
         return;
     h->draining = true;
-    (void)nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE,
-                                nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR,
-                                NULL, 0);
+    if (nghttp2_submit_shutdown_notice(h->s) != 0 ||
+        nghttp2_submit_ping(h->s, NGHTTP2_FLAG_NONE, notice_ping) != 0) {
+        final_goaway(h); /* no memory for the notice: the final GOAWAY at once */
+        return;
+    }
+    h->notice_ns = now_ns != 0 ? now_ns : 1;
 }
 
 uint32_t md_h2_conn_streams(const md_h2_conn *h)

@@ -17,8 +17,9 @@
  *     md_h2_conn_done(h)                      nothing more to read or write: close
  *     read; md_h2_conn_feed(h, now, data, n)  all of it taken; < 0: close at once
  *     arm a timer for md_h2_conn_deadline(h); when it passes md_h2_conn_timeout(h, now)
- *   on graceful stop: md_h2_conn_drain(h)     GOAWAY with the last stream id (also when a
- *                                             reload finds streams open: see conn_http.c)
+ *   on graceful stop: md_h2_conn_drain(h, now) GOAWAY's notice, then the last stream id
+ *                                             (also when a reload finds streams open: see
+ *                                             conn_http.c)
  *   md_h2_conn_free(h)                        always, last
  *
  * Streams are polled by the connection's task rather than each being a task: a pending handler
@@ -70,8 +71,10 @@ uint64_t md_h2_conn_deadline(const md_h2_conn *h);
 /* The deadline passed: GOAWAY queued, and why (MD_HTTP_EXPIRED_NONE: not yet). A stalled
  * send (a window held at zero) is MD_HTTP_EXPIRED_NONE with *send_stall set. */
 md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_stall);
-/* Graceful stop: GOAWAY with the last stream id; the streams in flight finish. */
-void md_h2_conn_drain(md_h2_conn *h);
+/* Graceful stop (RFC 9113 6.8): a GOAWAY naming stream 2^31-1 and a PING now; once the PING's
+ * ACK comes (or a second after now_ns, md_h2_conn_deadline), the final GOAWAY with the last
+ * stream processed. The streams up to it finish, then md_h2_conn_done(). */
+void md_h2_conn_drain(md_h2_conn *h, uint64_t now_ns);
 /* Streams open (begun and not yet closed). */
 uint32_t md_h2_conn_streams(const md_h2_conn *h);
 /* Why the session ended on the peer's account (a flood, a protocol error): true once it did. */

@@ -415,7 +415,7 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
          * GOAWAY with the last stream id instead; its streams finish, then it closes and the
          * client opens a new one under the new settings. */
         if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(c->http.srv)))
-            md_h2_conn_drain(h);
+            md_h2_conn_drain(h, uv_hrtime());
         bool moved = md_h2_conn_run(h, cx, uv_hrtime());
         for (;;) {
             /* Only into an empty buffer: a write that waited is called again with the same
@@ -463,7 +463,8 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
             continue; /* the GOAWAY goes out, then the close */
         }
         if (len == 0 && err == -EINTR) {
-            md_h2_conn_drain(h); /* graceful stop: GOAWAY, the streams in flight finish */
+            md_h2_conn_drain(h,
+                             uv_hrtime()); /* graceful stop: GOAWAY, the streams in flight finish */
             c->why = MD_CLOSE_SHUTDOWN;
             continue;
         }

@@ -35,7 +35,10 @@ struct client {
     md_outbuf out;
     uint64_t now;
     struct resp r[MAXS];
-    bool goaway;
+    bool goaway; /* the client's session took a GOAWAY */
+    /* The server's GOAWAY frames, read off the wire (a client session with no stream open
+     * ignores all that follows a first GOAWAY): how many, and the last one's fields. */
+    int goaways;
     uint32_t goaway_code;
     int32_t goaway_last;
     /* A request body to send: the data source. */
@@ -100,8 +103,6 @@ static int c_on_frame(nghttp2_session *s, const nghttp2_frame *f, void *user)
     struct client *c = user;
     if (f->hd.type == NGHTTP2_GOAWAY) {
         c->goaway = true;
-        c->goaway_code = f->goaway.error_code;
-        c->goaway_last = f->goaway.last_stream_id;
     }
     return 0;
 }
@@ -149,6 +150,30 @@ static void client_close(struct client *c)
         free(c->r[i].body);
 }
 
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The server's output (whole frames) into the client's session, its GOAWAYs counted. */
+static void client_take(struct client *c)
+{
+    const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(&c->out);
+    size_t n = md_outbuf_pending(&c->out);
+    for (size_t at = 0; at + 9 <= n;) {
+        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
+        if (p[at + 3] == NGHTTP2_GOAWAY && len >= 8 && at + 9 + len <= n) {
+            c->goaways++;
+            c->goaway_last = (int32_t)(be32(p + at + 9) & 0x7fffffffu);
+            c->goaway_code = be32(p + at + 13);
+        }
+        at += 9 + len;
+    }
+    ssize_t used = nghttp2_session_mem_recv(c->cl, p, n);
+    cr_assert_eq(used, (ssize_t)n, "client mem_recv: %zd", used);
+    md_outbuf_consume(&c->out, n);
+}
+
 /* Client to server, the server's handlers, server to client, until neither has anything to
  * say. Returns the server's last feed result. */
 static int pump(struct client *c)
@@ -167,13 +192,9 @@ static int pump(struct client *c)
         if (md_h2_conn_run(c->h, NULL, c->now))
             moved = true;
         cr_assert_eq(md_h2_conn_send(c->h, &c->out, SIZE_MAX), 0);
-        size_t pending = md_outbuf_pending(&c->out);
-        if (pending != 0) {
+        if (md_outbuf_pending(&c->out) != 0) {
             moved = true;
-            ssize_t used = nghttp2_session_mem_recv(
-                c->cl, (const uint8_t *)md_outbuf_pending_data(&c->out), pending);
-            cr_assert_eq(used, (ssize_t)pending, "client mem_recv: %zd", used);
-            md_outbuf_consume(&c->out, pending);
+            client_take(c);
         }
         if (!moved)
             return rc;
@@ -390,6 +411,8 @@ Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
     expect_no_leaks();
 }
 
+/* A graceful stop (RFC 9113 6.8): a notice naming 2^31-1 with a PING; the client's ACK brings
+ * the final GOAWAY, naming the last stream processed. */
 Test(http2, drain_sends_goaway_and_finishes_in_flight)
 {
     struct client c;
@@ -397,13 +420,64 @@ Test(http2, drain_sends_goaway_and_finishes_in_flight)
     int32_t id = request(&c, "GET", "/", NULL, 0, false);
     cr_assert_eq(pump(&c), 0);
     cr_assert_eq(resp_of(&c, id)->status, 200);
-    md_h2_conn_drain(c.h);
+    md_h2_conn_drain(c.h, c.now);
     cr_assert_eq(pump(&c), 0);
-    cr_assert(c.goaway);
+    cr_assert_eq(c.goaways, 2, "the notice, then the final one");
     cr_assert_eq(c.goaway_code, NGHTTP2_NO_ERROR);
     cr_assert_eq(c.goaway_last, id);
     cr_assert(md_h2_conn_done(c.h));
     cr_assert_not(md_h2_conn_refused(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+/* What the notice is for: a stream the client opened before it read the notice is served,
+ * and the final GOAWAY names it. */
+Test(http2, a_stream_opened_as_the_stop_begins_is_served)
+{
+    struct client c;
+    client_open(&c);
+    int32_t first = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    md_h2_conn_drain(c.h, c.now);
+    int32_t late = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, first)->status, 200);
+    cr_assert_eq(resp_of(&c, late)->status, 200);
+    cr_assert_eq(resp_of(&c, late)->rst, 0);
+    cr_assert_eq(c.goaways, 2);
+    cr_assert_eq(c.goaway_last, late);
+    cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+/* A client that does not answer the PING gets the final GOAWAY a second after the notice. */
+Test(http2, the_final_goaway_goes_a_second_after_the_notice_without_an_ack)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    md_h2_conn_drain(c.h, c.now);
+    /* The notice and the PING reach the client; its ACK never comes back. */
+    cr_assert_eq(md_h2_conn_send(c.h, &c.out, SIZE_MAX), 0);
+    client_take(&c);
+    cr_assert_eq(c.goaways, 1);
+    cr_assert_eq(c.goaway_last, INT32_MAX, "the notice names the highest id there can be");
+    cr_assert_not(md_h2_conn_done(c.h), "still open for the client's streams");
+    cr_assert_eq(md_h2_conn_deadline(c.h), c.now + 1000 * MS);
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, c.now + 1000 * MS - 1, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_eq(md_h2_conn_send(c.h, &c.out, SIZE_MAX), 0);
+    cr_assert_eq(md_outbuf_pending(&c.out), 0, "nothing before the second");
+    cr_assert_eq(md_h2_conn_timeout(c.h, c.now + 1000 * MS, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_not(stall);
+    cr_assert_eq(md_h2_conn_send(c.h, &c.out, SIZE_MAX), 0);
+    client_take(&c);
+    cr_assert_eq(c.goaways, 2);
+    cr_assert_eq(c.goaway_last, id);
+    cr_assert(md_h2_conn_done(c.h));
     client_close(&c);
     expect_no_leaks();
 }
