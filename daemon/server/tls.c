@@ -500,7 +500,7 @@ static void set_dhe_group(SSL_CTX *ctx)
  * case, or its SHA-256 when longer than that fits; "magpied" (the contexts' own) without SNI. */
 static int on_client_hello(SSL *ssl, int *alert, void *arg)
 {
-    (void)alert, (void)arg;
+    (void)arg; /* OpenSSL's callback shape */
     const unsigned char *p;
     size_t len;
     /* server_name (RFC 6066 3): a 2-byte list length, then entries of a type (0: host_name),
