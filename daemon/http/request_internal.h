@@ -172,7 +172,8 @@ static inline bool md__http_req_closes(const md_http_req *r)
  * request's fixed part zeroed) and stays NULL when no route matches. */
 void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
- * known: 400 for a path that does not decode, 404, 429 for a client over the route's rate
+ * known: 400 for a path that does not decode, 421 for a Host that picks another site than the
+ * connection's TLS server name (http/sites.h), 404, 429 for a client over the route's rate
  * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
  * 401 for credentials its auth_basic refuses (http/auth_basic.h), 405; 0 when the request
  * goes on (to its handler, or to the core's OPTIONS). */

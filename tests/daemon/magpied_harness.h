@@ -4,6 +4,8 @@
 #define TESTS_DAEMON_MAGPIED_HARNESS_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,6 +194,44 @@ static inline int stop(daemon_proc *d)
     running = -1;
     fclose(d->out);
     return exit_code(d, status);
+}
+
+/* The daemon's end of the client's TCP connection client_fd, as a descriptor of this process
+ * (pidfd_getfd(2), so a test can read its socket options), or -1 when the daemon holds no such
+ * socket (not accepted yet, or closed). The caller closes it. */
+static inline int daemon_socket_of(const daemon_proc *d, int client_fd)
+{
+    struct sockaddr_storage mine, peer;
+    socklen_t ml = sizeof mine, pl = sizeof peer;
+    cr_assert_eq(getsockname(client_fd, (struct sockaddr *)&mine, &ml), 0);
+    cr_assert_eq(getpeername(client_fd, (struct sockaddr *)&peer, &pl), 0);
+    int pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
+    cr_assert_geq(pidfd, 0, "pidfd_open: %s", strerror(errno));
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)d->pid);
+    DIR *dir = opendir(path);
+    cr_assert_not_null(dir, "%s: %s", path, strerror(errno));
+    int found = -1;
+    for (struct dirent *e; found < 0 && (e = readdir(dir)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(e->d_name), 0);
+        if (fd < 0) {
+            cr_assert_neq(errno, EPERM, "pidfd_getfd: not allowed to look into the daemon");
+            continue; /* closed meanwhile */
+        }
+        struct sockaddr_storage a, b;
+        socklen_t al = sizeof a, bl = sizeof b;
+        if (getsockname(fd, (struct sockaddr *)&a, &al) == 0 &&
+            getpeername(fd, (struct sockaddr *)&b, &bl) == 0 && al == pl && bl == ml &&
+            memcmp(&a, &peer, al) == 0 && memcmp(&b, &mine, bl) == 0)
+            found = fd;
+        else
+            close(fd);
+    }
+    closedir(dir);
+    close(pidfd);
+    return found;
 }
 
 /* Read until the peer closes or `until` appears `count` times (or 5 s pass). */

@@ -19,6 +19,7 @@
 
 #include "daemon/magpied_harness.h"
 #include "daemon/tls_pki.h"
+#include "daemon/e2e/h2_site.h"
 
 TestSuite(http2, .fini = kill_leftover);
 
@@ -27,40 +28,12 @@ static char conf[PKI_DIR_MAX + 16];
 static char errlog[PKI_DIR_MAX + 16];
 static char accesslog[PKI_DIR_MAX + 16];
 
-/* The PKI, a www tree, and a configuration with h2c on [http] and [https] on (extra: more
- * keys, appended: a section of their own). */
+/* The site (h2_site.h) with the access log on; extra: more sections, appended. */
 static void setup(const char *extra)
 {
-    pki_make(dir);
-    char cmd[PKI_DIR_MAX + 512];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && mkdir -p www/files && printf 'small file\\n' > www/files/small.txt && "
-             "head -c 1048576 /dev/urandom > www/files/big.bin && "
-             "head -c 65536 /dev/urandom > www/files/64k.bin && "
-             "for i in 1 2 3 4 5 6 7 8; do head -c $((i * 9000 + i)) /dev/urandom "
-             "> www/files/f$i.bin; done && "
-             "head -c 300000 /dev/urandom > body.bin",
-             dir);
-    cr_assert_eq(system(cmd), 0);
-    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
+    h2_site(dir, conf, sizeof conf, true, extra);
     snprintf(errlog, sizeof errlog, "%s/err.log", dir);
     snprintf(accesslog, sizeof accesslog, "%s/access.log", dir);
-    FILE *f = fopen(conf, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n"
-            "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = %s/ec.key\n"
-            "[runtime]\nworkers = 2\n"
-            "[log]\naccess_log = %s\n"
-            "[route = /]\nhandler = text\nbody = Hello, World!\n"
-            "[route = /echo]\nhandler = echo\nmethods = POST\n"
-            "[route = /metrics]\nhandler = metrics\n"
-            "[route = /healthz]\nhandler = health\n"
-            "[route = /old]\nhandler = redirect\nlocation = /new\n"
-            "[route /files]\nhandler = static\nroot = %s/www\n"
-            "%s\n",
-            dir, dir, accesslog, dir, extra ? extra : "");
-    fclose(f);
 }
 
 static daemon_proc start_h2(void)
@@ -136,6 +109,33 @@ Test(http2, h2c_routes_bodies_and_the_access_log, .timeout = 60)
     cr_assert_gt(metric(&d, "magpied_http2_streams_total"), 10);
     cr_assert(file_has(accesslog, "\"GET /files/small.txt HTTP/2.0\" 200 11", 3000));
     cr_assert(file_has(accesslog, "\"POST /echo HTTP/2.0\" 200 300000", 3000));
+    finish(&d);
+}
+
+/* HTTP/2 turns Nagle off when it begins (conn_http.c's h2_start): frames of many streams
+ * interleave, and a small one written behind an unacknowledged write would wait for the
+ * peer's delayed ACK. Read off the daemon's own socket. */
+Test(http2, an_h2_connection_turns_nagle_off, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    int fd = test_connect(d.http);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                  "\0\0\0\4\0\0\0\0\0"; /* and an empty SETTINGS */
+    test_write_all(fd, preface, sizeof preface - 1);
+    char buf[64];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, 5000), 1, "no SETTINGS from the server");
+    cr_assert_geq(recv(fd, buf, sizeof buf, 0), 9, "no frame from the server");
+    cr_assert_eq(buf[3], 4, "the server's first frame is its SETTINGS");
+    int s = daemon_socket_of(&d, fd);
+    cr_assert_geq(s, 0, "the daemon's end of the connection was not found");
+    int v = 0;
+    socklen_t vl = sizeof v;
+    cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+    cr_assert_eq(v, 1, "TCP_NODELAY is off on an HTTP/2 connection");
+    close(s);
+    close(fd);
     finish(&d);
 }
 

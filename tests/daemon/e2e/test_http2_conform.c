@@ -13,35 +13,17 @@
 
 #include "daemon/magpied_harness.h"
 #include "daemon/tls_pki.h"
+#include "daemon/e2e/h2_site.h"
 
 TestSuite(http2_conform, .fini = kill_leftover);
 
 static char dir[PKI_DIR_MAX];
 static char conf[PKI_DIR_MAX + 16];
 
-/* magpied with h2c on [http], h2 on [https]; extra: more sections, appended. */
+/* magpied serving the site (h2_site.h); extra: more sections, appended. */
 static daemon_proc start_conform(const char *extra)
 {
-    pki_make(dir);
-    char cmd[PKI_DIR_MAX * 4 + 300];
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/www/files' && head -c 1048576 /dev/urandom > '%s/www/files/big.bin' && "
-             "head -c 65536 /dev/urandom > '%s/www/files/64k.bin' && "
-             "printf 'small file\\n' > '%s/www/files/small.txt'",
-             dir, dir, dir, dir);
-    cr_assert_eq(system(cmd), 0);
-    snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
-    FILE *f = fopen(conf, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n"
-            "[https]\nlisten = 127.0.0.1:0\ncertificate = %s/ec.pem\ncertificate_key = %s/ec.key\n"
-            "[runtime]\nworkers = 2\n"
-            "[route = /]\nhandler = text\nbody = Hello, World!\n"
-            "[route = /echo]\nhandler = echo\nmethods = POST\n"
-            "[route /files]\nhandler = static\nroot = %s/www\n%s",
-            dir, dir, dir, extra != NULL ? extra : "");
-    fclose(f);
+    h2_site(dir, conf, sizeof conf, false, extra);
     daemon_proc d = start_with(conf, NULL, NULL);
     cr_assert_gt(d.http, 0);
     cr_assert_gt(d.https, 0);

@@ -155,20 +155,31 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* The next GOAWAY in the frames p[*at..n) (the server's output): true, with its last stream
+ * id and error code, and *at past it; false when none is left. */
+static bool next_goaway(const unsigned char *p, size_t n, size_t *at, int32_t *last, uint32_t *code)
+{
+    while (*at + 9 <= n) {
+        const unsigned char *f = p + *at;
+        size_t len = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+        bool goaway = f[3] == NGHTTP2_GOAWAY && len >= 8 && *at + 9 + 8 <= n;
+        *at += 9 + len;
+        if (goaway) {
+            *last = (int32_t)(be32(f + 9) & 0x7fffffffu);
+            *code = be32(f + 13);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The server's output (whole frames) into the client's session, its GOAWAYs counted. */
 static void client_take(struct client *c)
 {
     const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(&c->out);
     size_t n = md_outbuf_pending(&c->out);
-    for (size_t at = 0; at + 9 <= n;) {
-        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
-        if (p[at + 3] == NGHTTP2_GOAWAY && len >= 8 && at + 9 + len <= n) {
-            c->goaways++;
-            c->goaway_last = (int32_t)(be32(p + at + 9) & 0x7fffffffu);
-            c->goaway_code = be32(p + at + 13);
-        }
-        at += 9 + len;
-    }
+    for (size_t at = 0; next_goaway(p, n, &at, &c->goaway_last, &c->goaway_code);)
+        c->goaways++;
     ssize_t used = nghttp2_session_mem_recv(c->cl, p, n);
     cr_assert_eq(used, (ssize_t)n, "client mem_recv: %zd", used);
     md_outbuf_consume(&c->out, n);
@@ -571,18 +582,10 @@ static size_t frame(char *w, uint8_t type, uint8_t flags, uint32_t sid, const vo
 /* Whether out holds a GOAWAY frame (after our SETTINGS and the rest), and its code. */
 static bool find_goaway(const md_outbuf *out, uint32_t *code)
 {
-    const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(out);
-    size_t n = md_outbuf_pending(out), at = 0;
-    while (at + 9 <= n) {
-        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
-        if (p[at + 3] == NGHTTP2_GOAWAY && at + 9 + 8 <= n) {
-            const unsigned char *e = p + at + 9 + 4;
-            *code = (uint32_t)e[0] << 24 | (uint32_t)e[1] << 16 | (uint32_t)e[2] << 8 | e[3];
-            return true;
-        }
-        at += 9 + len;
-    }
-    return false;
+    size_t at = 0;
+    int32_t last;
+    return next_goaway((const unsigned char *)md_outbuf_pending_data(out), md_outbuf_pending(out),
+                       &at, &last, code);
 }
 
 Test(http2, rapid_reset_ends_with_goaway)
