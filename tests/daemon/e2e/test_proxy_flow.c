@@ -123,3 +123,29 @@ Test(proxy_flow, slow_upstream_bounds_memory)
     still_serves(d.http);
     pair_stop(&u, &d);
 }
+
+/* A response that leaves in pieces (half of it, then the rest 200 ms later) turns Nagle off on
+ * the client's connection: with it on, each piece after the first would wait for the client's
+ * delayed ACK of the one before (the events of an event stream, up to 40 ms late each). Read
+ * off the daemon's own socket. */
+Test(proxy_flow, a_response_in_pieces_turns_nagle_off)
+{
+    upstream_proc u;
+    daemon_proc d;
+    client c = pair_client("[upstream app]\nserver = 127.0.0.1:%d\n"
+                           "[route /]\nhandler = proxy\nupstream = app\n",
+                           &u, &d, "GET /mode/slowbody?ms=200 HTTP/1.1\r\nHost: x\r\n\r\n");
+    response r = read_response(&c, false);
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_assert(r.complete, "%s", r.head);
+    response_free(&r);
+    int s = daemon_socket_of(&d, c.fd);
+    cr_assert_geq(s, 0, "the daemon's end of the connection was not found");
+    int v = 0;
+    socklen_t vl = sizeof v;
+    cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+    cr_assert_eq(v, 1, "TCP_NODELAY is off after a response that came in pieces");
+    close(s);
+    client_close(&c);
+    pair_stop(&u, &d);
+}
