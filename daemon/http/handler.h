@@ -171,9 +171,10 @@ typedef struct md_http_io {
     mp_poll (*sendfile)(struct md_http_io *io, mp_context *cx, int in_fd, off_t *off, size_t count,
                         size_t *sent, int *err);
     /* Sets TCP_NODELAY on the connection, once for its life (later calls cost nothing): a body
-     * sent in pieces (by sendfile, or relayed as it comes) would otherwise have each short
-     * segment after the first held by Nagle until the peer's delayed ACK. NULL without a
-     * socket, and over HTTP/2, which has it from its start. */
+     * the handler writes itself in pieces (by sendfile, a tunnel's bytes) would otherwise have
+     * each short segment after the first held by Nagle until the peer's delayed ACK. (Output
+     * left in out is the connection's to write: written while the handler runs, it sets this
+     * itself.) NULL without a socket, and over HTTP/2, which has it from its start. */
     void (*nodelay)(struct md_http_io *io);
     /* Owes data[0..len) after what out holds, without copying it: an HTTP/2 stream's DATA
      * frames are written from it straight into the connection's output, so the body crosses

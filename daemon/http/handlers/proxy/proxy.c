@@ -830,14 +830,8 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             size_t len;
             int err;
             if (md_upstream_conn_read(p->uc, cx, &data, &len, &err) == MP_PENDING) {
-                if (md_outbuf_pending(out) != 0) {
-                    /* Nothing more yet: send what there is. The response leaves in pieces
-                     * (a stream of events, say), and with Nagle on each piece after the first
-                     * would wait for the client's delayed ACK of the one before. */
-                    if (io->nodelay != NULL)
-                        io->nodelay(io);
-                    return MD_PENDING_MORE;
-                }
+                if (md_outbuf_pending(out) != 0)
+                    return MD_PENDING_MORE; /* nothing more yet: send what there is */
                 if (mp_timer_poll(&p->timer, p->deadline_ms, cx) == MP_PENDING)
                     return MD_PENDING_WAIT;
                 md_upstream_reason why =
