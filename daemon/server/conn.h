@@ -113,7 +113,7 @@ typedef struct md_conn {
     md_listener_group *group;
     bool closing;
     bool send_blocked; /* a write is waiting for the peer to read */
-    bool nodelay;      /* TCP_NODELAY is set: by HTTP/2, a response in pieces, or io.nodelay */
+    bool nodelay;      /* TCP_NODELAY is set: TLS, HTTP/2, a response in pieces, io.nodelay */
     int8_t want;       /* md_http_want */
     bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
     bool h2c;          /* HTTP: [http] http2, taken at accept: a client preface starts HTTP/2 */

@@ -909,10 +909,16 @@ static mp_poll conn_write(void *arg, mp_context *cx, const char *data, size_t le
     return md_conn_write(arg, cx, data, len, err);
 }
 
-/* The stream, at the connection's first read (on its worker). */
+/* The stream, at the connection's first read (on its worker). Nagle goes off first: the
+ * handshake's end and the session tickets leave in writes of their own, and the first response,
+ * written right behind the tickets, would wait for the client's ACK of them (a client that
+ * delays its ACKs held it 40 ms). */
 static int stream_make(md_conn *c)
 {
     md_tls_conn *t = c->tls;
+    if (!c->nodelay)
+        (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
+    c->nodelay = true;
     SSL *ssl = SSL_new(t->x->ssl);
     if (ssl == NULL) {
         ERR_clear_error();

@@ -446,6 +446,37 @@ Test(tls, garbage_instead_of_client_hello, .timeout = 60)
     finish(&d);
 }
 
+/* A TLS connection turns Nagle off as its handshake begins (tls.c's stream_make): the session
+ * tickets leave in a write of their own, and with Nagle on the first response, written right
+ * behind them, waited for the client's ACK of them (40 ms from a client that delays its
+ * ACKs). Read off the daemon's own socket once it has read a ClientHello's first bytes. */
+Test(tls, a_tls_connection_turns_nagle_off, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_tls();
+    int fd = test_connect(d.https);
+    test_write_all(fd, "\x16\x03\x01\x00\xf0", 5); /* a record header: the handshake begins */
+    int v = 0;
+    bool seen = false;
+    /* Within the handshake's timeout, which would close the connection. */
+    for (int waited = 0; v == 0 && waited < 3000; waited += 20) {
+        int s = daemon_socket_of(&d, fd);
+        if (s >= 0) { /* -1: not accepted yet */
+            seen = true;
+            socklen_t vl = sizeof v;
+            cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+            close(s);
+        }
+        if (v == 0)
+            usleep(20000);
+    }
+    cr_assert(seen, "the daemon's end of the connection was not found in 3 s");
+    cr_assert_eq(v, 1, "TCP_NODELAY is still off on a TLS connection after 3 s");
+    close(fd);
+    served(&d);
+    finish(&d);
+}
+
 Test(tls, silent_client_closed_by_handshake_timeout, .timeout = 60)
 {
     setup("handshake_timeout_ms = 700");
