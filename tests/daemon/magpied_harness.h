@@ -234,6 +234,20 @@ static inline int daemon_socket_of(const daemon_proc *d, int client_fd)
     return found;
 }
 
+/* Whether TCP_NODELAY is on at the daemon's end of client_fd's connection: 1 or 0, or -1 when
+ * the daemon holds no such socket (daemon_socket_of). */
+static inline int daemon_nodelay(const daemon_proc *d, int client_fd)
+{
+    int s = daemon_socket_of(d, client_fd);
+    if (s < 0)
+        return -1;
+    int v = 0;
+    socklen_t vl = sizeof v;
+    cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+    close(s);
+    return v != 0;
+}
+
 /* Read until the peer closes or `until` appears `count` times (or 5 s pass). */
 static inline size_t read_some(int fd, char *buf, size_t cap, const char *until, int count)
 {

@@ -128,13 +128,9 @@ Test(http2, an_h2_connection_turns_nagle_off, .timeout = 60)
     cr_assert_eq(poll(&p, 1, 5000), 1, "no SETTINGS from the server");
     cr_assert_geq(recv(fd, buf, sizeof buf, 0), 9, "no frame from the server");
     cr_assert_eq(buf[3], 4, "the server's first frame is its SETTINGS");
-    int s = daemon_socket_of(&d, fd);
-    cr_assert_geq(s, 0, "the daemon's end of the connection was not found");
-    int v = 0;
-    socklen_t vl = sizeof v;
-    cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+    int v = daemon_nodelay(&d, fd);
+    cr_assert_geq(v, 0, "the daemon's end of the connection was not found");
     cr_assert_eq(v, 1, "TCP_NODELAY is off on an HTTP/2 connection");
-    close(s);
     close(fd);
     finish(&d);
 }

@@ -139,13 +139,9 @@ Test(proxy_flow, a_response_in_pieces_turns_nagle_off)
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_assert(r.complete, "%s", r.head);
     response_free(&r);
-    int s = daemon_socket_of(&d, c.fd);
-    cr_assert_geq(s, 0, "the daemon's end of the connection was not found");
-    int v = 0;
-    socklen_t vl = sizeof v;
-    cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+    int v = daemon_nodelay(&d, c.fd);
+    cr_assert_geq(v, 0, "the daemon's end of the connection was not found");
     cr_assert_eq(v, 1, "TCP_NODELAY is off after a response that came in pieces");
-    close(s);
     client_close(&c);
     pair_stop(&u, &d);
 }
