@@ -5,8 +5,8 @@
  *
  * This header does not include <uv.h> (whose pthread_rwlock_t a strict -std=c11 hides): it
  * compiles with -std=c11 -pedantic and no feature macro. The libuv types it names are declared
- * incomplete here (uv_loop_t, uv_stream_t), and the libuv handles the socket objects own are
- * kept in private storage sized for them (mp_uv_handle_space). A program that calls libuv
+ * incomplete here (uv_loop_t, uv_stream_t); the socket objects hold no libuv handle but the
+ * one a libuv accept makes (mp_tcp_accept), by pointer. A program that calls libuv
  * itself (on mp_runtime_loop()) includes <uv.h> with the feature macros libuv needs
  * (-D_DEFAULT_SOURCE, or -std=gnu11), before or after this header.
  */
@@ -34,15 +34,6 @@ struct addrinfo;
  * The value is libuv's UV_EOF (the library checks that they agree), so either name compares
  * equal to it. */
 #define MP_EOF (-4095)
-
-/* private: room for the libuv handle (uv_tcp_t, uv_udp_t) a socket object below owns once
- * its close begins. libuv 1.x keeps the sizes of its handles fixed (they are its ABI); the
- * library checks at its build that each fits (runtime/src/internal.h). */
-typedef union mp_uv_handle_space {
-    void *align_ptr_;
-    uint64_t align_u64_;
-    unsigned char bytes_[256];
-} mp_uv_handle_space;
 
 /* The reactor: one libuv loop per runtime, run by whichever worker holds the driver role.
  * libuv calls on this loop or its handles must be made on the thread that holds the role:
@@ -149,11 +140,9 @@ typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     /* private: the stream's, read through the functions below */
     mp_io io;
-    /* a uv_tcp_t: owns the socket once the close begins (or from a libuv accept) */
-    mp_uv_handle_space handle;
-    bool uv_owned;          /* handle was initialised by mp_tcp_accept() */
-    bool connecting;        /* the task's: mp_tcp_connect() started, not yet reported */
-    uint64_t read_ns;       /* the task's: mp_tcp_read_time() */
+    void *uv;         /* mp_tcp_accept()'s uv_tcp_t (heap), which owns the socket; else NULL */
+    bool connecting;  /* the task's: mp_tcp_connect() started, not yet reported */
+    uint64_t read_ns; /* the task's: mp_tcp_read_time() */
     uint64_t read_ready_ns; /* the task's: io's ready_ns at its last read */
     char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
@@ -162,10 +151,24 @@ struct mp_tcp {
     void (*on_closed)(mp_tcp *c);
 };
 
-/* On the loop's thread (a connection callback): accept a connection from server into c,
- * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. On an error c
- * is not open (mp_tcp_fileno() returns -EBADF) but is closed with mp_tcp_close() all the same,
- * and freed in its on_closed: libuv may still hold the handle c holds (mp_tcp_close's rule). */
+/* A stream over fd, a connected stream socket the caller accepted (accept4() with
+ * SOCK_NONBLOCK, as a server on the loop's thread or on its own epoll does), with a read
+ * buffer of bufsize bytes (0: 16 KiB), watched for readiness. c takes fd whatever the result:
+ * 0, and c is open; or -EBADF (fd is not open), -EINVAL (rt NULL), -ESHUTDOWN, or epoll_ctl's error
+ * (-ENOMEM, -ENOSPC past max_user_watches, -EPERM for a regular file), with fd closed and c not
+ * open (its close runs on_closed at once). fd must be non-blocking: a blocking one stalls the
+ * worker that reads it. Like mp_tcp_accept()'s first read, the first mp_tcp_read_poll() tries
+ * the socket before any event. Any thread. An open stream costs sizeof(mp_tcp) and the socket:
+ * nothing of libuv's. */
+int mp_tcp_open(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
+/* On the loop's thread (a libuv connection callback): accept a connection from server into c,
+ * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. libuv accepts
+ * into a handle of its own, which the stream keeps until its close: a heap allocation of a
+ * uv_tcp_t per connection that mp_tcp_open() does not make. On an error (-ENOMEM when that
+ * allocation fails: the connection stays in server's queue, and libuv polls server again
+ * after the next accept) c is not open (mp_tcp_fileno() returns -EBADF) but is closed with
+ * mp_tcp_close() all the same, and freed in its on_closed: libuv may still hold the handle
+ * (mp_tcp_close's rule). */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = MP_EOF or a negative errno, or MP_PENDING until data arrives. */
@@ -251,9 +254,11 @@ size_t mp_tcp_write_progress(const mp_tcp *c);
  * every object that was zeroed or handed to an open (accept, connect, listen, bind), whether
  * that open succeeded or not, once; free it in on_closed, once no task will poll it again
  * (count the two, as the examples do). on_closed(c) (may be NULL) runs exactly once for the
- * close, whatever it returns, and the runtime does not touch c after it: on the loop's thread
+ * close, whatever it returns, and the runtime does not touch c after it: on the loop's side
  * once the socket is closed (after mp_runtime_shutdown at the latest), possibly before the
- * closing poll has returned; or at once, on the caller's thread before the close returns, when
+ * closing poll has returned, and possibly inside this call, on the caller's thread, when it
+ * could take the loop's driver role (so hold no lock across the close that on_closed takes);
+ * or at once, on the caller's thread before the close returns, when
  * nothing is left to close. Returns 0 (closed, or closing); -EBADF: c was not open (zeroed, a
  * failed accept or connect), on_closed ran; -ESHUTDOWN: the runtime's shutdown had closed it,
  * on_closed ran or runs from that close; -EALREADY: c was closed before (a second close: this
@@ -302,7 +307,6 @@ typedef struct mp_tcp_listener mp_tcp_listener;
 struct mp_tcp_listener {
     /* private */
     mp_io io;
-    mp_uv_handle_space handle; /* a uv_tcp_t: owns the socket once the close begins */
     void (*on_closed)(mp_tcp_listener *l);
 };
 
@@ -351,8 +355,6 @@ typedef struct mp_udp mp_udp;
 struct mp_udp {
     /* private */
     mp_io io;
-    /* a uv_udp_t: owns the socket once the close begins */
-    mp_uv_handle_space handle;
     _Atomic bool write_armed; /* EPOLLOUT is in the socket's events (udp.c) */
     void (*on_closed)(mp_udp *u);
 };

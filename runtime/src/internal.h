@@ -13,10 +13,9 @@
  *   reactor:   reactor.c (the libuv loop, the driver role, commands for the loop), timer.c
  *              (timers for tasks, the uv_timer that drives them, the timer wheel)
  *   I/O:       io.c (the readiness every socket shares, mp__io_poll, close), tcp.c (TCP
- *              streams; their libuv handle lives in private storage, MP__UV_TCP), listener.c
- *              (listening sockets), udp.c (UDP sockets), readbuf.c (the streams' read
- *              buffers), resolve.c (getaddrinfo on the blocking pool), file.c (file reads,
- *              opens and stats)
+ *              streams), listener.c (listening sockets), udp.c (UDP sockets), readbuf.c
+ *              (the streams' read buffers), resolve.c (getaddrinfo on the blocking pool),
+ *              file.c (file reads, opens and stats)
  *   memory:    tcache.c (what the per-thread caches share), blockcache.c (mp_block_cache)
  *   the rest:  error.c (mp_strerror), testhook.c (fault injection and probes for the suites:
  *              every test-only hook), list.h (the intrusive list, which magpied uses too),
@@ -96,17 +95,7 @@ _Static_assert(MP_QUEUE_CAPACITY >= 4 && (MP_QUEUE_CAPACITY & (MP_QUEUE_CAPACITY
         abort();                                                                                   \
     } while (0)
 
-/* The libuv handle kept in a socket object's mp_uv_handle_space (magpie_io.h, which names no
- * libuv type): the storage must hold the handle of the libuv this library is built with. */
-#define MP__UV_TCP(obj) ((uv_tcp_t *)(void *)&(obj)->handle)
-#define MP__UV_UDP(obj) ((uv_udp_t *)(void *)&(obj)->handle)
-_Static_assert(sizeof(uv_tcp_t) <= sizeof(mp_uv_handle_space) &&
-                   alignof(uv_tcp_t) <= alignof(mp_uv_handle_space),
-               "mp_uv_handle_space cannot hold a uv_tcp_t");
 _Static_assert(MP_EOF == UV_EOF, "MP_EOF is libuv's UV_EOF");
-_Static_assert(sizeof(uv_udp_t) <= sizeof(mp_uv_handle_space) &&
-                   alignof(uv_udp_t) <= alignof(mp_uv_handle_space),
-               "mp_uv_handle_space cannot hold a uv_udp_t");
 
 /* Statistics counters: written by one thread only, read by any; a relaxed load+store pair
  * compiles to a plain add (no locked instruction), and readers tolerate a stale value. */
@@ -540,9 +529,13 @@ void mp__io_leave(mp_io *io);
 typedef void (*mp__fn)(void); /* any function pointer, cast back before the call */
 int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
                  void (*run_cb)(mp_io *io));
-/* From the object's close callback, on the loop's thread, as its last touch of the object: off
- * the open list, wakers dropped. true: a close published its callback, run it now. */
+/* From the object's close (its close_fn, or a libuv handle's close callback), on the loop's
+ * side, as its last touch of the object: off the open list, wakers dropped. true: a close
+ * published its callback, run it now. */
 bool mp__io_closed(mp_io *io);
+/* A bare socket's close_fn, after it left the epoll set: closes the fd; then the object runs
+ * mp__io_closed() and, if true, its on_closed (io.c, "Closing"). */
+void mp__io_close_fd(mp_io *io);
 /* A failed mp_tcp_accept() whose libuv handle is closing: mark it (never open, a close of its
  * own under way), and from its close callback, as mp__io_closed() (it was never listed). */
 void mp__io_mark_failed(mp_io *io);
@@ -585,9 +578,6 @@ void mp__tcache_register(mp__tcache_class *cls, mp__tcache *tc);
 char *mp__readbuf_take(size_t cap);
 void mp__readbuf_give(char *b, size_t cap);
 
-/* tcp.c: a stream over fd, a connected socket of the caller's (listener.c's accept); on an
- * error fd is still the caller's and c is closed. */
-int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
 /* tcp.c: a non-blocking, close-on-exec socket of type for addr's family (AF_INET or AF_INET6,
  * else -EINVAL), and addr's length; or a negative errno. */
 int mp__inet_socket(const struct sockaddr *addr, int type, socklen_t *len);

@@ -29,10 +29,14 @@
  * Peer close and errors (EPOLLRDHUP, EPOLLHUP, EPOLLERR) set CLOSED, which is never cleared:
  * a short read can be followed by an EOF that raises no further edge.
  *
- * Closing: the socket leaves the epoll set and its fd is closed on the loop's thread, where
- * events are handled (every event of a batch is handled before the next epoll_wait, all on
- * that thread), so once the socket is out of the set no event can name it; the object's
- * memory is given back through libuv's close callback, a loop turn later. A close from any
+ * Closing: the socket leaves the epoll set and its fd is closed on the loop's side (the thread
+ * that holds the driver role), where events are handled: every event of a batch is handled
+ * before anything else runs there (reactor.c), so once the socket is out of the set no event
+ * can name it, and its on_closed may run at once, within the same command, and the memory go.
+ * A bare socket (every object but a stream from mp_tcp_accept()) is closed so: close(2), then
+ * on_closed; it holds no libuv handle, which is 256 bytes an object spared (an idle server
+ * connection's largest part). A stream libuv accepted is closed through its handle, and
+ * on_closed runs from libuv's close callback, a loop turn later. A close from any
  * thread first marks the socket closing and wakes whatever task waits on it, whose poll then
  * reports -EBADF. The reactor keeps every open socket on a list (under its io_lock: sockets
  * are opened from any thread) so that shutdown can close what is left.
@@ -55,13 +59,13 @@
  *
  * Who calls on_closed: one rule for every socket object, whatever the close returns: every
  * mp_*_close() call that is not refused as a second one (-EALREADY) has its on_closed run once,
- * after which the runtime never touches the object; the memory may go there. Usually the loop
- * runs it from libuv's close callback. But the runtime's shutdown closes every socket still
+ * after which the runtime never touches the object; the memory may go there. Usually the loop's
+ * side runs it as it closes the socket. But the runtime's shutdown closes every socket still
  * open, with no callback of the user's, and a close may come after that or during it:
  *
  *   user's close (any thread)                  shutdown's close (the loop's thread)
- *                                              close_all: close_fn, then libuv's callback
- *   CLOSE_REQ; on_closed = cb                  close_cb: no callback set -> none called
+ *                                              close_all: close_fn: close(2), then
+ *   CLOSE_REQ; on_closed = cb                  the closed step: no callback set -> none called
  *   the loop refuses (-ESHUTDOWN)              (the old rule said "on_closed will not run,
  *   free(c) at once                             free at once"; a callback already looking
  *                                               at on_closed read a freed object)
@@ -440,6 +444,11 @@ int mp__io_close(mp_io *io, void (*set_cb)(mp_io *io, mp__fn cb), mp__fn cb,
     return failed_accept ? -EBADF : rc;
 }
 
+void mp__io_close_fd(mp_io *io)
+{
+    close(io->fd); /* Linux releases the fd even when it reports EINTR: never retried */
+}
+
 static bool io_done(mp_io *io)
 {
     /* (B) acq_rel. Acquire: a callback published by (A) is visible (pairs with its release).
@@ -466,16 +475,21 @@ void mp__io_mark_failed(mp_io *io)
     atomic_store_explicit(&io->state, OPEN | CLOSING | CLAIMED, memory_order_relaxed);
 }
 
-/* Shutdown, with the role held and every worker stopped: close every socket still open.
- * Their close callbacks run in the loop turns that follow (mp__reactor_close()). */
+/* Shutdown, with the role held and every worker stopped: close every socket still open. A
+ * bare socket's close finishes here; a libuv-accepted stream's in the loop turns that follow
+ * (mp__reactor_close()). */
 void mp__io_close_all(mp__reactor *r)
 {
     mp__spin_lock(&r->io_lock);
     r->io_closed = true;
-    mp_io *list = r->ios;
+    mp_io *io = r->ios;
     mp__spin_unlock(&r->io_lock);
-    /* Nobody links now (io_closed), and entries leave the list only in the close callbacks,
-     * which run after this walk, in uv_run. */
-    for (mp_io *io = list; io; io = io->next)
+    /* Nobody links now (io_closed). An entry leaves the list as its own close finishes, here
+     * for a bare socket (it may be freed then): its next is read before. Only that entry goes:
+     * an object is freed only after its own on_closed, and the others' have not run. */
+    while (io != NULL) {
+        mp_io *next = io->next;
         close_cmd(&r->loop, io);
+        io = next;
+    }
 }

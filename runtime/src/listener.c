@@ -16,21 +16,13 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-static void close_cb(uv_handle_t *h)
-{
-    mp_tcp_listener *l = h->data;
-    if (mp__io_closed(&l->io) && l->on_closed)
-        l->on_closed(l); /* the last touch: it may free l */
-}
-
+/* On the loop's side, once the socket left the epoll set. */
 static void listener_close(mp_io *io)
 {
     mp_tcp_listener *l = mp_container_of(io, mp_tcp_listener, io);
-    if (uv_tcp_init(&io->rt->reactor.loop, MP__UV_TCP(l)) != 0 ||
-        uv_tcp_open(MP__UV_TCP(l), io->fd) != 0)
-        MP__UNREACHABLE("libuv refused to adopt listening socket %d for its close", io->fd);
-    MP__UV_TCP(l)->data = l;
-    uv_close((uv_handle_t *)MP__UV_TCP(l), close_cb);
+    mp__io_close_fd(io);
+    if (mp__io_closed(io) && l->on_closed)
+        l->on_closed(l); /* the last touch: it may free l */
 }
 
 static int adopt(mp_runtime *rt, mp_tcp_listener *l, int fd)
@@ -120,9 +112,7 @@ mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t
         mp__io_leave(&l->io);
         errno = e;
         if (fd >= 0) {
-            *err = mp__tcp_adopt(l->io.rt, c, fd, bufsize);
-            if (*err != 0)
-                close(fd);
+            *err = mp_tcp_open(l->io.rt, c, fd, bufsize); /* closes fd on an error */
             return MP_READY;
         }
         switch (errno) {

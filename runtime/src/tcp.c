@@ -2,11 +2,10 @@
  * writes, connecting, socket options, close.
  *
  * A stream's readiness is an mp_io (io.c, which draws the lost wake-up the tick prevents); its
- * read buffer comes from readbuf.c. A stream comes from one of three places: a libuv accept on
- * the loop's thread (mp_tcp_accept: libuv's handle owns the socket), a task's listener
- * (listener.c) or a connect (here): those two own a bare socket, and only get a libuv handle
- * when they close, so that libuv closes the fd and calls back a loop turn later, exactly as
- * for the first kind.
+ * read buffer comes from readbuf.c. A stream comes from one of four places: a socket the caller
+ * accepted (mp_tcp_open), a task's listener (listener.c), a connect (here), all three a bare
+ * socket that the close closes itself (io.c, "Closing"); or a libuv accept on the loop's thread
+ * (mp_tcp_accept), whose handle, kept by pointer, owns the socket and closes it through libuv.
  *
  * Connecting: the socket is registered for EPOLLOUT before the kernel can finish the
  * handshake, with no readiness bits. The end of the handshake, success or failure, raises
@@ -38,36 +37,42 @@ static ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
     return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
 }
 
-static void close_cb(uv_handle_t *h)
+/* The loop's side, as the object's last touch: on_closed, if a close published it. */
+static void stream_closed(mp_tcp *c)
 {
-    mp_tcp *c = h->data;
     /* The read buffer is the owner's, given back by its mp_tcp_close() (set_closed_cb): a
      * close by the shutdown alone must not race with the owner's close for it. */
     if (mp__io_closed(&c->io) && c->on_closed)
-        c->on_closed(c); /* the last touch: it may free c */
+        c->on_closed(c); /* it may free c */
+}
+
+/* mp_tcp_accept()'s handle has closed. */
+static void accepted_close_cb(uv_handle_t *h)
+{
+    mp_tcp *c = h->data;
+    free(h);
+    stream_closed(c);
 }
 
 /* A failed mp_tcp_accept()'s handle has closed: the owner's close may be waiting for it. */
 static void failed_accept_close_cb(uv_handle_t *h)
 {
     mp_tcp *c = h->data;
+    free(h);
     if (mp__io_failed_closed(&c->io) && c->on_closed)
         c->on_closed(c);
 }
 
-/* On the loop's thread, once the socket left the epoll set. */
+/* On the loop's side, once the socket left the epoll set. */
 static void stream_close(mp_io *io)
 {
     mp_tcp *c = mp_container_of(io, mp_tcp, io);
-    if (!c->uv_owned) {
-        /* A bare socket: a handle now, only to have libuv close the fd and call back. */
-        if (uv_tcp_init(&io->rt->reactor.loop, MP__UV_TCP(c)) != 0 ||
-            uv_tcp_open(MP__UV_TCP(c), io->fd) != 0)
-            MP__UNREACHABLE("libuv refused to adopt socket %d for its close", io->fd);
-        c->uv_owned = true;
+    if (c->uv != NULL) {
+        uv_close(c->uv, accepted_close_cb); /* libuv closes the fd */
+        return;
     }
-    MP__UV_TCP(c)->data = c;
-    uv_close((uv_handle_t *)MP__UV_TCP(c), close_cb);
+    mp__io_close_fd(io);
+    stream_closed(c);
 }
 
 static void stream_init(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize, uint64_t bits)
@@ -84,14 +89,19 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
     /* Optimistic: the first read is tried before any event (a client usually sends its
      * request with the handshake); the socket has room for a first write. */
     stream_init(rt, c, -1, bufsize, MP__IO_READ | MP__IO_WRITE);
-    int rc = uv_tcp_init(&rt->reactor.loop, MP__UV_TCP(c));
-    if (rc != 0)
+    uv_tcp_t *h = malloc(sizeof *h);
+    if (h == NULL)
+        return -ENOMEM; /* not open: nothing to close */
+    int rc = uv_tcp_init(&rt->reactor.loop, h);
+    if (rc != 0) {
+        free(h);
         return rc;
-    MP__UV_TCP(c)->data = c;
-    c->uv_owned = true;
-    rc = uv_accept(server, (uv_stream_t *)MP__UV_TCP(c)); /* non-blocking: accept4(SOCK_NONBLOCK) */
+    }
+    h->data = c;
+    c->uv = h;
+    rc = uv_accept(server, (uv_stream_t *)h); /* non-blocking: accept4(SOCK_NONBLOCK) */
     if (rc == 0)
-        rc = uv_fileno((uv_handle_t *)MP__UV_TCP(c), &c->io.fd);
+        rc = uv_fileno((uv_handle_t *)h, &c->io.fd);
     if (rc == 0)
         rc = mp__io_register(&c->io, STREAM_EVENTS);
     if (rc != 0) {
@@ -99,18 +109,25 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
          * (io.c, "Who calls on_closed"). */
         c->io.fd = -1;
         mp__io_mark_failed(&c->io);
-        uv_close((uv_handle_t *)MP__UV_TCP(c), failed_accept_close_cb);
+        uv_close((uv_handle_t *)h, failed_accept_close_cb);
         return rc;
     }
     return 0;
 }
 
-int mp__tcp_adopt(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize)
+int mp_tcp_open(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize)
 {
+    /* Optimistic, as mp_tcp_accept(). */
     stream_init(rt, c, fd, bufsize, MP__IO_READ | MP__IO_WRITE);
-    int rc = mp__io_register(&c->io, STREAM_EVENTS);
-    if (rc != 0)
+    if (fd < 0) {
         c->io.fd = -1;
+        return -EBADF;
+    }
+    int rc = rt != NULL ? mp__io_register(&c->io, STREAM_EVENTS) : -EINVAL;
+    if (rc != 0) {
+        close(fd);
+        c->io.fd = -1;
+    }
     return rc;
 }
 

@@ -32,21 +32,13 @@
 
 enum { MAX_BATCH = 64 };
 
-static void close_cb(uv_handle_t *h)
-{
-    mp_udp *u = h->data;
-    if (mp__io_closed(&u->io) && u->on_closed)
-        u->on_closed(u); /* the last touch: it may free u */
-}
-
+/* On the loop's side, once the socket left the epoll set. */
 static void udp_close(mp_io *io)
 {
     mp_udp *u = mp_container_of(io, mp_udp, io);
-    if (uv_udp_init(&io->rt->reactor.loop, MP__UV_UDP(u)) != 0 ||
-        uv_udp_open(MP__UV_UDP(u), io->fd) != 0)
-        MP__UNREACHABLE("libuv refused to adopt UDP socket %d for its close", io->fd);
-    MP__UV_UDP(u)->data = u;
-    uv_close((uv_handle_t *)MP__UV_UDP(u), close_cb);
+    mp__io_close_fd(io);
+    if (mp__io_closed(io) && u->on_closed)
+        u->on_closed(u); /* the last touch: it may free u */
 }
 
 /* After a system call between mp__io_enter() and here: errno is the call's. */

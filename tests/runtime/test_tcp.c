@@ -9,6 +9,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -35,6 +36,11 @@ enum { MODE_ECHO, MODE_SEND, MODE_SENDFILE };
 typedef struct server {
     mp_runtime *rt;
     uv_tcp_t listener;
+    /* open_path: the server accepts itself (accept4 on a socket the loop polls) and serves
+     * each connection through mp_tcp_open(), as magpied does, instead of mp_tcp_accept(). */
+    bool open_path;
+    uv_poll_t lpoll;
+    int lfd;
     mp_loop_cmd cmd;
     _Atomic int port;
     int mode;
@@ -149,14 +155,41 @@ static void conn_release(mp_task *t)
 
 static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
 
-static void on_connection(uv_stream_t *l, int status)
+static conn *conn_new(void)
 {
-    cr_assert_eq(status, 0);
     conn *c = calloc(1, sizeof *c);
     c->mode = S->mode;
     c->send_left = S->send_bytes;
     atomic_init(&c->refs, 2);
+    return c;
+}
+
+static void conn_serve(conn *c);
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    cr_assert_eq(status, 0);
+    conn *c = conn_new();
     cr_assert_eq(mp_tcp_accept(S->rt, &c->tcp, l, S->bufsize), 0);
+    conn_serve(c);
+}
+
+/* open_path: every queued connection, accepted here and handed to mp_tcp_open(). */
+static void on_listen_readable(uv_poll_t *p, int status, int events)
+{
+    (void)p, (void)events;
+    cr_assert_eq(status, 0);
+    int fd;
+    while ((fd = accept4(S->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+        conn *c = conn_new();
+        cr_assert_eq(mp_tcp_open(S->rt, &c->tcp, fd, S->bufsize), 0);
+        conn_serve(c);
+    }
+    cr_assert(errno == EAGAIN || errno == EWOULDBLOCK, "accept4: %s", strerror(errno));
+}
+
+static void conn_serve(conn *c)
+{
     if (write_event_first) {
         /* On the loop's thread, as an event would be: the bytes are in, the task has not
          * read yet, and the only event the stream has seen is EPOLLOUT. */
@@ -175,6 +208,19 @@ static void listen_cmd(uv_loop_t *loop, void *arg)
     server *s = arg;
     struct sockaddr_in a;
     uv_ip4_addr("127.0.0.1", 0, &a);
+    if (s->open_path) {
+        s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        cr_assert_geq(s->lfd, 0);
+        cr_assert_eq(bind(s->lfd, (struct sockaddr *)&a, sizeof a), 0);
+        cr_assert_eq(listen(s->lfd, 512), 0);
+        cr_assert_eq(uv_poll_init(loop, &s->lpoll, s->lfd), 0);
+        cr_assert_eq(uv_poll_start(&s->lpoll, UV_READABLE, on_listen_readable), 0);
+        struct sockaddr_in got;
+        socklen_t len = sizeof got;
+        cr_assert_eq(getsockname(s->lfd, (struct sockaddr *)&got, &len), 0);
+        atomic_store(&s->port, ntohs(got.sin_port));
+        return;
+    }
     cr_assert_eq(uv_tcp_init(loop, &s->listener), 0);
     cr_assert_eq(uv_tcp_bind(&s->listener, (struct sockaddr *)&a, 0), 0);
     cr_assert_eq(uv_listen((uv_stream_t *)&s->listener, 512, on_connection), 0);
@@ -184,10 +230,13 @@ static void listen_cmd(uv_loop_t *loop, void *arg)
     atomic_store(&s->port, ntohs(got.sin_port));
 }
 
-static server *server_start(unsigned workers, int mode, size_t send_bytes, size_t bufsize)
+static server *server_start_by(bool open_path, unsigned workers, int mode, size_t send_bytes,
+                               size_t bufsize)
 {
     server *s = calloc(1, sizeof *s);
     S = s;
+    s->open_path = open_path;
+    s->lfd = -1;
     mp_config cfg;
     mp_config_init(&cfg);
     cfg.workers = workers;
@@ -202,10 +251,17 @@ static server *server_start(unsigned workers, int mode, size_t send_bytes, size_
     return s;
 }
 
+static server *server_start(unsigned workers, int mode, size_t send_bytes, size_t bufsize)
+{
+    return server_start_by(false, workers, mode, send_bytes, bufsize);
+}
+
 static void server_stop(server *s)
 {
     mp_runtime_free(s->rt); /* cancels the tasks, closes every stream and the listener */
     cr_assert_eq(atomic_load(&s->closed), atomic_load(&s->accepted), "every connection freed");
+    if (s->lfd >= 0)
+        close(s->lfd); /* the poll's handle was closed by the runtime's shutdown */
     free(s);
 }
 
@@ -252,9 +308,9 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void round_trips(unsigned workers, long total)
+static void round_trips_by(bool open_path, unsigned workers, long total)
 {
-    server *s = server_start(workers, MODE_ECHO, 0, 0);
+    server *s = server_start_by(open_path, workers, MODE_ECHO, 0, 0);
     client k = {.port = s->port, .rounds = total / CONNS};
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -267,6 +323,11 @@ static void round_trips(unsigned workers, long total)
     mp_runtime_stats_get(s->rt, &st);
     cr_assert_gt(st.total.drives, 0);
     server_stop(s);
+}
+
+static void round_trips(unsigned workers, long total)
+{
+    round_trips_by(false, workers, total);
 }
 
 Test(tcp, echo_round_trips_on_64_connections_lose_no_wakeup, .timeout = 300)
@@ -363,6 +424,79 @@ Test(tcp, read_time_of_a_first_read_after_a_write_event_is_the_read, .timeout = 
 
 /* A stream that was never accepted (zeroed), or whose accept failed, is closed: no fd, and
  * its close says so (-EBADF), with on_closed run at once (test_io.c). */
+/* Streams over sockets the server accepted itself (mp_tcp_open): the same echo, and their
+ * close, which is the runtime's own (close(2), then on_closed) rather than libuv's. */
+Test(tcp, echo_round_trips_through_mp_tcp_open_lose_no_wakeup, .timeout = 300)
+{
+    round_trips_by(true, 2, test_env_long("MP_ECHO_ROUND_TRIPS", 100000) / 4);
+}
+
+/* The runtime's shutdown closes the opened streams that are left: their on_closed may free
+ * them during its walk of the open sockets (ASan checks the walk). */
+Test(tcp, shutdown_frees_streams_from_mp_tcp_open, .timeout = 30)
+{
+    server *s = server_start_by(true, 2, MODE_ECHO, 0, 0);
+    int fds[8];
+    for (int i = 0; i < 8; i++)
+        fds[i] = test_connect(s->port);
+    while (atomic_load(&s->accepted) < 8)
+        sched_yield();
+    server_stop(s);
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+}
+
+static _Atomic int closed_calls;
+static void count_closed(mp_tcp *t)
+{
+    (void)t;
+    closed_calls++;
+}
+
+static bool fd_is_open(int fd)
+{
+    return fcntl(fd, F_GETFD) != -1;
+}
+
+/* Each refusal of mp_tcp_open(): the stream is not open, the fd is closed (it was handed
+ * over), and the close runs on_closed once, at once. */
+Test(tcp, mp_tcp_open_errors, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_tcp c;
+    closed_calls = 0;
+    cr_assert_eq(mp_tcp_open(rt, &c, -1, 0), -EBADF);
+    cr_assert_eq(mp_tcp_fileno(&c), -EBADF);
+    cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
+    cr_assert_eq(closed_calls, 1);
+
+    /* A regular file: epoll refuses it. */
+    char path[] = "/tmp/mp_tcp_open_XXXXXX";
+    int file = mkstemp(path);
+    cr_assert_geq(file, 0);
+    unlink(path);
+    cr_assert_eq(mp_tcp_open(rt, &c, file, 0), -EPERM);
+    cr_assert_not(fd_is_open(file), "a refused fd is closed");
+    cr_assert_eq(mp_tcp_fileno(&c), -EBADF);
+    cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
+    cr_assert_eq(closed_calls, 2);
+
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    cr_assert_eq(mp_tcp_open(NULL, &c, sv[0], 0), -EINVAL);
+    cr_assert_not(fd_is_open(sv[0]));
+    cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
+    cr_assert_eq(closed_calls, 3);
+
+    /* And one that works, closed from this thread: on_closed once, the fd gone. */
+    cr_assert_eq(mp_tcp_open(rt, &c, sv[1], 0), 0);
+    cr_assert_eq(mp_tcp_fileno(&c), sv[1]);
+    cr_assert_eq(mp_tcp_close(&c, count_closed), 0);
+    mp_runtime_free(rt); /* on_closed has run by its end at the latest */
+    cr_assert_eq(closed_calls, 4);
+    cr_assert_not(fd_is_open(sv[1]));
+}
+
 Test(tcp, a_stream_never_opened_has_no_fd_and_refuses_close, .timeout = 10)
 {
     mp_tcp c = {0};
