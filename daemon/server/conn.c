@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/client_limit.h"
 #include "server/conn.h"
@@ -91,7 +92,7 @@ static const struct conn_kind {
     [MD_LISTENER_HTTPS] = {https_poll, https_opened, https_finish, http_closed},
 };
 
-/* On the loop's thread, once libuv is done with the stream. */
+/* On the loop's side, once the stream is closed. */
 static void conn_closed(mp_tcp *t)
 {
     md_conn *c = mp_container_of(t, md_conn, tcp);
@@ -274,12 +275,14 @@ static bool over_client_limit(md_listener_group *g, md_conn *c, const struct soc
     return false;
 }
 
-int md_conn_accept(md_listener_state *l)
+int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *peer)
 {
     md_server *s = l->srv;
     md_conn *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        close(fd);
         return -ENOMEM;
+    }
     c->srv = s;
     c->kind = l->kind;
     c->group = l->group;
@@ -287,23 +290,19 @@ int md_conn_accept(md_listener_state *l)
     mp_timer_init(&c->timer, s->rt);
     md_outbuf_init(&c->out);
     /* The stream's default read buffer. */
-    int rc = mp_tcp_accept(s->rt, &c->tcp, (uv_stream_t *)&l->handle, 0);
-    if (rc != 0) {
-        /* libuv may still hold the handle in c: closed like any stream, freed in the callback
-         * (libmagpie's one rule for freeing a stream). */
+    if (mp_tcp_open(s->rt, &c->tcp, fd, 0) != 0) {
+        /* fd closed and the stream not open: its close frees c at once (libmagpie's one rule
+         * for freeing a stream). */
         mp_tcp_close(&c->tcp, accept_failed_closed);
-        return rc;
+        return 0;
     }
-    struct sockaddr_storage ss;
-    bool have_ss =
-        (l->group->per_client != 0 || l->group->proxy) && mp_tcp_peer_addr(&c->tcp, &ss) == 0;
-    /* proxy_protocol: believed from proxy_protocol_from only (a peer whose address cannot be
-     * read is not); the task closes the others before reading (proxy_in.c). */
+    /* proxy_protocol: believed from proxy_protocol_from only (a peer whose address is not
+     * known is not); the task closes the others before reading (proxy_in.c). */
     if (l->group->proxy)
-        c->proxy = have_ss && md_acl_matches(&l->group->proxy_from, &ss) ? MD_CONN_PROXY_WANTED
-                                                                         : MD_CONN_PROXY_UNTRUSTED;
-    if (c->proxy != MD_CONN_PROXY_UNTRUSTED &&
-        over_client_limit(l->group, c, have_ss ? &ss : NULL)) {
+        c->proxy = peer != NULL && md_acl_matches(&l->group->proxy_from, peer)
+                       ? MD_CONN_PROXY_WANTED
+                       : MD_CONN_PROXY_UNTRUSTED;
+    if (c->proxy != MD_CONN_PROXY_UNTRUSTED && over_client_limit(l->group, c, peer)) {
         md_metrics_conn_refused(&s->metrics, c->kind);
         mp_tcp_close(&c->tcp, accept_failed_closed); /* before a byte is read */
         return 0;

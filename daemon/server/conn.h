@@ -2,8 +2,9 @@
  * connections.
  *
  *   server.c          the server's lifetime: start, describe, drain, free
- *   listener.c        listening sockets (bound, or passed by systemd), accepting under each
- *                     listener's max_connections, the count of open connections
+ *   listener.c        listening sockets (bound, or passed by systemd), accepting (accept4 on
+ *                     the loop) under each listener's max_connections, the count of open
+ *                     connections
  *   conn.c            one connection: accept, bounded writes, close
  *   conn_http.c       the HTTP connection task, over the sans-I/O cores (http1.h, http2.h)
  *   conn_echo.c       the echo connection task (RFC 862)
@@ -58,13 +59,16 @@ typedef struct md_listener_group {
 /* A listening socket; heap-allocated because a reload may replace it while libuv still has
  * to run the old one's close callback. Loop side. */
 typedef struct md_listener_state {
-    uv_tcp_t handle;
+    uv_poll_t poll; /* the socket's readability, on the loop (level-triggered) */
+    int fd;         /* the listening socket, closed with the poll's handle */
     md_server *srv;
     md_listener_group *group; /* whose max_connections it accepts under */
     md_listener kind;
-    bool paused;    /* a connection is waiting to be accepted */
-    bool activated; /* passed by systemd: kept whatever the config says */
-    md_listen at;   /* what it was bound from (the config's value) */
+    bool paused;               /* not polled: at its mark, or out of descriptors (a retry is due) */
+    bool accepting;            /* in accept_ready(), which a close may reach again (listener.c) */
+    bool activated;            /* passed by systemd: kept whatever the config says */
+    uint64_t starve_logged_ms; /* when it last logged an accept failed for descriptors; 0: never */
+    md_listen at;              /* what it was bound from (the config's value) */
     bool reuseport;
     char addr[80]; /* "[host]:port" */
 } md_listener_state;
@@ -84,6 +88,10 @@ struct md_server {
     uint32_t open_peak;          /* loop side: most open since the last trim */
     struct md_conn *conns;       /* loop side: every open connection, for drain */
     bool draining;               /* loop side */
+    /* Loop side: resumes the listeners an accept left paused out of descriptors or memory
+     * (listener.c); made at the first such failure, closed by the runtime's shutdown. */
+    uv_timer_t accept_retry;
+    bool accept_retry_made;
 };
 
 /* An IPv6 address's text with a zone, NUL included (INET6_ADDRSTRLEN is 46). */
@@ -168,9 +176,9 @@ void md_listener_conn_removed(md_server *s, md_conn *c);
 void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len);
 
 /* conn.c */
-/* Loop side: accept the next connection of l and spawn its task. 0 or a negative errno (not
- * accepted: libuv pauses l until the next accept). */
-int md_conn_accept(md_listener_state *l);
+/* Loop side: serve fd, a connection l accepted (non-blocking), from the peer at peer (NULL:
+ * not read yet), and spawn its task. Takes fd: 0, or -ENOMEM with fd closed. */
+int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *peer);
 /* From the task (or its cancel): release what the connection holds and close its stream;
  * MP_READY. why is reported with the close. */
 mp_poll md_conn_finish(md_conn *c, md_close_reason why);

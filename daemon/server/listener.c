@@ -3,13 +3,20 @@
  * A listener is bound from the configuration, or passed by systemd (socket activation,
  * activation.c), in which case it is kept whatever a reload's file says.
  *
+ * Accepting: the loop polls each listening socket (uv_poll, level-triggered) and, when it is
+ * readable, accept4()s on the loop's thread, up to ACCEPT_BATCH a turn; each connection becomes
+ * a bare stream of the runtime's (mp_tcp_open) and a task. Not through libuv's uv_accept, which
+ * needs a uv_tcp_t (248 bytes) per connection kept for the connection's life.
+ *
  * max_connections: each listener has its own budget ([limits] max_connections for HTTP,
  * [echo] max_connections for echo), so that one listener's peers cannot lock the other out.
- * When a listener's count of open connections reaches it, the connection callback returns
- * without accepting; libuv then stops polling that listener until uv_accept is called again,
- * which happens when one of its connections closes and the count is back under the mark. The
- * kernel's backlog holds the waiting peers meanwhile. The counts and the pause are touched
- * only on the loop's thread (accept and close callbacks).
+ * When a listener's count of open connections reaches it, the listener stops being polled
+ * until one of its connections closes and the count is back under the mark. The kernel's
+ * backlog holds the waiting peers meanwhile. Out of descriptors or memory (EMFILE, ENFILE,
+ * ENOBUFS, ENOMEM), the connection stays in the backlog too: the listener pauses, as nginx's
+ * do, and tries again at the next close of a connection or after ACCEPT_RETRY_MS, rather than
+ * spin on a socket that stays readable. The counts and the pauses are touched only on the
+ * loop's side (the poll's callback, the closes' callbacks, the retry timer).
  */
 #include <errno.h>
 #ifdef __GLIBC__
@@ -30,20 +37,117 @@
 #define LISTEN_BACKLOG 1024
 /* Open connections from which a fall to half returns memory to the system (below). */
 #define TRIM_PEAK 256
+/* Connections accepted per readable report: the rest wait for the loop's next turn, behind
+ * the events that came meanwhile. */
+#define ACCEPT_BATCH 64
+/* How long a listener out of descriptors waits before it accepts again, and how often at most
+ * it says so. */
+#define ACCEPT_RETRY_MS 100
+#define ACCEPT_LOG_MS   10000
 
-/* Accept the next connection of l, or pause l at the mark. */
-static void accept_one(md_listener_state *l)
+static void on_readable(uv_poll_t *p, int status, int events);
+
+static void listener_pause(md_listener_state *l)
+{
+    if (!l->paused) {
+        uv_poll_stop(&l->poll);
+        l->paused = true;
+    }
+}
+
+static void listener_watch(md_listener_state *l)
+{
+    if (l->paused && uv_poll_start(&l->poll, UV_READABLE, on_readable) == 0)
+        l->paused = false;
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+    md_listeners_resume(t->data);
+}
+
+/* accept4 failed for want of descriptors or memory: pause l and try again later. */
+static void listener_starve(md_listener_state *l, int err)
 {
     md_server *s = l->srv;
-    if (s->draining)
-        return; /* not accepted: the listener is closing */
-    if (l->group->open >= l->group->max_connections) {
-        l->paused = true; /* libuv stops polling l until the next uv_accept */
+    /* At the descriptor limit every accept4 fails, queue or not (the kernel takes the
+     * descriptor first), so each retry would say it again. */
+    uint64_t now = mp_now_ms();
+    if (l->starve_logged_ms == 0 || now - l->starve_logged_ms >= ACCEPT_LOG_MS) {
+        md_log(MD_LOG_ERROR,
+               "%s listener %s: accept: %s; accepting again in %d ms or at the next close",
+               md_listener_name(l->kind), l->addr, strerror(err), ACCEPT_RETRY_MS);
+        l->starve_logged_ms = now;
+    }
+    listener_pause(l);
+    if (!s->accept_retry_made) {
+        if (uv_timer_init(mp_runtime_loop(s->rt), &s->accept_retry) != 0)
+            return; /* the next close retries */
+        s->accept_retry.data = s;
+        s->accept_retry_made = true;
+    }
+    if (!uv_is_active((uv_handle_t *)&s->accept_retry))
+        uv_timer_start(&s->accept_retry, retry_cb, ACCEPT_RETRY_MS, 0);
+}
+
+/* Accept what l's queue holds, while under its mark; poll l for more, or pause it. */
+static void accept_batch(md_listener_state *l)
+{
+    md_server *s = l->srv;
+    bool want_peer = l->group->per_client != 0 || l->group->proxy;
+    for (int n = 0; n < ACCEPT_BATCH; n++) {
+        if (s->draining || l->group->open >= l->group->max_connections) {
+            listener_pause(l); /* md_listeners_resume() polls it again */
+            return;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        /* The peer's address comes with the accept when the limits need it (no getpeername). */
+        int fd = accept4(l->fd, want_peer ? (struct sockaddr *)&ss : NULL, want_peer ? &sl : NULL,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            switch (errno) {
+            case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+            case EWOULDBLOCK:
+#endif
+                listener_watch(l);
+                return;
+            case EINTR:
+            case ECONNABORTED: /* the peer gave up while queued: take the next */
+            case EPROTO:
+                continue;
+            default: /* EMFILE, ENFILE, ENOBUFS, ENOMEM: the peer stays queued */
+                listener_starve(l, errno);
+                return;
+            }
+        }
+        (void)md_conn_accept(l, fd, want_peer ? &ss : NULL); /* -ENOMEM: fd closed */
+    }
+    listener_watch(l); /* level-triggered: reported again next turn if more are queued */
+}
+
+static void accept_ready(md_listener_state *l)
+{
+    /* A connection refused at once (a runtime shutting down) closes inside the loop below,
+     * and its close resumes the paused listeners: not this one again from within. */
+    if (l->accepting)
+        return;
+    l->accepting = true;
+    accept_batch(l);
+    l->accepting = false;
+}
+
+static void on_readable(uv_poll_t *p, int status, int events)
+{
+    (void)events;
+    md_listener_state *l = p->data;
+    if (status != 0) {
+        md_log(MD_LOG_ERROR, "%s listener %s: %s", md_listener_name(l->kind), l->addr,
+               uv_strerror(status));
         return;
     }
-    l->paused = false;
-    /* On failure libuv pauses l; the next close retries. */
-    (void)md_conn_accept(l);
+    accept_ready(l);
 }
 
 void md_listeners_resume(md_server *s)
@@ -52,7 +156,7 @@ void md_listeners_resume(md_server *s)
         md_listener_group *g = s->groups[i];
         for (uint32_t k = 0; k < g->nsocks; k++)
             if (g->socks[k]->paused && g->open < g->max_connections)
-                accept_one(g->socks[k]);
+                accept_ready(g->socks[k]);
     }
 }
 
@@ -99,16 +203,6 @@ void md_listener_conn_removed(md_server *s, md_conn *c)
     md_listeners_resume(s);
 }
 
-static void on_connection(uv_stream_t *server, int status)
-{
-    md_listener_state *l = server->data;
-    if (status == 0)
-        accept_one(l);
-    else
-        md_log(MD_LOG_ERROR, "%s listener %s: %s", md_listener_name(l->kind), l->addr,
-               uv_strerror(status));
-}
-
 void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *buf, size_t len)
 {
     char host[48] = "?";
@@ -130,13 +224,15 @@ void md_sockaddr_text(const struct sockaddr_storage *ss, bool port_too, char *bu
 
 static void listener_freed(uv_handle_t *h)
 {
-    free(h->data);
+    md_listener_state *l = h->data;
+    close(l->fd);
+    free(l);
 }
 
 void md_listener_close(md_listener_state *l)
 {
-    if (l != NULL && !uv_is_closing((uv_handle_t *)&l->handle))
-        uv_close((uv_handle_t *)&l->handle, listener_freed);
+    if (l != NULL && !uv_is_closing((uv_handle_t *)&l->poll))
+        uv_close((uv_handle_t *)&l->poll, listener_freed);
 }
 
 /* A listening socket for at, with SO_REUSEPORT when asked (it must be set before bind, which
@@ -175,25 +271,29 @@ static int open_listener(md_server *s, md_listener kind, int fd, md_listener_sta
     }
     l->srv = s;
     l->kind = kind;
-    int rc = uv_tcp_init(mp_runtime_loop(s->rt), &l->handle);
+    l->fd = fd;
+    /* libuv makes fd non-blocking (systemd's may not be). */
+    int rc = uv_poll_init(mp_runtime_loop(s->rt), &l->poll, fd);
     if (rc != 0) {
         close(fd);
         free(l);
         return rc;
     }
-    l->handle.data = l;
-    rc = uv_tcp_open(&l->handle, fd);
-    if (rc != 0)
-        close(fd); /* not the handle's: uv_close would leave it open */
+    l->poll.data = l;
+    /* Again on systemd's socket, with our backlog: listen(2) on a listening socket only sets
+     * it. */
+    if (listen(fd, LISTEN_BACKLOG) != 0)
+        rc = -errno;
     else
-        rc = uv_listen((uv_stream_t *)&l->handle, LISTEN_BACKLOG, on_connection);
+        rc = uv_poll_start(&l->poll, UV_READABLE, on_readable);
     if (rc != 0) {
         md_listener_close(l);
         return rc;
     }
     struct sockaddr_storage got;
-    int len = sizeof got;
-    uv_tcp_getsockname(&l->handle, (struct sockaddr *)&got, &len);
+    socklen_t len = sizeof got;
+    if (getsockname(fd, (struct sockaddr *)&got, &len) != 0)
+        got.ss_family = AF_UNSPEC;
     md_sockaddr_text(&got, true, l->addr, sizeof l->addr);
     *out = l;
     return 0;

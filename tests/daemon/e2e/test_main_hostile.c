@@ -5,12 +5,14 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -491,4 +493,105 @@ Test(hostile, one_client_cannot_take_every_slot, .timeout = 60)
     close(b);
     close(other);
     cr_assert_eq(stop(&d), 0);
+}
+
+/* The RLIMIT_NOFILE under which pid can open `room` more descriptors: the limit bounds the
+ * numbers, and a new descriptor takes the lowest free one, so it counts the free numbers. */
+static rlim_t limit_leaving(pid_t pid, int room)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    static bool used[65536];
+    memset(used, 0, sizeof used);
+    DIR *dir = opendir(path);
+    cr_assert_not_null(dir);
+    for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] != '.' && fd >= 0 && fd < 65536)
+            used[fd] = true;
+    }
+    closedir(dir);
+    int n = 0;
+    for (int free_seen = 0; free_seen < room; n++)
+        free_seen += !used[n];
+    return (rlim_t)n;
+}
+
+/* utime + stime of pid, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* past the command's name, which may hold spaces */
+    cr_assert_not_null(p);
+    long utime = 0, stime = 0;
+    cr_assert_eq(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime), 2);
+    return utime + stime;
+}
+
+static bool echoed_within(int fd, int ms)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    char ch;
+    return poll(&pfd, 1, ms) == 1 && read(fd, &ch, 1) == 1;
+}
+
+/* Out of descriptors, accept4 fails while the peer stays queued and the listening socket
+ * readable. The listener pauses rather than spin, says so once (not at each retry), and serves
+ * the queued peers as descriptors come back (a connection's close). */
+Test(hostile, out_of_descriptors_pauses_the_listener_then_serves_the_queue, .timeout = 60)
+{
+    char dir[64];
+    harness_dir_make(dir, sizeof dir, "emfile");
+    const char *err = harness_path(dir, "stderr");
+    const char *extra[] = {"--set", "echo.idle_timeout_ms=0", NULL};
+    daemon_proc d = start_with(NULL, extra, err);
+    cr_assert_eq(http_status(d.http, "/healthz"), 200); /* every lazy descriptor made */
+    struct rlimit lim = {.rlim_cur = limit_leaving(d.pid, 3)};
+    lim.rlim_max = lim.rlim_cur;
+    cr_assert_eq(prlimit(d.pid, RLIMIT_NOFILE, &lim, NULL), 0, "prlimit: %s", strerror(errno));
+    /* Connections until one is not served: the limit (a descriptor the daemon held for a
+     * moment when it was read, a sanitizer's say, may have come back since). */
+    int served[10], nserved = 0, queued[2] = {-1, -1};
+    while (queued[0] < 0) {
+        cr_assert_lt(nserved, 10, "served past the descriptor limit");
+        int fd = test_connect(d.echo); /* the kernel completes it, served or queued */
+        test_write_all(fd, "s", 1);
+        if (echoed_within(fd, 1000))
+            served[nserved++] = fd;
+        else
+            queued[0] = fd;
+    }
+    cr_assert_geq(nserved, 1);
+    queued[1] = test_connect(d.echo);
+    test_write_all(queued[1], "q", 1);
+    long before = cpu_ticks(d.pid);
+    usleep(1000 * 1000);
+    long spent = cpu_ticks(d.pid) - before;
+    cr_assert_lt(spent, sysconf(_SC_CLK_TCK) / 4, "%ld ticks in a second while starved: a spin",
+                 spent);
+    for (int i = 0; i < 2; i++) {
+        close(served[--nserved]); /* a descriptor back: the next queued peer is accepted */
+        cr_assert(echoed_within(queued[i], 5000), "queued connection %d not served", i);
+        served[nserved++] = queued[i];
+    }
+    FILE *f = fopen(err, "r");
+    cr_assert_not_null(f);
+    static char said[16384];
+    said[fread(said, 1, sizeof said - 1, f)] = 0;
+    fclose(f);
+    int times = 0;
+    for (const char *p = said; (p = strstr(p, "accept: Too many open files")) != NULL; p++)
+        times++;
+    cr_assert_eq(times, 1, "the starvation is said once, not at each retry:\n%s", said);
+    while (nserved > 0)
+        close(served[--nserved]);
+    cr_assert_eq(stop(&d), 0);
+    harness_dir_remove(dir);
 }
