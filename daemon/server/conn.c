@@ -118,6 +118,13 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why)
     return MP_READY;
 }
 
+void md_conn_nodelay(md_conn *c)
+{
+    if (!c->nodelay)
+        (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
+    c->nodelay = true;
+}
+
 /* A write or sendfile that the peer holds back, `done` bytes of it taken so far: wait within
  * the send limits. MP_PENDING: wait (the socket or the timer wakes the task); MP_READY with
  * *err -ETIMEDOUT: a limit passed; MP_READY with *err 0: the deadline came, send again (which

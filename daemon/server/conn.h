@@ -196,6 +196,11 @@ mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t 
                          int *err);
 /* Why to close after md_conn_write's (or md_conn_sendfile's) error err. */
 md_close_reason md_conn_write_error(const md_conn *c, int err);
+/* Nagle off (TCP_NODELAY), once for the connection's life: for output that leaves in pieces
+ * (HTTP/2's frames, a response written while its handler runs, TLS's records behind its
+ * session tickets), each piece after the first would otherwise wait for the peer's delayed
+ * ACK of the one before. Best effort. The task's. */
+void md_conn_nodelay(md_conn *c);
 
 /* proxy_in.c: reads the connection's PROXY header (c->proxy WANTED) from its stream, under
  * [limits] header_timeout_ms counted from accept. MP_READY with *why MD_CLOSE_DONE: read

@@ -326,18 +326,9 @@ static mp_poll conn_io_read(md_http_io *io, mp_context *cx, const char **data, s
     return conn_read(c, cx, data, len, err);
 }
 
-/* Nagle off, once for the connection's life: for a response that leaves in pieces, each piece
- * after the first would otherwise wait for the peer's delayed ACK of the one before. */
-static void conn_nodelay(md_conn *c)
-{
-    if (!c->nodelay)
-        (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
-    c->nodelay = true;
-}
-
 static void conn_io_nodelay(md_http_io *io)
 {
-    conn_nodelay(((struct conn_io *)(void *)io)->c);
+    md_conn_nodelay(((struct conn_io *)(void *)io)->c);
 }
 
 static void conn_io_consume(md_http_io *io, size_t n)
@@ -501,7 +492,7 @@ static bool h2_start(md_conn *c, const char *data, size_t len)
      * (a HEADERS, a WINDOW_UPDATE, a body's last DATA) written while an earlier write is
      * unacknowledged would wait for that ACK. With it on, the 64 KiB file over h2c cost 31 us
      * of CPU a request, with it off 16-20 (loadtest/README.md). */
-    conn_nodelay(c);
+    md_conn_nodelay(c);
     return true;
 }
 
@@ -522,7 +513,7 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (pending &&
             !(c->want == MD_HTTP_WANT_HANDLER && md_http_conn_pending_writes_output(&c->http))) {
             if (c->want == MD_HTTP_WANT_HANDLER)
-                conn_nodelay(c); /* written while its handler runs: the response is in pieces */
+                md_conn_nodelay(c); /* written while its handler runs: the response is in pieces */
             int err;
             if (conn_send(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING) {
                 /* Lent bytes (outbuf.h) are this thread's, and only until its next feed. */

@@ -916,9 +916,7 @@ static mp_poll conn_write(void *arg, mp_context *cx, const char *data, size_t le
 static int stream_make(md_conn *c)
 {
     md_tls_conn *t = c->tls;
-    if (!c->nodelay)
-        (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
-    c->nodelay = true;
+    md_conn_nodelay(c);
     SSL *ssl = SSL_new(t->x->ssl);
     if (ssl == NULL) {
         ERR_clear_error();
