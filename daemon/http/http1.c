@@ -43,6 +43,7 @@
 #include "http/request_internal.h"
 #include "http/response.h"
 #include "http/routes.h"
+#include "llhttp.h"
 
 /* llhttp's method numbers are magpied's (request.h). */
 #define SAME_METHOD(m) ((int)MD_##m == (int)HTTP_##m)
@@ -147,12 +148,22 @@ typedef struct h1_state {
 
 /* One request's block: the parse state, then the request. */
 struct md_http1_req {
+    /* llhttp's state, here rather than in the connection: an idle connection holds no request
+     * block, and llhttp is at a message's start then, so the next block's parser is a fresh
+     * one (96 bytes an idle connection spares). */
+    llhttp_t parser;
     h1_state h;
     md_http_req r;
 };
 
-/* Zeroed at a request's first byte: the parse state and the request up to its buffers. */
-#define REQ_ZEROED (offsetof(struct md_http1_req, r) + offsetof(md_http_req, target))
+/* Zeroed at a request's first byte: the parse state and the request up to its buffers (not
+ * the parser, which runs across pipelined requests). */
+static inline void req_zero(struct md_http1_req *q)
+{
+    size_t from = offsetof(struct md_http1_req, h);
+    memset((char *)q + from, 0,
+           offsetof(struct md_http1_req, r) + offsetof(md_http_req, target) - from);
+}
 
 /* Appends to the kept target and fields (md_http_server.keep_fields). false: out of memory. */
 static bool keep(md_http_req *r, const char *at, size_t len)
@@ -199,11 +210,21 @@ static bool keep_trailer(md_http_conn *c, const char *at, size_t len)
  * request. */
 static mp_block_cache req_cache = MP_BLOCK_CACHE_INIT(sizeof(struct md_http1_req), 4);
 
+static const llhttp_settings_t settings;
+
 static struct md_http1_req *req_take(md_http_conn *c)
 {
     struct md_http1_req *q = mp_block_cache_take(&req_cache);
-    if (q != NULL)
-        md__http_req_init(&q->r, c->srv, c);
+    if (q == NULL)
+        return NULL;
+    md__http_req_init(&q->r, c->srv, c);
+    llhttp_init(&q->parser, HTTP_REQUEST, &settings);
+    /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
+     * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
+     * major version other than 1 (RFC 9110 15.6.6), a later 1.x served as 1.1. llhttp 8.1 has
+     * no setter for it (llhttp_reset() keeps the field). */
+    q->parser.lenient_flags |= LENIENT_VERSION;
+    q->parser.data = c;
     return q;
 }
 
@@ -218,15 +239,15 @@ static void req_give(struct md_http1_req *q)
 
 static md_http_conn *conn_of(llhttp_t *p)
 {
-    return (md_http_conn *)(void *)((char *)p - offsetof(md_http_conn, parser));
+    return p->data;
 }
 
 /* The version as llhttp has read it so far, for the response's head and the access log: at
  * the head, and before an error answers a request whose head was never complete. */
 static void take_version(md_http_conn *c)
 {
-    c->req->r.http_major = c->parser.http_major;
-    c->req->r.http_minor = c->parser.http_minor;
+    c->req->r.http_major = c->req->parser.http_major;
+    c->req->r.http_minor = c->req->parser.http_minor;
 }
 
 /* A callback's verdict: stop parsing and answer with code, then close. */
@@ -249,7 +270,7 @@ static int fail(md_http_conn *c)
      * method (an HTTP/2 client preface gone wrong, TLS on a plaintext port) is closed without
      * a 400: RFC 9113 3.4 has an invalid preface end the connection, and such a client would
      * read the 400 as a frame. */
-    if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->parser) == HPE_INVALID_METHOD)
+    if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD)
         return MD_HTTP_WANT_CLOSE;
     unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
     /* A 405 refused at the head (head_done()) still says what the route allows. */
@@ -314,7 +335,7 @@ static int on_message_begin(llhttp_t *p)
     if (c->srv->request_begin != NULL)
         c->srv->request_begin(c);
     if (!c->req_zeroed)
-        memset(c->req, 0, REQ_ZEROED);
+        req_zero(c->req);
     c->req_zeroed = false;
     r->start_ns = c->now_ns;
     r->kept_len = 0;
@@ -722,7 +743,7 @@ static int on_header_value_complete(llhttp_t *p)
  * called reject(). */
 static inline int head_done(md_http_conn *c, bool content_here)
 {
-    llhttp_t *p = &c->parser;
+    llhttp_t *p = &c->req->parser;
     h1_state *h = &c->req->h;
     md_http_req *r = &c->req->r;
     const md_http_limits *l = &c->srv->limits;
@@ -936,12 +957,6 @@ static const llhttp_settings_t settings = {
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
 {
     memset(c, 0, sizeof *c); /* no request state yet: feed allocates it */
-    llhttp_init(&c->parser, HTTP_REQUEST, &settings);
-    /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
-     * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
-     * major version other than 1 (RFC 9110 15.6.6), a later 1.x served as 1.1. llhttp 8.1 has
-     * no setter for it (llhttp_reset() keeps the field). */
-    c->parser.lenient_flags |= LENIENT_VERSION;
     c->srv = srv;
     c->phase = PHASE_IDLE;
     c->since_ns = now_ns;
@@ -988,7 +1003,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         c->req = req_take(c);
         if (c->req == NULL)
             return -ENOMEM;
-        memset(c->req, 0, REQ_ZEROED);
+        req_zero(c->req);
         c->req_zeroed = true; /* on_message_begin need not do it again */
     }
     h1_state *h = &c->req->h;
@@ -1007,7 +1022,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
     int want = MD_HTTP_WANT_READ;
     const char *pos = data;
     for (;;) {
-        llhttp_errno_t e = llhttp_execute(&c->parser, pos, (size_t)(c->feed_end - pos));
+        llhttp_errno_t e = llhttp_execute(&c->req->parser, pos, (size_t)(c->feed_end - pos));
         if (e == HPE_OK)
             break;
         if (e == HPE_PAUSED_UPGRADE) {
@@ -1020,14 +1035,14 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
             want = fail(c);
             goto out;
         }
-        const char *at = llhttp_get_error_pos(&c->parser);
+        const char *at = llhttp_get_error_pos(&c->req->parser);
         enum pause_reason why = c->pause;
         c->pause = PAUSE_NONE;
         if (why == PAUSE_STOP) {
             want = MD_HTTP_WANT_CLOSE;
             goto out;
         }
-        llhttp_resume(&c->parser);
+        llhttp_resume(&c->req->parser);
         if (why == PAUSE_PENDING) {
             *used = (size_t)(at - data);
             want = MD_HTTP_WANT_HANDLER;
@@ -1072,11 +1087,11 @@ static int pipe_continue(md_http_conn *c)
 {
     static const char none[1];
     c->feed_start = c->feed_end = none;
-    llhttp_errno_t e = llhttp_execute(&c->parser, none, 0);
+    llhttp_errno_t e = llhttp_execute(&c->req->parser, none, 0);
     if (e == HPE_OK)
         return MD_HTTP_WANT_READ;
     if (e == HPE_PAUSED && c->pause == PAUSE_PENDING) {
-        llhttp_resume(&c->parser);
+        llhttp_resume(&c->req->parser);
         c->pause = PAUSE_NONE;
         return MD_HTTP_WANT_HANDLER;
     }

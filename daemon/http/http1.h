@@ -37,7 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "llhttp.h"
 #include "core/outbuf.h"
 #include "http/http.h"
 
@@ -48,7 +47,6 @@ struct mp_context;
 /* One connection. Owned by its task, so touched by one thread at a time (possibly a different
  * one after each wake): nothing here is shared, nothing is atomic. */
 typedef struct md_http_conn {
-    llhttp_t parser;
     md_http_server *srv; /* its settings; changed only at a request boundary */
 
     /* Valid during one entry point only. */
@@ -65,9 +63,9 @@ typedef struct md_http_conn {
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
     bool req_zeroed;   /* req was zeroed by feed and nothing has used it since */
 
-    /* The request being parsed (http1.c: llhttp's per-request state, then the md_http_req
-     * handlers see): taken from the thread's cache by md_http_conn_feed() when bytes arrive on
-     * an idle connection, given back by md_http_conn_idle(), so that an idle keep-alive
+    /* The request being parsed (http1.c: llhttp's parser and per-request state, then the
+     * md_http_req handlers see): taken from the thread's cache by md_http_conn_feed() when bytes
+     * arrive on an idle connection, given back by md_http_conn_idle(), so that an idle keep-alive
      * connection is only this struct. */
     struct md_http1_req *req;
 } md_http_conn;

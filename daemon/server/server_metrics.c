@@ -14,6 +14,7 @@
 #include "http/compress.h"
 #include "http/http2.h"
 #include "server/tls.h"
+#include "llhttp.h"
 
 /* The worker counters, per worker. */
 static int worker_metrics(md_server *s, md_outbuf *out)
