@@ -112,12 +112,12 @@ struct mp_io {
     _Atomic uint64_t ready_ns; /* when the loop last saw it readable */
     _Atomic uint32_t lock;     /* guards reader and writer between the loop and the tasks */
     _Atomic bool interrupted;  /* an interrupt not yet reported to the reader */
+    bool close_started;        /* loop side: close_fn has run (beside it: no padding) */
     _Atomic uint32_t state;    /* closed (zero), open, closing */
     int fd;                    /* immutable while open */
     mp_waker reader, writer;
     mp_runtime *rt;
     void (*close_fn)(mp_io *io); /* the object's own close, on the loop's thread */
-    bool close_started;          /* loop side: close_fn has run */
     mp_loop_cmd cmd_close;
     mp_io *prev, *next; /* the reactor's list of open sockets, under its lock */
 };
@@ -142,11 +142,11 @@ struct mp_tcp {
     mp_io io;
     void *uv;         /* mp_tcp_accept()'s uv_tcp_t (heap), which owns the socket; else NULL */
     bool connecting;  /* the task's: mp_tcp_connect() started, not yet reported */
+    int err;          /* the task's: 0, MP_EOF, or a negative errno, sticky */
     uint64_t read_ns; /* the task's: mp_tcp_read_time() */
     uint64_t read_ready_ns; /* the task's: io's ready_ns at its last read */
     char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
     size_t cap, head, tail;
-    int err;           /* the task's: 0, MP_EOF, or a negative errno, sticky */
     size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
     void (*on_closed)(mp_tcp *c);
 };
