@@ -1,5 +1,6 @@
 /* HTTP/2 over nghttp2 (http2.h): the session's callbacks, streams as md_http_req, the head
- * writer, flow control of request bodies, the deadlines and the defences.
+ * writer, flow control of request bodies, the deadlines and the defences, and the session's
+ * allocator (whose frame buffer a quiet session gives back).
  *
  * A stream's way: HEADERS begin it (on_begin_headers: a block of its own, the request zeroed),
  * each field fills the request as http1.c's callbacks do (method, target, the kept fields,
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/text.h"
 #include "http/request_internal.h"
@@ -73,7 +75,7 @@ static const uint8_t notice_ping[8] = {'m', 'a', 'g', 'p', 'i', 'e', 'd', 'n'};
 /* The stream ids a client skipped that a connection remembers (the latest gaps). */
 #define ID_GAPS 4
 
-static _Atomic uint64_t h2_conns, h2_streams, h2_refused;
+static _Atomic uint64_t h2_conns, h2_streams, h2_refused, h2_releases;
 
 typedef struct h2_stream {
     struct md_h2_conn *h;
@@ -141,8 +143,61 @@ struct md_h2_conn {
     md_outbuf *sending; /* md_h2_conn_send's output, for data_send */
     size_t send_max;    /* ... and its bound */
     h2_stream *streams; /* every stream with a block */
+    /* nghttp2's frame buffer (its session's first NGHTTP2_FRAMEBUF_CHUNKLEN chunk, which it
+     * keeps for the session's life), allocated page-aligned by the session's allocator
+     * (h2_realloc) so that a quiet session can give its pages back (md_h2_conn_release). */
+    void *framebuf;
+    size_t framebuf_len;   /* whole pages */
+    bool framebuf_touched; /* frames were written since the last release */
+    uint64_t out_ns;       /* the last frames written */
 };
 _Static_assert(sizeof(((md_h2_conn *)0)->gaps) == 2 * ID_GAPS * sizeof(int32_t), "two ids a run");
+
+/* The session's allocator (nghttp2_mem): the C library's, but for the frame buffer. */
+enum { PAGE = 4096, FRAMEBUF_MIN = 16384 };
+
+static void *h2_malloc(size_t size, void *ud)
+{
+    (void)ud;
+    return malloc(size);
+}
+
+static void h2_free(void *ptr, void *ud)
+{
+    md_h2_conn *h = ud;
+    if (ptr != NULL && ptr == h->framebuf)
+        h->framebuf = NULL;
+    free(ptr);
+}
+
+static void *h2_calloc(size_t n, size_t size, void *ud)
+{
+    (void)ud;
+    return calloc(n, size);
+}
+
+/* nghttp2 makes a buffer's chunk with realloc(NULL, size): the session's first chunk of at
+ * least FRAMEBUF_MIN is its frame buffer, kept for its life (more chunks, for a frame larger
+ * than one, are freed once it is sent). That one is whole pages, page-aligned. */
+static void *h2_realloc(void *ptr, size_t size, void *ud)
+{
+    md_h2_conn *h = ud;
+    bool fb = ptr != NULL ? ptr == h->framebuf : h->framebuf == NULL && size >= FRAMEBUF_MIN;
+    if (!fb)
+        return realloc(ptr, size);
+    size_t len = (size + PAGE - 1) / PAGE * PAGE;
+    void *p = aligned_alloc(PAGE, len);
+    if (p == NULL)
+        return NULL;
+    if (ptr != NULL) {
+        memcpy(p, ptr, size < h->framebuf_len ? size : h->framebuf_len);
+        free(ptr);
+    }
+    h->framebuf = p;
+    h->framebuf_len = len;
+    h->framebuf_touched = true;
+    return p;
+}
 
 bool md_h2_is_preface(const char *data, size_t len)
 {
@@ -1219,7 +1274,9 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint
     nghttp2_option_set_max_outbound_ack(opt, MD_H2_MAX_OUTBOUND_ACK);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     nghttp2_option_set_max_continuations(opt, 8);
-    int rc = nghttp2_session_server_new2(&h->s, cb, h, opt);
+    /* Copied by nghttp2 into the session. */
+    nghttp2_mem mem = {h, h2_malloc, h2_free, h2_calloc, h2_realloc};
+    int rc = nghttp2_session_server_new3(&h->s, cb, h, opt, &mem);
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);
     if (rc != 0) {
@@ -1393,7 +1450,31 @@ int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
     }
     size_t after = md_outbuf_pending(out);
     md__http_account_bytes(h->srv, MD_LISTENER_HTTP, 0, after > before ? after - before : 0);
+    if (after > before) {
+        h->framebuf_touched = true;
+        h->out_ns = h->now_ns;
+    }
     return 0;
+}
+
+uint64_t md_h2_conn_release_at(const md_h2_conn *h)
+{
+    if (h->framebuf == NULL || !h->framebuf_touched || h->nstreams != 0)
+        return UINT64_MAX;
+    uint64_t quiet = h->out_ns > h->idle_ns ? h->out_ns : h->idle_ns;
+    return quiet + MD_H2_RELEASE_NS;
+}
+
+void md_h2_conn_release(md_h2_conn *h)
+{
+    /* Nothing queued: no frame half written into the buffer. What nghttp2 writes next, it
+     * writes before it reads; a page given back reads as zeros. */
+    if (h->framebuf == NULL || !h->framebuf_touched || h->nstreams != 0 ||
+        nghttp2_session_want_write(h->s))
+        return;
+    (void)madvise(h->framebuf, h->framebuf_len, MADV_DONTNEED); /* best effort */
+    h->framebuf_touched = false;
+    atomic_fetch_add_explicit(&h2_releases, 1, memory_order_relaxed);
 }
 
 bool md_h2_conn_done(const md_h2_conn *h)
@@ -1544,7 +1625,7 @@ void md_h2_conn_free(md_h2_conn *h)
 
 int md_h2_metrics_text(md_outbuf *out)
 {
-    char buf[640];
+    char buf[900];
     int n = snprintf(
         buf, sizeof buf,
         "# HELP magpied_http2_connections_total Connections that spoke HTTP/2 (h2, h2c).\n"
@@ -1556,9 +1637,14 @@ int md_h2_metrics_text(md_outbuf *out)
         "# HELP magpied_http2_refused_total HTTP/2 sessions ended for a flood or a protocol "
         "error (GOAWAY).\n"
         "# TYPE magpied_http2_refused_total counter\n"
-        "magpied_http2_refused_total %llu\n",
+        "magpied_http2_refused_total %llu\n"
+        "# HELP magpied_http2_quiet_releases_total Times a quiet HTTP/2 session gave its frame "
+        "buffer's pages back.\n"
+        "# TYPE magpied_http2_quiet_releases_total counter\n"
+        "magpied_http2_quiet_releases_total %llu\n",
         (unsigned long long)atomic_load_explicit(&h2_conns, memory_order_relaxed),
         (unsigned long long)atomic_load_explicit(&h2_streams, memory_order_relaxed),
-        (unsigned long long)atomic_load_explicit(&h2_refused, memory_order_relaxed));
+        (unsigned long long)atomic_load_explicit(&h2_refused, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&h2_releases, memory_order_relaxed));
     return md_outbuf_append(out, buf, (size_t)n);
 }

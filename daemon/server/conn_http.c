@@ -444,13 +444,21 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
             if (c->out.data != NULL)
                 md_outbuf_free(&c->out); /* all written: an idle HTTP/2 connection holds none */
             uint64_t deadline = md_h2_conn_deadline(h);
-            uint64_t at = deadline == UINT64_MAX ? UINT64_MAX : (deadline + 999999) / 1000000;
+            uint64_t release = md_h2_conn_release_at(h);
+            uint64_t first = release < deadline ? release : deadline;
+            uint64_t at = first == UINT64_MAX ? UINT64_MAX : (first + 999999) / 1000000;
             if (at == UINT64_MAX) {
                 mp_timer_cancel(&c->timer);
                 return MP_PENDING;
             }
             if (mp_timer_poll(&c->timer, at, cx) == MP_PENDING)
                 return MP_PENDING;
+            uint64_t now = uv_hrtime();
+            if (now >= release) {
+                md_h2_conn_release(h); /* quiet for a second: its frame buffer's pages go */
+                if (now < deadline)
+                    continue;
+            }
             bool stall;
             md_http_expired e = md_h2_conn_timeout(h, uv_hrtime(), &stall);
             if (e != MD_HTTP_EXPIRED_NONE)

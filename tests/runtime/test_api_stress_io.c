@@ -2,7 +2,8 @@
  * test_api_stress.c (tasks, timers, channels): what a networked program does, with the ways it
  * goes wrong, and a shutdown in the middle of it. Built also with the 4-slot ring.
  *
- * Each run serves TCP echo from a listener task and UDP echo from a socket task, and spawns,
+ * Each run serves TCP echo from a listener task and from a plain thread that accepts itself
+ * (accept4, then mp_tcp_open, during the shutdown too), UDP echo from a socket task, and spawns,
  * from two plain threads and from tasks, a mix of: clients that connect, round-trip and close
  * (half of them sending their payload from a file with mp_tcp_sendfile_poll, a quarter in two
  * writes, the first corked with mp_tcp_write_more_poll; a quarter half-closing with
@@ -29,12 +30,14 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "magpie.h"
@@ -87,6 +90,8 @@ struct io_run {
     _Atomic bool no_close; /* shutdown is near: plain threads close nothing more */
     _Atomic int closing;   /* plain threads inside a close */
     struct sockaddr_in echo, hole, udp_echo;
+    struct sockaddr_in hand; /* the plain thread's listener (hand_acceptor) */
+    int hand_fd;
     int file_fd; /* every task's payload at MSG * its index, for the clients that sendfile */
     char why[160];
 };
@@ -231,7 +236,10 @@ static mp_poll io_step(iotask *t, mp_context *cx)
             if (!(t->tcp = malloc(sizeof *t->tcp)))
                 return MP_READY;
             err = mp_tcp_connect(rt, t->tcp,
-                                 (struct sockaddr *)(t->kind == K_HOLE ? &r->hole : &r->echo), 0);
+                                 (struct sockaddr *)(t->kind == K_HOLE         ? &r->hole
+                                                     : (t->rng >> 17) % 3 == 0 ? &r->hand
+                                                                               : &r->echo),
+                                 0);
             if (err) { /* -EMFILE and the like: answered, nothing to close */
                 free(t->tcp);
                 t->tcp = NULL;
@@ -591,6 +599,41 @@ static mp_poll acceptor_poll(mp_task *tk, mp_context *cx)
 
 static const mp_task_vtable acceptor_vt = {.poll = acceptor_poll};
 
+/* A server that accepts itself, from a plain thread: each socket handed to mp_tcp_open() (any
+ * thread), whose refusal once the runtime shuts down closes the fd and leaves a stream to close
+ * as any. */
+static void *hand_acceptor(void *arg)
+{
+    io_run *r = arg;
+    while (!atomic_load(&r->stop)) {
+        struct pollfd p = {.fd = r->hand_fd, .events = POLLIN};
+        if (poll(&p, 1, 10) != 1)
+            continue;
+        int fd = accept4(r->hand_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        mp_tcp *c = malloc(sizeof *c);
+        int rc = mp_tcp_open(r->rt, c, fd, 0);
+        atomic_fetch_add(&r->opens, 1);
+        if (rc != 0) {
+            if (rc != -ESHUTDOWN)
+                fail(r, "mp_tcp_open", NULL, rc);
+            if (mp_tcp_close(c, tcp_closed) != -EBADF)
+                fail(r, "close after a refused open", NULL, rc);
+            continue;
+        }
+        echo *conn = calloc(1, sizeof *conn);
+        conn->c = c;
+        conn->r = r;
+        mp_task_init(&conn->task, &conn_vt);
+        if (mp_spawn(r->rt, &conn->task) != 0) {
+            echo_cancel(&conn->task);
+            free(conn);
+        }
+    }
+    return NULL;
+}
+
 /* The servers' sockets are freed at the end of the run, once their tasks are joined: the
  * callback may come while the task that polls the socket has yet to see -EBADF. */
 static void server_lst_closed(mp_tcp_listener *l)
@@ -717,6 +760,13 @@ static void io_run_one(unsigned workers, uint64_t seed)
     mp_udp_local_addr(ue->u, &ss);
     r.udp_echo = *(struct sockaddr_in *)&ss;
     int fill[8], hole = hole_open(&r.hole, fill);
+    r.hand_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t hl = sizeof r.hand;
+    cr_assert(r.hand_fd >= 0 && bind(r.hand_fd, (struct sockaddr *)&lo, sizeof lo) == 0 &&
+              listen(r.hand_fd, 128) == 0 &&
+              getsockname(r.hand_fd, (struct sockaddr *)&r.hand, &hl) == 0);
+    pthread_t hand;
+    pthread_create(&hand, NULL, hand_acceptor, &r);
     mp_task_init(&acc->task, &acceptor_vt);
     mp_task_init(&ue->task, &udp_echo_vt);
     cr_assert_eq(mp_spawn_joinable(r.rt, &acc->task), 0);
@@ -739,6 +789,9 @@ static void io_run_one(unsigned workers, uint64_t seed)
         atomic_store(&r.stop, true);
         for (int i = 0; i < 2; i++)
             pthread_join(sp[i], NULL);
+        pthread_join(hand, NULL);
+        close(r.hand_fd); /* what waits in its queue is reset, as a closed listener's */
+        r.hand_fd = -1;
         for (size_t i = 0; i < atomic_load(&r.ntasks); i++) {
             sock *k = atomic_exchange(&r.tasks[i].shut, NULL);
             if (k)
@@ -753,6 +806,7 @@ static void io_run_one(unsigned workers, uint64_t seed)
         atomic_store(&r.stop, true);
         for (int i = 0; i < 2; i++)
             pthread_join(sp[i], NULL);
+        pthread_join(hand, NULL); /* its opens after the shutdown were refused, and closed */
         /* The servers' sockets were closed by the shutdown; ours to count. */
         cr_assert_eq(mp_tcp_listener_close(acc->l, NULL), -ESHUTDOWN);
         cr_assert_eq(mp_udp_close(ue->u, NULL), -ESHUTDOWN);
@@ -804,6 +858,8 @@ static void io_run_one(unsigned workers, uint64_t seed)
     for (int i = 0; i < 8; i++)
         close(fill[i]);
     close(hole);
+    if (r.hand_fd >= 0)
+        close(r.hand_fd);
     free(acc->l);
     free(ue->u);
     free(acc);

@@ -22,6 +22,10 @@
         byte; then one more GET of the first PATH on the same connection. Prints "same N"
         (N bodies whole and equal, the extra GET included), "differ PATH GOT_LEN" for each
         that is not, "reset N" (the streams reset, none answered after)
+    h2_stream_client.py PORT quiet SECONDS ROUNDS
+        ROUNDS GETs of / on one connection, SECONDS of silence before each after the first
+        (long enough for the server to give back a quiet session's frame buffer); prints
+        "got N BODY" for each
 
 Every run ends within 15 s (a socket timeout), printing "timeout" when it did not finish.
 """
@@ -127,6 +131,37 @@ def early(port, path, length, rounds):
                 body += e.data
         events[:] = [e for e in events if isinstance(e, h2.events.StreamEnded)]
     print("second %s %s" % (status, body.decode()))
+
+
+def quiet(port, seconds, rounds):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(5)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    for i in range(rounds):
+        if i:
+            time.sleep(seconds)
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, [(":method", "GET"), (":scheme", "http"),
+                             (":authority", "127.0.0.1"), (":path", "/")], end_stream=True)
+        s.sendall(c.data_to_send())
+        status, body, ended = None, b"", False
+        while not ended:
+            data = s.recv(65536)
+            if not data:
+                print("closed")
+                return
+            for e in c.receive_data(data):
+                if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                    status = dict(e.headers)[b":status"].decode()
+                elif isinstance(e, h2.events.DataReceived) and e.stream_id == sid:
+                    c.acknowledge_received_data(e.flow_controlled_length, sid)
+                    body += e.data
+                elif isinstance(e, h2.events.StreamEnded) and e.stream_id == sid:
+                    ended = True
+            s.sendall(c.data_to_send())
+        print("got %s %s" % (status, body.decode()))
 
 
 def bad_trailers(port):
@@ -241,6 +276,7 @@ def main():
         "early": lambda port, a: early(port, a[0], int(a[1]) if a[1] != "-" else None, int(a[2])),
         "bad_trailers": lambda port, a: bad_trailers(port),
         "fetch": lambda port, a: fetch(port, int(a[0]), a[1], a[2], a[3:]),
+        "quiet": lambda port, a: quiet(port, float(a[0]), int(a[1])),
     })
 
 

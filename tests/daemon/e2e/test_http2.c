@@ -321,6 +321,18 @@ static const char *stream_client(const daemon_proc *d, const char *args)
     return run(cmd);
 }
 
+/* A connection quiet for over a second gives nghttp2's frame buffer back (its pages zeroed) and
+ * serves on: each GET after a silence is answered whole. */
+Test(http2, a_connection_quiet_for_a_while_serves_on, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    cr_assert_str_eq(stream_client(&d, "quiet 1.3 3"),
+                     "got 200 Hello, World!\ngot 200 Hello, World!\ngot 200 Hello, World!\n");
+    cr_assert_geq(metric(&d, "magpied_http2_quiet_releases_total"), 2, "released in each silence");
+    finish(&d);
+}
+
 /* A response complete before the request body (a refusal at the head, a 413 by its
  * Content-Length): no RST_STREAM follows (curl 7.88 may lose the response to one), the DATA
  * the client sends on is dropped and credited back to the connection's window (24 rounds of

@@ -513,6 +513,35 @@ Test(http2, idle_deadline_sends_goaway)
     expect_no_leaks();
 }
 
+/* A quiet session gives nghttp2's frame buffer back a second after its last frames, and serves
+ * the next request as before from the zeroed pages. */
+Test(http2, a_quiet_session_gives_its_frame_buffer_back_and_serves_on)
+{
+    struct client c;
+    client_open(&c);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    uint64_t at = md_h2_conn_release_at(c.h);
+    cr_assert_eq(at, T0 + MD_H2_RELEASE_NS);
+    cr_assert_lt(at, md_h2_conn_deadline(c.h), "before the keep-alive deadline");
+    md_h2_conn_release(c.h);
+    cr_assert_eq(md_h2_conn_release_at(c.h), UINT64_MAX, "nothing more to give back");
+    c.now = at + MS;
+    for (int i = 0; i < 3; i++) {
+        id = request(&c, "GET", "/", NULL, 0, false);
+        cr_assert_eq(pump(&c), 0);
+        struct resp *r = resp_of(&c, id);
+        cr_assert_eq(r->status, 200);
+        cr_assert_eq(r->len, 13);
+        cr_assert_eq(memcmp(r->body, "Hello, World!", 13), 0);
+        cr_assert_eq(md_h2_conn_release_at(c.h), c.now + MD_H2_RELEASE_NS);
+        md_h2_conn_release(c.h);
+    }
+    client_close(&c);
+    expect_no_leaks();
+}
+
 Test(http2, max_requests_per_connection_sends_goaway)
 {
     srv.limits.max_requests_per_connection = 3;
