@@ -81,7 +81,7 @@
  * may finish a close too (mp__io_leave()), but the shutdown's close comes only after every
  * worker has stopped, so no task is inside one then. A socket that was never open (zeroed, a failed
  * open or connect) has nothing to close: its close runs on_closed inline at once (-EBADF). A failed
- * mp_tcp_accept() leaves a libuv handle closing in the object: it is marked CLOSING|CLAIMED (open
+ * mp_tcp_accept() leaves its libuv handle closing: the object is marked CLOSING|CLAIMED (open
  * for nobody, but a close of its own under way) and its close callback sets DONE as any other.
  */
 #include "internal.h"
