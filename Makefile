@@ -64,8 +64,9 @@ SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 # ABI's version, derived by semver: from 1.0 the major (a release that breaks the ABI raises
 # it); before 1.0 any minor may break it (0.2 did: mp_tcp and the other socket objects no
 # longer hold libuv's types, mp_task grew its deadline; 0.3 did: they hold no libuv handle,
-# and are smaller), so it is 0.MINOR, as libuv 0.10's libuv.so.0.10 was, and a program linked
-# against 0.2 is not loaded with 0.3.
+# and are smaller; 0.4 did: mp_tcp lost mp_tcp_accept()'s handle pointer and keeps its buffer
+# offsets in 32 bits), so it is 0.MINOR, as libuv 0.10's libuv.so.0.10 was, and a program
+# linked against 0.3 is not loaded with 0.4.
 VERSION   := $(shell sed -n 's/^.define MP_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
 	       runtime/include/magpie_core.h | paste -sd.)
 ifeq ($(filter 3,$(words $(subst ., ,$(VERSION)))),)

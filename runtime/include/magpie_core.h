@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define MP_VERSION_MAJOR 0
-#define MP_VERSION_MINOR 3
+#define MP_VERSION_MINOR 4
 #define MP_VERSION_PATCH 0
 
 /* Marks a declaration kept only for compatibility: a warning where the compiler can give one. */

@@ -5,8 +5,8 @@
  *
  * This header does not include <uv.h> (whose pthread_rwlock_t a strict -std=c11 hides): it
  * compiles with -std=c11 -pedantic and no feature macro. The libuv types it names are declared
- * incomplete here (uv_loop_t, uv_stream_t); the socket objects hold no libuv handle but the
- * one a libuv accept makes (mp_tcp_accept), by pointer. A program that calls libuv
+ * incomplete here (uv_loop_t, uv_stream_t); the socket objects hold no libuv handle. A
+ * program that calls libuv
  * itself (on mp_runtime_loop()) includes <uv.h> with the feature macros libuv needs
  * (-D_DEFAULT_SOURCE, or -std=gnu11), before or after this header.
  */
@@ -136,25 +136,28 @@ struct mp_io {
  * calls mp_tcp_disown() to give back the wakers it left, and passes the stream on through
  * anything that orders memory (a channel, a mutex, a spawn); the new owner polls from then on.
  * A write that returned MP_PENDING must be finished by the same owner before the hand-off. */
+/* The largest read buffer a stream takes (bufsize of mp_tcp_open() and the others). */
+#define MP_TCP_BUF_MAX (1u << 30)
 typedef struct mp_tcp mp_tcp;
 struct mp_tcp {
     /* private: the stream's, read through the functions below */
     mp_io io;
-    void *uv;         /* mp_tcp_accept()'s uv_tcp_t (heap), which owns the socket; else NULL */
-    bool connecting;  /* the task's: mp_tcp_connect() started, not yet reported */
-    int err;          /* the task's: 0, MP_EOF, or a negative errno, sticky */
-    uint64_t read_ns; /* the task's: mp_tcp_read_time() */
+    int err;                /* the task's: 0, MP_EOF, or a negative errno, sticky */
+    uint32_t cap;           /* the read buffer's size */
+    uint32_t head, tail;    /* the task's: buf[head..tail) is unconsumed input */
+    uint64_t read_ns;       /* the task's: mp_tcp_read_time() */
     uint64_t read_ready_ns; /* the task's: io's ready_ns at its last read */
-    char *buf;              /* the task's: buf[head..tail) is unconsumed input; NULL while idle */
-    size_t cap, head, tail;
-    size_t write_done; /* the task's: progress of a write that returned MP_PENDING */
+    char *buf;              /* the task's: NULL while idle */
+    size_t write_done;      /* the task's: progress of a write that returned MP_PENDING */
     void (*on_closed)(mp_tcp *c);
+    bool connecting; /* the task's: mp_tcp_connect() started, not yet reported */
 };
 
 /* A stream over fd, a connected stream socket the caller accepted (accept4() with
  * SOCK_NONBLOCK, as a server on the loop's thread or on its own epoll does), with a read
- * buffer of bufsize bytes (0: 16 KiB), watched for readiness. c takes fd whatever the result:
- * 0, and c is open; or -EBADF (fd is not open), -EINVAL (rt NULL), -ESHUTDOWN, or epoll_ctl's error
+ * buffer of bufsize bytes (0: 16 KiB; at most MP_TCP_BUF_MAX), watched for readiness. c takes
+ * fd whatever the result: 0, and c is open; or -EBADF (fd is not open), -EINVAL (rt NULL, or
+ * bufsize over MP_TCP_BUF_MAX), -ESHUTDOWN, or epoll_ctl's error
  * (-ENOMEM, -ENOSPC past max_user_watches, -EPERM for a regular file), with fd closed and c not
  * open (its close runs on_closed at once). fd must be non-blocking: a blocking one stalls the
  * worker that reads it. Like mp_tcp_accept()'s first read, the first mp_tcp_read_poll() tries
@@ -162,13 +165,15 @@ struct mp_tcp {
  * nothing of libuv's. */
 int mp_tcp_open(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize);
 /* On the loop's thread (a libuv connection callback): accept a connection from server into c,
- * with a read buffer of bufsize bytes (0: 16 KiB), and watch it for readiness. libuv accepts
- * into a handle of its own, which the stream keeps until its close: a heap allocation of a
- * uv_tcp_t per connection that mp_tcp_open() does not make. On an error (-ENOMEM when that
- * allocation fails: the connection stays in server's queue, and libuv polls server again
- * after the next accept) c is not open (mp_tcp_fileno() returns -EBADF) but is closed with
- * mp_tcp_close() all the same, and freed in its on_closed: libuv may still hold the handle
- * (mp_tcp_close's rule). */
+ * with a read buffer of bufsize bytes (as mp_tcp_open()), and watch it for readiness. libuv
+ * accepts only into a handle of its own: one is allocated for the accept, the socket is
+ * duplicated out of it (F_DUPFD_CLOEXEC) and the handle closed, so that c holds no libuv
+ * handle after, as from mp_tcp_open(); a server that accepts with accept4() itself spares the
+ * allocation and the two system calls. On an error (-ENOMEM when that allocation fails: the
+ * connection stays in server's queue, and libuv polls server again after the next accept;
+ * -EMFILE or -ENFILE when the duplicate finds no descriptor: the connection is closed; or
+ * mp_tcp_open()'s) c is not open (mp_tcp_fileno() returns -EBADF) but is closed with
+ * mp_tcp_close() all the same, whose on_closed then runs at once (mp_tcp_close's rule). */
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize);
 /* From the owning task: a view of the buffered bytes (MP_READY with *len > 0), or MP_READY
  * with *len == 0 and *err = MP_EOF or a negative errno, or MP_PENDING until data arrives. */
@@ -275,8 +280,9 @@ void mp_tcp_disown(mp_tcp *c);
  * mp_tcp_connect() returns 0 (mp_tcp_fileno() works, options may be set), whatever the poll
  * reports: close it with mp_tcp_close() in every case, success or not, and from the task's
  * cancel callback if it is cancelled meanwhile (mp_timer_cancel() the timer too): that is
- * what leaks no socket and no waker. bufsize as for mp_tcp_accept(). Returns 0, -EINVAL (addr
- * NULL or of a family other than AF_INET/AF_INET6, or addrlen too short), -ESHUTDOWN, or the
+ * what leaks no socket and no waker. bufsize as for mp_tcp_open(). Returns 0, -EINVAL (addr
+ * NULL or of a family other than AF_INET/AF_INET6, addrlen too short, or bufsize over
+ * MP_TCP_BUF_MAX), -ESHUTDOWN, or the
  * socket's or connect()'s immediate error as a negative errno (-EMFILE, -ENETUNREACH, ...);
  * on an error the stream is not open, and is closed as after a failed mp_tcp_connect_poll():
  * mp_tcp_close() runs its on_closed at once (-EBADF). Any thread. */
@@ -329,9 +335,10 @@ int mp_tcp_listen_fd(mp_runtime *rt, mp_tcp_listener *l, int fd);
 int mp_tcp_listener_addr(mp_tcp_listener *l, struct sockaddr_storage *out);
 int mp_tcp_listener_fileno(const mp_tcp_listener *l);
 /* Accept one connection into c (its storage, not open), with a read buffer of bufsize bytes
- * (0: 16 KiB): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY with a
- * negative errno and c not open (close it as any: mp_tcp_close() runs on_closed at once;
- * while this returns MP_PENDING c is not the stream's yet): -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out
+ * (as mp_tcp_open()): MP_READY with *err = 0 and c open, as after mp_tcp_accept(); MP_READY
+ * with a negative errno and c not open (close it as any: mp_tcp_close() runs on_closed at once;
+ * while this returns MP_PENDING c is not the stream's yet): -EINVAL (bufsize over
+ * MP_TCP_BUF_MAX, before any accept), -EMFILE/-ENFILE/-ENOBUFS/-ENOMEM (out
  * of descriptors or memory: the pending connection stays queued in the kernel; wait, e.g. on a
  * timer, before polling again, or this is a busy loop), -EBADF once the listener is closed (also to
  * a task waiting here when another thread closes it), -EINTR after mp_tcp_listener_interrupt();

@@ -51,8 +51,8 @@ static unsigned id_assign(mp_block_cache *c)
 }
 
 /* The cache's slot index, 0 .. MP_BLOCK_CACHES - 1; UINT_MAX when the process has used up its
- * caches (then the cache is plain malloc and free). Inline, one compare when the cache has its
- * number: take and give run once per request each (loadtest/http/instructions.sh). */
+ * caches (then the cache is plain malloc and free). The slow paths' (the fast ones read the
+ * number themselves). */
 static inline unsigned id_of(mp_block_cache *c)
 {
     /* Relaxed: the id is a number, published with nothing else; a racing first use sees
@@ -63,7 +63,10 @@ static inline unsigned id_of(mp_block_cache *c)
     return id != 0 ? UINT_MAX : id_assign(c);
 }
 
-void *mp_block_cache_take(mp_block_cache *c)
+/* The first take of a cache (its number not yet assigned), an empty slot, or a process out
+ * of caches. Out of line, as give_slow(): the fast paths below then save no register and make
+ * no call (each runs once per request or twice, loadtest/http/instructions.sh). */
+__attribute__((noinline)) static void *take_slow(mp_block_cache *c)
 {
     unsigned id = id_of(c);
     if (id != UINT_MAX && local.slots[id].n != 0)
@@ -71,10 +74,22 @@ void *mp_block_cache_take(mp_block_cache *c)
     return malloc(c->size);
 }
 
-void mp_block_cache_give(mp_block_cache *c, void *block)
+void *mp_block_cache_take(mp_block_cache *c)
 {
-    if (block == NULL)
-        return;
+    /* Relaxed: see id_of(). 0 (not assigned) wraps round and goes the slow way. */
+    unsigned id = atomic_load_explicit(&c->id_, memory_order_relaxed) - 1;
+    if (id < MP_BLOCK_CACHES) {
+        slot *s = &local.slots[id];
+        if (s->n != 0)
+            return s->blocks[--s->n];
+    }
+    return take_slow(c);
+}
+
+/* The first give of a thread (it registers for its exit), a full slot, a cache not numbered
+ * yet, or a process out of caches. */
+__attribute__((noinline)) static void give_slow(mp_block_cache *c, void *block)
+{
     unsigned id = id_of(c);
     unsigned keep = c->keep < MP_BLOCK_CACHE_KEEP ? c->keep : MP_BLOCK_CACHE_KEEP;
     if (id == UINT_MAX || local.slots[id].n >= keep) {
@@ -84,6 +99,22 @@ void mp_block_cache_give(mp_block_cache *c, void *block)
     if (!local.tc.registered)
         mp__tcache_register(&threads, &local.tc);
     local.slots[id].blocks[local.slots[id].n++] = block;
+}
+
+void mp_block_cache_give(mp_block_cache *c, void *block)
+{
+    if (block == NULL)
+        return;
+    unsigned id = atomic_load_explicit(&c->id_, memory_order_relaxed) - 1; /* as in take */
+    if (id < MP_BLOCK_CACHES && local.tc.registered) {
+        slot *s = &local.slots[id];
+        unsigned keep = c->keep < MP_BLOCK_CACHE_KEEP ? c->keep : MP_BLOCK_CACHE_KEEP;
+        if (s->n < keep) {
+            s->blocks[s->n++] = block;
+            return;
+        }
+    }
+    give_slow(c, block);
 }
 
 void mp_block_cache_trim(void)

@@ -536,10 +536,6 @@ bool mp__io_closed(mp_io *io);
 /* A bare socket's close_fn, after it left the epoll set: closes the fd; then the object runs
  * mp__io_closed() and, if true, its on_closed (io.c, "Closing"). */
 void mp__io_close_fd(mp_io *io);
-/* A failed mp_tcp_accept() whose libuv handle is closing: mark it (never open, a close of its
- * own under way), and from its close callback, as mp__io_closed() (it was never listed). */
-void mp__io_mark_failed(mp_io *io);
-bool mp__io_failed_closed(mp_io *io);
 void mp__io_close_all(mp__reactor *r);
 /* Withdraw the reader's (reader true) or the writer's waker: the owner gives up a wait. */
 void mp__io_cancel(mp_io *io, bool reader);

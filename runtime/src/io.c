@@ -33,10 +33,9 @@
  * that holds the driver role), where events are handled: every event of a batch is handled
  * before anything else runs there (reactor.c), so once the socket is out of the set no event
  * can name it, and its on_closed may run at once, within the same command, and the memory go.
- * A bare socket (every object but a stream from mp_tcp_accept()) is closed so: close(2), then
- * on_closed; it holds no libuv handle, which is 256 bytes an object spared (an idle server
- * connection's largest part). A stream libuv accepted is closed through its handle, and
- * on_closed runs from libuv's close callback, a loop turn later. A close from any
+ * Every socket object is bare, and closed so: close(2), then on_closed; it holds no libuv
+ * handle, which is 256 bytes an object spared (an idle server connection's largest part;
+ * mp_tcp_accept() takes its socket out of libuv's handle with a duplicate). A close from any
  * thread first marks the socket closing and wakes whatever task waits on it, whose poll then
  * reports -EBADF. The reactor keeps every open socket on a list (under its io_lock: sockets
  * are opened from any thread) so that shutdown can close what is left.
@@ -80,9 +79,7 @@
  * test_io.c's closes_racing_the_shutdown_run_on_closed_once). A user leaving a system call
  * may finish a close too (mp__io_leave()), but the shutdown's close comes only after every
  * worker has stopped, so no task is inside one then. A socket that was never open (zeroed, a failed
- * open or connect) has nothing to close: its close runs on_closed inline at once (-EBADF). A failed
- * mp_tcp_accept() leaves its libuv handle closing: the object is marked CLOSING|CLAIMED (open
- * for nobody, but a close of its own under way) and its close callback sets DONE as any other.
+ * open, accept or connect) has nothing to close: its close runs on_closed inline at once (-EBADF).
  */
 #include "internal.h"
 
@@ -464,20 +461,8 @@ bool mp__io_closed(mp_io *io)
     return io_done(io);
 }
 
-bool mp__io_failed_closed(mp_io *io)
-{
-    return io_done(io);
-}
-
-void mp__io_mark_failed(mp_io *io)
-{
-    /* Relaxed: the object is still the caller's alone; whatever hands it on orders it. */
-    atomic_store_explicit(&io->state, OPEN | CLOSING | CLAIMED, memory_order_relaxed);
-}
-
-/* Shutdown, with the role held and every worker stopped: close every socket still open. A
- * bare socket's close finishes here; a libuv-accepted stream's in the loop turns that follow
- * (mp__reactor_close()). */
+/* Shutdown, with the role held and every worker stopped: close every socket still open. Each
+ * close finishes here (no socket holds a libuv handle). */
 void mp__io_close_all(mp__reactor *r)
 {
     mp__spin_lock(&r->io_lock);

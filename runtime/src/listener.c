@@ -96,6 +96,12 @@ int mp_tcp_listener_fileno(const mp_tcp_listener *l)
 
 mp_poll mp_tcp_accept_poll(mp_tcp_listener *l, mp_context *cx, mp_tcp *c, size_t bufsize, int *err)
 {
+    if (bufsize > MP_TCP_BUF_MAX) { /* refused before a connection is taken */
+        memset(c, 0, sizeof *c);
+        c->io.fd = -1;
+        *err = -EINVAL;
+        return MP_READY;
+    }
     for (;;) {
         uint64_t seen;
         if (mp__io_poll(&l->io, cx, MP__IO_READ, &seen, err) == MP_PENDING)

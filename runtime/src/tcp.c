@@ -3,9 +3,9 @@
  *
  * A stream's readiness is an mp_io (io.c, which draws the lost wake-up the tick prevents); its
  * read buffer comes from readbuf.c. A stream comes from one of four places: a socket the caller
- * accepted (mp_tcp_open), a task's listener (listener.c), a connect (here), all three a bare
- * socket that the close closes itself (io.c, "Closing"); or a libuv accept on the loop's thread
- * (mp_tcp_accept), whose handle, kept by pointer, owns the socket and closes it through libuv.
+ * accepted (mp_tcp_open), a task's listener (listener.c), a connect (here), or a libuv accept
+ * on the loop's thread (mp_tcp_accept), whose socket is duplicated out of libuv's handle; every
+ * one a bare socket that the close closes itself (io.c, "Closing").
  *
  * Connecting: the socket is registered for EPOLLOUT before the kernel can finish the
  * handshake, with no readiness bits. The end of the handshake, success or failure, raises
@@ -15,6 +15,7 @@
  */
 #include "internal.h"
 
+#include <fcntl.h>
 #include <sys/sendfile.h>
 
 #include <netinet/in.h>
@@ -46,49 +47,31 @@ static void stream_closed(mp_tcp *c)
         c->on_closed(c); /* it may free c */
 }
 
-/* mp_tcp_accept()'s handle has closed. */
-static void accepted_close_cb(uv_handle_t *h)
-{
-    mp_tcp *c = h->data;
-    free(h);
-    stream_closed(c);
-}
-
-/* A failed mp_tcp_accept()'s handle has closed: the owner's close may be waiting for it. */
-static void failed_accept_close_cb(uv_handle_t *h)
-{
-    mp_tcp *c = h->data;
-    free(h);
-    if (mp__io_failed_closed(&c->io) && c->on_closed)
-        c->on_closed(c);
-}
-
 /* On the loop's side, once the socket left the epoll set. */
 static void stream_close(mp_io *io)
 {
-    mp_tcp *c = mp_container_of(io, mp_tcp, io);
-    if (c->uv != NULL) {
-        uv_close(c->uv, accepted_close_cb); /* libuv closes the fd */
-        return;
-    }
     mp__io_close_fd(io);
-    stream_closed(c);
+    stream_closed(mp_container_of(io, mp_tcp, io));
 }
 
 static void stream_init(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize, uint64_t bits)
 {
     memset(c, 0, sizeof *c);
     mp__io_init(&c->io, rt, fd, bits, stream_close);
-    c->cap = bufsize ? bufsize : MP__TCP_DEFAULT_BUF;
+    /* Over MP_TCP_BUF_MAX: refused by each open before the stream reads. */
+    c->cap = (uint32_t)(bufsize == 0 || bufsize > MP_TCP_BUF_MAX ? MP__TCP_DEFAULT_BUF : bufsize);
     c->buf = NULL;        /* taken at the first read */
     c->read_ready_ns = 0; /* ready_ns's value before any readable event */
 }
 
+static void accept_handle_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
 int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize)
 {
-    /* Optimistic: the first read is tried before any event (a client usually sends its
-     * request with the handshake); the socket has room for a first write. */
-    stream_init(rt, c, -1, bufsize, MP__IO_READ | MP__IO_WRITE);
+    stream_init(rt, c, -1, bufsize, 0); /* not open until mp_tcp_open() below */
     uv_tcp_t *h = malloc(sizeof *h);
     if (h == NULL)
         return -ENOMEM; /* not open: nothing to close */
@@ -97,33 +80,34 @@ int mp_tcp_accept(mp_runtime *rt, mp_tcp *c, uv_stream_t *server, size_t bufsize
         free(h);
         return rc;
     }
-    h->data = c;
-    c->uv = h;
+    /* libuv accepts only into a handle, and closes the socket with it: the stream takes a
+     * duplicate and the handle goes (its memory a loop turn later, libuv's rule), so that the
+     * stream is a bare socket as any other (256 bytes of handle an accepted stream spares). */
+    int fd = -1;
     rc = uv_accept(server, (uv_stream_t *)h); /* non-blocking: accept4(SOCK_NONBLOCK) */
-    if (rc == 0)
-        rc = uv_fileno((uv_handle_t *)h, &c->io.fd);
-    if (rc == 0)
-        rc = mp__io_register(&c->io, STREAM_EVENTS);
-    if (rc != 0) {
-        /* libuv touches the handle until its close callback: the object's close waits for it
-         * (io.c, "Who calls on_closed"). */
-        c->io.fd = -1;
-        mp__io_mark_failed(&c->io);
-        uv_close((uv_handle_t *)h, failed_accept_close_cb);
-        return rc;
+    if (rc == 0) {
+        uv_os_fd_t ufd;
+        rc = uv_fileno((uv_handle_t *)h, &ufd);
+        if (rc == 0 && (fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0)
+            rc = -errno;
     }
-    return 0;
+    uv_close((uv_handle_t *)h, accept_handle_closed);
+    if (rc != 0)
+        return rc;
+    return mp_tcp_open(rt, c, fd, bufsize);
 }
 
 int mp_tcp_open(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize)
 {
-    /* Optimistic, as mp_tcp_accept(). */
+    /* Optimistic: the first read is tried before any event (a client usually sends its
+     * request with the handshake); the socket has room for a first write. */
     stream_init(rt, c, fd, bufsize, MP__IO_READ | MP__IO_WRITE);
     if (fd < 0) {
         c->io.fd = -1;
         return -EBADF;
     }
-    int rc = rt != NULL ? mp__io_register(&c->io, STREAM_EVENTS) : -EINVAL;
+    int rc = rt != NULL && bufsize <= MP_TCP_BUF_MAX ? mp__io_register(&c->io, STREAM_EVENTS)
+                                                     : -EINVAL;
     if (rc != 0) {
         close(fd);
         c->io.fd = -1;
@@ -145,7 +129,7 @@ int mp_tcp_connect(mp_runtime *rt, mp_tcp *c, const struct sockaddr *addr, size_
     memset(c, 0, sizeof *c);
     c->io.fd = -1;
     socklen_t len;
-    int fd = rt ? mp__inet_socket(addr, SOCK_STREAM, &len) : -EINVAL;
+    int fd = rt && bufsize <= MP_TCP_BUF_MAX ? mp__inet_socket(addr, SOCK_STREAM, &len) : -EINVAL;
     if (fd < 0)
         return fd;
     int rc = 0;
@@ -335,7 +319,7 @@ mp_poll mp_tcp_read_poll(mp_tcp *c, mp_context *cx, const char **data, size_t *l
         }
         ssize_t n = sock_read(c->io.fd, c->buf, c->cap);
         if (n > 0) {
-            c->tail = (size_t)n;
+            c->tail = (uint32_t)n; /* n <= cap */
             /* Relaxed: the acquire load of bits above ordered it after the event's store (a
              * later event's value is as good). A readable event this stream has not read
              * since gives its time; bytes left from an event already read from get the clock
@@ -380,8 +364,8 @@ void mp_tcp_interrupt(mp_tcp *c)
 void mp_tcp_consume(mp_tcp *c, size_t n)
 {
     if (n > c->tail - c->head)
-        MP__UNREACHABLE("consume %zu of %zu buffered bytes", n, c->tail - c->head);
-    c->head += n;
+        MP__UNREACHABLE("consume %zu of %zu buffered bytes", n, (size_t)(c->tail - c->head));
+    c->head += (uint32_t)n;
 }
 
 static mp_poll write_flags(mp_tcp *c, mp_context *cx, const char *data, size_t len, int *err,

@@ -135,6 +135,7 @@ typedef struct one_accept {
     mp_task task;
     mp_tcp_listener *l;
     mp_tcp c;
+    size_t bufsize;
     int err;
     int polls;
     _Atomic bool closed;
@@ -149,7 +150,7 @@ static mp_poll one_accept_poll(mp_task *t, mp_context *cx)
 {
     one_accept *o = mp_container_of(t, one_accept, task);
     o->polls++;
-    if (mp_tcp_accept_poll(o->l, cx, &o->c, 0, &o->err) == MP_PENDING)
+    if (mp_tcp_accept_poll(o->l, cx, &o->c, o->bufsize, &o->err) == MP_PENDING)
         return MP_PENDING;
     if (o->err == 0)
         mp_tcp_close(&o->c, one_accept_closed);
@@ -158,15 +159,40 @@ static mp_poll one_accept_poll(mp_task *t, mp_context *cx)
 
 static const mp_task_vtable one_accept_vt = {.poll = one_accept_poll};
 
-static int accept_once(mp_runtime *rt, mp_tcp_listener *l)
+static int accept_once_with(mp_runtime *rt, mp_tcp_listener *l, size_t bufsize)
 {
-    one_accept o = {.l = l, .err = 1};
+    one_accept o = {.l = l, .bufsize = bufsize, .err = 1};
     mp_task_init(&o.task, &one_accept_vt);
     cr_assert_eq(mp_spawn_joinable(rt, &o.task), 0);
     cr_assert_eq(mp_join(&o.task), 0);
     while (o.err == 0 && !atomic_load(&o.closed))
         usleep(1000); /* the stream lives in this frame until its close is done */
+    if (o.err != 0)
+        cr_assert_eq(mp_tcp_close(&o.c, NULL), -EBADF, "a failed accept leaves c not open");
     return o.err;
+}
+
+static int accept_once(mp_runtime *rt, mp_tcp_listener *l)
+{
+    return accept_once_with(rt, l, 0);
+}
+
+Test(listener, a_read_buffer_over_the_maximum_is_refused_before_the_accept, .timeout = 30)
+{
+    mp_runtime *rt = test_runtime(1);
+    mp_tcp_listener l;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 8, 0), 0);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
+    int fd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    cr_assert_eq(accept_once_with(rt, &l, (size_t)MP_TCP_BUF_MAX + 1), -EINVAL);
+    /* The connection was not taken: it is still queued for the next accept. */
+    cr_assert_eq(accept_once_with(rt, &l, MP_TCP_BUF_MAX), 0);
+    close(fd);
+    cr_assert_eq(mp_tcp_listener_close(&l, NULL), 0);
+    cr_assert_eq(mp_runtime_shutdown(rt), 0);
+    mp_runtime_free(rt);
 }
 
 Test(listener, interrupt_ends_a_wait_in_accept_once, .timeout = 30)

@@ -488,12 +488,27 @@ Test(tcp, mp_tcp_open_errors, .timeout = 30)
     cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
     cr_assert_eq(closed_calls, 3);
 
+    /* A read buffer over MP_TCP_BUF_MAX (its offsets are 32 bits): refused, the fd closed. */
+    int sv2[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv2), 0);
+    cr_assert_eq(mp_tcp_open(rt, &c, sv2[0], (size_t)MP_TCP_BUF_MAX + 1), -EINVAL);
+    cr_assert_not(fd_is_open(sv2[0]));
+    cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
+    cr_assert_eq(closed_calls, 4);
+    close(sv2[1]);
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_port = htons(9)};
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(mp_tcp_connect(rt, &c, (struct sockaddr *)&lo, (size_t)MP_TCP_BUF_MAX + 1),
+                 -EINVAL);
+    cr_assert_eq(mp_tcp_close(&c, count_closed), -EBADF);
+    cr_assert_eq(closed_calls, 5);
+
     /* And one that works, closed from this thread: on_closed once, the fd gone. */
     cr_assert_eq(mp_tcp_open(rt, &c, sv[1], 0), 0);
     cr_assert_eq(mp_tcp_fileno(&c), sv[1]);
     cr_assert_eq(mp_tcp_close(&c, count_closed), 0);
     mp_runtime_free(rt); /* on_closed has run by its end at the latest */
-    cr_assert_eq(closed_calls, 4);
+    cr_assert_eq(closed_calls, 6);
     cr_assert_not(fd_is_open(sv[1]));
 }
 
