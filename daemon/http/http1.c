@@ -152,6 +152,8 @@ struct md_http1_req {
      * block, and llhttp is at a message's start then, so the next block's parser is a fresh
      * one (96 bytes an idle connection spares). */
     llhttp_t parser;
+    /* The bytes of the feed in progress (valid during md_http_conn_feed() only). */
+    const char *feed_start, *feed_end;
     h1_state h;
     md_http_req r;
 };
@@ -337,13 +339,13 @@ static int on_message_begin(llhttp_t *p)
     if (!c->req_zeroed)
         req_zero(c->req);
     c->req_zeroed = false;
-    r->start_ns = c->now_ns;
+    r->start_ns = c->req->r.now_ns;
     r->kept_len = 0;
     r->kept_target = 0;
     /* The first request's head is timed from init (accept), later ones from their first
      * byte. */
     if (c->requests != 0)
-        c->since_ns = c->now_ns;
+        c->since_ns = c->req->r.now_ns;
     c->phase = PHASE_HEAD;
     return 0;
 }
@@ -661,7 +663,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
      * on the next line arrives as one span whose gap after the colon holds the line break
      * (a value that stays empty arrives as an empty span, after the line break). */
     if (h->value_open) {
-        if (!h->value_cut || at != c->feed_start)
+        if (!h->value_cut || at != c->req->feed_start)
             return reject(c, 400);
     } else if (h->gap_open && len != 0 && (h->gap_newline || has_newline(h->gap_from, at))) {
         return reject(c, 400);
@@ -822,14 +824,14 @@ static int on_headers_complete(llhttp_t *p)
     md_http_conn *c = conn_of(p);
     h1_state *h = &c->req->h;
     c->phase = PHASE_BODY;
-    c->since_ns = c->now_ns;
-    h->body_ns = c->now_ns;
+    c->since_ns = c->req->r.now_ns;
+    h->body_ns = c->req->r.now_ns;
     /* Whether to send 100 Continue depends on what follows the head in this feed, which
      * only a pause tells (head_done()); Expect is rare enough for it to cost nothing. */
     bool exact = h->expect == EXPECT_CONTINUE;
     if (h->head_counting) {
         h->head_counting = false;
-        uint64_t upper = h->head_bytes + (uint64_t)(c->feed_end - h->head_from);
+        uint64_t upper = h->head_bytes + (uint64_t)(c->req->feed_end - h->head_from);
         exact = exact || upper > c->srv->limits.max_header_bytes;
     }
     if (exact) {
@@ -887,7 +889,7 @@ static inline int request_done(md_http_conn *c)
     md_http_req *r = &c->req->r;
     c->requests++;
     c->phase = PHASE_IDLE;
-    c->since_ns = c->now_ns;
+    c->since_ns = c->req->r.now_ns;
     /* Garbage before the next request fails before on_message_begin clears these. */
     r->streaming = false;
     r->piping = false;
@@ -960,7 +962,6 @@ void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns)
     c->srv = srv;
     c->phase = PHASE_IDLE;
     c->since_ns = now_ns;
-    c->now_ns = now_ns;
 }
 
 void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
@@ -975,7 +976,6 @@ void md_http_conn_set_server(md_http_conn *c, md_http_server *srv)
  * the keep-alive path, loadtest/http/instructions.sh.) */
 static inline void enter(md_http_conn *c, uint64_t now_ns, md_outbuf *out)
 {
-    c->now_ns = now_ns;
     md__http_req_enter(&c->req->r, now_ns, out);
     md_http_date_refresh(c->srv->clock);
 }
@@ -1009,8 +1009,8 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
     h1_state *h = &c->req->h;
     enter(c, now_ns, out);
     size_t out_before = md_outbuf_pending(out);
-    c->feed_start = data;
-    c->feed_end = data + len;
+    c->req->feed_start = data;
+    c->req->feed_end = data + len;
     if (h->head_counting)
         h->head_from = data;
     /* Pointers into the last feed are stale; the bytes they marked were scanned already. */
@@ -1022,7 +1022,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
     int want = MD_HTTP_WANT_READ;
     const char *pos = data;
     for (;;) {
-        llhttp_errno_t e = llhttp_execute(&c->req->parser, pos, (size_t)(c->feed_end - pos));
+        llhttp_errno_t e = llhttp_execute(&c->req->parser, pos, (size_t)(c->req->feed_end - pos));
         if (e == HPE_OK)
             break;
         if (e == HPE_PAUSED_UPGRADE) {
@@ -1057,7 +1057,7 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         if (h->head_bytes + (uint64_t)(at - h->head_from) > c->srv->limits.max_header_bytes)
             reject(c, 431);
         else
-            head_done(c, at < c->feed_end);
+            head_done(c, at < c->req->feed_end);
         if (h->status != 0 || c->oom) {
             want = fail(c);
             goto out;
@@ -1065,15 +1065,15 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         pos = at;
     }
     if (h->head_counting) {
-        h->head_bytes += (uint64_t)(c->feed_end - h->head_from);
+        h->head_bytes += (uint64_t)(c->req->feed_end - h->head_from);
         if (h->head_bytes > c->srv->limits.max_header_bytes) {
             reject(c, 431);
             want = fail(c);
             goto out;
         }
     }
-    h->value_cut = h->value_open && h->value_end == c->feed_end;
-    if (h->gap_open && has_newline(h->gap_from, c->feed_end))
+    h->value_cut = h->value_open && h->value_end == c->req->feed_end;
+    if (h->gap_open && has_newline(h->gap_from, c->req->feed_end))
         h->gap_newline = true;
 out:
     leave(c, *used, out_before);
@@ -1086,7 +1086,7 @@ out:
 static int pipe_continue(md_http_conn *c)
 {
     static const char none[1];
-    c->feed_start = c->feed_end = none;
+    c->req->feed_start = c->req->feed_end = none;
     llhttp_errno_t e = llhttp_execute(&c->req->parser, none, 0);
     if (e == HPE_OK)
         return MD_HTTP_WANT_READ;

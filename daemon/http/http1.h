@@ -49,19 +49,15 @@ struct mp_context;
 typedef struct md_http_conn {
     md_http_server *srv; /* its settings; changed only at a request boundary */
 
-    /* Valid during one entry point only. */
-    const char *feed_start, *feed_end;
-    uint64_t now_ns;
-
     uint8_t phase;     /* IDLE, HEAD, BODY (http1.c) */
     uint8_t pause;     /* why a callback paused the parser */
     bool closing;      /* the last response has been produced (or none will be) */
     bool draining;     /* md_http_conn_drain(): the next response closes */
     bool oom;          /* out could not grow */
     bool h2c;          /* a plaintext listener with h2c on: no 400 to bytes not HTTP/1's */
+    bool req_zeroed;   /* req was zeroed by feed and nothing has used it since */
     uint64_t requests; /* requests answered */
     uint64_t since_ns; /* IDLE: went idle; HEAD: deadline base; BODY: last body read */
-    bool req_zeroed;   /* req was zeroed by feed and nothing has used it since */
 
     /* The request being parsed (http1.c: llhttp's parser and per-request state, then the
      * md_http_req handlers see): taken from the thread's cache by md_http_conn_feed() when bytes

@@ -20,13 +20,52 @@
 #include "http/http2.h"
 #include "server/tls.h"
 
+/* Busy blocks: a few per thread, as many connections turn busy and rest again per request. */
+static mp_block_cache busy_cache = MP_BLOCK_CACHE_INIT(sizeof(md_conn_busy), 16);
+
+static md_conn_busy *busy_take(md_conn *c)
+{
+    if (c->busy == NULL && (c->busy = mp_block_cache_take(&busy_cache)) != NULL) {
+        md_outbuf_init(&c->busy->out);
+        c->busy->send_done = 0;
+    }
+    return c->busy;
+}
+
+md_conn_more *md_conn_more_of(md_conn *c)
+{
+    if (c->more == NULL)
+        c->more = calloc(1, sizeof *c->more);
+    return c->more;
+}
+
+md_outbuf *md_conn_out(md_conn *c)
+{
+    md_conn_busy *b = busy_take(c);
+    return b != NULL ? &b->out : NULL;
+}
+
+void md_conn_busy_give(md_conn *c)
+{
+    md_conn_busy *b = c->busy;
+    if (b == NULL)
+        return;
+    if (b->out.data != NULL) /* a lent response (GET /) took none */
+        md_outbuf_free(&b->out);
+    mp_block_cache_give(&busy_cache, b);
+    c->busy = NULL;
+}
+
 static void conn_unref(md_conn *c)
 {
     /* AcqRel: the last one to let go frees; it sees everything the other did to c.
      * Pairs with itself (the other reference's decrement). */
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
-        free(c->peer);
-        free(c->pp.in); /* or pp.client: the same pointer */
+        if (c->more != NULL) {
+            free(c->more->peer);
+            free(c->more->pp.in); /* or pp.client: the same pointer */
+            free(c->more);
+        }
         free(c);
     }
 }
@@ -35,13 +74,16 @@ static void conn_unref(md_conn *c)
 static void http_opened(md_server *s, md_conn *c)
 {
     md_http_conn_init(&c->http, &md_http_gens_enter(&s->gens)->http, uv_hrtime());
+    c->http.h2c = c->group != NULL && c->group->h2c; /* a client preface starts HTTP/2 */
 }
 
 static void http_finish(md_conn *c)
 {
     md_http_gen *g = md_http_gen_of(c->http.srv); /* HTTP/2 keeps it current too */
-    md_h2_conn_free(c->h2);
-    c->h2 = NULL;
+    if (c->more != NULL) {
+        md_h2_conn_free(c->more->h2);
+        c->more->h2 = NULL;
+    }
     md_http_conn_close(&c->http);
     md_http_gen_leave(g);
 }
@@ -63,12 +105,14 @@ static void https_opened(md_server *s, md_conn *c)
         if (g->tls_named[i].tls != NULL && c->group != NULL &&
             strcmp(g->tls_named[i].name, c->group->name) == 0)
             x = g->tls_named[i].tls;   /* the listener's own certificate */
-    (void)md_tls_conn_new(x, &c->tls); /* NULL: closed below */
+    md_conn_more *m = md_conn_more_of(c);
+    if (m != NULL)
+        (void)md_tls_conn_new(x, &m->tls); /* NULL: closed below */
 }
 
 static mp_poll https_poll(md_conn *c, mp_context *cx)
 {
-    if (c->tls == NULL)
+    if (md_conn_tls(c) == NULL)
         return md_conn_finish(c, MD_CLOSE_ERROR);
     return md_conn_http_poll(c, cx);
 }
@@ -96,7 +140,7 @@ static const struct conn_kind {
 static void conn_closed(mp_tcp *t)
 {
     md_conn *c = mp_container_of(t, md_conn, tcp);
-    md_server *s = c->srv;
+    md_server *s = c->group->srv; /* c->group lives until md_listener_conn_removed() */
     if (kinds[c->kind].closed != NULL)
         kinds[c->kind].closed(s);
     md_metrics_conn_closed(&s->metrics, c->kind, c->why);
@@ -113,7 +157,7 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why)
     mp_timer_cancel(&c->timer);
     if (kinds[c->kind].finish != NULL)
         kinds[c->kind].finish(c);
-    md_outbuf_free(&c->out);
+    md_conn_busy_give(c);
     mp_tcp_close(&c->tcp, conn_closed);
     return MP_READY;
 }
@@ -125,6 +169,16 @@ void md_conn_nodelay(md_conn *c)
     c->nodelay = true;
 }
 
+/* Echo's limits were taken at accept; HTTP's are its settings' (a reload's apply from the next
+ * request, as its other limits do). */
+static md_send_limits send_limits(const md_conn *c)
+{
+    if (c->kind == MD_LISTENER_ECHO)
+        return c->echo.lim;
+    const md_http_limits *l = &c->http.srv->limits;
+    return (md_send_limits){l->send_timeout_ms, l->min_send_rate, l->min_rate_grace_ms, 0};
+}
+
 /* A write or sendfile that the peer holds back, `done` bytes of it taken so far: wait within
  * the send limits. MP_PENDING: wait (the socket or the timer wakes the task); MP_READY with
  * *err -ETIMEDOUT: a limit passed; MP_READY with *err 0: the deadline came, send again (which
@@ -132,32 +186,39 @@ void md_conn_nodelay(md_conn *c)
 static mp_poll send_wait(md_conn *c, mp_context *cx, size_t done, int *err)
 {
     uint64_t now = mp_now_ms();
+    md_conn_busy *b = busy_take(c);
+    if (b == NULL) {
+        *err = -ENOMEM;
+        return MP_READY;
+    }
     if (!c->send_blocked) {
         c->send_blocked = true;
-        c->send_start_ms = c->send_progress_ms = now;
-        c->send_done = done;
-    } else if (done != c->send_done) {
-        c->send_done = done;
-        c->send_progress_ms = now;
+        b->send_start_ms = b->send_progress_ms = now;
+        b->send_done = done;
+    } else if (done != b->send_done) {
+        b->send_done = done;
+        b->send_progress_ms = now;
     }
+    md_send_limits lim = send_limits(c);
     uint64_t deadline = UINT64_MAX;
     md_close_reason why = MD_CLOSE_SEND_TIMEOUT;
-    if (c->send_timeout_ms != 0)
-        deadline = c->send_progress_ms + c->send_timeout_ms;
-    if (c->min_send_rate != 0) {
+    if (lim.timeout_ms != 0)
+        deadline = b->send_progress_ms + lim.timeout_ms;
+    if (lim.min_rate != 0) {
         /* Falls below the rate once the time since the write began exceeds what the bytes
          * taken so far pay for (and the grace). */
-        uint64_t earned = (uint64_t)done * 1000 / c->min_send_rate;
-        uint64_t at = c->send_start_ms + (earned > c->grace_ms ? earned : c->grace_ms) + 1;
+        uint64_t earned = (uint64_t)done * 1000 / lim.min_rate;
+        uint64_t at = b->send_start_ms + (earned > lim.grace_ms ? earned : lim.grace_ms) + 1;
         if (at < deadline) {
             deadline = at;
             why = MD_CLOSE_MIN_SEND_RATE;
         }
     }
-    if (c->idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
-        uint64_t last = c->send_progress_ms > c->progress_ms ? c->send_progress_ms : c->progress_ms;
-        if (last + c->idle_ms < deadline) {
-            deadline = last + c->idle_ms;
+    if (lim.idle_ms != 0) { /* echo: neither sent nor read for idle_ms */
+        uint64_t in = c->echo.progress_ms;
+        uint64_t last = b->send_progress_ms > in ? b->send_progress_ms : in;
+        if (last + lim.idle_ms < deadline) {
+            deadline = last + lim.idle_ms;
             why = MD_CLOSE_IDLE_TIMEOUT;
         }
     }
@@ -238,7 +299,7 @@ mp_poll md_conn_sendfile(md_conn *c, mp_context *cx, int fd, off_t *off, size_t 
 
 md_close_reason md_conn_write_error(const md_conn *c, int err)
 {
-    return err == -ETIMEDOUT ? c->why : MD_CLOSE_ERROR;
+    return err == -ETIMEDOUT ? c->why : err == -ENOMEM ? MD_CLOSE_NO_MEMORY : MD_CLOSE_ERROR;
 }
 
 static mp_poll conn_poll(mp_task *t, mp_context *cx)
@@ -263,7 +324,7 @@ static const mp_task_vtable conn_vt = {conn_poll, conn_cancel, conn_release};
 static void accept_failed_closed(mp_tcp *t)
 {
     md_conn *c = mp_container_of(t, md_conn, tcp);
-    md_outbuf_free(&c->out);
+    free(c->more); /* over_client_limit()'s, holding nothing else yet */
     free(c);
 }
 
@@ -276,9 +337,12 @@ static bool over_client_limit(md_listener_group *g, md_conn *c, const struct soc
     if (g->per_client == 0 || ss == NULL)
         return false;
     uint64_t key = md_client_key(g->clients, ss);
+    md_conn_more *m = md_conn_more_of(c);
+    if (m == NULL)
+        return false; /* let in uncounted, as a peer whose address is unknown */
     if (!md_client_counts_add(g->clients, key, g->per_client))
         return true;
-    c->client_key = key;
+    m->client_key = key;
     return false;
 }
 
@@ -290,12 +354,10 @@ int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *
         close(fd);
         return -ENOMEM;
     }
-    c->srv = s;
     c->kind = l->kind;
     c->group = l->group;
     atomic_init(&c->refs, 2);
     mp_timer_init(&c->timer, s->rt);
-    md_outbuf_init(&c->out);
     /* The stream's default read buffer. */
     if (mp_tcp_open(s->rt, &c->tcp, fd, 0) != 0) {
         /* fd closed and the stream not open: its close frees c at once (libmagpie's one rule
@@ -309,6 +371,14 @@ int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *
         c->proxy = peer != NULL && md_acl_matches(&l->group->proxy_from, peer)
                        ? MD_CONN_PROXY_WANTED
                        : MD_CONN_PROXY_UNTRUSTED;
+    if (c->proxy == MD_CONN_PROXY_WANTED) {
+        md_conn_more *m = md_conn_more_of(c); /* where the header's pieces will go */
+        if (m == NULL) {
+            mp_tcp_close(&c->tcp, accept_failed_closed); /* out of memory: before a byte */
+            return 0;
+        }
+        m->accepted_ms = mp_now_ms(); /* header_timeout_ms counts from here */
+    }
     if (c->proxy != MD_CONN_PROXY_UNTRUSTED && over_client_limit(l->group, c, peer)) {
         md_metrics_conn_refused(&s->metrics, c->kind);
         mp_tcp_close(&c->tcp, accept_failed_closed); /* before a byte is read */
@@ -325,15 +395,13 @@ int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *
     if (kinds[c->kind].opened != NULL)
         kinds[c->kind].opened(s, c);
     /* Read here, on the loop's thread, where a reload writes s->cfg. */
-    c->idle_ms =
-        c->kind == MD_LISTENER_ECHO ? s->cfg.listeners[MD_LISTENER_ECHO].idle_timeout_ms : 0;
-    c->send_timeout_ms = s->cfg.limits.send_timeout_ms;
-    c->min_send_rate = s->cfg.limits.min_send_rate;
-    c->grace_ms = s->cfg.limits.min_rate_grace_ms;
-    c->h2c = c->group != NULL && c->group->h2c;
-    c->http.h2c = c->h2c;
+    if (c->kind == MD_LISTENER_ECHO) {
+        c->echo.lim = (md_send_limits){s->cfg.limits.send_timeout_ms, s->cfg.limits.min_send_rate,
+                                       s->cfg.limits.min_rate_grace_ms,
+                                       s->cfg.listeners[MD_LISTENER_ECHO].idle_timeout_ms};
+        c->echo.progress_ms = mp_now_ms();
+    }
     c->why = MD_CLOSE_DONE;
-    c->progress_ms = mp_now_ms();
     c->want = MD_HTTP_WANT_READ;
     mp_task_init(&c->task, &conn_vt);
     if (mp_spawn(s->rt, &c->task) != 0) {

@@ -45,6 +45,7 @@ typedef struct md_listener_group {
     char name[MD_LISTENER_NAME_MAX];
     md_listener kind;
     bool live;                /* in md_server.groups */
+    struct md_server *srv;    /* its server */
     uint32_t max_connections; /* a reload may change it */
     bool h2c;                 /* plaintext with http2 on: HTTP/2 by prior knowledge; a reload too */
     uint32_t per_client;      /* max_connections_per_client; 0: none (a reload may change it) */
@@ -109,47 +110,73 @@ enum md_conn_proxy {
 };
 
 /* One accepted connection. Freed when both the task is released and the stream closed. */
+/* What a connection holds only while it has work: the bytes it owes its peer, and the state
+ * of a write the peer holds back. Taken from the thread's cache when bytes arrive or a write
+ * blocks (md_conn_out()), given back when the connection waits for its peer owing nothing
+ * (md_conn_rest()): an idle connection spares these 64 bytes. */
+typedef struct md_conn_busy {
+    md_outbuf out;
+    size_t send_done;          /* bytes of the blocked write the kernel has taken */
+    uint64_t send_start_ms;    /* when that write first blocked */
+    uint64_t send_progress_ms; /* when the kernel last took some of it */
+    uint64_t linger_until_ms;  /* HTTP: when a lingering close gives up on the peer */
+} md_conn_busy;
+
+/* What only some connections have, in a block of its own taken at first need
+ * (md_conn_more_of()): a plain HTTP/1.1 connection pays one pointer for all of it. Freed with
+ * the connection. */
+typedef struct md_conn_more {
+    struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
+    struct md_h2_conn *h2;   /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
+    char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
+    /* proxy_protocol (proxy_in.c): while proxy is WANTED, the header's bytes that came in
+     * pieces (in); after, the client's address: the header's, or the peer's once a request
+     * needed it (client; NULL: neither yet; conn_http.c). Either is free()d. */
+    union {
+        struct md_proxy_in *in;
+        struct sockaddr_storage *client;
+    } pp;
+    uint64_t client_key;  /* counted in its group's clients (client_limit.h); 0: not counted */
+    uint64_t accepted_ms; /* proxy_protocol: when accepted (the header's deadline counts from it) */
+} md_conn_more;
+
+/* What bounds a write the peer holds back (md_conn_write); 0 turns one off. */
+typedef struct md_send_limits {
+    uint32_t timeout_ms; /* [limits] send_timeout_ms: no progress for this long */
+    uint32_t min_rate;   /* [limits] min_send_rate: bytes/s on average once ... */
+    uint32_t grace_ms;   /* ... [limits] min_rate_grace_ms have passed since the write blocked */
+    uint32_t idle_ms;    /* echo: [echo] idle_timeout_ms without a byte in or out */
+} md_send_limits;
+
 typedef struct md_conn {
     mp_tcp tcp;
     mp_task task;
     struct md_conn *prev, *next; /* the server's list, loop side */
-    md_server *srv;
     _Atomic int refs; /* atomic: the task's and the stream's */
     /* Small fields packed: an idle connection's memory is this struct alone. */
     uint8_t kind; /* md_listener */
-    /* The listener it came on (its name says which default site; open counted there). */
+    /* The listener it came on (its name says which default site; open counted there; its
+     * server). Never NULL: it lives while c is open (listener.c). */
     md_listener_group *group;
     bool closing;
     bool send_blocked; /* a write is waiting for the peer to read */
     bool nodelay;      /* TCP_NODELAY is set: TLS, HTTP/2, a response in pieces, io.nodelay */
     int8_t want;       /* md_http_want */
     bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
-    bool h2c;          /* HTTP: [http] http2, taken at accept: a client preface starts HTTP/2 */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
     uint8_t proxy;     /* md_conn_proxy: the PROXY header's state, set at accept */
-    uint32_t idle_ms;  /* echo: [echo] idle_timeout_ms when accepted; 0 = none */
-    /* Send limits, taken at accept ([limits] send_timeout_ms, min_send_rate, grace). */
-    uint32_t send_timeout_ms, min_send_rate, grace_ms;
-    mp_timer timer;            /* HTTP deadlines; echo idle timeout; the send deadlines of both */
-    uint64_t progress_ms;      /* echo: when bytes last came in or went out (mp_now_ms);
-                                  HTTP: when a lingering close gives up on the peer */
-    size_t send_done;          /* bytes of the blocked write the kernel has taken */
-    uint64_t send_start_ms;    /* when that write first blocked */
-    uint64_t send_progress_ms; /* when the kernel last took some of it */
-    md_outbuf out;
-    char *peer; /* client address (access log, forwarding fields), at first need (conn_http.c) */
-    struct md_tls_conn *tls; /* [https]: the TLS transport (tls.h); NULL otherwise */
-    uint64_t client_key;     /* counted in its group's clients (client_limit.h); 0: not counted */
-    /* proxy_protocol (proxy_in.c), one pointer so that a connection without it pays 8 bytes:
-     * while proxy is WANTED, the header's bytes that came in pieces (in); after, the client's
-     * address: the header's, or the peer's once a request needed it (client; NULL: neither
-     * yet; conn_http.c). Either is free()d. */
+    mp_timer timer; /* HTTP deadlines; echo idle timeout; the send deadlines of both */
+    struct md_conn_busy *busy; /* while it has work: md_conn_out(), md_conn_rest() */
+    struct md_conn_more *more; /* what only some have: md_conn_more_of(); NULL: none of it */
+    /* By kind: HTTP's core (HTTP/1.1's state; its settings, whose limits bound the writes of
+     * HTTP/1.1 and HTTP/2 alike, as they change between requests), or echo's limits. */
     union {
-        struct md_proxy_in *in;
-        struct sockaddr_storage *client;
-    } pp;
-    struct md_h2_conn *h2; /* HTTP/2 (http/http2.h), once chosen; NULL: HTTP/1.x */
-    md_http_conn http;
+        md_http_conn http;
+        struct {
+            md_send_limits lim;   /* taken at accept: [echo] idle_timeout_ms and [limits] */
+            uint64_t progress_ms; /* when bytes last came in or went out (mp_now_ms) */
+        } echo;
+    };
 } md_conn;
 
 /* listener.c, loop side. */
@@ -182,6 +209,35 @@ int md_conn_accept(md_listener_state *l, int fd, const struct sockaddr_storage *
 /* From the task (or its cancel): release what the connection holds and close its stream;
  * MP_READY. why is reported with the close. */
 mp_poll md_conn_finish(md_conn *c, md_close_reason why);
+/* c's md_conn_more, made (zeroed) at the first call: NULL when out of memory. At accept on
+ * the loop's side, then the task's. */
+md_conn_more *md_conn_more_of(md_conn *c);
+static inline struct md_tls_conn *md_conn_tls(const md_conn *c)
+{
+    return c->more != NULL ? c->more->tls : NULL;
+}
+static inline struct md_h2_conn *md_conn_h2(const md_conn *c)
+{
+    return c->more != NULL ? c->more->h2 : NULL;
+}
+
+/* The connection's output buffer, its busy block taken first if it has none (the task only).
+ * NULL: out of memory. */
+md_outbuf *md_conn_out(md_conn *c);
+/* The bytes c owes, 0 without a busy block. */
+static inline size_t md_conn_pending(const md_conn *c)
+{
+    return c->busy != NULL ? md_outbuf_pending(&c->busy->out) : 0;
+}
+/* Gives c's busy block (and its output buffer's storage) back to the thread's caches. */
+void md_conn_busy_give(md_conn *c);
+/* Waiting for its peer, owing nothing, no write blocked: the busy block goes back. Inline: an
+ * HTTP/1.1 connection rests after every keep-alive request. */
+static inline void md_conn_rest(md_conn *c)
+{
+    if (c->busy != NULL && !c->send_blocked && md_outbuf_pending(&c->busy->out) == 0)
+        md_conn_busy_give(c);
+}
 /* Writes data[0..len) within the send limits. MP_READY with *err = 0, a negative errno, or
  * -ETIMEDOUT with c->why saying which limit passed; MP_PENDING while the peer is not reading
  * and no limit has passed (the timer is armed for the nearest). */

@@ -14,7 +14,9 @@
  * read for idle_ms. */
 static mp_poll echo_wait(md_conn *c, mp_context *cx)
 {
-    if (c->idle_ms == 0 || mp_timer_poll(&c->timer, c->progress_ms + c->idle_ms, cx) == MP_PENDING)
+    md_conn_rest(c); /* a blocked write's state, if one was: all written */
+    if (c->echo.lim.idle_ms == 0 ||
+        mp_timer_poll(&c->timer, c->echo.progress_ms + c->echo.lim.idle_ms, cx) == MP_PENDING)
         return MP_PENDING;
     return md_conn_finish(c, MD_CLOSE_IDLE_TIMEOUT);
 }
@@ -32,13 +34,13 @@ mp_poll md_conn_echo_poll(md_conn *c, mp_context *cx)
                                      : err == -EINTR ? MD_CLOSE_SHUTDOWN
                                                      : MD_CLOSE_ERROR);
         if (!c->send_blocked)
-            c->progress_ms = mp_now_ms(); /* new bytes from the peer */
+            c->echo.progress_ms = mp_now_ms(); /* new bytes from the peer */
         if (md_conn_write(c, cx, data, len, &err) == MP_PENDING)
             return MP_PENDING;
         if (err != 0)
             return md_conn_finish(c, md_conn_write_error(c, err));
-        md_metrics_bytes(&c->srv->metrics, MD_LISTENER_ECHO, len, len);
+        md_metrics_bytes(&c->group->srv->metrics, MD_LISTENER_ECHO, len, len);
         mp_tcp_consume(&c->tcp, len);
-        c->progress_ms = mp_now_ms();
+        c->echo.progress_ms = mp_now_ms();
     }
 }

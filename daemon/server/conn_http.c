@@ -62,17 +62,25 @@ __attribute__((noinline)) static mp_poll tls_send(md_conn *c, mp_context *cx, co
     return md_tls_write(c, cx, data, len, err);
 }
 
+/* Whether the transport is TLS: on an [https] connection, whose TLS state exists whenever it
+ * reads or writes (https_poll() closes one without; it is freed in md_conn_finish()). The kind,
+ * a byte of md_conn, rather than md_conn_tls()'s two loads: plaintext reads and writes pay one. */
+static inline bool conn_is_tls(const md_conn *c)
+{
+    return c->kind == MD_LISTENER_HTTPS;
+}
+
 /* The transport: the stream itself, or TLS over it on an [https] connection (tls.c). */
 static mp_poll conn_read(md_conn *c, mp_context *cx, const char **data, size_t *len, int *err)
 {
-    if (c->tls != NULL)
+    if (conn_is_tls(c))
         return tls_read(c, cx, data, len, err);
     return mp_tcp_read_poll(&c->tcp, cx, data, len, err);
 }
 
 static void conn_consume(md_conn *c, size_t n)
 {
-    if (c->tls != NULL)
+    if (conn_is_tls(c))
         md_tls_consume(c, n);
     else
         mp_tcp_consume(&c->tcp, n);
@@ -80,7 +88,7 @@ static void conn_consume(md_conn *c, size_t n)
 
 static mp_poll conn_send(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
 {
-    if (c->tls != NULL)
+    if (conn_is_tls(c))
         return tls_send(c, cx, data, len, err);
     return md_conn_write(c, cx, data, len, err);
 }
@@ -95,27 +103,33 @@ static const struct sockaddr_storage *client_addr(md_conn *c)
 {
     if (c->proxy != MD_CONN_PROXY_NONE)
         return NULL; /* the header is not read yet: no request can ask */
-    if (c->pp.client == NULL) {
+    md_conn_more *m = md_conn_more_of(c);
+    if (m == NULL)
+        return NULL;
+    if (m->pp.client == NULL) {
         struct sockaddr_storage ss;
         if (mp_tcp_peer_addr(&c->tcp, &ss) != 0 ||
-            (c->pp.client = malloc(sizeof *c->pp.client)) == NULL)
+            (m->pp.client = malloc(sizeof *m->pp.client)) == NULL)
             return NULL;
-        *c->pp.client = ss;
+        *m->pp.client = ss;
     }
-    return c->pp.client;
+    return m->pp.client;
 }
 
 /* The client's address as text, at first need too (48 bytes held by every idle connection
  * would be 5% of it). NULL ("-" in the log) as client_addr(). */
 static const char *peer_name(md_conn *c)
 {
-    if (c->peer == NULL) {
-        const struct sockaddr_storage *ss = client_addr(c);
-        if (ss == NULL || (c->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
+    const struct sockaddr_storage *ss = client_addr(c); /* c->more made, or NULL */
+    if (ss == NULL)
+        return NULL;
+    md_conn_more *m = c->more;
+    if (m->peer == NULL) {
+        if ((m->peer = malloc(MD_PEER_TEXT_MAX)) == NULL)
             return NULL;
-        md_sockaddr_text(ss, false, c->peer, MD_PEER_TEXT_MAX);
+        md_sockaddr_text(ss, false, m->peer, MD_PEER_TEXT_MAX);
     }
-    return c->peer[0] ? c->peer : NULL;
+    return m->peer[0] ? m->peer : NULL;
 }
 
 /* On a worker, once per response (md_http_server.access_log), inside the connection task's
@@ -154,7 +168,7 @@ static const char *conn_peer(md_http_conn *hc)
  * connection to pick a site (request.c). */
 static bool conn_secure(md_http_conn *hc)
 {
-    return mp_container_of(hc, md_conn, http)->tls != NULL;
+    return md_conn_tls(mp_container_of(hc, md_conn, http)) != NULL;
 }
 
 static const char *conn_servername(md_http_conn *hc)
@@ -297,16 +311,20 @@ static mp_poll conn_io_sendfile(md_http_io *io, mp_context *cx, int in_fd, off_t
                                 size_t *sent, int *err)
 {
     md_conn *c = ((struct conn_io *)(void *)io)->c;
-    if (c->tls != NULL) /* no kTLS: read and encrypted, head and file together */
-        return md_tls_sendfile(c, cx, &c->out, in_fd, off, count, sent, err);
-    size_t pending = md_outbuf_pending(&c->out);
+    md_outbuf *out = md_conn_out(c); /* taken already: a handler runs */
+    if (out == NULL) {
+        *err = -ENOMEM;
+        return MP_READY;
+    }
+    if (md_conn_tls(c) != NULL) /* no kTLS: read and encrypted, head and file together */
+        return md_tls_sendfile(c, cx, out, in_fd, off, count, sent, err);
+    size_t pending = md_outbuf_pending(out);
     if (pending != 0) {
         /* The response's head first, corked, so that it leaves in the file's first segment:
          * one packet and one wake-up of the peer, not two. */
         *sent = 0;
-        if (md_conn_write_more(c, cx, md_outbuf_pending_data(&c->out), pending, err) ==
-            MP_PENDING) {
-            if (md_outbuf_own(&c->out) != 0) { /* lent bytes last only until this poll ends */
+        if (md_conn_write_more(c, cx, md_outbuf_pending_data(out), pending, err) == MP_PENDING) {
+            if (md_outbuf_own(out) != 0) { /* lent bytes last only until this poll ends */
                 *err = -ENOMEM;
                 return MP_READY;
             }
@@ -314,7 +332,7 @@ static mp_poll conn_io_sendfile(md_http_io *io, mp_context *cx, int in_fd, off_t
         }
         if (*err != 0)
             return MP_READY;
-        md_outbuf_consume(&c->out, pending);
+        md_outbuf_consume(out, pending);
     }
     return md_conn_sendfile(c, cx, in_fd, off, count, sent, err);
 }
@@ -346,21 +364,22 @@ static int conn_io_shutdown(md_http_io *io)
  * The stream holds no read buffer while it waits (mp_tcp_read_poll gives it back). */
 static mp_poll linger(md_conn *c, mp_context *cx)
 {
-    if (!c->lingering && c->tls != NULL && md_tls_close_notify(c, cx) == MP_PENDING)
+    if (!c->lingering && md_conn_tls(c) != NULL && md_tls_close_notify(c, cx) == MP_PENDING)
         return MP_PENDING; /* TLS: close_notify before the FIN */
     if (!c->lingering) {
         c->lingering = true;
-        md_outbuf_free(&c->out); /* all written: the flush before this succeeded */
-        if (mp_tcp_shutdown(&c->tcp) != 0)
-            return md_conn_finish(c, c->why); /* the peer is gone already */
-        c->progress_ms = mp_now_ms() + MD_HTTP_LINGER_MS;
+        md_outbuf *out = md_conn_out(c); /* its busy block keeps the deadline */
+        if (out == NULL || mp_tcp_shutdown(&c->tcp) != 0)
+            return md_conn_finish(c, c->why); /* (or the peer is gone already) */
+        md_outbuf_free(out); /* all written: the flush before this succeeded */
+        c->busy->linger_until_ms = mp_now_ms() + MD_HTTP_LINGER_MS;
     }
     for (;;) {
         const char *data;
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
-            if (mp_timer_poll(&c->timer, c->progress_ms, cx) == MP_PENDING)
+            if (mp_timer_poll(&c->timer, c->busy->linger_until_ms, cx) == MP_PENDING)
                 return MP_PENDING;
             return md_conn_finish(c, c->why); /* the peer neither stopped nor closed */
         }
@@ -403,7 +422,7 @@ _Static_assert(H2_OUT_BATCH + 16384 + 9 + 4096 <= MD_OUTBUF_BATCH, "a burst fits
  * is read meanwhile, as over HTTP/1.1. */
 static mp_poll h2_poll(md_conn *c, mp_context *cx)
 {
-    md_h2_conn *h = c->h2;
+    md_h2_conn *h = c->more->h2; /* h2_start() made it */
     for (;;) {
         /* A reload: a connection with no stream open moves to the new settings when its next
          * stream begins (http2.c), as HTTP/1.1 does between requests. One with streams open
@@ -414,21 +433,24 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
         if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(c->http.srv)))
             md_h2_conn_drain(h, uv_hrtime());
         bool moved = md_h2_conn_run(h, cx, uv_hrtime());
+        md_outbuf *out = md_conn_out(c);
+        if (out == NULL)
+            return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
         for (;;) {
             /* Only into an empty buffer: a write that waited is called again with the same
              * bytes (TLS has encrypted them already; a longer buffer may have moved). */
-            if (md_outbuf_pending(&c->out) == 0 && md_h2_conn_send(h, &c->out, H2_OUT_BATCH) != 0)
+            if (md_outbuf_pending(out) == 0 && md_h2_conn_send(h, out, H2_OUT_BATCH) != 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
-            size_t pending = md_outbuf_pending(&c->out);
+            size_t pending = md_outbuf_pending(out);
             if (pending == 0)
                 break;
             moved = true;
             int err;
-            if (conn_send(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING)
+            if (conn_send(c, cx, md_outbuf_pending_data(out), pending, &err) == MP_PENDING)
                 return MP_PENDING;
             if (err != 0)
                 return md_conn_finish(c, md_conn_write_error(c, err));
-            md_outbuf_consume(&c->out, pending);
+            md_outbuf_consume(out, pending);
         }
         if (md_h2_conn_done(h)) {
             if (c->why == MD_CLOSE_DONE && md_h2_conn_refused(h))
@@ -441,8 +463,7 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
         if (conn_read(c, cx, &data, &len, &err) == MP_PENDING) {
             if (moved)
                 continue;
-            if (c->out.data != NULL)
-                md_outbuf_free(&c->out); /* all written: an idle HTTP/2 connection holds none */
+            md_conn_rest(c); /* all written: an idle HTTP/2 connection holds no buffer */
             uint64_t deadline = md_h2_conn_deadline(h);
             uint64_t release = md_h2_conn_release_at(h);
             uint64_t first = release < deadline ? release : deadline;
@@ -488,12 +509,15 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
  * the bytes stay for h2_poll's first read. */
 static bool h2_start(md_conn *c, const char *data, size_t len)
 {
-    if (c->h2 != NULL || c->http.requests != 0 || c->http.req != NULL)
+    if (md_conn_h2(c) != NULL || c->http.requests != 0 || c->http.req != NULL)
         return false;
-    if (c->tls != NULL ? !md_tls_alpn_h2(c) : !(c->h2c && md_h2_is_preface(data, len)))
+    if (md_conn_tls(c) != NULL ? !md_tls_alpn_h2(c)
+                               : !(c->http.h2c && md_h2_is_preface(data, len)))
         return false;
-    if (md_h2_conn_new(&c->h2, c->http.srv, &c->http, uv_hrtime()) != 0) {
-        c->h2 = NULL;
+    md_conn_more *m = md_conn_more_of(c);
+    if (m == NULL || md_h2_conn_new(&m->h2, c->http.srv, &c->http, uv_hrtime()) != 0) {
+        if (m != NULL)
+            m->h2 = NULL;
         return false; /* no memory: HTTP/1.1 answers (with an error) */
     }
     /* Nagle off, as h2o and nginx have it: frames of many streams interleave, and a small one
@@ -513,25 +537,26 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         if (why != MD_CLOSE_DONE)
             return md_conn_finish(c, why);
     }
-    if (c->h2 != NULL)
+    if (md_conn_h2(c) != NULL)
         return h2_poll(c, cx);
     for (;;) {
-        size_t pending = md_outbuf_pending(&c->out);
+        size_t pending = md_conn_pending(c);
         /* A handler about to send its body by sendfile writes the head itself, corked. */
         if (pending &&
             !(c->want == MD_HTTP_WANT_HANDLER && md_http_conn_pending_writes_output(&c->http))) {
             if (c->want == MD_HTTP_WANT_HANDLER)
                 md_conn_nodelay(c); /* written while its handler runs: the response is in pieces */
             int err;
-            if (conn_send(c, cx, md_outbuf_pending_data(&c->out), pending, &err) == MP_PENDING) {
+            md_outbuf *out = &c->busy->out; /* something is owed */
+            if (conn_send(c, cx, md_outbuf_pending_data(out), pending, &err) == MP_PENDING) {
                 /* Lent bytes (outbuf.h) are this thread's, and only until its next feed. */
-                if (md_outbuf_own(&c->out) != 0)
+                if (md_outbuf_own(out) != 0)
                     return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
                 return MP_PENDING;
             }
             if (err != 0)
                 return md_conn_finish(c, md_conn_write_error(c, err));
-            md_outbuf_consume(&c->out, pending);
+            md_outbuf_consume(out, pending);
         }
         if (c->want == MD_HTTP_WANT_CLOSE)
             return linger(c, cx); /* after a response: see the top of the file */
@@ -541,10 +566,12 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                                   .sendfile = conn_io_sendfile,
                                   .read = conn_io_read,
                                   .consume = conn_io_consume,
-                                  .shutdown = c->tls == NULL ? conn_io_shutdown : NULL,
+                                  .shutdown = conn_is_tls(c) ? NULL : conn_io_shutdown,
                                   .nodelay = conn_io_nodelay},
                                  c};
-            int want = md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), &c->out);
+            md_outbuf *out = md_conn_out(c);
+            int want = out == NULL ? -ENOMEM
+                                   : md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
             c->want = want;
@@ -556,11 +583,11 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
         size_t len;
         int err;
         if (conn_read(c, cx, &data, &len, &err) == MP_PENDING) {
-            /* Between requests the connection keeps no request state and no output buffer
-             * (the stream has given its read buffer back already): an idle keep-alive
-             * connection is its md_conn alone. */
-            if (md_http_conn_idle(&c->http) && c->out.data != NULL)
-                md_outbuf_free(&c->out);
+            /* Between requests the connection keeps no request state and no busy block (the
+             * stream has given its read buffer back already): an idle keep-alive connection is
+             * its md_conn alone. */
+            if (md_http_conn_idle(&c->http))
+                md_conn_rest(c);
             /* Waiting for the peer: arm the core's deadline (rounded up to the wheel's
              * millisecond); when it passes, the core answers 408 or closes an idle one. */
             uint64_t deadline = md_http_conn_deadline(&c->http);
@@ -578,12 +605,13 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                 return md_conn_finish(c, MD_CLOSE_HANDSHAKE_TIMEOUT);
             uint64_t now = uv_hrtime();
             md_http_expired expired = md_http_conn_expired(&c->http, now);
-            int want = md_http_conn_timeout(&c->http, now, &c->out);
+            md_outbuf *out = md_conn_out(c);
+            int want = out == NULL ? -ENOMEM : md_http_conn_timeout(&c->http, now, out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
             if (expired != MD_HTTP_EXPIRED_NONE)
                 c->why = expired_reason(expired);
-            if (want == MD_HTTP_WANT_CLOSE && md_outbuf_pending(&c->out) == 0)
+            if (want == MD_HTTP_WANT_CLOSE && md_conn_pending(c) == 0)
                 return md_conn_finish(c, c->why); /* an idle one: nothing answered */
             c->want = want;
             continue;
@@ -602,13 +630,18 @@ mp_poll md_conn_http_poll(md_conn *c, mp_context *cx)
                 return md_conn_finish(c, MD_CLOSE_ERROR); /* reset: nobody to answer */
             /* The peer has sent all it will: nothing is left to read, and nothing is
              * answered at EOF. */
-            (void)md_http_conn_eof(&c->http, now, &c->out);
+            md_outbuf *out = md_conn_out(c);
+            if (out != NULL)
+                (void)md_http_conn_eof(&c->http, now, out);
             return md_conn_finish(c, MD_CLOSE_PEER);
         } else if (h2_start(c, data, len)) {
             return h2_poll(c, cx);
         } else {
             size_t used = 0;
-            want = md_http_conn_feed(&c->http, now, data, len, &used, &c->out);
+            md_outbuf *out = md_conn_out(c);
+            if (out == NULL)
+                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
+            want = md_http_conn_feed(&c->http, now, data, len, &used, out);
             conn_consume(c, used);
         }
         if (want < 0)

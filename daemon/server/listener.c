@@ -181,8 +181,8 @@ static void group_free(md_listener_group *g)
 void md_listener_conn_removed(md_server *s, md_conn *c)
 {
     md_listener_group *g = c->group;
-    if (c->client_key != 0)
-        md_client_counts_remove(g->clients, c->client_key);
+    if (c->more != NULL && c->more->client_key != 0)
+        md_client_counts_remove(g->clients, c->more->client_key);
     if (--g->open == 0 && !g->live)
         group_free(g); /* a reload removed it: its last connection is gone */
     MP__LIST_UNLINK(s->conns, c, prev, next);
@@ -352,7 +352,7 @@ static void plans_undo(plan *p, uint32_t n)
     }
 }
 
-static int plan_group(plan *p, const md_listener_config *lc)
+static int plan_group(md_server *s, plan *p, const md_listener_config *lc)
 {
     if (p->g != NULL)
         return 0;
@@ -361,6 +361,7 @@ static int plan_group(plan *p, const md_listener_config *lc)
     p->fresh_group = true;
     snprintf(p->g->name, sizeof p->g->name, "%s", lc->name);
     p->g->kind = (md_listener)lc->kind;
+    p->g->srv = s;
     return 0;
 }
 
@@ -382,7 +383,7 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
         for (int a = 0; inherited != NULL && a < inherited->n && rc == 0; a++) {
             if (strcmp(inherited->s[a].name, lc->name) != 0)
                 continue;
-            if ((rc = plan_group(pl, lc)) != 0)
+            if ((rc = plan_group(s, pl, lc)) != 0)
                 break;
             md_listener_state *l = NULL;
             rc = open_listener(s, (md_listener)lc->kind, inherited->s[a].fd, &l);
@@ -422,7 +423,7 @@ static int plans_make(md_server *s, const md_config *cfg, const md_activated *in
             }
         }
         if (rc == 0 && pl->n != 0)
-            rc = plan_group(pl, lc);
+            rc = plan_group(s, pl, lc);
         if (rc != 0) {
             n++; /* undone below with the others */
             break;

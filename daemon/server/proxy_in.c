@@ -53,16 +53,16 @@ static void refused(md_conn *c, const char *why)
 /* The header h is read: its address becomes the connection's client. */
 static md_close_reason accepted(md_conn *c, const md_proxy_header *h)
 {
-    free(c->pp.in);
-    c->pp.in = NULL;
+    free(c->more->pp.in);
+    c->more->pp.in = NULL;
     c->proxy = MD_CONN_PROXY_NONE; /* pp is the client's address from here on */
     mp_timer_cancel(&c->timer);
     if (!h->has_addr)
         return MD_CLOSE_DONE; /* LOCAL, UNKNOWN, UNSPEC, Unix: the peer's own address */
     /* Not the balancer's address instead: access rules would then judge the wrong client. */
-    if ((c->pp.client = malloc(sizeof *c->pp.client)) == NULL)
+    if ((c->more->pp.client = malloc(sizeof *c->more->pp.client)) == NULL)
         return MD_CLOSE_NO_MEMORY;
-    *c->pp.client = h->src;
+    *c->more->pp.client = h->src;
     return MD_CLOSE_DONE;
 }
 
@@ -73,12 +73,13 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
         *why = MD_CLOSE_PROXY_UNTRUSTED;
         return MP_READY;
     }
+    md_conn_more *m = c->more; /* made at accept (conn.c) */
     for (;;) {
         const char *data;
         size_t len;
         int err;
         if (mp_tcp_read_poll(&c->tcp, cx, &data, &len, &err) == MP_PENDING) {
-            uint64_t deadline = c->progress_ms + c->http.srv->limits.header_timeout_ms;
+            uint64_t deadline = m->accepted_ms + c->http.srv->limits.header_timeout_ms;
             if (mp_timer_poll(&c->timer, deadline, cx) == MP_PENDING)
                 return MP_PENDING;
             refused(c, "no whole header within header_timeout_ms");
@@ -90,7 +91,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
                 *why = MD_CLOSE_SHUTDOWN;
             else if (err != UV_EOF)
                 *why = MD_CLOSE_ERROR;
-            else if (c->pp.in == NULL)
+            else if (m->pp.in == NULL)
                 *why = MD_CLOSE_PEER; /* a bare TCP probe: connected and left */
             else {
                 refused(c, "truncated header");
@@ -98,7 +99,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
             }
             return MP_READY;
         }
-        struct md_proxy_in *in = c->pp.in;
+        struct md_proxy_in *in = m->pp.in;
         size_t have = in != NULL ? in->have : 0, take = len;
         const char *p = data;
         if (in != NULL) {
@@ -121,7 +122,7 @@ mp_poll md_proxy_in_poll(md_conn *c, mp_context *cx, md_close_reason *why)
             return MP_READY;
         }
         if (in == NULL) {
-            if ((in = c->pp.in = malloc(sizeof *in)) == NULL) {
+            if ((in = m->pp.in = malloc(sizeof *in)) == NULL) {
                 *why = MD_CLOSE_NO_MEMORY;
                 return MP_READY;
             }

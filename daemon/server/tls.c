@@ -915,7 +915,7 @@ static mp_poll conn_write(void *arg, mp_context *cx, const char *data, size_t le
  * delays its ACKs held it 40 ms). */
 static int stream_make(md_conn *c)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     md_conn_nodelay(c);
     SSL *ssl = SSL_new(t->x->ssl);
     if (ssl == NULL) {
@@ -958,7 +958,7 @@ static void account(md_tls_conn *t, int err)
 
 mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *len, int *err)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     if (t->s == NULL) {
         int rc = stream_make(c);
         if (rc != 0) {
@@ -974,12 +974,12 @@ mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *
 
 void md_tls_consume(md_conn *c, size_t n)
 {
-    md_tls_stream_consume(c->tls->s, n);
+    md_tls_stream_consume(md_conn_tls(c)->s, n);
 }
 
 mp_poll md_tls_write(md_conn *c, mp_context *cx, const char *data, size_t len, int *err)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     if (t->s == NULL) { /* nothing read yet: no handshake, nothing to write over */
         *err = -EPROTO;
         return MP_READY;
@@ -990,7 +990,7 @@ mp_poll md_tls_write(md_conn *c, mp_context *cx, const char *data, size_t len, i
 mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, off_t *off,
                         size_t count, size_t *sent, int *err)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     *sent = 0;
     if (t->s == NULL) {
         *err = -EPROTO;
@@ -1042,20 +1042,21 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
 
 mp_poll md_tls_close_notify(md_conn *c, mp_context *cx)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     return t->s != NULL ? md_tls_stream_close_notify(t->s, cx) : MP_READY;
 }
 
 const char *md_tls_servername(const md_conn *c)
 {
-    if (c->tls == NULL || c->tls->s == NULL)
+    const md_tls_conn *t = md_conn_tls(c);
+    if (t == NULL || t->s == NULL)
         return NULL;
-    return SSL_get_servername(md_tls_stream_ssl(c->tls->s), TLSEXT_NAMETYPE_host_name);
+    return SSL_get_servername(md_tls_stream_ssl(t->s), TLSEXT_NAMETYPE_host_name);
 }
 
 uint64_t md_tls_handshake_deadline(const md_conn *c)
 {
-    const md_tls_conn *t = c->tls;
+    const md_tls_conn *t = md_conn_tls(c);
     if (t == NULL || t->hs_end == UINT64_MAX || t->x->handshake_min_rate == 0)
         return t != NULL ? t->hs_end : UINT64_MAX;
     /* The first moment past the grace when bytes / elapsed < rate: elapsed > bytes / rate. */
@@ -1068,7 +1069,7 @@ uint64_t md_tls_handshake_deadline(const md_conn *c)
 
 void md_tls_conn_free(md_conn *c)
 {
-    md_tls_conn *t = c->tls;
+    md_tls_conn *t = md_conn_tls(c);
     if (t == NULL)
         return;
     if (t->s != NULL)
@@ -1076,12 +1077,12 @@ void md_tls_conn_free(md_conn *c)
     md_tls_stream_free(t->s);
     ctx_unref(t->x);
     free(t);
-    c->tls = NULL;
+    c->more->tls = NULL;
 }
 
 bool md_tls_alpn_h2(const struct md_conn *c)
 {
-    const md_tls_conn *t = c->tls;
+    const md_tls_conn *t = md_conn_tls(c);
     const unsigned char *p = NULL;
     unsigned int n = 0;
     if (t == NULL || t->s == NULL)

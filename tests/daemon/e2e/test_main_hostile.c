@@ -208,6 +208,53 @@ Test(hostile, http_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
     cr_assert_eq(stop(&d), 0);
 }
 
+/* An HTTP connection's send limits are its settings generation's: a reload that turns the send
+ * timeout on applies to a connection opened before it, from its next request (as the other
+ * [limits] do), and a peer on it that stops reading is closed. */
+Test(hostile, a_reloaded_send_timeout_reaches_an_open_connection_at_its_next_request,
+     .timeout = 90)
+{
+    char dir[64];
+    harness_dir_make(dir, sizeof dir, "hostile");
+    char conf[128], err[128];
+    snprintf(conf, sizeof conf, "%s", harness_path(dir, "magpied.conf"));
+    snprintf(err, sizeof err, "%s", harness_path(dir, "error.log"));
+    static const char base[] = "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n"
+                               "[limits]\nmin_send_rate = 0\nsend_buffer = 4096\n";
+    char text[256];
+    snprintf(text, sizeof text, "%ssend_timeout_ms = 0\n", base);
+    harness_write_file(conf, text);
+    daemon_proc d = start_with(conf, NULL, err);
+    int fd = connect_small_rcvbuf(d.http);
+    const char *get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    test_write_all(fd, get, strlen(get));
+    char resp[512];
+    read_some(fd, resp, sizeof resp, "Hello, World!", 1); /* accepted, served, kept alive */
+
+    snprintf(text, sizeof text, "%ssend_timeout_ms = 300\n", base);
+    harness_write_file(conf, text);
+    kill(d.pid, SIGHUP);
+    const char *sample = "magpied_reloads_total{result=\"success\"}";
+    cr_assert(metric_reaches(d.http, sample, 1, 10000), "the reload did not happen");
+
+    enum { BODY = 1 << 20 };
+    char *body = calloc(1, BODY);
+    char head[128];
+    int hn = snprintf(head, sizeof head,
+                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
+    test_write_all(fd, head, (size_t)hn);
+    send_some(fd, body, BODY); /* and never read: the echo stalls */
+    cr_assert(metric_reaches(d.http,
+                             "magpied_connections_closed_total{listener=\"http\",reason=\"send_"
+                             "timeout\"}",
+                             1, 30000),
+              "the connection from before the reload kept send_timeout_ms = 0");
+    close(fd);
+    free(body);
+    cr_assert_eq(stop(&d), 0);
+    harness_dir_remove(dir);
+}
+
 /* A body that trickles one byte every 200 ms (each pause far under body_timeout_ms) gets 408
  * once it averages under min_body_rate after the grace. */
 Test(hostile, trickling_body_gets_408_from_min_body_rate, .timeout = 90)

@@ -214,9 +214,11 @@ Test(tls, context_per_generation, .timeout = 60)
     md_tls_ctx_free(x);
     struct md_conn *fake = calloc(1, sizeof(md_conn));
     cr_assert_not_null(fake);
-    fake->tls = conn;
+    cr_assert_not_null(md_conn_more_of(fake));
+    fake->more->tls = conn;
     md_tls_conn_free(fake);
-    cr_assert_null(fake->tls);
+    cr_assert_null(fake->more->tls);
+    free(fake->more);
     free(fake);
     cr_assert_eq(md_tls_conn_new(NULL, &conn), -EINVAL);
     pki_remove(dir);
