@@ -23,13 +23,44 @@
 /* Busy blocks: a few per thread, as many connections turn busy and rest again per request. */
 static mp_block_cache busy_cache = MP_BLOCK_CACHE_INIT(sizeof(md_conn_busy), 16);
 
+static void busy_init(md_conn_busy *b)
+{
+    md_outbuf_init(&b->out);
+    b->send_done = 0;
+}
+
 static md_conn_busy *busy_take(md_conn *c)
 {
-    if (c->busy == NULL && (c->busy = mp_block_cache_take(&busy_cache)) != NULL) {
-        md_outbuf_init(&c->busy->out);
-        c->busy->send_done = 0;
-    }
+    if (c->busy == NULL && (c->busy = mp_block_cache_take(&busy_cache)) != NULL)
+        busy_init(c->busy);
     return c->busy;
+}
+
+void md_conn_busy_lend(md_conn *c, md_conn_busy *b)
+{
+    busy_init(b);
+    c->busy = b;
+    c->busy_lent = true;
+}
+
+int md_conn_busy_keep(md_conn *c)
+{
+    md_conn_busy *b = c->busy;
+    c->busy_lent = false;
+    c->busy = NULL;
+    if (!c->send_blocked && !c->lingering && md_outbuf_pending(&b->out) == 0) {
+        if (b->out.data != NULL)
+            md_outbuf_free(&b->out);
+        return 0;
+    }
+    md_conn_busy *kept = mp_block_cache_take(&busy_cache);
+    if (kept == NULL) {
+        md_outbuf_free(&b->out);
+        return -ENOMEM;
+    }
+    *kept = *b; /* the buffer's storage and lent bytes move with its header */
+    c->busy = kept;
+    return 0;
 }
 
 md_conn_more *md_conn_more_of(md_conn *c)
@@ -52,7 +83,9 @@ void md_conn_busy_give(md_conn *c)
         return;
     if (b->out.data != NULL) /* a lent response (GET /) took none */
         md_outbuf_free(&b->out);
-    mp_block_cache_give(&busy_cache, b);
+    if (!c->busy_lent)
+        mp_block_cache_give(&busy_cache, b);
+    c->busy_lent = false; /* a block taken later in the same poll is the cache's */
     c->busy = NULL;
 }
 

@@ -163,6 +163,7 @@ typedef struct md_conn {
     bool nodelay;      /* TCP_NODELAY is set: TLS, HTTP/2, a response in pieces, io.nodelay */
     int8_t want;       /* md_http_want */
     bool lingering;    /* HTTP: answered and shut down, reading what the peer still sends */
+    bool busy_lent;    /* busy is the poll's own, on its stack (md_conn_busy_lend()) */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
     uint8_t proxy;     /* md_conn_proxy: the PROXY header's state, set at accept */
     mp_timer timer; /* HTTP deadlines; echo idle timeout; the send deadlines of both */
@@ -231,6 +232,14 @@ static inline size_t md_conn_pending(const md_conn *c)
 }
 /* Gives c's busy block (and its output buffer's storage) back to the thread's caches. */
 void md_conn_busy_give(md_conn *c);
+/* For one poll of a connection that has no busy block: b, on the poll's stack, serves as one
+ * (most polls end owing nothing, and then no block is taken from the cache at all); before the
+ * poll returns, md_conn_busy_keep() moves what must outlive it to a block of the cache. */
+void md_conn_busy_lend(md_conn *c, md_conn_busy *b);
+/* The end of such a poll, if c->busy is still the lent one: kept in a block of the cache when
+ * something is owed, a write is blocked or a lingering close waits; else let go. 0, or -ENOMEM
+ * (nothing kept: close the connection). */
+int md_conn_busy_keep(md_conn *c);
 /* Waiting for its peer, owing nothing, no write blocked: the busy block goes back. Inline: an
  * HTTP/1.1 connection rests after every keep-alive request. */
 static inline void md_conn_rest(md_conn *c)
