@@ -177,15 +177,21 @@ static int accept_once(mp_runtime *rt, mp_tcp_listener *l)
     return accept_once_with(rt, l, 0);
 }
 
+/* l listening on 127.0.0.1 (an ephemeral port), and a client connected to it: its fd. */
+static int listen_and_connect(mp_runtime *rt, mp_tcp_listener *l)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(mp_tcp_listen(rt, l, (struct sockaddr *)&a, 8, 0), 0);
+    struct sockaddr_storage ss;
+    cr_assert_eq(mp_tcp_listener_addr(l, &ss), 0);
+    return test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+}
+
 Test(listener, a_read_buffer_over_the_maximum_is_refused_before_the_accept, .timeout = 30)
 {
     mp_runtime *rt = test_runtime(1);
     mp_tcp_listener l;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 8, 0), 0);
-    struct sockaddr_storage ss;
-    cr_assert_eq(mp_tcp_listener_addr(&l, &ss), 0);
-    int fd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    int fd = listen_and_connect(rt, &l);
     cr_assert_eq(accept_once_with(rt, &l, (size_t)MP_TCP_BUF_MAX + 1), -EINVAL);
     /* The connection was not taken: it is still queued for the next accept. */
     cr_assert_eq(accept_once_with(rt, &l, MP_TCP_BUF_MAX), 0);
@@ -274,11 +280,7 @@ Test(listener, out_of_descriptors_is_an_error_then_the_connection_is_taken, .tim
 {
     mp_runtime *rt = test_runtime(1);
     mp_tcp_listener l;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(mp_tcp_listen(rt, &l, (struct sockaddr *)&a, 8, 0), 0);
-    struct sockaddr_storage ss;
-    mp_tcp_listener_addr(&l, &ss);
-    int fd = test_connect(ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    int fd = listen_and_connect(rt, &l);
     /* Use up every descriptor below the limit, then lower the limit to what is open. */
     struct rlimit old;
     getrlimit(RLIMIT_NOFILE, &old);

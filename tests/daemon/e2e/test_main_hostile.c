@@ -46,6 +46,21 @@ static size_t send_some(int fd, const char *p, size_t n)
     return done;
 }
 
+/* POST /echo with a 1 MiB body on fd, sent as far as the kernel takes it; the caller never reads
+ * the echo, which then stalls on the daemon's side. */
+static void post_echo_and_stall(int fd)
+{
+    enum { BODY = 1 << 20 };
+    char *body = calloc(1, BODY);
+    cr_assert_not_null(body);
+    char head[128];
+    int hn = snprintf(head, sizeof head,
+                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
+    test_write_all(fd, head, (size_t)hn);
+    send_some(fd, body, BODY);
+    free(body);
+}
+
 /* The value of one sample of GET /metrics, -1 when the daemon did not answer or lacks it. */
 static long long metric(int port, const char *sample)
 {
@@ -183,13 +198,7 @@ Test(hostile, http_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
         NULL};
     daemon_proc d = start(extra);
     int fd = connect_small_rcvbuf(d.http);
-    enum { BODY = 1 << 20 };
-    char *body = calloc(1, BODY);
-    char head[128];
-    int hn = snprintf(head, sizeof head,
-                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
-    test_write_all(fd, head, (size_t)hn);
-    send_some(fd, body, BODY);
+    post_echo_and_stall(fd);
     const char *sample =
         "magpied_connections_closed_total{listener=\"http\",reason=\"min_send_rate\"}";
     bool closed = false;
@@ -204,7 +213,6 @@ Test(hostile, http_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
     cr_assert(closed || metric_reaches(d.http, sample, 1, 5000),
               "a reader at 80 bytes/s kept its HTTP connection");
     close(fd);
-    free(body);
     cr_assert_eq(stop(&d), 0);
 }
 
@@ -237,20 +245,13 @@ Test(hostile, a_reloaded_send_timeout_reaches_an_open_connection_at_its_next_req
     const char *sample = "magpied_reloads_total{result=\"success\"}";
     cr_assert(metric_reaches(d.http, sample, 1, 10000), "the reload did not happen");
 
-    enum { BODY = 1 << 20 };
-    char *body = calloc(1, BODY);
-    char head[128];
-    int hn = snprintf(head, sizeof head,
-                      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", BODY);
-    test_write_all(fd, head, (size_t)hn);
-    send_some(fd, body, BODY); /* and never read: the echo stalls */
+    post_echo_and_stall(fd);
     cr_assert(metric_reaches(d.http,
                              "magpied_connections_closed_total{listener=\"http\",reason=\"send_"
                              "timeout\"}",
                              1, 30000),
               "the connection from before the reload kept send_timeout_ms = 0");
     close(fd);
-    free(body);
     cr_assert_eq(stop(&d), 0);
     harness_dir_remove(dir);
 }
