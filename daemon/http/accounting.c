@@ -37,7 +37,7 @@ static void log_exchange(md_http_req *r, unsigned code, uint64_t body_bytes, uin
         x.method = md_method_name(r->method);
         x.method_len = strlen(x.method);
     }
-    r->srv->access_log(r->srv->access_log_arg, r->conn, &x);
+    r->srv->access_log(r->srv->access_log_arg, r->link, &x);
 }
 
 void md__http_account_response(md_http_req *r, unsigned code, uint64_t body_bytes)

@@ -22,7 +22,11 @@
 #include "http/handlers/static/file_cache.h"
 
 struct md_metrics;
-struct md_http_conn;
+/* The connection a request came on, as the I/O layer knows it: opaque to http/, which only
+ * hands it back to md_http_server's hooks. One connection has one link, whatever its wire
+ * protocol: HTTP/1.1's is its md_http_conn's address (md_http_conn_link()), and the I/O layer
+ * gives an HTTP/2 session the same (md_h2_conn_new()). */
+struct md_http_link;
 struct md_route_table;
 struct mp_runtime;
 
@@ -78,26 +82,28 @@ typedef struct md_http_server {
     uint64_t (*mono_clock)(void);
     /* Called once per response when set, with the connection the request came on (the I/O
      * layer's, opaque to the request API); NULL: Referer and User-Agent are not even kept. */
-    void (*access_log)(void *arg, const struct md_http_conn *c, const md_http_exchange *x);
+    void (*access_log)(void *arg, const struct md_http_link *link, const md_http_exchange *x);
     void *access_log_arg;
-    /* Called when a request's first byte arrives, before anything of it is parsed: the
-     * request boundary, where it may call md_http_conn_set_server(). NULL: nothing. */
-    void (*request_begin)(struct md_http_conn *c);
+    /* The request boundary, before anything of the request is parsed: its first byte over
+     * HTTP/1.1, a stream opening on an HTTP/2 connection with none open. Returns the settings
+     * the connection serves it under, now or newer ones (a reload's), which the protocol uses
+     * from this request on. NULL: now, always. */
+    struct md_http_server *(*request_begin)(struct md_http_link *link, struct md_http_server *now);
     /* Keep every request's whole target and header fields for handlers (the proxy's
      * md_http_req_head()): set when some route forwards requests; false costs nothing. */
     bool keep_fields;
     /* The client's address without port, for handlers (md_http_req_peer()); NULL: none. */
-    const char *(*peer)(struct md_http_conn *c);
+    const char *(*peer)(struct md_http_link *link);
     /* The client's socket address into *out, for a route's allow and deny rules: 0, or a
      * negative errno (the peer is gone). NULL: not known (only "all" rules match). */
-    int (*peer_addr)(struct md_http_conn *c, struct sockaddr_storage *out);
+    int (*peer_addr)(struct md_http_link *link, struct sockaddr_storage *out);
     /* Virtual hosts (the route table's sites): whether the connection is TLS (HSTS is sent
      * on TLS only), the server name its client sent (SNI; NULL: none), and the site its
      * listener takes for a Host no site names (0: the default site). NULL: plaintext, no
      * name, the default site. */
-    bool (*secure)(struct md_http_conn *c);
-    const char *(*servername)(struct md_http_conn *c);
-    unsigned (*default_site)(const struct md_http_server *srv, struct md_http_conn *c);
+    bool (*secure)(struct md_http_link *link);
+    const char *(*servername)(struct md_http_link *link);
+    unsigned (*default_site)(const struct md_http_server *srv, struct md_http_link *link);
     /* The runtime the connections' tasks run on (for a handler's timers and upstream
      * sockets); NULL in tests of the core alone. */
     struct mp_runtime *rt;
@@ -105,6 +111,16 @@ typedef struct md_http_server {
      * registry: md_http_server_state() finds it. */
     void *handler_state[MD_HANDLERS_MAX];
 } md_http_server;
+
+/* Which of a connection's deadlines passed (HTTP/1.1's md_http_conn_expired(), HTTP/2's
+ * md_h2_conn_timeout()). */
+typedef enum md_http_expired {
+    MD_HTTP_EXPIRED_NONE,
+    MD_HTTP_EXPIRED_KEEPALIVE, /* idle between requests */
+    MD_HTTP_EXPIRED_HEADER,    /* head not complete in header_timeout_ms (or nothing sent) */
+    MD_HTTP_EXPIRED_BODY,      /* a pause in the body longer than body_timeout_ms */
+    MD_HTTP_EXPIRED_BODY_RATE, /* the body averaged less than min_body_rate after the grace */
+} md_http_expired;
 
 typedef enum md_http_want {
     MD_HTTP_WANT_READ,    /* all input used: write out (if pending), read more */

@@ -219,7 +219,7 @@ static struct md_http1_req *req_take(md_http_conn *c)
     struct md_http1_req *q = mp_block_cache_take(&req_cache);
     if (q == NULL)
         return NULL;
-    md__http_req_init(&q->r, c->srv, c);
+    md__http_req_init(&q->r, c->srv, md_http_conn_link(c));
     llhttp_init(&q->parser, HTTP_REQUEST, &settings);
     /* llhttp refuses versions other than 0.9, 1.0, 1.1 and 2.0 itself, as a malformed request
      * (400). With this flag any DIGIT "." DIGIT passes and head_done() decides: 505 for a
@@ -334,8 +334,11 @@ static int on_message_begin(llhttp_t *p)
     md_http_req *r = &c->req->r;
     /* The request boundary: the I/O layer may switch the settings (a reload's limits apply
      * from here on). Everything below reads c->srv afresh. */
-    if (c->srv->request_begin != NULL)
-        c->srv->request_begin(c);
+    if (c->srv->request_begin != NULL) {
+        md_http_server *next = c->srv->request_begin(md_http_conn_link(c), c->srv);
+        if (next != c->srv)
+            md_http_conn_set_server(c, next);
+    }
     if (!c->req_zeroed)
         req_zero(c->req);
     c->req_zeroed = false;

@@ -68,8 +68,21 @@ typedef struct md_http_conn {
 
 void md_http_conn_init(md_http_conn *c, md_http_server *srv, uint64_t now_ns);
 
-/* Gives the connection other settings. Only at a request boundary: from srv->request_begin,
- * or between entry points while no request is in flight. */
+/* The connection's link (http.h): its own address. An I/O layer that embeds c finds itself
+ * from it (md_http_link_conn() and its container), and hands an HTTP/2 session on the same
+ * connection the same link. */
+static inline struct md_http_link *md_http_conn_link(md_http_conn *c)
+{
+    return (struct md_http_link *)(void *)c;
+}
+static inline md_http_conn *md_http_link_conn(struct md_http_link *link)
+{
+    return (md_http_conn *)(void *)link;
+}
+
+/* Gives the connection other settings. Only at a request boundary (the connection applies
+ * what srv->request_begin returns with it), or between entry points while no request is in
+ * flight. */
 void md_http_conn_set_server(md_http_conn *c, md_http_server *srv);
 
 /* Parses data[0..len) and appends every response it completes to out. *used: bytes consumed
@@ -98,13 +111,6 @@ int md_http_conn_eof(md_http_conn *c, uint64_t now_ns, md_outbuf *out);
 uint64_t md_http_conn_deadline(const md_http_conn *c);
 
 /* Why md_http_conn_timeout() would close at now_ns (MD_HTTP_EXPIRED_NONE: it would not). */
-typedef enum md_http_expired {
-    MD_HTTP_EXPIRED_NONE,
-    MD_HTTP_EXPIRED_KEEPALIVE, /* idle between requests */
-    MD_HTTP_EXPIRED_HEADER,    /* head not complete in header_timeout_ms (or nothing sent) */
-    MD_HTTP_EXPIRED_BODY,      /* a pause in the body longer than body_timeout_ms */
-    MD_HTTP_EXPIRED_BODY_RATE, /* the body averaged less than min_body_rate after the grace */
-} md_http_expired;
 md_http_expired md_http_conn_expired(const md_http_conn *c, uint64_t now_ns);
 
 /* The timer fired. Before the deadline: MD_HTTP_WANT_READ, nothing done. After it: idle

@@ -125,7 +125,7 @@ typedef struct h2_stream {
 struct md_h2_conn {
     nghttp2_session *s;
     md_http_server *srv;
-    md_http_conn *hc;
+    struct md_http_link *link; /* the connection's, for srv's hooks */
     uint64_t now_ns;
     uint64_t recv_ns;   /* the last bytes read */
     uint64_t sent_ns;   /* the last DATA a stream sent, or when its wait for a window began */
@@ -915,14 +915,13 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     /* The request boundary, with no stream open: the connection may move to the newest
      * generation of settings (a reload's), as an HTTP/1.1 one does between requests. */
     if (h->nstreams == 0 && h->srv->request_begin != NULL) {
-        h->srv->request_begin(h->hc);
-        h->srv = h->hc->srv;
+        h->srv = h->srv->request_begin(h->link, h->srv);
     }
     h2_stream *st = mp_block_cache_take(&stream_cache);
     if (st == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
     memset(st, 0, offsetof(h2_stream, r) + offsetof(md_http_req, target));
-    md__http_req_init(&st->r, h->srv, h->hc);
+    md__http_req_init(&st->r, h->srv, h->link);
     st->r.wire = &h2_wire;
     st->r.keep_alive = true;
     st->r.http_major = 2;
@@ -1241,13 +1240,19 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
 
 /* ---- the driving API ---- */
 
-int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint64_t now_ns)
+md_http_server *md_h2_conn_server(const md_h2_conn *h)
+{
+    return h->srv;
+}
+
+int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *link,
+                   uint64_t now_ns)
 {
     md_h2_conn *h = calloc(1, sizeof *h);
     if (h == NULL)
         return -ENOMEM;
     h->srv = srv;
-    h->hc = hc;
+    h->link = link;
     h->now_ns = h->recv_ns = h->sent_ns = h->idle_ns = h->tokens_ns = now_ns;
     h->tokens = CHEAP_BURST;
     nghttp2_session_callbacks *cb;

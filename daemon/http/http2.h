@@ -10,7 +10,7 @@
  *
  * The I/O layer (server/conn_http.c) drives it from the connection's task:
  *
- *   md_h2_conn_new(&h, srv, hc, now)          once h2 is chosen; queues our SETTINGS
+ *   md_h2_conn_new(&h, srv, link, now)        once h2 is chosen; queues our SETTINGS
  *   loop:
  *     md_h2_conn_run(h, cx, now)              polls the streams' pending handlers
  *     md_h2_conn_send(h, out, max)            frames into out; write them
@@ -41,7 +41,6 @@
 
 #include "core/outbuf.h"
 #include "http/http.h"
-#include "http/http1.h"
 
 struct mp_context;
 
@@ -55,10 +54,13 @@ typedef struct md_h2_conn md_h2_conn;
  * there are, at least 4): the plaintext listener's h2c by prior knowledge. */
 bool md_h2_is_preface(const char *data, size_t len);
 
-/* A session for srv's limits; hc is the connection handed to srv's hooks (access log, peer,
- * request_begin: the connection moves to a newer generation of settings when a stream begins
- * with none open). 0 or -ENOMEM. */
-int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, md_http_conn *hc, uint64_t now_ns);
+/* A session for srv's limits; link is the connection's, handed to srv's hooks (access log,
+ * peer, request_begin: the session moves to the settings it returns when a stream begins with
+ * none open). 0 or -ENOMEM. */
+int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *link,
+                   uint64_t now_ns);
+/* The settings its streams run under now (srv's request_begin moves them). */
+md_http_server *md_h2_conn_server(const md_h2_conn *h);
 /* Takes all of data[0..len). 0, or a negative errno: close now (a flood, a bad preface). */
 int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len);
 /* Polls the pending handlers of the streams that can move; true when something changed (a

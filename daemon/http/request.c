@@ -146,7 +146,7 @@ static const md_site *site_of(const md_http_req *r)
     const md_route_table *rt = routes_of(r);
     unsigned i = r->site;
     if (r->path == NULL && r->srv->default_site != NULL)
-        i = r->srv->default_site(r->srv, r->conn);
+        i = r->srv->default_site(r->srv, r->link);
     return &rt->sites[i < MD_SITES_MAX ? i : 0];
 }
 
@@ -730,7 +730,7 @@ const char *md_http_req_peer(md_http_req *req)
 {
     if (req->client_set)
         return req->client_text;
-    return req->srv->peer != NULL ? req->srv->peer(req->conn) : NULL;
+    return req->srv->peer != NULL ? req->srv->peer(req->link) : NULL;
 }
 
 bool md_http_req_body_done(const md_http_req *req)
@@ -770,7 +770,7 @@ static const struct sockaddr_storage *client_addr(const md_http_req *r, struct s
 {
     if (r->client_set)
         return &r->client; /* real_ip_from: the address the trusted balancer gave */
-    bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->conn, ss) == 0;
+    bool have = r->srv->peer_addr != NULL && r->srv->peer_addr(r->link, ss) == 0;
     return have ? ss : NULL;
 }
 
@@ -801,7 +801,7 @@ static void real_client(md_http_req *r, const md_route *route)
     struct sockaddr_storage peer;
     unsigned f =
         route->real_ip.header == MD_REAL_IP_XFF ? MD_FIELD_X_FORWARDED_FOR : MD_FIELD_FORWARDED;
-    if (r->field_len[f] == 0 || r->srv->peer_addr == NULL || r->srv->peer_addr(r->conn, &peer) != 0)
+    if (r->field_len[f] == 0 || r->srv->peer_addr == NULL || r->srv->peer_addr(r->link, &peer) != 0)
         return;
     if (!md_real_ip(&route->real_ip, &peer, r->field[f], r->field_len[f], (r->field_cut >> f) & 1,
                     &r->client))
@@ -851,19 +851,19 @@ static const char *authority(const md_http_req *r, size_t *len)
 static void pick_site(md_http_req *r, const md_route_table *rt)
 {
     const md_http_server *srv = r->srv;
-    unsigned dflt = srv->default_site != NULL ? srv->default_site(srv, r->conn) : 0;
+    unsigned dflt = srv->default_site != NULL ? srv->default_site(srv, r->link) : 0;
     size_t hl;
     const char *host = authority(r, &hl);
     int site = md_sites_pick(rt, host, hl);
     r->site = (uint8_t)(site >= 0 ? (unsigned)site : dflt);
-    const char *sni = srv->servername != NULL ? srv->servername(r->conn) : NULL;
+    const char *sni = srv->servername != NULL ? srv->servername(r->link) : NULL;
     if (sni != NULL) {
         int by_name = md_sites_pick(rt, sni, strlen(sni));
         if ((by_name >= 0 ? (unsigned)by_name : dflt) != r->site)
             r->misdirected = true;
     }
     const md_site *s = &rt->sites[r->site];
-    if (s->hsts[0] != '\0' && srv->secure != NULL && srv->secure(r->conn))
+    if (s->hsts[0] != '\0' && srv->secure != NULL && srv->secure(r->link))
         r->hsts = s->hsts;
 }
 

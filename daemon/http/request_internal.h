@@ -16,7 +16,7 @@
 #include "http/handler.h"
 #include "http/request.h"
 
-struct md_http_conn;
+struct md_http_link;
 
 /* How a protocol puts a response head on the wire, when it is not HTTP/1.x text (response.c,
  * appended to out: the default, md_http_req.wire NULL). The request layer calls head() once
@@ -91,13 +91,13 @@ struct md_http_req {
     struct sockaddr_storage client;
     char client_text[48];
 
-    /* Not zeroed: the exchange's context. srv and conn from md__http_req_init() on (srv kept
+    /* Not zeroed: the exchange's context. srv and link from md__http_req_init() on (srv kept
      * the connection's by the protocol), the rest set by md__http_req_enter() at every entry
      * point. */
     md_http_server *srv;       /* the connection's settings */
     const md_http_wire *wire;  /* the protocol's head writer; NULL: HTTP/1.x (response.c) */
     md_outbuf *out;            /* where responses go; NULL outside an entry point */
-    struct md_http_conn *conn; /* the protocol's connection, for the server's hooks */
+    struct md_http_link *link; /* the connection, for the server's hooks (http.h) */
     uint64_t now_ns;           /* the entry point's now */
     uint64_t done_ns; /* srv->mono_clock() at this entry point's first response; 0: not read */
     /* Set to NULL and 0 when the protocol takes the request (md__http_req_init) and released
@@ -128,12 +128,12 @@ static inline void md__http_req_enter(md_http_req *r, uint64_t now_ns, md_outbuf
     r->out = out;
 }
 
-/* A request state just taken (from a cache: its bytes are stale), for conn under srv (which
+/* A request state just taken (from a cache: its bytes are stale), for link under srv (which
  * the protocol sets again whenever the connection's settings change). */
-static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct md_http_conn *conn)
+static inline void md__http_req_init(md_http_req *r, md_http_server *srv, struct md_http_link *link)
 {
     r->srv = srv;
-    r->conn = conn;
+    r->link = link;
     r->wire = NULL;
     r->body = NULL;
     r->body_cap = 0;

@@ -112,7 +112,7 @@ static void http_opened(md_server *s, md_conn *c)
 
 static void http_finish(md_conn *c)
 {
-    md_http_gen *g = md_http_gen_of(c->http.srv); /* HTTP/2 keeps it current too */
+    md_http_gen *g = md_http_gen_of(md_conn_http_server(c)); /* before the session goes */
     if (c->more != NULL) {
         md_h2_conn_free(c->more->h2);
         c->more->h2 = NULL;
@@ -195,6 +195,12 @@ mp_poll md_conn_finish(md_conn *c, md_close_reason why)
     return MP_READY;
 }
 
+md_http_server *md_conn_http_server(const md_conn *c)
+{
+    struct md_h2_conn *h = md_conn_h2(c);
+    return h != NULL ? md_h2_conn_server(h) : c->http.srv;
+}
+
 void md_conn_nodelay(md_conn *c)
 {
     if (!c->nodelay)
@@ -208,7 +214,7 @@ static md_send_limits send_limits(const md_conn *c)
 {
     if (c->kind == MD_LISTENER_ECHO)
         return c->echo.lim;
-    const md_http_limits *l = &c->http.srv->limits;
+    const md_http_limits *l = &md_conn_http_server(c)->limits;
     return (md_send_limits){l->send_timeout_ms, l->min_send_rate, l->min_rate_grace_ms, 0};
 }
 

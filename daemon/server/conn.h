@@ -221,6 +221,9 @@ static inline struct md_h2_conn *md_conn_h2(const md_conn *c)
 {
     return c->more != NULL ? c->more->h2 : NULL;
 }
+/* An HTTP connection's settings now: its HTTP/2 session's once it has one, else HTTP/1.1's.
+ * Each protocol moves them at its request boundaries (md_http_server.request_begin). */
+md_http_server *md_conn_http_server(const md_conn *c);
 
 /* The connection's output buffer, its busy block taken first if it has none (the task only).
  * NULL: out of memory. */

@@ -134,12 +134,18 @@ static const char *peer_name(md_conn *c)
 
 /* On a worker, once per response (md_http_server.access_log), inside the connection task's
  * poll: the task owns c. */
-static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchange *x)
+/* The connection of a link (http.h): HTTP/1.1's md_http_conn, which HTTP/2 shares. */
+static md_conn *conn_of_link(const struct md_http_link *link)
 {
-    (void)arg; /* the hook's shape; the connection is found from hc */
+    return mp_container_of(md_http_link_conn((struct md_http_link *)link), md_conn, http);
+}
+
+static void access_entry(void *arg, const struct md_http_link *link, const md_http_exchange *x)
+{
+    (void)arg; /* the hook's shape; the connection is found from its link */
     if (!md_log_access_on())
         return;
-    md_conn *c = mp_container_of(hc, md_conn, http);
+    md_conn *c = conn_of_link(link);
     md_access_entry e = *x;
     if (e.peer == NULL) /* a route's real_ip address, or the connection's */
         e.peer = peer_name(c);
@@ -149,9 +155,9 @@ static void access_entry(void *arg, const md_http_conn *hc, const md_http_exchan
 
 /* md_http_server.peer_addr: the client's address, for a route's allow and deny rules, its
  * rate limit and real_ip's trust. */
-static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
+static int conn_peer_addr(struct md_http_link *link, struct sockaddr_storage *out)
 {
-    const struct sockaddr_storage *ss = client_addr(mp_container_of(hc, md_conn, http));
+    const struct sockaddr_storage *ss = client_addr(conn_of_link(link));
     if (ss == NULL)
         return -ENOTCONN;
     *out = *ss;
@@ -159,26 +165,26 @@ static int conn_peer_addr(md_http_conn *hc, struct sockaddr_storage *out)
 }
 
 /* md_http_server.peer: the client's address, for the proxy's forwarding fields. */
-static const char *conn_peer(md_http_conn *hc)
+static const char *conn_peer(struct md_http_link *link)
 {
-    return peer_name(mp_container_of(hc, md_conn, http));
+    return peer_name(conn_of_link(link));
 }
 
 /* md_http_server.secure, .servername, .default_site: what the request API needs of the
  * connection to pick a site (request.c). */
-static bool conn_secure(md_http_conn *hc)
+static bool conn_secure(struct md_http_link *link)
 {
-    return md_conn_tls(mp_container_of(hc, md_conn, http)) != NULL;
+    return md_conn_tls(conn_of_link(link)) != NULL;
 }
 
-static const char *conn_servername(md_http_conn *hc)
+static const char *conn_servername(struct md_http_link *link)
 {
-    return md_tls_servername(mp_container_of(hc, md_conn, http));
+    return md_tls_servername(conn_of_link(link));
 }
 
-static unsigned conn_default_site(const md_http_server *srv, md_http_conn *hc)
+static unsigned conn_default_site(const md_http_server *srv, struct md_http_link *link)
 {
-    const md_conn *c = mp_container_of(hc, md_conn, http);
+    const md_conn *c = conn_of_link(link);
     const md_http_gen *g = md_http_gen_of((md_http_server *)srv);
     /* c->group lives while c is open (listener.c); its name never changes. */
     for (uint32_t i = 0; c->group != NULL && i < g->ndefaults; i++)
@@ -430,7 +436,7 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
          * never be without one, holding the old generation (routes, pools, limits) for ever:
          * GOAWAY with the last stream id instead; its streams finish, then it closes and the
          * client opens a new one under the new settings. */
-        if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(c->http.srv)))
+        if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(md_h2_conn_server(h))))
             md_h2_conn_drain(h, uv_hrtime());
         bool moved = md_h2_conn_run(h, cx, uv_hrtime());
         md_outbuf *out = md_conn_out(c);
@@ -515,7 +521,7 @@ static bool h2_start(md_conn *c, const char *data, size_t len)
                                : !(c->http.h2c && md_h2_is_preface(data, len)))
         return false;
     md_conn_more *m = md_conn_more_of(c);
-    if (m == NULL || md_h2_conn_new(&m->h2, c->http.srv, &c->http, uv_hrtime()) != 0) {
+    if (m == NULL || md_h2_conn_new(&m->h2, c->http.srv, md_http_conn_link(&c->http), uv_hrtime()) != 0) {
         if (m != NULL)
             m->h2 = NULL;
         return false; /* no memory: HTTP/1.1 answers (with an error) */

@@ -146,10 +146,8 @@ void md_http_gen_leave(md_http_gen *at)
     atomic_fetch_sub_explicit(&at->conns, 1, memory_order_release);
 }
 
-void md_http_gen_request_begin(md_http_conn *c)
+md_http_server *md_http_gen_request_begin(struct md_http_link *link, md_http_server *now)
 {
-    md_http_gen *at = md_http_gen_of(c->srv);
-    md_http_gen *g = md_http_gen_advance(at);
-    if (g != at)
-        md_http_conn_set_server(c, &g->http);
+    (void)link; /* the hook's shape: a generation is the server's, whatever the connection */
+    return &md_http_gen_advance(md_http_gen_of(now))->http;
 }

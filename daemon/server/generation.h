@@ -77,8 +77,9 @@ bool md_http_gen_outdated(md_http_gen *at);
 /* The connection's thread, once it no longer reads its generation (it closed). */
 void md_http_gen_leave(md_http_gen *at);
 
-/* md_http_server.request_begin for servers that are md_http_gen's http: moves the connection
- * to the newest generation. */
-void md_http_gen_request_begin(struct md_http_conn *c);
+/* md_http_server.request_begin for servers that are md_http_gen's http: the newest
+ * generation's, the connection counted there from now on (it leaves now's); the protocol
+ * serves the request under it. */
+md_http_server *md_http_gen_request_begin(struct md_http_link *link, md_http_server *now);
 
 #endif

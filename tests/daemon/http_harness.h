@@ -42,9 +42,9 @@ static inline time_t fixed_clock(void)
  * another. */
 static uint32_t peer_ipv4 = 0x7f000001;
 
-static inline int test_peer_addr(struct md_http_conn *c, struct sockaddr_storage *out)
+static inline int test_peer_addr(struct md_http_link *link, struct sockaddr_storage *out)
 {
-    (void)c;
+    (void)link;
     memset(out, 0, sizeof *out);
     struct sockaddr_in *in = (struct sockaddr_in *)out;
     in->sin_family = AF_INET;

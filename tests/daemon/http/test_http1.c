@@ -1114,10 +1114,10 @@ static void copy_field(char *dst, const char *src, size_t len)
     dst[src != NULL ? len : 0] = '\0';
 }
 
-static void record_exchange(void *arg, const md_http_conn *c, const md_http_exchange *x)
+static void record_exchange(void *arg, const struct md_http_link *link, const md_http_exchange *x)
 {
     struct seen *all = arg, *s = &all[all[0].n++];
-    (void)c;
+    (void)link;
     copy_field(s->method, x->method, x->method_len);
     copy_field(s->target, x->target, x->target_len);
     copy_field(s->referer, x->referer, x->referer_len);
@@ -1190,15 +1190,16 @@ Test(http1, malformed_request_is_logged_without_method)
 }
 
 /* The request boundary: request_begin runs as each request's first byte arrives, and settings
- * it gives the connection apply to that whole request, not to one already in flight. */
+ * it returns apply to that whole request, not to one already in flight. */
 static md_http_server *switch_to;
 static int begins;
+static struct md_http_link *begun_on;
 
-static void switch_at_begin(md_http_conn *c)
+static md_http_server *switch_at_begin(struct md_http_link *link, md_http_server *now)
 {
     begins++;
-    if (switch_to != NULL)
-        md_http_conn_set_server(c, switch_to);
+    begun_on = link;
+    return switch_to != NULL ? switch_to : now;
 }
 
 Test(http1, request_begin_may_switch_the_settings_at_a_request_boundary)
@@ -1216,6 +1217,7 @@ Test(http1, request_begin_may_switch_the_settings_at_a_request_boundary)
     /* A request in flight keeps the settings it started with... */
     feed(&s, "GET / HTTP/1.1\r\nHost: a\r\n");
     cr_assert_eq(begins, 1);
+    cr_assert_eq(begun_on, md_http_conn_link(&s.c), "the hook is told the connection's link");
     switch_to = &next;
     feed(&s, "X-One: 1\r\n\r\n");
     sb_hello(&b, NULL);
@@ -1240,10 +1242,10 @@ Test(http1, request_begin_may_switch_the_settings_at_a_request_boundary)
  * whole (it used to become the old length's worth of the new response). */
 static md_http_server *second_to;
 
-static void switch_at_second_begin(md_http_conn *c)
+static md_http_server *switch_at_second_begin(struct md_http_link *link, md_http_server *now)
 {
-    if (++begins == 2)
-        md_http_conn_set_server(c, second_to);
+    (void)link; /* the hook's shape */
+    return ++begins == 2 ? second_to : now;
 }
 
 Test(http1, lent_response_stays_across_a_new_table_in_the_same_feed)

@@ -137,7 +137,7 @@ static void client_open(struct client *c)
     cr_assert_eq(nghttp2_session_client_new(&c->cl, cb, c), 0);
     nghttp2_session_callbacks_del(cb);
     cr_assert_eq(nghttp2_submit_settings(c->cl, NGHTTP2_FLAG_NONE, NULL, 0), 0);
-    cr_assert_eq(md_h2_conn_new(&c->h, &srv, &c->hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&c->h, &srv, md_http_conn_link(&c->hc), T0), 0);
 }
 
 static void client_close(struct client *c)
@@ -249,6 +249,50 @@ Test(http2, get_root)
     cr_assert_eq(r->len, 13);
     cr_assert_eq(memcmp(r->body, "Hello, World!", 13), 0);
     client_close(&c);
+    expect_no_leaks();
+}
+
+/* The request boundary over HTTP/2: request_begin runs when a stream opens on a session with
+ * none open, is told the connection's link, and what it returns is what that stream and the
+ * session's later ones run under (md_h2_conn_server()), as over HTTP/1.1. */
+static md_http_server *h2_next;
+static struct md_http_link *h2_begun_on;
+static int h2_begins;
+
+static md_http_server *h2_switch(struct md_http_link *link, md_http_server *now)
+{
+    h2_begins++;
+    h2_begun_on = link;
+    return h2_next != NULL ? h2_next : now;
+}
+
+Test(http2, request_begin_moves_the_session_to_the_settings_it_returns)
+{
+    static md_http_server next;
+    next = srv;
+    next.limits.max_headers = 5; /* the four pseudo-headers and one field */
+    srv.request_begin = h2_switch;
+    h2_next = NULL;
+    h2_begins = 0;
+    struct client c;
+    client_open(&c);
+    nghttp2_nv two[] = {{(uint8_t *)"x-one", (uint8_t *)"1", 5, 1, 0},
+                        {(uint8_t *)"x-two", (uint8_t *)"2", 5, 1, 0}};
+    int32_t id = request(&c, "GET", "/", two, 2, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    cr_assert_eq(h2_begins, 1);
+    cr_assert_eq(h2_begun_on, md_http_conn_link(&c.hc), "the hook is told the connection's link");
+    cr_assert_eq(md_h2_conn_server(c.h), &srv);
+    h2_next = &next;
+    id = request(&c, "GET", "/", two, 2, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(h2_begins, 2);
+    cr_assert_eq(md_h2_conn_server(c.h), &next);
+    cr_assert_eq(resp_of(&c, id)->status, 431, "the new settings' limits from this stream on");
+    client_close(&c);
+    srv.request_begin = NULL;
+    h2_next = NULL;
     expect_no_leaks();
 }
 
@@ -624,7 +668,7 @@ Test(http2, rapid_reset_ends_with_goaway)
     md_outbuf out;
     md_outbuf_init(&out);
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static char buf[1 << 20];
     size_t n = 0;
     memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
@@ -658,7 +702,7 @@ Test(http2, continuation_flood_ends_with_goaway)
     md_outbuf out;
     md_outbuf_init(&out);
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static char buf[1 << 16];
     size_t n = 0;
     memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
@@ -688,7 +732,7 @@ Test(http2, empty_data_flood_ends_with_goaway)
     md_outbuf out;
     md_outbuf_init(&out);
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static char buf[1 << 18];
     size_t n = 0;
     memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
@@ -720,7 +764,7 @@ static uint32_t skipped_id_verdict(uint32_t first, uint32_t second)
     md_outbuf out;
     md_outbuf_init(&out);
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static char buf[1024];
     size_t n = 0;
     memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
@@ -774,7 +818,7 @@ static uint32_t reset_code_of(const unsigned char *more, size_t more_len)
     md_outbuf out;
     md_outbuf_init(&out);
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static char buf[1024];
     unsigned char block[128] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
     cr_assert_leq(more_len, sizeof block - 6);
@@ -838,7 +882,7 @@ Test(http2, bad_preface_closes)
     md_http_conn hc;
     md_h2_conn *h;
     md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, &hc, T0), 0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
     static const char junk[] = "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n";
     cr_assert_eq(md_h2_conn_feed(h, T0, junk, sizeof junk - 1), -EPROTO);
     md_h2_conn_free(h);

@@ -30,9 +30,9 @@ static time_t fixed_clock(void)
  * another. */
 static uint32_t peer_ipv4 = 0x7f000001;
 
-static int test_peer_addr(struct md_http_conn *c, struct sockaddr_storage *out)
+static int test_peer_addr(struct md_http_link *link, struct sockaddr_storage *out)
 {
-    (void)c;
+    (void)link;
     memset(out, 0, sizeof *out);
     struct sockaddr_in *in = (struct sockaddr_in *)out;
     in->sin_family = AF_INET;
@@ -222,10 +222,10 @@ Test(request, a_failed_producer_is_a_500_and_a_close)
 static md_http_exchange logged;
 static int logs;
 
-static void record(void *arg, const struct md_http_conn *c, const md_http_exchange *x)
+static void record(void *arg, const struct md_http_link *link, const md_http_exchange *x)
 {
     (void)arg;
-    cr_assert_null(c, "the protocol's connection, passed through untouched");
+    cr_assert_null(link, "the protocol's connection, passed through untouched");
     logged = *x;
     logs++;
 }
