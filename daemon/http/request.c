@@ -457,7 +457,8 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
             out->len = out->head + mark;
             return -ENOMEM;
         }
-        memcpy(copy, md_outbuf_pending_data(out) + mark, n);
+        if (n != 0) /* an empty buffer may have no storage */
+            memcpy(copy, md_outbuf_pending_data(out) + mark, n);
         out->len = out->head + mark;
         int rc = respond_fields(req, md_http_status_of(200), close, NULL, NULL, ctype, copy, n);
         free(copy);

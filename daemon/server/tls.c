@@ -1011,7 +1011,8 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
             *err = -ENOMEM;
             return MP_READY;
         }
-        memcpy(buf, md_outbuf_pending_data(out), head);
+        if (head != 0) /* an empty buffer may have no storage: no pointer to copy from */
+            memcpy(buf, md_outbuf_pending_data(out), head);
         ssize_t got = piece != 0 ? pread(in_fd, buf + head, piece, *off) : 0;
         if (got < 0) {
             *err = -errno;
