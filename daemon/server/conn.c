@@ -137,7 +137,7 @@ static void https_opened(md_server *s, md_conn *c)
     for (size_t i = 0; i < sizeof g->tls_named / sizeof g->tls_named[0]; i++)
         if (g->tls_named[i].tls != NULL && c->group != NULL &&
             strcmp(g->tls_named[i].name, c->group->name) == 0)
-            x = g->tls_named[i].tls;   /* the listener's own certificate */
+            x = g->tls_named[i].tls; /* the listener's own certificate */
     md_conn_more *m = md_conn_more_of(c);
     if (m != NULL)
         (void)md_tls_conn_new(x, &m->tls); /* NULL: closed below */

@@ -152,7 +152,7 @@ typedef struct md_conn {
     mp_tcp tcp;
     mp_task task;
     struct md_conn *prev, *next; /* the server's list, loop side */
-    _Atomic int refs; /* atomic: the task's and the stream's */
+    _Atomic int refs;            /* atomic: the task's and the stream's */
     /* Small fields packed: an idle connection's memory is this struct alone. */
     uint8_t kind; /* md_listener */
     /* The listener it came on (its name says which default site; open counted there; its
@@ -166,7 +166,7 @@ typedef struct md_conn {
     bool busy_lent;    /* busy is the poll's own, on its stack (md_conn_busy_lend()) */
     uint8_t why;       /* md_close_reason, reported when it closes after its output (DONE) */
     uint8_t proxy;     /* md_conn_proxy: the PROXY header's state, set at accept */
-    mp_timer timer; /* HTTP deadlines; echo idle timeout; the send deadlines of both */
+    mp_timer timer;    /* HTTP deadlines; echo idle timeout; the send deadlines of both */
     struct md_conn_busy *busy; /* while it has work: md_conn_out(), md_conn_rest() */
     struct md_conn_more *more; /* what only some have: md_conn_more_of(); NULL: none of it */
     /* By kind: HTTP's core (HTTP/1.1's state; its settings, whose limits bound the writes of

@@ -377,7 +377,8 @@ static mp_poll linger(md_conn *c, mp_context *cx)
         md_outbuf *out = md_conn_out(c); /* its busy block keeps the deadline */
         if (out == NULL || mp_tcp_shutdown(&c->tcp) != 0)
             return md_conn_finish(c, c->why); /* (or the peer is gone already) */
-        md_outbuf_free(out); /* all written: the flush before this succeeded */
+        /* All written (the flush before this succeeded): only the deadline is kept. */
+        md_outbuf_free(out);
         c->busy->linger_until_ms = mp_now_ms() + MD_HTTP_LINGER_MS;
     }
     for (;;) {
@@ -436,7 +437,8 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
          * never be without one, holding the old generation (routes, pools, limits) for ever:
          * GOAWAY with the last stream id instead; its streams finish, then it closes and the
          * client opens a new one under the new settings. */
-        if (md_h2_conn_streams(h) != 0 && md_http_gen_outdated(md_http_gen_of(md_h2_conn_server(h))))
+        if (md_h2_conn_streams(h) != 0 &&
+            md_http_gen_outdated(md_http_gen_of(md_h2_conn_server(h))))
             md_h2_conn_drain(h, uv_hrtime());
         bool moved = md_h2_conn_run(h, cx, uv_hrtime());
         md_outbuf *out = md_conn_out(c);
@@ -517,11 +519,11 @@ static bool h2_start(md_conn *c, const char *data, size_t len)
 {
     if (md_conn_h2(c) != NULL || c->http.requests != 0 || c->http.req != NULL)
         return false;
-    if (md_conn_tls(c) != NULL ? !md_tls_alpn_h2(c)
-                               : !(c->http.h2c && md_h2_is_preface(data, len)))
+    if (md_conn_tls(c) != NULL ? !md_tls_alpn_h2(c) : !(c->http.h2c && md_h2_is_preface(data, len)))
         return false;
     md_conn_more *m = md_conn_more_of(c);
-    if (m == NULL || md_h2_conn_new(&m->h2, c->http.srv, md_http_conn_link(&c->http), uv_hrtime()) != 0) {
+    if (m == NULL ||
+        md_h2_conn_new(&m->h2, c->http.srv, md_http_conn_link(&c->http), uv_hrtime()) != 0) {
         if (m != NULL)
             m->h2 = NULL;
         return false; /* no memory: HTTP/1.1 answers (with an error) */
@@ -594,8 +596,8 @@ static mp_poll http_poll(md_conn *c, mp_context *cx)
                                   .nodelay = conn_io_nodelay},
                                  c};
             md_outbuf *out = md_conn_out(c);
-            int want = out == NULL ? -ENOMEM
-                                   : md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), out);
+            int want =
+                out == NULL ? -ENOMEM : md_http_conn_resume(&c->http, cx, &io.io, uv_hrtime(), out);
             if (want < 0)
                 return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
             c->want = want;

@@ -106,8 +106,8 @@ int mp_tcp_open(mp_runtime *rt, mp_tcp *c, int fd, size_t bufsize)
         c->io.fd = -1;
         return -EBADF;
     }
-    int rc = rt != NULL && bufsize <= MP_TCP_BUF_MAX ? mp__io_register(&c->io, STREAM_EVENTS)
-                                                     : -EINVAL;
+    int rc =
+        rt != NULL && bufsize <= MP_TCP_BUF_MAX ? mp__io_register(&c->io, STREAM_EVENTS) : -EINVAL;
     if (rc != 0) {
         close(fd);
         c->io.fd = -1;

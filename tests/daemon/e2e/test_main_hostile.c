@@ -219,8 +219,7 @@ Test(hostile, http_reader_slower_than_min_send_rate_is_closed, .timeout = 90)
 /* An HTTP connection's send limits are its settings generation's: a reload that turns the send
  * timeout on applies to a connection opened before it, from its next request (as the other
  * [limits] do), and a peer on it that stops reading is closed. */
-Test(hostile, a_reloaded_send_timeout_reaches_an_open_connection_at_its_next_request,
-     .timeout = 90)
+Test(hostile, a_reloaded_send_timeout_reaches_an_open_connection_at_its_next_request, .timeout = 90)
 {
     char dir[64];
     harness_dir_make(dir, sizeof dir, "hostile");
