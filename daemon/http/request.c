@@ -223,13 +223,8 @@ static int compress_fields(const md_http_req *r, unsigned code, const char *ctyp
         i = end;
     }
     unsigned coding = MD_CODING_NONE;
-    /* HTTP/1.0 gets the identity body: it has no chunked framing (nginx's gzip_http_version). */
-    bool old = r->http_major == 1 && r->http_minor == 0;
-    if (code != 206 && !old && length >= c->min_length) {
-        size_t alen = 0;
-        const char *ae = md_http_req_field(r, MD_FIELD_ACCEPT_ENCODING, &alen);
-        coding = md_compress_negotiate(ae, alen, c->codings);
-    }
+    if (code != 206 && length >= c->min_length)
+        coding = md_http_req_accept_coding(r, c->codings);
     if (vary && coding == MD_CODING_NONE)
         return MD_CODING_NONE;
     size_t cap = 2 * n + 64; /* each ETag line may grow by "W/" */
@@ -581,19 +576,68 @@ bool md_http_req_frames_body(const md_http_req *req)
     return req->wire != NULL;
 }
 
-int md_http_respond_relayed(md_http_req *req, unsigned status, const char *fields,
-                            size_t fields_len, uint64_t length)
+int md_http_respond_interim(md_http_req *req, unsigned status, const char *reason,
+                            size_t reason_len, const char *fields, size_t fields_len)
 {
-    if (req->wire == NULL || req->wire->relay == NULL)
-        return -EINVAL;
-    return req->wire->relay(req, status, fields, fields_len, length);
+    /* Over HTTP/2 a 1xx would be a HEADERS frame of its own; magpied sends none there. */
+    if (req->wire != NULL || http10(req) || (status == 100 && req->continued))
+        return 0;
+    return md_http1_put_interim(req->out, status, reason, reason_len, fields, fields_len);
 }
 
-int md_http_respond_trailers(md_http_req *req, const char *fields, size_t fields_len)
+int md_http_respond_relayed(md_http_req *req, unsigned status, const char *reason,
+                            size_t reason_len, const char *fields, size_t fields_len,
+                            uint64_t length)
 {
-    if (req->wire == NULL || req->wire->trailers == NULL)
-        return -EINVAL;
-    return req->wire->trailers(req, fields, fields_len);
+    if (req->wire != NULL) {
+        if (status == 101 || req->wire->relay == NULL)
+            return -EINVAL;
+        return req->wire->relay(req, status, fields, fields_len, length);
+    }
+    md_http1_framing framing = MD_HTTP1_LENGTH;
+    if (status == 101) {
+        if (http10(req))
+            return -EINVAL;
+        framing = MD_HTTP1_UPGRADE;
+    } else if (is_head_request(req) || status == 204 || status == 304) {
+        framing = MD_HTTP1_NO_BODY;
+    } else if (length == MD_HTTP_LENGTH_UNKNOWN) {
+        framing = http10(req) ? MD_HTTP1_CLOSE : MD_HTTP1_CHUNKED;
+    }
+    if (framing == MD_HTTP1_CLOSE || framing == MD_HTTP1_UPGRADE)
+        md_http_req_close_after(req); /* after a tunnel, nothing more is HTTP */
+    req->relay_chunked = framing == MD_HTTP1_CHUNKED;
+    return md_http1_put_relayed(req->out, status, reason, reason_len, fields, fields_len, framing,
+                                length, framing != MD_HTTP1_UPGRADE && md__http_req_closes(req),
+                                http10(req));
+}
+
+int md_http_relay_body(md_http_req *req, md_outbuf *out, const char *data, size_t len)
+{
+    if (req->relay_chunked)
+        return md_http1_put_chunk(out, data, len);
+    return md_outbuf_append(out, data, len);
+}
+
+int md_http_relay_end(md_http_req *req, md_outbuf *out, const char *trailers, size_t trailers_len)
+{
+    if (req->wire != NULL)
+        return trailers_len == 0 || req->wire->trailers == NULL
+                   ? 0
+                   : req->wire->trailers(req, trailers, trailers_len);
+    if (!req->relay_chunked)
+        return 0;
+    req->relay_chunked = false;
+    return md_http1_put_last(out, trailers, trailers_len);
+}
+
+unsigned md_http_req_accept_coding(const md_http_req *req, unsigned codings)
+{
+    if (req->http_major == 1 && req->http_minor == 0)
+        return MD_CODING_NONE;
+    size_t alen = 0;
+    const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
+    return md_compress_negotiate(ae, alen, codings);
 }
 
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes)

@@ -114,26 +114,49 @@ int md_http_respond_produced(md_http_req *req, const char *ctype,
  * MD_BODY_STREAM, or from a pending poll. 0 or -ENOMEM. */
 int md_http_respond_head(md_http_req *req, unsigned status, const char *fields, const char *ctype,
                          uint64_t length);
-/* Whether the protocol frames the body itself (HTTP/2: DATA frames, end of stream): a handler
- * that relays a response passes the body's bytes as they are, without chunked coding, and its
- * head through md_http_respond_relayed() rather than as HTTP/1 text into out. */
+/* Whether the protocol frames the body itself (HTTP/2: DATA frames, end of stream), where
+ * HTTP/1.x has the relay calls below chunk it or end it with the connection. */
 bool md_http_req_frames_body(const md_http_req *req);
 /* A body whose length is not known before its end (md_http_respond_relayed). */
 #define MD_HTTP_LENGTH_UNKNOWN UINT64_MAX
-/* A relayed head (a proxied response), where md_http_req_frames_body(): status and the
- * end-to-end fields ("Name: value" CRLF lines, fields_len bytes, hop-by-hop ones already
- * removed) as they are, Content-Length from length unless MD_HTTP_LENGTH_UNKNOWN; the body
- * follows in out. Counted with md_http_count_response(), as a head written into out is. 0,
- * -ENOMEM, or -EINVAL over HTTP/1.x (whose heads the handler writes as text). */
-int md_http_respond_relayed(md_http_req *req, unsigned status, const char *fields,
-                            size_t fields_len, uint64_t length);
-/* Trailer fields after a relayed body (md_http_respond_relayed, length unknown): "Name: value"
- * CRLF lines, already filtered (no framing, routing, authentication fields, RFC 9110 6.5.1),
- * sent once the body has left (HTTP/2: a HEADERS frame that ends the stream). 0, -ENOMEM, or
- * -EINVAL over HTTP/1.x (whose chunked trailers the handler writes as text). */
-int md_http_respond_trailers(md_http_req *req, const char *fields, size_t fields_len);
-/* A response whose head the handler wrote into out itself (a proxied one): counted, and
- * logged, as one of status with body_bytes of body. */
+
+/* A relayed response (a proxied one), in any protocol: the upstream's status and end-to-end
+ * fields, its body as it comes, its trailers. The protocol writes the framing:
+ *
+ *   md_http_respond_interim()*  md_http_respond_relayed()  md_http_relay_body()*
+ * md_http_relay_end()
+ *
+ * Fields are "Name: value" CRLF lines (fields_len bytes) with the hop-by-hop ones already
+ * removed; reason is the upstream's reason phrase (reason_len bytes, may be empty), which only
+ * HTTP/1.1 carries. Each writes into the connection's output (the relay calls' out:
+ * md_http_req_out()), from a pending poll, and returns 0 or -ENOMEM. */
+
+/* An interim response (1xx but 101), passed on where the client can take it: an HTTP/1.1
+ * client, and a 100 Continue only when magpied did not send its own
+ * (md_http_req_continued()); HTTP/1.0 and HTTP/2 clients get none. */
+int md_http_respond_interim(md_http_req *req, unsigned status, const char *reason,
+                            size_t reason_len, const char *fields, size_t fields_len);
+/* The final head, Content-Length from length unless MD_HTTP_LENGTH_UNKNOWN (then the body is
+ * chunked to an HTTP/1.1 client, ends with the connection to an HTTP/1.0 one, and ends the
+ * stream over HTTP/2). A HEAD's, a 204's or a 304's gets no framing of ours: a
+ * Content-Length in fields stays as it is. A 101 (HTTP/1.1 only: -EINVAL otherwise) says
+ * Connection: upgrade, and the tunnel's bytes follow. Counted with md_http_count_response(). */
+int md_http_respond_relayed(md_http_req *req, unsigned status, const char *reason,
+                            size_t reason_len, const char *fields, size_t fields_len,
+                            uint64_t length);
+/* len bytes of the relayed body into out, framed as its head said. */
+int md_http_relay_body(md_http_req *req, md_outbuf *out, const char *data, size_t len);
+/* The relayed body's end, with its trailer fields (may be none; already filtered: no framing,
+ * routing or authentication fields, RFC 9110 6.5.1), which only a chunked HTTP/1.1 body and
+ * HTTP/2 carry: the last chunk, or a HEADERS frame that ends the stream once the body has left.
+ * Nothing for a body framed by its length or by the connection's end. */
+int md_http_relay_end(md_http_req *req, md_outbuf *out, const char *trailers, size_t trailers_len);
+/* The coding, among codings (md_coding bits), that the client's Accept-Encoding takes for a
+ * body coded as it streams (compress.h); MD_CODING_NONE for an HTTP/1.0 client, which has no
+ * chunked framing (nginx's gzip_http_version). */
+unsigned md_http_req_accept_coding(const md_http_req *req, unsigned codings);
+/* A relayed response (md_http_respond_relayed): counted, and logged, as one of status with
+ * body_bytes of body. */
 void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_bytes);
 /* The upstream server that answers this request (addr: "HOST:PORT", which must outlive the
  * response: a configuration string) and the milliseconds its response head took, for the

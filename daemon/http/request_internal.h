@@ -33,8 +33,8 @@ typedef struct md_http_wire {
      * MD_HTTP_LENGTH_UNKNOWN. 0 or -ENOMEM. */
     int (*relay)(md_http_req *r, unsigned status, const char *fields, size_t fields_len,
                  uint64_t length);
-    /* Trailers after a relayed body (md_http_respond_trailers): kept until the body has
-     * left. 0 or -ENOMEM. NULL: none can be sent. */
+    /* Trailers after a relayed body (md_http_relay_end): kept until the body has left. 0
+     * or -ENOMEM. NULL: none can be sent. */
     int (*trailers)(md_http_req *r, const char *fields, size_t fields_len);
 } md_http_wire;
 _Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
@@ -60,6 +60,7 @@ struct md_http_req {
     bool upgrade;       /* Connection: upgrade with Upgrade */
     bool continued;     /* the protocol told the client to send its body (100 Continue) */
     bool misdirected;   /* its Host picks another site than its TLS server name: 421 */
+    bool relay_chunked; /* a relayed body is chunked (HTTP/1.1, md_http_respond_relayed) */
     uint8_t site;       /* the site (sites.h) whose routes it was looked up in */
     uint16_t host_len;  /* bytes kept in host[] */
     uint8_t method;     /* enum md_method, once method_done */

@@ -6,6 +6,7 @@
  */
 #include "http/response.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -144,6 +145,95 @@ char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http1
                        const char *allow, const char *ctype, uint64_t length)
 {
     return md_http_put_head_fields(w, st, close, http10, allow, NULL, 0, ctype, length);
+}
+
+/* The status line of a relayed head: the status and reason as the upstream gave them. */
+static int put_status_line(md_outbuf *out, unsigned status, const char *reason, size_t rlen,
+                           size_t more)
+{
+    char *w = md_outbuf_reserve(out, 16 + rlen + more);
+    if (w == NULL)
+        return -ENOMEM;
+    w = PUT(w, "HTTP/1.1 ");
+    w = put_u64(w, status);
+    *w++ = ' ';
+    if (rlen != 0)
+        w = put_bytes(w, reason, rlen);
+    md_outbuf_commit(out, PUT(w, "\r\n"));
+    return 0;
+}
+
+int md_http1_put_relayed(md_outbuf *out, unsigned status, const char *reason, size_t reason_len,
+                         const char *fields, size_t fields_len, md_http1_framing framing,
+                         uint64_t length, bool close, bool http10)
+{
+    /* the framing's field and Connection: at most 64 bytes */
+    if (put_status_line(out, status, reason, reason_len, fields_len + 64) != 0)
+        return -ENOMEM;
+    char *w = out->data + out->len;
+    if (fields_len != 0)
+        w = put_bytes(w, fields, fields_len);
+    if (framing == MD_HTTP1_LENGTH) {
+        w = PUT(w, "Content-Length: ");
+        w = put_u64(w, length);
+        w = PUT(w, "\r\n");
+    } else if (framing == MD_HTTP1_CHUNKED) {
+        w = PUT(w, "Transfer-Encoding: chunked\r\n");
+    }
+    if (framing == MD_HTTP1_UPGRADE)
+        w = PUT(w, "Connection: upgrade\r\n\r\n");
+    else if (close || framing == MD_HTTP1_CLOSE)
+        w = PUT(w, "Connection: close\r\n\r\n");
+    else if (http10)
+        w = PUT(w, "Connection: keep-alive\r\n\r\n");
+    else
+        w = PUT(w, "\r\n");
+    md_outbuf_commit(out, w);
+    return 0;
+}
+
+int md_http1_put_interim(md_outbuf *out, unsigned status, const char *reason, size_t reason_len,
+                         const char *fields, size_t fields_len)
+{
+    if (put_status_line(out, status, reason, reason_len, fields_len + 2) != 0)
+        return -ENOMEM;
+    char *w = out->data + out->len;
+    if (fields_len != 0)
+        w = put_bytes(w, fields, fields_len);
+    md_outbuf_commit(out, PUT(w, "\r\n"));
+    return 0;
+}
+
+int md_http1_put_chunk(md_outbuf *out, const char *data, size_t len)
+{
+    if (len == 0)
+        return 0; /* a chunk of none would be the last */
+    char *w = md_outbuf_reserve(out, 16 + 2 + len + 2);
+    if (w == NULL)
+        return -ENOMEM;
+    static const char hex[] = "0123456789abcdef";
+    char size[16];
+    size_t n = 0;
+    for (size_t v = len; v != 0; v >>= 4)
+        size[n++] = hex[v & 15];
+    while (n != 0)
+        *w++ = size[--n];
+    w = PUT(w, "\r\n");
+    w = put_bytes(w, data, len);
+    md_outbuf_commit(out, PUT(w, "\r\n"));
+    return 0;
+}
+
+int md_http1_put_last(md_outbuf *out, const char *trailers, size_t trailers_len)
+{
+    char *w = md_outbuf_reserve(out, 3 + trailers_len + 2);
+    if (w == NULL)
+        return -ENOMEM;
+    w = PUT(w, "0\r\n");
+    if (trailers_len != 0)
+        w = put_bytes(w, trailers, trailers_len);
+    md_outbuf_commit(out, PUT(w, "\r\n"));
+    return 0;
 }
 
 /* Whole responses, per thread; valid while sec matches the Date block's. */

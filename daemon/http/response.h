@@ -1,4 +1,5 @@
-/* HTTP/1.1 response heads: the status table, the per-second Date block, and the head writer.
+/* HTTP/1.1 response heads: the status table, the per-second Date block, the head writer, and
+ * the text of a relayed response (its head, chunks, last chunk).
  *
  * Every response magpied sends is "HTTP/1.1 <status>", Date, Server, then Connection when it
  * differs from the request version's default, Allow for 405, Content-Type and Content-Length.
@@ -10,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "core/outbuf.h"
 
 /* The longest head md_http_put_head() writes: the longest status line, the Date block,
  * Connection, Allow, the longest Content-Type and a 20-digit Content-Length, with room. */
@@ -46,6 +49,31 @@ char *md_http_put_head(char *w, const md_http_status *st, bool close, bool http1
 char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, bool http10,
                               const char *allow, const char *fields, size_t fields_len,
                               const char *ctype, uint64_t length);
+
+/* A relayed response's head (a proxied one: the upstream's status, reason and end-to-end
+ * fields, "Name: value" CRLF lines) as HTTP/1.1 text, for request.c's relay calls. How its body
+ * is framed: */
+typedef enum md_http1_framing {
+    MD_HTTP1_NO_BODY, /* HEAD, 204, 304: the fields say what they say, nothing is added */
+    MD_HTTP1_LENGTH,  /* Content-Length: length */
+    MD_HTTP1_CHUNKED, /* Transfer-Encoding: chunked (md_http1_put_chunk, md_http1_put_last) */
+    MD_HTTP1_CLOSE,   /* the body ends with the connection (an HTTP/1.0 client's) */
+    MD_HTTP1_UPGRADE, /* a 101: Connection: upgrade, and the tunnel's bytes follow */
+} md_http1_framing;
+
+/* The status line ("HTTP/1.1 <status> <reason>"; reason may be empty), the fields, the
+ * framing's field, Connection (close when close or the framing is MD_HTTP1_CLOSE; upgrade for
+ * a 101; keep-alive to an HTTP/1.0 client that keeps it) and the empty line. 0 or -ENOMEM. */
+int md_http1_put_relayed(md_outbuf *out, unsigned status, const char *reason, size_t reason_len,
+                         const char *fields, size_t fields_len, md_http1_framing framing,
+                         uint64_t length, bool close, bool http10);
+/* An interim response (1xx but 101): the status line, the fields, the empty line. */
+int md_http1_put_interim(md_outbuf *out, unsigned status, const char *reason, size_t reason_len,
+                         const char *fields, size_t fields_len);
+/* One chunk of len bytes (none for 0); the last chunk with its trailer fields (may be none). 0 or
+ * -ENOMEM. */
+int md_http1_put_chunk(md_outbuf *out, const char *data, size_t len);
+int md_http1_put_last(md_outbuf *out, const char *trailers, size_t trailers_len);
 
 /* Slots for md_http_canned(): one per static body a caller serves often; and the most bytes
  * of a canned response (head, fields and body). */

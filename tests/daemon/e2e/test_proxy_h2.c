@@ -97,6 +97,21 @@ Test(proxy_h2, heads_bodies_and_statuses_over_h2c, .timeout = 90)
     pair_stop(&u, &d);
 }
 
+/* A response whose only field is its length, on a route whose header rules add nothing: its
+ * head has no field left to relay, and still goes (it once failed as out of memory, and the
+ * stream was reset). Over HTTP/1.1 tests/daemon/e2e/test_proxy.c's header rules case. */
+Test(proxy_h2, a_head_with_no_field_left_is_relayed, .timeout = 60)
+{
+    upstream_proc u = upstream_start(0);
+    daemon_proc d = proxy_start_h2("[upstream app]\nserver = 127.0.0.1:%d\n"
+                                   "[route /app]\nhandler = proxy\nupstream = app\n"
+                                   "header_remove = X-End\n",
+                                   u.port);
+    cr_assert_str_eq(h2c(&d, "-w ' %{http_code}'", "/app/mode/big?bytes=26"),
+                     "abcdefghijklmnopqrstuvwxyz 200");
+    pair_stop(&u, &d);
+}
+
 Test(proxy_h2, request_bodies_go_up_streamed, .timeout = 90)
 {
     upstream_proc u = upstream_start(0);

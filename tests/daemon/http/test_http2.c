@@ -975,10 +975,13 @@ static int piper_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_h
         return MD_PENDING_READ;
     char fields[128];
     int n = snprintf(fields, sizeof fields, "Content-Type: text/x\r\nX-Got: %zu\r\n", piper.got);
-    if (md_http_respond_relayed(req, 201, fields, (size_t)n, MD_HTTP_LENGTH_UNKNOWN) != 0)
+    if (md_http_respond_relayed(req, 201, "Created", 7, fields, (size_t)n,
+                                MD_HTTP_LENGTH_UNKNOWN) != 0)
         return -ENOMEM;
     md_http_count_response(req, 201, 5);
-    return md_outbuf_append(out, "hello", 5) != 0 ? -ENOMEM : 0;
+    if (md_http_relay_body(req, out, "hello", 5) != 0)
+        return -ENOMEM;
+    return md_http_relay_end(req, out, NULL, 0) != 0 ? -ENOMEM : 0;
 }
 
 static void piper_cancel(md_http_pending *p)

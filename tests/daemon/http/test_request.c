@@ -8,11 +8,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/metrics.h"
+#include "http/compress.h"
 #include "http/request_internal.h"
 #include "http/response.h"
 #include "http/routes.h"
@@ -448,4 +450,159 @@ Test(request, header_rules_change_the_routes_responses)
     md_routes_close(t);
     srv.routes = NULL;
     unlink(path);
+}
+
+/* A relayed response (a proxied one) over HTTP/1.x: the request layer writes the framing from
+ * the length, the version and the status, and passes interim responses on where they may go. */
+Test(request, a_relayed_response_is_framed_for_an_http1_client)
+{
+    md_http_req *r = req_new(MD_GET, 1, "/");
+    cr_assert_eq(md_http_respond_interim(r, 103, "Early Hints", 11, "Link: </a>\r\n", 12), 0);
+    expect_out("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n");
+    cr_assert_eq(md_http_respond_interim(r, 100, "Continue", 8, NULL, 0), 0);
+    expect_out("HTTP/1.1 100 Continue\r\n\r\n");
+    cr_assert_eq(md_http_respond_relayed(r, 200, "OK", 2, "X-A: 1\r\n", 8, 3), 0);
+    cr_assert_eq(md_http_relay_body(r, &out, "abc", 3), 0);
+    cr_assert_eq(md_http_relay_end(r, &out, "X-T: 1\r\n", 8), 0);
+    expect_out("HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 3\r\n\r\nabc"); /* no trailers */
+    cr_assert_not(md_http_req_closes(r));
+    req_free(r);
+
+    /* Its length unknown: chunked, with the trailers in the last chunk; a 100 after magpied's
+     * own is not a second one. */
+    r = req_new(MD_GET, 1, "/");
+    r->continued = true;
+    cr_assert_eq(md_http_respond_interim(r, 100, "Continue", 8, NULL, 0), 0);
+    cr_assert_eq(md_outbuf_pending(&out), 0);
+    cr_assert_eq(md_http_respond_relayed(r, 200, NULL, 0, NULL, 0, MD_HTTP_LENGTH_UNKNOWN), 0);
+    cr_assert_eq(md_http_relay_body(r, &out, "hello", 5), 0);
+    cr_assert_eq(md_http_relay_body(r, &out, "", 0), 0);
+    cr_assert_eq(md_http_relay_body(r, &out, "0123456789abcdefX", 17), 0);
+    cr_assert_eq(md_http_relay_end(r, &out, "X-T: 1\r\n", 8), 0);
+    expect_out("HTTP/1.1 200 \r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+               "11\r\n0123456789abcdefX\r\n0\r\nX-T: 1\r\n\r\n");
+    cr_assert_not(md_http_req_closes(r));
+    req_free(r);
+
+    /* HTTP/1.0: no interim response, no chunks (the body ends with the connection), and
+     * keep-alive said when the length is known. */
+    r = req_new(MD_GET, 0, "/");
+    cr_assert_eq(md_http_respond_interim(r, 103, "Early Hints", 11, NULL, 0), 0);
+    cr_assert_eq(md_outbuf_pending(&out), 0);
+    cr_assert_eq(
+        md_http_respond_relayed(r, 101, "Switching Protocols", 19, NULL, 0, MD_HTTP_LENGTH_UNKNOWN),
+        -EINVAL, "no upgrade from HTTP/1.0");
+    cr_assert_eq(md_http_respond_relayed(r, 200, "OK", 2, NULL, 0, MD_HTTP_LENGTH_UNKNOWN), 0);
+    cr_assert_eq(md_http_relay_body(r, &out, "abc", 3), 0);
+    cr_assert_eq(md_http_relay_end(r, &out, "X-T: 1\r\n", 8), 0);
+    expect_out("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc");
+    cr_assert(md_http_req_closes(r));
+    req_free(r);
+    r = req_new(MD_GET, 0, "/");
+    cr_assert_eq(md_http_respond_relayed(r, 200, "OK", 2, NULL, 0, 1), 0);
+    expect_out("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n");
+    req_free(r);
+
+    /* HEAD, 204 and 304: the fields as they are, no framing of ours. */
+    r = req_new(MD_HEAD, 1, "/");
+    cr_assert_eq(md_http_respond_relayed(r, 200, "OK", 2, "Content-Length: 10\r\n", 20,
+                                         MD_HTTP_LENGTH_UNKNOWN),
+                 0);
+    expect_out("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n");
+    req_free(r);
+    r = req_new(MD_GET, 1, "/");
+    cr_assert_eq(md_http_respond_relayed(r, 304, "Not Modified", 12, "ETag: \"x\"\r\n", 11,
+                                         MD_HTTP_LENGTH_UNKNOWN),
+                 0);
+    cr_assert_eq(md_http_relay_end(r, &out, NULL, 0), 0);
+    expect_out("HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n");
+    req_free(r);
+
+    /* A 101: Connection: upgrade, and nothing after the tunnel is HTTP. */
+    r = req_new(MD_GET, 1, "/");
+    cr_assert_eq(md_http_respond_relayed(r, 101, "Switching Protocols", 19, "Upgrade: ws\r\n", 13,
+                                         MD_HTTP_LENGTH_UNKNOWN),
+                 0);
+    expect_out("HTTP/1.1 101 Switching Protocols\r\nUpgrade: ws\r\nConnection: upgrade\r\n\r\n");
+    cr_assert(md_http_req_closes(r));
+    req_free(r);
+
+    /* A connection that ends after it says so. */
+    r = req_new(MD_GET, 1, "/");
+    md_http_req_close_after(r);
+    cr_assert_eq(md_http_respond_relayed(r, 502, "Bad Gateway", 11, NULL, 0, 0), 0);
+    expect_out("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    req_free(r);
+}
+
+/* Over a protocol that frames the body itself (HTTP/2's wire): the head and trailers go to the
+ * wire, the body as it is, no interim response, no 101. */
+static struct {
+    unsigned relays, trailers, status;
+    uint64_t length;
+    char fields[256];
+} wire_seen;
+
+static int wire_relay(md_http_req *r, unsigned status, const char *fields, size_t fields_len,
+                      uint64_t length)
+{
+    (void)r;
+    wire_seen.relays++;
+    wire_seen.status = status;
+    wire_seen.length = length;
+    snprintf(wire_seen.fields, sizeof wire_seen.fields, "%.*s", (int)fields_len, fields);
+    return 0;
+}
+
+static int wire_trailers(md_http_req *r, const char *fields, size_t fields_len)
+{
+    (void)r;
+    wire_seen.trailers++;
+    snprintf(wire_seen.fields, sizeof wire_seen.fields, "%.*s", (int)fields_len, fields);
+    return 0;
+}
+
+Test(request, a_relayed_response_goes_to_a_framing_wire_as_parts)
+{
+    static const md_http_wire wire = {.relay = wire_relay, .trailers = wire_trailers};
+    memset(&wire_seen, 0, sizeof wire_seen);
+    md_http_req *r = req_new(MD_GET, 1, "/");
+    r->wire = &wire;
+    cr_assert(md_http_req_frames_body(r));
+    cr_assert_eq(md_http_respond_interim(r, 103, "Early Hints", 11, "Link: </a>\r\n", 12), 0);
+    cr_assert_eq(
+        md_http_respond_relayed(r, 101, "Switching Protocols", 19, NULL, 0, MD_HTTP_LENGTH_UNKNOWN),
+        -EINVAL);
+    cr_assert_eq(wire_seen.relays, 0);
+    cr_assert_eq(md_http_respond_relayed(r, 200, "OK", 2, "X-A: 1\r\n", 8, MD_HTTP_LENGTH_UNKNOWN),
+                 0);
+    cr_assert_eq(wire_seen.relays, 1);
+    cr_assert_eq(wire_seen.status, 200);
+    cr_assert_eq(wire_seen.length, MD_HTTP_LENGTH_UNKNOWN);
+    cr_assert_str_eq(wire_seen.fields, "X-A: 1\r\n");
+    cr_assert_eq(md_http_relay_body(r, &out, "hello", 5), 0);
+    expect_out("hello");
+    cr_assert_eq(md_http_relay_end(r, &out, NULL, 0), 0);
+    cr_assert_eq(wire_seen.trailers, 0, "none to send");
+    cr_assert_eq(md_http_relay_end(r, &out, "X-T: 1\r\n", 8), 0);
+    cr_assert_eq(wire_seen.trailers, 1);
+    cr_assert_str_eq(wire_seen.fields, "X-T: 1\r\n");
+    cr_assert_eq(md_outbuf_pending(&out), 0);
+    r->wire = NULL;
+    req_free(r);
+}
+
+/* The coding a relayed body may be coded in: the client's choice, none for HTTP/1.0. */
+Test(request, the_accepted_coding_needs_a_framing_for_a_body_of_unknown_length)
+{
+    unsigned gz = 1u << MD_CODING_GZIP;
+    md_http_req *r = req_new(MD_GET, 1, "/");
+    md__http_req_keep(r, MD_FIELD_ACCEPT_ENCODING, "gzip, br", 8);
+    cr_assert_eq(md_http_req_accept_coding(r, gz), MD_CODING_GZIP);
+    cr_assert_eq(md_http_req_accept_coding(r, 1u << MD_CODING_ZSTD), MD_CODING_NONE);
+    req_free(r);
+    r = req_new(MD_GET, 0, "/");
+    md__http_req_keep(r, MD_FIELD_ACCEPT_ENCODING, "gzip", 4);
+    cr_assert_eq(md_http_req_accept_coding(r, gz), MD_CODING_NONE);
+    req_free(r);
 }

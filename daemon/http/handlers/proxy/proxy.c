@@ -19,10 +19,12 @@
  * A route's compress codes the response as it streams (proxy_msg.h says which): the client's
  * Accept-Encoding is forwarded as it came, and what the upstream coded itself passes as it is.
  *
- * Over HTTP/2 (md_http_req_frames_body) the same: the stream's DATA is the piped body, and the
- * response head goes through md_http_respond_relayed (proxy_msg.h's framed mode), its body
- * de-chunked, its trailers through md_http_respond_trailers; after the head a failure resets the
- * stream only.
+ * The response goes to the client through the request API's relay calls (request.h), which
+ * frame it for the client's protocol: chunks or the connection's end over HTTP/1.x, DATA and
+ * trailing HEADERS over HTTP/2, where the stream's DATA is also the piped request body and a
+ * failure after the head resets the stream only. The core answered Expect: 100-continue
+ * itself at the head (Expect never goes upstream, so no client waits on a server that ignores
+ * it), so the relay drops a server's own 100.
  *
  * An upstream connection goes back to the pool only when its response ended exactly at the
  * end of what was read, framed by length or chunks, with the request sent whole and the
@@ -322,12 +324,6 @@ static void finish(proxy *p, bool extra)
     release_conn(p, false);
 }
 
-/* ... and its trailers (an upstream's chunked ones), after the body. */
-static int relay_trailers(void *arg, const char *fields, size_t len)
-{
-    return md_http_respond_trailers(arg, fields, len);
-}
-
 static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
                       md_outbuf *out);
 
@@ -608,13 +604,33 @@ end:
     return -EPIPE;
 }
 
-/* A framed client's head (HTTP/2): through the request API, not as text. */
-static int relay_head(void *arg, unsigned status, const char *fields, size_t len, uint64_t length)
+/* The response's sink (proxy_msg.h): the request API's relay calls, which frame it for the
+ * client's protocol. */
+static int relay_interim(void *arg, unsigned status, const char *reason, size_t reason_len,
+                         const char *fields, size_t len)
 {
-    return md_http_respond_relayed(arg, status, fields, len,
+    return md_http_respond_interim(arg, status, reason, reason_len, fields, len);
+}
+
+static int relay_head(void *arg, unsigned status, const char *reason, size_t reason_len,
+                      const char *fields, size_t len, uint64_t length)
+{
+    return md_http_respond_relayed(arg, status, reason, reason_len, fields, len,
                                    length == MD_PROXY_LENGTH_UNKNOWN ? MD_HTTP_LENGTH_UNKNOWN
                                                                      : length);
 }
+
+static int relay_body(void *arg, md_outbuf *out, const char *data, size_t len)
+{
+    return md_http_relay_body(arg, out, data, len);
+}
+
+static int relay_end(void *arg, md_outbuf *out, const char *trailers, size_t len)
+{
+    return md_http_relay_end(arg, out, trailers, len);
+}
+
+static const md_proxy_sink relay = {relay_interim, relay_head, relay_body, relay_end};
 
 static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_http_io *io,
                       md_outbuf *out)
@@ -796,28 +812,16 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
         }
         case ST_READ: {
             if (!p->resp_on) {
-                bool framed = md_http_req_frames_body(req);
-                md_proxy_resp_init(
-                    &p->resp, conf->max_response_header_bytes, md_http_req_is_head(req),
-                    !framed && md_http_req_version_minor(req) == 0, md_http_req_closes(req));
-                p->resp.framed = framed;
-                p->resp.head_fn = relay_head;
-                p->resp.trailers_fn = relay_trailers;
-                p->resp.head_arg = req;
+                md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
+                                   md_http_req_is_head(req), &relay, req);
                 p->resp.via = opts(p->route)->via;
                 p->resp.headers = &p->route->headers;
                 if (p->route->compress.codings != 0) {
-                    size_t alen = 0;
-                    const char *ae = md_http_req_field(req, MD_FIELD_ACCEPT_ENCODING, &alen);
                     p->resp.compress = &p->route->compress;
                     p->resp.accept_coding =
-                        (uint8_t)md_compress_negotiate(ae, alen, p->route->compress.codings);
+                        (uint8_t)md_http_req_accept_coding(req, p->route->compress.codings);
                 }
                 p->resp.tunnel_ok = p->upgrade;
-                /* The core answered Expect: 100-continue itself at the head (Expect never goes
-                 * upstream, so no client waits on a server that ignores it): a server's own
-                 * 100 would be a second one, and is dropped (proxy_msg.h). */
-                p->resp.client_continued = md_http_req_continued(req);
                 p->resp_on = true;
                 uint64_t per_read = mp_now_ms() + conf->read_timeout_ms;
                 p->deadline_ms = per_read < p->head_deadline_ms ? per_read : p->head_deadline_ms;
@@ -884,8 +888,6 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             if (rc >= 0)
                 md_upstream_conn_consume(p->uc, used);
             if (!had_head && p->resp.head_sent) {
-                if (p->resp.client_framing == MD_CLIENT_CLOSE)
-                    md_http_req_close_after(req);
                 uint64_t header_ms = mp_now_ms() - p->start_ms;
                 /* The registry's label, which outlives the slot (re-resolution may reuse it). */
                 md_http_req_set_upstream(req, p->peer->n->server, header_ms);

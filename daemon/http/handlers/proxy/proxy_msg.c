@@ -271,14 +271,12 @@ static int r_status_complete(llhttp_t *p)
 }
 
 /* In the trailer section (after the final head): whether these bytes of it are kept. Only a
- * chunked client body carries trailers, or a framed one given to trailers_fn; past max_head they
- * are all dropped and the body still ends with its last chunk (its bytes have gone out: a 502 is no
- * longer possible, and a recipient may discard trailers, RFC 9110 6.5.1). */
+ * body of unknown length has trailers, never a coded one; past max_head they are all dropped
+ * and the body still ends (its bytes have gone out: a 502 is no longer possible, and a
+ * recipient may discard trailers, RFC 9110 6.5.1). */
 static bool trailer_kept(md_proxy_resp *r, size_t len)
 {
-    if ((r->client_framing != MD_CLIENT_CHUNKED &&
-         (r->client_framing != MD_CLIENT_FRAMED || r->trailers_fn == NULL)) ||
-        r->trailers_over)
+    if (r->client_framing != MD_CLIENT_STREAM || r->zs != NULL || r->trailers_over)
         return false;
     if (r->fields_len - r->trailer_at + len > r->max_head) {
         r->trailers_over = true;
@@ -333,7 +331,8 @@ static int r_value_complete(llhttp_t *p)
 
 static bool out_put(md_proxy_resp *r, const char *s, size_t n)
 {
-    if (md_outbuf_append(r->out, s, n) != 0) {
+    /* n == 0 on an empty buffer would find no room (its storage is NULL) */
+    if (n != 0 && md_outbuf_append(r->out, s, n) != 0) {
         r->error = MD_RESP_NOMEM;
         return false;
     }
@@ -499,92 +498,53 @@ static void plan_coding(md_proxy_resp *r, unsigned status, bool no_body)
         return;
     r->add_vary = !list_has(f, n, "vary", "accept-encoding", "*");
     bool known = r->client_framing == MD_CLIENT_LENGTH;
-    if (no_body || r->client_http10 || r->accept_coding == MD_CODING_NONE ||
-        (known && r->length < c->min_length))
+    if (no_body || r->accept_coding == MD_CODING_NONE || (known && r->length < c->min_length))
         return;
     unsigned coding = r->accept_coding;
     int level = coding == MD_CODING_GZIP ? c->level_gzip : c->level_zstd;
-    r->zs = md_zstream_take(coding, level, known ? r->length : 0, !r->framed);
+    r->zs = md_zstream_take(coding, level, known ? r->length : 0, false);
     if (r->zs == NULL)
         return; /* no memory for a compressor: the body goes as it is */
     r->coding = (uint8_t)coding;
-    r->client_framing = r->framed ? MD_CLIENT_FRAMED : MD_CLIENT_CHUNKED;
+    r->client_framing = MD_CLIENT_STREAM;
 }
 
-/* A framed client's final head: the fields gathered apart, then handed to head_fn. */
-static int write_framed_head(md_proxy_resp *r, unsigned status)
-{
-    bool keep_length =
-        r->client_framing == MD_CLIENT_NONE && status != 204 && (r->head_request || status == 304);
-    md_outbuf fields = {0};
-    md_outbuf *out = r->out;
-    r->out = &fields;
-    int rc = put_fields(r, 0, r->fields_len, status, keep_length, false);
-    if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
-        rc = HPE_USER;
-    if (rc == 0)
-        rc = put_coding_fields(r);
-    if (rc == 0 && r->headers != NULL && md_headers_apply(r->headers, status) &&
-        !out_put(r, r->headers->add, r->headers->add_len))
-        rc = HPE_USER;
-    r->out = out;
-    if (rc == 0 &&
-        r->head_fn(r->head_arg, status, md_outbuf_pending_data(&fields), md_outbuf_pending(&fields),
-                   r->client_framing == MD_CLIENT_LENGTH ? r->length : MD_PROXY_LENGTH_UNKNOWN) !=
-            0) {
-        r->error = MD_RESP_NOMEM;
-        rc = HPE_USER;
-    }
-    md_outbuf_free(&fields);
-    return rc;
-}
-
-/* The client's head: the status line, the upstream's end-to-end fields, our framing. An
- * interim one (1xx but 101) has no framing and no Connection. */
+/* A head for the sink: the fields gathered apart (the upstream's end-to-end ones, Via; a
+ * final head's coding fields and the route's rules), then handed to interim or head. */
 static int write_head(md_proxy_resp *r, unsigned status)
 {
-    llhttp_t *p = &r->parser;
-    if (r->framed)
-        return write_framed_head(r, status);
-    char line[128];
-    int n = snprintf(line, sizeof line, "HTTP/1.1 %u %.*s\r\n", status,
-                     r->reason_len == 0xff ? 0 : (int)r->reason_len, r->reason);
-    if (!out_put(r, line, (size_t)n))
-        return HPE_USER;
     bool interim = status < 200 && status != 101;
     bool keep_length = !interim && r->client_framing == MD_CLIENT_NONE && status != 204 &&
                        (r->head_request || status == 304);
-    if (put_fields(r, 0, r->fields_len, status, keep_length, false) != 0)
-        return HPE_USER;
-    if (r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
-        return HPE_USER;
-    if (interim)
-        return out_put(r, "\r\n", 2) ? 0 : HPE_USER;
-    if (put_coding_fields(r) != 0)
-        return HPE_USER;
-    if (r->headers != NULL && md_headers_apply(r->headers, status) &&
+    md_outbuf head = {0}; /* storage from the thread's block cache (outbuf.c) */
+    md_outbuf *fields = &head;
+    md_outbuf *out = r->out;
+    r->out = fields;
+    int rc = put_fields(r, 0, r->fields_len, status, keep_length, false);
+    if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
+        rc = HPE_USER;
+    if (rc == 0 && !interim)
+        rc = put_coding_fields(r);
+    if (rc == 0 && !interim && r->headers != NULL && md_headers_apply(r->headers, status) &&
         !out_put(r, r->headers->add, r->headers->add_len))
-        return HPE_USER;
-    if (r->client_framing == MD_CLIENT_LENGTH) {
-        n = snprintf(line, sizeof line, "Content-Length: %" PRIu64 "\r\n", p->content_length);
-        if (!out_put(r, line, (size_t)n))
-            return HPE_USER;
-    } else if (r->client_framing == MD_CLIENT_CHUNKED &&
-               !out_put(r, "Transfer-Encoding: chunked\r\n", 28)) {
-        return HPE_USER;
+        rc = HPE_USER;
+    r->out = out;
+    const char *f = md_outbuf_pending_data(fields);
+    size_t flen = md_outbuf_pending(fields);
+    size_t rlen = r->reason_len == 0xff ? 0 : r->reason_len;
+    if (rc == 0) {
+        int e = interim ? r->sink->interim(r->sink_arg, status, r->reason, rlen, f, flen)
+                        : r->sink->head(r->sink_arg, status, r->reason, rlen, f, flen,
+                                        r->client_framing == MD_CLIENT_LENGTH
+                                            ? r->length
+                                            : MD_PROXY_LENGTH_UNKNOWN);
+        if (e != 0) {
+            r->error = MD_RESP_NOMEM;
+            rc = HPE_USER;
+        }
     }
-    const char *conn = status == 101 ? "Connection: upgrade\r\n\r\n"
-                       : r->client_closes || r->client_framing == MD_CLIENT_CLOSE
-                           ? "Connection: close\r\n\r\n"
-                       : r->client_http10 ? "Connection: keep-alive\r\n\r\n"
-                                          : "\r\n";
-    return out_put(r, conn, strlen(conn)) ? 0 : HPE_USER;
-}
-
-/* Whether an interim response goes to the client (the comment in proxy_msg.h). */
-static bool relay_interim(const md_proxy_resp *r, unsigned status)
-{
-    return !r->framed && !r->client_http10 && !(status == 100 && r->client_continued);
+    md_outbuf_free(fields);
+    return rc;
 }
 
 static int r_headers_complete(llhttp_t *p)
@@ -610,7 +570,7 @@ static int r_headers_complete(llhttp_t *p)
             return HPE_USER;
         }
         r->client_framing = MD_CLIENT_NONE;
-        if (relay_interim(r, status) && write_head(r, status) != 0)
+        if (write_head(r, status) != 0)
             return HPE_USER;
         return 1; /* 1xx has no body (RFC 9110 15.2), whatever llhttp would infer */
     }
@@ -626,18 +586,14 @@ static int r_headers_complete(llhttp_t *p)
     if (no_body) {
         r->client_framing = MD_CLIENT_NONE;
     } else if (p->flags & F_CHUNKED) {
-        r->client_framing = r->framed          ? MD_CLIENT_FRAMED
-                            : r->client_http10 ? MD_CLIENT_CLOSE
-                                               : MD_CLIENT_CHUNKED;
+        r->client_framing = MD_CLIENT_STREAM;
     } else if (p->flags & F_CONTENT_LENGTH) {
         r->client_framing = MD_CLIENT_LENGTH;
         r->length = p->content_length;
     } else {
         r->close_delimited = true;
         r->upstream_keepalive = false;
-        r->client_framing = r->framed          ? MD_CLIENT_FRAMED
-                            : r->client_http10 ? MD_CLIENT_CLOSE
-                                               : MD_CLIENT_CHUNKED;
+        r->client_framing = MD_CLIENT_STREAM;
     }
     plan_coding(r, status, no_body);
     r->head_sent = true;
@@ -647,67 +603,71 @@ static int r_headers_complete(llhttp_t *p)
     return no_body ? 1 : 0;
 }
 
+/* The compressor's output so far, to the sink. */
+static int pass_coded(md_proxy_resp *r)
+{
+    size_t n = md_outbuf_pending(&r->coded);
+    if (n == 0)
+        return 0;
+    int rc = r->sink->body(r->sink_arg, r->out, md_outbuf_pending_data(&r->coded), n);
+    md_outbuf_consume(&r->coded, n);
+    return rc;
+}
+
 static int r_body(llhttp_t *p, const char *at, size_t len)
 {
     md_proxy_resp *r = resp_of(p);
     if (len == 0)
         return 0;
     r->body_bytes += len;
+    int rc;
     if (r->zs != NULL) {
-        int rc = md_zstream_write(r->zs, r->out, at, len, false);
+        rc = md_zstream_write(r->zs, &r->coded, at, len, false);
         if (rc != 0) {
             r->error = rc == -ENOMEM ? MD_RESP_NOMEM : MD_RESP_GARBAGE;
             return HPE_USER;
         }
-        return 0;
+        rc = pass_coded(r);
+    } else {
+        rc = r->sink->body(r->sink_arg, r->out, at, len);
     }
-    if (r->client_framing == MD_CLIENT_CHUNKED) {
-        char size[24];
-        int n = snprintf(size, sizeof size, "%zx\r\n", len);
-        if (!out_put(r, size, (size_t)n) || !out_put(r, at, len) || !out_put(r, "\r\n", 2))
-            return HPE_USER;
-        return 0;
+    if (rc != 0) {
+        r->error = MD_RESP_NOMEM;
+        return HPE_USER;
     }
-    return out_put(r, at, len) ? 0 : HPE_USER;
+    return 0;
 }
 
-/* The chunked client body's end: the last chunk, the trailers kept, the empty line; a coded
- * body's: the compressor finished (its last chunk written when chunked), no trailers. */
-static bool end_chunked(md_proxy_resp *r)
+/* The body's end: a coded one's compressor finished, then the sink's end with the trailers
+ * kept (filtered as a head's fields, and those a trailer must not carry). */
+static bool end_body(md_proxy_resp *r)
 {
     if (r->zs != NULL) {
-        int rc = md_zstream_write(r->zs, r->out, NULL, 0, true);
+        int rc = md_zstream_write(r->zs, &r->coded, NULL, 0, true);
         md_zstream_give(r->zs);
         r->zs = NULL;
-        if (rc != 0)
+        if (rc == 0)
+            rc = pass_coded(r) != 0 ? -ENOMEM : 0;
+        if (rc != 0) {
             r->error = rc == -ENOMEM ? MD_RESP_NOMEM : MD_RESP_GARBAGE;
-        return rc == 0;
+            return false;
+        }
     }
-    if (r->fields_len == r->trailer_at)
-        return out_put(r, "0\r\n\r\n", 5);
-    return out_put(r, "0\r\n", 3) &&
-           put_fields(r, r->trailer_at, r->fields_len, r->status, false, true) == 0 &&
-           out_put(r, "\r\n", 2);
-}
-
-/* A framed client body's trailers, filtered as end_chunked's, to trailers_fn. */
-static int end_framed(md_proxy_resp *r)
-{
-    if (r->trailers_fn == NULL || r->fields_len == r->trailer_at)
-        return 0;
-    md_outbuf fields = {0};
-    md_outbuf *out = r->out;
-    r->out = &fields;
-    int rc = put_fields(r, r->trailer_at, r->fields_len, r->status, false, true);
-    r->out = out;
-    if (rc == 0 && md_outbuf_pending(&fields) != 0 &&
-        r->trailers_fn(r->head_arg, md_outbuf_pending_data(&fields), md_outbuf_pending(&fields)) !=
-            0) {
+    md_outbuf trailers = {0};
+    int rc = 0;
+    if (r->fields_len != r->trailer_at) {
+        md_outbuf *out = r->out;
+        r->out = &trailers;
+        rc = put_fields(r, r->trailer_at, r->fields_len, r->status, false, true);
+        r->out = out;
+    }
+    if (rc == 0 && r->sink->end(r->sink_arg, r->out, md_outbuf_pending_data(&trailers),
+                                md_outbuf_pending(&trailers)) != 0) {
         r->error = MD_RESP_NOMEM;
         rc = HPE_USER;
     }
-    md_outbuf_free(&fields);
-    return rc;
+    md_outbuf_free(&trailers);
+    return rc == 0;
 }
 
 static int r_message_complete(llhttp_t *p)
@@ -716,9 +676,7 @@ static int r_message_complete(llhttp_t *p)
     if (!r->head_sent && r->status != 101)
         return HPE_PAUSED; /* an interim response: feed starts the next head's count */
     r->complete = true;
-    if ((r->client_framing == MD_CLIENT_CHUNKED || r->zs != NULL) && !end_chunked(r))
-        return HPE_USER;
-    if (r->client_framing == MD_CLIENT_FRAMED && end_framed(r) != 0)
+    if (r->client_framing != MD_CLIENT_NONE && !end_body(r))
         return HPE_USER;
     return HPE_PAUSED; /* anything after it is not this response's */
 }
@@ -736,15 +694,15 @@ static const llhttp_settings_t resp_settings = {
     .on_message_complete = r_message_complete,
 };
 
-void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request, bool client_http10,
-                        bool client_closes)
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
+                        const md_proxy_sink *sink, void *sink_arg)
 {
     memset(r, 0, sizeof *r);
     llhttp_init(&r->parser, HTTP_RESPONSE, &resp_settings);
     r->max_head = max_head;
     r->head_request = head_request;
-    r->client_http10 = client_http10;
-    r->client_closes = client_closes;
+    r->sink = sink;
+    r->sink_arg = sink_arg;
 }
 
 int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used, md_outbuf *out)
@@ -796,10 +754,10 @@ int md_proxy_resp_eof(md_proxy_resp *r, md_outbuf *out)
         return MD_RESP_GARBAGE; /* cut short */
     if (llhttp_finish(&r->parser) != HPE_OK && (!r->complete || r->error != 0))
         return r->error != 0 ? r->error : MD_RESP_GARBAGE;
-    /* llhttp_finish() ran on_message_complete, which closed a chunked client body. */
+    /* llhttp_finish() ran on_message_complete, which ended the body. */
     if (!r->complete) {
         r->complete = true;
-        if ((r->client_framing == MD_CLIENT_CHUNKED || r->zs != NULL) && !end_chunked(r))
+        if (r->client_framing != MD_CLIENT_NONE && !end_body(r))
             return r->error != 0 ? r->error : MD_RESP_NOMEM;
     }
     return MD_RESP_DONE;
@@ -809,6 +767,7 @@ void md_proxy_resp_free(md_proxy_resp *r)
 {
     md_zstream_give(r->zs); /* a coded body cut short */
     r->zs = NULL;
+    md_outbuf_free(&r->coded);
     free(r->fields);
     r->fields = NULL;
     r->fields_cap = r->fields_len = 0;

@@ -1,6 +1,8 @@
 /* The proxy's messages, without I/O: the request head it sends upstream (hop-by-hop fields
  * removed, forwarding fields added, the body re-framed), and the upstream response's parser
- * (llhttp in HTTP_RESPONSE mode) that checks its framing and writes the client's head.
+ * (llhttp in HTTP_RESPONSE mode) that checks its framing and hands the client's response, in
+ * parts, to a sink: the request API's relay calls (request.h), which frame it for the client's
+ * protocol.
  *
  * Hop-by-hop fields (RFC 9110 7.6.1), removed both ways: Connection and every field it names,
  * Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, and every Proxy-* field (credentials
@@ -56,33 +58,29 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
 
 /* The response parser.
  *
- * Interim responses (RFC 9110 15.2): each 1xx but 101 is passed on to an HTTP/1.1 client as
- * its own head (hop-by-hop fields removed, no framing fields), complete or not at all, and
- * never to an HTTP/1.0 one. A 100 Continue is dropped when magpied already sent the client
- * its own (client_continued: the core answers Expect: 100-continue itself at the head, and
- * Expect never goes upstream), so a client never gets two. Each head is bounded by max_head
- * on its own; more than MD_PROXY_MAX_INTERIM of them before the final response is GARBAGE.
+ * Interim responses (RFC 9110 15.2): each 1xx but 101 goes to the sink's interim (hop-by-hop
+ * fields removed, no framing fields), complete or not at all; the request API passes it on to
+ * a client that can take it (md_http_respond_interim). Each head is bounded by max_head on its
+ * own; more than MD_PROXY_MAX_INTERIM of them before the final response is GARBAGE.
  *
- * A framed client (HTTP/2) gets no interim response.
- *
- * Trailers (RFC 9110 6.5): passed on when the client's body is chunked (or framed, through
- * trailers_fn: HTTP/2's trailing HEADERS), without hop-by-hop
- * fields and those a trailer must not carry (framing, routing, request modifiers,
- * authentication, response control data, Content-Encoding/-Type/-Range, Trailer), bounded by
- * max_head; otherwise dropped, as RFC 9112 7.1.2 allows (and always when the body is
- * compressed).
+ * Trailers (RFC 9110 6.5): a body whose length is not known (chunked upstream) ends with the
+ * upstream's trailer fields, without hop-by-hop fields and those a trailer must not carry
+ * (framing, routing, request modifiers, authentication, response control data,
+ * Content-Encoding/-Type/-Range, Trailer), bounded by max_head (past it, none), and never
+ * after a body coded here. Whether they reach the client is its protocol's (RFC 9112 7.1.2
+ * allows dropping them).
  *
  * Compression on the fly (a route's compress, http/compress.h; md_proxy_resp.compress): a
  * final 200, 403 or 404 (the statuses nginx's gzip compresses) with a body, a Content-Type
  * among compress_types, no Content-Encoding of its own (never coded twice), no
  * Cache-Control: no-transform (RFC 9110 7.7), and a Content-Length of at least
  * compress_min_length or none (chunked or close-delimited), to a client that takes a coding
- * (accept_coding) over HTTP/1.1 or HTTP/2, has its body coded as it streams: Content-Length
- * and Accept-Ranges dropped, Content-Encoding added, a strong ETag weakened (W/), the body
- * chunked to an HTTP/1.1 client (DATA to HTTP/2). Such a response, coded or not (HEAD, a small
+ * (accept_coding: md_http_req_accept_coding, none for HTTP/1.0), has its body coded as it
+ * streams: Content-Length and Accept-Ranges dropped, Content-Encoding added, a strong ETag
+ * weakened (W/), its length unknown to the sink. Such a response, coded or not (HEAD, a small
  * body, a client that takes none), gets Vary: Accept-Encoding unless a Vary of the upstream's
  * names it or is "*". 206, 304 and every other status pass as they are. The coded output goes
- * to out like any body, so the caller's back-pressure on out bounds it. */
+ * to the sink's body like any body, so the caller's back-pressure on out bounds it. */
 #define MD_PROXY_MAX_INTERIM 32
 
 typedef enum md_proxy_resp_rc {
@@ -94,54 +92,53 @@ typedef enum md_proxy_resp_rc {
     MD_RESP_UPGRADE = 2, /* a 101 for a tunnel: *used ends its head */
 } md_proxy_resp_rc;
 
-/* How the response body goes to the client. */
+/* What the client's body is known by. */
 typedef enum md_proxy_client_framing {
-    MD_CLIENT_NONE,    /* no body (HEAD, 1xx, 204, 304) */
-    MD_CLIENT_LENGTH,  /* the upstream's Content-Length */
-    MD_CLIENT_CHUNKED, /* re-chunked: chunked or close-delimited upstream, HTTP/1.1 client */
-    MD_CLIENT_CLOSE,   /* close-delimited: HTTP/1.0 client */
-    MD_CLIENT_FRAMED,  /* the client's protocol frames it (HTTP/2): the bytes as they come */
+    MD_CLIENT_NONE,   /* no body (HEAD, 1xx, 204, 304) */
+    MD_CLIENT_LENGTH, /* the upstream's Content-Length */
+    MD_CLIENT_STREAM, /* nothing before its end (chunked or close-delimited upstream, or coded) */
 } md_proxy_client_framing;
 
-/* Where a framed client's head goes (md_proxy_resp.framed): the status, the end-to-end fields
- * as "Name: value" CRLF lines (hop-by-hop ones removed, the route's rules applied, Via), and
- * the body's length (MD_PROXY_LENGTH_UNKNOWN: it ends with the upstream's). 0 or -ENOMEM. */
+/* A body whose length is not known before its end (md_proxy_sink.head). */
 #define MD_PROXY_LENGTH_UNKNOWN UINT64_MAX
-typedef int (*md_proxy_head_fn)(void *arg, unsigned status, const char *fields, size_t len,
-                                uint64_t length);
-/* Where a framed client's trailers go (md_proxy_resp.trailers_fn): the upstream's chunked
- * trailer fields, filtered as an HTTP/1.1 client's are, "Name: value" CRLF lines; called once,
- * before the response completes, only when some are left. 0 or -ENOMEM. */
-typedef int (*md_proxy_trailers_fn)(void *arg, const char *fields, size_t len);
+
+/* Where the client's response goes, each call with the sink's arg; each returns 0 or
+ * -ENOMEM. Fields are "Name: value" CRLF lines: the upstream's end-to-end ones, the route's
+ * rules applied, Via, the coding's. reason: the upstream's reason phrase (empty when it was
+ * not visible ASCII). magpied's (proxy.c) are the request API's relay calls. */
+typedef struct md_proxy_sink {
+    int (*interim)(void *arg, unsigned status, const char *reason, size_t reason_len,
+                   const char *fields, size_t len);
+    /* The final head, or a 101's; length: MD_PROXY_LENGTH_UNKNOWN when the body ends with
+     * the upstream's (or has none: HEAD, 204, 304, whose Content-Length stays in fields). */
+    int (*head)(void *arg, unsigned status, const char *reason, size_t reason_len,
+                const char *fields, size_t len, uint64_t length);
+    int (*body)(void *arg, md_outbuf *out, const char *data, size_t len);
+    /* The body's end (any but MD_CLIENT_NONE's), with the trailers kept (may be none). */
+    int (*end)(void *arg, md_outbuf *out, const char *trailers, size_t len);
+} md_proxy_sink;
 
 typedef struct md_proxy_resp {
     llhttp_t parser;
-    md_outbuf *out;        /* where the client's head and body go (during feed) */
-    uint32_t max_head;     /* bytes of the head (status line through the empty line) */
-    bool head_request;     /* a response to HEAD: no body whatever it says */
-    bool client_http10;    /* the client speaks HTTP/1.0: no 1xx, no chunked */
-    bool client_closes;    /* the client's connection closes after this response */
-    bool client_continued; /* magpied sent the client its own 100 Continue */
-    bool tunnel_ok;        /* a 101 may start a tunnel */
-    bool via;              /* append Via: 1.1 magpied */
-    /* The client's protocol frames the body itself (HTTP/2): the final head goes to head_fn
-     * instead of out, no interim head goes on, trailers go to trailers_fn, and the body is passed
-     * as it comes, de-chunked (MD_CLIENT_FRAMED), or MD_CLIENT_LENGTH. */
-    bool framed;
-    md_proxy_head_fn head_fn;
-    md_proxy_trailers_fn trailers_fn; /* NULL: a framed client's trailers are dropped */
-    void *head_arg;
+    md_outbuf *out; /* where the sink writes the client's response (during feed) */
+    const md_proxy_sink *sink;
+    void *sink_arg;
+    uint32_t max_head; /* bytes of the head (status line through the empty line) */
+    bool head_request; /* a response to HEAD: no body whatever it says */
+    bool tunnel_ok;    /* a 101 may start a tunnel */
+    bool via;          /* append Via: 1.1 magpied */
     /* The route's header rules (http/headers.h) on the final head; NULL: none. */
     const struct md_route_headers *headers;
     /* The route's compression (NULL or codings 0: off) and the coding the client takes
-     * (md_compress_negotiate over its Accept-Encoding; MD_CODING_NONE: none). */
+     * (MD_CODING_NONE: none). */
     const md_route_compress *compress;
     uint8_t accept_coding;
     uint8_t coding;          /* the body's coding, decided at the final head */
     bool add_vary;           /* the final head gets Vary: Accept-Encoding */
     md_zstream *zs;          /* the body's compressor while coding */
+    md_outbuf coded;         /* its output, on its way to the sink */
     bool started;            /* a byte of the response has come */
-    bool head_sent;          /* the client's head is in out */
+    bool head_sent;          /* the client's head went to the sink */
     bool complete;           /* the message is complete */
     bool close_delimited;    /* the body ends when the connection does */
     bool upstream_keepalive; /* the upstream keeps the connection after it */
@@ -161,14 +158,14 @@ typedef struct md_proxy_resp {
     int error; /* md_proxy_resp_rc of a callback's failure */
 } md_proxy_resp;
 
-void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request, bool client_http10,
-                        bool client_closes);
-/* Parses data[0..len): the client's head and body are appended to out as they come. *used:
+void md_proxy_resp_init(md_proxy_resp *r, uint32_t max_head, bool head_request,
+                        const md_proxy_sink *sink, void *sink_arg);
+/* Parses data[0..len): the client's head and body go to the sink (into out) as they come. *used:
  * the bytes used (less than len only with DONE or UPGRADE: what follows the response). */
 int md_proxy_resp_feed(md_proxy_resp *r, const char *data, size_t len, size_t *used,
                        md_outbuf *out);
-/* The upstream closed: DONE for a close-delimited body (the last chunk is appended when the
- * client's body was chunked), GARBAGE for anything cut short. */
+/* The upstream closed: DONE for a close-delimited body (the sink's end called), GARBAGE for
+ * anything cut short. */
 int md_proxy_resp_eof(md_proxy_resp *r, md_outbuf *out);
 void md_proxy_resp_free(md_proxy_resp *r);
 
