@@ -61,9 +61,10 @@ void md_http_limits_default(md_http_limits *l);
 typedef md_access_entry md_http_exchange;
 
 /* What every connection of one listener shares. Immutable while a connection uses it, and it
- * must outlive every connection that uses it. The I/O layer may give a connection another one
- * between requests (md_http_conn_set_server), so that a reload's limits apply from the next
- * request on while the one in flight finishes under the limits it started with. */
+ * must outlive every connection that uses it. A connection takes another one at a request's
+ * start, the one its request_begin hook returns (or, between requests, from
+ * md_http_conn_set_server), so that a reload's limits apply from the next request on while
+ * the one in flight finishes under the limits it started with. */
 typedef struct md_http_server {
     md_http_limits limits;
     md_file_cache_limits file_cache; /* the static handler's open-file cache; zero: off */
