@@ -14,11 +14,19 @@ bool md_proxy_hop_by_hop(const char *name, size_t len)
 {
     if (len >= 6 && md_ascii_eq_lower(name, 6, "proxy-"))
         return true;
-    return md_ascii_eq_lower(name, len, "connection") ||
-           md_ascii_eq_lower(name, len, "keep-alive") || md_ascii_eq_lower(name, len, "te") ||
-           md_ascii_eq_lower(name, len, "trailer") ||
-           md_ascii_eq_lower(name, len, "transfer-encoding") ||
-           md_ascii_eq_lower(name, len, "upgrade");
+    switch (len) { /* each field of each head asks: only the names of its length compared */
+    case 2:
+        return md_ascii_eq_lower(name, len, "te");
+    case 7:
+        return md_ascii_eq_lower(name, len, "trailer") || md_ascii_eq_lower(name, len, "upgrade");
+    case 10:
+        return md_ascii_eq_lower(name, len, "connection") ||
+               md_ascii_eq_lower(name, len, "keep-alive");
+    case 17:
+        return md_ascii_eq_lower(name, len, "transfer-encoding");
+    default:
+        return false;
+    }
 }
 
 /* One field of a kept block: [name, name + nlen) and [value, value + vlen). false at the end. */
@@ -65,22 +73,64 @@ const char *md_proxy_field(const char *fields, size_t len, const char *name, siz
     return NULL;
 }
 
-/* Is name listed in any Connection field of fields (RFC 9110 7.6.1)? */
-static bool named_by_connection(const char *fields, size_t len, const char *name, size_t nlen)
+/* The Connection fields of a head (RFC 9110 7.6.1), found in one walk, so that asking whether
+ * one of its fields is named by them does not walk the head again for each field. A head with
+ * more than CONN_FIELDS of them is walked for each question. */
+enum { CONN_FIELDS = 4 };
+typedef struct conn_names {
+    const char *fields; /* the head */
+    size_t len;
+    unsigned n; /* Connection fields found; CONN_FIELDS + 1: more than kept */
+    const char *v[CONN_FIELDS];
+    size_t vl[CONN_FIELDS];
+} conn_names;
+
+static void conn_names_init(conn_names *c, const char *fields, size_t len)
 {
+    c->fields = fields;
+    c->len = len;
+    c->n = 0;
     struct field_iter it = {fields, fields + len};
     const char *n, *v;
     size_t nl, vl;
     while (next_field(&it, &n, &nl, &v, &vl)) {
         if (!md_ascii_eq_lower(n, nl, "connection"))
             continue;
-        md_list l = md_list_of(v, vl);
-        const char *e;
-        size_t el;
-        while (md_list_next(&l, &e, &el))
-            if (md_ascii_eq_ci(e, el, name, nlen))
-                return true;
+        if (c->n == CONN_FIELDS) {
+            c->n = CONN_FIELDS + 1;
+            return;
+        }
+        c->v[c->n] = v;
+        c->vl[c->n++] = vl;
     }
+}
+
+static bool list_names(const char *v, size_t vl, const char *name, size_t nlen)
+{
+    md_list l = md_list_of(v, vl);
+    const char *e;
+    size_t el;
+    while (md_list_next(&l, &e, &el))
+        if (md_ascii_eq_ci(e, el, name, nlen))
+            return true;
+    return false;
+}
+
+/* Is name listed in any Connection field of the head? */
+static bool named_by_connection(const conn_names *c, const char *name, size_t nlen)
+{
+    if (c->n <= CONN_FIELDS) {
+        for (unsigned i = 0; i < c->n; i++)
+            if (list_names(c->v[i], c->vl[i], name, nlen))
+                return true;
+        return false;
+    }
+    struct field_iter it = {c->fields, c->fields + c->len};
+    const char *n, *v;
+    size_t nl, vl;
+    while (next_field(&it, &n, &nl, &v, &vl))
+        if (md_ascii_eq_lower(n, nl, "connection") && list_names(v, vl, name, nlen))
+            return true;
     return false;
 }
 
@@ -142,6 +192,8 @@ version:
     if (!put(out, "\r\n", 2))
         return -ENOMEM;
 
+    conn_names cn;
+    conn_names_init(&cn, fields, flen);
     struct field_iter it = {fields, fields + flen};
     const char *n, *v;
     size_t nl, vl;
@@ -151,9 +203,9 @@ version:
         if (md_ascii_eq_lower(n, nl, "upgrade") && rq->upgrade) {
             /* kept for a tunnel */
         } else if (md_ascii_eq_lower(n, nl, "trailer") && rq->framing == MD_PROXY_BODY_CHUNKED &&
-                   !named_by_connection(fields, flen, n, nl)) {
+                   !named_by_connection(&cn, n, nl)) {
             /* announces the trailer fields the last chunk passes on (md_proxy_trailers) */
-        } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(fields, flen, n, nl)) {
+        } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(&cn, n, nl)) {
             continue;
         }
         /* Written anew below, from the framing and the client. */
@@ -172,7 +224,7 @@ version:
     it = (struct field_iter){fields, fields + flen};
     while (next_field(&it, &n, &nl, &v, &vl)) {
         if (md_ascii_eq_lower(n, nl, "x-forwarded-for") && vl != 0 &&
-            !named_by_connection(fields, flen, n, nl) && (!put(out, v, vl) || !put(out, ", ", 2)))
+            !named_by_connection(&cn, n, nl) && (!put(out, v, vl) || !put(out, ", ", 2)))
             return -ENOMEM;
     }
     const char *peer = rq->peer != NULL ? rq->peer : "unknown";
@@ -404,7 +456,8 @@ size_t md_proxy_trailers(char *dst, const char *trailers, size_t len)
 static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status, bool keep_length,
                       bool trailer)
 {
-    size_t head_end = trailer ? r->trailer_at : r->fields_len;
+    conn_names cn; /* the head's: trailers are named by its Connection too */
+    conn_names_init(&cn, r->fields, trailer ? r->trailer_at : r->fields_len);
     struct field_iter it = {r->fields + from, r->fields + to};
     const char *fn, *v;
     size_t nl, vl;
@@ -413,8 +466,7 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
             continue;
         if (status == 101 && md_ascii_eq_lower(fn, nl, "upgrade")) {
             /* the protocol the tunnel switches to */
-        } else if (md_proxy_hop_by_hop(fn, nl) ||
-                   named_by_connection(r->fields, head_end, fn, nl)) {
+        } else if (md_proxy_hop_by_hop(fn, nl) || named_by_connection(&cn, fn, nl)) {
             continue;
         }
         if (md_ascii_eq_lower(fn, nl, "content-length") && !keep_length)

@@ -56,6 +56,18 @@ Test(proxy_msg, hop_by_hop_fields_never_go_upstream, .timeout = 5)
     h = head("/p", "Host: a.test\r\nConnection: trailer\r\nTrailer: X-T\r\n",
              (md_proxy_req){.peer = "192.0.2.1", .framing = MD_PROXY_BODY_CHUNKED});
     cr_assert_null(strstr(h, "Trailer"), "%s", h);
+    /* Any number of Connection fields, the names in any of them (past the four the parser
+     * keeps at hand, it walks the head). */
+    for (int k = 1; k <= 6; k++) {
+        char many[512];
+        int n = snprintf(many, sizeof many, "Host: a.test\r\nX-Named: 1\r\nX-Kept: 2\r\n");
+        for (int i = 1; i < k; i++)
+            n += snprintf(many + n, sizeof many - (size_t)n, "Connection: keep-alive\r\n");
+        snprintf(many + n, sizeof many - (size_t)n, "Connection: close, x-named\r\n");
+        h = head("/p", many, (md_proxy_req){.peer = "192.0.2.1"});
+        cr_assert_null(strstr(h, "X-Named"), "%d Connection fields: %s", k, h);
+        cr_assert_not_null(strstr(h, "\r\nX-Kept: 2\r\n"), "%d Connection fields: %s", k, h);
+    }
 }
 
 /* A client's trailer fields as the upstream gets them: hop-by-hop and forbidden ones out. */
@@ -406,6 +418,13 @@ Test(proxy_msg, bytes_after_the_response_are_not_its, .timeout = 5)
 
 Test(proxy_msg, response_hop_by_hop_fields_removed, .timeout = 5)
 {
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nConnection: a\r\nConnection: b\r\nConnection: c\r\n"
+                     "Connection: d\r\nConnection: e, x-e\r\nX-E: 1\r\nX-B: 2\r\n"
+                     "Content-Length: 0\r\n\r\n",
+                     false, 100, NULL),
+                 MD_RESP_DONE);
+    cr_assert_str_eq(client, "HTTP/1.1 200 OK\r\nX-B: 2\r\nContent-Length: 0\r\n\r\n",
+                     "named by a fifth Connection field");
     cr_assert_eq(run("HTTP/1.1 200 OK\r\nConnection: close, X-A\r\nX-A: 1\r\nKeep-Alive: t=5\r\n"
                      "Proxy-Authenticate: B\r\nTrailer: X\r\nUpgrade: y\r\nX-B: 2\r\n"
                      "Content-Length: 0\r\n\r\n",
