@@ -5,11 +5,14 @@
 #   loadtest/http/instructions.sh                  both servers, defaults below
 #   DURATION=30 CONNS=16 loadtest/http/instructions.sh
 #   SERVERS="magpied floor nginx" loadtest/http/instructions.sh    nginx beside them
+#   SERVERS=proxy loadtest/http/instructions.sh    magpied as a reverse proxy to the floor
 #
 # For each server, started on 127.0.0.1 and a free port (magpied: 1 worker, access log off,
 # the echo listener off, its config copied to a temporary directory; nginx: peers/nginx's
 # configuration with one process, master_process off, so that callgrind sees the one that
-# serves):
+# serves; proxy: magpied, one worker, [route /] handler = proxy to an [upstream] of the floor
+# on its own port, keepalive = 64, so that each request is one upstream exchange on a pooled
+# connection; the floor's instructions are not counted):
 #
 #  1. under valgrind --tool=callgrind: warm up with wrk for WARMUP seconds, zero the counters
 #     (callgrind_control -z), run wrk -t1 -c CONNS for DURATION seconds, dump (callgrind_control
@@ -66,12 +69,14 @@ TMP=$(mktemp -d)
 
 SRV_PID=
 AUX_PID=
+UP_PID=
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM HUP
     if [[ -n $AUX_PID ]]; then stop_pid "$AUX_PID"; fi
     if [[ -n $SRV_PID ]]; then stop_pid "$SRV_PID"; fi
+    if [[ -n $UP_PID ]]; then stop_pid "$UP_PID"; fi
     rm -rf "$TMP"
     exit "$rc"
 }
@@ -96,6 +101,16 @@ start() {
             --set "echo.listen=" --set runtime.workers=1 --set log.access_log=off)
         ;;
     floor) cmd=("$FLOOR_DIR/floor" "$port") ;;
+    proxy)
+        if [[ -z $UP_PID ]]; then
+            UP_PORT=$(free_port)
+            "$FLOOR_DIR/floor" "$UP_PORT" >>"$RUN/upstream.log" 2>&1 </dev/null 9>&- &
+            UP_PID=$!
+        fi
+        printf '[http]\nlisten = 127.0.0.1:%s\n[echo]\nlisten =\n[runtime]\nworkers = 1\n[log]\naccess_log = off\n[upstream app]\nserver = 127.0.0.1:%s\nkeepalive = 64\n[route /]\nhandler = proxy\nupstream = app\n' \
+            "$port" "$UP_PORT" >"$TMP/proxy.conf"
+        cmd=("$MAGPIED" -c "$TMP/proxy.conf")
+        ;;
     nginx)
         [[ -x $NGINX ]] || die "nginx not found at $NGINX"
         mkdir -p "$TMP/nginx"
