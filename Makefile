@@ -7,7 +7,7 @@
 #   make test SANITIZE=address,undefined  ... under ASan + UBSan        (build/asan/)
 #   make test-repeat N=20           the suites that start threads, N times each (flakes)
 #   make stress STRESS_MINUTES=30   the user-shaped runtime stress, new seeds until time is up
-#   make fuzz SANITIZE=address,undefined  hostile configs, reloads, HTTP/1.1 and HTTP/2 bytes
+#   make fuzz SANITIZE=address,undefined  hostile configs, reloads, HTTP/1.1 and HTTP/2 bytes, upstreams
 #   make lint                       install what is missing, clang-format check and cppcheck
 #   make [all]                      build libmagpie and the programs into build/release/
 #   make examples                   the guide's example programs (runtime/examples/)
@@ -427,7 +427,7 @@ stress:
 	@+$(SUBMAKE) $(STRESS_BINS)
 	@tests/stress.sh $(STRESS_MINUTES) $(STRESS_WORKERS) $(STRESS_BINS)
 
-# Hostile configurations, reloads, HTTP/1.1 bytes and HTTP/2 frames against magpied
+# Hostile configurations, reloads, HTTP/1.1 bytes, HTTP/2 frames and upstream responses against magpied
 # (tests/fuzz/fuzz.py), a new seed each run: `make fuzz SANITIZE=address,undefined FUZZ_CASES=2000`.
 FUZZ_CASES ?= 300
 # testssl.sh against the [https] listener of config/magpied-tls.conf (tests/tls/testssl.sh):
@@ -441,7 +441,7 @@ testssl:
 fuzz:
 	@+$(SUBMAKE) test-deps
 	@+$(SUBMAKE) $(MAGPIED)
-	@seed=$$(date +%s); for kind in config reload h1 h2; do \
+	@seed=$$(date +%s); for kind in config reload h1 h2 upstream; do \
 	    /usr/bin/python3 tests/fuzz/fuzz.py $(MAGPIED) $$kind $(FUZZ_CASES) $$seed || exit 1; done
 
 bench:

@@ -84,11 +84,12 @@ static inline void md_outbuf_commit(md_outbuf *b, const char *end)
 
 static inline int md_outbuf_append(md_outbuf *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return 0; /* an empty buffer has no storage, where reserve would find no room */
     char *dst = md_outbuf_reserve(b, n);
     if (dst == NULL)
         return -ENOMEM;
-    if (n != 0)
-        memcpy(dst, p, n);
+    memcpy(dst, p, n);
     b->len += n;
     return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`make fuzz`: hostile configurations and hostile bytes against magpied, a seed per run.
 
-    tests/fuzz/fuzz.py MAGPIED KIND CASES SEED      KIND: config, reload, h1, h2
+    tests/fuzz/fuzz.py MAGPIED KIND CASES SEED      KIND: config, reload, h1, h2, upstream
 
 config  mutated copies of config/*.conf (lines dropped, doubled, cut; keys of magpied.conf(5)
         in any section with values from a list of edge cases; bytes flipped) through
@@ -13,6 +13,10 @@ h1, h2  one magpied with HTTP/1.1 and h2c, sent mutated requests (smuggling shap
         chunking, huge fields, bytes flipped, split at odd places) and raw HTTP/2 frames (any
         type, flags, stream id and length; SETTINGS and WINDOW_UPDATE edge values; CONTINUATION
         chains; HEADERS with forbidden fields); every 25 cases a normal request must be served.
+upstream  one magpied proxying to a hostile upstream (this script's) that answers each request
+        with a mutated response (1xx runs, 101, chunked with trailers, close-delimited, bodies
+        to compress, garbage, split at odd places), to HTTP/1.1, HTTP/1.0 and h2c clients;
+        every 25 cases a normal request must be served.
 
 A failure prints what failed and the seed; the same SEED replays the same cases. Exit 0 when
 every case passed. Needs /usr/bin/python3 with python3-h2 (hpack) for h2, and openssl.
@@ -396,8 +400,167 @@ def fuzz_wire(mg, cases, rnd, tmp, h2):
     stop(p, log_path)
 
 
+UP_RESPONSES = [
+    b'HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 40\r\nETag: "e"\r\n\r\n' + b'hello ' * 6 + b'!!!!',
+    b'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n'
+    b'5\r\nhello\r\n6;e=1\r\n world\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n',
+    b'HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\nuntil the upstream closes ' * 3,
+    b'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n'
+    b'HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok',
+    b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nframes',
+    b'HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n',
+    b'HTTP/1.1 304 Not Modified\r\nETag: "e"\r\n\r\n',
+    b'HTTP/1.1 200 OK\r\nConnection: close, X-A\r\nX-A: 1\r\nKeep-Alive: 5\r\nContent-Length: 3\r\n\r\nabc',
+    b'HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n' + b'x' * 3000,
+    b'HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n'
+    b'400\r\n' + b'n' * 1024 + b'\r\n0\r\n\r\n',
+    b'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n']
+UP_PIECES = [b'\r\n', b'\n', b' ', b':', b'\x00', b'\xff', b'HTTP/1.1 200 OK\r\n', b'HTTP/1.1 102 Processing\r\n\r\n',
+             b'Transfer-Encoding: chunked\r\n', b'Content-Length: 3\r\n', b'Content-Length: 99999999999\r\n',
+             b'Transfer-Encoding: gzip\r\n', b'Connection: x-b\r\n', b'Trailer: x\r\n', b'0\r\n\r\n',
+             b'ffffffff\r\n', b'Content-Encoding: gzip\r\n', b'Cache-Control: no-transform\r\n',
+             b'Vary: *\r\n', b'Upgrade: h2c\r\n', b'X: ' + b'v' * 5000 + b'\r\n']
+UP_REQUESTS = [
+    b'GET /p/a HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n',
+    b'GET /p/a HTTP/1.1\r\nHost: a\r\n\r\n',
+    b'GET /p/a HTTP/1.0\r\n\r\n',
+    b'HEAD /p/a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+    b'POST /p/a HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\nConnection: close\r\n'
+    b'\r\nabc',
+    b'POST /p/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n'
+    b'3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n',
+    b'GET /ws/a HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nclient bytes',
+    b'GET /p/a HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n'
+    b'GET /p/b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n']
+
+
+class HostileUpstream:
+    """Answers every request head it reads with self.response, written in pieces of self.step."""
+
+    def __init__(self):
+        import threading
+        self.response, self.step, self.close = UP_RESPONSES[0], 1 << 20, False
+        self.sock = socket.socket()
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.conn, args=(c,), daemon=True).start()
+
+    def conn(self, c):
+        c.settimeout(5)
+        buf = b''
+        try:
+            while True:
+                while b'\r\n\r\n' not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                buf = buf[buf.index(b'\r\n\r\n') + 4:]  # a body is read as the next head's bytes
+                resp, step, close = self.response, self.step, self.close
+                for i in range(0, len(resp), step):
+                    c.sendall(resp[i:i + step])
+                if close:
+                    return
+        except OSError:
+            return
+        finally:
+            c.close()
+
+
+def fuzz_upstream(mg, cases, rnd, tmp):
+    up = HostileUpstream()
+    write(tmp + '/proxy.conf', f"""[http]
+listen = 127.0.0.1:0
+http2 = on
+[echo]
+listen =
+[runtime]
+workers = 2
+[log]
+access_log = off
+[upstream u]
+server = 127.0.0.1:{up.port}
+keepalive = 4
+connect_timeout_ms = 1000
+header_timeout_ms = 500
+read_timeout_ms = 500
+send_timeout_ms = 500
+tries = 1
+[route = /]
+handler = text
+body = Hello, World!
+[route /p]
+handler = proxy
+upstream = u
+compress = gzip
+compress_min_length = 10
+header_add = X-Added: 1
+header_remove = X-A
+[route /ws]
+handler = proxy
+upstream = u
+websocket = on
+""")
+    log_path = tmp + '/proxy.log'
+    p, port = start(mg, tmp + '/proxy.conf', log_path)
+
+    def mutate(b, pieces):
+        b = bytearray(b)
+        for _ in range(rnd.randint(1, 4)):
+            r, i = rnd.random(), rnd.randrange(len(b) + 1)
+            if r < 0.5:
+                b[i:i] = rnd.choice(pieces)
+            elif r < 0.75 and b:
+                del b[i:i + rnd.randint(1, 5)]
+            elif b:
+                b[min(i, len(b) - 1)] = rnd.randrange(256)
+        return bytes(b)
+
+    for n in range(cases):
+        resp = rnd.choice(UP_RESPONSES)
+        up.response = mutate(resp, UP_PIECES) if rnd.random() < 0.6 else resp
+        up.step = rnd.choice([1 << 20, 1, 7, 64])
+        up.close = rnd.random() < 0.3
+        if rnd.random() < 0.3:
+            import hpack
+            path = rnd.choice([b'/p/a', b'/ws/a'])
+            head = hpack.Encoder().encode([(b':method', rnd.choice([b'GET', b'HEAD', b'POST'])),
+                                           (b':scheme', b'http'), (b':path', path), (b':authority', b'a'),
+                                           (b'accept-encoding', b'gzip')])
+            data = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + frame(4, 0, 0, b'') + frame(1, 5, 1, head)
+        else:
+            req = rnd.choice(UP_REQUESTS)
+            data = mutate(req, H1_PIECES) if rnd.random() < 0.2 else req
+        step = rnd.choice([len(data), 1, 64])
+        try:
+            s = socket.create_connection(('127.0.0.1', port), timeout=0.8)  # > the upstream's 500 ms
+            for i in range(0, len(data), step):
+                s.sendall(data[i:i + step])
+            while s.recv(65536):
+                pass
+            s.close()
+        except OSError:
+            pass  # a timeout or a reset: a hostile upstream's answer may be either
+        if p.poll() is not None:
+            fail(f'case {n}: magpied exited {p.returncode}:\n{open(log_path, encoding="latin-1").read()[-4000:]}')
+        if n % 25 == 24 and not (normal(port, False) and normal(port, True)):
+            fail(f'case {n}: a normal request was not served after it')
+    stop(p, log_path)
+    up.sock.close()
+
+
 def main():
-    if len(sys.argv) != 5 or sys.argv[2] not in ('config', 'reload', 'h1', 'h2'):
+    if len(sys.argv) != 5 or sys.argv[2] not in ('config', 'reload', 'h1', 'h2', 'upstream'):
         sys.exit(__doc__)
     mg, kind, cases, seed = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rnd = random.Random(seed)
@@ -407,7 +570,8 @@ def main():
             {'config': lambda: fuzz_config(mg, cases, rnd, tmp),
              'reload': lambda: fuzz_reload(mg, cases, rnd, tmp),
              'h1': lambda: fuzz_wire(mg, cases, rnd, tmp, False),
-             'h2': lambda: fuzz_wire(mg, cases, rnd, tmp, True)}[kind]()
+             'h2': lambda: fuzz_wire(mg, cases, rnd, tmp, True),
+             'upstream': lambda: fuzz_upstream(mg, cases, rnd, tmp)}[kind]()
         except SystemExit as e:
             if e.code:
                 print(f'fuzz: replay with: tests/fuzz/fuzz.py {sys.argv[1]} {kind} {cases} {seed}', flush=True)

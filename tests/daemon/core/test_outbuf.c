@@ -28,6 +28,19 @@ Test(outbuf, append_consume_reset, .timeout = 5)
     cr_assert_null(b.data);
 }
 
+/* Nothing appended to a buffer that has no storage yet is no failure (it once was -ENOMEM:
+ * reserve found no room in a NULL buffer), and takes none. */
+Test(outbuf, appending_nothing_to_an_empty_buffer_succeeds, .timeout = 5)
+{
+    md_outbuf b;
+    md_outbuf_init(&b);
+    cr_assert_eq(md_outbuf_append(&b, "", 0), 0);
+    cr_assert_eq(md_outbuf_append(&b, NULL, 0), 0);
+    cr_assert_null(b.data);
+    cr_assert_eq(md_outbuf_pending(&b), 0);
+    md_outbuf_free(&b);
+}
+
 /* Growth keeps what is still owed, in order, and slides it to the front first. */
 Test(outbuf, grow_keeps_pending_bytes, .timeout = 5)
 {

@@ -383,8 +383,7 @@ static int r_value_complete(llhttp_t *p)
 
 static bool out_put(md_proxy_resp *r, const char *s, size_t n)
 {
-    /* n == 0 on an empty buffer would find no room (its storage is NULL) */
-    if (n != 0 && md_outbuf_append(r->out, s, n) != 0) {
+    if (md_outbuf_append(r->out, s, n) != 0) {
         r->error = MD_RESP_NOMEM;
         return false;
     }
