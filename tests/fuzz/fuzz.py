@@ -223,12 +223,8 @@ def fuzz_reload(mg, cases, rnd, tmp):
     print(f'fuzz: reload: {text.count("reloaded ")} of {cases} files taken, the others refused')
 
 
-def serve(tmp):
-    os.makedirs(tmp + '/www', exist_ok=True)
-    with open(tmp + '/www/big.bin', 'wb') as f:
-        f.write(os.urandom(70000))
-    write(tmp + '/www/a.txt', 'hello\n' * 100)
-    write(tmp + '/wire.conf', f"""[http]
+# HTTP/1.1 and h2c on one loopback port, the text route normal() asks for.
+WIRE_HEAD = """[http]
 listen = 127.0.0.1:0
 http2 = on
 [echo]
@@ -240,7 +236,15 @@ access_log = off
 [route = /]
 handler = text
 body = Hello, World!
-[route = /echo]
+"""
+
+
+def serve(tmp):
+    os.makedirs(tmp + '/www', exist_ok=True)
+    with open(tmp + '/www/big.bin', 'wb') as f:
+        f.write(os.urandom(70000))
+    write(tmp + '/www/a.txt', 'hello\n' * 100)
+    write(tmp + '/wire.conf', WIRE_HEAD + f"""[route = /echo]
 handler = echo
 methods = POST
 [route = /metrics]
@@ -479,16 +483,7 @@ class HostileUpstream:
 
 def fuzz_upstream(mg, cases, rnd, tmp):
     up = HostileUpstream()
-    write(tmp + '/proxy.conf', f"""[http]
-listen = 127.0.0.1:0
-http2 = on
-[echo]
-listen =
-[runtime]
-workers = 2
-[log]
-access_log = off
-[upstream u]
+    write(tmp + '/proxy.conf', WIRE_HEAD + f"""[upstream u]
 server = 127.0.0.1:{up.port}
 keepalive = 4
 connect_timeout_ms = 1000
@@ -496,9 +491,6 @@ header_timeout_ms = 500
 read_timeout_ms = 500
 send_timeout_ms = 500
 tries = 1
-[route = /]
-handler = text
-body = Hello, World!
 [route /p]
 handler = proxy
 upstream = u
