@@ -121,10 +121,12 @@ bool md_http_req_frames_body(const md_http_req *req);
 #define MD_HTTP_LENGTH_UNKNOWN UINT64_MAX
 
 /* A relayed response (a proxied one), in any protocol: the upstream's status and end-to-end
- * fields, its body as it comes, its trailers. The protocol writes the framing:
+ * fields, its body as it comes, its trailers. The protocol writes the framing. In order:
  *
- *   md_http_respond_interim()*  md_http_respond_relayed()  md_http_relay_body()*
- * md_http_relay_end()
+ *   md_http_respond_interim()   each interim response (none or more)
+ *   md_http_respond_relayed()   the final head
+ *   md_http_relay_body()        each span of the body (none or more)
+ *   md_http_relay_end()         the body's end, with the trailers
  *
  * Fields are "Name: value" CRLF lines (fields_len bytes) with the hop-by-hop ones already
  * removed; reason is the upstream's reason phrase (reason_len bytes, may be empty), which only

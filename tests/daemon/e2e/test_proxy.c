@@ -598,6 +598,9 @@ Test(proxy_e2e, upgrade_is_tunnelled_where_allowed)
         cr_assert_eq(n, 4, "echoed through the tunnel: %.*s", (int)n, buf);
     }
     close(fd);
+    /* The 101 is one response: counted once (it once was twice, with two access log lines). */
+    char *m = ask(d.http, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(m, "magpied_http_responses_total{code=\"1xx\"} 1\n"), "%s", m);
     /* Where the route does not allow it, Upgrade is not passed on: a plain response. */
     char *r = ask(d.http, "GET /nows HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: "
                           "test\r\n\r\n");

@@ -256,6 +256,17 @@ Test(proxy_compress, http2)
         free(head);
         free(body);
     }
+    /* The upstream's trailers do not follow a body coded here (nor over HTTP/1.1): a HEADERS
+     * frame after the DATA only when the body goes as it came. */
+    char cmd[512];
+    for (int coded = 0; coded < 2; coded++) {
+        snprintf(cmd, sizeof cmd,
+                 "timeout 10 nghttp -v -H 'accept-encoding: %s' "
+                 "'http://127.0.0.1:%d/mode/text?bytes=3000&frame=chunked"
+                 "&trailer=1' 2>&1 | grep -a -c -i 'x-trailer: t'",
+                 coded ? "gzip" : "identity", d.http);
+        cr_expect_str_eq(run(cmd), coded ? "0\n" : "1\n", "coded %d", coded);
+    }
     /* Already coded upstream: passed as it is, its length kept. */
     h2_fetch(d.http, "gzip", "/mode/text?bytes=20000&ce=gzip", &head, &body, &bn);
     cr_expect(strstr(head, "content-encoding: gzip\r\n") != NULL, "%s", head);

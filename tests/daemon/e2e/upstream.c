@@ -40,12 +40,13 @@
  *   /mode/headbody            to HEAD: Content-Length: 10, and 10 body bytes anyway
  *   /mode/big?bytes=N         a 200 of N bytes (the byte at offset i is 'a' + i % 26)
  *   /mode/sink?pause_ms=N     read nothing for N ms, then the whole body; answer its length
- *   /mode/text?bytes=N&frame=length|chunked|eof&code=C&noise=1&ce=X&cc=X&vary=X&type=X
+ *   /mode/text?bytes=N&frame=length|chunked|eof&code=C&noise=1&ce=X&cc=X&vary=X&type=X&trailer=1
  *                             a C (200) of N bytes (1000) of Content-Type X (text/plain) with
  *                             ETag "v1" and Accept-Ranges, framed as asked (length), with
  *                             Content-Encoding, Cache-Control and Vary when given; the body
  *                             'a' + i % 26, or with noise letters from a fixed generator (text
- *                             that compresses poorly); to HEAD, the head alone
+ *                             that compresses poorly); chunked, X-Trailer: t in the last chunk
+ *                             with trailer=1; to HEAD, the head alone
  *   /mode/upgrade?linger_ms=N 101 to a request with Upgrade, then echo raw bytes until EOF,
  *                             then (after N ms, when given) "BYE\n" and close; without Upgrade,
  *                             the echo
@@ -618,7 +619,8 @@ static bool serve(conn *c, long req)
                 return false;
             left -= (long)k;
         }
-        if (chunked && !send_str(c->fd, "0\r\n\r\n"))
+        bool trailer = qint(target, "trailer", 0) != 0;
+        if (chunked && !send_str(c->fd, trailer ? "0\r\nX-Trailer: t\r\n\r\n" : "0\r\n\r\n"))
             return false;
         return !eof && !close_after;
     } else if (mode_is(target, "sink")) {

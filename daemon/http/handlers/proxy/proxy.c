@@ -897,8 +897,8 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                                                                                   : 0);
             }
             if (rc == MD_RESP_UPGRADE && p->upgrade) {
-                /* The 101 goes out first; what follows it, both ways, is the tunnel's. */
-                md_http_count_response(req, 101, 0);
+                /* The 101 goes out first (counted above, as any head); what follows it, both
+                 * ways, is the tunnel's. */
                 md_http_req_close_after(req);
                 p->state = ST_TUNNEL;
                 p->deadline_ms = mp_now_ms() + conf->read_timeout_ms;
