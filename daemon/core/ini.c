@@ -155,11 +155,7 @@ static int apply(void *conf, const md_ini_key *k, const char *value, char *msg, 
             *(uint64_t *)(void *)field = v;
         return 0;
     case MD_INI_BOOL:
-        if (md_parse_bool(value, (bool *)(void *)field) != 0) {
-            snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
-            return -EINVAL;
-        }
-        return 0;
+        return md_conf_bool(value, (bool *)(void *)field, msg, msg_len);
     case MD_INI_PARSE:
         return k->parse(conf, k, value, msg, msg_len);
     }

@@ -2,6 +2,7 @@
 #include "core/text.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 bool md_ascii_eq_lower(const char *s, size_t n, const char *lower)
@@ -86,6 +87,14 @@ int md_parse_bool(const char *s, bool *out)
             }
         }
     }
+    return -EINVAL;
+}
+
+int md_conf_bool(const char *value, bool *out, char *msg, size_t len)
+{
+    if (md_parse_bool(value, out) == 0)
+        return 0;
+    snprintf(msg, len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
     return -EINVAL;
 }
 

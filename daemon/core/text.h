@@ -55,6 +55,9 @@ int md_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Every boolean of the configuration reads the same words, in any ASCII case: 0 or -EINVAL. */
 #define MD_BOOL_GRAMMAR "on, yes, true or 1, or off, no, false or 0 (any case)"
 int md_parse_bool(const char *s, bool *out);
+/* The same for a configuration key's value: on a word it does not know, msg (len bytes) says
+ * what was expected and what came ("expected on, yes, ..., got \"maybe\""), and -EINVAL. */
+int md_conf_bool(const char *value, bool *out, char *msg, size_t len);
 
 /* Copies s into dst (cap bytes, cap > 0), cut to fit, NUL-terminated; its length. */
 size_t md_text_set(char *dst, size_t cap, const char *s);

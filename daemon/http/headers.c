@@ -92,11 +92,7 @@ int md_headers_key(md_route_headers *h, const char *key, const char *value, char
                    size_t msg_len)
 {
     if (strcmp(key, "header_always") == 0) {
-        if (md_parse_bool(value, &h->always) != 0) {
-            md_say(msg, msg_len, "expected %s", MD_BOOL_GRAMMAR);
-            return -EINVAL;
-        }
-        return 0;
+        return md_conf_bool(value, &h->always, msg, msg_len);
     }
     bool add = strcmp(key, "header_add") == 0, set = strcmp(key, "header_set") == 0;
     bool remove = strcmp(key, "header_remove") == 0;

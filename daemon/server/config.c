@@ -401,20 +401,16 @@ static int listener_key(void *inst, const char *key, const char *value, uint32_t
         return 0;
     }
     if (strcmp(key, "strict_sni") == 0) {
-        if (md_parse_bool(value, &b) != 0) {
-            snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+        if (md_conf_bool(value, &b, msg, msg_len) != 0)
             return -EINVAL;
-        }
         l->strict_sni = b;
         l->strict_line = line;
         return 0;
     }
     if (strcmp(key, "tls") == 0 || strcmp(key, "reuseport") == 0 || strcmp(key, "http2") == 0 ||
         strcmp(key, "proxy_protocol") == 0) {
-        if (md_parse_bool(value, &b) != 0) {
-            snprintf(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+        if (md_conf_bool(value, &b, msg, msg_len) != 0)
             return -EINVAL;
-        }
         if (key[0] == 'p') {
             l->proxy_protocol = b;
             l->proxy_line = line;

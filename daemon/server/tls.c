@@ -147,10 +147,8 @@ int md_tls_key(md_tls_config *t, const char *name, const char *value, uint32_t l
         *(uint32_t *)(void *)field = (uint32_t)v;
         break;
     case K_BOOL:
-        if (md_parse_bool(value, (bool *)(void *)field) != 0) {
-            snprintf(msg, len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+        if (md_conf_bool(value, (bool *)(void *)field, msg, len) != 0)
             return -EINVAL;
-        }
         break;
     }
     t->line[i] = line;

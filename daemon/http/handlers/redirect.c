@@ -34,11 +34,7 @@ static int redirect_key(void *conf, const char *key, const char *value, uint32_t
     (void)line;
     redirect_conf *d = conf;
     if (strcmp(key, "keep_path") == 0 || strcmp(key, "keep_query") == 0) {
-        if (md_parse_bool(value, key[5] == 'p' ? &d->keep_path : &d->keep_query) != 0) {
-            md_say(msg, msg_len, "expected %s", MD_BOOL_GRAMMAR);
-            return -EINVAL;
-        }
-        return 0;
+        return md_conf_bool(value, key[5] == 'p' ? &d->keep_path : &d->keep_query, msg, msg_len);
     }
     if (strcmp(key, "location") == 0) {
         if (value[0] == '\0' || strlen(value) >= LOCATION_MAX ||

@@ -74,6 +74,14 @@ Test(text, parse_bool_every_word_any_case, .timeout = 5)
     }
     cr_assert_eq(md_parse_bool("enabled", &b), -EINVAL);
     cr_assert_eq(md_parse_bool("", &b), -EINVAL);
+    /* A configuration key's: the same words, and what it expected and got when not one. */
+    char msg[256] = "";
+    cr_assert_eq(md_conf_bool("Yes", &b, msg, sizeof msg), 0);
+    cr_assert(b);
+    cr_assert_str_eq(msg, "");
+    cr_assert_eq(md_conf_bool("maybe", &b, msg, sizeof msg), -EINVAL);
+    cr_assert_str_eq(msg, "expected on, yes, true or 1, or off, no, false or 0 (any case), got "
+                          "\"maybe\"");
 }
 
 Test(text, name_ok, .timeout = 5)

@@ -133,11 +133,7 @@ static int proxy_key(void *conf, const char *key, const char *value, uint32_t li
               : strcmp(key, "strip_prefix") == 0 ? &pc->strip_prefix
               : strcmp(key, "via") == 0          ? &pc->via
                                                  : &pc->websocket;
-    if (md_parse_bool(value, b) != 0) {
-        md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
-        return -EINVAL;
-    }
-    return 0;
+    return md_conf_bool(value, b, msg, msg_len);
 }
 
 static int proxy_check(const void *conf, char *msg, size_t msg_len)

@@ -88,11 +88,7 @@ static int tls_value(md_upstream_conf *u, size_t i, const char *value, char *msg
 {
     if (i <= 1) {
         bool *b = i == 0 ? &u->tls : &u->tls_verify;
-        if (md_parse_bool(value, b) != 0) {
-            md_say(msg, msg_len, "expected %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
-            return -EINVAL;
-        }
-        return 0;
+        return md_conf_bool(value, b, msg, msg_len);
     }
     if (i == 3) { /* tls_server_name: a host name (letters, digits, '-', '.') */
         size_t n = strlen(value);

@@ -148,13 +148,8 @@ static int static_key(void *conf, const char *key, const char *value, uint32_t l
         md_text_set(sc->index_file, sizeof sc->index_file, value);
         return 0;
     }
-    if (strcmp(key, "try_html") == 0) {
-        if (md_parse_bool(value, &sc->try_html) != 0) {
-            md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
-            return -EINVAL;
-        }
-        return 0;
-    }
+    if (strcmp(key, "try_html") == 0)
+        return md_conf_bool(value, &sc->try_html, msg, msg_len);
     if (strcmp(key, "fallback") == 0) {
         size_t n = strlen(value);
         /* Inside the root by its shape: normalised, no dot segment or dotfile, not a directory;
@@ -171,13 +166,8 @@ static int static_key(void *conf, const char *key, const char *value, uint32_t l
         md_text_set(sc->fallback, sizeof sc->fallback, value);
         return 0;
     }
-    if (strcmp(key, "precompressed") == 0) {
-        if (md_parse_bool(value, &sc->precompressed) != 0) {
-            md_say(msg, msg_len, "expected " MD_BOOL_GRAMMAR ", got \"%s\"", value);
-            return -EINVAL;
-        }
-        return 0;
-    }
+    if (strcmp(key, "precompressed") == 0)
+        return md_conf_bool(value, &sc->precompressed, msg, msg_len);
     return md_handler_conf_ctype(sc->default_type, value, msg, msg_len); /* default_type */
 }
 
