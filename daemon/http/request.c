@@ -974,7 +974,7 @@ int md__http_req_body(md_http_req *r, const char *at, size_t len)
 {
     if (r->streaming || r->piping)
         return r->route->handler->on_body(r, r->route, at, len) != 0 ? -ENOMEM : 0;
-    if (r->collect) {
+    if (r->collect && len != 0) { /* none: body may have no storage yet */
         if (md_bytes_grow(&r->body, &r->body_cap, r->body_len + len, 4096) != 0)
             return 500;
         memcpy(r->body + r->body_len, at, len);

@@ -270,6 +270,8 @@ static md_proxy_resp *resp_of(llhttp_t *p)
 
 static int keep(md_proxy_resp *r, const char *at, size_t len)
 {
+    if (len == 0)
+        return 0; /* llhttp may call with an empty span, before fields has storage */
     if (md_bytes_grow(&r->fields, &r->fields_cap, r->fields_len + len, 1024) != 0) {
         r->error = MD_RESP_NOMEM;
         return HPE_USER;
