@@ -23,6 +23,9 @@
 
 /* Plaintext read per SSL_read_ex: one record's worth. */
 #define PLAIN_CAP 16384
+/* What a record adds to its plaintext, at most: the header (5), TLS 1.2's explicit nonce (8)
+ * or TLS 1.3's inner type (1), and the AEAD tag (16); CBC's padding and MAC stay under it. */
+#define RECORD_OVERHEAD 96
 
 struct md_tls_stream {
     SSL *ssl;
@@ -151,19 +154,37 @@ SSL *md_tls_stream_ssl(const md_tls_stream *s)
     return s->ssl;
 }
 
-/* Writes wbuf; it is empty after MP_READY (s->failed on an error). */
+/* Writes wbuf; it is empty after MP_READY (s->failed on an error). The storage stays for the
+ * next write until the stream waits for the peer (wbuf_release). */
 static mp_poll flush(md_tls_stream *s, mp_context *cx)
 {
     int err = 0;
     if (s->wlen != 0 && s->write(s->write_arg, cx, s->wbuf, s->wlen, &err) == MP_PENDING)
         return MP_PENDING;
     s->wlen = 0;
-    free(s->wbuf); /* an idle stream holds none */
-    s->wbuf = NULL;
-    s->wcap = 0;
     if (err != 0 && s->failed == 0)
         s->failed = err;
     return MP_READY;
+}
+
+/* An idle stream holds no output storage. */
+static void wbuf_release(md_tls_stream *s)
+{
+    if (s->wlen != 0)
+        return;
+    free(s->wbuf);
+    s->wbuf = NULL;
+    s->wcap = 0;
+}
+
+void md_tls_stream_trim(md_tls_stream *s)
+{
+    wbuf_release(s);
+    if (s->poff >= s->plen) {
+        free(s->pbuf);
+        s->pbuf = NULL;
+        s->poff = s->plen = 0;
+    }
 }
 
 /* The thread's error queue emptied before an SSL call (SSL_get_error reads it). Only when
@@ -261,6 +282,7 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
                 s->pbuf = NULL;
                 s->poff = s->plen = 0;
             }
+            wbuf_release(s);
             return MP_PENDING;
         }
         if (raw_len == 0) {
@@ -341,6 +363,12 @@ mp_poll md_tls_stream_encrypt(md_tls_stream *s, mp_context *cx, const char *data
     if (flush(s, cx) == MP_PENDING)
         return MP_PENDING;
     size_t n;
+    /* Room for every record at once: grown record by record in bio_write, a 64 KiB write
+     * was five reallocations, each copying what the records before it had made. */
+    size_t records = len / PLAIN_CAP + 1;
+    if (s->failed == 0 && len != 0 &&
+        md_bytes_grow(&s->wbuf, &s->wcap, s->wlen + len + records * RECORD_OVERHEAD, 4096) != 0)
+        fail(s, -ENOMEM);
     err_reset();
     if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
         fail(s, -EPROTO);

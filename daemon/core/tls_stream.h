@@ -10,7 +10,8 @@
  * that polls, never on the loop's thread; everything it waits on goes through the same polls
  * as plaintext. Output made while reading (a handshake flight, TLS 1.3's session tickets, an
  * alert) is written before the next read. An idle stream holds no buffer: the plaintext and
- * ciphertext buffers are freed when empty (and with SSL_MODE_RELEASE_BUFFERS, OpenSSL's).
+ * ciphertext buffers are freed when it waits for the peer or is trimmed (md_tls_stream_trim),
+ * and with SSL_MODE_RELEASE_BUFFERS OpenSSL's own are too.
  *
  * Thread rules: one task at a time uses a stream (as mp_tcp's owner); a pooled stream passes
  * to another task with its mp_tcp (mp_tcp_disown), whose hand-over orders it.
@@ -90,6 +91,9 @@ int md_tls_stream_shutdown(md_tls_stream *s);
  * neither failed nor ended: a pooled connection must, or its next request would read a stale
  * answer. */
 bool md_tls_stream_idle(const md_tls_stream *s);
+/* Frees the plaintext and ciphertext buffers if they hold nothing: for a stream put aside
+ * without a read waiting (a pooled upstream connection). Same thread rule as the rest. */
+void md_tls_stream_trim(md_tls_stream *s);
 
 /* OpenSSL's last reason on this thread ("unknown error" when none), into buf, for a message;
  * clears the thread's error queue. */

@@ -1025,6 +1025,8 @@ void md_upstream_pool_put(md_upstream_conn *c, uint64_t now_ms)
     md_upstream_peer *p = c->peer;
     md_upstream_conn *dead = NULL;
     c->idle_since_ms = now_ms;
+    if (c->tls != NULL)
+        md_tls_stream_trim(c->tls); /* no read waits while it is idle: its buffers go now */
     pthread_mutex_lock(&p->up->mu);
     if (p->up->conf->keepalive != 0 && !p->up->closing && p->live) {
         MP__LIST_PUSH_FRONT_TAIL(p->idle, p->idle_tail, c, prev, next);
