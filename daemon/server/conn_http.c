@@ -420,16 +420,62 @@ static md_close_reason expired_reason(md_http_expired e)
 /* A batch and the DATA frame that passes it (16 KiB and its header) fit md_outbuf_batch()'s
  * storage (http2.c takes it for bursts of DATA): no realloc in the middle of a burst. */
 _Static_assert(H2_OUT_BATCH + 16384 + 9 + 4096 <= MD_OUTBUF_BATCH, "a burst fits one batch");
+/* The most plaintext a TLS record carries (RFC 8446, 5.1). */
+#define H2_TLS_RECORD 16384u
+
+/* Writes the frames nghttp2 has for the peer, one write per H2_OUT_BATCH; READY with *why
+ * MD_CLOSE_DONE, or the reason to close.
+ *
+ * Over TLS a write is cut to whole records where it can be, and the tail (*held) waits for
+ * what comes behind it: 64 KiB of DATA was four full records and one of a few dozen bytes,
+ * the frames' headers, and a client without read-ahead reads each record twice. A tail waits
+ * while more is coming (a batch's worth, or the next pass of the handlers); with all, and
+ * before the task waits or closes, it goes. The same bytes give the same length when a write
+ * that waited is called again (TLS has encrypted them already): a cut depends on the buffer
+ * alone, and nothing is appended behind a waiting write. */
+static mp_poll h2_write(md_conn *c, mp_context *cx, md_outbuf *out, bool all, bool *held,
+                        bool *moved, md_close_reason *why)
+{
+    md_h2_conn *h = c->more->h2;
+    *why = MD_CLOSE_DONE;
+    for (;;) {
+        size_t before = md_outbuf_pending(out);
+        if ((*held || before == 0) && md_h2_conn_send(h, out, H2_OUT_BATCH) != 0) {
+            *why = MD_CLOSE_NO_MEMORY;
+            return MP_READY;
+        }
+        size_t pending = md_outbuf_pending(out);
+        if (pending == 0)
+            break;
+        size_t len = pending;
+        if (conn_is_tls(c) && pending >= H2_OUT_BATCH)
+            len -= pending % H2_TLS_RECORD;
+        else if (*held && pending == before && !all)
+            break; /* a tail, and nothing behind it yet */
+        *moved = true;
+        int err;
+        if (conn_send(c, cx, md_outbuf_pending_data(out), len, &err) == MP_PENDING)
+            return MP_PENDING;
+        if (err != 0) {
+            *why = md_conn_write_error(c, err);
+            return MP_READY;
+        }
+        md_outbuf_consume(out, len);
+        *held = len < pending;
+    }
+    return MP_READY;
+}
 
 /* The HTTP/2 task (http/http2.h): the same transport, timer and close as HTTP/1.1's, around
  * an nghttp2 session. Each pass polls the streams' pending handlers (each holds its waker on
  * this task: any of them wakes it, and every stream that can move is polled), writes the
- * frames nghttp2 has for the peer (one write per H2_OUT_BATCH), then reads; it waits only when
- * a pass moved nothing. A write the peer does not take is bounded by the send limits; nothing
- * is read meanwhile, as over HTTP/1.1. */
+ * frames nghttp2 has for the peer (h2_write), then reads; it waits only when a pass moved
+ * nothing. A write the peer does not take is bounded by the send limits; nothing is read
+ * meanwhile, as over HTTP/1.1. */
 static mp_poll h2_poll(md_conn *c, mp_context *cx)
 {
     md_h2_conn *h = c->more->h2; /* h2_start() made it */
+    bool held = false;           /* h2_write's tail, from one pass to the next */
     for (;;) {
         /* A reload: a connection with no stream open moves to the new settings when its next
          * stream begins (http2.c), as HTTP/1.1 does between requests. One with streams open
@@ -444,23 +490,13 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
         md_outbuf *out = md_conn_out(c);
         if (out == NULL)
             return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
-        for (;;) {
-            /* Only into an empty buffer: a write that waited is called again with the same
-             * bytes (TLS has encrypted them already; a longer buffer may have moved). */
-            if (md_outbuf_pending(out) == 0 && md_h2_conn_send(h, out, H2_OUT_BATCH) != 0)
-                return md_conn_finish(c, MD_CLOSE_NO_MEMORY);
-            size_t pending = md_outbuf_pending(out);
-            if (pending == 0)
-                break;
-            moved = true;
-            int err;
-            if (conn_send(c, cx, md_outbuf_pending_data(out), pending, &err) == MP_PENDING)
-                return MP_PENDING;
-            if (err != 0)
-                return md_conn_finish(c, md_conn_write_error(c, err));
-            md_outbuf_consume(out, pending);
-        }
-        if (md_h2_conn_done(h)) {
+        bool done = md_h2_conn_done(h);
+        md_close_reason why;
+        if (h2_write(c, cx, out, done, &held, &moved, &why) == MP_PENDING)
+            return MP_PENDING;
+        if (why != MD_CLOSE_DONE)
+            return md_conn_finish(c, why);
+        if (done) {
             if (c->why == MD_CLOSE_DONE && md_h2_conn_refused(h))
                 c->why = MD_CLOSE_ERROR;
             return linger(c, cx); /* the GOAWAY is out: let the peer read it */
@@ -471,6 +507,13 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
         if (conn_read(c, cx, &data, &len, &err) == MP_PENDING) {
             if (moved)
                 continue;
+            if (held) { /* nothing more this pass: the tail goes before the task waits */
+                if (h2_write(c, cx, out, true, &held, &moved, &why) == MP_PENDING)
+                    return MP_PENDING;
+                if (why != MD_CLOSE_DONE)
+                    return md_conn_finish(c, why);
+                continue;
+            }
             md_conn_rest(c); /* all written: an idle HTTP/2 connection holds no buffer */
             uint64_t deadline = md_h2_conn_deadline(h);
             uint64_t release = md_h2_conn_release_at(h);
@@ -501,6 +544,11 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
                              uv_hrtime()); /* graceful stop: GOAWAY, the streams in flight finish */
             c->why = MD_CLOSE_SHUTDOWN;
             continue;
+        }
+        if (len == 0 && held && err == UV_EOF) {
+            /* The peer's half-close: it may still read, and the tail is owed to it. */
+            if (h2_write(c, cx, out, true, &held, &moved, &why) == MP_PENDING)
+                return MP_PENDING;
         }
         if (len == 0)
             return md_conn_finish(c, err == UV_EOF ? MD_CLOSE_PEER : MD_CLOSE_ERROR);

@@ -27,6 +27,12 @@
         (long enough for the server to give back a quiet session's frame buffer); prints
         "got N BODY" for each
 
+    h2_stream_client.py PORT records CAFILE PATH
+        one GET of PATH over TLS (ALPN h2, windows of 2^31-1), the TLS records read off the
+        socket before they are decrypted; prints "body N" (the bytes of DATA), then
+        "records R short S": the records that came after the request, and how many of them
+        carried less than a full record's 16 KiB of plaintext
+
 Every run ends within 15 s (a socket timeout), printing "timeout" when it did not finish.
 """
 import socket
@@ -271,12 +277,78 @@ def fetch(port, window, cafile, root, paths):
     print("reset %d" % len(resets))
 
 
+def records(port, cafile, path):
+    import ssl
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.set_alpn_protocols(["h2"])
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3  # a record's overhead: 5 + 16 + 1 bytes
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, outg, server_hostname="localhost")
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(15)
+    raw = b""
+    sizes = []
+
+    def pump():
+        """Moves what TLS wrote to the socket and one read's records into TLS, their sizes
+        noted."""
+        nonlocal raw
+        if outg.pending:
+            s.sendall(outg.read())
+        data = s.recv(65536)
+        if not data:
+            raise EOFError
+        raw += data
+        while len(raw) >= 5 and len(raw) >= 5 + int.from_bytes(raw[3:5], "big"):
+            n = int.from_bytes(raw[3:5], "big")
+            sizes.append(n)
+            inc.write(raw[:5 + n])
+            raw = raw[5 + n:]
+
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pump()
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.local_settings = h2.settings.Settings(
+        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    c.initiate_connection()
+    c.increment_flow_control_window(2**31 - 1 - 65535)
+    c.send_headers(1, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"),
+                       (":path", path)], end_stream=True)
+    tls.write(c.data_to_send())
+    sizes.clear()
+    body, ended = 0, False
+    while not ended:
+        try:
+            pump()
+        except EOFError:
+            break
+        while True:
+            try:
+                data = tls.read(65536)
+            except ssl.SSLWantReadError:
+                break
+            for e in c.receive_data(data):
+                if isinstance(e, h2.events.DataReceived):
+                    body += len(e.data)
+                elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    ended = True
+        if c.data_to_send():
+            tls.write(c.data_to_send())
+    print("body %d" % body)
+    print("records %d short %d" % (len(sizes), sum(1 for n in sizes if n < 16384 + 17)))
+
+
 def main():
     run_mode({
         "early": lambda port, a: early(port, a[0], int(a[1]) if a[1] != "-" else None, int(a[2])),
         "bad_trailers": lambda port, a: bad_trailers(port),
         "fetch": lambda port, a: fetch(port, int(a[0]), a[1], a[2], a[3:]),
         "quiet": lambda port, a: quiet(port, float(a[0]), int(a[1])),
+        "records": lambda port, a: records(port, a[0], a[1]),
     })
 
 

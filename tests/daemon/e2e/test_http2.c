@@ -236,6 +236,25 @@ Test(http2, many_files_at_once_byte_for_byte, .timeout = 90)
     finish(&d);
 }
 
+/* Over TLS a burst of DATA is written in full records (16 KiB of plaintext), each batch's
+ * tail held back for the next: a 1 MiB body came with a short record per 64 KiB batch, 16 of
+ * them, where a handful (the head, the settings, the body's end) is all the stream needs. */
+Test(http2, a_burst_over_tls_goes_in_full_records, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 /usr/bin/python3 tests/daemon/e2e/h2_stream_client.py %d records "
+             "'%s/ca.pem' /files/big.bin",
+             d.https, dir);
+    const char *out = run(cmd);
+    unsigned records = 0, shorts = 99;
+    cr_assert_eq(sscanf(out, "body 1048576\nrecords %u short %u", &records, &shorts), 2, "%s", out);
+    cr_assert_leq(shorts, 4, "%s", out);
+    finish(&d);
+}
+
 Test(http2, alpn_h2_over_tls_and_http11_still_served, .timeout = 60)
 {
     setup(NULL);
