@@ -6,8 +6,8 @@
  * small cache of the thread's instead (libmagpie's mp_block_cache): no locking, and bounded,
  * so idle connections still hold nothing. It keeps a burst's worth: each HTTP/2 stream has a
  * buffer of its own, and one read begins up to a connection's concurrent streams at once. An
- * HTTP/2 connection's DATA bursts take MD_OUTBUF_BATCH bytes at once (md_outbuf_batch()), from
- * a second such cache.
+ * HTTP/2 connection's DATA bursts, and a TLS stream's records of a large write, take
+ * MD_OUTBUF_BATCH bytes at once (md_outbuf_batch()), from a second such cache.
  */
 #include "core/outbuf.h"
 
@@ -21,7 +21,8 @@
 enum { OUTBUF_MIN = 4096, OUTBUF_CACHE = 16, BATCH_CACHE = 4 };
 
 static mp_block_cache cache = MP_BLOCK_CACHE_INIT(OUTBUF_MIN, OUTBUF_CACHE);
-/* md_outbuf_batch()'s blocks: a worker writes one connection's burst at a time, so a few. */
+/* md_outbuf_batch()'s blocks: a worker writes one connection's burst at a time (over TLS, its
+ * plaintext and its records), so a few. */
 static mp_block_cache batch_cache = MP_BLOCK_CACHE_INIT(MD_OUTBUF_BATCH, BATCH_CACHE);
 
 void md_outbuf_init(md_outbuf *b)

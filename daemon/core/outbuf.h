@@ -50,7 +50,8 @@ int md_outbuf_lend(md_outbuf *b, const char *p, size_t n);
 int md_outbuf_own(md_outbuf *b);
 
 /* The storage md_outbuf_batch() gives: a burst of frames written at once (HTTP/2's DATA, up to
- * conn_http.c's 64 KiB a write, and one frame more). */
+ * conn_http.c's 64 KiB a write, and one frame more), or the TLS records of such a write
+ * (tls_stream.c's ciphertext). */
 #define MD_OUTBUF_BATCH (96u * 1024u)
 /* Gives a buffer that owes nothing MD_OUTBUF_BATCH bytes of storage at once, from a small
  * cache of the thread's (md_outbuf_free() gives it back there), rather than growing it by

@@ -38,14 +38,14 @@ struct md_tls_stream {
     /* The stream's view that the BIO reads from, during one SSL call. */
     const char *in;
     size_t in_len, in_used;
-    /* Ciphertext to write: the BIO appends, flush() writes. */
-    char *wbuf;
-    size_t wlen, wcap;
+    /* Ciphertext to write: the BIO appends, flush() writes. Storage from md_outbuf's per-thread
+     * caches (a burst's from the batch cache), so that a busy stream's writes cost no malloc. */
+    md_outbuf w;
     /* Plaintext read and not yet consumed: pbuf[poff..plen). */
     char *pbuf;
     size_t poff, plen;
     int failed;   /* sticky: a fatal TLS or socket error (negative errno) */
-    bool writing; /* wbuf holds the caller's write (md_tls_stream_write) */
+    bool writing; /* w holds the caller's write (md_tls_stream_write) */
     bool eof;     /* the peer's close_notify came */
     /* The last read took all the bytes it was shown and left OpenSSL nothing buffered: until
      * more arrive, SSL_read_ex could only answer WANT_READ (after allocating and freeing its
@@ -59,16 +59,14 @@ static int bio_write(BIO *b, const char *data, int len)
     BIO_clear_retry_flags(b);
     if (len <= 0)
         return 0;
-    if (s->writing && s->wlen != 0) {
+    if (s->writing && md_outbuf_pending(&s->w) != 0) {
         /* A read's output (a KeyUpdate's answer) while the caller's records are being
-         * written: wbuf must stay put under that write; OpenSSL retries once it is done. */
+         * written: w must stay put under that write; OpenSSL retries once it is done. */
         BIO_set_retry_write(b);
         return -1;
     }
-    if (md_bytes_grow(&s->wbuf, &s->wcap, s->wlen + (size_t)len, 4096) != 0)
+    if (md_outbuf_append(&s->w, data, (size_t)len) != 0)
         return -1;
-    memcpy(s->wbuf + s->wlen, data, (size_t)len);
-    s->wlen += (size_t)len;
     return len;
 }
 
@@ -144,7 +142,7 @@ void md_tls_stream_free(md_tls_stream *s)
         return;
     SSL_free(s->ssl);
     ERR_clear_error();
-    free(s->wbuf);
+    md_outbuf_free(&s->w);
     free(s->pbuf);
     free(s);
 }
@@ -154,27 +152,25 @@ SSL *md_tls_stream_ssl(const md_tls_stream *s)
     return s->ssl;
 }
 
-/* Writes wbuf; it is empty after MP_READY (s->failed on an error). The storage stays for the
+/* Writes w; it is empty after MP_READY (s->failed on an error). The storage stays for the
  * next write until the stream waits for the peer (wbuf_release). */
 static mp_poll flush(md_tls_stream *s, mp_context *cx)
 {
     int err = 0;
-    if (s->wlen != 0 && s->write(s->write_arg, cx, s->wbuf, s->wlen, &err) == MP_PENDING)
+    size_t n = md_outbuf_pending(&s->w);
+    if (n != 0 && s->write(s->write_arg, cx, md_outbuf_pending_data(&s->w), n, &err) == MP_PENDING)
         return MP_PENDING;
-    s->wlen = 0;
+    md_outbuf_consume(&s->w, n);
     if (err != 0 && s->failed == 0)
         s->failed = err;
     return MP_READY;
 }
 
-/* An idle stream holds no output storage. */
+/* An idle stream holds no output storage (it goes back to the thread's cache). */
 static void wbuf_release(md_tls_stream *s)
 {
-    if (s->wlen != 0)
-        return;
-    free(s->wbuf);
-    s->wbuf = NULL;
-    s->wcap = 0;
+    if (md_outbuf_pending(&s->w) == 0)
+        md_outbuf_free(&s->w);
 }
 
 void md_tls_stream_trim(md_tls_stream *s)
@@ -236,7 +232,7 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             *err = 0;
             return MP_READY;
         }
-        if (s->wlen != 0 && !s->writing && flush(s, cx) == MP_PENDING)
+        if (md_outbuf_pending(&s->w) != 0 && !s->writing && flush(s, cx) == MP_PENDING)
             return MP_PENDING;
         if (s->failed != 0 || s->eof) {
             *err = s->eof ? MP_EOF : s->failed;
@@ -273,7 +269,7 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             fail(s, -EPROTO); /* the alert OpenSSL made is written first */
             continue;
         }
-        if (s->wlen != 0 && !s->writing)
+        if (md_outbuf_pending(&s->w) != 0 && !s->writing)
             continue; /* our flight first */
         int rerr;
         if (mp_tcp_read_poll(s->tcp, cx, &raw, &raw_len, &rerr) == MP_PENDING) {
@@ -364,16 +360,18 @@ mp_poll md_tls_stream_encrypt(md_tls_stream *s, mp_context *cx, const char *data
         return MP_PENDING;
     size_t n;
     /* Room for every record at once: grown record by record in bio_write, a 64 KiB write
-     * was five reallocations, each copying what the records before it had made. */
-    size_t records = len / PLAIN_CAP + 1;
+     * was five reallocations, each copying what the records before it had made. A burst's
+     * room comes whole from the thread's batch cache. */
+    size_t need = len + (len / PLAIN_CAP + 1) * RECORD_OVERHEAD;
     if (s->failed == 0 && len != 0 &&
-        md_bytes_grow(&s->wbuf, &s->wcap, s->wlen + len + records * RECORD_OVERHEAD, 4096) != 0)
+        ((need > 4096 && need <= MD_OUTBUF_BATCH && md_outbuf_batch(&s->w) != 0) ||
+         md_outbuf_grow(&s->w, need) != 0))
         fail(s, -ENOMEM);
     err_reset();
     if (s->failed == 0 && len != 0 && SSL_write_ex(s->ssl, data, len, &n) != 1)
         fail(s, -EPROTO);
     *err = s->failed;
-    /* Only records of the caller's pin wbuf (bio_write): with none, a read's output may
+    /* Only records of the caller's pin w (bio_write): with none, a read's output may
      * still be appended. Set after SSL_write_ex, whose own records all go in. */
     if (*err == 0 && len != 0)
         s->writing = true;
@@ -415,14 +413,15 @@ mp_poll md_tls_stream_close_notify(md_tls_stream *s, mp_context *cx)
 
 void md_tls_stream_notify(md_tls_stream *s)
 {
-    if (s->failed == 0 && !s->writing && s->wlen == 0 && SSL_is_init_finished(s->ssl) &&
-        !(SSL_get_shutdown(s->ssl) & SSL_SENT_SHUTDOWN)) {
+    if (s->failed == 0 && !s->writing && md_outbuf_pending(&s->w) == 0 &&
+        SSL_is_init_finished(s->ssl) && !(SSL_get_shutdown(s->ssl) & SSL_SENT_SHUTDOWN)) {
         (void)SSL_shutdown(s->ssl);
         ERR_clear_error();
         int fd = mp_tcp_fileno(s->tcp);
-        if (s->wlen != 0 && fd >= 0)
-            (void)send(fd, s->wbuf, s->wlen, MSG_DONTWAIT | MSG_NOSIGNAL);
-        s->wlen = 0;
+        size_t n = md_outbuf_pending(&s->w);
+        if (n != 0 && fd >= 0)
+            (void)send(fd, md_outbuf_pending_data(&s->w), n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        md_outbuf_consume(&s->w, n);
     }
 }
 
@@ -434,7 +433,8 @@ int md_tls_stream_shutdown(md_tls_stream *s)
 
 bool md_tls_stream_idle(const md_tls_stream *s)
 {
-    return s->failed == 0 && !s->eof && s->poff >= s->plen && s->wlen == 0 && !s->writing;
+    return s->failed == 0 && !s->eof && s->poff >= s->plen && md_outbuf_pending(&s->w) == 0 &&
+           !s->writing;
 }
 
 const char *md_tls_last_reason(char *buf, size_t len)
