@@ -1000,21 +1000,26 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
             return MP_PENDING;
         if (*err != 0)
             return MP_READY;
-        /* The head and the piece in one buffer: one SSL_write_ex, records filled. */
+        /* The head and the piece in one buffer: one SSL_write_ex, records filled. The buffer
+         * is a block of the thread's batch cache (outbuf.h), not a malloc per piece. */
         size_t head = md_outbuf_pending(out);
         size_t piece = count < FILE_PIECE ? count : FILE_PIECE;
-        char *buf = malloc(head + piece);
-        if (buf == NULL) {
+        md_outbuf buf;
+        md_outbuf_init(&buf);
+        char *w = NULL;
+        if ((head + piece <= MD_OUTBUF_BATCH && md_outbuf_batch(&buf) != 0) ||
+            (w = md_outbuf_reserve(&buf, head + piece != 0 ? head + piece : 1)) == NULL) {
+            md_outbuf_free(&buf);
             (void)md_tls_stream_flush(t->s, cx, err); /* nothing queued: READY */
             *err = -ENOMEM;
             return MP_READY;
         }
         if (head != 0) /* an empty buffer may have no storage: no pointer to copy from */
-            memcpy(buf, md_outbuf_pending_data(out), head);
-        ssize_t got = piece != 0 ? pread(in_fd, buf + head, piece, *off) : 0;
+            memcpy(w, md_outbuf_pending_data(out), head);
+        ssize_t got = piece != 0 ? pread(in_fd, w + head, piece, *off) : 0;
         if (got < 0) {
             *err = -errno;
-            free(buf);
+            md_outbuf_free(&buf);
             (void)md_tls_stream_flush(t->s, cx, err);
             *err = *err != 0 ? *err : -EIO;
             return MP_READY;
@@ -1022,8 +1027,8 @@ mp_poll md_tls_sendfile(md_conn *c, mp_context *cx, md_outbuf *out, int in_fd, o
         md_outbuf_consume(out, head);
         /* Nothing is queued now, so this takes it at once (it is encrypted before the
          * return: the buffer may go). */
-        mp_poll r = md_tls_stream_encrypt(t->s, cx, buf, head + (size_t)got, err);
-        free(buf);
+        mp_poll r = md_tls_stream_encrypt(t->s, cx, w, head + (size_t)got, err);
+        md_outbuf_free(&buf);
         if (r == MP_PENDING || *err != 0) {
             *err = *err != 0 ? *err : -EPROTO;
             return MP_READY;
