@@ -8,10 +8,15 @@
 #   a  1 KiB file, h2load -c 64 -m 10
 #   b  64 KiB file, h2load -c 16 -m 10
 #   c  1 KiB file, h2load -c 1 -m 100
-# Reported per run: req/s, the requests that succeeded, and the server's CPU per request
-# (utime + stime of every process of the server, from /proc/PID/stat, before and after).
+# Reported per run: req/s, the requests that succeeded, the server's CPU per request (utime +
+# stime of every process of the server, from /proc/PID/stat, before and after) and h2load's
+# (its user + system time: where h2load saturates its one thread, what a response costs the
+# client decides req/s).
 #
 #   loadtest/http/h2-compare.sh [DURATION]      (default 10; MAGPIED=path, else build/magpied)
+#
+# SERVERS (default "magpied h2o nginx") and CELLS (default every transport:scenario, e.g.
+# CELLS="tls:b") narrow a run.
 #
 # Prints a Markdown table and the ratios magpied / peer. Every process it starts it stops by
 # its PID; scratch files go to a mktemp folder, removed at the end.
@@ -150,25 +155,29 @@ wait_up() { # the server answers over h2c within 5 s
     die "$1 did not come up (see $RUN)"
 }
 
-# One h2load run against SRV_PID: prints "req/s succeeded cpu_us_per_request".
+# One h2load run against SRV_PID: prints "req/s succeeded cpu_us_per_request
+# client_cpu_us_per_request".
 measure() { # URL C M
-    local url=$1 c=$2 m=$3 t0 t1 out rps ok
+    local url=$1 c=$2 m=$3 t0 t1 out rps ok client TIMEFORMAT='%U %S'
     t0=$(cpu_ticks "$SRV_PID")
-    out=$(9>&- h2load -D "$DURATION" -c "$c" -m "$m" "$url" 2>&1) || true
+    out=$({ time 9>&- h2load -D "$DURATION" -c "$c" -m "$m" "$url" 2>&1; } 2>&1) || true
     t1=$(cpu_ticks "$SRV_PID")
     rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' <<<"$out")
     ok=$(awk '/^requests:/ {print $8}' <<<"$out")
+    client=$(tail -1 <<<"$out" | awk '{print $1 + $2}')
     [[ -n $rps && -n $ok && $ok -gt 0 ]] || {
         log "h2load failed on $url: $(tail -3 <<<"$out" | tr '\n' ' ')"
-        echo "0 0 0"
+        echo "0 0 0 0"
         return
     }
     echo "$rps $ok $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$ok" \
-        'BEGIN {printf "%.2f", d * 1e6 / hz / n}')"
+        'BEGIN {printf "%.2f", d * 1e6 / hz / n}') $(awk -v t="$client" -v n="$ok" \
+        'BEGIN {printf "%.2f", t * 1e6 / n}')"
 }
 
 declare -A RPS CPU
-SERVERS=(magpied h2o nginx)
+read -r -a SERVERS <<<"${SERVERS:-magpied h2o nginx}"
+CELLS=${CELLS:-h2c:a h2c:b h2c:c tls:a tls:b tls:c}
 SCEN=(a b c)
 declare -A PATH_OF=([a]=/1k.txt [b]=/64k.txt [c]=/1k.txt)
 declare -A C_OF=([a]=64 [b]=16 [c]=1)
@@ -184,15 +193,17 @@ for srv in "${SERVERS[@]}"; do
     9>&- h2load -D 2 -c 16 -m 10 "http://127.0.0.1:$H2C_PORT/1k.txt" >/dev/null 2>&1 || true
     for proto in h2c tls; do
         for s in "${SCEN[@]}"; do
+            [[ " $CELLS " == *" $proto:$s "* ]] || continue
             if [[ $proto == h2c ]]; then
                 url="http://127.0.0.1:$H2C_PORT${PATH_OF[$s]}"
             else
                 url="https://127.0.0.1:$TLS_PORT${PATH_OF[$s]}"
             fi
-            read -r rps ok cpu < <(measure "$url" "${C_OF[$s]}" "${M_OF[$s]}")
+            read -r rps ok cpu client < <(measure "$url" "${C_OF[$s]}" "${M_OF[$s]}")
             RPS[$srv,$proto,$s]=$rps
             CPU[$srv,$proto,$s]=$cpu
-            log "$srv $proto $s: $rps req/s, $ok succeeded, $cpu us CPU/request"
+            log "$srv $proto $s: $rps req/s, $ok succeeded, $cpu us CPU/request" \
+                "(h2load $client)"
         done
     done
     stop_server
@@ -204,11 +215,12 @@ echo "| transport | scenario | magpied req/s | h2o req/s | nginx req/s | magpied
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for proto in h2c tls; do
     for s in "${SCEN[@]}"; do
-        m=${RPS[magpied,$proto,$s]}
-        h=${RPS[h2o,$proto,$s]}
-        n=${RPS[nginx,$proto,$s]}
+        [[ " $CELLS " == *" $proto:$s "* ]] || continue
+        m=${RPS[magpied,$proto,$s]:-0}
+        h=${RPS[h2o,$proto,$s]:-0}
+        n=${RPS[nginx,$proto,$s]:-0}
         echo "| $proto | $s (${PATH_OF[$s]}, -c${C_OF[$s]} -m${M_OF[$s]}) | $m | $h | $n |" \
-            "$(ratio "$m" "$h") | $(ratio "$m" "$n") | ${CPU[magpied,$proto,$s]} |" \
-            "${CPU[h2o,$proto,$s]} | ${CPU[nginx,$proto,$s]} |"
+            "$(ratio "$m" "$h") | $(ratio "$m" "$n") | ${CPU[magpied,$proto,$s]:--} |" \
+            "${CPU[h2o,$proto,$s]:--} | ${CPU[nginx,$proto,$s]:--} |"
     done
 done
