@@ -427,7 +427,7 @@ stress:
 	@+$(SUBMAKE) $(STRESS_BINS)
 	@tests/stress.sh $(STRESS_MINUTES) $(STRESS_WORKERS) $(STRESS_BINS)
 
-# Hostile configurations, reloads, HTTP/1.1 bytes, HTTP/2 frames and upstream responses against magpied
+# Hostile configurations, reloads, HTTP/1.1 bytes, HTTP/2 frames (h2c and over TLS) and upstream responses against magpied
 # (tests/fuzz/fuzz.py), a new seed each run: `make fuzz SANITIZE=address,undefined FUZZ_CASES=2000`.
 FUZZ_CASES ?= 300
 # testssl.sh against the [https] listener of config/magpied-tls.conf (tests/tls/testssl.sh):
@@ -441,7 +441,7 @@ testssl:
 fuzz:
 	@+$(SUBMAKE) test-deps
 	@+$(SUBMAKE) $(MAGPIED)
-	@seed=$$(date +%s); for kind in config reload h1 h2 upstream; do \
+	@seed=$$(date +%s); for kind in config reload h1 h2 h2tls upstream; do \
 	    /usr/bin/python3 tests/fuzz/fuzz.py $(MAGPIED) $$kind $(FUZZ_CASES) $$seed || exit 1; done
 
 bench:

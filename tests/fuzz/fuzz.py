@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`make fuzz`: hostile configurations and hostile bytes against magpied, a seed per run.
 
-    tests/fuzz/fuzz.py MAGPIED KIND CASES SEED      KIND: config, reload, h1, h2, upstream
+    tests/fuzz/fuzz.py MAGPIED KIND CASES SEED      KIND: config, reload, h1, h2, h2tls, upstream
 
 config  mutated copies of config/*.conf (lines dropped, doubled, cut; keys of magpied.conf(5)
         in any section with values from a list of edge cases; bytes flipped) through
@@ -13,6 +13,8 @@ h1, h2  one magpied with HTTP/1.1 and h2c, sent mutated requests (smuggling shap
         chunking, huge fields, bytes flipped, split at odd places) and raw HTTP/2 frames (any
         type, flags, stream id and length; SETTINGS and WINDOW_UPDATE edge values; CONTINUATION
         chains; HEADERS with forbidden fields); every 25 cases a normal request must be served.
+h2tls   the h2 cases over TLS (ALPN h2 on an [https] listener): the same frames, through the
+        TLS transport and its whole-record writes.
 upstream  one magpied proxying to a hostile upstream (this script's) that answers each request
         with a mutated response (1xx runs, 101, chunked with trailers, close-delimited, bodies
         to compress, garbage, split at odd places), to HTTP/1.1, HTTP/1.0 and h2c clients;
@@ -165,13 +167,13 @@ def fuzz_config(mg, cases, rnd, tmp):
             fail(f'case {n}: magpied -t exited {p.returncode} on:\n{text}\n---- it said:\n{out[-3000:]}')
 
 
-def start(mg, conf, log_path):
+def start(mg, conf, log_path, listener='http'):
     log = open(log_path, 'w')
     p = subprocess.Popen([mg, '-c', conf], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30
     while time.time() < deadline:
         text = open(log_path, encoding='latin-1').read()
-        m = re.search(r'listening http=127\.0\.0\.1:(\d+)', text)
+        m = re.search(r'listening .*\b' + listener + r'=127\.0\.0\.1:(\d+)', text)
         if m:
             return p, int(m.group(1))
         if p.poll() is not None:
@@ -244,7 +246,11 @@ def serve(tmp):
     with open(tmp + '/www/big.bin', 'wb') as f:
         f.write(os.urandom(70000))
     write(tmp + '/www/a.txt', 'hello\n' * 100)
-    write(tmp + '/wire.conf', WIRE_HEAD + f"""[route = /echo]
+    write(tmp + '/wire.conf', WIRE_HEAD + f"""[https]
+listen = 127.0.0.1:0
+certificate = {tmp}/cert.pem
+certificate_key = {tmp}/key.pem
+[route = /echo]
 handler = echo
 methods = POST
 [route = /metrics]
@@ -355,13 +361,27 @@ def h2_case(rnd):
     return out
 
 
-def normal(port, h2):
+def connect(port, tls, timeout):
+    """A connection to 127.0.0.1:port, over TLS with ALPN h2 (the certificate not checked) if
+    tls."""
+    s = socket.create_connection(('127.0.0.1', port), timeout=timeout)
+    if not tls:
+        return s
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(['h2'])
+    return ctx.wrap_socket(s, server_hostname='localhost')
+
+
+def normal(port, h2, tls=False):
     """A plain request on a new connection: served with the expected body within 10 s."""
-    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    s = connect(port, tls, 10)
     if h2:
         import hpack
-        head = hpack.Encoder().encode([(b':method', b'GET'), (b':scheme', b'http'), (b':path', b'/'),
-                                       (b':authority', b'localhost')])
+        head = hpack.Encoder().encode([(b':method', b'GET'), (b':scheme', b'https' if tls else b'http'),
+                                       (b':path', b'/'), (b':authority', b'localhost')])
         s.sendall(b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + frame(4, 0, 0, b'') + frame(1, 5, 1, head))
     else:
         s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n')
@@ -378,15 +398,15 @@ def normal(port, h2):
     return b'Hello, World!' in data
 
 
-def fuzz_wire(mg, cases, rnd, tmp, h2):
+def fuzz_wire(mg, cases, rnd, tmp, h2, tls=False):
     serve(tmp)
     log_path = tmp + '/wire.log'
-    p, port = start(mg, tmp + '/wire.conf', log_path)
+    p, port = start(mg, tmp + '/wire.conf', log_path, 'https' if tls else 'http')
     for n in range(cases):
         data = h2_case(rnd) if h2 else h1_case(rnd)
         step = rnd.choice([len(data), 1, 3, 64, 4096])
         try:
-            s = socket.create_connection(('127.0.0.1', port), timeout=2)
+            s = connect(port, tls, 2)
             for i in range(0, len(data), step):
                 s.sendall(data[i:i + step])
             if rnd.random() < 0.3:
@@ -399,7 +419,7 @@ def fuzz_wire(mg, cases, rnd, tmp, h2):
             pass  # the server may close on a hostile case: that is an answer
         if p.poll() is not None:
             fail(f'case {n}: magpied exited {p.returncode}:\n{open(log_path, encoding="latin-1").read()[-4000:]}')
-        if n % 25 == 24 and not normal(port, h2):
+        if n % 25 == 24 and not normal(port, h2, tls):
             fail(f'case {n}: a normal request was not served after it')
     stop(p, log_path)
 
@@ -552,7 +572,7 @@ websocket = on
 
 
 def main():
-    if len(sys.argv) != 5 or sys.argv[2] not in ('config', 'reload', 'h1', 'h2', 'upstream'):
+    if len(sys.argv) != 5 or sys.argv[2] not in ('config', 'reload', 'h1', 'h2', 'h2tls', 'upstream'):
         sys.exit(__doc__)
     mg, kind, cases, seed = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rnd = random.Random(seed)
@@ -563,6 +583,7 @@ def main():
              'reload': lambda: fuzz_reload(mg, cases, rnd, tmp),
              'h1': lambda: fuzz_wire(mg, cases, rnd, tmp, False),
              'h2': lambda: fuzz_wire(mg, cases, rnd, tmp, True),
+             'h2tls': lambda: fuzz_wire(mg, cases, rnd, tmp, True, True),
              'upstream': lambda: fuzz_upstream(mg, cases, rnd, tmp)}[kind]()
         except SystemExit as e:
             if e.code:
