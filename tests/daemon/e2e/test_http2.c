@@ -237,8 +237,9 @@ Test(http2, many_files_at_once_byte_for_byte, .timeout = 90)
 }
 
 /* Over TLS a burst of DATA is written in full records (16 KiB of plaintext), each batch's
- * tail held back for the next: a 1 MiB body came with a short record per 64 KiB batch, 16 of
- * them, where a handful (the head, the settings, the body's end) is all the stream needs. */
+ * tail held back for the next: a 1 MiB body came with a short record per 64 KiB batch (19 short
+ * records in all), where four (two session tickets, the settings and head, the body's end) are
+ * all the connection needs. */
 Test(http2, a_burst_over_tls_goes_in_full_records, .timeout = 60)
 {
     setup(NULL);
