@@ -153,7 +153,7 @@ SSL *md_tls_stream_ssl(const md_tls_stream *s)
 }
 
 /* Writes w; it is empty after MP_READY (s->failed on an error). The storage stays for the
- * next write until the stream waits for the peer (wbuf_release). */
+ * next write until the stream waits for the peer (md_tls_stream_trim). */
 static mp_poll flush(md_tls_stream *s, mp_context *cx)
 {
     int err = 0;
@@ -166,16 +166,11 @@ static mp_poll flush(md_tls_stream *s, mp_context *cx)
     return MP_READY;
 }
 
-/* An idle stream holds no output storage (it goes back to the thread's cache). */
-static void wbuf_release(md_tls_stream *s)
+/* An idle stream holds no buffer: the output's storage goes back to the thread's cache. */
+void md_tls_stream_trim(md_tls_stream *s)
 {
     if (md_outbuf_pending(&s->w) == 0)
         md_outbuf_free(&s->w);
-}
-
-void md_tls_stream_trim(md_tls_stream *s)
-{
-    wbuf_release(s);
     if (s->poff >= s->plen) {
         free(s->pbuf);
         s->pbuf = NULL;
@@ -273,12 +268,7 @@ static mp_poll pump(md_tls_stream *s, mp_context *cx, bool hs, int *err)
             continue; /* our flight first */
         int rerr;
         if (mp_tcp_read_poll(s->tcp, cx, &raw, &raw_len, &rerr) == MP_PENDING) {
-            if (!hs) {
-                free(s->pbuf); /* waiting: an idle stream holds no buffer */
-                s->pbuf = NULL;
-                s->poff = s->plen = 0;
-            }
-            wbuf_release(s);
+            md_tls_stream_trim(s); /* waiting: every plaintext byte was consumed */
             return MP_PENDING;
         }
         if (raw_len == 0) {
