@@ -18,6 +18,7 @@
 #include "core/tls_stream.h"
 #include "daemon/tls_pki.h"
 #include "magpie.h"
+#include "test_util.h"
 
 static char dir[PKI_DIR_MAX];
 
@@ -193,10 +194,7 @@ static void pair_start(pair *p, const char *out0, size_t len0, const char *out1,
 {
     pki_make(dir);
     memset(p, 0, sizeof *p);
-    mp_config cfg;
-    mp_config_init(&cfg);
-    cfg.workers = 2;
-    cr_assert_eq(mp_runtime_new(&p->rt, &cfg), 0);
+    p->rt = test_runtime(2);
     p->sctx = SSL_CTX_new(TLS_server_method());
     cr_assert_not_null(p->sctx);
     char cert[PKI_DIR_MAX + 16], key[PKI_DIR_MAX + 16];
@@ -237,13 +235,9 @@ static char *random_bytes(size_t n)
 {
     char *b = malloc(n);
     cr_assert_not_null(b);
-    uint32_t x = 2463534242u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        b[i] = (char)x;
-    }
+    uint64_t seed = 2463534242u;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)(test_rand(&seed) >> 56);
     return b;
 }
 
