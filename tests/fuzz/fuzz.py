@@ -277,7 +277,8 @@ H1_PIECES = [b'\r\n', b'\n', b'\r', b' ', b'\t', b':', b'\x00', b'\xff', b'Trans
              b'Transfer-Encoding: gzip, chunked\r\n', b'Host: b\r\n', b'Connection: close\r\n',
              b'Connection: upgrade\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n',
              b'ffffffffffffffff\r\n', b'0\r\n\r\n', b'1;ext=1\r\nA\r\n', b'GET', b'HTTP/1.1', b'HTTP/9.9',
-             b'/../../', b'%2e%2e/', b'?a=b', b'#f', b'x' * 9000, b'A: ' + b'b' * 70000 + b'\r\n']
+             b'/../../', b'%2e%2e/', b'?a=b', b'#f', b'x' * 9000, b'A: ' + b'b' * 70000 + b'\r\n',
+             b'Range: bytes=-5, 0-0,,100-\r\n', b'Range: bytes=0-1,0-1,99999999999-\r\n', b',-', b'If-Range: "x"\r\n']
 
 
 def h1_case(rnd):
@@ -312,6 +313,7 @@ def h2_case(rnd):
                                     b'//..//x', b'/static/../../etc/passwd'])),
              (b':authority', b'localhost')]
         h += rnd.choice([[], [(b'accept-encoding', b'gzip')], [(b'range', b'bytes=0-10,20-30')],
+                         [(b'range', rnd.choice([b'bytes=-5,0-0,,100-', b'bytes=0-1,0-1', b'bytes=1-,-1,5-9'])],
                          [(b'content-length', b'5')]])
         if rnd.random() < 0.2:
             rnd.shuffle(h)

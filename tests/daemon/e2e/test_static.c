@@ -44,7 +44,7 @@ static void setup(void)
     FILE *f = fopen(conf, "w");
     cr_assert_not_null(f);
     fprintf(f,
-            "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+            "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
             "[route /]\nhandler = static\nroot = %s/www\nprecompressed = on\n"
             "[route = /healthz]\nhandler = health\n[route = /metrics]\nhandler = metrics\n"
             "[route /proc/self]\nhandler = static\nroot = /\n"
@@ -299,7 +299,12 @@ Test(static_e2e, ranges)
     expect(get_with("/ten.txt", "Range: bytes=5-100\r\n"), "HTTP/1.1 206", "bytes 5-9/10");
     expect(get_with("/ten.txt", "Range: bytes=10-\r\n"), "HTTP/1.1 416",
            "Content-Range: bytes */10\r\n");
-    expect(get_with("/ten.txt", "Range: bytes=0-1,4-5\r\n"), "HTTP/1.1 200", "0123456789");
+    /* Several: multipart (byteranges_* below); one satisfiable among them: a single part. */
+    expect(get_with("/ten.txt", "Range: bytes=0-1,4-5\r\n"), "HTTP/1.1 206",
+           "Content-Type: multipart/byteranges; boundary=");
+    expect(get_with("/ten.txt", "Range: bytes=20-, 3-4\r\n"), "HTTP/1.1 206",
+           "Content-Range: bytes 3-4/10\r\n");
+    expect(get_with("/ten.txt", "Range: bytes=20-,30-40\r\n"), "HTTP/1.1 416", "bytes */10");
     expect(get_with("/ten.txt", "Range: bytes=x\r\n"), "HTTP/1.1 200", "0123456789");
     expect(get_with("/ten.txt", "Range: bytes=2-4\r\nIf-Range: \"stale\"\r\n"), "HTTP/1.1 200",
            "0123456789");
@@ -459,6 +464,155 @@ Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
         cr_log_warn("the kernel kept the files' pages: only the bytes were checked");
     else
         cr_assert_fail("no read of %d cold tries went to the blocking pool", dropped_tries);
+}
+
+/* A file's bytes, whole, in a buffer to free. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* GET rel with Range (and more fields: "-H 'Name: v' ..."), over HTTP/1.1 or h2c (curl), as a
+ * multipart/byteranges 206 whose parts must be want[0..n) of the file, in that order, each
+ * with Content-Type ctype, and whose Content-Length is its body's. */
+static void expect_parts(const char *rel, const char *range, bool h2, const char *ctype,
+                         const unsigned long long want[][2], int n)
+{
+    char head[128], body[128], cmd[1024];
+    snprintf(head, sizeof head, "%s/parts.head", dir);
+    snprintf(body, sizeof body, "%s/parts.body", dir);
+    snprintf(cmd, sizeof cmd, "curl -s %s -D %s -o %s -H 'Range: %s' http://127.0.0.1:%d/%s",
+             h2 ? "--http2-prior-knowledge" : "", head, body, range, d.http, rel);
+    run(cmd);
+    size_t hlen, blen, flen;
+    char *h = slurp(head, &hlen), *b = slurp(body, &blen);
+    char path[256];
+    snprintf(path, sizeof path, "%s/www/%s", dir, rel);
+    char *file = slurp(path, &flen);
+    cr_assert(strncmp(h, h2 ? "HTTP/2 206" : "HTTP/1.1 206", h2 ? 10 : 12) == 0, "%.300s", h);
+    const char *ct = strcasestr(h, "\ncontent-type: multipart/byteranges; boundary=");
+    cr_assert_not_null(ct, "%.400s", h);
+    char boundary[80];
+    cr_assert_eq(sscanf(strchr(ct, '=') + 1, "%70[^\r\n]", boundary), 1);
+    const char *cl = strcasestr(h, "\ncontent-length: ");
+    cr_assert_not_null(cl, "%.400s", h);
+    cr_expect_eq(strtoull(cl + 17, NULL, 10), blen, "Content-Length against the body");
+    size_t at = 0, bl = strlen(boundary);
+    for (int i = 0; i < n; i++) {
+        /* The delimiter (after a CRLF but for the first), the part's head, its bytes. */
+        if (i > 0) {
+            cr_assert(at + 2 <= blen && memcmp(b + at, "\r\n", 2) == 0, "part %d", i);
+            at += 2;
+        }
+        cr_assert(at + 2 + bl + 2 <= blen && memcmp(b + at, "--", 2) == 0 &&
+                      memcmp(b + at + 2, boundary, bl) == 0 &&
+                      memcmp(b + at + 2 + bl, "\r\n", 2) == 0,
+                  "part %d's delimiter at %zu", i, at);
+        at += 2 + bl + 2;
+        const char *end = memmem(b + at, blen - at, "\r\n\r\n", 4);
+        cr_assert_not_null(end, "part %d's head", i);
+        char ph[512], want_ct[160], want_cr[96];
+        snprintf(ph, sizeof ph, "%.*s\r\n", (int)(end - (b + at)), b + at);
+        snprintf(want_ct, sizeof want_ct, "Content-Type: %s\r\n", ctype);
+        snprintf(want_cr, sizeof want_cr, "Content-Range: bytes %llu-%llu/%zu\r\n", want[i][0],
+                 want[i][1], flen);
+        cr_expect(strstr(ph, want_ct) != NULL, "part %d: %s", i, ph);
+        cr_expect(strstr(ph, want_cr) != NULL, "part %d: %s (want %s)", i, ph, want_cr);
+        at = (size_t)(end - b) + 4;
+        size_t len = (size_t)(want[i][1] - want[i][0] + 1);
+        cr_assert(at + len <= blen, "part %d cut short", i);
+        cr_expect(memcmp(b + at, file + want[i][0], len) == 0, "part %d's bytes", i);
+        at += len;
+    }
+    char closing[96];
+    int cl_len = snprintf(closing, sizeof closing, "\r\n--%s--\r\n", boundary);
+    cr_expect(blen - at == (size_t)cl_len && memcmp(b + at, closing, (size_t)cl_len) == 0,
+              "the closing delimiter ends the body (%zu bytes after the last part)", blen - at);
+    free(h);
+    free(b);
+    free(file);
+}
+
+/* Several ranges: multipart/byteranges (RFC 9110 14.6) in the order asked, over HTTP/1.1 and
+ * HTTP/2, from a small file (its kept bytes), a large one (sendfile: parts of more than one
+ * piece) and a cold one (read on the blocking pool); a HEAD's length is the GET's body's. */
+Test(static_e2e, byteranges_several_ranges_are_multipart)
+{
+    static const unsigned long long ten[][2] = {{0, 1}, {4, 5}, {8, 9}};
+    for (int h2 = 0; h2 < 2; h2++) {
+        expect_parts("ten.txt", "bytes=0-1,4-5,8-", h2, "text/plain", ten, 3);
+        expect_parts("ten.txt", "bytes=0-1,,  4-5 ,-2", h2, "text/plain", ten, 3);
+        /* Out of order, unsatisfiable ones dropped, overlapping within the file's size. */
+        static const unsigned long long big[][2] = {
+            {2999900, 2999999}, {0, 99}, {1000000, 2500000}, {50, 60}};
+        expect_parts("big.bin", "bytes=-100, 0-99, 5000000-, 1000000-2500000, 50-60", h2,
+                     "application/octet-stream", big, 4);
+    }
+    /* The boundary is fresh per response. */
+    char first[128];
+    snprintf(first, sizeof first, "%s",
+             field(get_with("/ten.txt", "Range: bytes=0-0,2-2\r\n"), "Content-Type"));
+    cr_expect_str_neq(first,
+                      field(get_with("/ten.txt", "Range: bytes=0-0,2-2\r\n"), "Content-Type"));
+    char req[256];
+    snprintf(req, sizeof req,
+             "HEAD /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9,20-29\r\nConnection: "
+             "close\r\n\r\n");
+    char *r = ask(req);
+    expect(r, "HTTP/1.1 206", "multipart/byteranges");
+    cr_expect(strstr(r, "\r\n\r\n")[4] == '\0', "a HEAD has no body: %s", r);
+    char get_req[256];
+    snprintf(get_req, sizeof get_req, "GET%s", req + 4);
+    const char *len_head = field(r, "Content-Length");
+    char head_len[32];
+    snprintf(head_len, sizeof head_len, "%s", len_head);
+    char *g = ask(get_req);
+    cr_expect_str_eq(field(g, "Content-Length"), head_len);
+    cr_expect_eq(strlen(strstr(g, "\r\n\r\n") + 4), strtoull(head_len, NULL, 10));
+
+    for (int attempt = 0; attempt < 4; attempt++) {
+        harness_sh("cd %s/www && head -c 2500000 /dev/urandom > coldparts.bin", dir);
+        drop_from_cache("coldparts.bin");
+        static const unsigned long long cold[][2] = {{100, 20099}, {2400000, 2499999}};
+        expect_parts("coldparts.bin", "bytes=100-20099,2400000-", attempt & 1,
+                     "application/octet-stream", cold, 2);
+    }
+}
+
+/* What is refused stays the whole file: more bytes than the file has (overlaps: the
+ * amplification of CVE-2011-3192), more than 16 ranges, a list that is not one; no range
+ * satisfiable is 416; a stale If-Range is the whole file too. */
+Test(static_e2e, byteranges_refused_shapes_get_the_whole_file)
+{
+    expect(get_with("/ten.txt", "Range: bytes=0-5,3-9\r\n"), "HTTP/1.1 200", "\r\n\r\n0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=0-1;4-5\r\n"), "HTTP/1.1 200", "\r\n\r\n0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=0-1 4-5\r\n"), "HTTP/1.1 200", "\r\n\r\n0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=0-1,5-4\r\n"), "HTTP/1.1 200", "\r\n\r\n0123456789");
+    expect(get_with("/ten.txt", "Range: bytes=,\r\n"), "HTTP/1.1 200", "\r\n\r\n0123456789");
+    char many[512] = "Range: bytes=";
+    for (int i = 0; i < 17; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s%d-%d", i ? "," : "", i, i);
+    strcat(many, "\r\n");
+    expect(get_with("/big.bin", many), "HTTP/1.1 200", "Content-Length: 3000000\r\n");
+    many[strlen(many) - 2 - strlen(",16-16")] = '\0'; /* 16 of them: served */
+    strcat(many, "\r\n");
+    expect(get_with("/big.bin", many), "HTTP/1.1 206", "multipart/byteranges");
+    expect(get_with("/ten.txt", "Range: bytes=0-1,4-5\r\nIf-Range: \"stale\"\r\n"), "HTTP/1.1 200",
+           "\r\n\r\n0123456789");
+    /* Each part of ten 1-byte ranges of a 10-byte file: no more bytes than it has. */
+    expect(get_with("/ten.txt", "Range: bytes=0-0,1-1,2-2,3-3,4-4,5-5,6-6,7-7,8-8,9-9\r\n"),
+           "HTTP/1.1 206", "Content-Range: bytes 9-9/10\r\n\r\n9\r\n--");
 }
 
 /* A file cut short while it is sent: the response ends short, with a close, never padded

@@ -133,6 +133,19 @@ Test(tls, routes_static_and_echo_with_curl, .timeout = 60)
         const char *got = run(cmd);
         cr_assert_str_eq(got, "same\n", "round %d: %s", i, got);
     }
+    /* Several ranges of it, multipart/byteranges, over HTTP/1.1 (the TLS sendfile path: each
+     * part's head in the output before its piece) and over HTTP/2 (byteranges.py checks the
+     * parts against the file). */
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "curl -sS %s --cacert '%s/ca.pem' -D '%s/got.head' -o '%s/got.bin' -H "
+                 "'Range: bytes=0-99,70000-900000,-5' https://127.0.0.1:%d/files/big.bin && "
+                 "/usr/bin/python3 tests/daemon/e2e/byteranges.py '%s/got.head' '%s/got.bin' "
+                 "'%s/www/files/big.bin'",
+                 i == 0 ? "--http1.1" : "--http2", dir, dir, dir, d.https, dir, dir, dir);
+        const char *got = run(cmd);
+        cr_assert_str_eq(got, "parts 3\n", "%s: %s", i == 0 ? "HTTP/1.1" : "HTTP/2", got);
+    }
     /* A large POST body streams through the echo handler. */
     snprintf(cmd, sizeof cmd,
              "curl -sS --http1.1 --cacert '%s/ca.pem' -X POST --data-binary "

@@ -14,16 +14,22 @@
  * Validators: ETag "inode-mtime_ns-size" in hex (a file replaced by rename gets a new one),
  * Last-Modified; a false If-Match (strong comparison, "*") or else If-Unmodified-Since gives
  * 412, checked first; If-None-Match (weak comparison, "*") and then If-Modified-Since give 304.
- * One byte range ("bytes=a-b", "a-", "-n") gives 206 with Content-Range, or 416 when it starts
- * past the end; several ranges, or a bad Range, get the whole file (RFC 9110 14.2 lets a server
- * ignore Range); If-Range (an ETag compared strongly, or the exact Last-Modified date) must
- * match for the range to apply. With precompressed = on, FILE.br, FILE.zst or else FILE.gz is
- * served (Content-Encoding: br, zstd or gzip) to a client whose Accept-Encoding allows that
- * coding, and every response says Vary: Accept-Encoding. With the route's compress (and no
- * such variant) a 200's body is read into memory and compressed on the fly instead of sent by
- * sendfile (code_cached, code_poll).
+ * Range (RFC 9110 14): one satisfiable range ("bytes=a-b", "a-", "-n") gives 206 with
+ * Content-Range; several give 206 multipart/byteranges (14.6), a part per range in the order
+ * asked, each with its Content-Type and Content-Range; none satisfiable gives 416. A Range
+ * that is not valid, lists more than RANGES_MAX (16) ranges, is longer than the request keeps
+ * (MD_HTTP_COND_KEEP), or asks for more bytes than the file has (overlapping ranges: the
+ * amplification of CVE-2011-3192) gets the whole file, as nginx and Go do for the last (RFC
+ * 9110 14.2 lets a server ignore Range). If-Range (an ETag compared strongly, or the exact
+ * Last-Modified date) must match for the range to apply. With precompressed = on, FILE.br,
+ * FILE.zst or else FILE.gz is served (Content-Encoding: br, zstd or gzip) to a client whose
+ * Accept-Encoding allows that coding, and every response says Vary: Accept-Encoding. With the
+ * route's compress (and no such variant) a 200's body is read into memory and compressed on
+ * the fly instead of sent by sendfile (code_cached, code_poll).
  *
- * The body: a file of up to SMALL bytes is read into the output after its head (one send for
+ * The body: a multipart body's parts each go as a single range does, from the pending
+ * response, with the part's head put into the output before its bytes (next_part). Otherwise
+ * a file of up to SMALL bytes is read into the output after its head (one send for
  * both; no state kept); a larger one is sent with sendfile(2) on the connection's socket through
  * the connection's bounded sendfile, which writes the head first, corked (MSG_MORE), so that
  * head and file share their first segment as with nginx's tcp_nopush: when the socket's buffer is
@@ -65,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -73,6 +80,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/addr.h"
 #include "core/httpdate.h"
 #include "core/ini.h"
 #include "core/text.h"
@@ -219,6 +227,19 @@ enum {
     REL_MAX = MD_HTTP_TARGET_MAX + INDEX_MAX + 4,
 };
 
+/* A multipart/byteranges body (RFC 9110 14.6): its parts, sent one after another by the
+ * pending response, each a head (part_head()) in the output and then [at[i][0], at[i][1]] of
+ * the file by the same paths as a single range. */
+enum { RANGES_MAX = 16, BOUNDARY_LEN = 16, PART_HEAD_MAX = MD_CTYPE_MAX + 128 };
+struct byteranges {
+    uint32_t n;                      /* parts */
+    uint32_t next;                   /* the part whose head goes next; n: the closing line */
+    uint64_t size;                   /* the file's, for each Content-Range */
+    const char *ctype;               /* the file's type (the mime table's, or the route's) */
+    char boundary[BOUNDARY_LEN + 1]; /* hex digits, never in a part's head */
+    uint64_t at[RANGES_MAX][2];      /* the ranges, first and last byte, as asked */
+};
+
 /* Which file answers a request: the file (a directory's index), then the precompressed
  * variant a client takes. Kept across polls while an open waits on the blocking pool. */
 struct lookup {
@@ -264,16 +285,17 @@ static const char *const codings[][2] = {{"br", ".br"}, {"zstd", ".zst"}, {"gzip
 
 struct static_send {
     md_http_pending p;
-    mp_file_op op;     /* an open, or a read into chunk[], on the blocking pool */
-    const md_route *r; /* valid while pending: the connection keeps its generation */
-    md_file *file;     /* the file sent (a reference); NULL while opening */
-    uint64_t off, end; /* [off, end) of the file still to send */
-    size_t chunk_len;  /* a piece in chunk[] being written (not cached); 0: none */
-    bool small;        /* read into out with the head */
-    bool reading;      /* a piece is being read into chunk[] (op may be on the pool) */
-    bool no_sendfile;  /* sendfile refused this file (EINVAL, ENOSYS): copy it */
-    bool opening;      /* lk is being resolved: an open waits on the pool */
-    bool coded;        /* compressed on the fly: pieces through md_http_req_write() */
+    mp_file_op op;         /* an open, or a read into chunk[], on the blocking pool */
+    const md_route *r;     /* valid while pending: the connection keeps its generation */
+    md_file *file;         /* the file sent (a reference); NULL while opening */
+    uint64_t off, end;     /* [off, end) of the file still to send */
+    size_t chunk_len;      /* a piece in chunk[] being written (not cached); 0: none */
+    bool small;            /* read into out with the head */
+    bool reading;          /* a piece is being read into chunk[] (op may be on the pool) */
+    bool no_sendfile;      /* sendfile refused this file (EINVAL, ENOSYS): copy it */
+    bool opening;          /* lk is being resolved: an open waits on the pool */
+    bool coded;            /* compressed on the fly: pieces through md_http_req_write() */
+    struct byteranges *br; /* a multipart/byteranges body's parts; NULL: one range or all */
     struct lookup lk;
     char chunk[CHUNK];
 };
@@ -415,45 +437,109 @@ static time_t parse_date(const md_http_req *req, const char *v, size_t n)
                                                                                             : -1;
 }
 
-/* "bytes=a-b" / "bytes=a-" / "bytes=-n" against size: 1 with [*from, *to] (inclusive), 0 to
- * ignore the field (bad, or several ranges), -1 for 416 (starts past the end). */
-static int parse_range(const char *v, size_t n, uint64_t size, uint64_t *from, uint64_t *to)
+/* Range's ranges against size into at[] (first and last byte, inclusive, in the order asked):
+ * how many are satisfiable (RFC 9110 14.1.1: an int-range that starts before the end, a
+ * suffix-range of at least one byte), -1 for 416 (none is), or 0 to ignore the field: not
+ * "bytes=" and a list of int-range / suffix-range (OWS and empty elements between them),
+ * more than RANGES_MAX ranges, or more bytes than the file has in all. */
+static int parse_ranges(const char *v, size_t n, uint64_t size, uint64_t at[][2])
 {
-    if (n < 7 || !md_ascii_eq_lower(v, 6, "bytes=") || memchr(v, ',', n) != NULL)
+    if (n < 7 || !md_ascii_eq_lower(v, 6, "bytes="))
         return 0;
     size_t i = 6;
-    uint64_t a = 0, b = 0;
-    bool has_a = false, has_b = false;
-    for (; i < n && v[i] >= '0' && v[i] <= '9'; i++, has_a = true) {
-        if (a > (UINT64_MAX - 9) / 10)
+    int specs = 0, kept = 0;
+    uint64_t total = 0;
+    for (;;) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++; /* OWS and empty list elements (RFC 9110 5.6.1) */
+        if (i == n)
+            break;
+        if (++specs > RANGES_MAX)
             return 0;
-        a = a * 10 + (uint64_t)(v[i] - '0');
-    }
-    if (i >= n || v[i] != '-')
-        return 0;
-    for (i++; i < n && v[i] >= '0' && v[i] <= '9'; i++, has_b = true) {
-        if (b > (UINT64_MAX - 9) / 10)
+        uint64_t a = 0, b = 0;
+        bool has_a = false, has_b = false;
+        for (; i < n && v[i] >= '0' && v[i] <= '9'; i++, has_a = true) {
+            if (a > (UINT64_MAX - 9) / 10)
+                return 0;
+            a = a * 10 + (uint64_t)(v[i] - '0');
+        }
+        if (i >= n || v[i] != '-')
             return 0;
-        b = b * 10 + (uint64_t)(v[i] - '0');
+        for (i++; i < n && v[i] >= '0' && v[i] <= '9'; i++, has_b = true) {
+            if (b > (UINT64_MAX - 9) / 10)
+                return 0;
+            b = b * 10 + (uint64_t)(v[i] - '0');
+        }
+        while (i < n && (v[i] == ' ' || v[i] == '\t'))
+            i++;
+        if ((i != n && v[i] != ',') || (!has_a && !has_b) || (has_b && has_a && b < a))
+            return 0;
+        uint64_t from, to;
+        if (!has_a) { /* the last b bytes */
+            if (b == 0 || size == 0)
+                continue;
+            from = b >= size ? 0 : size - b;
+            to = size - 1;
+        } else {
+            if (a >= size)
+                continue;
+            from = a;
+            to = has_b && b < size - 1 ? b : size - 1;
+        }
+        total += to - from + 1;
+        if (total > size)
+            return 0;
+        at[kept][0] = from;
+        at[kept][1] = to;
+        kept++;
     }
-    while (i < n && (v[i] == ' ' || v[i] == '\t'))
-        i++;
-    if (i != n || (!has_a && !has_b))
+    if (specs == 0)
         return 0;
-    if (!has_a) { /* the last b bytes */
-        if (b == 0)
-            return -1;
-        *from = b >= size ? 0 : size - b;
-        *to = size - 1;
-        return size == 0 ? -1 : 1;
-    }
-    if (has_b && b < a)
+    return kept != 0 ? kept : -1;
+}
+
+/* Part i's head at w (PART_HEAD_MAX bytes), or with i == n the closing delimiter; its length.
+ * The first part's delimiter opens the body, the others' end the part before (RFC 2046 5.1.1). */
+static size_t part_head(char *w, const struct byteranges *br, uint32_t i)
+{
+    if (i == br->n)
+        return (size_t)snprintf(w, PART_HEAD_MAX, "\r\n--%s--\r\n", br->boundary);
+    return (size_t)snprintf(
+        w, PART_HEAD_MAX,
+        "%s--%s\r\nContent-Type: %s\r\nContent-Range: bytes %llu-%llu/%llu\r\n\r\n",
+        i == 0 ? "" : "\r\n", br->boundary, br->ctype, (unsigned long long)br->at[i][0],
+        (unsigned long long)br->at[i][1], (unsigned long long)br->size);
+}
+
+/* The next part's head (or the closing delimiter) into out, and the part's range into s:
+ * 1 when a part follows, 0 when the body is complete, -ENOMEM. */
+static int next_part(struct static_send *s, md_outbuf *out)
+{
+    struct byteranges *br = s->br;
+    char *w = md_outbuf_reserve(out, PART_HEAD_MAX);
+    if (w == NULL)
+        return -ENOMEM;
+    md_outbuf_commit(out, w + part_head(w, br, br->next));
+    if (br->next == br->n)
         return 0;
-    if (a >= size)
-        return -1;
-    *from = a;
-    *to = has_b && b < size - 1 ? b : size - 1;
+    s->off = br->at[br->next][0];
+    s->end = br->at[br->next][1] + 1;
+    br->next++;
     return 1;
+}
+
+/* A boundary no part's head contains, and that a file is most unlikely to: 64 random bits in
+ * hex (the thread's sequence, seeded once from getrandom(2)). */
+static void new_boundary(char out[BOUNDARY_LEN + 1])
+{
+    static _Thread_local uint64_t state;
+    if (state == 0 && getrandom(&state, sizeof state, 0) != (ssize_t)sizeof state)
+        state = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&state;
+    state += UINT64_C(0x9e3779b97f4a7c15);
+    uint64_t x = md_mix64(state);
+    for (int i = BOUNDARY_LEN - 1; i >= 0; i--, x >>= 4)
+        out[i] = "0123456789abcdef"[x & 15];
+    out[BOUNDARY_LEN] = '\0';
 }
 
 enum {
@@ -771,8 +857,13 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
             s->off += s->chunk_len;
             s->chunk_len = 0;
         }
-        if (s->off == s->end)
-            return 0;
+        if (s->off == s->end) {
+            if (s->br == NULL)
+                return 0;
+            int rc = next_part(s, out); /* the next part's head, or the closing line */
+            if (rc <= 0)
+                return rc;
+        }
         uint64_t left = s->end - s->off;
         uint64_t piece = left < SENDFILE_MAX ? left : SENDFILE_MAX;
         if (!s->reading && !s->no_sendfile && io->sendfile != NULL &&
@@ -788,7 +879,7 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
             if (err == 0) {
                 s->off += n;
                 if (s->off == s->end)
-                    return 0;
+                    continue; /* the end, or the next part */
                 /* Between large pieces other tasks of this worker run: requeued at the back. */
                 if (cx == NULL)
                     return MD_PENDING_MORE;
@@ -804,7 +895,7 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
         /* No sendfile (HTTP/2's streams): a file the cache keeps is written from its bytes, whole,
          * rather than read a piece at a time into chunk[] and copied from there. */
         const char *kept = s->reading ? NULL : md_file_bytes(s->file);
-        if (kept != NULL && io->lend != NULL) {
+        if (kept != NULL && io->lend != NULL && s->br == NULL) {
             /* HTTP/2: lent, not copied; the DATA frames copy them into the connection's
              * output. The lend takes over the response's reference, and with it the bytes. */
             int err;
@@ -824,7 +915,7 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
             if (err != 0)
                 return err;
             s->off = s->end;
-            return 0;
+            continue; /* the end, or the next part */
         }
         /* No sendfile: a piece from the page cache straight into the output (HTTP/2: the
          * stream's, whose DATA frames copy it once more, into the connection's), written
@@ -845,6 +936,8 @@ static int static_poll(md_http_pending *p, md_http_req *req, mp_context *cx, md_
             if (n > 0) {
                 md_outbuf_commit(out, w + n);
                 s->off += (uint64_t)n;
+                if (s->off == s->end && s->br != NULL)
+                    continue; /* the next part's head after it, then out is flushed */
                 return s->off == s->end ? 0 : MD_PENDING_MORE;
             }
         }
@@ -871,6 +964,7 @@ static void static_cancel(md_http_pending *p)
     lookup_release(&s->lk);
     if (s->file != NULL)
         md_file_put(s->file);
+    free(s->br);
     free(s);
 }
 
@@ -897,6 +991,7 @@ static struct static_send *send_new(const md_route *r)
     s->file = NULL;
     s->chunk_len = 0;
     s->small = s->reading = s->opening = s->no_sendfile = s->coded = false;
+    s->br = NULL;
     s->lk.file = s->lk.alt = NULL;
     return s;
 }
@@ -917,6 +1012,47 @@ _Static_assert(sizeof "Content-Encoding: \r\n" + 8 + sizeof "Vary: Accept-Encodi
                        MD_FILE_DATE_MAX <
                    FIELDS_MAX / 2,
                "answer()'s fixed lines leave room for the range's");
+
+/* answer()'s 206 of several ranges: the head, then the parts from the pending response (s,
+ * made here if need be), which takes over f's reference. MD_HANDLER_PENDING, MD_HANDLER_DONE
+ * for a HEAD (f is the caller's still), or -ENOMEM. */
+static int answer_parts(md_http_req *req, const md_route *r, md_file *f, struct static_send *s,
+                        const char *fields, const char *ctype, uint64_t at[][2], uint32_t n)
+{
+    struct byteranges *br = malloc(sizeof *br);
+    if (br == NULL)
+        return -ENOMEM;
+    br->n = n;
+    br->next = 0;
+    br->size = f->size;
+    br->ctype = ctype;
+    new_boundary(br->boundary);
+    memcpy(br->at, at, n * sizeof at[0]);
+    char w[PART_HEAD_MAX];
+    uint64_t len = 0;
+    for (uint32_t i = 0; i <= n; i++)
+        len += part_head(w, br, i) + (i < n ? at[i][1] - at[i][0] + 1 : 0);
+    char mtype[sizeof "multipart/byteranges; boundary=" + BOUNDARY_LEN];
+    snprintf(mtype, sizeof mtype, "multipart/byteranges; boundary=%s", br->boundary);
+    int rc = md_http_respond_head(req, 206, fields, mtype, len);
+    if (rc != 0 || md_http_req_is_head(req)) {
+        free(br);
+        return rc;
+    }
+    bool fresh = s == NULL;
+    if (fresh && (s = send_new(r)) == NULL) {
+        free(br);
+        return -ENOMEM;
+    }
+    s->file = f;
+    s->br = br;
+    s->off = s->end = 0; /* the first poll puts the first part's head */
+    /* Polled before the connection flushes the head: sendfile writes it corked. */
+    s->p.writes_output = true;
+    if (fresh)
+        md_http_req_pend(req, &s->p);
+    return MD_HANDLER_PENDING;
+}
 
 /* The response for lk's file (its references are taken over: lk holds none after). From
  * on_req (s NULL) or from the poll that finished lk's opens (s): MD_HANDLER_DONE when it is
@@ -991,7 +1127,14 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
             applies = parse_date(req, ifr, irlen) == f->mtime; /* W/ tags never match */
-        int pr = applies ? parse_range(range, vlen, size, &from, &to) : 0;
+        uint64_t at[RANGES_MAX][2];
+        int pr = applies ? parse_ranges(range, vlen, size, at) : 0;
+        if (pr > 1) {
+            rc = answer_parts(req, r, f, s, fields, ctype, at, (uint32_t)pr);
+            if (rc == MD_HANDLER_PENDING)
+                return rc; /* the response holds f now */
+            goto out_put;
+        }
         if (pr < 0) {
             char f416[FIELDS_MAX + 64];
             snprintf(f416, sizeof f416, "%sContent-Range: bytes */%llu\r\n", fields,
@@ -1001,6 +1144,8 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
             goto out_put;
         }
         if (pr > 0) {
+            from = at[0][0];
+            to = at[0][1];
             status = 206;
             fl += (size_t)snprintf(
                 fields + fl, sizeof fields - fl, "Content-Range: bytes %llu-%llu/%llu\r\n",
