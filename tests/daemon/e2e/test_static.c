@@ -123,6 +123,14 @@ Test(static_e2e, files_index_types_and_no_listings)
     expect(get("/ten.txt"), "HTTP/1.1 200", "Content-Type: text/plain\r\n");
     expect(get("/empty/"), "HTTP/1.1 403", NULL); /* no index, no listing */
     expect(get("/nope"), "HTTP/1.1 404", NULL);
+    /* A directory's path that names no directory is 404, as nginx's; twice, the second from
+     * the open-file cache's memory of the missing index. */
+    for (int i = 0; i < 2; i++) {
+        expect(get("/nope/"), "HTTP/1.1 404", NULL);
+        expect(get("/sub/nope/"), "HTTP/1.1 404", NULL);
+        expect(get("/ten.txt/"), "HTTP/1.1 404", NULL);
+        expect(get("/empty/"), "HTTP/1.1 403", NULL);
+    }
     expect(get("/inside.html"), "HTTP/1.1 200", "hello index"); /* a symlink inside is fine */
     char *r = ask("HEAD /ten.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     expect(r, "HTTP/1.1 200", "Content-Length: 10\r\n");

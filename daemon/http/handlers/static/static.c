@@ -617,6 +617,33 @@ static unsigned open_status(int err)
     }
 }
 
+/* A directory's path whose index file is missing: 403 where the directory exists (there are
+ * no listings: nginx's answer), 404 where it does not. The index's open has just walked the
+ * directory's path, so its lookup is served from the kernel's caches (RESOLVE_CACHED); one
+ * that would still wait for the disk answers 403. */
+static unsigned missing_index_status(const md_route *r, const struct lookup *lk)
+{
+    size_t dlen = lk->rlen - strlen(opts(r)->index_file);
+    if (dlen == 0)
+        return 403; /* the root's own index */
+    char dir[REL_MAX];
+    memcpy(dir, lk->rel, dlen);
+    dir[dlen] = '\0';
+    struct open_how how = {
+        .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+        .resolve = OPEN_RESOLVE | RESOLVE_CACHED,
+    };
+    long fd = openat2_raw(opts(r)->root_fd, dir, &how);
+    int err = fd >= 0 ? 0 : errno;
+    if (err == ENOSYS) { /* no openat2: the O_NOFOLLOW walk */
+        fd = open_beneath(opts(r)->root_fd, dir, O_PATH | O_DIRECTORY);
+        err = fd >= 0 ? 0 : (int)-fd;
+    }
+    if (fd >= 0)
+        close((int)fd);
+    return err == ENOENT || err == ENOTDIR ? 404 : 403;
+}
+
 /* Finds lk's file, then its variant: 0 (lk->file set, lk->alt maybe), OPEN_WAIT, -ENOMEM, or
  * the status to answer instead (301 for a directory without its '/'). */
 static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_file_op *op,
@@ -631,8 +658,10 @@ static int resolve(md_http_req *req, const md_route *r, struct lookup *lk, mp_fi
             ;
         if (rc == OPEN_WAIT || rc == -ENOMEM)
             return rc;
+        if (rc < 0 && lk->dir && rc == -ENOENT)
+            return (int)missing_index_status(r, lk);
         if (rc < 0)
-            return (int)open_status(lk->dir && rc == -ENOENT ? -EACCES : rc); /* no listing */
+            return (int)open_status(rc);
         if (S_ISDIR(lk->file->mode))
             return lk->dir ? 403 : 301;
         if (!S_ISREG(lk->file->mode))
