@@ -8,11 +8,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ch in lower case if it is an ASCII capital; tolower() follows the locale. */
 static inline unsigned char md_ascii_lower(unsigned char ch)
 {
     return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
+}
+
+/* RFC 9110 5.6.2's tchar: a byte of a token (a method, a field name, a coding). */
+static inline bool md_is_tchar(unsigned char ch)
+{
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
+        return true;
+    return ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
 }
 
 /* s[0..n) equals lower (a lower-case literal of n bytes) ignoring ASCII case. A prefix test is

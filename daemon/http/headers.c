@@ -7,14 +7,6 @@
 #include "core/text.h"
 #include "http/routes.h"
 
-/* RFC 9110 5.6.2: tchar. */
-static bool is_tchar(unsigned ch)
-{
-    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
-        return true;
-    return ch != '\0' && strchr("!#$%&'*+-.^_`|~", (int)ch) != NULL;
-}
-
 /* Fields the head writer and the protocols own: framing, the connection's, and those written
  * on every response (response.c). A rule on them would break the message or be ignored. */
 static bool core_field(const char *name, size_t n)
@@ -38,7 +30,7 @@ static int take_name(const char *value, bool with_value, size_t *nlen, const cha
                      size_t msg_len)
 {
     size_t n = 0;
-    while (is_tchar((unsigned char)value[n]))
+    while (md_is_tchar((unsigned char)value[n]))
         n++;
     if (n == 0 || (with_value ? value[n] != ':' : value[n] != '\0')) {
         md_say(msg, msg_len,

@@ -25,7 +25,8 @@
  * the latter only after on_headers_complete), a missing or repeated Host in HTTP/1.1, a Host
  * that is not uri-host [":" port], target bytes outside RFC 3986, "*" but for OPTIONS. Both
  * Content-Length with Transfer-Encoding and a repeated Content-Length (even an equal one) are
- * llhttp errors already. Major versions other than 1 get 505, CONNECT 501.
+ * llhttp errors already. Major versions other than 1 get 505; CONNECT, and a request line whose
+ * method llhttp does not know (unknown_method()), 501.
  *
  * Limits are counted as bytes arrive, never by buffering: the head is counted on the wire from
  * the method's first byte to the end of the empty line. When the bytes from the head's start
@@ -259,6 +260,29 @@ static int reject(md_http_conn *c, unsigned code)
     return HPE_USER;
 }
 
+/* llhttp knows its methods only, and refuses any other at the first byte that no method of
+ * its list has there. Where the request line is one but for its method (the refused byte and
+ * what follows it up to a space a token, then a target, "HTTP/" d "." d and CRLF, all in this
+ * feed), the method is one magpied does not implement: 501 (RFC 9110 9.1), not 400. (The
+ * bytes before the refused one were a prefix of a known method's.) */
+static bool unknown_method(const md_http_conn *c)
+{
+    const char *p = llhttp_get_error_pos(&c->req->parser), *end = c->req->feed_end;
+    if (p == NULL || p >= end || !md_is_tchar((unsigned char)*p))
+        return false;
+    while (p < end && md_is_tchar((unsigned char)*p))
+        p++;
+    if (p == end || *p++ != ' ')
+        return false;
+    const char *target = p;
+    while (p < end && (unsigned char)*p > ' ' && *p != 0x7f)
+        p++;
+    if (p == target || end - p < 11)
+        return false;
+    return memcmp(p, " HTTP/", 6) == 0 && p[6] >= '0' && p[6] <= '9' && p[7] == '.' &&
+           p[8] >= '0' && p[8] <= '9' && p[9] == '\r' && p[10] == '\n';
+}
+
 /* After a parse error or a rejection: the error response, then close. */
 static int fail(md_http_conn *c)
 {
@@ -275,6 +299,9 @@ static int fail(md_http_conn *c)
     if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD)
         return MD_HTTP_WANT_CLOSE;
     unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
+    if (c->req->h.status == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD &&
+        unknown_method(c))
+        code = 501;
     /* A 405 refused at the head (head_done()) still says what the route allows. */
     const char *allow = code == 405 && r->route != NULL ? r->route->allow : NULL;
     take_version(c);

@@ -478,6 +478,30 @@ Test(http1, malformed_is_400_then_close)
     expect_no_leaks();
 }
 
+/* A request line whose method llhttp does not know, as a token (any case: methods are
+ * case-sensitive), is 501 (RFC 9110 9.1) and a close; a line that is not a request line in
+ * other ways too stays 400. */
+Test(http1, unknown_method_is_501_then_close)
+{
+    static const char *const unknown[] = {
+        "FOO / HTTP/1.1\r\nHost: a\r\n\r\n",  "get / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GETX / HTTP/1.1\r\nHost: a\r\n\r\n", "BREW /pot HTTP/1.1\r\nHost: a\r\n\r\n",
+        "X-Y_Z.1 * HTTP/1.0\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        expect_rejected(unknown[i], "501 Not Implemented");
+        expect_rejected_after_good(unknown[i], "501 Not Implemented");
+    }
+    static const char *const bad[] = {
+        "G@T / HTTP/1.1\r\nHost: a\r\n\r\n", "FOO  HTTP/1.1\r\nHost: a\r\n\r\n",
+        "FOO / HTTP/1.1\nHost: a\r\n\r\n",   "FOO / XTTP/1.1\r\nHost: a\r\n\r\n",
+        "FOO /\x01 HTTP/1.1\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_rejected(bad[i], "400 Bad Request");
+    expect_no_leaks();
+}
+
 /* On a listener with h2c on (md_http_conn.h2c), a connection whose first bytes do not begin
  * with an HTTP method (h2spec's invalid preface, a TLS ClientHello) is closed with nothing
  * written: its client speaks HTTP/2 or TLS and would read a 400 as a frame or a record. A

@@ -381,8 +381,7 @@ int md_upstream_key(md_upstream_conf *u, const char *key, const char *value, cha
         size_t n = strlen(h);
         bool ok = n != 0 && n < MD_UPSTREAM_HEADER_MAX;
         for (size_t i = 0; ok && i < n; i++)
-            ok = strchr("!#$%&'*+-.^_`|~", h[i]) != NULL || (h[i] >= '0' && h[i] <= '9') ||
-                 (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z');
+            ok = md_is_tchar((unsigned char)h[i]);
         if (!ok) {
             md_say(msg, msg_len, "hash_header: expected a field name, at most %d bytes",
                    MD_UPSTREAM_HEADER_MAX - 1);
