@@ -313,7 +313,7 @@ def h2_case(rnd):
                                     b'//..//x', b'/static/../../etc/passwd'])),
              (b':authority', b'localhost')]
         h += rnd.choice([[], [(b'accept-encoding', b'gzip')], [(b'range', b'bytes=0-10,20-30')],
-                         [(b'range', rnd.choice([b'bytes=-5,0-0,,100-', b'bytes=0-1,0-1', b'bytes=1-,-1,5-9'])],
+                         [(b'range', rnd.choice([b'bytes=-5,0-0,,100-', b'bytes=0-1,0-1', b'bytes=1-,-1,5-9']))],
                          [(b'content-length', b'5')]])
         if rnd.random() < 0.2:
             rnd.shuffle(h)
