@@ -525,6 +525,43 @@ Test(proxy_e2e, hop_by_hop_and_forwarding_fields)
     upstream_stop(&u);
 }
 
+/* RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 stops at magpied, which answers as
+ * its final recipient (OPTIONS: 200 with Allow; TRACE: 501, magpied implements none); another
+ * value goes up one less; other methods, and a value that is not a number, pass as they came. */
+Test(proxy_e2e, max_forwards_counts_down_and_stops_at_zero)
+{
+    upstream u;
+    upstream_start(&u);
+    char conf[512];
+    snprintf(conf, sizeof conf,
+             "[upstream app]\nserver = 127.0.0.1:%d\n"
+             "[route /t]\nhandler = proxy\nupstream = app\nmethods = GET, TRACE\n",
+             u.port);
+    daemon_proc d = start_proxy(conf);
+    char *r = ask(d.http, "OPTIONS /f HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\nConnection: "
+                          "close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_not_null(strstr(r, "\r\nAllow: "), "%s", r);
+    cr_assert_str_eq(body_of(r), "", "the upstream answered: %s", r);
+    r = ask(d.http, "OPTIONS /f HTTP/1.1\r\nHost: x\r\nMax-Forwards: 5\r\nConnection: "
+                    "close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_not_null(strstr(body_of(r), "\r\nMax-Forwards: 4\r\n"), "%s", r);
+    r = ask(d.http, "GET /f HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "\r\nMax-Forwards: 0\r\n"), "%s", r);
+    r = ask(d.http, "OPTIONS /f HTTP/1.1\r\nHost: x\r\nMax-Forwards: x\r\nConnection: "
+                    "close\r\n\r\n");
+    cr_assert_not_null(strstr(body_of(r), "\r\nMax-Forwards: x\r\n"), "%s", r);
+    r = ask(d.http, "TRACE /t HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 501, "%s", r);
+    r = ask(d.http, "TRACE /t HTTP/1.1\r\nHost: x\r\nMax-Forwards: 1\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    cr_assert_not_null(strstr(body_of(r), "TRACE /t HTTP/1.1\r\n"), "%s", r);
+    cr_assert_not_null(strstr(body_of(r), "\r\nMax-Forwards: 0\r\n"), "%s", r);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
 Test(proxy_e2e, refused_is_502_and_silent_is_504)
 {
     upstream u;

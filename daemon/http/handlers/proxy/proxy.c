@@ -402,12 +402,29 @@ static int rewrite_target(proxy *p, md_http_req *req, const md_route *r, const c
     return 0;
 }
 
+/* An OPTIONS or TRACE request's Max-Forwards (RFC 9110 7.6.2): 0 means magpied is its final
+ * recipient and forwards nothing; any other value goes up one less (md_proxy_request_head).
+ * UINT64_MAX: another method, or no valid Max-Forwards. */
+static uint64_t hops_left(md_http_req *req)
+{
+    unsigned m = md_http_req_method(req);
+    if (m != MD_OPTIONS && m != MD_TRACE)
+        return UINT64_MAX;
+    size_t tlen, len, vlen;
+    const char *kept = md_http_req_head(req, &tlen, &len);
+    const char *v = md_proxy_field(kept + tlen + 2, len - tlen - 2, "max-forwards", &vlen);
+    uint64_t hops;
+    return v != NULL && md_proxy_max_forwards(v, vlen, &hops) == 0 ? hops : UINT64_MAX;
+}
+
 static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, bool chunked)
 {
     const md_http_server *srv = md_http_req_server(req);
     md_upstreams *ups = md_http_server_state(srv, &md_handler_proxy);
     if (ups == NULL || opts(r)->upstream_index >= ups->conf.n || srv->rt == NULL)
         return MD_BODY_DISCARD; /* on_req answers 502 */
+    if (hops_left(req) == 0)
+        return MD_BODY_DISCARD; /* answered here: the core's OPTIONS, on_req's TRACE */
     proxy *p = calloc(1, sizeof *p);
     if (p == NULL)
         return -ENOMEM;
@@ -453,6 +470,7 @@ static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, b
                    : md_http_req_has_length(req) ? MD_PROXY_BODY_LENGTH
                                                  : MD_PROXY_BODY_NONE,
         .length = length,
+        .hop_count = md_http_req_method(req) == MD_OPTIONS || md_http_req_method(req) == MD_TRACE,
     };
     p->upgrade = opts(r)->websocket && md_http_req_upgrade(req) &&
                  md_http_req_version_minor(req) != 0 && !md_http_req_frames_body(req);
@@ -506,7 +524,11 @@ static int proxy_on_body(md_http_req *req, const md_route *r, const char *at, si
 
 static int proxy_on_req(md_http_req *req, const md_route *r)
 {
-    (void)r; /* reached only when the route names no upstream state (a test's table) */
+    (void)r; /* reached for a TRACE with Max-Forwards 0, or with no upstream state (a test's) */
+    if (hops_left(req) == 0) { /* the final recipient: magpied implements no TRACE */
+        const md_http_status *st = md_http_status_of(501);
+        return md_http_respond(req, 501, NULL, "text/plain", st->body, st->body_len);
+    }
     return md_http_respond(req, 502, NULL, "text/plain", "Bad Gateway\n", 12);
 }
 

@@ -208,6 +208,16 @@ version:
         } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(&cn, n, nl)) {
             continue;
         }
+        uint64_t hops;
+        if (rq->hop_count && nl == 12 && md_ascii_eq_lower(n, nl, "max-forwards") &&
+            md_proxy_max_forwards(v, vl, &hops) == 0 && hops != 0) {
+            /* One hop fewer (a 0 was answered here: proxy.c's on_head). */
+            char mf[48];
+            int k = snprintf(mf, sizeof mf, "Max-Forwards: %" PRIu64 "\r\n", hops - 1);
+            if (!put(out, mf, (size_t)k))
+                return -ENOMEM;
+            continue;
+        }
         /* Written anew below, from the framing and the client. */
         if (md_ascii_eq_lower(n, nl, "host") || md_ascii_eq_lower(n, nl, "content-length") ||
             md_ascii_eq_lower(n, nl, "x-real-ip") ||
@@ -390,6 +400,20 @@ static bool out_put(md_proxy_resp *r, const char *s, size_t n)
         return false;
     }
     return true;
+}
+
+int md_proxy_max_forwards(const char *v, size_t n, uint64_t *hops)
+{
+    if (n == 0 || n > 19)
+        return -EINVAL;
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -EINVAL;
+        h = h * 10 + (uint64_t)(v[i] - '0');
+    }
+    *hops = h;
+    return 0;
 }
 
 /* Fields a trailer must not carry (RFC 9110 6.5.1), beyond the hop-by-hop ones: framing,
