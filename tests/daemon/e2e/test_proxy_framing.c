@@ -18,6 +18,7 @@ TestSuite(proxy_framing, .init = proxy_dir_make, .fini = proxy_dir_remove, .time
     "[route /literal]\nhandler = proxy\nupstream = app\nhost = backend.example\n"                  \
     "[route /uphost]\nhandler = proxy\nupstream = app\nhost = upstream\n"                          \
     "[route /fwd]\nhandler = proxy\nupstream = app\nforwarded = on\nvia = on\n"                    \
+    "[route /novia]\nhandler = proxy\nupstream = app\nvia = OFF\n"                                 \
     "[route /]\nhandler = proxy\nupstream = app\n"
 
 /* The head the upstream received, from an echo body (which is head, then body). */
@@ -96,6 +97,13 @@ Test(proxy_framing, forwarding_fields_and_host)
     cr_expect_eq(head_field(up, "Host", v, sizeof v), 1, "%s", up);
     cr_expect_str_eq(v, "client.example", "%s", up);
     cr_expect_eq(head_field(up, "Forwarded", NULL, 0), 0, "forwarded is off: %s", up);
+    /* via = request, the default (RFC 9110 7.6.3: a gateway adds it to what it forwards). */
+    cr_expect_eq(head_field(up, "Via", v, sizeof v), 1, "%s", up);
+    cr_expect_str_eq(v, "1.1 magpied", "%s", up);
+    cr_expect_eq(head_field(r.head, "Via", NULL, 0), 0, "a Via in the response: %s", r.head);
+    response_free(&r);
+    r = get(d.http, "/novia");
+    up = echoed_head(&r);
     cr_expect_eq(head_field(up, "Via", NULL, 0), 0, "via is off: %s", up);
     response_free(&r);
 
@@ -107,6 +115,7 @@ Test(proxy_framing, forwarding_fields_and_host)
     cr_expect(strstr(v, "for=127.0.0.1") != NULL || strstr(v, "for=\"127.0.0.1") != NULL, "%s", v);
     cr_expect_eq(head_field(up, "Via", v, sizeof v), 1, "%s", up);
     cr_expect(strncmp(v, "1.1 ", 4) == 0, "Via: %s", v);
+    cr_expect_eq(head_field(r.head, "Via", v, sizeof v), 1, "via = on: %s", r.head);
     response_free(&r);
 
     r = get(d.http, "/literal");

@@ -57,11 +57,20 @@ typedef enum proxy_host {
     HOST_LITERAL,  /* proxy_conf.host */
 } proxy_host;
 
+/* Where Via: 1.1 magpied goes (RFC 9110 7.6.3: a gateway MUST add it to the requests it
+ * forwards, and MAY to the responses). */
+typedef enum proxy_via {
+    VIA_REQUEST, /* the default */
+    VIA_OFF,
+    VIA_ON, /* the request and the response */
+} proxy_via;
+
 typedef struct proxy_conf {
     char upstream[NAME_MAX_]; /* the [upstream] it names */
     uint8_t upstream_index;   /* its place in the configuration's table, once linked */
     uint8_t host_mode;        /* proxy_host */
-    bool forwarded, via, websocket;
+    uint8_t via;              /* proxy_via */
+    bool forwarded, websocket;
     uint32_t upstream_line; /* of the upstream key, for the message when it names nothing */
     char host[HOST_MAX];
     bool strip_prefix;           /* the route's path taken off the front of the target */
@@ -129,9 +138,20 @@ static int proxy_key(void *conf, const char *key, const char *value, uint32_t li
         memcpy(pc->add_prefix, value, n + 1);
         return 0;
     }
+    if (strcmp(key, "via") == 0) {
+        bool on;
+        if (strlen(value) == 7 && md_ascii_eq_lower(value, 7, "request")) {
+            pc->via = VIA_REQUEST;
+        } else if (md_parse_bool(value, &on) == 0) {
+            pc->via = on ? VIA_ON : VIA_OFF;
+        } else {
+            md_say(msg, msg_len, "expected request, or %s, got \"%s\"", MD_BOOL_GRAMMAR, value);
+            return -EINVAL;
+        }
+        return 0;
+    }
     bool *b = strcmp(key, "forwarded") == 0      ? &pc->forwarded
               : strcmp(key, "strip_prefix") == 0 ? &pc->strip_prefix
-              : strcmp(key, "via") == 0          ? &pc->via
                                                  : &pc->websocket;
     return md_conf_bool(value, b, msg, msg_len);
 }
@@ -464,7 +484,7 @@ static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, b
         .peer = peer,
         .host = opts(r)->host_mode == HOST_LITERAL ? opts(r)->host : NULL,
         .forwarded = opts(r)->forwarded,
-        .via = opts(r)->via,
+        .via = opts(r)->via != VIA_OFF,
         .keepalive = p->up->conf->keepalive != 0,
         .framing = chunked                       ? MD_PROXY_BODY_CHUNKED
                    : md_http_req_has_length(req) ? MD_PROXY_BODY_LENGTH
@@ -832,7 +852,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
             if (!p->resp_on) {
                 md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
                                    md_http_req_is_head(req), &relay, req);
-                p->resp.via = opts(p->route)->via;
+                p->resp.via = opts(p->route)->via == VIA_ON;
                 p->resp.headers = &p->route->headers;
                 if (p->route->compress.codings != 0) {
                     p->resp.compress = &p->route->compress;

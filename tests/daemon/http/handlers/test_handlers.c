@@ -75,6 +75,9 @@ Test(handlers, booleans_take_every_word_of_the_manual, .timeout = 5)
     refuses(&st, "precompressed", "maybe", "on, yes, true or 1");
     refuses(&st, "precompressed", "", "on, yes, true or 1");
     refuses(&px, "via", "2", "on, yes, true or 1");
+    takes(&px, "via", "request");
+    takes(&px, "via", "Request");
+    refuses(&px, "via", "requests", "expected request, or on");
 }
 
 Test(handlers, each_checks_what_it_requires, .timeout = 5)

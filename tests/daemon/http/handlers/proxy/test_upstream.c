@@ -128,7 +128,7 @@ Test(upstream, config_errors_name_file_and_line, .timeout = 5)
          "test.conf:3: [route /] upstream: only for handler = proxy"},
         {"[upstream app]\nserver = 127.0.0.1:9\n[route /]\nhandler = proxy\nupstream = app\n"
          "via = maybe\n",
-         "test.conf:6: [route /] via: expected on"},
+         "test.conf:6: [route /] via: expected request, or on"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(parse(&c, bad[i].text, &err), -EINVAL, "%s", bad[i].text);
