@@ -192,6 +192,10 @@ static void *serve(void *arg)
                          (size_t)pl + blen, pre);
             memcpy(resp + n, body, blen);
             n += (int)blen;
+        } else if (strstr(head, " /dated") != NULL) {
+            n = snprintf(resp, CAP,
+                         "HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\n"
+                         "Content-Length: 5\r\n\r\ndated");
         } else if (strstr(head, " /hop") != NULL) {
             const char *b = "hop";
             n = snprintf(resp, CAP,
@@ -273,7 +277,7 @@ static daemon_proc start_proxy(const char *upstream_conf)
     snprintf(conf, sizeof conf, "%s/magpied.conf", dir);
     snprintf(err, sizeof err, "%s/error.log", dir);
     snprintf(text, sizeof text,
-             "[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
+             "[http]\nlisten = 127.0.0.1:0\nhttp2 = on\n[echo]\nlisten =\n[runtime]\nworkers = 2\n"
              "%s"
              "[route = /metrics]\nhandler = metrics\n"
              "[route /ws]\nhandler = proxy\nupstream = app\nwebsocket = on\n"
@@ -558,6 +562,34 @@ Test(proxy_e2e, max_forwards_counts_down_and_stops_at_zero)
     cr_assert_eq(status_of(r), 200, "%s", r);
     cr_assert_not_null(strstr(body_of(r), "TRACE /t HTTP/1.1\r\n"), "%s", r);
     cr_assert_not_null(strstr(body_of(r), "\r\nMax-Forwards: 0\r\n"), "%s", r);
+    cr_assert_eq(stop(&d), 0);
+    upstream_stop(&u);
+}
+
+/* RFC 9110 6.6.1: a response forwarded without a Date gets one (the test upstream's have
+ * none); the upstream's own Date is kept, and only it. Over HTTP/1.1 and HTTP/2. */
+Test(proxy_e2e, a_response_without_date_gets_one)
+{
+    upstream u;
+    upstream_start(&u);
+    daemon_proc d = start_proxy(one_server(&u, ""));
+    char *r = ask(d.http, "GET /f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert_eq(status_of(r), 200, "%s", r);
+    const char *date = strstr(r, "\r\nDate: ");
+    cr_assert_not_null(date, "%s", r);
+    cr_assert_null(strstr(date + 2, "\r\nDate: "), "two: %s", r);
+    cr_assert(strncmp(date + 8 + 25, " GMT\r\n", 6) == 0, "not an IMF-fixdate: %s", r);
+    r = ask(d.http, "GET /dated HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    date = strstr(r, "\r\nDate: ");
+    cr_assert_not_null(date, "%s", r);
+    cr_assert(strncmp(date, "\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\n", 39) == 0, "%s", r);
+    cr_assert_null(strstr(date + 2, "\r\nDate: "), "two: %s", r);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "curl -s --http2-prior-knowledge -D - -o /dev/null http://127.0.0.1:%d/f | grep -ci "
+             "'^date: '",
+             d.http);
+    cr_assert_str_eq(run(cmd), "1\n");
     cr_assert_eq(stop(&d), 0);
     upstream_stop(&u);
 }

@@ -853,6 +853,7 @@ static int proxy_poll(md_http_pending *pd, md_http_req *req, mp_context *cx, md_
                 md_proxy_resp_init(&p->resp, conf->max_response_header_bytes,
                                    md_http_req_is_head(req), &relay, req);
                 p->resp.via = opts(p->route)->via == VIA_ON;
+                p->resp.date = true;
                 p->resp.headers = &p->route->headers;
                 if (p->route->compress.codings != 0) {
                     p->resp.compress = &p->route->compress;

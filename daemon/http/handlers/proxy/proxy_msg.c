@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/httpdate.h"
 #include "core/text.h"
 #include "http/headers.h"
 
@@ -516,6 +518,8 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
         if (!out_put(r, fn, nl) || !out_put(r, ": ", 2) || !out_put(r, v, vl) ||
             !out_put(r, "\r\n", 2))
             return HPE_USER;
+        if (nl == 4 && md_ascii_eq_lower(fn, 4, "date"))
+            r->dated = true;
     }
     return 0;
 }
@@ -597,7 +601,17 @@ static int write_head(md_proxy_resp *r, unsigned status)
     md_outbuf *fields = &head;
     md_outbuf *out = r->out;
     r->out = fields;
+    r->dated = false;
     int rc = put_fields(r, 0, r->fields_len, status, keep_length, false);
+    if (rc == 0 && !interim && r->date && !r->dated) {
+        /* RFC 9110 6.6.1: a recipient with a clock adds the Date a forwarded response lacks. */
+        char date[sizeof "Date: \r\n" + MD_HTTPDATE_LEN];
+        memcpy(date, "Date: ", 6);
+        size_t n = 6 + md_httpdate_format(time(NULL), date + 6);
+        memcpy(date + n, "\r\n", 2);
+        if (!out_put(r, date, n + 2))
+            rc = HPE_USER;
+    }
     if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
         rc = HPE_USER;
     if (rc == 0 && !interim)

@@ -132,6 +132,8 @@ typedef struct md_proxy_resp {
     bool head_request; /* a response to HEAD: no body whatever it says */
     bool tunnel_ok;    /* a 101 may start a tunnel */
     bool via;          /* append Via: 1.1 magpied */
+    bool date;         /* add a Date where the upstream's final head has none */
+    bool dated;        /* the head just written had a Date of the upstream's (write_head) */
     /* The route's header rules (http/headers.h) on the final head; NULL: none. */
     const struct md_route_headers *headers;
     /* The route's compression (NULL or codings 0: off) and the coding the client takes

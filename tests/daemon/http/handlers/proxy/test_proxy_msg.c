@@ -515,6 +515,39 @@ static int run_coded(const char *text, size_t step, bool raw, md_outbuf *out)
     return rc;
 }
 
+/* With date (the proxy's): a final head without a Date gets one, after the upstream's fields,
+ * in every split; the upstream's is kept as the only one; interim heads get none. */
+Test(proxy_msg, a_final_head_without_date_gets_one, .timeout = 5)
+{
+    static const char *const texts[] = {
+        "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nX-A: b\r\n"
+        "Content-Length: 2\r\n\r\nok",
+        "HTTP/1.1 200 OK\r\nDATE: Mon, 01 Jan 2001 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
+    };
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t step = 1; step <= 4096; step *= 8) {
+            md_proxy_resp r;
+            md_outbuf out = {0};
+            resp_init(&r, false, true, &out);
+            r.date = true;
+            size_t left;
+            cr_assert_eq(feed(&r, texts[t], step, &out, &left), MD_RESP_DONE);
+            md_proxy_resp_free(&r);
+            md_outbuf_free(&out);
+            cr_assert_eq(rec.heads, 1);
+            const char *d = strcasestr(rec.fields, "ate: ");
+            cr_assert_not_null(d, "%s", rec.fields);
+            cr_assert_null(strcasestr(d + 1, "ate: "), "two: %s", rec.fields);
+            if (t == 0) {
+                cr_assert(strncmp(rec.fields, "X-A: b\r\nDate: ", 14) == 0, "%s", rec.fields);
+                cr_assert(strncmp(d + 5 + 25, " GMT\r\n", 6) == 0, "%s", rec.fields);
+            } else {
+                cr_assert_str_eq(rec.fields, "DATE: Mon, 01 Jan 2001 00:00:00 GMT\r\n");
+            }
+        }
+    }
+}
+
 Test(proxy_msg, compressed_on_the_fly, .timeout = 5)
 {
     static const char *const texts[] = {
