@@ -1025,15 +1025,16 @@ static struct static_send *send_new(const md_route *r)
     return s;
 }
 
-/* Appends "name" value CRLF at fields[fl] (value NUL-terminated; nlen name's length) and
- * returns the new length: answer()'s lines without snprintf, which cost every response some
- * 1,000 instructions for the validators alone. FIELDS_MAX holds every line answer() adds. */
+/* Appends "name" value CRLF at fields[fl], with a NUL after it (value NUL-terminated; nlen
+ * name's length), and returns the new length: answer()'s lines without snprintf, which cost
+ * every response some 1,000 instructions for the validators alone. FIELDS_MAX holds every line
+ * answer() adds. */
 static size_t put_line(char *fields, size_t fl, const char *name, size_t nlen, const char *value)
 {
     size_t vlen = strlen(value);
     memcpy(fields + fl, name, nlen);
     memcpy(fields + fl + nlen, value, vlen);
-    memcpy(fields + fl + nlen + vlen, "\r\n", 2);
+    memcpy(fields + fl + nlen + vlen, "\r\n", 3); /* and the NUL: each answer reads it whole */
     return fl + nlen + vlen + 2;
 }
 _Static_assert(sizeof "Content-Encoding: \r\n" + 8 + sizeof "Vary: Accept-Encoding\r\n" +
@@ -1124,7 +1125,6 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
     int rc;
     if (failed) {
         const md_http_status *s412 = md_http_status_of(412);
-        fields[fl] = '\0';
         rc = md_http_respond(req, 412, fields, "text/plain", s412->body, s412->body_len);
         goto out_put;
     }
