@@ -623,9 +623,10 @@ static unsigned open_status(int err)
  * that would still wait for the disk answers 403. */
 static unsigned missing_index_status(const md_route *r, const struct lookup *lk)
 {
-    size_t dlen = lk->rlen - strlen(opts(r)->index_file);
-    if (dlen == 0)
+    size_t ilen = strlen(opts(r)->index_file);
+    if (lk->rlen == ilen)
         return 403; /* the root's own index */
+    size_t dlen = lk->rlen - ilen - 1; /* the directory, without its '/' (the walk's way) */
     char dir[REL_MAX];
     memcpy(dir, lk->rel, dlen);
     dir[dlen] = '\0';
