@@ -283,6 +283,20 @@ static bool unknown_method(const md_http_conn *c)
            p[8] >= '0' && p[8] <= '9' && p[9] == '\r' && p[10] == '\n';
 }
 
+/* An absolute-form target's authority ("scheme://AUTHORITY/..."), as much as is kept. */
+static bool target_authority_ok(const md_http_req *r)
+{
+    const char *t = r->target, *end = t + r->target_len;
+    const char *a = memchr(t, ':', r->target_len);
+    if (a == NULL || end - a < 3 || a[1] != '/' || a[2] != '/')
+        return true; /* not "scheme://": routing finds no route for it */
+    a += 3;
+    const char *e = a;
+    while (e < end && *e != '/' && *e != '?')
+        e++;
+    return md_http_authority_ok(a, (size_t)(e - a));
+}
+
 /* After a parse error or a rejection: the error response, then close. */
 static int fail(md_http_conn *c)
 {
@@ -789,6 +803,12 @@ static inline int head_done(md_http_conn *c, bool content_here)
     if (p->http_major != 1)
         return reject(c, 505);
     if (h->hosts > 1 || (p->http_minor != 0 && h->hosts == 0) || h->host_bad)
+        return reject(c, 400);
+    /* Host's shape, and an absolute-form target's authority's (where userinfo hides the host:
+     * RFC 9110 4.2.4). A Host longer than is kept is left to the site's choice (no match). */
+    if (r->host_len < MD_HTTP_FIELD_KEEP && !md_http_authority_ok(r->host, r->host_len))
+        return reject(c, 400);
+    if (r->target_len != 0 && r->target[0] != '/' && r->target[0] != '*' && !target_authority_ok(r))
         return reject(c, 400);
     /* Transfer-Encoding in HTTP/1.0, empty, or not ending in chunked (llhttp would say so
      * only after this callback, when a streamed echo head would be out already). */

@@ -1021,6 +1021,9 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         else if (name_is(name, namelen, ":authority")) {
             set_host(r, value, valuelen);
             st->hostlen = (uint32_t)valuelen;
+            /* RFC 9113 8.3.1: no userinfo; and the shape RFC 3986 gives an authority. */
+            if (!md_http_authority_ok((const char *)value, valuelen))
+                st->malformed = true;
         }
         if (h->srv->keep_fields && st->status == 0 &&
             keep_pseudo(st, name, namelen, value, valuelen) != 0)
@@ -1037,6 +1040,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         if (st->hostlen == 0) {
             set_host(r, value, valuelen);
             st->hostlen = (uint32_t)valuelen;
+            if (!md_http_authority_ok((const char *)value, valuelen))
+                st->malformed = true;
         } else if (!same_authority(r, st->hostlen, value, valuelen)) {
             st->malformed = true;
         }

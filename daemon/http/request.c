@@ -868,6 +868,37 @@ static bool authorized(const md_http_req *r, const md_route *route)
     return v != NULL && route->auth.users != NULL && md_htpasswd_verify(route->auth.users, v, len);
 }
 
+bool md_http_authority_ok(const char *h, size_t n)
+{
+    while (n != 0 && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+        n--;
+    size_t i = 0;
+    if (n != 0 && h[0] == '[') {
+        bool future = n > 1 && (h[1] == 'v' || h[1] == 'V');
+        for (i = 1; i < n && h[i] != ']'; i++) {
+            unsigned char ch = (unsigned char)h[i];
+            bool hex = (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
+            if (ch == '[' || ch == '@' || (!future && !hex && ch != ':' && ch != '.'))
+                return false;
+        }
+        if (i == n || i == 1)
+            return false; /* no "]", or nothing in the brackets */
+        i++;
+    } else {
+        for (; i < n && h[i] != ':'; i++)
+            if (h[i] == '[' || h[i] == ']' || h[i] == '@')
+                return false;
+    }
+    if (i == n)
+        return true;
+    if (h[i] != ':')
+        return false;
+    for (i++; i < n; i++)
+        if (h[i] < '0' || h[i] > '9')
+            return false;
+    return true;
+}
+
 /* The authority the request names: an absolute-form target's, which wins over Host (RFC
  * 9112 3.2.2), or Host's. */
 static const char *authority(const md_http_req *r, size_t *len)

@@ -1287,6 +1287,12 @@ malformed("http2/8.5.1 CONNECT with :scheme and :path",
           lambda: [(":method", "CONNECT"), (":scheme", "http"), (":path", "/"),
                    (":authority", "127.0.0.1:1")])
 malformed("http2/8.5.2 CONNECT without :authority", lambda: [(":method", "CONNECT")])
+malformed("http2/8.3.1.1 :authority with userinfo (RFC 9113 8.3.1: MUST NOT)",
+          lambda: request(authority=False) + [(":authority", "user@127.0.0.1")])
+malformed("http2/8.3.1.2 :authority not an authority (an IP-literal without its ']')",
+          lambda: request(authority=False) + [(":authority", "[::1")])
+malformed("http2/8.3.1.3 Host alone, with a port that is not one",
+          lambda: request(authority=False, extra=[("host", "127.0.0.1:8o")]))
 malformed("http2/8.3.1 :protocol without extended CONNECT",
           lambda: request() + [(":protocol", "websocket")])
 

@@ -478,6 +478,42 @@ Test(http1, malformed_is_400_then_close)
     expect_no_leaks();
 }
 
+/* Host, and an absolute-form target's authority, shaped as RFC 3986 3.2 says: a bracketed
+ * IP-literal or a name without brackets, a port of digits only, no userinfo (RFC 9110 4.2.4,
+ * 7.2: an invalid Host is a 400). */
+Test(http1, host_and_authority_shapes)
+{
+    static const char *const good[] = {"a",           "a:80",       "a:",
+                                       "[::1]",       "[::1]:8080", "[v1.x]",
+                                       "127.0.0.1:1", "a.example.", "xn--bcher-kva.example"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", good[i]);
+        struct session s;
+        struct sb b = {0};
+        session_open(&s);
+        cr_assert_eq(feed(&s, req), MD_HTTP_WANT_READ, "%s", good[i]);
+        sb_hello(&b, NULL);
+        expect_sb(&s, &b);
+        session_close(&s);
+    }
+    static const char *const bad[] = {
+        "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: ::1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: [g::1]\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: []\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a]\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a:8o\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
+        "GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http://h:x/ HTTP/1.1\r\nHost: h\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_rejected(bad[i], "400 Bad Request");
+    expect_no_leaks();
+}
+
 /* A request line whose method llhttp does not know, as a token (any case: methods are
  * case-sensitive), is 501 (RFC 9110 9.1) and a close; a line that is not a request line in
  * other ways too stays 400. */
