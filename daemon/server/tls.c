@@ -924,8 +924,27 @@ static int stream_make(md_conn *c)
     return md_tls_stream_new(ssl, &c->tcp, conn_write, c, &t->s);
 }
 
+/* A plaintext HTTP request on a TLS listener (OpenSSL's SSL_R_HTTP_REQUEST: "GET ", "POST ",
+ * ...) is answered in plaintext before the close, as nginx and Go's server do: a client (or
+ * a person with curl) told what went wrong, rather than a connection that ends in silence. One
+ * send of a few hundred bytes into a socket nothing was written to: it is not waited for. */
+static void tell_http_client(md_conn *c)
+{
+#define PLAIN_TO_TLS_BODY "This port takes HTTPS: a plain HTTP request was sent to it.\n"
+    static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 60\r\n"
+                               "Connection: close\r\n"
+                               "\r\n" PLAIN_TO_TLS_BODY;
+    _Static_assert(sizeof PLAIN_TO_TLS_BODY - 1 == 60, "Content-Length is the body's");
+#undef PLAIN_TO_TLS_BODY
+    int fd = mp_tcp_fileno(&c->tcp);
+    if (fd >= 0)
+        (void)send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 /* After each call: the handshake's end, counted once; a failure during it, counted once. */
-static void account(md_tls_conn *t, int err)
+static void account(md_conn *c, md_tls_conn *t, int err)
 {
     if (t->hs_end != UINT64_MAX) {
         t->hs_bytes = md_tls_stream_bytes_in(t->s);
@@ -946,6 +965,8 @@ static void account(md_tls_conn *t, int err)
         int reason = fail_reason_of(md_tls_stream_error(t->s), err);
         if (reason >= 0)
             hs_fail_reason(reason);
+        if (reason == FAIL_HTTP_REQUEST)
+            tell_http_client(c);
         if (md_log_enabled(MD_LOG_DEBUG)) {
             char why[200];
             md_log(MD_LOG_DEBUG, "TLS handshake failed: %s",
@@ -966,7 +987,7 @@ mp_poll md_tls_read_poll(md_conn *c, mp_context *cx, const char **data, size_t *
         }
     }
     mp_poll r = md_tls_stream_read_poll(t->s, cx, data, len, err);
-    account(t, r == MP_READY && *len == 0 ? *err : 0);
+    account(c, t, r == MP_READY && *len == 0 ? *err : 0);
     return r;
 }
 
