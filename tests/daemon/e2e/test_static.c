@@ -384,6 +384,19 @@ Test(static_e2e, precompressed_variant)
     cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
     expect(get_with("/style.css", "Accept-Encoding: br;q=0, gzip\r\n"), "HTTP/1.1 200",
            "Content-Encoding: gzip\r\n");
+    /* "*" stands for the codings the list does not name (RFC 9110 12.5.3): a gzip refused by
+     * name stays refused; x-gzip is gzip (8.4.1.3). */
+    expect(get_with("/style.css", "Accept-Encoding: *\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: gzip\r\n");
+    r = get_with("/style.css", "Accept-Encoding: gzip;q=0, *\r\n");
+    expect(r, "HTTP/1.1 200", "body { color: red }");
+    cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
+    r = get_with("/style.css", "Accept-Encoding: *;q=0\r\n");
+    cr_expect(strstr(r, "Content-Encoding") == NULL, "%s", r);
+    expect(get_with("/style.css", "Accept-Encoding: x-gzip\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: gzip\r\n");
+    expect(get_with("/style.css", "Accept-Encoding: gzip, *;q=0\r\n"), "HTTP/1.1 200",
+           "Content-Encoding: gzip\r\n");
 }
 
 /* 3 MB by sendfile, once at full speed and once to a reader that takes 1 MB/s (the socket

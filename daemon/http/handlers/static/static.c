@@ -382,22 +382,26 @@ static bool weight_zero(const char *p, size_t n)
     return false;
 }
 
-/* a[0..n), an Accept-Encoding list, names the coding (any case), or "*", with a weight other
- * than 0. */
+/* Whether a[0..n), an Accept-Encoding list, takes the coding: named (any case; "x-gzip" is
+ * gzip, RFC 9110 8.4.1.3) with a weight other than 0, or not named and "*" is, with such a
+ * weight ("*" stands for the codings the list does not name: RFC 9110 12.5.3). */
 static bool accepts(const char *a, size_t n, const char *coding)
 {
     md_list l = md_list_of(a, n);
     const char *e;
     size_t el;
+    int any = -1; /* "*": -1 absent, 0 refused, 1 taken */
+    bool gzip = strcmp(coding, "gzip") == 0;
     while (md_list_next(&l, &e, &el)) {
         size_t t = 0;
         while (t < el && e[t] != ';' && e[t] != ' ' && e[t] != '\t')
             t++;
-        if ((md_ascii_eq_lower(e, t, coding) || (t == 1 && e[0] == '*')) &&
-            !weight_zero(e + t, el - t))
-            return true;
+        if (md_ascii_eq_lower(e, t, coding) || (gzip && md_ascii_eq_lower(e, t, "x-gzip")))
+            return !weight_zero(e + t, el - t);
+        if (t == 1 && e[0] == '*')
+            any = !weight_zero(e + t, el - t);
     }
-    return false;
+    return any == 1;
 }
 
 /* Whether an If-Match or If-None-Match list ("*", or entity-tags) names our etag: compared
@@ -625,7 +629,7 @@ static unsigned missing_index_status(const md_route *r, const struct lookup *lk)
 {
     size_t ilen = strlen(opts(r)->index_file);
     if (lk->rlen == ilen)
-        return 403; /* the root's own index */
+        return 403;                    /* the root's own index */
     size_t dlen = lk->rlen - ilen - 1; /* the directory, without its '/' (the walk's way) */
     char dir[REL_MAX];
     memcpy(dir, lk->rel, dlen);
