@@ -136,15 +136,17 @@ typedef struct h1_state {
     uint8_t host_pos;   /* how far the current Host value is */
     bool host_bad;      /* a Host value that is not uri-host [":" port] */
     uint8_t method_len;
-    uint32_t fields;       /* header fields */
-    uint64_t url_len;      /* bytes of the whole target */
-    uint64_t head_bytes;   /* head bytes in earlier feeds */
-    uint64_t body_bytes;   /* body, chunk extensions and trailers so far */
-    uint64_t body_ns;      /* when the head completed (min_body_rate's base) */
-    const char *head_from; /* where this feed's share of the head starts */
-    const char *value_end; /* end of the last value span (this feed) */
-    const char *field_end; /* end of the last field-name span (this feed) */
-    const char *gap_from;  /* where this feed's share of the gap starts */
+    uint8_t unknown;        /* UM_*: a refused method's line being read to its end */
+    uint32_t unknown_bytes; /* ... and its bytes so far */
+    uint32_t fields;        /* header fields */
+    uint64_t url_len;       /* bytes of the whole target */
+    uint64_t head_bytes;    /* head bytes in earlier feeds */
+    uint64_t body_bytes;    /* body, chunk extensions and trailers so far */
+    uint64_t body_ns;       /* when the head completed (min_body_rate's base) */
+    const char *head_from;  /* where this feed's share of the head starts */
+    const char *value_end;  /* end of the last value span (this feed) */
+    const char *field_end;  /* end of the last field-name span (this feed) */
+    const char *gap_from;   /* where this feed's share of the gap starts */
 } h1_state;
 
 /* One request's block: the parse state, then the request. */
@@ -262,25 +264,54 @@ static int reject(md_http_conn *c, unsigned code)
 
 /* llhttp knows its methods only, and refuses any other at the first byte that no method of
  * its list has there. Where the request line is one but for its method (the refused byte and
- * what follows it up to a space a token, then a target, "HTTP/" d "." d and CRLF, all in this
- * feed), the method is one magpied does not implement: 501 (RFC 9110 9.1), not 400. (The
- * bytes before the refused one were a prefix of a known method's.) */
-static bool unknown_method(const md_http_conn *c)
+ * what follows it up to a space a token, then a target, "HTTP/" d "." d and CRLF), the method
+ * is one magpied does not implement: 501 (RFC 9110 9.1), not 400. The line is read on from
+ * the refused byte, across feeds where a read ends inside it (the answer must not depend on
+ * where reads end: test_http1_split.c), to its end or to the first byte that cannot belong
+ * to one: the status (501, 400), or 0 while it is incomplete. (The bytes before the refused
+ * one were a prefix of a known method's.) */
+enum { UM_NONE, UM_METHOD, UM_TARGET0, UM_TARGET, UM_CR, UM_LF, UM_VERSION };
+static unsigned unknown_method(h1_state *h, const char *p, const char *end, uint32_t max)
 {
-    const char *p = llhttp_get_error_pos(&c->req->parser), *end = c->req->feed_end;
-    if (p == NULL || p >= end || !md_is_tchar((unsigned char)*p))
-        return false;
-    while (p < end && md_is_tchar((unsigned char)*p))
-        p++;
-    if (p == end || *p++ != ' ')
-        return false;
-    const char *target = p;
-    while (p < end && (unsigned char)*p > ' ' && *p != 0x7f)
-        p++;
-    if (p == target || end - p < 11)
-        return false;
-    return memcmp(p, " HTTP/", 6) == 0 && p[6] >= '0' && p[6] <= '9' && p[7] == '.' &&
-           p[8] >= '0' && p[8] <= '9' && p[9] == '\r' && p[10] == '\n';
+    static const char version[] = "HTTP/0.0"; /* '0': any digit */
+    for (; p < end; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (++h->unknown_bytes > max)
+            return 400;
+        switch (h->unknown) {
+        case UM_METHOD:
+            if (ch == ' ')
+                h->unknown = UM_TARGET0;
+            else if (!md_is_tchar(ch))
+                return 400;
+            break;
+        case UM_TARGET0:
+        case UM_TARGET:
+            if (ch == ' ' && h->unknown == UM_TARGET)
+                h->unknown = UM_VERSION;
+            else if (ch <= ' ' || ch == 0x7f)
+                return 400;
+            else
+                h->unknown = UM_TARGET;
+            break;
+        case UM_CR:
+            if (ch != '\r')
+                return 400;
+            h->unknown = UM_LF;
+            break;
+        case UM_LF:
+            return ch == '\n' ? 501 : 400;
+        default: { /* UM_VERSION + the byte of version[] due */
+            char want = version[h->unknown - UM_VERSION];
+            if (want == '0' ? ch < '0' || ch > '9' : ch != (unsigned char)want)
+                return 400;
+            h->unknown = h->unknown - UM_VERSION + 1 == sizeof version - 1
+                             ? UM_CR
+                             : (uint8_t)(h->unknown + 1);
+        }
+        }
+    }
+    return 0;
 }
 
 /* An absolute-form target's authority ("scheme://AUTHORITY/..."), as much as is kept. */
@@ -301,6 +332,16 @@ static bool target_authority_ok(const md_http_req *r)
 static int fail(md_http_conn *c)
 {
     md_http_req *r = &c->req->r;
+    h1_state *h = &c->req->h;
+    if (h->status == 0 && h->unknown == UM_NONE && !c->oom && !r->streaming &&
+        !(c->h2c && c->requests == 0) && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD) {
+        h->unknown = UM_METHOD;
+        const char *at = llhttp_get_error_pos(&c->req->parser);
+        h->status = (uint16_t)unknown_method(h, at != NULL ? at : c->req->feed_end,
+                                             c->req->feed_end, c->srv->limits.max_request_line);
+        if (h->status == 0)
+            return MD_HTTP_WANT_READ; /* the line's rest comes in the next feeds */
+    }
     c->closing = true;
     if (c->oom)
         return -ENOMEM;
@@ -313,9 +354,6 @@ static int fail(md_http_conn *c)
     if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD)
         return MD_HTTP_WANT_CLOSE;
     unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
-    if (c->req->h.status == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD &&
-        unknown_method(c))
-        code = 501;
     /* A 405 refused at the head (head_done()) still says what the route allows. */
     const char *allow = code == 405 && r->route != NULL ? r->route->allow : NULL;
     take_version(c);
@@ -1070,6 +1108,11 @@ int md_http_conn_feed(md_http_conn *c, uint64_t now_ns, const char *data, size_t
         c->since_ns = now_ns;
 
     int want = MD_HTTP_WANT_READ;
+    if (h->unknown != UM_NONE) { /* a refused method's line, read on to its end (fail()) */
+        h->status = (uint16_t)unknown_method(h, data, data + len, c->srv->limits.max_request_line);
+        want = h->status == 0 ? MD_HTTP_WANT_READ : fail(c);
+        goto out;
+    }
     const char *pos = data;
     for (;;) {
         llhttp_errno_t e = llhttp_execute(&c->req->parser, pos, (size_t)(c->req->feed_end - pos));
