@@ -868,33 +868,36 @@ static bool authorized(const md_http_req *r, const md_route *route)
     return v != NULL && route->auth.users != NULL && md_htpasswd_verify(route->auth.users, v, len);
 }
 
+/* md_http_authority_ok()'s bytes: 0 any byte of a name (the protocols have let through only
+ * what an authority may hold), 1 the port's ':', 2 one no name has. */
+static const uint8_t authority_class[256] = {[':'] = 1, ['['] = 2, [']'] = 2, ['@'] = 2};
+
 bool md_http_authority_ok(const char *h, size_t n)
 {
-    while (n != 0 && (h[n - 1] == ' ' || h[n - 1] == '\t'))
-        n--;
-    size_t i = 0;
-    if (n != 0 && h[0] == '[') {
-        bool future = n > 1 && (h[1] == 'v' || h[1] == 'V');
-        for (i = 1; i < n && h[i] != ']'; i++) {
-            unsigned char ch = (unsigned char)h[i];
-            bool hex = (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
-            if (ch == '[' || ch == '@' || (!future && !hex && ch != ':' && ch != '.'))
+    const unsigned char *p = (const unsigned char *)h, *end = p + n;
+    while (end != p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (p != end && *p == '[') { /* an IP-literal: hex digits, ':' and '.', or "v" IPvFuture */
+        bool future = end - p > 1 && (p[1] == 'v' || p[1] == 'V');
+        const unsigned char *open = p;
+        for (p++; p != end && *p != ']'; p++) {
+            bool hex = (*p >= '0' && *p <= '9') || ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f');
+            if (authority_class[*p] == 2 || (!future && !hex && *p != ':' && *p != '.'))
                 return false;
         }
-        if (i == n || i == 1)
+        if (p == end || p == open + 1)
             return false; /* no "]", or nothing in the brackets */
-        i++;
+        p++;
     } else {
-        for (; i < n && h[i] != ':'; i++)
-            if (h[i] == '[' || h[i] == ']' || h[i] == '@')
-                return false;
+        while (p != end && authority_class[*p] == 0)
+            p++;
     }
-    if (i == n)
+    if (p == end)
         return true;
-    if (h[i] != ':')
+    if (*p != ':')
         return false;
-    for (i++; i < n; i++)
-        if (h[i] < '0' || h[i] > '9')
+    for (p++; p != end; p++)
+        if ((unsigned)(*p - '0') > 9)
             return false;
     return true;
 }
