@@ -100,6 +100,23 @@ static inline void harness_write_file(const char *path, const char *text)
     cr_assert_eq(rename(tmp, path), 0, "%s", path);
 }
 
+/* A file's bytes, whole and NUL-terminated, in a buffer to free; *len its length. */
+static inline char *harness_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n, "%s", path);
+    b[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
 /* A shell command, printf-formatted, that must succeed. */
 __attribute__((format(printf, 1, 2))) static inline void harness_sh(const char *fmt, ...)
 {

@@ -116,17 +116,7 @@ static char *file(const char *name, size_t *len)
 {
     char path[160];
     snprintf(path, sizeof path, "%s/www/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return b;
+    return harness_slurp(path, len);
 }
 
 /* The body of a chunked response, unframed into out (its length). */

@@ -525,23 +525,6 @@ Test(static_e2e, a_file_not_in_the_page_cache_is_read_on_the_blocking_pool)
         cr_assert_fail("no read of %d cold tries went to the blocking pool", dropped_tries);
 }
 
-/* A file's bytes, whole, in a buffer to free. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 /* GET rel with Range (and more fields: "-H 'Name: v' ..."), over HTTP/1.1 or h2c (curl), as a
  * multipart/byteranges 206 whose parts must be want[0..n) of the file, in that order, each
  * with Content-Type ctype, and whose Content-Length is its body's. */
@@ -555,10 +538,10 @@ static void expect_parts(const char *rel, const char *range, bool h2, const char
              h2 ? "--http2-prior-knowledge" : "", head, body, range, d.http, rel);
     run(cmd);
     size_t hlen, blen, flen;
-    char *h = slurp(head, &hlen), *b = slurp(body, &blen);
+    char *h = harness_slurp(head, &hlen), *b = harness_slurp(body, &blen);
     char path[256];
     snprintf(path, sizeof path, "%s/www/%s", dir, rel);
-    char *file = slurp(path, &flen);
+    char *file = harness_slurp(path, &flen);
     cr_assert(strncmp(h, h2 ? "HTTP/2 206" : "HTTP/1.1 206", h2 ? 10 : 12) == 0, "%.300s", h);
     const char *ct = strcasestr(h, "\ncontent-type: multipart/byteranges; boundary=");
     cr_assert_not_null(ct, "%.400s", h);
