@@ -609,8 +609,8 @@ Test(static_e2e, byteranges_several_ranges_are_multipart)
                       field(get_with("/ten.txt", "Range: bytes=0-0,2-2\r\n"), "Content-Type"));
     char req[256];
     snprintf(req, sizeof req,
-             "HEAD /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9,20-29\r\nConnection: "
-             "close\r\n\r\n");
+             "HEAD /ten.txt HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1,4-6\r\nConnection: "
+             "close\r\n\r\n"); /* text: the GET's body below is measured with strlen() */
     char *r = ask(req);
     expect(r, "HTTP/1.1 206", "multipart/byteranges");
     cr_expect(strstr(r, "\r\n\r\n")[4] == '\0', "a HEAD has no body: %s", r);
