@@ -479,7 +479,7 @@ static int submit_head(h2_stream *st, unsigned status, bool ours, const char *al
     n += fields_nv(fields, fields_len, names, nv + n);
     if (allow != NULL)
         nv[n++] = NV("allow", allow, strlen(allow));
-    if (ctype != NULL)
+    if (ctype != NULL && status != 304) /* as over HTTP/1.1 (response.c) */
         nv[n++] = NV("content-type", ctype, strlen(ctype));
     char len_text[24];
     /* Unknown (a relayed body) or coded (compressed on the fly): DATA until END_STREAM. */

@@ -127,13 +127,14 @@ char *md_http_put_head_fields(char *w, const md_http_status *st, bool close, boo
     }
     if (fields != NULL)
         w = put_bytes(w, fields, fields_len);
-    w = PUT(w, "Content-Type: ");
-    w = put_bytes(w, ctype, strlen(ctype));
     /* A 304 has no content, and says no length (RFC 9110 8.6 allows the 200's; nginx and
      * Apache send none, and clients built on the old http_parser, wrk among them, would
-     * wait for that many body bytes). */
+     * wait for that many body bytes), nor a type: representation metadata that guides no
+     * cache update, which RFC 9110 15.4.5 says not to send. */
     if (st->code == 304)
-        return PUT(w, "\r\n\r\n");
+        return PUT(w, "\r\n");
+    w = PUT(w, "Content-Type: ");
+    w = put_bytes(w, ctype, strlen(ctype));
     if (length == MD_HTTP_LENGTH_CODED)
         return PUT(w, "\r\nTransfer-Encoding: chunked\r\n\r\n");
     w = PUT(w, "\r\nContent-Length: ");
