@@ -1,6 +1,6 @@
 /* HTTP/2 over nghttp2 (http2.h): the session's callbacks, streams as md_http_req, the head
  * writer, flow control of request bodies, the deadlines and the defences, and the session's
- * allocator (whose frame buffer a quiet session gives back).
+ * allocator (whose frame buffer and empty stream map a quiet session gives back).
  *
  * A stream's way: HEADERS begin it (on_begin_headers: a block of its own, the request zeroed),
  * each field fills the request as http1.c's callbacks do (method, target, the kept fields,
@@ -74,6 +74,9 @@
 static const uint8_t notice_ping[8] = {'m', 'a', 'g', 'p', 'i', 'e', 'd', 'n'};
 /* The stream ids a client skipped that a connection remembers (the latest gaps). */
 #define ID_GAPS 4
+/* The streams closed on the peer's side (END_STREAM or its RST_STREAM) that a connection
+ * remembers, the latest: a DATA or HEADERS on one is a STREAM_CLOSED error (on_begin_frame). */
+#define ID_CLOSED 8
 
 static _Atomic uint64_t h2_conns, h2_streams, h2_refused, h2_releases;
 
@@ -92,6 +95,7 @@ typedef struct h2_stream {
     bool blocked;      /* its handler's io->write found out full */
     bool more;         /* its handler said MD_PENDING_MORE */
     bool reset;        /* RST_STREAM submitted */
+    bool peer_reset;   /* RST_STREAM came */
     bool has_length;   /* content-length came */
     bool trailer;      /* a trailer field came: the body's trailers are announced */
     bool kept_target;  /* :path begins r.kept (keep_fields) */
@@ -127,16 +131,21 @@ struct md_h2_conn {
     md_http_server *srv;
     struct md_http_link *link; /* the connection's, for srv's hooks */
     uint64_t now_ns;
-    uint64_t recv_ns;   /* the last bytes read */
-    uint64_t sent_ns;   /* the last DATA a stream sent, or when its wait for a window began */
-    uint64_t idle_ns;   /* when the last stream closed (or the session began) */
-    uint64_t tokens_ns; /* the cheap-frame bucket's last refill */
-    uint32_t tokens;    /* the cheap-frame bucket */
-    uint32_t nstreams;  /* streams with a block */
-    uint64_t requests;  /* streams begun */
-    int32_t last_id;    /* the highest stream id of the peer's HEADERS */
-    uint8_t gap_next;   /* the slot in gaps the next skip takes */
-    int32_t gaps[8];    /* ID_GAPS runs of ids skipped: first, last */
+    uint64_t recv_ns;    /* the last bytes read */
+    uint64_t sent_ns;    /* the last DATA a stream sent, or when its wait for a window began */
+    uint64_t idle_ns;    /* when the last stream closed (or the session began) */
+    uint64_t tokens_ns;  /* the cheap-frame bucket's last refill */
+    uint32_t tokens;     /* the cheap-frame bucket */
+    uint32_t nstreams;   /* streams with a block */
+    uint64_t requests;   /* streams begun */
+    int32_t last_id;     /* the highest stream id of the peer's HEADERS */
+    uint8_t gap_next;    /* the slot in gaps the next skip takes */
+    int32_t gaps[8];     /* ID_GAPS runs of ids skipped: first, last */
+    uint8_t closed_next; /* the slot in closed the next stream takes */
+    int32_t closed[ID_CLOSED]; /* streams the peer closed, the latest (0: none) */
+    uint8_t hd_len;            /* md_h2_conn_feed's frame header so far, in hd */
+    uint8_t hd[9];
+    uint32_t skip;      /* the bytes it passes before the next frame header (the preface first) */
     bool refused;       /* ended on the peer's account (flood, abuse) */
     bool draining;      /* a GOAWAY went: the stop's notice, or the last request's */
     uint64_t notice_ns; /* when the stop's notice went; 0: none, or the final GOAWAY went */
@@ -150,6 +159,10 @@ struct md_h2_conn {
     size_t framebuf_len;   /* whole pages */
     bool framebuf_touched; /* frames were written since the last release */
     uint64_t out_ns;       /* the last frames written */
+    /* The stream map's table (the session's calloc of whole pages), page-aligned too: a map
+     * that holds no stream is all zeros, and a page of zeros can go back as it is. */
+    void *table;
+    size_t table_len;
 };
 _Static_assert(sizeof(((md_h2_conn *)0)->gaps) == 2 * ID_GAPS * sizeof(int32_t), "two ids a run");
 
@@ -167,13 +180,26 @@ static void h2_free(void *ptr, void *ud)
     md_h2_conn *h = ud;
     if (ptr != NULL && ptr == h->framebuf)
         h->framebuf = NULL;
+    if (ptr != NULL && ptr == h->table)
+        h->table = NULL;
     free(ptr);
 }
 
+/* nghttp2 callocs whole pages only for its stream map's table: 4 KiB at the session's start,
+ * twice as much when more than 3/4 of it fills (the old one freed after). The latest is the
+ * one to watch. */
 static void *h2_calloc(size_t n, size_t size, void *ud)
 {
-    (void)ud;
-    return calloc(n, size);
+    md_h2_conn *h = ud;
+    if (size == 0 || n > SIZE_MAX / size || n * size < PAGE || n * size % PAGE != 0)
+        return calloc(n, size);
+    void *p = aligned_alloc(PAGE, n * size);
+    if (p == NULL)
+        return NULL;
+    memset(p, 0, n * size);
+    h->table = p;
+    h->table_len = n * size;
+    return p;
 }
 
 /* nghttp2 makes a buffer's chunk with realloc(NULL, size): the session's first chunk of at
@@ -877,17 +903,36 @@ static void final_goaway(md_h2_conn *h)
                                 NULL, 0);
 }
 
-/* A HEADERS whose stream id is below the peer's highest and one it skipped opens a stream
- * out of order: a connection error PROTOCOL_ERROR (RFC 9113 5.1.1). nghttp2 ignores a HEADERS
- * for any stream below the highest it no longer holds (it cannot tell one it reset, whose
- * trailers may still come and must be ignored, from one never opened): the ids the peer
- * skipped are remembered here, the latest ID_GAPS runs of them, to tell. */
+/* nghttp2 keeps no closed stream (nghttp2_option_set_no_closed_streams: each would hold ~270
+ * bytes until the connection closes, up to 100 of them on an idle one), so it ignores a frame
+ * on any stream below the peer's highest that it no longer holds: it cannot tell one it reset,
+ * whose late DATA and trailers must be ignored (RFC 9113 5.1), from one never opened, or from
+ * one the peer had closed. Told apart here, from a little memory of the latest:
+ * - a HEADERS on an id the peer skipped opens a stream out of order: a connection error
+ *   PROTOCOL_ERROR (RFC 9113 5.1.1); the latest ID_GAPS runs of skipped ids;
+ * - a DATA or HEADERS on a stream the peer had closed (its END_STREAM or RST_STREAM came) is
+ *   a connection error STREAM_CLOSED (5.1); the latest ID_CLOSED of them (on_stream_close).
+ * Older ones are ignored, as nghttp2 does. */
+static bool closed_by_peer(const md_h2_conn *h, int32_t id)
+{
+    for (unsigned i = 0; i < ID_CLOSED; i++)
+        if (h->closed[i] == id)
+            return true;
+    return false;
+}
+
+/* nghttp2 calls it for a HEADERS it then ignores, but not for an ignored DATA: that one
+ * md_h2_conn_feed finds. */
 static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *user)
 {
     md_h2_conn *h = user;
     int32_t id = hd->stream_id;
     if (hd->type != NGHTTP2_HEADERS || id <= 0 || id % 2 == 0)
         return 0; /* stream 0 and even ids: nghttp2's errors */
+    if (id <= h->last_id && closed_by_peer(h, id)) {
+        (void)nghttp2_session_terminate_session(s, NGHTTP2_STREAM_CLOSED);
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
     if (id > h->last_id) {
         int32_t next = h->last_id > 0 ? h->last_id + 2 : 1; /* client ids are odd */
         if (id > next) {
@@ -1114,6 +1159,8 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
     h2_stream *st = f->hd.stream_id != 0 ? stream_get(h, f->hd.stream_id) : NULL;
     if (st == NULL)
         return 0;
+    if (f->hd.type == NGHTTP2_RST_STREAM)
+        st->peer_reset = true; /* its close follows */
     enter(h, st);
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
         head_done(h, st, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
@@ -1238,6 +1285,10 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
         size_t held = st->unconsumed + md_outbuf_pending(&st->in);
         if (held != 0)
             (void)nghttp2_session_consume_connection(h->s, held);
+        if (st->req_done || st->peer_reset) { /* nothing more may come on it */
+            h->closed[h->closed_next] = id;
+            h->closed_next = (uint8_t)((h->closed_next + 1) % ID_CLOSED);
+        }
         stream_free(h, st);
     }
     return 0;
@@ -1260,6 +1311,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *l
     h->link = link;
     h->now_ns = h->recv_ns = h->sent_ns = h->idle_ns = h->tokens_ns = now_ns;
     h->tokens = CHEAP_BURST;
+    h->skip = MD_H2_PREFACE_LEN; /* md_h2_conn_feed's frames begin after it */
     nghttp2_session_callbacks *cb;
     nghttp2_option *opt;
     if (nghttp2_session_callbacks_new(&cb) != 0) {
@@ -1284,6 +1336,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *l
     nghttp2_option_set_max_outbound_ack(opt, MD_H2_MAX_OUTBOUND_ACK);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     nghttp2_option_set_max_continuations(opt, 8);
+    nghttp2_option_set_no_closed_streams(opt, 1); /* on_begin_frame has what they told */
     /* Copied by nghttp2 into the session. */
     nghttp2_mem mem = {h, h2_malloc, h2_free, h2_calloc, h2_realloc};
     int rc = nghttp2_session_server_new3(&h->s, cb, h, opt, &mem);
@@ -1311,12 +1364,62 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *l
     return 0;
 }
 
+/* Follows the frame headers from one read to the next (h->hd, h->skip), from *scan in
+ * data[0, len): where the next DATA frame's header begins in data (len: none), *scan past it,
+ * *id its stream. */
+static size_t next_data(md_h2_conn *h, const uint8_t *data, size_t len, size_t *scan, int32_t *id)
+{
+    size_t at = *scan;
+    while (at < len) {
+        if (h->skip != 0) {
+            size_t n = len - at < h->skip ? len - at : h->skip;
+            at += n;
+            h->skip -= (uint32_t)n;
+            continue;
+        }
+        size_t begin = at;
+        while (h->hd_len < sizeof h->hd && at < len)
+            h->hd[h->hd_len++] = data[at++];
+        if (h->hd_len < sizeof h->hd)
+            break;
+        h->hd_len = 0;
+        h->skip = (uint32_t)h->hd[0] << 16 | (uint32_t)h->hd[1] << 8 | h->hd[2];
+        if (h->hd[3] == NGHTTP2_DATA) {
+            *id = (int32_t)(((uint32_t)h->hd[5] & 0x7f) << 24 | (uint32_t)h->hd[6] << 16 |
+                            (uint32_t)h->hd[7] << 8 | h->hd[8]);
+            *scan = at;
+            return begin;
+        }
+    }
+    *scan = len;
+    return len;
+}
+
 int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len)
 {
     h->now_ns = h->recv_ns = now_ns;
     md_http_date_refresh(h->srv->clock);
     md__http_account_bytes(h->srv, MD_LISTENER_HTTP, len, 0);
-    ssize_t rc = nghttp2_session_mem_recv(h->s, (const uint8_t *)data, len);
+    /* A DATA frame on a stream the peer had closed is a connection error STREAM_CLOSED (RFC
+     * 9113 5.1), which nghttp2, keeping no closed stream, would ignore (on_begin_frame). The
+     * bytes before each DATA frame go to nghttp2 first, so that a stream they close is closed
+     * when the frame's is looked up. */
+    const uint8_t *p = (const uint8_t *)data;
+    ssize_t rc = 0;
+    size_t fed = 0, scan = 0;
+    int32_t id;
+    for (size_t at; rc >= 0 && (at = next_data(h, p, len, &scan, &id)) < len;) {
+        if (at > fed) {
+            rc = nghttp2_session_mem_recv(h->s, p + fed, at - fed);
+            fed = at;
+        }
+        if (rc >= 0 && id > 0 && id <= h->last_id && closed_by_peer(h, id)) {
+            (void)nghttp2_session_terminate_session(h->s, NGHTTP2_STREAM_CLOSED);
+            rc = NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+    }
+    if (rc >= 0 && fed < len)
+        rc = nghttp2_session_mem_recv(h->s, p + fed, len - fed);
     if (rc >= 0)
         return 0;
     if (rc == NGHTTP2_ERR_NOMEM)
@@ -1475,16 +1578,34 @@ uint64_t md_h2_conn_release_at(const md_h2_conn *h)
     return quiet + MD_H2_RELEASE_NS;
 }
 
-void md_h2_conn_release(md_h2_conn *h)
+static bool page_is_zero(const void *page)
+{
+    const uint64_t *w = page;
+    uint64_t any = 0;
+    for (size_t i = 0; i < PAGE / sizeof *w; i++)
+        any |= w[i];
+    return any == 0;
+}
+
+size_t md_h2_conn_release(md_h2_conn *h)
 {
     /* Nothing queued: no frame half written into the buffer. What nghttp2 writes next, it
      * writes before it reads; a page given back reads as zeros. */
     if (h->framebuf == NULL || !h->framebuf_touched || h->nstreams != 0 ||
         nghttp2_session_want_write(h->s))
-        return;
-    (void)madvise(h->framebuf, h->framebuf_len, MADV_DONTNEED); /* best effort */
+        return 0;
+    size_t given = 0;
+    if (madvise(h->framebuf, h->framebuf_len, MADV_DONTNEED) == 0) /* best effort */
+        given += h->framebuf_len;
+    /* The map's pages that hold no stream: given back, they read as the zeros they held. */
+    for (size_t off = 0; h->table != NULL && off < h->table_len; off += PAGE) {
+        char *page = (char *)h->table + off;
+        if (page_is_zero(page) && madvise(page, PAGE, MADV_DONTNEED) == 0)
+            given += PAGE;
+    }
     h->framebuf_touched = false;
     atomic_fetch_add_explicit(&h2_releases, 1, memory_order_relaxed);
+    return given;
 }
 
 bool md_h2_conn_done(const md_h2_conn *h)
@@ -1649,7 +1770,7 @@ int md_h2_metrics_text(md_outbuf *out)
         "# TYPE magpied_http2_refused_total counter\n"
         "magpied_http2_refused_total %llu\n"
         "# HELP magpied_http2_quiet_releases_total Times a quiet HTTP/2 session gave its frame "
-        "buffer's pages back.\n"
+        "buffer's and empty stream index's pages back.\n"
         "# TYPE magpied_http2_quiet_releases_total counter\n"
         "magpied_http2_quiet_releases_total %llu\n",
         (unsigned long long)atomic_load_explicit(&h2_conns, memory_order_relaxed),

@@ -18,7 +18,7 @@
  *     read; md_h2_conn_feed(h, now, data, n)  all of it taken; < 0: close at once
  *     arm a timer for md_h2_conn_deadline(h); when it passes md_h2_conn_timeout(h, now)
  *     (and for md_h2_conn_release_at(h): md_h2_conn_release(h) gives a quiet session's frame
- *     buffer back)
+ *     buffer and empty stream map back)
  *   on graceful stop: md_h2_conn_drain(h, now) GOAWAY's notice, then the last stream id
  *                                             (also when a reload finds streams open: see
  *                                             conn_http.c)
@@ -82,13 +82,15 @@ void md_h2_conn_drain(md_h2_conn *h, uint64_t now_ns);
 /* Streams open (begun and not yet closed). */
 uint32_t md_h2_conn_streams(const md_h2_conn *h);
 /* A quiet session's memory: with no stream open, MD_H2_RELEASE_NS after the last frames it
- * wrote, nghttp2's frame buffer (16 KiB, whose pages the frames touched stay resident) can go
+ * wrote, nghttp2's frame buffer (16 KiB, whose pages the frames touched stay resident) and its
+ * stream map's table (4 KiB, empty once no stream is open: nghttp2 keeps no closed one) can go
  * back to the system. md_h2_conn_release_at(): when (UINT64_MAX: nothing to give back); the
- * I/O layer arms its timer for it, and calls md_h2_conn_release() then. A second, so that a
- * busy connection, quiet between a response and the next request, never pays for it. */
+ * I/O layer arms its timer for it, and calls md_h2_conn_release() then, which returns the
+ * bytes it gave back. A second, so that a busy connection, quiet between a response and the
+ * next request, never pays for it. */
 #define MD_H2_RELEASE_NS UINT64_C(1000000000)
 uint64_t md_h2_conn_release_at(const md_h2_conn *h);
-void md_h2_conn_release(md_h2_conn *h);
+size_t md_h2_conn_release(md_h2_conn *h);
 /* Why the session ended on the peer's account (a flood, a protocol error): true once it did. */
 bool md_h2_conn_refused(const md_h2_conn *h);
 /* Cancels pending handlers, frees everything. NULL: nothing. */

@@ -527,7 +527,7 @@ static mp_poll h2_poll(md_conn *c, mp_context *cx)
                 return MP_PENDING;
             uint64_t now = uv_hrtime();
             if (now >= release) {
-                md_h2_conn_release(h); /* quiet for a second: its frame buffer's pages go */
+                (void)md_h2_conn_release(h); /* quiet for a second: its buffers' pages go */
                 if (now < deadline)
                     continue;
             }

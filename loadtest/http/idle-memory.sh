@@ -4,6 +4,7 @@
 #   loadtest/http/idle-memory.sh                    1000, 10000 and 50000 connections
 #   COUNTS="1000 10000" SERVERS=magpied loadtest/http/idle-memory.sh
 #   PROTO=h2c COUNTS=10000 loadtest/http/idle-memory.sh     idle HTTP/2 connections (h2c)
+#   PROTO=h2c H2_REQUESTS=100 COUNTS=10000 loadtest/http/idle-memory.sh   ... after 100 GETs each
 #
 # For each server and each count N, in one run: start the server fresh on 127.0.0.1 and a
 # free port, answer one GET / (so its threads and workers are up), read its RSS ("before");
@@ -15,8 +16,8 @@
 #
 # PROTO=h2c: HTTP/2 with prior knowledge on the plaintext listener (magpied `[http] http2 =
 # on`, nginx `listen ... http2`): each client connection sends the preface and SETTINGS,
-# acknowledges the server's, makes one GET / and then idles (idle_clients.c h2c). HTTP/2 over
-# TLS is not measured here.
+# acknowledges the server's, makes one GET / (H2_REQUESTS of them at once, 1..100) and then
+# idles (idle_clients.c h2c). HTTP/2 over TLS is not measured here.
 #
 # Runs as root to raise RLIMIT_NOFILE on both sides (ulimit -n in the server's subshell; the
 # client raises its own); where even root may not raise the hard limit (a container without
@@ -31,6 +32,7 @@ COUNTS=${COUNTS:-1000 10000 50000}
 SERVERS=${SERVERS:-magpied nginx}
 SETTLE=${SETTLE:-3}
 PROTO=${PROTO:-http1}
+H2_REQUESTS=${H2_REQUESTS:-1}
 case $PROTO in http1 | h2c) ;; *) echo "idle-memory: PROTO=http1 or h2c" >&2; exit 2 ;; esac
 READY_TIMEOUT=${READY_TIMEOUT:-180}
 OUTDIR=${OUTDIR:-$ROOT/build/loadtest}
@@ -123,7 +125,7 @@ for n in $COUNTS; do
             "http://127.0.0.1:$port/" || die "$name: GET / failed"
         sleep 1
         before=$(rss_kib "$SERVER_PID")
-        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" $([[ $PROTO == h2c ]] && echo h2c) \
+        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" $([[ $PROTO == h2c ]] && echo h2c "$H2_REQUESTS") \
             >"$RUN/client.out" 2>&1 &
         CLIENT_PID=$!
         for _ in $(seq $((READY_TIMEOUT * 10))); do

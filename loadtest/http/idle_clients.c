@@ -2,7 +2,8 @@
  * its response, and keep them all open, idle, until SIGTERM (the kernel closes them as the
  * process ends) or HOLD seconds pass. For loadtest/http/idle-memory.sh.
  *
- *   idle_clients PORT N [HOLD_SECONDS [tls|h2c]]  prints "ready N" once every response is in
+ *   idle_clients PORT N [HOLD_SECONDS [tls|h2c [REQUESTS]]]
+ *                                     prints "ready N" once every response is in
  *
  * With "tls" each connection first runs a TLS handshake (OpenSSL, no verification, TLS 1.2
  * or 1.3 as the server picks) and sends its GET over it; the sessions stay open and idle as
@@ -11,7 +12,9 @@
  * With "h2c" each connection speaks HTTP/2 with prior knowledge: the preface and an empty
  * SETTINGS frame, the server's SETTINGS acknowledged, one GET / on stream 1 (HPACK from the
  * static table, :authority a literal) read to its END_STREAM, then idle as the others: an
- * HTTP/2 connection a browser keeps open after a page. For loadtest/http/idle-memory.sh.
+ * HTTP/2 connection a browser keeps open after a page. REQUESTS (1..100, default 1): that many
+ * GETs at once, on streams 1, 3, 5, ..., all read to their ends before the connection idles: a
+ * page of many parts. For loadtest/http/idle-memory.sh.
  *
  * Loopback only. More than 20000 connections come from 127.0.0.2, 127.0.0.3, ... (with
  * IP_BIND_ADDRESS_NO_PORT), so that the ephemeral port range of one source address does not
@@ -95,10 +98,29 @@ static const char h2_hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
                                "\x82\x86\x84\x01\x09"
                                "127.0.0.1";
 static const char h2_settings_ack[] = "\x00\x00\x00\x04\x01\x00\x00\x00\x00";
+/* The same GET on another stream: HEADERS (END_STREAM, END_HEADERS), its id in bytes 5-8. */
+enum { H2_GET_LEN = 9 + 14, H2_MAX_REQUESTS = 100 };
 
-/* Reads frames until stream 1 ends, acknowledging the server's SETTINGS. 0 or -1. */
-static int h2_read_response(int fd)
+/* The GETs after stream 1's: streams 3, 5, ... up to the requests'th, into w. Their length. */
+static size_t h2_more_gets(char *w, int requests)
 {
+    const char *get = h2_hello + 24 + 9; /* stream 1's HEADERS */
+    size_t n = 0;
+    for (int i = 1; i < requests; i++, n += H2_GET_LEN) {
+        unsigned id = 2u * (unsigned)i + 1;
+        memcpy(w + n, get, H2_GET_LEN);
+        w[n + 5] = (char)(id >> 24);
+        w[n + 6] = (char)(id >> 16);
+        w[n + 7] = (char)(id >> 8);
+        w[n + 8] = (char)id;
+    }
+    return n;
+}
+
+/* Reads frames until `requests` streams ended, acknowledging the server's SETTINGS. 0 or -1. */
+static int h2_read_response(int fd, int requests)
+{
+    int ended = 0;
     unsigned char buf[16384];
     size_t got = 0;
     for (;;) {
@@ -125,7 +147,7 @@ static int h2_read_response(int fd)
                 return -1;
             if (type == 7) /* GOAWAY */
                 return -1;
-            if (sid == 1 && (type == 0 || type == 1) && (flags & 1))
+            if (sid % 2 == 1 && (type == 0 || type == 1) && (flags & 1) && ++ended == requests)
                 return 0;
             at += 9 + len;
         }
@@ -137,13 +159,20 @@ static int h2_read_response(int fd)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s PORT N [HOLD_SECONDS]\n", argv[0]);
+        fprintf(stderr, "usage: %s PORT N [HOLD_SECONDS [tls|h2c [REQUESTS]]]\n", argv[0]);
         return 2;
     }
     int port = atoi(argv[1]), n = atoi(argv[2]);
     int hold = argc > 3 ? atoi(argv[3]) : 600;
     SSL_CTX *ctx = NULL;
     bool h2c = argc > 4 && strcmp(argv[4], "h2c") == 0;
+    int requests = h2c && argc > 5 ? atoi(argv[5]) : 1;
+    if (requests < 1 || requests > H2_MAX_REQUESTS) {
+        fprintf(stderr, "idle_clients: REQUESTS is 1..%d\n", H2_MAX_REQUESTS);
+        return 2;
+    }
+    static char more[H2_MAX_REQUESTS * H2_GET_LEN];
+    size_t more_len = h2_more_gets(more, requests);
     if (argc > 4 && strcmp(argv[4], "tls") == 0) {
         ctx = SSL_CTX_new(TLS_client_method());
         if (!ctx)
@@ -182,7 +211,8 @@ int main(int argc, char **argv)
             }
             if (h2c && fds[i] >= 0) {
                 if (write(fds[i], h2_hello, sizeof h2_hello - 1) !=
-                    (ssize_t)(sizeof h2_hello - 1)) {
+                        (ssize_t)(sizeof h2_hello - 1) ||
+                    (more_len != 0 && write(fds[i], more, more_len) != (ssize_t)more_len)) {
                     fprintf(stderr, "idle_clients: connection %d: %s\n", i, strerror(errno));
                     return 1;
                 }
@@ -196,7 +226,7 @@ int main(int argc, char **argv)
             }
         }
         for (int i = at; i < end; i++)
-            if ((h2c ? h2_read_response(fds[i]) : read_response(fds[i], ssls[i])) != 0) {
+            if ((h2c ? h2_read_response(fds[i], requests) : read_response(fds[i], ssls[i])) != 0) {
                 fprintf(stderr, "idle_clients: no response on connection %d\n", i);
                 return 1;
             }

@@ -45,6 +45,7 @@ struct client {
     const char *up;
     size_t up_len, up_off;
     bool no_read; /* the client does not give its window back */
+    size_t piece; /* pump() feeds the server this many bytes at a time (0: as they come) */
 };
 
 static struct resp *resp_of(struct client *c, int32_t id)
@@ -196,7 +197,10 @@ static int pump(struct client *c)
         ssize_t n;
         while ((n = nghttp2_session_mem_send(c->cl, &data)) > 0) {
             moved = true;
-            rc = md_h2_conn_feed(c->h, c->now, (const char *)data, (size_t)n);
+            size_t step = c->piece != 0 ? c->piece : (size_t)n;
+            for (size_t at = 0; at < (size_t)n && rc == 0; at += step)
+                rc = md_h2_conn_feed(c->h, c->now, (const char *)data + at,
+                                     (size_t)n - at < step ? (size_t)n - at : step);
             if (rc != 0)
                 return rc;
         }
@@ -370,6 +374,33 @@ static void echo_of(size_t n, bool with_length)
 Test(http2, echo_small_gathered)
 {
     echo_of(1000, true);
+}
+
+/* md_h2_conn_feed follows the frame headers itself (to find DATA on a closed stream): reads cut
+ * anywhere, through a frame's header or its payload, give the same body. */
+Test(http2, echo_through_reads_cut_anywhere)
+{
+    static const size_t pieces[] = {1, 2, 5, 9, 10, 17, 4096, 16393};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        struct client c;
+        client_open(&c);
+        c.piece = pieces[i];
+        size_t n = 40000; /* three DATA frames, the last short */
+        char *body = malloc(n);
+        for (size_t j = 0; j < n; j++)
+            body[j] = (char)('a' + j * 11 % 26);
+        c.up = body;
+        c.up_len = n;
+        int32_t id = request(&c, "POST", "/echo", NULL, 0, true);
+        cr_assert_eq(pump(&c), 0, "pieces of %zu", pieces[i]);
+        struct resp *r = resp_of(&c, id);
+        cr_assert_eq(r->status, 200, "pieces of %zu", pieces[i]);
+        cr_assert_eq(r->len, n, "pieces of %zu", pieces[i]);
+        cr_assert_eq(memcmp(r->body, body, n), 0, "pieces of %zu", pieces[i]);
+        free(body);
+        client_close(&c);
+    }
+    expect_no_leaks();
 }
 
 Test(http2, echo_without_length_gathered)
@@ -569,8 +600,11 @@ Test(http2, a_quiet_session_gives_its_frame_buffer_back_and_serves_on)
     uint64_t at = md_h2_conn_release_at(c.h);
     cr_assert_eq(at, T0 + MD_H2_RELEASE_NS);
     cr_assert_lt(at, md_h2_conn_deadline(c.h), "before the keep-alive deadline");
-    md_h2_conn_release(c.h);
+    /* nghttp2's frame buffer (16,394 bytes: five pages) and its stream map's table (one page,
+     * empty again once stream 1 closed). */
+    cr_assert_eq(md_h2_conn_release(c.h), 6 * 4096);
     cr_assert_eq(md_h2_conn_release_at(c.h), UINT64_MAX, "nothing more to give back");
+    cr_assert_eq(md_h2_conn_release(c.h), 0, "nothing given twice");
     c.now = at + MS;
     for (int i = 0; i < 3; i++) {
         id = request(&c, "GET", "/", NULL, 0, false);
@@ -580,7 +614,7 @@ Test(http2, a_quiet_session_gives_its_frame_buffer_back_and_serves_on)
         cr_assert_eq(r->len, 13);
         cr_assert_eq(memcmp(r->body, "Hello, World!", 13), 0);
         cr_assert_eq(md_h2_conn_release_at(c.h), c.now + MD_H2_RELEASE_NS);
-        md_h2_conn_release(c.h);
+        cr_assert_eq(md_h2_conn_release(c.h), 6 * 4096, "the map read as zeros, and is again");
     }
     client_close(&c);
     expect_no_leaks();
@@ -719,6 +753,115 @@ Test(http2, continuation_flood_ends_with_goaway)
     uint32_t code = 0;
     cr_assert(find_goaway(&out, &code), "a GOAWAY ends it");
     cr_assert(md_h2_conn_done(h));
+    md_h2_conn_free(h);
+    md_http_conn_close(&hc);
+    md_outbuf_free(&out);
+    expect_no_leaks();
+}
+
+/* RFC 9113 5.1: a DATA or HEADERS on a stream the client reset is a STREAM_CLOSED error.
+ * nghttp2 keeps no closed stream, so md_h2_conn_feed finds the DATA: in one read, or cut at
+ * any byte, its stream is closed by the RST_STREAM before it when it is looked up. */
+Test(http2, data_or_headers_after_the_clients_reset_is_stream_closed_wherever_reads_cut)
+{
+    static char buf[256];
+    static const unsigned char block[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a'}; /* POST / */
+    static const unsigned char cancel[] = {0, 0, 0, NGHTTP2_CANCEL};
+    for (uint8_t last = NGHTTP2_DATA; last <= NGHTTP2_HEADERS; last++) {
+        size_t n = 0;
+        memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+        n += MD_H2_PREFACE_LEN;
+        n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+        n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
+        n += frame(buf + n, NGHTTP2_RST_STREAM, 0, 1, cancel, sizeof cancel);
+        if (last == NGHTTP2_DATA)
+            n += frame(buf + n, NGHTTP2_DATA, 0, 1, "xy", 2);
+        else
+            n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
+        for (size_t cut = 0; cut <= n; cut++) { /* cut == n: byte by byte */
+            md_http_conn hc;
+            md_h2_conn *h;
+            md_outbuf out;
+            md_outbuf_init(&out);
+            md_http_conn_init(&hc, &srv, T0);
+            cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+            if (cut < n) {
+                cr_assert_eq(md_h2_conn_feed(h, T0, buf, cut), 0);
+                cr_assert_eq(md_h2_conn_feed(h, T0, buf + cut, n - cut), 0);
+            } else {
+                for (size_t i = 0; i < n; i++)
+                    cr_assert_eq(md_h2_conn_feed(h, T0, buf + i, 1), 0);
+            }
+            cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+            uint32_t code = 0;
+            cr_assert(find_goaway(&out, &code), "frame %u, cut at %zu", last, cut);
+            cr_assert_eq(code, NGHTTP2_STREAM_CLOSED, "frame %u, cut at %zu", last, cut);
+            cr_assert(md_h2_conn_done(h));
+            md_h2_conn_free(h);
+            md_http_conn_close(&hc);
+            md_outbuf_free(&out);
+        }
+    }
+    expect_no_leaks();
+}
+
+/* The first frame of a type on a stream in the server's output (whole frames): its flags and
+ * the first byte of its payload, or false. */
+static bool find_frame(const md_outbuf *out, uint8_t type, int32_t sid, uint8_t *flags,
+                       uint8_t *first)
+{
+    const unsigned char *p = (const unsigned char *)md_outbuf_pending_data(out);
+    size_t n = md_outbuf_pending(out);
+    for (size_t at = 0; at + 9 <= n;) {
+        size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
+        if (p[at + 3] == type && (int32_t)(be32(p + at + 5) & 0x7fffffffu) == sid) {
+            *flags = p[at + 4];
+            *first = len != 0 && at + 10 <= n ? p[at + 9] : 0;
+            return true;
+        }
+        at += 9 + len;
+    }
+    return false;
+}
+
+/* ... but a stream the server reset (a malformed request: a Host that is not :authority) may
+ * still see the client's DATA that was on its way: that is ignored (RFC 9113 5.1), and the
+ * connection serves on. */
+Test(http2, data_on_a_stream_the_server_reset_is_ignored)
+{
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+    md_outbuf_init(&out);
+    md_http_conn_init(&hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    char buf[256];
+    size_t n = 0;
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    n += MD_H2_PREFACE_LEN;
+    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    static const unsigned char post[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a', /* POST / */
+                                         0x00, 0x04, 'h',  'o',  's',  't', 0x01, 'b'};
+    n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, post, sizeof post);
+    cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
+    (void)md_h2_conn_run(h, NULL, T0);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint8_t flags, first;
+    cr_assert(find_frame(&out, NGHTTP2_RST_STREAM, 1, &flags, &first), "reset at the head");
+    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    cr_assert_eq(md_h2_conn_streams(h), 0, "the stream is gone");
+    n = frame(buf, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, "xy", 2);
+    static const unsigned char get[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'}; /* GET / */
+    n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, get,
+               sizeof get);
+    cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
+    (void)md_h2_conn_run(h, NULL, T0);
+    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    uint32_t code;
+    cr_assert_not(find_goaway(&out, &code), "no error for the late DATA");
+    cr_assert(find_frame(&out, NGHTTP2_HEADERS, 3, &flags, &first), "stream 3 answered");
+    cr_assert_eq(first, 0x88, "200 (HPACK's static :status 200)");
+    cr_assert_not(md_h2_conn_refused(h));
     md_h2_conn_free(h);
     md_http_conn_close(&hc);
     md_outbuf_free(&out);
