@@ -276,8 +276,8 @@ static unsigned unknown_method(h1_state *h, const char *p, const char *end, uint
     static const char version[] = "HTTP/0.0"; /* '0': any digit */
     for (; p < end; p++) {
         unsigned char ch = (unsigned char)*p;
-        if (++h->unknown_bytes > max)
-            return 400;
+        if (h->unknown != UM_CR && h->unknown != UM_LF)
+            h->unknown_bytes++;
         switch (h->unknown) {
         case UM_METHOD:
             if (ch == ' ')
@@ -310,6 +310,12 @@ static unsigned unknown_method(h1_state *h, const char *p, const char *end, uint
                              : (uint8_t)(h->unknown + 1);
         }
         }
+        /* max_request_line as for a known method (on_url): a target that leaves no room for
+         * " HTTP/1.1" is 414; a method that leaves none for a target, 400. Counted from the
+         * refused byte: the prefix of a known method before it (up to 12 bytes) is not. */
+        unsigned rest = h->unknown == UM_TARGET ? 9 : h->unknown == UM_VERSION ? 8 : 0;
+        if (h->unknown_bytes + rest > max)
+            return h->unknown == UM_TARGET || h->unknown == UM_VERSION ? 414 : 400;
     }
     return 0;
 }

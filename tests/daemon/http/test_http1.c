@@ -538,6 +538,38 @@ Test(http1, unknown_method_is_501_then_close)
     expect_no_leaks();
 }
 
+/* max_request_line holds for a line with an unknown method as for a known one, counted from
+ * the byte llhttp refused ("FOO": the O; a known method's prefix before it is not counted):
+ * a line within it is 501 (the method), a target past it 414, a method too long for any
+ * target 400. */
+Test(http1, unknown_method_line_over_max_request_line_is_414)
+{
+    srv.limits.max_request_line = 100;
+    char target[200], in[400];
+    memset(target, 'a', sizeof target);
+    target[0] = '/';
+    target[87] = '\0'; /* "FOO " + 87 + " HTTP/1.1": 100 bytes, as max_request_line_is_414's */
+    snprintf(in, sizeof in, "FOO %s HTTP/1.1\r\nHost: a\r\n\r\n", target);
+    expect_rejected(in, "501 Not Implemented");
+    target[87] = 'a';
+    target[89] = '\0'; /* 101 bytes from the O */
+    snprintf(in, sizeof in, "FOO %s HTTP/1.1\r\nHost: a\r\n\r\n", target);
+    expect_rejected(in, "414 URI Too Long");
+    target[88] = '\0'; /* 100 bytes from the O: in */
+    snprintf(in, sizeof in, "FOO %s HTTP/1.1\r\nHost: a\r\n\r\n", target);
+    expect_rejected(in, "501 Not Implemented");
+    target[88] = 'a';
+    target[150] = '\0';
+    snprintf(in, sizeof in, "FOO %s", target); /* cut off before the line ends */
+    expect_rejected(in, "414 URI Too Long");
+    char method[200];
+    memset(method, 'F', 101);
+    method[101] = '\0';
+    snprintf(in, sizeof in, "%s / HTTP/1.1\r\n\r\n", method);
+    expect_rejected(in, "400 Bad Request");
+    expect_no_leaks();
+}
+
 /* On a listener with h2c on (md_http_conn.h2c), a connection whose first bytes do not begin
  * with an HTTP method (h2spec's invalid preface, a TLS ClientHello) is closed with nothing
  * written: its client speaks HTTP/2 or TLS and would read a 400 as a frame or a record. A
