@@ -559,6 +559,26 @@ static bool list_has(const char *fields, size_t len, const char *name, const cha
     return false;
 }
 
+/* Whether every Transfer-Encoding element of the head is "chunked", and there is one (RFC 9112
+ * 6.1, 7: chunked once, last). llhttp frames "gzip, chunked" as chunked, which would pass the
+ * body on de-chunked and still gzip-coded, with nothing left to tell the client. */
+static bool chunked_alone(const char *fields, size_t len)
+{
+    struct field_iter it = {fields, fields + len};
+    const char *n, *v, *e;
+    size_t nl, vl, el;
+    unsigned chunked = 0;
+    while (next_field(&it, &n, &nl, &v, &vl)) {
+        if (!md_ascii_eq_lower(n, nl, "transfer-encoding"))
+            continue;
+        md_list l = md_list_of(v, vl);
+        while (md_list_next(&l, &e, &el))
+            if (!md_ascii_eq_ci(e, el, "chunked", 7) || ++chunked > 1)
+                return false;
+    }
+    return chunked == 1;
+}
+
 /* At the final head, framing decided: whether the body is coded, and whether Vary is added
  * (proxy_msg.h). Coding changes the client's framing to chunks (or DATA). */
 static void plan_coding(md_proxy_resp *r, unsigned status, bool no_body)
@@ -666,9 +686,10 @@ static int r_headers_complete(llhttp_t *p)
         return 1; /* 1xx has no body (RFC 9110 15.2), whatever llhttp would infer */
     }
     r->status = (uint16_t)status;
-    /* A coding other than chunked, in a response, would leave the body unframed for us and
-     * coded for the client: refused rather than passed on stripped. */
-    if ((p->flags & F_TRANSFER_ENCODING) && !(p->flags & F_CHUNKED)) {
+    /* A coding other than chunked, in a response, would leave the body unframed for us (or
+     * de-chunked) and coded for the client: refused rather than passed on stripped. */
+    if ((p->flags & F_TRANSFER_ENCODING) &&
+        (!(p->flags & F_CHUNKED) || !chunked_alone(r->fields, r->fields_len))) {
         r->error = MD_RESP_GARBAGE;
         return HPE_USER;
     }

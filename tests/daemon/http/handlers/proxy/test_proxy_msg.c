@@ -386,6 +386,12 @@ Test(proxy_msg, garbage_and_oversized_heads, .timeout = 5)
         "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        /* chunked last, but a coding under it magpied would strip unseen (RFC 9112 6.1) */
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
         int rc = run(garbage[i], false, 3, NULL);
