@@ -5,6 +5,7 @@
 #   COUNTS="1000 10000" SERVERS=magpied loadtest/http/idle-memory.sh
 #   PROTO=h2c COUNTS=10000 loadtest/http/idle-memory.sh     idle HTTP/2 connections (h2c)
 #   PROTO=h2c H2_REQUESTS=100 COUNTS=10000 loadtest/http/idle-memory.sh   ... after 100 GETs each
+#   PROTO=h2 COUNTS=10000 loadtest/http/idle-memory.sh      HTTP/2 over TLS (ALPN h2)
 #
 # For each server and each count N, in one run: start the server fresh on 127.0.0.1 and a
 # free port, answer one GET / (so its threads and workers are up), read its RSS ("before");
@@ -17,7 +18,9 @@
 # PROTO=h2c: HTTP/2 with prior knowledge on the plaintext listener (magpied `[http] http2 =
 # on`, nginx `listen ... http2`): each client connection sends the preface and SETTINGS,
 # acknowledges the server's, makes one GET / (H2_REQUESTS of them at once, 1..100) and then
-# idles (idle_clients.c h2c). HTTP/2 over TLS is not measured here.
+# idles (idle_clients.c h2c). PROTO=h2: the same over TLS (a full handshake, ALPN h2), each
+# server configured by tls-servers.sh (its ECDSA P-256 certificate; nginx `listen ... ssl
+# http2`), with as many workers as this machine has vCPUs.
 #
 # Runs as root to raise RLIMIT_NOFILE on both sides (ulimit -n in the server's subshell; the
 # client raises its own); where even root may not raise the hard limit (a container without
@@ -33,7 +36,7 @@ SERVERS=${SERVERS:-magpied nginx}
 SETTLE=${SETTLE:-3}
 PROTO=${PROTO:-http1}
 H2_REQUESTS=${H2_REQUESTS:-1}
-case $PROTO in http1 | h2c) ;; *) echo "idle-memory: PROTO=http1 or h2c" >&2; exit 2 ;; esac
+case $PROTO in http1 | h2c | h2) ;; *) echo "idle-memory: PROTO=http1, h2c or h2" >&2; exit 2 ;; esac
 READY_TIMEOUT=${READY_TIMEOUT:-180}
 OUTDIR=${OUTDIR:-$ROOT/build/loadtest}
 MAGPIED=${MAGPIED:-$ROOT/build/release/magpied}
@@ -52,6 +55,8 @@ STOP_WAIT=10
 # stop_pid and free_port
 # shellcheck source=loadtest/http/lib.sh
 source "$HERE/lib.sh"
+# shellcheck source=loadtest/http/tls-servers.sh
+source "$HERE/tls-servers.sh"
 
 SERVER_PID=
 CLIENT_PID=
@@ -67,6 +72,7 @@ trap 'exit 130' INT TERM
 [[ -x $MAGPIED ]] || make -C "$ROOT" -j2 build/release/magpied >&2
 mkdir -p "$OUTDIR/bin"
 cc -O2 -Wall -o "$CLIENT" "$HERE/idle_clients.c" -lssl -lcrypto
+[[ $PROTO != h2 ]] || tls_site "$RUN" || die "openssl req failed"
 
 # VmRSS in KiB of PID and its children.
 rss_kib() {
@@ -87,6 +93,14 @@ wait_port() {
 
 start_server() { # NAME PORT N
     local name=$1 port=$2 n=$3 nofile=$(($3 + 512))
+    if [[ $PROTO == h2 ]]; then
+        NGINX_LISTEN_EXTRA="http2 " tls_server_conf "$name" "$RUN" "$port" "$(nproc)" "$n" ||
+            die "no TLS configuration for $name"
+        (ulimit -n "$nofile" && exec "${TLS_CMD[@]}" >"$RUN/$name.out" 2>&1) &
+        SERVER_PID=$!
+        wait_port "$port" || die "$name did not listen on $port"
+        return
+    fi
     case $name in
     magpied)
         (ulimit -n "$nofile" && exec "$MAGPIED" -c "$ROOT/config/magpied.conf" \
@@ -121,11 +135,15 @@ for n in $COUNTS; do
     for name in $SERVERS; do
         port=$(free_port)
         start_server "$name" "$port" "$n"
-        curl -s $([[ $PROTO == h2c ]] && echo --http2-prior-knowledge) -o /dev/null \
-            "http://127.0.0.1:$port/" || die "$name: GET / failed"
+        if [[ $PROTO == h2 ]]; then
+            curl -sk --http2 -o /dev/null "https://127.0.0.1:$port/" || die "$name: GET / failed"
+        else
+            curl -s $([[ $PROTO == h2c ]] && echo --http2-prior-knowledge) -o /dev/null \
+                "http://127.0.0.1:$port/" || die "$name: GET / failed"
+        fi
         sleep 1
         before=$(rss_kib "$SERVER_PID")
-        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" $([[ $PROTO == h2c ]] && echo h2c "$H2_REQUESTS") \
+        "$CLIENT" "$port" "$n" "$READY_TIMEOUT" $([[ $PROTO != http1 ]] && echo "$PROTO" "$H2_REQUESTS") \
             >"$RUN/client.out" 2>&1 &
         CLIENT_PID=$!
         for _ in $(seq $((READY_TIMEOUT * 10))); do
@@ -142,7 +160,7 @@ for n in $COUNTS; do
         after=$(rss_kib "$SERVER_PID")
         stop_pid "$SERVER_PID"
         SERVER_PID=
-        awk -v s="$name$([[ $PROTO == h2c ]] && echo " (h2c)")" -v n="$n" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
+        awk -v s="$name$([[ $PROTO != http1 ]] && echo " ($PROTO)")" -v n="$n" -v b="$before" -v w="$with" -v a="$after" 'BEGIN {
             per = (w - b) / n; ret = (w > b) ? 100 * (w - a) / (w - b) : 0;
             printf "| %s | %d | %d | %d | %d | %.2f | %.0f%% |\n", s, n, b, w, a, per, ret }'
     done

@@ -2,7 +2,7 @@
  * its response, and keep them all open, idle, until SIGTERM (the kernel closes them as the
  * process ends) or HOLD seconds pass. For loadtest/http/idle-memory.sh.
  *
- *   idle_clients PORT N [HOLD_SECONDS [tls|h2c [REQUESTS]]]
+ *   idle_clients PORT N [HOLD_SECONDS [tls|h2c|h2 [REQUESTS]]]
  *                                     prints "ready N" once every response is in
  *
  * With "tls" each connection first runs a TLS handshake (OpenSSL, no verification, TLS 1.2
@@ -14,7 +14,8 @@
  * static table, :authority a literal) read to its END_STREAM, then idle as the others: an
  * HTTP/2 connection a browser keeps open after a page. REQUESTS (1..100, default 1): that many
  * GETs at once, on streams 1, 3, 5, ..., all read to their ends before the connection idles: a
- * page of many parts. For loadtest/http/idle-memory.sh.
+ * page of many parts. With "h2" the same over TLS (ALPN h2, :scheme https), as a browser's
+ * HTTP/2. For loadtest/http/idle-memory.sh.
  *
  * Loopback only. More than 20000 connections come from 127.0.0.2, 127.0.0.3, ... (with
  * IP_BIND_ADDRESS_NO_PORT), so that the ephemeral port range of one source address does not
@@ -102,9 +103,9 @@ static const char h2_settings_ack[] = "\x00\x00\x00\x04\x01\x00\x00\x00\x00";
 enum { H2_GET_LEN = 9 + 14, H2_MAX_REQUESTS = 100 };
 
 /* The GETs after stream 1's: streams 3, 5, ... up to the requests'th, into w. Their length. */
-static size_t h2_more_gets(char *w, int requests)
+static size_t h2_more_gets(char *w, const char *hello, int requests)
 {
-    const char *get = h2_hello + 24 + 9; /* stream 1's HEADERS */
+    const char *get = hello + 24 + 9; /* stream 1's HEADERS */
     size_t n = 0;
     for (int i = 1; i < requests; i++, n += H2_GET_LEN) {
         unsigned id = 2u * (unsigned)i + 1;
@@ -117,17 +118,24 @@ static size_t h2_more_gets(char *w, int requests)
     return n;
 }
 
+/* Bytes to the connection, through TLS when ssl. */
+static bool put_all(int fd, SSL *ssl, const void *p, size_t n)
+{
+    return ssl ? SSL_write(ssl, p, (int)n) == (int)n : write(fd, p, n) == (ssize_t)n;
+}
+
 /* Reads frames until `requests` streams ended, acknowledging the server's SETTINGS. 0 or -1. */
-static int h2_read_response(int fd, int requests)
+static int h2_read_response(int fd, SSL *ssl, int requests)
 {
     int ended = 0;
     unsigned char buf[16384];
     size_t got = 0;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10000) != 1)
+        if ((!ssl || !SSL_pending(ssl)) && poll(&p, 1, 10000) != 1)
             return -1;
-        ssize_t n = read(fd, buf + got, sizeof buf - got);
+        ssize_t n = ssl ? SSL_read(ssl, buf + got, (int)(sizeof buf - got))
+                        : read(fd, buf + got, sizeof buf - got);
         if (n <= 0)
             return -1;
         got += (size_t)n;
@@ -142,8 +150,7 @@ static int h2_read_response(int fd, int requests)
             if (got - at < 9 + len)
                 break;
             if (type == 4 && !(flags & 1) &&
-                write(fd, h2_settings_ack, sizeof h2_settings_ack - 1) !=
-                    (ssize_t)(sizeof h2_settings_ack - 1))
+                !put_all(fd, ssl, h2_settings_ack, sizeof h2_settings_ack - 1))
                 return -1;
             if (type == 7) /* GOAWAY */
                 return -1;
@@ -159,25 +166,32 @@ static int h2_read_response(int fd, int requests)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s PORT N [HOLD_SECONDS [tls|h2c [REQUESTS]]]\n", argv[0]);
+        fprintf(stderr, "usage: %s PORT N [HOLD_SECONDS [tls|h2c|h2 [REQUESTS]]]\n", argv[0]);
         return 2;
     }
     int port = atoi(argv[1]), n = atoi(argv[2]);
     int hold = argc > 3 ? atoi(argv[3]) : 600;
     SSL_CTX *ctx = NULL;
-    bool h2c = argc > 4 && strcmp(argv[4], "h2c") == 0;
+    bool h2tls = argc > 4 && strcmp(argv[4], "h2") == 0;
+    bool h2c = (argc > 4 && strcmp(argv[4], "h2c") == 0) || h2tls;
     int requests = h2c && argc > 5 ? atoi(argv[5]) : 1;
     if (requests < 1 || requests > H2_MAX_REQUESTS) {
         fprintf(stderr, "idle_clients: REQUESTS is 1..%d\n", H2_MAX_REQUESTS);
         return 2;
     }
-    static char more[H2_MAX_REQUESTS * H2_GET_LEN];
-    size_t more_len = h2_more_gets(more, requests);
-    if (argc > 4 && strcmp(argv[4], "tls") == 0) {
+    static char hello[sizeof h2_hello], more[H2_MAX_REQUESTS * H2_GET_LEN];
+    memcpy(hello, h2_hello, sizeof h2_hello);
+    if (h2tls)
+        hello[24 + 9 + 9 + 1] = (char)0x87; /* :scheme https, not http */
+    size_t more_len = h2_more_gets(more, hello, requests);
+    if (argc > 4 && (strcmp(argv[4], "tls") == 0 || strcmp(argv[4], "h2") == 0)) {
         ctx = SSL_CTX_new(TLS_client_method());
         if (!ctx)
             return 1;
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+        if (strcmp(argv[4], "h2") == 0 &&
+            SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)"\x02h2", 3) != 0)
+            return 1;
         /* As a browser's idle tab: the client's own buffers are not what is measured. */
         SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     }
@@ -208,11 +222,17 @@ int main(int argc, char **argv)
                     fprintf(stderr, "idle_clients: connection %d: TLS handshake failed\n", i);
                     return 1;
                 }
+                const unsigned char *alpn;
+                unsigned alpn_len;
+                SSL_get0_alpn_selected(ssls[i], &alpn, &alpn_len);
+                if (h2tls && (alpn_len != 2 || memcmp(alpn, "h2", 2) != 0)) {
+                    fprintf(stderr, "idle_clients: connection %d: no h2 by ALPN\n", i);
+                    return 1;
+                }
             }
             if (h2c && fds[i] >= 0) {
-                if (write(fds[i], h2_hello, sizeof h2_hello - 1) !=
-                        (ssize_t)(sizeof h2_hello - 1) ||
-                    (more_len != 0 && write(fds[i], more, more_len) != (ssize_t)more_len)) {
+                if (!put_all(fds[i], ssls[i], hello, sizeof hello - 1) ||
+                    (more_len != 0 && !put_all(fds[i], ssls[i], more, more_len))) {
                     fprintf(stderr, "idle_clients: connection %d: %s\n", i, strerror(errno));
                     return 1;
                 }
@@ -226,7 +246,8 @@ int main(int argc, char **argv)
             }
         }
         for (int i = at; i < end; i++)
-            if ((h2c ? h2_read_response(fds[i], requests) : read_response(fds[i], ssls[i])) != 0) {
+            if ((h2c ? h2_read_response(fds[i], ssls[i], requests)
+                     : read_response(fds[i], ssls[i])) != 0) {
                 fprintf(stderr, "idle_clients: no response on connection %d\n", i);
                 return 1;
             }

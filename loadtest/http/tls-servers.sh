@@ -18,7 +18,8 @@
 #                 added before the others (e.g. /metrics)
 #       nginx     ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, location = / return
 #                 200 "Hello, World!", /static/ from the same files (open_file_cache on;
-#                 sendfile is moot over TLS); NGINX_MASTER=off for one process (callgrind)
+#                 sendfile is moot over TLS); NGINX_MASTER=off for one process (callgrind);
+#                 NGINX_LISTEN_EXTRA: words added to its listen ("http2 ": h2 by ALPN)
 #       haproxy   bind ... ssl crt (tickets on, its default), answering itself with
 #                 http-request return: "Hello, World!" on /, /static/1k.bin's bytes from memory
 #   wait_https PID PORT SECONDS LOG [CURL_MAX_TIME]
@@ -90,7 +91,7 @@ http {
     uwsgi_temp_path $dir/uwsgi;
     scgi_temp_path $dir/scgi;
     server {
-        listen 127.0.0.1:$port ssl backlog=1024;
+        listen 127.0.0.1:$port ssl ${NGINX_LISTEN_EXTRA:-}backlog=1024;
         ssl_certificate $dir/cert.pem;
         ssl_certificate_key $dir/key.pem;
         ssl_protocols TLSv1.2 TLSv1.3;
