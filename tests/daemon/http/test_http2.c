@@ -669,6 +669,27 @@ Test(http2, ping_flood_ends_with_goaway)
     expect_no_leaks();
 }
 
+/* A server session fed raw frames, for what a well-behaved client library will not send. */
+struct raw {
+    md_http_conn hc;
+    md_h2_conn *h;
+    md_outbuf out;
+};
+
+static void raw_open(struct raw *x)
+{
+    md_outbuf_init(&x->out);
+    md_http_conn_init(&x->hc, &srv, T0);
+    cr_assert_eq(md_h2_conn_new(&x->h, &srv, md_http_conn_link(&x->hc), T0), 0);
+}
+
+static void raw_close(struct raw *x)
+{
+    md_h2_conn_free(x->h);
+    md_http_conn_close(&x->hc);
+    md_outbuf_free(&x->out);
+}
+
 /* Raw frames, for what a well-behaved client library will not send. */
 static size_t frame(char *w, uint8_t type, uint8_t flags, uint32_t sid, const void *p, size_t n)
 {
@@ -686,6 +707,13 @@ static size_t frame(char *w, uint8_t type, uint8_t flags, uint32_t sid, const vo
     return 9 + n;
 }
 
+/* The client preface and an empty SETTINGS into buf: their length. */
+static size_t raw_hello(char *buf)
+{
+    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
+    return MD_H2_PREFACE_LEN + frame(buf + MD_H2_PREFACE_LEN, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+}
+
 /* Whether out holds a GOAWAY frame (after our SETTINGS and the rest), and its code. */
 static bool find_goaway(const md_outbuf *out, uint32_t *code)
 {
@@ -697,17 +725,12 @@ static bool find_goaway(const md_outbuf *out, uint32_t *code)
 
 Test(http2, rapid_reset_ends_with_goaway)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     static char buf[1 << 20];
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     /* GET / (static table: :method GET, :scheme http, :path /; :authority "a"), no
      * END_STREAM, then at once RST_STREAM CANCEL: each stream starts a request and is gone. */
     static const unsigned char block[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
@@ -718,30 +741,23 @@ Test(http2, rapid_reset_ends_with_goaway)
         n += frame(buf + n, NGHTTP2_RST_STREAM, 0, 1 + 2 * i, cancel, sizeof cancel);
     }
     (void)md_h2_conn_feed(h, T0, buf, n);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = 0;
-    cr_assert(find_goaway(&out, &code), "the resets stop with a GOAWAY");
+    cr_assert(find_goaway(out, &code), "the resets stop with a GOAWAY");
     cr_assert_neq(code, NGHTTP2_NO_ERROR);
     cr_assert(md_h2_conn_done(h));
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    raw_close(&x);
     expect_no_leaks();
 }
 
 Test(http2, continuation_flood_ends_with_goaway)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     static char buf[1 << 16];
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     static const unsigned char block[] = {0x82, 0x86, 0x84};
     n += frame(buf + n, NGHTTP2_HEADERS, 0, 1, block, sizeof block);
     /* CONTINUATION frames without END_HEADERS, never ending (CVE-2024-27316's shape). */
@@ -749,13 +765,11 @@ Test(http2, continuation_flood_ends_with_goaway)
     for (int i = 0; i < 1000; i++)
         n += frame(buf + n, NGHTTP2_CONTINUATION, 0, 1, more, sizeof more);
     (void)md_h2_conn_feed(h, T0, buf, n);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = 0;
-    cr_assert(find_goaway(&out, &code), "a GOAWAY ends it");
+    cr_assert(find_goaway(out, &code), "a GOAWAY ends it");
     cr_assert(md_h2_conn_done(h));
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    raw_close(&x);
     expect_no_leaks();
 }
 
@@ -768,10 +782,7 @@ Test(http2, data_or_headers_after_the_clients_reset_is_stream_closed_wherever_re
     static const unsigned char block[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a'}; /* POST / */
     static const unsigned char cancel[] = {0, 0, 0, NGHTTP2_CANCEL};
     for (uint8_t last = NGHTTP2_DATA; last <= NGHTTP2_HEADERS; last++) {
-        size_t n = 0;
-        memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-        n += MD_H2_PREFACE_LEN;
-        n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+        size_t n = raw_hello(buf);
         n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
         n += frame(buf + n, NGHTTP2_RST_STREAM, 0, 1, cancel, sizeof cancel);
         if (last == NGHTTP2_DATA)
@@ -779,12 +790,10 @@ Test(http2, data_or_headers_after_the_clients_reset_is_stream_closed_wherever_re
         else
             n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
         for (size_t cut = 0; cut <= n; cut++) { /* cut == n: byte by byte */
-            md_http_conn hc;
-            md_h2_conn *h;
-            md_outbuf out;
-            md_outbuf_init(&out);
-            md_http_conn_init(&hc, &srv, T0);
-            cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+            struct raw x;
+            raw_open(&x);
+            md_h2_conn *h = x.h;
+            md_outbuf *out = &x.out;
             if (cut < n) {
                 cr_assert_eq(md_h2_conn_feed(h, T0, buf, cut), 0);
                 cr_assert_eq(md_h2_conn_feed(h, T0, buf + cut, n - cut), 0);
@@ -792,14 +801,12 @@ Test(http2, data_or_headers_after_the_clients_reset_is_stream_closed_wherever_re
                 for (size_t i = 0; i < n; i++)
                     cr_assert_eq(md_h2_conn_feed(h, T0, buf + i, 1), 0);
             }
-            cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+            cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
             uint32_t code = 0;
-            cr_assert(find_goaway(&out, &code), "frame %u, cut at %zu", last, cut);
+            cr_assert(find_goaway(out, &code), "frame %u, cut at %zu", last, cut);
             cr_assert_eq(code, NGHTTP2_STREAM_CLOSED, "frame %u, cut at %zu", last, cut);
             cr_assert(md_h2_conn_done(h));
-            md_h2_conn_free(h);
-            md_http_conn_close(&hc);
-            md_outbuf_free(&out);
+            raw_close(&x);
         }
     }
     expect_no_leaks();
@@ -829,26 +836,21 @@ static bool find_frame(const md_outbuf *out, uint8_t type, int32_t sid, uint8_t 
  * connection serves on. */
 Test(http2, data_on_a_stream_the_server_reset_is_ignored)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     char buf[256];
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     static const unsigned char post[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a', /* POST / */
                                          0x00, 0x04, 'h',  'o',  's',  't', 0x01, 'b'};
     n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, post, sizeof post);
     cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
     (void)md_h2_conn_run(h, NULL, T0);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint8_t flags, first;
-    cr_assert(find_frame(&out, NGHTTP2_RST_STREAM, 1, &flags, &first), "reset at the head");
-    md_outbuf_consume(&out, md_outbuf_pending(&out));
+    cr_assert(find_frame(out, NGHTTP2_RST_STREAM, 1, &flags, &first), "reset at the head");
+    md_outbuf_consume(out, md_outbuf_pending(out));
     cr_assert_eq(md_h2_conn_streams(h), 0, "the stream is gone");
     n = frame(buf, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, "xy", 2);
     static const unsigned char get[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'}; /* GET / */
@@ -856,44 +858,35 @@ Test(http2, data_on_a_stream_the_server_reset_is_ignored)
                sizeof get);
     cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
     (void)md_h2_conn_run(h, NULL, T0);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code;
-    cr_assert_not(find_goaway(&out, &code), "no error for the late DATA");
-    cr_assert(find_frame(&out, NGHTTP2_HEADERS, 3, &flags, &first), "stream 3 answered");
+    cr_assert_not(find_goaway(out, &code), "no error for the late DATA");
+    cr_assert(find_frame(out, NGHTTP2_HEADERS, 3, &flags, &first), "stream 3 answered");
     cr_assert_eq(first, 0x88, "200 (HPACK's static :status 200)");
     cr_assert_not(md_h2_conn_refused(h));
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    raw_close(&x);
     expect_no_leaks();
 }
 
 Test(http2, empty_data_flood_ends_with_goaway)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     static char buf[1 << 18];
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     static const unsigned char block[] = {0x83, 0x86, 0x84, 0x01, 0x01, 'a'}; /* POST / */
     n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block, sizeof block);
     for (int i = 0; i < 5000; i++)
         n += frame(buf + n, NGHTTP2_DATA, 0, 1, NULL, 0);
     (void)md_h2_conn_feed(h, T0, buf, n);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = 0;
-    cr_assert(find_goaway(&out, &code), "a GOAWAY ends it");
+    cr_assert(find_goaway(out, &code), "a GOAWAY ends it");
     cr_assert_eq(code, NGHTTP2_ENHANCE_YOUR_CALM);
     cr_assert(md_h2_conn_refused(h));
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    raw_close(&x);
     expect_no_leaks();
 }
 
@@ -902,28 +895,21 @@ Test(http2, empty_data_flood_ends_with_goaway)
  * for a stream since reset) is not. */
 static uint32_t skipped_id_verdict(uint32_t first, uint32_t second)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     static char buf[1024];
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     static const unsigned char block[] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'}; /* GET / */
     const uint8_t flags = NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM;
     n += frame(buf + n, NGHTTP2_HEADERS, flags, first, block, sizeof block);
     n += frame(buf + n, NGHTTP2_HEADERS, flags, second, block, sizeof block);
     cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = UINT32_MAX;
-    (void)find_goaway(&out, &code);
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    (void)find_goaway(out, &code);
+    raw_close(&x);
     return code;
 }
 
@@ -956,29 +942,22 @@ static bool find_rst(const md_outbuf *out, uint32_t *code)
  * server reset it, and with what code (UINT32_MAX: it answered). */
 static uint32_t reset_code_of(const unsigned char *more, size_t more_len)
 {
-    md_http_conn hc;
-    md_h2_conn *h;
-    md_outbuf out;
-    md_outbuf_init(&out);
-    md_http_conn_init(&hc, &srv, T0);
-    cr_assert_eq(md_h2_conn_new(&h, &srv, md_http_conn_link(&hc), T0), 0);
+    struct raw x;
+    raw_open(&x);
+    md_h2_conn *h = x.h;
+    md_outbuf *out = &x.out;
     static char buf[1024];
     unsigned char block[128] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
     cr_assert_leq(more_len, sizeof block - 6);
     memcpy(block + 6, more, more_len);
-    size_t n = 0;
-    memcpy(buf, MD_H2_PREFACE, MD_H2_PREFACE_LEN);
-    n += MD_H2_PREFACE_LEN;
-    n += frame(buf + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    size_t n = raw_hello(buf);
     n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1,
                block, 6 + more_len);
     cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
-    cr_assert_eq(md_h2_conn_send(h, &out, SIZE_MAX), 0);
+    cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = UINT32_MAX;
-    (void)find_rst(&out, &code);
-    md_h2_conn_free(h);
-    md_http_conn_close(&hc);
-    md_outbuf_free(&out);
+    (void)find_rst(out, &code);
+    raw_close(&x);
     return code;
 }
 
