@@ -320,18 +320,13 @@ static unsigned unknown_method(h1_state *h, const char *p, const char *end, uint
     return 0;
 }
 
-/* An absolute-form target's authority ("scheme://AUTHORITY/..."), as much as is kept. */
+/* An absolute-form target's authority, as much as is kept. Another scheme than http and
+ * https names no route (404). */
 static bool target_authority_ok(const md_http_req *r)
 {
-    const char *t = r->target, *end = t + r->target_len;
-    const char *a = memchr(t, ':', r->target_len);
-    if (a == NULL || end - a < 3 || a[1] != '/' || a[2] != '/')
-        return true; /* not "scheme://": routing finds no route for it */
-    a += 3;
-    const char *e = a;
-    while (e < end && *e != '/' && *e != '?')
-        e++;
-    return md_http_authority_ok(a, (size_t)(e - a));
+    size_t len;
+    const char *a = md_http_target_authority(r->target, r->target_len, &len);
+    return a == NULL || md_http_authority_ok(a, len);
 }
 
 /* After a parse error or a rejection: the error response, then close. */

@@ -902,23 +902,29 @@ bool md_http_authority_ok(const char *h, size_t n)
     return true;
 }
 
-/* The authority the request names: an absolute-form target's, which wins over Host (RFC
- * 9112 3.2.2), or Host's. */
-static const char *authority(const md_http_req *r, size_t *len)
+const char *md_http_target_authority(const char *t, size_t n, size_t *len)
 {
-    const char *t = r->target;
-    size_t n = r->target_len, skip = 0;
+    size_t skip;
     if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
         skip = 7;
     else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
         skip = 8;
-    if (skip != 0) {
-        size_t e = skip;
-        while (e < n && t[e] != '/' && t[e] != '?')
-            e++;
-        *len = e - skip;
-        return t + skip;
-    }
+    else
+        return NULL;
+    size_t e = skip;
+    while (e < n && t[e] != '/' && t[e] != '?')
+        e++;
+    *len = e - skip;
+    return t + skip;
+}
+
+/* The authority the request names: an absolute-form target's, which wins over Host (RFC
+ * 9112 3.2.2), or Host's. */
+static const char *authority(const md_http_req *r, size_t *len)
+{
+    const char *a = md_http_target_authority(r->target, r->target_len, len);
+    if (a != NULL)
+        return a;
     *len = r->host_len;
     return r->host;
 }
@@ -953,14 +959,12 @@ void md__http_req_route(md_http_req *r)
     if (n > r->target_len || (r->target_full && !r->path_done))
         return; /* a path longer than we keep names no route */
     if (n == 0 || t[0] != '/') {
-        size_t skip;
-        if (n >= 7 && md_ascii_eq_lower(t, 7, "http://"))
-            skip = 7;
-        else if (n >= 8 && md_ascii_eq_lower(t, 8, "https://"))
-            skip = 8;
-        else
-            return; /* "*", or CONNECT's authority-form */
-        const char *slash = memchr(t + skip, '/', n - skip);
+        size_t alen;
+        const char *a = md_http_target_authority(t, n, &alen);
+        if (a == NULL)
+            return;                   /* "*", or CONNECT's authority-form */
+        const char *after = a + alen; /* n ends before the query: '/' or the end */
+        const char *slash = after < t + n && *after == '/' ? after : NULL;
         if (slash == NULL) {
             t = "/"; /* an empty path is "/" (RFC 9112 3.2.2) */
             n = 1;

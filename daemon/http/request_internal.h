@@ -175,6 +175,10 @@ static inline bool md__http_req_closes(const md_http_req *r)
  * :authority, are a 400 (RFC 9110 7.2), or a malformed HTTP/2 request, when it is not. */
 bool md_http_authority_ok(const char *h, size_t n);
 
+/* An absolute-form target's authority (RFC 9112 3.2.2: "http://" or "https://" in any case,
+ * then up to the first '/' or '?'): its start, *len its length, or NULL for another form. */
+const char *md_http_target_authority(const char *t, size_t n, size_t *len);
+
 /* Finds the route for the target: origin-form "/path", or absolute-form "http://host/path";
  * sets r->route, r->path (normalised: routes.h) or r->path_bad. r->route is NULL before (the
  * request's fixed part zeroed) and stays NULL when no route matches. */
