@@ -405,13 +405,15 @@ Test(http1, absolute_form_and_queries)
              "GET https://example.com/?q=/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
              "GET /healthz?x=1&y=2 HTTP/1.1\r\nHost: x\r\n\r\n"
              "GET ftp://example.com/ HTTP/1.1\r\nHost: x\r\n\r\n"
-             "HEAD http://h/ HTTP/1.1\r\nHost: x\r\n\r\n");
+             "HEAD http://h/ HTTP/1.1\r\nHost: x\r\n\r\n"
+             "GET http://h?q=/healthz HTTP/1.1\r\nHost: x\r\n\r\n"); /* path "/" */
     sb_text(&b, "200 OK", NULL, "ok");
     sb_hello(&b, NULL);
     sb_hello(&b, NULL);
     sb_text(&b, "200 OK", NULL, "ok");
     sb_error(&b, "404 Not Found", NULL);
     sb_resp(&b, "200 OK", NULL, NULL, "text/plain", "Hello, World!", 13, 1);
+    sb_hello(&b, NULL);
     expect_sb(&s, &b);
     session_close(&s);
     expect_no_leaks();
