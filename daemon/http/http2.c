@@ -75,7 +75,8 @@ static const uint8_t notice_ping[8] = {'m', 'a', 'g', 'p', 'i', 'e', 'd', 'n'};
 /* The stream ids a client skipped that a connection remembers (the latest gaps). */
 #define ID_GAPS 4
 /* The streams closed on the peer's side (END_STREAM or its RST_STREAM) that a connection
- * remembers, the latest: a DATA or HEADERS on one is a STREAM_CLOSED error (on_begin_frame). */
+ * remembers, the latest: a DATA or HEADERS on one is a STREAM_CLOSED error (on_begin_frame,
+ * md_h2_conn_feed). */
 #define ID_CLOSED 8
 
 static _Atomic uint64_t h2_conns, h2_streams, h2_refused, h2_releases;
