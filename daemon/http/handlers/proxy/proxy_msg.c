@@ -694,7 +694,10 @@ static int r_headers_complete(llhttp_t *p)
         return HPE_USER;
     }
     bool no_body = r->head_request || status == 204 || status == 304;
-    r->upstream_keepalive = llhttp_should_keep_alive(p) != 0;
+    /* An HTTP/1.0 message with Transfer-Encoding has faulty framing (RFC 9112 6.1): the
+     * upstream may hold back part of it, so its connection is not used again. */
+    r->upstream_keepalive = llhttp_should_keep_alive(p) != 0 &&
+                            !(p->http_minor == 0 && (p->flags & F_TRANSFER_ENCODING));
     if (no_body) {
         r->client_framing = MD_CLIENT_NONE;
     } else if (p->flags & F_CHUNKED) {

@@ -248,6 +248,17 @@ Test(proxy_msg, responses_by_length_chunks_and_close, .timeout = 5)
     cr_assert_eq(md_outbuf_pending(&out), 4);
     md_outbuf_free(&out);
     md_proxy_resp_free(&r);
+    /* HTTP/1.0 with Transfer-Encoding: de-chunked, but its framing is suspect (RFC 9112 6.1):
+     * the upstream connection is not used again, whatever its Connection says. */
+    out = (md_outbuf){0};
+    resp_init(&r, false, true, &out);
+    t = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\nok\r\n0\r\n\r\n";
+    cr_assert_eq(md_proxy_resp_feed(&r, t, strlen(t), &used, &out), MD_RESP_DONE);
+    cr_assert_eq(used, strlen(t));
+    cr_assert(!r.upstream_keepalive);
+    md_outbuf_free(&out);
+    md_proxy_resp_free(&r);
 }
 
 Test(proxy_msg, bodiless_responses, .timeout = 5)
