@@ -137,6 +137,7 @@ typedef struct h1_state {
     bool host_bad;      /* a Host value that is not uri-host [":" port] */
     uint8_t method_len;
     uint8_t unknown;        /* UM_*: a refused method's line being read to its end */
+    bool unknown_first;     /* ... refused at the connection's first byte */
     uint32_t unknown_bytes; /* ... and its bytes so far */
     uint32_t fields;        /* header fields */
     uint64_t url_len;       /* bytes of the whole target */
@@ -335,11 +336,18 @@ static int fail(md_http_conn *c)
     md_http_req *r = &c->req->r;
     h1_state *h = &c->req->h;
     if (h->status == 0 && h->unknown == UM_NONE && !c->oom && !r->streaming &&
-        !(c->h2c && c->requests == 0) && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD) {
-        h->unknown = UM_METHOD;
+        llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD) {
         const char *at = llhttp_get_error_pos(&c->req->parser);
-        h->status = (uint16_t)unknown_method(h, at != NULL ? at : c->req->feed_end,
-                                             c->req->feed_end, c->srv->limits.max_request_line);
+        if (at == NULL)
+            at = c->req->feed_end;
+        /* Refused at the connection's first byte (leading CRLFs aside): nothing of it was a
+         * method's prefix. */
+        h->unknown_first = c->requests == 0 && h->method_len == 0;
+        for (const char *q = c->req->feed_start; h->unknown_first && q < at; q++)
+            h->unknown_first = *q == '\r' || *q == '\n';
+        h->unknown = UM_METHOD;
+        h->status = (uint16_t)unknown_method(h, at, c->req->feed_end,
+                                             c->srv->limits.max_request_line);
         if (h->status == 0)
             return MD_HTTP_WANT_READ; /* the line's rest comes in the next feeds */
     }
@@ -348,11 +356,12 @@ static int fail(md_http_conn *c)
         return -ENOMEM;
     if (r->streaming)
         return MD_HTTP_WANT_CLOSE; /* a 200 head is already out: all we can do is close */
-    /* On a listener with h2c on, a connection whose first bytes do not begin with an HTTP
-     * method (an HTTP/2 client preface gone wrong, TLS on a plaintext port) is closed without
-     * a 400: RFC 9113 3.4 has an invalid preface end the connection, and such a client would
-     * read the 400 as a frame. */
-    if (c->h2c && c->requests == 0 && llhttp_get_errno(&c->req->parser) == HPE_INVALID_METHOD)
+    /* On a listener with h2c on, a connection whose first bytes are no HTTP/1.1 request line
+     * from their first byte on (an HTTP/2 client preface gone wrong, TLS on a plaintext port)
+     * is closed without a 400: RFC 9113 3.4 has an invalid preface end the connection, and
+     * such a client would read the 400 as a frame. A request line with a method magpied does
+     * not know still gets its 501, and one refused after a known method's prefix its 400. */
+    if (c->h2c && h->unknown_first && h->status == 400)
         return MD_HTTP_WANT_CLOSE;
     unsigned code = c->req->h.status != 0 ? c->req->h.status : 400;
     /* A 405 refused at the head (head_done()) still says what the route allows. */

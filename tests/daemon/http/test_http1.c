@@ -572,21 +572,53 @@ Test(http1, unknown_method_line_over_max_request_line_is_414)
     expect_no_leaks();
 }
 
-/* On a listener with h2c on (md_http_conn.h2c), a connection whose first bytes do not begin
- * with an HTTP method (h2spec's invalid preface, a TLS ClientHello) is closed with nothing
- * written: its client speaks HTTP/2 or TLS and would read a 400 as a frame or a record. A
- * request with a method, or a later request, gets its 400 as elsewhere. */
+/* On a listener with h2c on (md_http_conn.h2c), a connection whose first bytes are no
+ * request line from the first byte on (h2spec's invalid preface, a TLS ClientHello) is closed
+ * with nothing written: its client speaks HTTP/2 or TLS and would read a 400 as a frame or a
+ * record. A request line with an unknown method gets its 501 there too, a line refused after
+ * a known method's prefix its 400, and so does a later request, as elsewhere; and none of it
+ * depends on where reads split. */
 Test(http1, h2c_listener_closes_on_bytes_not_http1)
 {
     static const char *const quiet[] = {"INVALID CONNECTION PREFACE\r\n\r\n",
-                                        "\x16\x03\x01\x00\x05hello"};
+                                        "\r\n\x16\x03\x01\x00\x05hello"};
+    static const struct {
+        const char *in, *status;
+    } answered[] = {
+        {"FOO / HTTP/1.1\r\nHost: a\r\n\r\n", "501 Not Implemented"},
+        {"get / HTTP/1.1\r\nHost: a\r\n\r\n", "501 Not Implemented"},
+        {"\r\nFOO / HTTP/1.1\r\nHost: a\r\n\r\n", "501 Not Implemented"},
+        {"GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", "400 Bad Request"},
+        {"POSTX / HTTP/1.1\r\nHost: a\r\n\r\n", "501 Not Implemented"},
+    };
     for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
-        struct session s;
-        session_open(&s);
-        s.c.h2c = true;
-        cr_assert_eq(feed(&s, quiet[i]), MD_HTTP_WANT_CLOSE, "%s", show(quiet[i], 8));
-        expect_out(&s, "");
-        session_close(&s);
+        for (size_t cut = 1; cut <= strlen(quiet[i]); cut++) {
+            struct session s;
+            session_open(&s);
+            s.c.h2c = true;
+            int want = feed_at(&s, T0, quiet[i], cut);
+            if (want != MD_HTTP_WANT_CLOSE)
+                want = feed(&s, quiet[i] + cut);
+            cr_assert_eq(want, MD_HTTP_WANT_CLOSE, "%s cut at %zu", show(quiet[i], 8), cut);
+            expect_out(&s, "");
+            session_close(&s);
+        }
+    }
+    for (size_t i = 0; i < sizeof answered / sizeof answered[0]; i++) {
+        for (size_t cut = 1; cut <= strlen(answered[i].in); cut++) {
+            struct session s;
+            struct sb b = {0};
+            session_open(&s);
+            s.c.h2c = true;
+            int want = feed_at(&s, T0, answered[i].in, cut);
+            if (want != MD_HTTP_WANT_CLOSE)
+                want = feed(&s, answered[i].in + cut);
+            cr_assert_eq(want, MD_HTTP_WANT_CLOSE, "%s cut at %zu",
+                         show(answered[i].in, strlen(answered[i].in)), cut);
+            sb_error(&b, answered[i].status, "close");
+            expect_sb(&s, &b);
+            session_close(&s);
+        }
     }
     expect_rejected("INVALID CONNECTION PREFACE\r\n\r\n", "400 Bad Request");
     struct session s;
