@@ -262,15 +262,16 @@ static int load_pairs(SSL_CTX *ctx, const md_tls_config *t, const char *source, 
     return 0;
 }
 
-/* ALPN: h2 first when [https] http2 is on (arg: the context's h2 flag), then http/1.1 (RFC
- * 7301: the server picks; SSL_select_next_proto walks our list in order, so a client offering
- * both gets h2). A client that offers ALPN with neither gets no_application_protocol (RFC 7301
+/* ALPN: h2 first when [https] http2 is on (arg: the context's h2 flag), then http/1.1, then
+ * http/1.0, which magpied serves as on any listener (RFC 7301: the server picks;
+ * SSL_select_next_proto walks our list in order, so a client offering h2 and http/1.1 gets
+ * h2). A client that offers ALPN with none of them gets no_application_protocol (RFC 7301
  * 3.2); one that offers none is served HTTP/1.1. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
     (void)ssl;
-    static const unsigned char both[] = "\x02h2\x08http/1.1";
+    static const unsigned char both[] = "\x02h2\x08http/1.1\x08http/1.0";
     const bool *h2 = arg;
     const unsigned char *ours = h2 != NULL && *h2 ? both : both + 3;
     unsigned int ours_len = (unsigned)(sizeof both - 1) - (unsigned)(ours - both);
@@ -656,7 +657,7 @@ enum {
     FAIL_UNRECOGNIZED_NAME, /* strict_sni: a name no site has, or none */
     FAIL_PROTOCOL_VERSION,  /* TLS 1.1 or older, or not a version at all */
     FAIL_NO_SHARED_CIPHER,
-    FAIL_NO_APPLICATION_PROTOCOL, /* ALPN without http/1.1 */
+    FAIL_NO_APPLICATION_PROTOCOL, /* ALPN with none of ours */
     FAIL_HTTP_REQUEST,            /* plaintext HTTP on the TLS port */
     FAIL_CLOSED,                  /* the peer closed or reset half way */
     FAIL_OTHER,

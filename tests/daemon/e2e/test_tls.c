@@ -253,9 +253,17 @@ Test(tls, s_client_sni_alpn_and_protocols, .timeout = 60)
     cr_assert(strstr(out, "ALPN protocol: http/1.1"), "%s", out);
     cr_assert(strstr(out, "Verify return code: 0 (ok)"), "%s", out);
     cr_assert(strstr(out, "Hello, World!"), "%s", out);
-    /* ALPN with neither h2 nor http/1.1: no_application_protocol. */
+    /* ALPN with none of h2, http/1.1 and http/1.0: no_application_protocol. */
     out = s_client(&d, "true", "-alpn spdy/3");
     cr_assert(strstr(out, "no application protocol"), "%s", out);
+    /* http/1.0 alone: chosen, and served (nginx offers it too). */
+    out = s_client(&d, "printf 'GET / HTTP/1.0\\r\\n\\r\\n'", "-ign_eof -alpn spdy/3,http/1.0");
+    cr_assert(strstr(out, "ALPN protocol: http/1.0"), "%s", out);
+    cr_assert(strstr(out, "HTTP/1.1 200 OK"), "%s", out);
+    cr_assert(strstr(out, "Hello, World!"), "%s", out);
+    /* http/1.1 before http/1.0, whatever the client's order. */
+    out = s_client(&d, "true", "-alpn http/1.0,http/1.1");
+    cr_assert(strstr(out, "ALPN protocol: http/1.1"), "%s", out);
     /* h2 offered ([https] http2 is on by default) and preferred when both are. */
     out = s_client(&d, "true", "-alpn http/1.1,h2");
     cr_assert(strstr(out, "ALPN protocol: h2"), "%s", out);
