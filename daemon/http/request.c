@@ -50,7 +50,7 @@ void md_http_limits_default(md_http_limits *l)
     l->http2_window = 65535;
     l->send_timeout_ms = 30000;
     l->min_send_rate = 240;
-    l->send_buffer = 65536;
+    l->send_buffer = 0; /* the kernel's autotuning: a fixed SO_SNDBUF caps throughput per RTT */
 }
 
 void md__http_req_release(md_http_req *r)

@@ -3,8 +3,8 @@
  * Writes: a peer that does not read would hold its connection for ever, so every write that
  * blocks is bounded (md_conn_write): no progress for send_timeout_ms, or, after
  * min_rate_grace_ms, less than min_send_rate bytes per second on average, closes the
- * connection. SO_SNDBUF (send_buffer) bounds the kernel memory such a peer pins meanwhile,
- * and nothing more is read from a connection while its output is queued.
+ * connection. SO_SNDBUF (send_buffer, when set) bounds the kernel memory such a peer pins
+ * meanwhile, and nothing more is read from a connection while its output is queued.
  *
  * Lifetime: two references, the task's and the stream's. The task's goes when the runtime
  * releases the task; the stream's when its close callback has run on the loop, which is also

@@ -660,10 +660,12 @@ Test(static_e2e, byteranges_refused_shapes_get_the_whole_file)
 }
 
 /* A file cut short while it is sent: the response ends short, with a close, never padded
- * and never a hang; the daemon goes on serving. */
+ * and never a hang; the daemon goes on serving. The file (64 MiB, sparse) is larger than the
+ * kernel's autotuned buffers on both sides can take before the client reads again (tcp_wmem's
+ * 4 MiB and tcp_rmem's 6 MiB at most), so the truncate lands mid-send. */
 Test(static_e2e, file_shrinking_mid_send_ends_with_a_close)
 {
-    harness_sh("cp %s/www/big.bin %s/www/shrink.bin", dir, dir);
+    harness_sh("truncate -s 64M %s/www/shrink.bin", dir);
     int fd = test_connect(d.http);
     const char *req = "GET /shrink.bin HTTP/1.1\r\nHost: x\r\n\r\n";
     test_write_all(fd, req, strlen(req));
@@ -680,7 +682,7 @@ Test(static_e2e, file_shrinking_mid_send_ends_with_a_close)
         total += (size_t)k;
     }
     close(fd);
-    cr_expect_lt(total + (size_t)n, 3000000 + 400, "the whole length arrived after a truncate");
+    cr_expect_lt(total + (size_t)n, (size_t)64 << 20, "the whole length arrived after a truncate");
     expect(get("/ten.txt"), "HTTP/1.1 200", NULL);
 }
 

@@ -66,7 +66,7 @@ Test(config, defaults, .timeout = 5)
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].idle_timeout_ms, 60000);
     cr_assert_eq(c.listeners[MD_LISTENER_ECHO].max_connections, 1000);
     cr_assert_eq(c.limits.send_timeout_ms, 30000);
-    cr_assert_eq(c.limits.send_buffer, 65536);
+    cr_assert_eq(c.limits.send_buffer, 0);
     cr_assert_eq(c.limits.min_send_rate, 240);
     cr_assert_eq(c.limits.min_body_rate, 240);
     cr_assert_eq(c.limits.min_rate_grace_ms, 5000);
