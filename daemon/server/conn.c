@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include "server/client_limit.h"
 #include "server/conn.h"
 #include "http/http2.h"
@@ -206,6 +209,12 @@ void md_conn_nodelay(md_conn *c)
     if (!c->nodelay)
         (void)mp_tcp_set_nodelay(&c->tcp, true); /* best effort: Nagle only delays */
     c->nodelay = true;
+}
+
+void md_conn_unsent_max(md_conn *c)
+{
+    int v = MD_CONN_UNSENT_MAX;
+    (void)setsockopt(mp_tcp_fileno(&c->tcp), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
 }
 
 /* Echo's limits were taken at accept; HTTP's are its settings' (a reload's apply from the next

@@ -269,6 +269,13 @@ md_close_reason md_conn_write_error(const md_conn *c, int err);
  * session tickets), each piece after the first would otherwise wait for the peer's delayed
  * ACK of the one before. Best effort. The task's. */
 void md_conn_nodelay(md_conn *c);
+enum { MD_CONN_UNSENT_MAX = 65536 };
+/* Holds the bytes the kernel keeps queued but not yet sent to MD_CONN_UNSENT_MAX
+ * (TCP_NOTSENT_LOWAT): a write then waits until the queue is below it, so what the connection
+ * writes next (an HTTP/2 stream's HEADERS among another's DATA) leaves within about that many
+ * bytes, whatever the autotuned send buffer has grown to; the congestion window, what is in
+ * flight, is not limited. Best effort. The task's. */
+void md_conn_unsent_max(md_conn *c);
 
 /* proxy_in.c: reads the connection's PROXY header (c->proxy WANTED) from its stream, under
  * [limits] header_timeout_ms counted from accept. MP_READY with *why MD_CLOSE_DONE: read

@@ -579,8 +579,13 @@ static bool h2_start(md_conn *c, const char *data, size_t len)
     /* Nagle off, as h2o and nginx have it: frames of many streams interleave, and a small one
      * (a HEADERS, a WINDOW_UPDATE, a body's last DATA) written while an earlier write is
      * unacknowledged would wait for that ACK. With it on, the 64 KiB file over h2c cost 31 us
-     * of CPU a request, with it off 16-20 (loadtest/README.md). */
+     * of CPU a request, with it off 16-20 (loadtest/README.md). And the kernel's queue of
+     * unsent bytes held short: behind an autotuned send buffer of megabytes, a stream's small
+     * response would wait for another's large body to drain on a slow path (streams
+     * interleave only in what is not queued yet); h2o's latency optimisation does the same
+     * on slow paths. */
     md_conn_nodelay(c);
+    md_conn_unsent_max(c);
     return true;
 }
 

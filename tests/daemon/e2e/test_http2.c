@@ -382,6 +382,39 @@ Test(http2, malformed_trailers_reset_the_stream, .timeout = 60)
     finish(&d);
 }
 
+/* What the kernel holds unsent for an HTTP/2 connection whose peer does not read stays near
+ * MD_CONN_UNSENT_MAX (TCP_NOTSENT_LOWAT; conn.h), one write batch (64 KiB) over it at most,
+ * where the autotuned send buffer alone let it reach megabytes (4,063,232 bytes on loopback
+ * before): a stream's next frames wait behind that much, and no more. `ss -ti` reads the
+ * server side's queue ("notsent:" shows only while some is queued). */
+Test(http2, a_peer_that_does_not_read_leaves_little_unsent, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "(timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_attack.py %d no_read 5 > /dev/null "
+             "2>&1 &)",
+             d.http);
+    cr_assert_eq(system(cmd), 0);
+    long most = 0;
+    for (int i = 0; i < 30; i++) {
+        usleep(100000);
+        snprintf(cmd, sizeof cmd,
+                 "ss -tinH state established '( sport = :%d )' | grep -o 'notsent:[0-9]*' "
+                 "| cut -d: -f2 | sort -n | tail -1",
+                 d.http);
+        long n = strtol(run(cmd), NULL, 10);
+        if (n > most)
+            most = n;
+    }
+    cr_assert_gt(most, 0, "the queue never filled: the test shows nothing");
+    enum { UNSENT_MAX = 65536 }; /* conn.h's MD_CONN_UNSENT_MAX */
+    cr_assert_leq(most, UNSENT_MAX + 65536 + 16384, "notsent:%ld", most);
+    cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
+    finish(&d);
+}
+
 Test(http2, peer_that_never_reads_hits_the_send_limits, .timeout = 60)
 {
     setup("[limits]\nsend_timeout_ms = 1000\nmin_rate_grace_ms = 500\n");
