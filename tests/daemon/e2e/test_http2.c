@@ -382,6 +382,18 @@ Test(http2, malformed_trailers_reset_the_stream, .timeout = 60)
     finish(&d);
 }
 
+/* In the background, h2_attack.py's no_read: 50 requests for a 1 MiB file with every window
+ * open, none read, the connection held for hold_s seconds. */
+static void no_reader(const daemon_proc *d, int hold_s)
+{
+    char cmd[PKI_DIR_MAX + 300];
+    snprintf(cmd, sizeof cmd,
+             "(timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_attack.py %d no_read %d > /dev/null "
+             "2>&1 &)",
+             d->http, hold_s);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* What the kernel holds unsent for an HTTP/2 connection whose peer does not read stays near
  * MD_CONN_UNSENT_MAX (TCP_NOTSENT_LOWAT; conn.h), one write batch (64 KiB) over it at most,
  * where the autotuned send buffer alone let it reach megabytes (4,063,232 bytes on loopback
@@ -391,12 +403,8 @@ Test(http2, a_peer_that_does_not_read_leaves_little_unsent, .timeout = 60)
 {
     setup(NULL);
     daemon_proc d = start_h2();
+    no_reader(&d, 5);
     char cmd[PKI_DIR_MAX + 300];
-    snprintf(cmd, sizeof cmd,
-             "(timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_attack.py %d no_read 5 > /dev/null "
-             "2>&1 &)",
-             d.http);
-    cr_assert_eq(system(cmd), 0);
     long most = 0;
     for (int i = 0; i < 30; i++) {
         usleep(100000);
@@ -419,14 +427,8 @@ Test(http2, peer_that_never_reads_hits_the_send_limits, .timeout = 60)
 {
     setup("[limits]\nsend_timeout_ms = 1000\nmin_rate_grace_ms = 500\n");
     daemon_proc d = start_h2();
-    char cmd[PKI_DIR_MAX + 300];
-    /* 50 requests for a 1 MiB file with every window open, never read, held for 6 s: the
-     * server's writes block on the socket and the send limits close the connection. */
-    snprintf(cmd, sizeof cmd,
-             "(timeout 30 /usr/bin/python3 tests/daemon/e2e/h2_attack.py %d no_read 6 > /dev/null "
-             "2>&1 &)",
-             d.http);
-    cr_assert_eq(system(cmd), 0);
+    /* The server's writes block on the socket and the send limits close the connection. */
+    no_reader(&d, 6);
     cr_assert_str_eq(h2c(&d, "", "/"), "Hello, World!");
     long long closed = 0;
     for (int i = 0; i < 100 && closed < 1; i++) {
