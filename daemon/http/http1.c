@@ -346,8 +346,8 @@ static int fail(md_http_conn *c)
         for (const char *q = c->req->feed_start; h->unknown_first && q < at; q++)
             h->unknown_first = *q == '\r' || *q == '\n';
         h->unknown = UM_METHOD;
-        h->status = (uint16_t)unknown_method(h, at, c->req->feed_end,
-                                             c->srv->limits.max_request_line);
+        h->status =
+            (uint16_t)unknown_method(h, at, c->req->feed_end, c->srv->limits.max_request_line);
         if (h->status == 0)
             return MD_HTTP_WANT_READ; /* the line's rest comes in the next feeds */
     }
