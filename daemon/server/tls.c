@@ -271,10 +271,10 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
     (void)ssl;
-    static const unsigned char both[] = "\x02h2\x08http/1.1\x08http/1.0";
+    static const unsigned char all[] = "\x02h2\x08http/1.1\x08http/1.0";
     const bool *h2 = arg;
-    const unsigned char *ours = h2 != NULL && *h2 ? both : both + 3;
-    unsigned int ours_len = (unsigned)(sizeof both - 1) - (unsigned)(ours - both);
+    const unsigned char *ours = h2 != NULL && *h2 ? all : all + 3; /* h2 is first, 3 bytes */
+    unsigned int ours_len = (unsigned)(sizeof all - 1) - (unsigned)(ours - all);
     unsigned char *sel = NULL;
     if (SSL_select_next_proto(&sel, outlen, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_ALERT_FATAL;
