@@ -20,7 +20,7 @@ bool md_proxy_hop_by_hop(const char *name, size_t len)
     case 2:
         return md_ascii_eq_lower(name, len, "te");
     case 7:
-        return md_ascii_eq_lower(name, len, "trailer") || md_ascii_eq_lower(name, len, "upgrade");
+        return md_ascii_eq_lower(name, len, "upgrade");
     case 10:
         return md_ascii_eq_lower(name, len, "connection") ||
                md_ascii_eq_lower(name, len, "keep-alive");
@@ -204,9 +204,11 @@ version:
             continue;
         if (md_ascii_eq_lower(n, nl, "upgrade") && rq->upgrade) {
             /* kept for a tunnel */
-        } else if (md_ascii_eq_lower(n, nl, "trailer") && rq->framing == MD_PROXY_BODY_CHUNKED &&
-                   !named_by_connection(&cn, n, nl)) {
-            /* announces the trailer fields the last chunk passes on (md_proxy_trailers) */
+        } else if (md_ascii_eq_lower(n, nl, "trailer")) {
+            /* End-to-end: it announces the trailer fields the last chunk passes on
+             * (md_proxy_trailers); a body sent otherwise has none to announce. */
+            if (rq->framing != MD_PROXY_BODY_CHUNKED || named_by_connection(&cn, n, nl))
+                continue;
         } else if (md_proxy_hop_by_hop(n, nl) || named_by_connection(&cn, n, nl)) {
             continue;
         }
@@ -453,6 +455,7 @@ static bool trailer_forbidden(const char *n, size_t nl)
         "allow",
         "server",
         "warning",
+        "trailer",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (md_ascii_eq_lower(n, nl, names[i]))
@@ -493,6 +496,12 @@ static int put_fields(md_proxy_resp *r, size_t from, size_t to, unsigned status,
             continue;
         if (status == 101 && md_ascii_eq_lower(fn, nl, "upgrade")) {
             /* the protocol the tunnel switches to */
+        } else if (!trailer && md_ascii_eq_lower(fn, nl, "trailer")) {
+            /* End-to-end (RFC 9110 6.6.2): kept where the upstream's trailers can follow, a
+             * chunked body this proxy does not code (trailer_kept). */
+            if (r->client_framing != MD_CLIENT_STREAM || r->close_delimited ||
+                r->coding != MD_CODING_NONE || named_by_connection(&cn, fn, nl))
+                continue;
         } else if (md_proxy_hop_by_hop(fn, nl) || named_by_connection(&cn, fn, nl)) {
             continue;
         }

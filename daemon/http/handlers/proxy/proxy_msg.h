@@ -5,9 +5,10 @@
  * protocol.
  *
  * Hop-by-hop fields (RFC 9110 7.6.1), removed both ways: Connection and every field it names,
- * Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, and every Proxy-* field (credentials
- * meant for this hop never travel on). Content-Length is written anew from the framing, so
- * that a message never carries two framings.
+ * Keep-Alive, TE, Transfer-Encoding, Upgrade, and every Proxy-* field (credentials meant for
+ * this hop never travel on). Content-Length is written anew from the framing, so that a
+ * message never carries two framings. Trailer is end-to-end (RFC 9110 6.6.2): it goes on with
+ * a body whose trailers go on (chunked, not coded here), and is dropped from any other.
  */
 #ifndef MD_PROXY_MSG_H
 #define MD_PROXY_MSG_H

@@ -367,7 +367,15 @@ Test(proxy_msg, trailers_passed_on_to_a_chunked_client, .timeout = 5)
         cr_assert_eq(run(text, false, step, NULL), MD_RESP_DONE);
         size_t cl = strlen(client), el = strlen(end);
         cr_assert(cl > el && strcmp(client + cl - el, end) == 0, "step %zu: %s", step, client);
+        /* Trailer is end-to-end (RFC 9110 6.6.2): the head announces what the end carries. */
+        cr_assert(strncmp(client, "HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\n", 33) == 0, "%s", client);
     }
+    /* ... unless its Connection names it. */
+    cr_assert_eq(run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n"
+                     "Connection: trailer\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n",
+                     false, 100, NULL),
+                 MD_RESP_DONE);
+    cr_assert_null(strstr(client, "Trailer"), "%s", client);
     static char big[4096];
     char pad[1201];
     snprintf(big, sizeof big,
@@ -571,7 +579,7 @@ Test(proxy_msg, compressed_on_the_fly, .timeout = 5)
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
         "Vary: Origin\r\nContent-Length: 40\r\n\r\nhello hello hello hello hello hello !!!!",
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
-        "Vary: Origin\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "Vary: Origin\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n"
         "14\r\nhello hello hello he\r\n14\r\nllo hello hello !!!!\r\n0\r\nX-T: 1\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\n"
         "Vary: Origin\r\n\r\nhello hello hello hello hello hello !!!!",
@@ -595,7 +603,7 @@ Test(proxy_msg, compressed_on_the_fly, .timeout = 5)
             cr_expect_null(strstr(h, "Accept-Ranges"), "%s", h);
             /* the chunks' end: the last chunk with no trailer (the upstream's are dropped) */
             cr_expect(n > 5 && memcmp(o + n - 5, "0\r\n\r\n", 5) == 0, "the last chunk");
-            cr_expect_null(memmem(o, n, "X-T", 3), "no trailer");
+            cr_expect_null(memmem(o, n, "X-T", 3), "no trailer, nor its announcement");
             cr_expect_null(memmem(o, n, "hello", 5), "coded");
             md_outbuf_free(&out);
         }
