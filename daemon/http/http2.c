@@ -99,6 +99,7 @@ typedef struct h2_stream {
     bool peer_reset;   /* RST_STREAM came */
     bool has_length;   /* content-length came */
     bool trailer;      /* a trailer field came: the body's trailers are announced */
+    bool expect;       /* expect: 100-continue came (another expectation is a 417) */
     bool kept_target;  /* :path begins r.kept (keep_fields) */
     bool kept_host;    /* ... and :authority as Host follows it */
     bool malformed;    /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
@@ -565,7 +566,32 @@ static int h2_trailers(md_http_req *r, const char *fields, size_t fields_len)
     return 0;
 }
 
-static const md_http_wire h2_wire = {.head = h2_head, .relay = h2_relay, .trailers = h2_trailers};
+/* An interim response (1xx but 101) as HEADERS without END_STREAM before the final one (RFC
+ * 9113 8.1); nghttp2 copies the pairs. */
+static int h2_interim(md_http_req *r, unsigned status, const char *fields, size_t fields_len)
+{
+    h2_stream *st = stream_of(r);
+    if (st->answered || st->reset || status < 100 || status > 199 || status == 101)
+        return 0;
+    size_t nfields = field_lines(fields, fields_len);
+    nghttp2_nv *nv = malloc((nfields + 1) * sizeof *nv);
+    char *names = malloc(fields_len + 1);
+    int rc = -ENOMEM;
+    if (nv != NULL && names != NULL) {
+        char code[3] = {'1', (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
+        nv[0] = NV(":status", code, 3);
+        size_t n = 1 + fields_nv(fields, fields_len, names, nv + 1);
+        rc = nghttp2_submit_headers(st->h->s, NGHTTP2_FLAG_NONE, st->id, NULL, nv, n, NULL) < 0
+                 ? -ENOMEM
+                 : 0;
+    }
+    free(nv);
+    free(names);
+    return rc;
+}
+
+static const md_http_wire h2_wire = {
+    .head = h2_head, .relay = h2_relay, .trailers = h2_trailers, .interim = h2_interim};
 
 /* ---- streams ---- */
 
@@ -697,6 +723,15 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
         st->early = true;
         answer(st);
         return;
+    }
+    /* The client waits for our word before it sends the body (RFC 9110 10.1.1), as over
+     * HTTP/1.1 (http1.c's head_done): a 100 once nothing refuses the request. */
+    if (!end && st->expect) {
+        if (h2_interim(r, 100, NULL, 0) != 0) {
+            reset(st, NGHTTP2_INTERNAL_ERROR);
+            return;
+        }
+        r->continued = true;
     }
     /* A body without Content-Length is, for a handler, one of unknown length (HTTP/1.1's
      * chunked); none at all when END_STREAM ended the head. So is one whose head announces
@@ -1095,6 +1130,14 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     }
     if (name_is(name, namelen, "trailer")) {
         st->trailer = true;
+        return 0;
+    }
+    if (name_is(name, namelen, "expect")) {
+        /* 100-continue is the one expectation (RFC 9110 10.1.1); any other is a 417. */
+        if (md_ascii_eq_ci((const char *)value, valuelen, "100-continue", 12))
+            st->expect = true;
+        else
+            st->status = 417;
         return 0;
     }
     if (name_is(name, namelen, "content-length")) {

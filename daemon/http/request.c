@@ -579,9 +579,12 @@ bool md_http_req_frames_body(const md_http_req *req)
 int md_http_respond_interim(md_http_req *req, unsigned status, const char *reason,
                             size_t reason_len, const char *fields, size_t fields_len)
 {
-    /* Over HTTP/2 a 1xx would be a HEADERS frame of its own; magpied sends none there. */
-    if (req->wire != NULL || http10(req) || (status == 100 && req->continued))
-        return 0;
+    if (status == 100 && req->continued)
+        return 0;          /* the client has had ours: it never gets two */
+    if (req->wire != NULL) /* HTTP/2: a HEADERS frame of its own */
+        return req->wire->interim != NULL ? req->wire->interim(req, status, fields, fields_len) : 0;
+    if (http10(req))
+        return 0; /* HTTP/1.0 has no 1xx (RFC 9110 15.2) */
     return md_http1_put_interim(req->out, status, reason, reason_len, fields, fields_len);
 }
 

@@ -133,9 +133,9 @@ bool md_http_req_frames_body(const md_http_req *req);
  * HTTP/1.1 carries. Each writes into the connection's output (the relay calls' out:
  * md_http_req_out()), from a pending poll, and returns 0 or -ENOMEM. */
 
-/* An interim response (1xx but 101), passed on where the client can take it: an HTTP/1.1
- * client, and a 100 Continue only when magpied did not send its own
- * (md_http_req_continued()); HTTP/1.0 and HTTP/2 clients get none. */
+/* An interim response (1xx but 101), passed on where the client can take it: an HTTP/1.1 or
+ * HTTP/2 client, and a 100 Continue only when magpied did not send its own
+ * (md_http_req_continued()); HTTP/1.0 clients get none. */
 int md_http_respond_interim(md_http_req *req, unsigned status, const char *reason,
                             size_t reason_len, const char *fields, size_t fields_len);
 /* The final head, Content-Length from length unless MD_HTTP_LENGTH_UNKNOWN (then the body is

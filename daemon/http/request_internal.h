@@ -36,6 +36,9 @@ typedef struct md_http_wire {
     /* Trailers after a relayed body (md_http_relay_end): kept until the body has left. 0
      * or -ENOMEM. NULL: none can be sent. */
     int (*trailers)(md_http_req *r, const char *fields, size_t fields_len);
+    /* An interim response (1xx but 101) before the final head: the status and the fields
+     * given. 0 or -ENOMEM. NULL: the protocol passes none on. */
+    int (*interim)(md_http_req *r, unsigned status, const char *fields, size_t fields_len);
 } md_http_wire;
 _Static_assert(MD_HTTP_FIELDS <= 16, "field_cut has a bit per kept field");
 

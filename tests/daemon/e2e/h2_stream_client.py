@@ -27,6 +27,11 @@
         (long enough for the server to give back a quiet session's frame buffer); prints
         "got N BODY" for each
 
+    h2_stream_client.py PORT expect PATH VALUE
+        a POST of PATH with "expect: VALUE" and a 5-byte body announced, the body held back
+        until an answer comes: prints "interim N" for each 1xx, then sends "hello" (after a
+        100 only) and prints "final N BODY", or "waited" when nothing came within 3 s
+
     h2_stream_client.py PORT records CAFILE PATH
         one GET of PATH over TLS (ALPN h2, windows of 2^31-1), the TLS records read off the
         socket before they are decrypted; prints "body N" (the bytes of DATA), then
@@ -168,6 +173,43 @@ def quiet(port, seconds, rounds):
                     ended = True
             s.sendall(c.data_to_send())
         print("got %s %s" % (status, body.decode()))
+
+
+def expect(port, path, value):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(3)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":authority", "127.0.0.1"),
+                         (":path", path), ("content-length", "5"), ("expect", value)])
+    s.sendall(c.data_to_send())
+    status, body = None, b""
+    while True:
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            print("waited")
+            return
+        if not data:
+            print("closed")
+            return
+        for e in c.receive_data(data):
+            if isinstance(e, h2.events.InformationalResponseReceived) and e.stream_id == sid:
+                code = dict(e.headers)[b":status"].decode()
+                print("interim " + code)
+                if code == "100":
+                    c.send_data(sid, b"hello", end_stream=True)
+            elif isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                status = dict(e.headers)[b":status"].decode()
+            elif isinstance(e, h2.events.DataReceived) and e.stream_id == sid:
+                c.acknowledge_received_data(e.flow_controlled_length, sid)
+                body += e.data
+            elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                    e.stream_id == sid:
+                print("final %s %s" % (status, body.decode()))
+                return
+        s.sendall(c.data_to_send())
 
 
 def bad_trailers(port):
@@ -349,6 +391,7 @@ def main():
         "fetch": lambda port, a: fetch(port, int(a[0]), a[1], a[2], a[3:]),
         "quiet": lambda port, a: quiet(port, float(a[0]), int(a[1])),
         "records": lambda port, a: records(port, a[0], a[1]),
+        "expect": lambda port, a: expect(port, a[0], a[1]),
     })
 
 

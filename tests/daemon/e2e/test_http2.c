@@ -353,6 +353,24 @@ Test(http2, a_connection_quiet_for_a_while_serves_on, .timeout = 60)
     finish(&d);
 }
 
+/* Expect: 100-continue over HTTP/2 (RFC 9110 10.1.1): a client that holds its body back gets
+ * a 100 (HEADERS without END_STREAM) once nothing refuses the request, or the refusal at once;
+ * another expectation is a 417. */
+Test(http2, expect_100_continue_gets_its_interim_answer, .timeout = 60)
+{
+    setup(NULL);
+    daemon_proc d = start_h2();
+    const char *out = stream_client(&d, "expect /echo 100-continue");
+    cr_assert_str_eq(out, "interim 100\nfinal 200 hello\n", "%s", out);
+    out = stream_client(&d, "expect /echo 100-Continue");
+    cr_assert_str_eq(out, "interim 100\nfinal 200 hello\n", "%s", out);
+    out = stream_client(&d, "expect /nothere 100-continue");
+    cr_assert(strncmp(out, "final 404 ", 10) == 0, "%s", out);
+    out = stream_client(&d, "expect /echo something-else");
+    cr_assert(strncmp(out, "final 417 ", 10) == 0, "%s", out);
+    finish(&d);
+}
+
 /* A response complete before the request body (a refusal at the head, a 413 by its
  * Content-Length): no RST_STREAM follows (curl 7.88 may lose the response to one), the DATA
  * the client sends on is dropped and credited back to the connection's window (24 rounds of

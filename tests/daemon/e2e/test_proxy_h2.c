@@ -88,9 +88,20 @@ Test(proxy_h2, heads_bodies_and_statuses_over_h2c, .timeout = 90)
     cr_assert_str_eq(
         h2c(&d, "-o /dev/null -w '%{http_code} %{size_download}'", "/app/mode/status?code=304"),
         "304 0");
-    /* Interim responses are not relayed over HTTP/2; the final one is. */
-    cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/app/mode/interim?codes=103"),
-                     "200");
+    /* Interim responses are relayed as HEADERS of their own (RFC 9113 8.1), hop-by-hop fields
+     * removed, before the final one. */
+    head = h2c(&d, "-D - -o /dev/null", "/app/mode/interim?codes=102,103");
+    const char *early = strstr(head, "HTTP/2 103 ");
+    cr_assert(strstr(head, "HTTP/2 102 ") == head && early != NULL, "%s", head);
+    cr_assert(strstr(early, "link: </a.css>; rel=preload\r\n") != NULL, "%s", head);
+    cr_assert(strstr(head, "x-hop") == NULL && strstr(head, "keep-alive") == NULL, "%s", head);
+    cr_assert(strstr(early, "HTTP/2 200 ") != NULL, "%s", head);
+    /* A client that waits for 100-continue gets magpied's at once, and the upstream's 100
+     * (sent because of the body) is not a second one. */
+    head = h2c(&d, "-D - -o /dev/null -H 'Expect: 100-continue' --expect100-timeout 30 -d hello",
+               "/app/mode/interim?codes=100");
+    cr_assert(strstr(head, "HTTP/2 100 ") == head, "%s", head);
+    cr_assert(strstr(head + 1, "HTTP/2 100") == NULL && strstr(head, "HTTP/2 200 "), "%s", head);
     /* The connection served all of it; nothing was refused. */
     cr_assert_str_eq(h2c(&d, "-o /dev/null -w '%{http_code}'", "/metrics"), "200");
     cr_assert_eq(stats_of(&u).bad, 0);
