@@ -70,6 +70,10 @@ struct md_ini_conf;
 typedef struct md_handler {
     const char *name; /* as [route] handler = names it */
     uint64_t methods; /* the methods a route takes when it names none (routes.h's bits) */
+    /* The most a route's methods may name (0: any): those whose meaning the handler serves
+     * (static's GET and HEAD: a POST answered as a GET would meet RFC 9110's preconditions
+     * and ranges wrongly, 13.1, 14.2). */
+    uint64_t methods_max;
     /* OPTIONS goes to the handler instead of being answered from Allow (a proxied
      * application's CORS preflight), and the core keeps the request's fields for it
      * (md_http_req_head). */

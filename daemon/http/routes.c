@@ -244,6 +244,8 @@ static int parse_methods(const char *s, uint64_t *out, char *msg, size_t msg_len
     return 0;
 }
 
+static void allow_text(uint64_t methods, char *buf, size_t cap);
+
 int md_route_key(md_route *r, const char *key, const char *value, uint32_t line, char *msg,
                  size_t msg_len)
 {
@@ -297,7 +299,15 @@ int md_route_key(md_route *r, const char *key, const char *value, uint32_t line,
             return -EINVAL;
         }
         r->has_methods = true;
-        return parse_methods(value, &r->methods, msg, msg_len);
+        rc = parse_methods(value, &r->methods, msg, msg_len);
+        uint64_t max = r->handler->methods_max;
+        if (rc == 0 && max != 0 && (r->methods & ~max) != 0) {
+            char names[128];
+            allow_text(max, names, sizeof names);
+            md_say(msg, msg_len, "handler = %s serves %s only", r->handler->name, names);
+            return -EINVAL;
+        }
+        return rc;
     }
     if (!md_handler_has_key(r->handler, key)) {
         md_say(msg, msg_len, "only for handler = %s", owners);

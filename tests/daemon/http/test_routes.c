@@ -150,6 +150,26 @@ static void refused(const char *spec, const char *key, const char *value, const 
                        why);
 }
 
+/* A handler that serves some methods' meaning only (static: GET and HEAD) takes no others,
+ * rather than answering a POST or DELETE as a GET (RFC 9110 13.1, 14.2). */
+Test(routes, methods_a_handler_cannot_serve_are_refused, .timeout = 5)
+{
+    char msg[256];
+    memset(&t, 0, sizeof t);
+    cr_assert_eq(md_routes_add(&t, " /a", 3, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[0], "handler", "static", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[0], "methods", "GET, POST", 0, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "handler = static serves GET, HEAD, OPTIONS only"), "%s", msg);
+    cr_assert_eq(md_routes_add(&t, " /b", 4, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[1], "handler", "static", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[1], "methods", "HEAD, OPTIONS", 0, msg, sizeof msg), 0, "%s",
+                 msg);
+    cr_assert_eq(md_routes_add(&t, " /c", 5, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[2], "handler", "text", 0, msg, sizeof msg), 0);
+    cr_assert_eq(md_route_key(&t.r[2], "methods", "GET, POST, DELETE", 0, msg, sizeof msg), 0, "%s",
+                 msg);
+}
+
 Test(routes, bad_sections_and_options_say_why, .timeout = 5)
 {
     refused(" x", NULL, NULL, "expected [route /path]");

@@ -1333,6 +1333,7 @@ static void static_gen_free(void *state)
 const md_handler md_handler_static = {
     .name = "static",
     .methods = MD_METHODS_GET,
+    .methods_max = MD_METHODS_GET,
     .codes_body = true,
     .keys = (const char *const[]){"root", "index", "default_type", "precompressed", "try_html",
                                   "fallback", NULL},
