@@ -121,6 +121,7 @@ typedef enum md_http_expired {
     MD_HTTP_EXPIRED_HEADER,    /* head not complete in header_timeout_ms (or nothing sent) */
     MD_HTTP_EXPIRED_BODY,      /* a pause in the body longer than body_timeout_ms */
     MD_HTTP_EXPIRED_BODY_RATE, /* the body averaged less than min_body_rate after the grace */
+    MD_HTTP_EXPIRED_SEND_RATE, /* HTTP/2: the peer's windows let less than min_send_rate out */
 } md_http_expired;
 
 typedef enum md_http_want {

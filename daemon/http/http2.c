@@ -85,30 +85,33 @@ typedef struct h2_stream {
     struct md_h2_conn *h;
     struct h2_stream *prev, *next;
     int32_t id;
-    uint16_t status;   /* an error decided while the head came (431, 414, 400, 501, 413) */
-    bool head_done;    /* the header block is complete */
-    bool req_done;     /* END_STREAM came */
-    bool early;        /* answered (or reset) before its body: the rest of it is dropped */
-    bool answered;     /* the response's HEADERS were submitted */
-    bool has_body;     /* ... with a data source */
-    bool resp_done;    /* the handler is done: the source ends once out is drained */
-    bool deferred;     /* the source said NGHTTP2_ERR_DEFERRED */
-    bool blocked;      /* its handler's io->write found out full */
-    bool more;         /* its handler said MD_PENDING_MORE */
-    bool reset;        /* RST_STREAM submitted */
-    bool peer_reset;   /* RST_STREAM came */
-    bool has_length;   /* content-length came */
-    bool trailer;      /* a trailer field came: the body's trailers are announced */
-    bool expect;       /* expect: 100-continue came (another expectation is a 417) */
-    bool kept_target;  /* :path begins r.kept (keep_fields) */
-    bool kept_host;    /* ... and :authority as Host follows it */
-    bool malformed;    /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
-    uint32_t hostlen;  /* the authority's length, :authority's or Host's (r.host: its start) */
-    uint32_t fields;   /* header fields */
-    uint64_t hbytes;   /* header list size (RFC 9113 6.5.2) */
-    uint64_t length;   /* content-length */
-    uint64_t body;     /* DATA bytes so far */
-    uint64_t body_ns;  /* when the head completed (min_body_rate's base) */
+    uint16_t status;  /* an error decided while the head came (431, 414, 400, 501, 413) */
+    bool head_done;   /* the header block is complete */
+    bool req_done;    /* END_STREAM came */
+    bool early;       /* answered (or reset) before its body: the rest of it is dropped */
+    bool answered;    /* the response's HEADERS were submitted */
+    bool has_body;    /* ... with a data source */
+    bool resp_done;   /* the handler is done: the source ends once out is drained */
+    bool deferred;    /* the source said NGHTTP2_ERR_DEFERRED */
+    bool blocked;     /* its handler's io->write found out full */
+    bool more;        /* its handler said MD_PENDING_MORE */
+    bool reset;       /* RST_STREAM submitted */
+    bool peer_reset;  /* RST_STREAM came */
+    bool has_length;  /* content-length came */
+    bool trailer;     /* a trailer field came: the body's trailers are announced */
+    bool expect;      /* expect: 100-continue came (another expectation is a 417) */
+    bool kept_target; /* :path begins r.kept (keep_fields) */
+    bool kept_host;   /* ... and :authority as Host follows it */
+    bool malformed;   /* reset with PROTOCOL_ERROR at the head's end (RFC 9113 8.1.1) */
+    uint32_t hostlen; /* the authority's length, :authority's or Host's (r.host: its start) */
+    uint32_t fields;  /* header fields */
+    uint64_t hbytes;  /* header list size (RFC 9113 6.5.2) */
+    uint64_t length;  /* content-length */
+    uint64_t body;    /* DATA bytes so far */
+    uint64_t body_ns; /* when the head completed (min_body_rate's base) */
+    /* Its last DATA, or when its window last opened (its head; a span taken): the pause
+     * body_timeout_ms bounds. PINGs and WINDOW_UPDATEs do not count. */
+    uint64_t data_ns;
     size_t unconsumed; /* DATA bytes not yet given back to the windows */
     md_outbuf out;     /* the response body owed */
     md_outbuf in;      /* MD_BODY_PIPE: DATA not yet given to the handler (within the window) */
@@ -133,17 +136,22 @@ struct md_h2_conn {
     md_http_server *srv;
     struct md_http_link *link; /* the connection's, for srv's hooks */
     uint64_t now_ns;
-    uint64_t recv_ns;    /* the last bytes read */
-    uint64_t sent_ns;    /* the last DATA a stream sent, or when its wait for a window began */
-    uint64_t idle_ns;    /* when the last stream closed (or the session began) */
-    uint64_t tokens_ns;  /* the cheap-frame bucket's last refill */
-    uint32_t tokens;     /* the cheap-frame bucket */
-    uint32_t nstreams;   /* streams with a block */
-    uint64_t requests;   /* streams begun */
-    int32_t last_id;     /* the highest stream id of the peer's HEADERS */
-    uint8_t gap_next;    /* the slot in gaps the next skip takes */
-    int32_t gaps[8];     /* ID_GAPS runs of ids skipped: first, last */
-    uint8_t closed_next; /* the slot in closed the next stream takes */
+    uint64_t sent_ns; /* the last DATA a stream sent */
+    /* Since when some stream has owed output without a pause (0: none owes any), and how many
+     * DATA bytes had gone by then: min_send_rate's base, and send_timeout_ms's when later than
+     * the last DATA. A window opened a byte at a time moves sent_ns, not this. */
+    uint64_t owed_ns;
+    uint64_t owed_sent;
+    uint64_t data_sent;        /* DATA bytes sent */
+    uint64_t idle_ns;          /* when the last stream closed (or the session began) */
+    uint64_t tokens_ns;        /* the cheap-frame bucket's last refill */
+    uint32_t tokens;           /* the cheap-frame bucket */
+    uint32_t nstreams;         /* streams with a block */
+    uint64_t requests;         /* streams begun */
+    int32_t last_id;           /* the highest stream id of the peer's HEADERS */
+    uint8_t gap_next;          /* the slot in gaps the next skip takes */
+    int32_t gaps[8];           /* ID_GAPS runs of ids skipped: first, last */
+    uint8_t closed_next;       /* the slot in closed the next stream takes */
     int32_t closed[ID_CLOSED]; /* streams the peer closed, the latest (0: none) */
     uint8_t hd_len;            /* md_h2_conn_feed's frame header so far, in hd */
     uint8_t hd[9];
@@ -350,6 +358,7 @@ static int data_send(nghttp2_session *s, nghttp2_frame *f, const uint8_t *frameh
     md_outbuf_commit(out, w);
     if (length != 0)
         h->sent_ns = h->now_ns;
+    h->data_sent += length;
     if (md_outbuf_pending(&st->out) == 0 && st->out.data != NULL && st->out.cap > STREAM_OUT_HIGH)
         md_outbuf_free(&st->out); /* a whole large body left: its buffer goes too */
     return md_outbuf_pending(out) >= h->send_max ? NGHTTP2_ERR_PAUSE : 0;
@@ -697,7 +706,7 @@ static void head_done(md_h2_conn *h, h2_stream *st, bool end)
     md_http_req *r = &st->r;
     const md_http_limits *l = &h->srv->limits;
     st->head_done = true;
-    st->body_ns = h->now_ns;
+    st->body_ns = st->data_ns = h->now_ns;
     if (st->malformed) {
         reset(st, NGHTTP2_PROTOCOL_ERROR);
         return;
@@ -1235,6 +1244,7 @@ static bool pipe_feed(md_h2_conn *h, h2_stream *st)
     int rc = md__http_req_body(r, md_outbuf_pending_data(&st->in), n);
     md_outbuf_consume(&st->in, n);
     consume(h, st->id, n);
+    st->data_ns = h->now_ns; /* its window opens: the peer may send on from now */
     if (rc != 0) {
         reset(st, NGHTTP2_INTERNAL_ERROR);
         drop_pipe(st);
@@ -1261,6 +1271,7 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     }
     enter(h, st);
     st->body += len;
+    st->data_ns = h->now_ns;
     if (st->body > h->srv->limits.max_body_bytes) {
         consume(h, id, len);
         answer_error(st, 413);
@@ -1353,7 +1364,7 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *l
         return -ENOMEM;
     h->srv = srv;
     h->link = link;
-    h->now_ns = h->recv_ns = h->sent_ns = h->idle_ns = h->tokens_ns = now_ns;
+    h->now_ns = h->sent_ns = h->idle_ns = h->tokens_ns = now_ns;
     h->tokens = CHEAP_BURST;
     h->skip = MD_H2_PREFACE_LEN; /* md_h2_conn_feed's frames begin after it */
     nghttp2_session_callbacks *cb;
@@ -1441,7 +1452,7 @@ static size_t next_data(md_h2_conn *h, const uint8_t *data, size_t len, size_t *
 
 int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len)
 {
-    h->now_ns = h->recv_ns = now_ns;
+    h->now_ns = now_ns;
     md_http_date_refresh(h->srv->clock);
     md__http_account_bytes(h->srv, MD_LISTENER_HTTP, len, 0);
     /* A DATA frame on a stream the peer had closed is a connection error STREAM_CLOSED (RFC
@@ -1527,6 +1538,7 @@ bool md_h2_conn_run(md_h2_conn *h, mp_context *cx, uint64_t now_ns)
         if (st->unconsumed != 0 && due < STREAM_OUT_HIGH) {
             consume(h, st->id, st->unconsumed);
             st->unconsumed = 0;
+            st->data_ns = now_ns; /* as pipe_feed's */
             moved = true;
         }
         md_http_pending *p = st->r.pending;
@@ -1577,6 +1589,12 @@ int md_h2_conn_send(md_h2_conn *h, md_outbuf *out, size_t max)
         }
         if (st->answered && st->has_body)
             due += owed(st);
+    }
+    if (due == 0) {
+        h->owed_ns = 0;
+    } else if (h->owed_ns == 0) {
+        h->owed_ns = h->now_ns;
+        h->owed_sent = h->data_sent;
     }
     /* A burst of responses (a read's worth of streams, each answered at once) is some KiB of
      * frames: room for them at once, rather than a first buffer grown by realloc (each time a
@@ -1680,17 +1698,43 @@ static uint64_t rate_deadline(const md_h2_conn *h, const h2_stream *st)
     return st->body_ns + (due > grace ? due : grace);
 }
 
-/* Whether a stream waits for the peer: for more of its request, or for a window to send its
- * response in (its handler is not what it waits for). */
-static void waits(const md_h2_conn *h, bool *reading, bool *sending)
+/* body_timeout_ms on a stream that waits for more of its request: from its last DATA, or
+ * from when its window last opened. UINT64_MAX: none. */
+static uint64_t body_deadline(const md_h2_conn *h, const h2_stream *st)
 {
-    *reading = *sending = false;
-    for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
-        if (stream_reading(st))
-            *reading = true;
-        if (st->answered && st->has_body && owed(st) != 0)
-            *sending = true;
+    const md_http_limits *l = &h->srv->limits;
+    if (!stream_reading(st))
+        return UINT64_MAX;
+    return st->data_ns + l->body_timeout_ms * UINT64_C(1000000);
+}
+
+/* The send limits, while some stream owes the peer output (its window, or the socket, holds
+ * it back): send_timeout_ms from the last DATA or the wait's start, whichever is later, and
+ * min_send_rate (as a blocked HTTP/1.1 write's, conn.c) on the DATA since the wait began, so
+ * that a window opened a byte at a time does not hold a stream for ever. *rate: the
+ * deadline is min_send_rate's. UINT64_MAX: none. */
+static uint64_t send_deadline(const md_h2_conn *h, bool *rate)
+{
+    const md_http_limits *l = &h->srv->limits;
+    const uint64_t ms = UINT64_C(1000000);
+    *rate = false;
+    if (h->owed_ns == 0)
+        return UINT64_MAX;
+    uint64_t at = UINT64_MAX;
+    if (l->send_timeout_ms != 0)
+        at = (h->sent_ns > h->owed_ns ? h->sent_ns : h->owed_ns) + l->send_timeout_ms * ms;
+    if (l->min_send_rate != 0) {
+        uint64_t grace = (uint64_t)l->min_rate_grace_ms * ms;
+        uint64_t sent = h->data_sent - h->owed_sent; /* in two steps: no overflow past 18 GB */
+        uint64_t due = sent / l->min_send_rate * UINT64_C(1000000000) +
+                       sent % l->min_send_rate * UINT64_C(1000000000) / l->min_send_rate;
+        uint64_t r = h->owed_ns + (due > grace ? due : grace);
+        if (r < at) {
+            at = r;
+            *rate = true;
+        }
     }
+    return at;
 }
 
 static uint64_t limits_deadline(const md_h2_conn *h)
@@ -1703,17 +1747,12 @@ static uint64_t limits_deadline(const md_h2_conn *h)
         /* From the last stream's end, not the last frame: PINGs do not keep it open. */
         return h->idle_ns + t * ms;
     }
-    bool reading, sending;
-    waits(h, &reading, &sending);
-    uint64_t at = UINT64_MAX;
-    if (reading)
-        at = h->recv_ns + l->body_timeout_ms * ms;
-    if (sending && l->send_timeout_ms != 0) {
-        uint64_t s = h->sent_ns + l->send_timeout_ms * ms;
-        at = s < at ? s : at;
-    }
+    bool rate;
+    uint64_t at = send_deadline(h, &rate);
     for (const h2_stream *st = h->streams; st != NULL; st = st->next) {
         uint64_t r = rate_deadline(h, st);
+        at = r < at ? r : at;
+        r = body_deadline(h, st);
         at = r < at ? r : at;
     }
     return at;
@@ -1735,11 +1774,11 @@ md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_st
         final_goaway(h); /* no ACK came: the final GOAWAY all the same */
     if (now_ns < md_h2_conn_deadline(h))
         return MD_HTTP_EXPIRED_NONE;
-    /* A stream whose body is too slow gets 408 (its body dropped, its window given back);
-     * the connection and its other streams go on. */
+    /* A stream whose body is too slow, or paused past body_timeout_ms, gets 408 (its body
+     * dropped, its window given back); the connection and its other streams go on. */
     bool slow = false;
     for (h2_stream *st = h->streams; st != NULL; st = st->next) {
-        if (now_ns >= rate_deadline(h, st)) {
+        if (now_ns >= rate_deadline(h, st) || now_ns >= body_deadline(h, st)) {
             enter(h, st);
             answer_error(st, 408);
             slow = true;
@@ -1747,20 +1786,14 @@ md_http_expired md_h2_conn_timeout(md_h2_conn *h, uint64_t now_ns, bool *send_st
     }
     if (slow && now_ns < md_h2_conn_deadline(h))
         return MD_HTTP_EXPIRED_NONE;
-    md_http_expired why;
-    if (h->nstreams == 0) {
+    md_http_expired why = MD_HTTP_EXPIRED_NONE;
+    bool rate;
+    if (h->nstreams == 0)
         why = h->requests == 0 ? MD_HTTP_EXPIRED_HEADER : MD_HTTP_EXPIRED_KEEPALIVE;
-    } else {
-        bool reading, sending;
-        waits(h, &reading, &sending);
-        const md_http_limits *l = &h->srv->limits;
-        if (reading && now_ns >= h->recv_ns + l->body_timeout_ms * UINT64_C(1000000)) {
-            why = MD_HTTP_EXPIRED_BODY;
-        } else {
-            why = MD_HTTP_EXPIRED_NONE;
-            *send_stall = true; /* a window held at zero for send_timeout_ms */
-        }
-    }
+    else if (now_ns >= send_deadline(h, &rate) && rate)
+        why = MD_HTTP_EXPIRED_SEND_RATE; /* a window opened too slowly */
+    else
+        *send_stall = true; /* a window held at zero for send_timeout_ms */
     (void)nghttp2_session_terminate_session(h->s, NGHTTP2_NO_ERROR);
     return why;
 }

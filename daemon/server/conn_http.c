@@ -410,6 +410,8 @@ static md_close_reason expired_reason(md_http_expired e)
         return MD_CLOSE_BODY_TIMEOUT;
     case MD_HTTP_EXPIRED_BODY_RATE:
         return MD_CLOSE_MIN_BODY_RATE;
+    case MD_HTTP_EXPIRED_SEND_RATE:
+        return MD_CLOSE_MIN_SEND_RATE;
     default:
         return MD_CLOSE_DONE;
     }

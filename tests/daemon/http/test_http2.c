@@ -123,6 +123,10 @@ static ssize_t c_read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t 
     return (ssize_t)n;
 }
 
+/* Whether client_open's session gives the server's DATA back to the windows itself (nghttp2's
+ * automatic WINDOW_UPDATE), or leaves them to the test. */
+static bool client_windows_by_hand;
+
 static void client_open(struct client *c)
 {
     memset(c, 0, sizeof *c);
@@ -135,7 +139,11 @@ static void client_open(struct client *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_on_close);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, c_on_frame);
-    cr_assert_eq(nghttp2_session_client_new(&c->cl, cb, c), 0);
+    nghttp2_option *opt;
+    cr_assert_eq(nghttp2_option_new(&opt), 0);
+    nghttp2_option_set_no_auto_window_update(opt, client_windows_by_hand);
+    cr_assert_eq(nghttp2_session_client_new2(&c->cl, cb, c, opt), 0);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     cr_assert_eq(nghttp2_submit_settings(c->cl, NGHTTP2_FLAG_NONE, NULL, 0), 0);
     cr_assert_eq(md_h2_conn_new(&c->h, &srv, md_http_conn_link(&c->hc), T0), 0);
@@ -977,6 +985,7 @@ Test(http2, host_other_than_authority_is_malformed)
 
 Test(http2, zero_window_hits_the_send_deadline)
 {
+    srv.limits.min_send_rate = 0; /* the timeout alone (min_send_rate's test is below) */
     struct client c;
     client_open(&c);
     /* The client gives the server no window for its response. */
@@ -995,6 +1004,87 @@ Test(http2, zero_window_hits_the_send_deadline)
     cr_assert_eq(pump(&c), 0);
     cr_assert(c.goaway);
     cr_assert(md_h2_conn_done(c.h));
+    client_close(&c);
+    expect_no_leaks();
+}
+
+/* A window opened a byte at a time moves the last DATA's time, so send_timeout_ms alone never
+ * ends the wait: min_send_rate, on the DATA since the wait began, does (as a blocked HTTP/1.1
+ * write's), after its grace. */
+Test(http2, a_window_opened_a_byte_at_a_time_hits_min_send_rate)
+{
+    srv.limits.send_timeout_ms = 30000;
+    srv.limits.min_send_rate = 100;
+    srv.limits.min_rate_grace_ms = 90000;
+    client_windows_by_hand = true;
+    struct client c;
+    client_open(&c);
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
+    cr_assert_eq(pump(&c), 0);
+    int32_t id = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 200);
+    uint64_t begun = c.now;
+    bool stall;
+    for (int i = 0; i < 4; i++) { /* a byte every 20 s: within send_timeout_ms each time */
+        c.now += 20000 * MS;
+        cr_assert_lt(c.now, md_h2_conn_deadline(c.h), "round %d", i);
+        cr_assert_eq(nghttp2_submit_window_update(c.cl, NGHTTP2_FLAG_NONE, id, 1), 0);
+        cr_assert_eq(pump(&c), 0);
+        cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
+        cr_assert_not(md_h2_conn_done(c.h));
+    }
+    cr_assert_eq(resp_of(&c, id)->len, 4, "a byte each time");
+    /* 4 bytes in 90 s, where 100 a second are asked once the grace has passed. */
+    uint64_t at = md_h2_conn_deadline(c.h);
+    cr_assert_eq(at, begun + 90000 * MS, "the grace's end, before send_timeout_ms");
+    cr_assert_eq(md_h2_conn_timeout(c.h, at, &stall), MD_HTTP_EXPIRED_SEND_RATE);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert(c.goaway);
+    client_close(&c);
+    expect_no_leaks();
+}
+
+/* body_timeout_ms bounds a pause in a stream's body: its DATA (or its window's opening) moves
+ * it, a PING or a WINDOW_UPDATE of the peer's does not. The stream gets 408; the connection
+ * and its other streams go on. */
+Test(http2, a_body_paused_past_body_timeout_gets_408_whatever_else_comes)
+{
+    srv.limits.body_timeout_ms = 10000;
+    srv.limits.min_body_rate = 0;
+    struct client c;
+    client_open(&c);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
+        {(uint8_t *)":path", (uint8_t *)"/echo", 5, 5, 0},
+        {(uint8_t *)"content-length", (uint8_t *)"100", 14, 3, 0},
+    };
+    nghttp2_data_provider prd = {.read_callback = c_defer_body};
+    int32_t id = nghttp2_submit_request(c.cl, NULL, nv, 5, &prd, NULL);
+    cr_assert_gt(id, 0);
+    cr_assert_eq(pump(&c), 0);
+    uint64_t head = c.now;
+    cr_assert_eq(md_h2_conn_deadline(c.h), head + 10000 * MS);
+    for (int i = 0; i < 3; i++) { /* a PING and a WINDOW_UPDATE every 3 s */
+        c.now += 3000 * MS;
+        cr_assert_eq(nghttp2_submit_ping(c.cl, NGHTTP2_FLAG_NONE, NULL), 0);
+        cr_assert_eq(nghttp2_submit_window_update(c.cl, NGHTTP2_FLAG_NONE, 0, 1000), 0);
+        cr_assert_eq(pump(&c), 0);
+        cr_assert_eq(md_h2_conn_deadline(c.h), head + 10000 * MS, "round %d", i);
+    }
+    c.now = head + 10000 * MS;
+    bool stall;
+    cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
+    cr_assert_not(stall);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, id)->status, 408);
+    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(resp_of(&c, ok)->status, 200);
+    cr_assert_not(c.goaway);
     client_close(&c);
     expect_no_leaks();
 }
