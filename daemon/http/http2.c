@@ -24,7 +24,9 @@
  * MD_H2_MAX_OUTBOUND_ACK ACKs owed to a peer that does not read, more than 8 CONTINUATION
  * frames, the stream reset rate limit against Rapid Reset, CVE-2023-44487), and a token bucket
  * of ours for frames that cost us work but carry no request: PING, SETTINGS, PRIORITY,
- * RST_STREAM, empty DATA without END_STREAM (CVE-2019-9512, -9515, -9518). WINDOW_UPDATE is
+ * RST_STREAM, DATA without data (padding aside) or END_STREAM (CVE-2019-9512, -9515, -9518),
+ * and the frames nghttp2 ignores without a callback, counted as they are read: DATA or
+ * HEADERS on a stream it no longer holds, unknown frame types (next_data). WINDOW_UPDATE is
  * not counted: a client reading large bodies on many streams sends thousands, legitimately. A
  * header block larger than max_header_bytes (counted as RFC 9113 6.5.2 does, 32 bytes per field
  * more, after HPACK: an HPACK bomb is counted decoded) or with more than max_headers fields gets
@@ -993,6 +995,10 @@ static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *
             (void)nghttp2_session_terminate_session(s, NGHTTP2_PROTOCOL_ERROR);
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
+    /* A HEADERS on a stream no longer held (one reset, or closed long ago): nghttp2 decodes
+     * it for HPACK's sake and drops it, calling nothing else: a cheap frame. */
+    if (stream_get(h, id) == NULL && !cheap_frame(h))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     return 0;
 }
 
@@ -1193,8 +1199,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
         if (!cheap_frame(h))
             return 0;
         break;
-    case NGHTTP2_PRIORITY:
-    case NGHTTP2_RST_STREAM:
+    case NGHTTP2_RST_STREAM: /* PRIORITY is counted as md_h2_conn_feed reads it */
         if (!cheap_frame(h))
             return 0;
         break;
@@ -1202,8 +1207,9 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
         if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && !cheap_frame(h))
             return 0;
         break;
-    case NGHTTP2_DATA:
-        if (f->hd.length == 0 && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !cheap_frame(h))
+    case NGHTTP2_DATA: /* empty: no data but its padding (padlen counts the Pad Length too) */
+        if (f->hd.length == f->data.padlen && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+            !cheap_frame(h))
             return 0;
         break;
     default:
@@ -1421,7 +1427,10 @@ int md_h2_conn_new(md_h2_conn **out, md_http_server *srv, struct md_http_link *l
 
 /* Follows the frame headers from one read to the next (h->hd, h->skip), from *scan in
  * data[0, len): where the next DATA frame's header begins in data (len: none), *scan past it,
- * *id its stream. */
+ * *id its stream. On the way, PRIORITY frames and frames of a type nghttp2 ignores take from
+ * the cheap-frame budget: nghttp2 calls back for neither when it ignores them (a PRIORITY on
+ * a stream it no longer holds, an unknown type), so a flood of them would cost parsing and
+ * nothing else would count it. */
 static size_t next_data(md_h2_conn *h, const uint8_t *data, size_t len, size_t *scan, int32_t *id)
 {
     size_t at = *scan;
@@ -1445,6 +1454,8 @@ static size_t next_data(md_h2_conn *h, const uint8_t *data, size_t len, size_t *
             *scan = at;
             return begin;
         }
+        if (h->hd[3] == NGHTTP2_PRIORITY || h->hd[3] > NGHTTP2_CONTINUATION)
+            (void)cheap_frame(h); /* over budget: the session is ended (GOAWAY) */
     }
     *scan = len;
     return len;
@@ -1471,6 +1482,9 @@ int md_h2_conn_feed(md_h2_conn *h, uint64_t now_ns, const char *data, size_t len
         if (rc >= 0 && id > 0 && id <= h->last_id && closed_by_peer(h, id)) {
             (void)nghttp2_session_terminate_session(h->s, NGHTTP2_STREAM_CLOSED);
             rc = NGHTTP2_ERR_CALLBACK_FAILURE;
+        } else if (rc >= 0 && id > 0 && id <= h->last_id && stream_get(h, id) == NULL &&
+                   !cheap_frame(h)) {
+            rc = NGHTTP2_ERR_CALLBACK_FAILURE; /* DATA nghttp2 ignores: over the budget */
         }
     }
     if (rc >= 0 && fed < len)

@@ -3,7 +3,13 @@
 has python3-h2's hyperframe and hpack).
 
     h2_attack.py PORT MODE      MODE: rapid_reset, ping_flood, settings_flood, continuation,
-                                empty_data, hpack_bomb, no_read
+                                empty_data, hpack_bomb, no_read, padded_data, unknown_type,
+                                closed_data, closed_priority, closed_headers
+
+padded_data is DATA with nothing but padding on an open stream; unknown_type, frames of a type
+HTTP/2 does not define; the closed_ ones, empty DATA, PRIORITY or an empty HEADERS on stream 1
+once 20 streams have been answered since (older than what the server remembers of closed
+streams): frames nghttp2 ignores without a callback, which the server counts all the same.
 
 Sends the attack over h2c (prior knowledge), then reads until the server closes or 10 s pass,
 and prints one line: "goaway CODE" when a GOAWAY came (CODE its error code), "rst CODE" for a
@@ -15,7 +21,7 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the tests
-from h2_common import headers_frame, raw_connect, split_frames  # noqa: E402
+from h2_common import headers_frame, raw_connect, raw_frame, split_frames  # noqa: E402
 from hpack import Encoder  # noqa: E402
 from hyperframe.frame import (ContinuationFrame, DataFrame, GoAwayFrame,  # noqa: E402
                               HeadersFrame, PingFrame, RstStreamFrame, SettingsFrame,
@@ -34,8 +40,7 @@ def send_all(s, data):
         pass
 
 
-def verdict(s, deadline):
-    buf = b""
+def verdict(s, deadline, buf=b""):
     status = None
     rst = None
     s.settimeout(0.5)
@@ -75,6 +80,7 @@ def main():
     port, mode = int(sys.argv[1]), sys.argv[2]
     s, out = raw_connect(port)
     enc = Encoder()
+    left = b""  # the server's bytes read before the verdict, past the last whole frame
     if mode == "rapid_reset":
         for i in range(5000):
             sid = 1 + 2 * i
@@ -102,6 +108,41 @@ def main():
         out.append(h.serialize())
         for _ in range(20000):
             out.append(DataFrame(1, data=b"").serialize())
+    elif mode == "padded_data":
+        h = HeadersFrame(1)
+        h.data = enc.encode([(":method", "POST"), (":scheme", "http"), (":authority", "a"),
+                             (":path", "/echo")])
+        h.flags.add("END_HEADERS")
+        out.append(h.serialize())
+        for _ in range(20000):
+            out.append(raw_frame(0, 0x8, 1, b"\x00"))  # PADDED, a Pad Length of 0, no data
+    elif mode == "unknown_type":
+        for _ in range(20000):
+            out.append(raw_frame(0xfa, 0, 0))
+    elif mode.startswith("closed_"):
+        # 20 streams answered, then frames on the first: closed long ago.
+        send_all(s, b"".join(out) + b"".join(headers(enc, 1 + 2 * i) for i in range(20)))
+        out = []
+        s.settimeout(0.5)
+        end = time.time() + 5
+        ended = 0
+        while time.time() < end and ended < 20:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            frames, left = split_frames(left + chunk)
+            ended += sum(1 for f in frames if isinstance(f, DataFrame) and
+                         "END_STREAM" in f.flags)
+        if mode == "closed_data":
+            one = raw_frame(0, 0, 1)
+        elif mode == "closed_priority":
+            one = raw_frame(2, 0, 1, b"\x00\x00\x00\x00\x10")
+        else:
+            one = raw_frame(1, 0x4, 1)  # END_HEADERS, an empty block
+        out.append(one * 20000)
     elif mode == "hpack_bomb":
         # One 4000-byte entry in the dynamic table, then a block that names it again and
         # again: a few bytes on the wire, megabytes decoded.
@@ -131,7 +172,7 @@ def main():
         print("slept")
         return
     send_all(s, b"".join(out))
-    print(verdict(s, time.time() + 10))
+    print(verdict(s, time.time() + 10, left))
     s.close()
 
 
