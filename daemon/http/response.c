@@ -89,6 +89,11 @@ const char *md_http_date_value(size_t *len)
     return date_block.text + sizeof "Date: " - 1;
 }
 
+time_t md_http_date_now(void)
+{
+    return date_block.sec;
+}
+
 #define PUT(w, lit) (memcpy((w), (lit), sizeof(lit) - 1), (w) + sizeof(lit) - 1)
 
 static char *put_bytes(char *w, const void *p, size_t n)

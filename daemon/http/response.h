@@ -34,6 +34,8 @@ void md_http_date_refresh(time_t (*clock)(void));
 
 /* The Date block's IMF-fixdate alone (*len bytes, not NUL-terminated): HTTP/2's date field. */
 const char *md_http_date_value(size_t *len);
+/* The second the Date block says: the responses' origination date. */
+time_t md_http_date_now(void);
 
 /* The length of a body whose length is not known when its head goes (one compressed on the
  * fly): HTTP/1.1 says Transfer-Encoding: chunked, HTTP/2 no content-length. */

@@ -257,6 +257,32 @@ Test(static_e2e, validators_and_304)
     expect(get_with("/ten.txt", f), "HTTP/1.1 200", "abcdefghij");
 }
 
+/* A file dated in the future is served as dated now (RFC 9110 8.8.2.1: no Last-Modified later
+ * than the Date), one dated before 1970 as 1970-01-01; either way the date sent is the one the
+ * conditionals compare with, so If-Range and If-Modified-Since with it match. */
+Test(static_e2e, last_modified_is_never_after_the_date_nor_before_1970)
+{
+    harness_sh("printf 'abcdefghij' > %s/www/future.txt && touch -d '2099-01-01 00:00:00 UTC' "
+               "%s/www/future.txt && printf 'abcdefghij' > %s/www/old.txt && "
+               "touch -d '1960-01-01 00:00:00 UTC' %s/www/old.txt",
+               dir, dir, dir, dir);
+    char *r = get("/future.txt");
+    expect(r, "HTTP/1.1 200", "abcdefghij");
+    char date[64], lm[64], f[200];
+    snprintf(date, sizeof date, "%s", field(r, "Date"));
+    snprintf(lm, sizeof lm, "%s", field(r, "Last-Modified"));
+    cr_expect(strstr(lm, "2099") == NULL, "%s", lm);
+    cr_expect_str_eq(lm, date, "dated as the response");
+    r = get("/old.txt");
+    expect(r, "HTTP/1.1 200", "abcdefghij");
+    snprintf(lm, sizeof lm, "%s", field(r, "Last-Modified"));
+    cr_expect_str_eq(lm, "Thu, 01 Jan 1970 00:00:00 GMT");
+    snprintf(f, sizeof f, "Range: bytes=0-0\r\nIf-Range: %s\r\n", lm);
+    expect(get_with("/old.txt", f), "HTTP/1.1 206", "\r\n\r\na");
+    snprintf(f, sizeof f, "If-Modified-Since: %s\r\n", lm);
+    expect(get_with("/old.txt", f), "HTTP/1.1 304", NULL);
+}
+
 /* A 304's head is the listed fields and nothing else, over HTTP/1.1 and HTTP/2: its
  * validators were once written without an end, and the head took whatever followed them on
  * the stack (an earlier response's Content-Range, or bytes that are no field at all). Each

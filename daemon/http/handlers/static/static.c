@@ -1113,7 +1113,18 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
     }
     uint64_t size = f->size;
     fl = put_line(fields, fl, "ETag: ", 6, f->etag);
-    fl = put_line(fields, fl, "Last-Modified: ", 15, f->last_modified);
+    /* No Last-Modified later than the response's Date (RFC 9110 8.8.2.1: a file dated in the
+     * future is dated now), nor before 1970 (what an IMF-fixdate here can say): the
+     * conditionals below compare with the date sent, so a client's echo of it matches. */
+    time_t now = md_http_date_now();
+    time_t mtime = f->mtime < 0 ? 0 : f->mtime > now ? now : f->mtime;
+    char lm[MD_FILE_DATE_MAX];
+    const char *lm_text = f->last_modified;
+    if (mtime != f->mtime && mtime == now) {
+        lm[md_httpdate_format(mtime, lm)] = '\0';
+        lm_text = lm;
+    }
+    fl = put_line(fields, fl, "Last-Modified: ", 15, lm_text);
 
     /* Conditionals in RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (false:
      * 412); then If-None-Match, else If-Modified-Since (false: 304); then If-Range. */
@@ -1125,7 +1136,7 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
     } else {
         const char *ius = md_http_req_field(req, MD_FIELD_IF_UNMODIFIED_SINCE, &vlen);
         time_t since = parse_date(req, ius, vlen); /* not a date: ignored */
-        failed = since >= 0 && f->mtime > since;
+        failed = since >= 0 && mtime > since;
     }
     int rc;
     if (failed) {
@@ -1140,7 +1151,7 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
     } else {
         const char *ims = md_http_req_field(req, MD_FIELD_IF_MODIFIED_SINCE, &vlen);
         time_t since = parse_date(req, ims, vlen);
-        not_modified = since >= 0 && f->mtime <= since;
+        not_modified = since >= 0 && mtime <= since;
     }
     if (not_modified) {
         rc = md_http_respond_head(req, 304, fields, ctype, size);
@@ -1160,7 +1171,7 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
         if (ifr != NULL && ifr[0] == '"')
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
-            applies = parse_date(req, ifr, irlen) == f->mtime; /* W/ tags never match */
+            applies = parse_date(req, ifr, irlen) == mtime; /* W/ tags never match */
         uint64_t at[RANGES_MAX][2];
         int pr = applies ? parse_ranges(range, vlen, size, at) : 0;
         if (pr > 1) {
