@@ -321,13 +321,14 @@ static unsigned unknown_method(h1_state *h, const char *p, const char *end, uint
     return 0;
 }
 
-/* An absolute-form target's authority, as much as is kept. Another scheme than http and
+/* An absolute-form target's authority, as much as is kept: an http or https URI's host is
+ * never empty (RFC 9110 4.2.1, 4.2.2: "http:///x" is invalid). Another scheme than http and
  * https names no route (404). */
 static bool target_authority_ok(const md_http_req *r)
 {
     size_t len;
     const char *a = md_http_target_authority(r->target, r->target_len, &len);
-    return a == NULL || md_http_authority_ok(a, len);
+    return a == NULL || (len != 0 && md_http_authority_ok(a, len));
 }
 
 /* After a parse error or a rejection: the error response, then close. */

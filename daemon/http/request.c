@@ -894,6 +894,8 @@ bool md_http_authority_ok(const char *h, size_t n)
     } else {
         while (p != end && authority_class[*p] == 0)
             p++;
+        if (p == (const unsigned char *)h && p != end)
+            return false; /* a port without a host (RFC 9110 4.2.1: an empty host is invalid) */
     }
     if (p == end)
         return true;

@@ -174,7 +174,8 @@ static inline bool md__http_req_closes(const md_http_req *r)
 /* Whether h[0..n) (trailing whitespace aside) is an authority as RFC 3986 3.2 shapes it,
  * without userinfo (RFC 9110 4.2.4): an IP-literal in brackets ("[" hex digits, ':' and '.',
  * or "v" IPvFuture, "]") or a name with no bracket, then nothing or ':' and digits. Its bytes
- * are the protocol's to check (http1.c's byte classes, nghttp2's); empty passes. Host, and
+ * are the protocol's to check (http1.c's byte classes, nghttp2's); empty passes, a port
+ * without a host (":80") does not. Host, and
  * :authority, are a 400 (RFC 9110 7.2), or a malformed HTTP/2 request, when it is not. */
 bool md_http_authority_ok(const char *h, size_t n);
 

@@ -510,6 +510,12 @@ Test(http1, host_and_authority_shapes)
         "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
         "GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n",
         "GET http://h:x/ HTTP/1.1\r\nHost: h\r\n\r\n",
+        /* An empty host (RFC 9110 4.2.1: such an http URI is invalid). */
+        "GET / HTTP/1.1\r\nHost: :80\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: :\r\n\r\n",
+        "GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET http://:80/x HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET https://?q HTTP/1.1\r\nHost: h\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_rejected(bad[i], "400 Bad Request");

@@ -946,27 +946,47 @@ static bool find_rst(const md_outbuf *out, uint32_t *code)
     return false;
 }
 
-/* GET / with :authority "a" and then the fields in more (HPACK), on stream 1: whether the
- * server reset it, and with what code (UINT32_MAX: it answered). */
-static uint32_t reset_code_of(const unsigned char *more, size_t more_len)
+/* A request of one header block (HPACK) on stream 1: whether the server reset it, and with
+ * what code (UINT32_MAX: it answered). */
+static uint32_t reset_code_of_block(const unsigned char *block, size_t len)
 {
     struct raw x;
     raw_open(&x);
     md_h2_conn *h = x.h;
     md_outbuf *out = &x.out;
     static char buf[1024];
-    unsigned char block[128] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
-    cr_assert_leq(more_len, sizeof block - 6);
-    memcpy(block + 6, more, more_len);
     size_t n = raw_hello(buf);
     n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1,
-               block, 6 + more_len);
+               block, len);
     cr_assert_eq(md_h2_conn_feed(h, T0, buf, n), 0);
     cr_assert_eq(md_h2_conn_send(h, out, SIZE_MAX), 0);
     uint32_t code = UINT32_MAX;
     (void)find_rst(out, &code);
     raw_close(&x);
     return code;
+}
+
+/* GET / with :authority "a" and then the fields in more (HPACK), as reset_code_of_block. */
+static uint32_t reset_code_of(const unsigned char *more, size_t more_len)
+{
+    unsigned char block[128] = {0x82, 0x86, 0x84, 0x01, 0x01, 'a'};
+    cr_assert_leq(more_len, sizeof block - 6);
+    memcpy(block + 6, more, more_len);
+    return reset_code_of_block(block, 6 + more_len);
+}
+
+/* An :authority with a port and no host is malformed (RFC 9110 4.2.1: an http URI's host is
+ * never empty), as is a Host of that shape: the stream is reset with PROTOCOL_ERROR. */
+Test(http2, an_authority_without_a_host_is_malformed)
+{
+    /* :authority (static index 1), literal without indexing */
+    static const unsigned char port_only[] = {0x82, 0x86, 0x84, 0x01, 0x03, ':', '8', '0'};
+    static const unsigned char colon[] = {0x82, 0x86, 0x84, 0x01, 0x01, ':'};
+    static const unsigned char fine[] = {0x82, 0x86, 0x84, 0x01, 0x04, 'a', ':', '8', '0'};
+    cr_assert_eq(reset_code_of_block(port_only, sizeof port_only), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(reset_code_of_block(colon, sizeof colon), NGHTTP2_PROTOCOL_ERROR);
+    cr_assert_eq(reset_code_of_block(fine, sizeof fine), UINT32_MAX);
+    expect_no_leaks();
 }
 
 /* A Host that names another than :authority makes the request malformed (RFC 9113 8.3.1):
