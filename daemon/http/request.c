@@ -961,8 +961,12 @@ void md__http_req_route(md_http_req *r)
 {
     const char *t = r->target;
     size_t n = r->path_done ? r->path_len : r->target_len;
-    if (n > r->target_len || (r->target_full && !r->path_done))
-        return; /* a path longer than we keep names no route */
+    if (n > r->target_len || (r->target_full && !r->path_done)) {
+        /* A path longer than we keep names no route: longer than any URI magpied parses
+         * (RFC 9112 3: 414). A long query is kept in part and routes as usual. */
+        r->path_long = true;
+        return;
+    }
     if (n == 0 || t[0] != '/') {
         size_t alen;
         const char *a = md_http_target_authority(t, n, &alen);

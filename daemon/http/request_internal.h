@@ -52,6 +52,7 @@ struct md_http_req {
     bool body_done;     /* the whole body has been parsed */
     bool collect;       /* MD_BODY_GATHER: the body is gathered in body */
     bool path_bad;      /* the path does not decode (md_path_normalise): 400 */
+    bool path_long;     /* the path is longer than the request keeps (MD_HTTP_TARGET_MAX): 414 */
     bool forbidden;     /* its route's allow and deny rules refuse the client: 403 */
     bool limited;       /* its route's limit_rate refuses the client now: 429 */
     bool unauthorized;  /* its route's auth_basic refuses the credentials: 401 */
@@ -188,7 +189,8 @@ const char *md_http_target_authority(const char *t, size_t n, size_t *len);
  * request's fixed part zeroed) and stays NULL when no route matches. */
 void md__http_req_route(md_http_req *r);
 /* The error the core answers a request with instead of its route's handler, once the route is
- * known: 400 for a path that does not decode, 421 for a Host that picks another site than the
+ * known: 414 for a path longer than the request keeps (MD_HTTP_TARGET_MAX; a long query is
+ * not), 400 for a path that does not decode, 421 for a Host that picks another site than the
  * connection's TLS server name (http/sites.h), 404, 429 for a client over the route's rate
  * (http/ratelimit.h), 403 for a client the route's allow and deny rules refuse (http/acl.h),
  * 401 for credentials its auth_basic refuses (http/auth_basic.h), 405; 0 when the request
@@ -198,6 +200,8 @@ static inline unsigned md__http_req_refusal(const md_http_req *r)
     const md_route *route = r->route;
     if (r->asterisk)
         return 0;
+    if (r->path_long)
+        return 414;
     if (r->path_bad)
         return 400;
     if (r->misdirected)

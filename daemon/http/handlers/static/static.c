@@ -714,6 +714,9 @@ static int respond_status(md_http_req *req, int code)
     size_t plen, qlen;
     const char *path = md_http_req_path(req, &plen);
     const char *query = md_http_req_query(req, &qlen);
+    if (query == NULL && md_http_req_path_cut(req)) /* a query longer than is kept: not lost */
+        return md_http_respond(req, 414, NULL, "text/plain", md_http_status_of(414)->body,
+                               md_http_status_of(414)->body_len);
     /* The decoded path, encoded again for a URI: a directory named with a space, a '%' or a
      * control character gives a valid Location, never a broken or injected field. The query
      * goes on as the client sent it (llhttp let only URI characters through). */
