@@ -708,6 +708,11 @@ unsigned md_http_req_version_minor(const md_http_req *req)
     return req->http_minor;
 }
 
+unsigned md_http_req_version_major(const md_http_req *req)
+{
+    return req->http_major;
+}
+
 const char *md_http_req_path(const md_http_req *req, size_t *len)
 {
     *len = req->npath;

@@ -51,6 +51,8 @@ unsigned md_http_req_method(const md_http_req *req); /* enum md_method */
 bool md_http_req_is_head(const md_http_req *req);    /* HEAD: answer with the head alone */
 /* 0 for HTTP/1.0, 1 for HTTP/1.1 (and a later 1.x, served as 1.1). */
 unsigned md_http_req_version_minor(const md_http_req *req);
+/* 1 for HTTP/1.x, 2 for HTTP/2. */
+unsigned md_http_req_version_major(const md_http_req *req);
 /* The decoded, normalised path the route was found by (routes.h). */
 const char *md_http_req_path(const md_http_req *req, size_t *len);
 /* The query of the target (after '?', without it), as the client sent it; NULL when there is

@@ -11,8 +11,9 @@
  * one read buffer in hand.
  *
  * Failures before the response head are 502 (504 for a timeout), logged and counted; one
- * before any response byte is retried on another server, as nginx's proxy_next_upstream
- * (error, timeout): for any method when nothing was sent, for idempotent ones otherwise, and
+ * before the head is whole (no byte, or a head cut short) is retried on another server, as
+ * nginx's proxy_next_upstream (error, timeout): for any method when nothing was sent, for
+ * idempotent ones otherwise, and
  * never once a part of the body has been let go of, within tries and retry_timeout_ms. After
  * the head, a failure can only cut the response short: the connection closes.
  *
@@ -485,6 +486,9 @@ static int proxy_on_head(md_http_req *req, const md_route *r, uint64_t length, b
         .host = opts(r)->host_mode == HOST_LITERAL ? opts(r)->host : NULL,
         .forwarded = opts(r)->forwarded,
         .via = opts(r)->via != VIA_OFF,
+        .via_protocol = md_http_req_version_major(req) == 2   ? "2"
+                        : md_http_req_version_minor(req) == 0 ? "1.0"
+                                                              : "1.1",
         .keepalive = p->up->conf->keepalive != 0,
         .framing = chunked                       ? MD_PROXY_BODY_CHUNKED
                    : md_http_req_has_length(req) ? MD_PROXY_BODY_LENGTH

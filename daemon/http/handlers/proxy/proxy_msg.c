@@ -196,6 +196,7 @@ version:
 
     conn_names cn;
     conn_names_init(&cn, fields, flen);
+    bool hops_done = false; /* a Max-Forwards was written (or passed on) */
     struct field_iter it = {fields, fields + flen};
     const char *n, *v;
     size_t nl, vl;
@@ -213,14 +214,19 @@ version:
             continue;
         }
         uint64_t hops;
-        if (rq->hop_count && nl == 12 && md_ascii_eq_lower(n, nl, "max-forwards") &&
-            md_proxy_max_forwards(v, vl, &hops) == 0 && hops != 0) {
-            /* One hop fewer (a 0 was answered here: proxy.c's on_head). */
-            char mf[48];
-            int k = snprintf(mf, sizeof mf, "Max-Forwards: %" PRIu64 "\r\n", hops - 1);
-            if (!put(out, mf, (size_t)k))
-                return -ENOMEM;
-            continue;
+        if (rq->hop_count && nl == 12 && md_ascii_eq_lower(n, nl, "max-forwards")) {
+            if (hops_done)
+                continue; /* the first one counts (md_proxy_field), and goes on alone */
+            hops_done = true;
+            if (md_proxy_max_forwards(v, vl, &hops) == 0 && hops != 0) {
+                /* One hop fewer (a 0 was answered here: proxy.c's on_head); a value past
+                 * what we count is taken as the most we do (RFC 9110 7.6.2). */
+                char mf[48];
+                int k = snprintf(mf, sizeof mf, "Max-Forwards: %" PRIu64 "\r\n", hops - 1);
+                if (!put(out, mf, (size_t)k))
+                    return -ENOMEM;
+                continue;
+            }
         }
         /* Written anew below, from the framing and the client. */
         if (md_ascii_eq_lower(n, nl, "host") || md_ascii_eq_lower(n, nl, "content-length") ||
@@ -258,7 +264,9 @@ version:
         if (!puts_(out, ";proto=http\r\n"))
             return -ENOMEM;
     }
-    if (rq->via && !puts_(out, "Via: 1.1 magpied\r\n"))
+    if (rq->via &&
+        (!puts_(out, "Via: ") || !puts_(out, rq->via_protocol != NULL ? rq->via_protocol : "1.1") ||
+         !puts_(out, " magpied\r\n")))
         return -ENOMEM;
     if (rq->framing == MD_PROXY_BODY_LENGTH) {
         char cl[48];
@@ -371,7 +379,13 @@ static int r_field(llhttp_t *p, const char *at, size_t len)
 static int r_field_complete(llhttp_t *p)
 {
     md_proxy_resp *r = resp_of(p);
-    return r->head_sent && !trailer_kept(r, 2) ? 0 : keep(r, ": ", 2);
+    if (r->head_sent && !trailer_kept(r, 2))
+        return 0;
+    if (r->fields_len == 0 || r->fields[r->fields_len - 1] == '\n') {
+        r->error = MD_RESP_GARBAGE; /* ": v": a field without a name (RFC 9110 5.1: a token) */
+        return HPE_USER;
+    }
+    return keep(r, ": ", 2);
 }
 
 static int r_value(llhttp_t *p, const char *at, size_t len)
@@ -408,13 +422,14 @@ static bool out_put(md_proxy_resp *r, const char *s, size_t n)
 
 int md_proxy_max_forwards(const char *v, size_t n, uint64_t *hops)
 {
-    if (n == 0 || n > 19)
+    if (n == 0)
         return -EINVAL;
     uint64_t h = 0;
     for (size_t i = 0; i < n; i++) {
         if (v[i] < '0' || v[i] > '9')
             return -EINVAL;
-        h = h * 10 + (uint64_t)(v[i] - '0');
+        unsigned d = (unsigned)(v[i] - '0');
+        h = h > (UINT64_MAX - d) / 10 ? UINT64_MAX : h * 10 + d; /* more than we count: ours */
     }
     *hops = h;
     return 0;
@@ -641,7 +656,10 @@ static int write_head(md_proxy_resp *r, unsigned status)
         if (!out_put(r, date, n + 2))
             rc = HPE_USER;
     }
-    if (rc == 0 && r->via && !out_put(r, "Via: 1.1 magpied\r\n", 18))
+    /* Via names the protocol the response came in (RFC 9110 7.6.3): the upstream's 1.x. */
+    if (rc == 0 && r->via &&
+        !out_put(r, r->parser.http_minor == 0 ? "Via: 1.0 magpied\r\n" : "Via: 1.1 magpied\r\n",
+                 18))
         rc = HPE_USER;
     if (rc == 0 && !interim)
         rc = put_coding_fields(r);

@@ -38,10 +38,11 @@ typedef struct md_proxy_req {
     const char *host; /* Host to send; NULL: the client's (then upstream_host if none) */
     const char *upstream_host;
     bool forwarded, via;
-    bool upgrade;    /* a tunnel was allowed: keep Upgrade and send Connection: upgrade */
-    bool hop_count;  /* OPTIONS or TRACE: Max-Forwards goes up one less (RFC 9110 7.6.2) */
-    bool keepalive;  /* ask the server to keep the connection */
-    uint8_t framing; /* md_proxy_framing */
+    const char *via_protocol; /* Via's received-protocol (RFC 9110 7.6.3): "1.0", "1.1", "2" */
+    bool upgrade;             /* a tunnel was allowed: keep Upgrade and send Connection: upgrade */
+    bool hop_count;           /* OPTIONS or TRACE: Max-Forwards goes up one less (RFC 9110 7.6.2) */
+    bool keepalive;           /* ask the server to keep the connection */
+    uint8_t framing;          /* md_proxy_framing */
     uint64_t length;
 } md_proxy_req;
 
@@ -55,8 +56,8 @@ size_t md_proxy_trailers(char *dst, const char *trailers, size_t len);
 /* Appends the upstream request head to out. 0, -ENOMEM. */
 int md_proxy_request_head(const md_proxy_req *rq, md_outbuf *out);
 
-/* Max-Forwards' value (RFC 9110 7.6.2: 1*DIGIT, at most 19 of them) in v[0..n): 0 with *hops,
- * or -EINVAL. */
+/* Max-Forwards' value (RFC 9110 7.6.2: 1*DIGIT) in v[0..n): 0 with *hops (UINT64_MAX for a
+ * value past it: the most this proxy counts), or -EINVAL. */
 int md_proxy_max_forwards(const char *v, size_t n, uint64_t *hops);
 
 /* The value of the first field named name (any case) in fields, or NULL. */

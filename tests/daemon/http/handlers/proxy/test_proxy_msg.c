@@ -6,6 +6,7 @@
  * (tests/daemon/http/test_request.c tests the rest of that: HTTP/1.0, a 100 already sent,
  * HTTP/2), or keeps them apart ("raw", as HTTP/2 takes them). */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -401,6 +402,8 @@ Test(proxy_msg, garbage_and_oversized_heads, .timeout = 5)
         "SSH-2.0-OpenSSH\r\n\r\n",
         "HTTP/1.1 OK\r\n\r\n",
         "HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n: x\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nA: b\r\n: x\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
         "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx",
@@ -638,5 +641,40 @@ Test(proxy_msg, compressed_on_the_fly, .timeout = 5)
     cr_expect_str_eq(rec.trailers, "");
     const unsigned char *b = (const unsigned char *)md_outbuf_pending_data(&out);
     cr_expect(md_outbuf_pending(&out) > 2 && b[0] == 0x1f && b[1] == 0x8b, "a gzip stream");
+    md_outbuf_free(&out);
+}
+
+/* Max-Forwards (RFC 9110 7.6.2) on OPTIONS and TRACE: one less, the first field alone; a
+ * value past what we count is the most we do, less one. Via names the protocol the request
+ * came in (7.6.3). */
+Test(proxy_msg, max_forwards_and_via, .timeout = 5)
+{
+    md_proxy_req rq = {.peer = "192.0.2.1", .method = "OPTIONS", .hop_count = true};
+    char *h = head("/p", "Host: a\r\nMax-Forwards: 5\r\nMax-Forwards: 0\r\n", rq);
+    cr_assert_not_null(strstr(h, "\r\nMax-Forwards: 4\r\n"), "%s", h);
+    cr_assert_null(strstr(h, "Max-Forwards: 0"), "%s", h);
+    h = head("/p", "Host: a\r\nMax-Forwards: 18446744073709551616\r\n", rq);
+    cr_assert_not_null(strstr(h, "\r\nMax-Forwards: 18446744073709551614\r\n"), "%s", h);
+    h = head("/p", "Host: a\r\nMax-Forwards: 99999999999999999999999999\r\n", rq);
+    cr_assert_not_null(strstr(h, "\r\nMax-Forwards: 18446744073709551614\r\n"), "%s", h);
+    uint64_t hops;
+    cr_assert_eq(md_proxy_max_forwards("12x", 3, &hops), -EINVAL);
+    cr_assert_eq(md_proxy_max_forwards("", 0, &hops), -EINVAL);
+    rq.via = true;
+    rq.via_protocol = "2";
+    h = head("/p", "Host: a\r\nVia: 1.1 front\r\n", rq);
+    cr_assert_not_null(strstr(h, "\r\nVia: 1.1 front\r\n"), "%s", h);
+    cr_assert_not_null(strstr(h, "\r\nVia: 2 magpied\r\n"), "%s", h);
+    rq.via_protocol = "1.0";
+    cr_assert_not_null(strstr(head("/p", "Host: a\r\n", rq), "\r\nVia: 1.0 magpied\r\n"));
+    /* The response's names the upstream's (run_raw appends Via). */
+    md_outbuf out = {0};
+    cr_assert_eq(run_raw("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 4096, &out),
+                 MD_RESP_DONE);
+    cr_assert_not_null(strstr(rec.fields, "Via: 1.0 magpied\r\n"), "%s", rec.fields);
+    md_outbuf_free(&out);
+    cr_assert_eq(run_raw("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 4096, &out),
+                 MD_RESP_DONE);
+    cr_assert_not_null(strstr(rec.fields, "Via: 1.1 magpied\r\n"), "%s", rec.fields);
     md_outbuf_free(&out);
 }
