@@ -127,7 +127,8 @@ typedef struct h2_stream {
     size_t authority_len;
     char *trailers; /* a relayed response's trailers ("Name: value" CRLF), until its end */
     size_t trailers_len;
-    char *cookie; /* with keep_fields: the cookie fields, joined with "; " (RFC 9113 8.2.3) */
+    char *cookie;    /* with keep_fields: the cookie fields, joined with "; " (RFC 9113 8.2.3) */
+    char *long_host; /* an authority longer than r.host keeps, whole, for same_authority() */
     size_t cookie_len, cookie_cap;
     char head[HEAD_KEEP]; /* the response head's strings (keep_head) */
     md_http_req r;        /* last: the large part */
@@ -626,6 +627,7 @@ static void stream_free(md_h2_conn *h, h2_stream *st)
     md_outbuf_free(&st->out);
     md_outbuf_free(&st->in);
     free(st->authority);
+    free(st->long_host);
     free(st->trailers);
     free(st->cookie);
     if (st->prev != NULL)
@@ -1066,21 +1068,34 @@ static void keep_trailer(md_h2_conn *h, md_http_req *r, const uint8_t *name, siz
 }
 
 /* The authority that chooses the request's site (request.c): :authority, or Host. */
-static void set_host(md_http_req *r, const uint8_t *v, size_t len)
+/* The stream's authority (:authority's, or the first Host's): its first bytes in r.host, all
+ * of it in st->long_host when longer. 0 or -ENOMEM. */
+static int set_host(h2_stream *st, const uint8_t *v, size_t len)
 {
+    md_http_req *r = &st->r;
     size_t n = len < MD_HTTP_FIELD_KEEP ? len : MD_HTTP_FIELD_KEEP;
     memcpy(r->host, v, n);
     r->host_len = (uint16_t)n;
+    st->hostlen = (uint32_t)len;
+    free(st->long_host);
+    st->long_host = NULL;
+    if (len <= MD_HTTP_FIELD_KEEP)
+        return 0;
+    st->long_host = malloc(len);
+    if (st->long_host == NULL)
+        return -ENOMEM;
+    memcpy(st->long_host, v, len);
+    return 0;
 }
 
-/* Whether a Host value names what :authority did (len bytes, r.host its first ones), case
- * aside. */
-static bool same_authority(const md_http_req *r, uint32_t len, const uint8_t *v, size_t vlen)
+/* Whether a Host value names the stream's authority (set_host), case aside. */
+static bool same_authority(const h2_stream *st, const uint8_t *v, size_t vlen)
 {
-    if (vlen != len)
+    if (vlen != st->hostlen)
         return false;
-    for (size_t i = 0; i < r->host_len; i++)
-        if (md_ascii_lower((unsigned char)r->host[i]) != md_ascii_lower(v[i]))
+    const char *a = st->long_host != NULL ? st->long_host : st->r.host;
+    for (size_t i = 0; i < vlen; i++)
+        if (md_ascii_lower((unsigned char)a[i]) != md_ascii_lower(v[i]))
             return false;
     return true;
 }
@@ -1115,8 +1130,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         else if (name_is(name, namelen, ":path"))
             st->status = (uint16_t)set_target(h, r, value, valuelen);
         else if (name_is(name, namelen, ":authority")) {
-            set_host(r, value, valuelen);
-            st->hostlen = (uint32_t)valuelen;
+            if (set_host(st, value, valuelen) != 0)
+                st->status = 500;
             /* RFC 9113 8.3.1: no userinfo; and the shape RFC 3986 gives an authority. */
             if (!md_http_authority_ok((const char *)value, valuelen))
                 st->malformed = true;
@@ -1134,11 +1149,11 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         /* RFC 9113 8.3.1: a Host that names another than :authority is malformed (as a
          * second Host naming another over HTTP/1.1 is a 400). */
         if (st->hostlen == 0) {
-            set_host(r, value, valuelen);
-            st->hostlen = (uint32_t)valuelen;
+            if (set_host(st, value, valuelen) != 0)
+                st->status = 500;
             if (!md_http_authority_ok((const char *)value, valuelen))
                 st->malformed = true;
-        } else if (!same_authority(r, st->hostlen, value, valuelen)) {
+        } else if (!same_authority(st, value, valuelen)) {
             st->malformed = true;
         }
         return 0;
@@ -1212,12 +1227,29 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
             !cheap_frame(h))
             return 0;
         break;
+    case NGHTTP2_GOAWAY:
+        /* The peer is going: nghttp2 ends the session once its streams are done. Ours goes
+         * first, naming the last stream processed (RFC 9113 6.8: an endpoint SHOULD send a
+         * GOAWAY before it closes), unless one has gone already. */
+        if (!h->draining && h->notice_ns == 0) {
+            h->draining = true;
+            final_goaway(h);
+        }
+        return 0;
     default:
         break;
     }
+    /* A trailer block that names its own stream as its dependency (RFC 9113 5.3.1: a stream
+     * cannot depend on itself, a stream error PROTOCOL_ERROR), which nghttp2 checks only on a
+     * HEADERS that opens a stream. */
     h2_stream *st = f->hd.stream_id != 0 ? stream_get(h, f->hd.stream_id) : NULL;
     if (st == NULL)
         return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS &&
+        (f->hd.flags & NGHTTP2_FLAG_PRIORITY) && f->headers.pri_spec.stream_id == f->hd.stream_id) {
+        reset(st, NGHTTP2_PROTOCOL_ERROR);
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_RST_STREAM)
         st->peer_reset = true; /* its close follows */
     enter(h, st);

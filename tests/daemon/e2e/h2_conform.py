@@ -398,15 +398,15 @@ def g_ping(c):
     return ping_ack(c, b"\x01\x02\x03\x04\x05\x06\x07\x08")
 
 
-@case("generic/3.8 GOAWAY from the client", "no error from the server")
+@case("generic/3.8 GOAWAY from the client", "the server's GOAWAY NO_ERROR, then its close")
 def g_goaway(c):
     c.send(GoAwayFrame(0, last_stream_id=0, error_code=NO_ERROR).serialize())
-    while True:
+    while True:  # RFC 9113 6.8: an endpoint SHOULD send a GOAWAY before it closes
         f = c.next()
         if f is None or f == "closed":
-            return True, ""
-        if isinstance(f, GoAwayFrame) and f.error_code != NO_ERROR:
-            return False, describe(f)
+            return False, "no GOAWAY before the close" if f == "closed" else describe(f)
+        if isinstance(f, GoAwayFrame):
+            return f.error_code == NO_ERROR, describe(f)
 
 
 @case("generic/3.9 WINDOW_UPDATE on the connection and a stream", "a 200")
@@ -731,6 +731,15 @@ def h_self_dep_headers(c):
     b = block(c, request())
     c.send(raw_frame(HEADERS, END_STREAM | END_HEADERS | PRIO_FLAG, 3,
                      (3).to_bytes(4, "big") + b"\x0f" + b))
+    return stream_error(c, PROTOCOL_ERROR)
+
+
+@case("http2/5.3.1.3 trailers depending on their own stream",
+      "PROTOCOL_ERROR (stream or connection)")
+def h_self_dep_trailers(c):
+    c.send(headers(c, 3, request("POST"), end_stream=False), data(3, end_stream=False),
+           raw_frame(HEADERS, END_STREAM | END_HEADERS | PRIO_FLAG, 3,
+                     (3).to_bytes(4, "big") + b"\x0f" + block(c, [("x-sum", "1")])))
     return stream_error(c, PROTOCOL_ERROR)
 
 

@@ -954,7 +954,7 @@ static uint32_t reset_code_of_block(const unsigned char *block, size_t len)
     raw_open(&x);
     md_h2_conn *h = x.h;
     md_outbuf *out = &x.out;
-    static char buf[1024];
+    static char buf[2048];
     size_t n = raw_hello(buf);
     n += frame(buf + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1,
                block, len);
@@ -986,6 +986,36 @@ Test(http2, an_authority_without_a_host_is_malformed)
     cr_assert_eq(reset_code_of_block(port_only, sizeof port_only), NGHTTP2_PROTOCOL_ERROR);
     cr_assert_eq(reset_code_of_block(colon, sizeof colon), NGHTTP2_PROTOCOL_ERROR);
     cr_assert_eq(reset_code_of_block(fine, sizeof fine), UINT32_MAX);
+    expect_no_leaks();
+}
+
+/* The Host against :authority check holds past the bytes the request keeps of them (256):
+ * 300-byte names that differ in their last byte are malformed, the same ones are served. */
+Test(http2, host_against_a_long_authority)
+{
+    static unsigned char block[700];
+    for (int differ = 0; differ < 2; differ++) {
+        size_t n = 0;
+        static const unsigned char get[] = {0x82, 0x86, 0x84};
+        memcpy(block, get, 3);
+        n = 3;
+        /* :authority (static 1) and host (static 38), literal without indexing, 300 bytes
+         * each (7-bit prefix: 127, then 173) */
+        static const unsigned char auth[] = {0x01, 0x7f, 0xad, 0x01};
+        static const unsigned char host[] = {0x0f, 0x17, 0x7f, 0xad, 0x01};
+        memcpy(block + n, auth, sizeof auth);
+        n += sizeof auth;
+        memset(block + n, 'a', 300);
+        n += 300;
+        memcpy(block + n, host, sizeof host);
+        n += sizeof host;
+        memset(block + n, 'A', 300);
+        if (differ)
+            block[n + 299] = 'b';
+        n += 300;
+        cr_assert_eq(reset_code_of_block(block, n), differ ? NGHTTP2_PROTOCOL_ERROR : UINT32_MAX,
+                     "differ %d", differ);
+    }
     expect_no_leaks();
 }
 
