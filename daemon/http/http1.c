@@ -663,9 +663,11 @@ static int on_header_field_complete(llhttp_t *p)
         }
         return 0;
     }
-    /* A second field of a kept name: its value joins the first's as a list element. */
-    if (IS_FIELD(h->header) && r->field_len[h->header - HDR_IF_NONE_MATCH] != 0)
-        md__http_req_keep(r, h->header - HDR_IF_NONE_MATCH, ", ", 2);
+    /* A second field of a kept name: its value joins the first's as a list element; the first
+     * is there even when its value is empty. */
+    if (IS_FIELD(h->header))
+        md__http_req_keep(r, h->header - HDR_IF_NONE_MATCH, ", ",
+                          r->field_len[h->header - HDR_IF_NONE_MATCH] != 0 ? 2 : 0);
     if (keeping(c) && !keep(r, ": ", 2)) {
         c->oom = true;
         return HPE_USER;

@@ -650,6 +650,7 @@ void md_http_count_response(md_http_req *req, unsigned status, uint64_t body_byt
 
 void md__http_req_keep(md_http_req *r, unsigned f, const char *at, size_t len)
 {
+    r->field_seen |= (uint16_t)(1u << f);
     size_t have = r->field_len[f];
     if (len > MD_HTTP_COND_KEEP - have &&
         (f == MD_FIELD_X_FORWARDED_FOR || f == MD_FIELD_FORWARDED)) {
@@ -740,7 +741,7 @@ bool md_http_req_path_cut(const md_http_req *req)
 
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len)
 {
-    if (req->field_len[f] == 0 || (req->field_cut >> f) & 1)
+    if (!((req->field_seen >> f) & 1) || (req->field_cut >> f) & 1)
         return NULL;
     *len = req->field_len[f];
     return req->field[f];

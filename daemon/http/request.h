@@ -61,7 +61,8 @@ const char *md_http_req_query(const md_http_req *req, size_t *len);
 /* The target was longer than the request keeps: its query (if any) is not all there. */
 bool md_http_req_path_cut(const md_http_req *req);
 /* A kept request field (http.h's md_http_field), not NUL-terminated; NULL when absent or
- * longer than MD_HTTP_COND_KEEP. */
+ * longer than MD_HTTP_COND_KEEP. A field sent empty is there with *len 0 (an empty list:
+ * If-Match: with no tag matches nothing, RFC 9110 13.1.1). */
 const char *md_http_req_field(const md_http_req *req, md_http_field f, size_t *len);
 /* The authority the request names, as sent (port included): an absolute-form target's, or
  * the first Host value's (cut at MD_HTTP_FIELD_KEEP bytes); NULL with *len 0 when none. */

@@ -72,6 +72,7 @@ struct md_http_req {
     uint8_t http_minor;
     uint8_t field_len[MD_HTTP_FIELDS]; /* bytes kept in field[] */
     uint16_t field_cut;                /* bit per md_http_field: longer than kept */
+    uint16_t field_seen;               /* bit per md_http_field: it came (its value may be "") */
     uint16_t referer_len;              /* bytes kept in referer[] (only with an access log) */
     uint16_t user_agent_len;
     uint16_t retry_s;    /* limited: Retry-After's seconds */

@@ -347,6 +347,12 @@ Test(static_e2e, preconditions_and_date_forms)
     expect(get_with("/ten.txt", f), "HTTP/1.1 200", "0123456789");
     expect(get_with("/ten.txt", "If-Match: *\r\n"), "HTTP/1.1 200", "0123456789");
     expect(get_with("/ten.txt", "If-Match: \"other\"\r\n"), "HTTP/1.1 412", NULL);
+    /* An empty list names no tag: If-Match is false, If-None-Match true (RFC 9110 13.1.1-2). */
+    expect(get_with("/ten.txt", "If-Match: \r\n"), "HTTP/1.1 412", NULL);
+    expect(get_with("/ten.txt", "If-Match:\r\n"), "HTTP/1.1 412", NULL);
+    expect(get_with("/ten.txt", "If-None-Match: \r\n"), "HTTP/1.1 200", "0123456789");
+    snprintf(f, sizeof f, "If-Match: \r\nIf-Match: %s\r\n", etag);
+    expect(get_with("/ten.txt", f), "HTTP/1.1 200", "0123456789");
     snprintf(f, sizeof f, "If-Match: W/%s\r\n", etag);
     expect(get_with("/ten.txt", f), "HTTP/1.1 412", NULL); /* strong comparison */
     snprintf(f, sizeof f, "If-Unmodified-Since: %s\r\n", lm);

@@ -360,9 +360,7 @@ static md_http_req *req_auth(unsigned method, const char *target, const char *au
 {
     md_http_req *r = req_new(method, 1, target);
     if (authorization != NULL) {
-        size_t n = strlen(authorization);
-        memcpy(r->field[MD_FIELD_AUTHORIZATION], authorization, n);
-        r->field_len[MD_FIELD_AUTHORIZATION] = (uint8_t)n;
+        md__http_req_keep(r, MD_FIELD_AUTHORIZATION, authorization, strlen(authorization));
         md__http_req_route(r);
     }
     return r;

@@ -1171,7 +1171,7 @@ static int answer(md_http_req *req, const md_route *r, struct lookup *lk, struct
         size_t irlen;
         const char *ifr = md_http_req_field(req, MD_FIELD_IF_RANGE, &irlen);
         bool applies = true;
-        if (ifr != NULL && ifr[0] == '"')
+        if (ifr != NULL && irlen != 0 && ifr[0] == '"')
             applies = irlen == f->etag_len && memcmp(ifr, f->etag, irlen) == 0;
         else if (ifr != NULL)
             applies = parse_date(req, ifr, irlen) == mtime; /* W/ tags never match */
