@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cfgfile.h"
 #include "core/text.h"
 #include "http/routes.h"
 
@@ -118,11 +119,9 @@ static int by_name(const void *a, const void *b)
 /* Reads the whole file, NUL-terminated. */
 static char *slurp(const char *path, int *err)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        *err = errno;
+    FILE *f = md_cfgfile_open(path, err); /* a FIFO would hold the open (cfgfile.h) */
+    if (f == NULL)
         return NULL;
-    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -168,7 +167,7 @@ int md_htpasswd_load(const char *path, md_htpasswd **out, char *msg, size_t msg_
     char *text = slurp(path, &e);
     if (text == NULL) {
         md_say(msg, msg_len, "%s: cannot read: %s", path,
-               e == EILSEQ ? "a NUL byte in it" : strerror(e));
+               e == EILSEQ ? "a NUL byte in it" : md_cfgfile_why(e));
         return -e;
     }
     md_htpasswd *h = calloc(1, sizeof *h);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cfgfile.h"
 #include "core/text.h"
 #include "http/response.h"
 #include "http/routes.h"
@@ -56,10 +57,10 @@ bad:
 
 static int read_page(const char *path, char **out, size_t *len, char *msg, size_t msg_len)
 {
-    FILE *f = fopen(path, "r");
+    int e;
+    FILE *f = md_cfgfile_open(path, &e);
     if (f == NULL) {
-        int e = errno;
-        md_say(msg, msg_len, "%s: cannot read: %s", path, strerror(e));
+        md_say(msg, msg_len, "%s: cannot read: %s", path, md_cfgfile_why(e));
         return -e;
     }
     char *buf = malloc(MD_ERROR_PAGE_MAX + 1);

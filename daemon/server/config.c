@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "core/cfgfile.h"
 #include "core/text.h"
 
 static void listen_set(md_listen *l, int family, const char *host, uint16_t port)
@@ -523,26 +524,20 @@ int md_config_load(md_config *c, const char *path, md_error *err)
     md_config_init(c);
     if (path == NULL)
         return 0;
-    FILE *f = fopen(path, "r");
+    /* A device or FIFO may never end (-c /dev/zero), or never open, and a directory is no
+     * text: core/cfgfile.h. */
+    int e;
+    FILE *f = md_cfgfile_open(path, &e);
     if (f == NULL) {
-        int e = errno;
-        if (err != NULL)
+        if (err != NULL && e == EINVAL)
+            snprintf(err->msg, sizeof(err->msg), "%s: not a regular file", path);
+        else if (err != NULL)
             snprintf(err->msg, sizeof(err->msg), "%s: cannot open: %s", path, strerror(e));
         return -e;
     }
-    /* A device or FIFO may never end (-c /dev/zero) and a directory is no text. */
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        int e = errno;
+    if (fstat(fileno(f), &st) != 0 || st.st_size > MD_CONFIG_FILE_MAX) {
         if (err != NULL)
-            snprintf(err->msg, sizeof(err->msg), "%s: cannot stat: %s", path, strerror(e));
-        fclose(f);
-        return -e;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size > MD_CONFIG_FILE_MAX) {
-        if (err != NULL && !S_ISREG(st.st_mode))
-            snprintf(err->msg, sizeof(err->msg), "%s: not a regular file", path);
-        else if (err != NULL)
             snprintf(err->msg, sizeof(err->msg), "%s: larger than %d bytes", path,
                      MD_CONFIG_FILE_MAX);
         fclose(f);

@@ -43,6 +43,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "core/cfgfile.h"
 #include "core/ini.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -424,7 +425,8 @@ static uint32_t record_certs(const char *label, const md_tls_config *t, uint32_t
     for (int p = 0; p < MD_TLS_PAIRS && n < CERTS_MAX; p++) {
         if (t->cert[p][0] == '\0')
             continue;
-        FILE *f = fopen(t->cert[p], "r");
+        int e;
+        FILE *f = md_cfgfile_open(t->cert[p], &e);
         X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
         if (f != NULL)
             fclose(f);

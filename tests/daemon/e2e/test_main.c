@@ -1,6 +1,7 @@
 /* Integration tests of magpied (daemon/main.c and the serving side, conn.h): the built daemon is
  * started on ephemeral loopback ports and driven with curl and raw sockets. */
 #include <criterion/criterion.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -323,6 +324,32 @@ Test(magpied, config_check, .timeout = 30)
     out = run(cmd);
     cr_assert(strstr(out, "/dev/zero: not a regular file"), "%s", out);
     cr_assert(strstr(out, "rc=1"), "%s", out);
+    /* So is a FIFO, wherever a file is named: opening one would wait for a writer for ever
+     * (and a reload with it would never end). timeout's 124 would say it hung. */
+    static const char *const keys[] = {
+        "[route /]\nhandler = text\nerror_page = 404 %s\n",
+        "[route /]\nhandler = text\nauth_basic = x\nauth_basic_user_file = %s\n",
+        "[https]\nlisten = 127.0.0.1:0\ncertificate = %s\ncertificate_key = %s\n",
+    };
+    char dir[] = "/tmp/magpied-fifo-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char fifo[64], conf[64];
+    snprintf(fifo, sizeof fifo, "%s/f", dir);
+    snprintf(conf, sizeof conf, "%s/m.conf", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        f = fopen(conf, "w");
+        fputs("[http]\nlisten = 127.0.0.1:0\n[echo]\nlisten =\n", f);
+        fprintf(f, keys[i], fifo, fifo);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "timeout 10 %s -t -c %s 2>&1; echo rc=$?", exe, conf);
+        out = run(cmd);
+        cr_assert(strstr(out, "not a regular file"), "%zu: %s", i, out);
+        cr_assert(strstr(out, "rc=1"), "%zu: %s", i, out);
+    }
+    unlink(fifo);
+    unlink(conf);
+    rmdir(dir);
 }
 
 Test(magpied, slow_header_gets_408_and_idle_keepalive_closes, .timeout = 60)

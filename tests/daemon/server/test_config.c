@@ -2,6 +2,7 @@
  * file:line:key error messages, --set overrides, and the cross-key checks.
  */
 #include <criterion/criterion.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,6 +540,16 @@ Test(config, load_regular_files_only, .timeout = 5)
     cr_assert_str_eq(err.msg, "/dev/null: not a regular file");
     cr_assert_eq(md_config_load(&c, "/tmp", &err), -EINVAL);
     cr_assert_str_eq(err.msg, "/tmp: not a regular file");
+    /* A FIFO: refused without waiting for a writer (an open(2) would wait for ever). */
+    char fifo[] = "/tmp/magpied-fifo-XXXXXX";
+    cr_assert_not_null(mkdtemp(fifo));
+    char fpath[sizeof fifo + 8];
+    snprintf(fpath, sizeof fpath, "%s/f", fifo);
+    cr_assert_eq(mkfifo(fpath, 0600), 0);
+    cr_assert_eq(md_config_load(&c, fpath, &err), -EINVAL);
+    cr_assert(strstr(err.msg, ": not a regular file") != NULL, "%s", err.msg);
+    unlink(fpath);
+    rmdir(fifo);
 
     char path[] = "/tmp/magpied-test-XXXXXX";
     int fd = mkstemp(path);
