@@ -33,7 +33,9 @@ struct md_tls_stream {
     mp_tcp *tcp;
     md_tls_stream_write_fn write; /* the ciphertext's writer */
     void *write_arg;
-    uint64_t bytes_in;       /* ciphertext received */
+    uint64_t bytes_in; /* ciphertext received */
+    char first[8];     /* the first bytes received (a plaintext request's method) */
+    uint8_t first_len;
     unsigned long ssl_error; /* OpenSSL's error at the failure (its queue is per thread) */
     long verify;             /* SSL_get_verify_result at the failure */
     /* The stream's view that the BIO reads from, during one SSL call. */
@@ -192,6 +194,12 @@ static void err_reset(void)
  * took is consumed from the stream. */
 static int call(md_tls_stream *s, const char *raw, size_t raw_len, bool hs, size_t *n)
 {
+    if (s->first_len < sizeof s->first && raw_len != 0) {
+        size_t k =
+            sizeof s->first - s->first_len < raw_len ? sizeof s->first - s->first_len : raw_len;
+        memcpy(s->first + s->first_len, raw, k);
+        s->first_len = (uint8_t)(s->first_len + k);
+    }
     s->in = raw;
     s->in_len = raw_len;
     s->in_used = 0;
@@ -313,6 +321,12 @@ unsigned long md_tls_stream_error(const md_tls_stream *s)
 uint64_t md_tls_stream_bytes_in(const md_tls_stream *s)
 {
     return s->bytes_in;
+}
+
+const char *md_tls_stream_first_bytes(const md_tls_stream *s, size_t *len)
+{
+    *len = s->first_len;
+    return s->first;
 }
 
 mp_poll md_tls_stream_read_poll(md_tls_stream *s, mp_context *cx, const char **data, size_t *len,

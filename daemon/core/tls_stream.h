@@ -56,6 +56,9 @@ const char *md_tls_stream_why(const md_tls_stream *s, char *buf, size_t len);
 unsigned long md_tls_stream_error(const md_tls_stream *s);
 /* Ciphertext bytes received so far (the server's handshake rate, whether one began). */
 uint64_t md_tls_stream_bytes_in(const md_tls_stream *s);
+/* The first bytes the peer sent, up to 8 (*len of them; 0 before any): a TLS record begins
+ * with 20..23, an SSLv2 hello with 0x80 or more, a plaintext request with a letter. */
+const char *md_tls_stream_first_bytes(const md_tls_stream *s, size_t *len);
 
 /* As mp_tcp_read_poll: plaintext (MP_READY, *len > 0), or *len 0 with *err MP_EOF (the peer's
  * close_notify), -EINTR (mp_tcp_interrupt, passed on once), -EPROTO (a failed handshake, a bad

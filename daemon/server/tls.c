@@ -49,6 +49,7 @@
 #include "core/metrics.h"
 #include "core/text.h"
 #include "core/tls_stream.h"
+#include "http/response.h"
 #include "http/routes.h"
 #include "server/conn.h"
 
@@ -927,23 +928,29 @@ static int stream_make(md_conn *c)
     return md_tls_stream_new(ssl, &c->tcp, conn_write, c, &t->s);
 }
 
-/* A plaintext HTTP request on a TLS listener (OpenSSL's SSL_R_HTTP_REQUEST: "GET ", "POST ",
- * ...) is answered in plaintext before the close, as nginx and Go's server do: a client (or
- * a person with curl) told what went wrong, rather than a connection that ends in silence. One
- * send of a few hundred bytes into a socket nothing was written to: it is not waited for. */
-static void tell_http_client(md_conn *c)
+/* A plaintext HTTP request on a TLS listener (any method: account() looks at its first byte)
+ * is answered in plaintext before the close, as nginx and Go's server do: a client (or a
+ * person with curl) told what went wrong, rather than a connection that ends in silence. A
+ * 400 as the core's are (Date, Server; no body for HEAD). One send of a few hundred bytes into
+ * a socket nothing was written to: it is not waited for. */
+static void tell_http_client(md_conn *c, bool head)
 {
 #define PLAIN_TO_TLS_BODY "This port takes HTTPS: a plain HTTP request was sent to it.\n"
-    static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
-                               "Content-Type: text/plain\r\n"
-                               "Content-Length: 60\r\n"
-                               "Connection: close\r\n"
-                               "\r\n" PLAIN_TO_TLS_BODY;
+    static const char body[] = PLAIN_TO_TLS_BODY;
     _Static_assert(sizeof PLAIN_TO_TLS_BODY - 1 == 60, "Content-Length is the body's");
 #undef PLAIN_TO_TLS_BODY
+    char resp[512];
+    size_t dlen;
+    md_http_date_refresh(NULL);
+    const char *date = md_http_date_value(&dlen);
+    int n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 400 Bad Request\r\nDate: %.*s\r\nServer: magpied\r\n"
+                     "Content-Type: text/plain\r\nContent-Length: 60\r\nConnection: close\r\n"
+                     "\r\n%s",
+                     (int)dlen, date, head ? "" : body);
     int fd = mp_tcp_fileno(&c->tcp);
-    if (fd >= 0)
-        (void)send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (fd >= 0 && n > 0 && (size_t)n < sizeof resp)
+        (void)send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 /* After each call: the handshake's end, counted once; a failure during it, counted once. */
@@ -966,10 +973,18 @@ static void account(md_conn *c, md_tls_conn *t, int err)
     if (t->hs_end != UINT64_MAX && t->hs_bytes != 0) {
         count(&hs_failed);
         int reason = fail_reason_of(md_tls_stream_error(t->s), err);
+        /* OpenSSL names "GET ", "POST ", "HEAD " and "PUT " (and CONNECT, as a proxy's)
+         * alone; any request line, or the empty line RFC 9112 2.2 lets lead one, starts
+         * with a byte no TLS record or SSLv2 hello starts with. */
+        size_t flen;
+        const char *first = md_tls_stream_first_bytes(t->s, &flen);
+        int b = flen != 0 ? (unsigned char)first[0] : -1;
+        if (reason >= 0 && ((b >= 0x21 && b < 0x7f) || b == '\r' || b == '\n'))
+            reason = FAIL_HTTP_REQUEST;
         if (reason >= 0)
             hs_fail_reason(reason);
         if (reason == FAIL_HTTP_REQUEST)
-            tell_http_client(c);
+            tell_http_client(c, flen >= 5 && memcmp(first, "HEAD ", 5) == 0);
         if (md_log_enabled(MD_LOG_DEBUG)) {
             char why[200];
             md_log(MD_LOG_DEBUG, "TLS handshake failed: %s",
