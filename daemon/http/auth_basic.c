@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/cfgfile.h"
 #include "core/text.h"
@@ -25,6 +26,7 @@ struct md_htpasswd {
     char *text; /* the file, its lines cut in place */
     user *users;
     size_t n;
+    size_t dummy;         /* the user whose hash costs most: an unknown name pays it */
     pthread_mutex_t lock; /* the cache's */
     struct {
         bool used;
@@ -161,6 +163,57 @@ fail:
     return NULL;
 }
 
+static bool hash_matches(const char *pass, const char *hash);
+
+/* The bytes of a hash that say its method and cost, not its salt: "$2b$12$", "$6$" or
+ * "$6$rounds=N$", "$y$j9T$" (yescrypt's parameters), "$1$". */
+static size_t setting_len(const char *hash)
+{
+    if (hash[0] != '$')
+        return 0; /* DES: one cost */
+    const char *id_end = strchr(hash + 1, '$');
+    if (id_end == NULL)
+        return 0;
+    const char *p = id_end + 1;
+    bool bcrypt = hash[1] == '2';
+    bool params = bcrypt || hash[1] == 'y' || hash[1] == '7' ||
+                  (strncmp(p, "rounds=", 7) == 0); /* sha-crypt with its own rounds */
+    if (!params)
+        return (size_t)(p - hash);
+    const char *end = strchr(p, '$');
+    return end != NULL ? (size_t)(end + 1 - hash) : (size_t)(p - hash);
+}
+
+/* Of the file's kinds of hash (method and cost), the one whose check takes longest, timed
+ * once each at load (at most 8 kinds): an unknown user's refusal costs that one, so that its
+ * time does not tell the names apart from a file of mixed methods or costs. */
+static size_t costliest(const md_htpasswd *h)
+{
+    size_t best = 0, kinds = 0;
+    uint64_t best_ns = 0;
+    for (size_t i = 0; i < h->n && kinds < 8; i++) {
+        size_t len = setting_len(h->users[i].hash);
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = setting_len(h->users[j].hash) == len &&
+                   strncmp(h->users[j].hash, h->users[i].hash, len) == 0;
+        if (seen)
+            continue;
+        kinds++;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        (void)hash_matches("", h->users[i].hash);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        uint64_t ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000u + (uint64_t)b.tv_nsec -
+                      (uint64_t)a.tv_nsec;
+        if (ns > best_ns) {
+            best_ns = ns;
+            best = i;
+        }
+    }
+    return best;
+}
+
 int md_htpasswd_load(const char *path, md_htpasswd **out, char *msg, size_t msg_len)
 {
     int e = 0;
@@ -239,6 +292,7 @@ int md_htpasswd_load(const char *path, md_htpasswd **out, char *msg, size_t msg_
             md_htpasswd_free(h);
             return -EINVAL;
         }
+    h->dummy = costliest(h);
     *out = h;
     return 0;
 }
@@ -288,8 +342,8 @@ static int decode_basic(const char *v, size_t len, char *out, size_t cap)
     while (at < len && v[at] == ' ')
         at++;
     size_t n = len - at;
-    while (n != 0 && v[at + n - 1] == ' ')
-        n--;
+    while (n != 0 && (v[at + n - 1] == ' ' || v[at + n - 1] == '\t'))
+        n--; /* a field's trailing whitespace is no part of its value (RFC 9110 5.5) */
     if (n == 0 || n % 4 != 0 || n / 4 * 3 + 1 > cap)
         return -1;
     int got = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)v + at, (int)n);
@@ -327,13 +381,13 @@ bool md_htpasswd_verify(md_htpasswd *h, const char *authorization, size_t len)
         return true;
     }
     const user *u = find(h, cred, (size_t)(colon - cred));
-    /* An unknown user costs a hash too (the first user's method and cost), so that the time
-     * of a refusal does not say which names exist. */
+    /* An unknown user costs a hash too (the file's costliest kind, costliest()), so that the
+     * time of a refusal does not say which names exist. */
     bool ok = false;
     if (u != NULL)
         ok = hash_matches(colon + 1, u->hash);
     else if (h->n != 0)
-        (void)hash_matches(colon + 1, h->users[0].hash);
+        (void)hash_matches(colon + 1, h->users[h->dummy].hash);
     OPENSSL_cleanse(cred, sizeof cred);
     if (ok) {
         pthread_mutex_lock(&h->lock);

@@ -129,6 +129,9 @@ Test(auth_basic, the_three_methods_verify_and_wrong_ones_do_not)
     char v[300];
     snprintf(v, sizeof v, "bAsIc   %s", basic("bob:hunter2") + 6);
     cr_assert(verify(h, v));
+    /* A field's trailing whitespace, spaces or tabs, is no part of it (RFC 9110 5.5). */
+    snprintf(v, sizeof v, "%s \t", basic("bob:hunter2"));
+    cr_assert(verify(h, v));
     md_htpasswd_free(h);
 }
 
