@@ -58,8 +58,21 @@ static int redirect_key(void *conf, const char *key, const char *value, uint32_t
 
 static int redirect_check(const void *conf, char *msg, size_t msg_len)
 {
-    if (((const redirect_conf *)conf)->location[0] == '\0') {
+    const redirect_conf *d = conf;
+    if (d->location[0] == '\0') {
         md_say(msg, msg_len, "location: required for handler = redirect");
+        return -EINVAL;
+    }
+    /* What is appended goes at the location's end: a path after its query or fragment, or a
+     * query after its fragment, would land in the wrong part (never reaching the server). */
+    if (d->keep_path && strpbrk(d->location, "?#") != NULL) {
+        md_say(msg, msg_len,
+               "keep_path: location has a query or fragment, where the path "
+               "would follow");
+        return -EINVAL;
+    }
+    if (d->keep_query && strchr(d->location, '#') != NULL) {
+        md_say(msg, msg_len, "keep_query: location has a fragment, where the query would follow");
         return -EINVAL;
     }
     return 0;

@@ -100,6 +100,21 @@ Test(handlers, each_checks_what_it_requires, .timeout = 5)
     takes(&d, "status", "308");
     takes(&d, "location", "https://example.com/");
     cr_assert_eq(md_route_check(&d, msg, sizeof msg), 0, "%s", msg);
+    /* What keep_path and keep_query append goes at the location's end: not after a query
+     * (the path) or a fragment (either), where it would be in the wrong part. */
+    md_route q = route("redirect");
+    takes(&q, "location", "https://example.com/p?a=1");
+    takes(&q, "keep_query", "on");
+    cr_assert_eq(md_route_check(&q, msg, sizeof msg), 0, "%s", msg);
+    takes(&q, "keep_path", "on");
+    cr_assert_eq(md_route_check(&q, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "keep_path: location has a query or fragment"), "%s", msg);
+    md_route fr = route("redirect");
+    takes(&fr, "location", "https://example.com/p#top");
+    cr_assert_eq(md_route_check(&fr, msg, sizeof msg), 0, "a fragment alone is fine");
+    takes(&fr, "keep_query", "on");
+    cr_assert_eq(md_route_check(&fr, msg, sizeof msg), -EINVAL);
+    cr_assert_not_null(strstr(msg, "keep_query: location has a fragment"), "%s", msg);
 
     md_route p = route("proxy");
     cr_assert_eq(md_route_check(&p, msg, sizeof msg), -EINVAL);
