@@ -178,6 +178,71 @@ int md_site_rules_key(md_site *s, const char *key, const char *value, uint32_t l
     return md_error_page_key(&s->errors, key, value, line, msg, msg_len);
 }
 
+/* A Strict-Transport-Security value as RFC 6797 6.1 has a browser take it: directives
+ * separated by ';', each a token with an optional '=' and a token or quoted-string; max-age
+ * once, its value digits (quoted or not); no directive twice (a browser MUST then ignore the
+ * whole field, and a typo would turn HSTS off unseen). */
+static bool hsts_ok(const char *v)
+{
+    char seen[8][24];
+    unsigned nseen = 0;
+    bool max_age = false;
+    for (const char *p = v; *p != '\0';) {
+        const char *end = strchr(p, ';');
+        if (end == NULL)
+            end = p + strlen(p);
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *q = end;
+        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+            q--;
+        if (p != q) {
+            const char *n = p;
+            while (p < q && md_is_tchar((unsigned char)*p))
+                p++;
+            size_t nlen = (size_t)(p - n);
+            while (p < q && (*p == ' ' || *p == '\t'))
+                p++;
+            if (nlen == 0 || nlen >= sizeof seen[0] || (p < q && *p != '='))
+                return false;
+            const char *val = NULL;
+            size_t vlen = 0;
+            if (p < q) {
+                p++;
+                while (p < q && (*p == ' ' || *p == '\t'))
+                    p++;
+                val = p;
+                vlen = (size_t)(q - p);
+                if (vlen >= 2 && val[0] == '"' && val[vlen - 1] == '"') {
+                    val++;
+                    vlen -= 2;
+                } else {
+                    for (size_t i = 0; i < vlen; i++)
+                        if (!md_is_tchar((unsigned char)val[i]))
+                            return false;
+                }
+            }
+            for (unsigned i = 0; i < nseen; i++)
+                if (md_ascii_eq_ci(seen[i], strlen(seen[i]), n, nlen))
+                    return false;
+            if (nseen == sizeof seen / sizeof seen[0])
+                return false;
+            memcpy(seen[nseen], n, nlen);
+            seen[nseen++][nlen] = '\0';
+            if (md_ascii_eq_ci(n, nlen, "max-age", 7)) {
+                if (val == NULL || vlen == 0)
+                    return false;
+                for (size_t i = 0; i < vlen; i++)
+                    if (val[i] < '0' || val[i] > '9')
+                        return false;
+                max_age = true;
+            }
+        }
+        p = *end == ';' ? end + 1 : end;
+    }
+    return max_age;
+}
+
 static int site_key(void *inst, const char *key, const char *value, uint32_t line, char *msg,
                     size_t msg_len)
 {
@@ -214,12 +279,13 @@ static int site_key(void *inst, const char *key, const char *value, uint32_t lin
         return set_path(s->cert, value, &s->cert_line, line, msg, msg_len);
     if (strcmp(key, "certificate_key") == 0)
         return set_path(s->key, value, &s->key_line, line, msg, msg_len);
-    if (strcmp(key, "hsts") == 0) {
+    if (strcmp(key, "hsts") == 0) { /* hsts_ok(): the value a browser would not ignore */
         if (strlen(value) >= sizeof s->hsts || !md_text_field_safe(value, true) ||
-            (value[0] != '\0' && strncmp(value, "max-age=", 8) != 0)) {
+            (value[0] != '\0' && !hsts_ok(value))) {
             md_say(msg, msg_len,
-                   "expected a Strict-Transport-Security value starting with max-age= (at most "
-                   "%d bytes), got \"%s\"",
+                   "expected a Strict-Transport-Security value (at most %d bytes: max-age=SECONDS "
+                   "and directives such as includeSubDomains, separated by ';', none twice), got "
+                   "\"%s\"",
                    MD_SITE_HSTS_MAX - 1, value);
             return -EINVAL;
         }

@@ -867,8 +867,37 @@ Test(config, listener_and_site_errors_name_file_line_and_key, .timeout = 5)
     expect_error("[site a]\ncertificate = /x.pem\n",
                  "test.conf:1: [site a] certificate_key: required with certificate");
     expect_error("[site a]\nhsts = 1 year\n",
-                 "test.conf:2: [site a] hsts: expected a Strict-Transport-Security value "
-                 "starting with max-age= (at most 127 bytes), got \"1 year\"");
+                 "test.conf:2: [site a] hsts: expected a Strict-Transport-Security value (at "
+                 "most 127 bytes: max-age=SECONDS and directives such as includeSubDomains, "
+                 "separated by ';', none twice), got \"1 year\"");
+    /* What a browser would ignore whole (RFC 6797 6.1): a bad max-age, a directive twice,
+     * a ',' where ';' separates. */
+    static const char *const bad_hsts[] = {
+        "max-age=-1",     "max-age=1; max-age=2",
+        "max-age=1, foo", "max-age=\"5\"x",
+        "max-age=",       "max-age=1; includeSubDomains; includesubdomains",
+        "max-age=1; =x",
+    };
+    for (size_t i = 0; i < sizeof bad_hsts / sizeof bad_hsts[0]; i++) {
+        char text[200];
+        snprintf(text, sizeof text, "[site a]\nhsts = %s\n", bad_hsts[i]);
+        md_config c;
+        md_error err = {{0}};
+        cr_assert_neq(parse(&c, text, &err), 0, "taken: %s", bad_hsts[i]);
+        cr_assert(strstr(err.msg, "hsts: expected") != NULL, "%s: %s", bad_hsts[i], err.msg);
+    }
+    static const char *const good_hsts[] = {
+        "max-age=31536000", "max-age=\"300\"; includeSubDomains",
+        "Max-Age=0",        "max-age=63072000; includeSubDomains; preload",
+        "max-age=1;",
+    };
+    for (size_t i = 0; i < sizeof good_hsts / sizeof good_hsts[0]; i++) {
+        char text[200];
+        snprintf(text, sizeof text, "[site a]\nhsts = %s\n", good_hsts[i]);
+        md_config c;
+        md_error err = {{0}};
+        cr_assert_eq(parse(&c, text, &err), 0, "%s: %s", good_hsts[i], err.msg);
+    }
     expect_error("[site a]\n[route = /]\nhandler = health\n[site b]\n[route = /]\nhandler = "
                  "health\n[route = /]\nhandler = text\n",
                  "test.conf:7: [route = /]: the same route as line 5");
