@@ -180,6 +180,16 @@ struct run {
     char label[MD_ERROR_MAX / 2];    /* "[limits]", "[route = /p]": what messages name */
     bool begun[MD_INI_SECTIONS_MAX]; /* a repeating kind had a section */
     uint32_t seen[MD_INI_SECTIONS_MAX][MD_INI_KEYS_MAX]; /* line a key was set on, this file */
+    /* The same for the keys a kind's key() takes: those of a kind that does not repeat (for
+     * the file) and of the section being read. Past the last slot a key goes unrecorded: a
+     * repeat is then not caught, nothing is refused wrongly. */
+    struct other_key {
+        int kind;
+        void *inst;
+        char name[32];
+        uint32_t line;
+    } other[128];
+    unsigned nother;
 };
 
 static void run_error(struct run *r, unsigned line, const char *fmt, ...)
@@ -255,6 +265,11 @@ static void section_header(struct run *r, const char *text, size_t len)
     r->inst = conf;
     if (s->repeats) {
         memset(r->seen[i], 0, sizeof r->seen[i]); /* a key may come once per section */
+        unsigned kept = 0; /* the kind's last section is done: its other keys go */
+        for (unsigned j = 0; j < r->nother; j++)
+            if (r->other[j].kind != i)
+                r->other[kept++] = r->other[j];
+        r->nother = kept;
         char msg[MD_INI_MSG_MAX];
         bool first = !r->begun[i];
         r->begun[i] = true;
@@ -346,20 +361,45 @@ static char *read_line(char *str, int num, void *stream)
     return str;
 }
 
-/* A key of the current section: the kind's table first, then its key(). */
-static int section_key(const md_ini_conf *c, int i, void *inst, uint32_t (*seen)[MD_INI_KEYS_MAX],
-                       const char *name, const char *value, uint32_t line, char *msg,
-                       size_t msg_len)
+static bool repeatable(const md_ini_section *s, const char *name)
+{
+    for (size_t j = 0; s->repeatable != NULL && s->repeatable[j] != NULL; j++)
+        if (strcmp(s->repeatable[j], name) == 0)
+            return true;
+    return false;
+}
+
+/* A key of the current section: the kind's table first, then its key(). r: the file's run
+ * (NULL for --set, where each key comes once). */
+static int section_key(const md_ini_conf *c, int i, void *inst, struct run *r, const char *name,
+                       const char *value, uint32_t line, char *msg, size_t msg_len)
 {
     const md_ini_section *s = c->registry[i].section;
+    uint32_t(*seen)[MD_INI_KEYS_MAX] = r != NULL ? r->seen : NULL;
     size_t k;
     const md_ini_key *key = find_key(s, name, &k);
     if (key == NULL) {
+        bool once = r != NULL && s->key != NULL && !repeatable(s, name);
+        for (unsigned j = 0; once && j < r->nother; j++) {
+            const struct other_key *o = &r->other[j];
+            if (o->kind == i && o->inst == inst && strcmp(o->name, name) == 0) {
+                snprintf(msg, msg_len, "set twice (first on line %u)", (unsigned)o->line);
+                return -EINVAL;
+            }
+        }
         int rc = s->key != NULL ? s->key(inst, name, value, line, msg, msg_len) : -ENOENT;
         if (rc == -ENOENT) {
             char where[128];
             key_elsewhere(c, s, name, where, sizeof where);
             snprintf(msg, msg_len, "unknown key%s", where);
+        }
+        if (rc == 0 && once && r->nother < sizeof r->other / sizeof r->other[0] &&
+            strlen(name) < sizeof r->other[0].name) {
+            struct other_key *o = &r->other[r->nother++];
+            o->kind = i;
+            o->inst = inst;
+            o->line = line;
+            snprintf(o->name, sizeof o->name, "%s", name);
         }
         return rc == 0 ? 0 : -EINVAL;
     }
@@ -389,7 +429,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     if (r->cur < 0)
         return 1; /* its header was refused, and said so */
     char msg[MD_INI_MSG_MAX];
-    if (section_key(r->c, r->cur, r->inst, r->seen, name, value, r->line, msg, sizeof msg) != 0)
+    if (section_key(r->c, r->cur, r->inst, r, name, value, r->line, msg, sizeof msg) != 0)
         run_error(r, r->line, "%s %s: %s", r->label, name, msg);
     return 1;
 }

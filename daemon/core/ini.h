@@ -94,9 +94,11 @@ typedef struct md_ini_section {
     int (*begin)(void *conf, const char *arg, bool first, uint32_t line, void **inst, char *msg,
                  size_t msg_len);
     /* A key the table does not hold: 0, -ENOENT when the kind does not know it either, or
-     * -EINVAL with msg (no key name in it). */
+     * -EINVAL with msg (no key name in it). Each such key may be given once per section, as
+     * a table's (the engine says "set twice"), unless repeatable names it. */
     int (*key)(void *inst, const char *key, const char *value, uint32_t line, char *msg,
                size_t msg_len);
+    const char *const *repeatable; /* key()'s keys that may repeat, NULL-terminated; NULL: none */
     /* After a section's last key (the next header, or the end of the file): what the section
      * requires. 0 or -EINVAL with msg, reported at the section's header line. */
     int (*end)(void *inst, char *msg, size_t msg_len);

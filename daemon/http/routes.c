@@ -404,6 +404,9 @@ const md_ini_section md_section_route = {
     .init = route_section_init,
     .begin = route_section_begin,
     .key = route_section_key,
+    /* The list keys (magpied.conf(5) says "repeatable" or "the key may repeat"). */
+    .repeatable = (const char *const[]){"allow", "deny", "real_ip_from", "header_add", "header_set",
+                                        "header_remove", "error_page", NULL},
     .end = route_section_end,
     .done = route_section_done,
 };

@@ -336,6 +336,8 @@ const md_ini_section md_section_site = {
     .repeats = true,
     .begin = site_begin,
     .key = site_key,
+    .repeatable =
+        (const char *const[]){"header_add", "header_set", "header_remove", "error_page", NULL},
     .end = site_end,
     .done = site_done,
 };

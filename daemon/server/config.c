@@ -457,7 +457,12 @@ static int http_key(void *inst, const char *key, const char *value, uint32_t lin
 }
 
 static const md_ini_section section_http = {
-    .name = "http", .keys = http_keys, .init = http_init, .key = http_key};
+    .name = "http",
+    .keys = http_keys,
+    .init = http_init,
+    .key = http_key,
+    .repeatable =
+        (const char *const[]){"header_add", "header_set", "header_remove", "error_page", NULL}};
 static const md_ini_section section_echo = {.name = "echo", .keys = echo_keys, .init = echo_init};
 static const md_ini_section section_runtime = {
     .name = "runtime", .keys = runtime_keys, .init = runtime_init};

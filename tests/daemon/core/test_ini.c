@@ -119,6 +119,8 @@ static int items_key(void *inst, const char *key, const char *value, uint32_t li
         it->refers_line = line;
         return 0;
     }
+    if (strcmp(key, "tag") == 0)
+        return 0; /* a list key: may repeat */
     if (strcmp(key, "size") == 0) {
         if (strcmp(value, "big") == 0) {
             it->size = 100;
@@ -166,6 +168,7 @@ static const md_ini_section items_section = {
     .init = items_init,
     .begin = items_begin,
     .key = items_key,
+    .repeatable = (const char *const[]){"tag", NULL},
     .end = items_end,
     .done = items_done,
 };
@@ -316,6 +319,23 @@ Test(ini, repeating_sections_are_each_their_own)
                  "t.ini:3: [item a b c d e f g h i j k l m n o p q r s t u v]: expected [item "
                  "NAME]");
     expect_error("[item a]\nsize = big\n[item  ]\n", "t.ini:3: [item  ]: expected [item NAME]");
+}
+
+/* A key the kind's key() takes comes once per section too, as a table's, unless the kind says
+ * it repeats; each section of a repeating kind is its own. */
+Test(ini, keys_of_a_kinds_own_come_once_unless_they_repeat)
+{
+    expect_error("[item a]\nsize = big\nrefers = a\nrefers = b\n",
+                 "t.ini:4: [item a] refers: set twice (first on line 3)");
+    conf c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c,
+                       "[item a]\nsize = big\ntag = x\ntag = y\n[item b]\nsize = big\n"
+                       "refers = a\n[item c]\nsize = big\nrefers = a\n",
+                       &err),
+                 0, "%s", err.msg);
+    /* --set sets a key once: nothing to compare with. */
+    cr_assert_eq(c.items.n, 3);
 }
 
 Test(ini, the_end_of_a_section_is_judged_at_its_header)

@@ -354,6 +354,25 @@ Test(config, duplicate_key, .timeout = 5)
 {
     expect_error("[limits]\nmax_headers = 10\n\nmax_headers = 20\n",
                  "test.conf:4: [limits] max_headers: set twice (first on line 2)");
+    /* The keys a section's own code takes too (an outside probe found them taken twice, the
+     * first silently lost: a site's names, a route's rate): only the list keys repeat. */
+    expect_error("[site a]\nnames = a.example\nnames = b.example\n",
+                 "test.conf:3: [site a] names: set twice (first on line 2)");
+    expect_error("[route /]\nhandler = text\nlimit_rate = 1/m\nlimit_burst = 5\nlimit_burst = 0\n",
+                 "test.conf:5: [route /] limit_burst: set twice (first on line 4)");
+    expect_error("[listener a]\nlisten = 127.0.0.1:9\nmax_connections = 5\nmax_connections = 6\n",
+                 "test.conf:4: [listener a] max_connections: set twice (first on line 3)");
+    expect_error("[upstream app]\nserver = 127.0.0.1:9\nbalance = hash_ip\nbalance = round_robin\n",
+                 "test.conf:4: [upstream app] balance: set twice (first on line 3)");
+    md_config c;
+    md_error err = {{0}};
+    cr_assert_eq(parse(&c,
+                       "[upstream app]\nserver = 127.0.0.1:9\nserver = 127.0.0.1:10\n"
+                       "[route /]\nhandler = text\nallow = 10.0.0.0/8\nallow = 127.0.0.1\n"
+                       "header_add = X-A: 1\nheader_add = X-B: 2\n[route /b]\nhandler = text\n"
+                       "allow = 10.0.0.0/8\n",
+                       &err),
+                 0, "the list keys repeat, and each route is its own: %s", err.msg);
 }
 
 /* inih would fold an indented line into the previous value; the reader strips the indent. */
@@ -669,7 +688,7 @@ Test(config, route_errors_name_file_line_and_key, .timeout = 5)
     expect_error("[route a]\nhandler = text\n",
                  "test.conf:1: [route a]: expected [route /path] or [route = /path]");
     expect_error("[route /a]\nhandler = text\nhandler = echo\n",
-                 "test.conf:3: [route /a] handler: set twice");
+                 "test.conf:3: [route /a] handler: set twice (first on line 2)");
     md_config c;
     md_error err = {{0}};
     md_config_init(&c);

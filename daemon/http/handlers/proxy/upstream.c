@@ -470,6 +470,7 @@ const md_ini_section md_section_upstream = {
     .init = upstream_section_init,
     .begin = upstream_section_begin,
     .key = upstream_section_key,
+    .repeatable = (const char *const[]){"server", NULL},
     .end = upstream_section_end,
 };
 
