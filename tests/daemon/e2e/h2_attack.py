@@ -100,22 +100,16 @@ def main():
             c = ContinuationFrame(1)
             c.data = enc.encode([("x-%d" % i, "y" * 10)])
             out.append(c.serialize())
-    elif mode == "empty_data":
+    elif mode in ("empty_data", "padded_data"):
         h = HeadersFrame(1)
         h.data = enc.encode([(":method", "POST"), (":scheme", "http"), (":authority", "a"),
                              (":path", "/echo")])
         h.flags.add("END_HEADERS")
         out.append(h.serialize())
-        for _ in range(20000):
-            out.append(DataFrame(1, data=b"").serialize())
-    elif mode == "padded_data":
-        h = HeadersFrame(1)
-        h.data = enc.encode([(":method", "POST"), (":scheme", "http"), (":authority", "a"),
-                             (":path", "/echo")])
-        h.flags.add("END_HEADERS")
-        out.append(h.serialize())
-        for _ in range(20000):
-            out.append(raw_frame(0, 0x8, 1, b"\x00"))  # PADDED, a Pad Length of 0, no data
+        # DATA without data: empty, or PADDED with a Pad Length of 0
+        one = (DataFrame(1, data=b"").serialize() if mode == "empty_data"
+               else raw_frame(0, 0x8, 1, b"\x00"))
+        out.append(one * 20000)
     elif mode == "unknown_type":
         for _ in range(20000):
             out.append(raw_frame(0xfa, 0, 0))

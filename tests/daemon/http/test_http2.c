@@ -469,12 +469,9 @@ static ssize_t c_defer_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t
     return NGHTTP2_ERR_DEFERRED; /* a body that never comes */
 }
 
-Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
+/* POST /echo announcing 100 bytes of body that never come; its stream. */
+static int32_t post_held_back(struct client *c)
 {
-    srv.limits.min_body_rate = 1000;
-    srv.limits.min_rate_grace_ms = 1000;
-    struct client c;
-    client_open(&c);
     nghttp2_nv nv[] = {
         {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
@@ -483,9 +480,31 @@ Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
         {(uint8_t *)"content-length", (uint8_t *)"100", 14, 3, 0},
     };
     nghttp2_data_provider prd = {.read_callback = c_defer_body};
-    int32_t id = nghttp2_submit_request(c.cl, NULL, nv, 5, &prd, NULL);
+    int32_t id = nghttp2_submit_request(c->cl, NULL, nv, 5, &prd, NULL);
     cr_assert_gt(id, 0);
-    cr_assert_eq(pump(&c), 0);
+    cr_assert_eq(pump(c), 0);
+    return id;
+}
+
+/* Stream id got 408, and the connection and its other streams go on. */
+static void expect_408_and_the_rest_served(struct client *c, int32_t id)
+{
+    cr_assert_eq(pump(c), 0);
+    cr_assert_eq(resp_of(c, id)->status, 408);
+    int32_t ok = request(c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(c), 0);
+    cr_assert_eq(resp_of(c, ok)->status, 200);
+    cr_assert_not(md_h2_conn_done(c->h));
+    cr_assert_not(c->goaway);
+}
+
+Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
+{
+    srv.limits.min_body_rate = 1000;
+    srv.limits.min_rate_grace_ms = 1000;
+    struct client c;
+    client_open(&c);
+    int32_t id = post_held_back(&c);
     cr_assert_eq(resp_of(&c, id)->status, 0, "within the grace");
     uint64_t deadline = md_h2_conn_deadline(c.h);
     cr_assert_eq(deadline, T0 + UINT64_C(1000000000), "the grace ends first");
@@ -493,14 +512,7 @@ Test(http2, a_body_below_min_body_rate_gets_408_on_its_stream)
     bool stall;
     cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
     cr_assert_not(stall);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, id)->status, 408);
-    /* The connection and its other streams go on. */
-    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, ok)->status, 200);
-    cr_assert_not(md_h2_conn_done(c.h));
-    cr_assert_not(c.goaway);
+    expect_408_and_the_rest_served(&c, id);
     client_close(&c);
     expect_no_leaks();
 }
@@ -1033,18 +1045,25 @@ Test(http2, host_other_than_authority_is_malformed)
     expect_no_leaks();
 }
 
+/* GET / from a client that gives the server no window for its response: its stream, the
+ * head come, the body waiting. */
+static int32_t get_without_window(struct client *c)
+{
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    cr_assert_eq(nghttp2_submit_settings(c->cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
+    cr_assert_eq(pump(c), 0);
+    int32_t id = request(c, "GET", "/", NULL, 0, false);
+    cr_assert_eq(pump(c), 0);
+    cr_assert_eq(resp_of(c, id)->status, 200);
+    return id;
+}
+
 Test(http2, zero_window_hits_the_send_deadline)
 {
     srv.limits.min_send_rate = 0; /* the timeout alone (min_send_rate's test is below) */
     struct client c;
     client_open(&c);
-    /* The client gives the server no window for its response. */
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
-    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
-    cr_assert_eq(pump(&c), 0);
-    int32_t id = request(&c, "GET", "/", NULL, 0, false);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, id)->status, 200);
+    int32_t id = get_without_window(&c);
     cr_assert_not(resp_of(&c, id)->closed, "its body waits for a window");
     uint64_t at = md_h2_conn_deadline(c.h);
     cr_assert_eq(at, T0 + srv.limits.send_timeout_ms * MS);
@@ -1069,12 +1088,7 @@ Test(http2, a_window_opened_a_byte_at_a_time_hits_min_send_rate)
     client_windows_by_hand = true;
     struct client c;
     client_open(&c);
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
-    cr_assert_eq(nghttp2_submit_settings(c.cl, NGHTTP2_FLAG_NONE, iv, 1), 0);
-    cr_assert_eq(pump(&c), 0);
-    int32_t id = request(&c, "GET", "/", NULL, 0, false);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, id)->status, 200);
+    int32_t id = get_without_window(&c);
     uint64_t begun = c.now;
     bool stall;
     for (int i = 0; i < 4; i++) { /* a byte every 20 s: within send_timeout_ms each time */
@@ -1105,17 +1119,7 @@ Test(http2, a_body_paused_past_body_timeout_gets_408_whatever_else_comes)
     srv.limits.min_body_rate = 0;
     struct client c;
     client_open(&c);
-    nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
-        {(uint8_t *)":path", (uint8_t *)"/echo", 5, 5, 0},
-        {(uint8_t *)"content-length", (uint8_t *)"100", 14, 3, 0},
-    };
-    nghttp2_data_provider prd = {.read_callback = c_defer_body};
-    int32_t id = nghttp2_submit_request(c.cl, NULL, nv, 5, &prd, NULL);
-    cr_assert_gt(id, 0);
-    cr_assert_eq(pump(&c), 0);
+    int32_t id = post_held_back(&c);
     uint64_t head = c.now;
     cr_assert_eq(md_h2_conn_deadline(c.h), head + 10000 * MS);
     for (int i = 0; i < 3; i++) { /* a PING and a WINDOW_UPDATE every 3 s */
@@ -1129,12 +1133,7 @@ Test(http2, a_body_paused_past_body_timeout_gets_408_whatever_else_comes)
     bool stall;
     cr_assert_eq(md_h2_conn_timeout(c.h, c.now, &stall), MD_HTTP_EXPIRED_NONE);
     cr_assert_not(stall);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, id)->status, 408);
-    int32_t ok = request(&c, "GET", "/", NULL, 0, false);
-    cr_assert_eq(pump(&c), 0);
-    cr_assert_eq(resp_of(&c, ok)->status, 200);
-    cr_assert_not(c.goaway);
+    expect_408_and_the_rest_served(&c, id);
     client_close(&c);
     expect_no_leaks();
 }
